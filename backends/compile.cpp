@@ -1,0 +1,60 @@
+// The pipeline, one line per pass (DESIGN.md convention 3).
+#include "backends/compile.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "backends/cpu/cpu_program.h"
+#include "graph/autograd.h"
+#include "graph/op.h"
+#include "graph/passes/dead_code.h"
+#include "graph/passes/verify.h"
+
+namespace kiln {
+namespace {
+
+// Prints the graph after `pass` when KILN_DUMP names it (comma-separated) or is "all".
+void dump_after(const char* pass, const Graph& g) {
+  const char* wanted = std::getenv("KILN_DUMP");
+  if (wanted == nullptr) return;
+  const std::string list = std::string(",") + wanted + ",";
+  if (list != ",all," && list.find(std::string(",") + pass + ",") == std::string::npos) return;
+  std::cerr << "=== graph after " << pass << " (" << g.nodes().size() << " nodes) ===\n" << g.str();
+}
+
+}  // namespace
+
+Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
+  const Node& n = input.graph().node(input.ref().node);
+  KILN_CHECK(n.op->name == "input", "feed: {} is not a graph input", input.str());
+  name = n.name;
+}
+
+std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& options) {
+  verify(recorded);
+  Graph g = recorded;
+  dump_after("record", g);
+  g = eliminate_dead_code(g);
+  verify(g);
+  dump_after("dead_code", g);
+
+  if (options.device.is_cpu()) return make_cpu_program(g);
+  throw Error(fmt::format("device {}: this build of kiln has no CUDA backend yet; use the CPU", options.device.str()));
+}
+
+std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
+                                          const CompileOptions& options) {
+  Graph& g = loss.graph();
+  std::vector<Value> wrt;
+  for (const VariablePtr& p : params) {
+    KILN_CHECK(p->trainable, "compile_training: '{}' is not trainable", p->name);
+    wrt.push_back(g.variable(p));
+  }
+  const std::vector<Value> grads = grad(loss, wrt);
+  optimizer.append_update(g, params, grads);
+  g.output("loss", loss);
+  return compile(g, options);
+}
+
+}  // namespace kiln

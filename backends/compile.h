@@ -1,0 +1,24 @@
+// compile: the pass pipeline from a recorded graph to a runnable Program.
+#pragma once
+
+#include <memory>
+
+#include "backends/program.h"
+#include "graph/optim.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  Device device = Device::cpu();
+};
+
+// Runs the passes (verify, dead-code elimination; fusion joins here) and builds a Program
+// for the device. KILN_DUMP=<pass name>[,...] (or "all") prints the graph after a pass.
+std::unique_ptr<Program> compile(const Graph& g, const CompileOptions& options = {});
+
+// The training step in loss's graph: appends the gradients of `params` and the
+// optimizer's update, names the loss output "loss", and compiles.
+std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
+                                          const CompileOptions& options = {});
+
+}  // namespace kiln

@@ -1,0 +1,116 @@
+// CpuProgram: feeds checked by name, shape and dtype; sources bound; kernels run in node
+// order into planned buffers; outputs copied out; assignments applied after the step.
+#include "backends/cpu/cpu_program.h"
+
+#include <fmt/format.h>
+
+#include "backends/plan.h"
+#include "graph/op.h"
+
+namespace kiln {
+namespace {
+
+class CpuProgram final : public Program {
+ public:
+  explicit CpuProgram(const Graph& compiled) : graph_(compiled), plan_(plan_memory(graph_)) {
+    for (const Node& n : graph_.nodes()) {
+      if (n.op->name == "fill") fills_.push_back(Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
+      if (n.op->name == "input") input_names_.push_back(n.name);
+    }
+  }
+
+  Outputs run(const std::vector<Feed>& feeds) override;
+  const Graph& graph() const override { return graph_; }
+  Device device() const override { return Device::cpu(); }
+  std::size_t planned_bytes() const override { return plan_.total_bytes(); }
+
+ private:
+  const Tensor& feed_for(const Node& n, const std::vector<Feed>& feeds) const;
+  void check_feeds(const std::vector<Feed>& feeds) const;
+  Tensor planned_output(std::int32_t slot, const TensorType& type);
+
+  Graph graph_;
+  MemoryPlan plan_;
+  std::vector<Tensor> fills_;  // in node order
+  std::vector<std::string> input_names_;
+  std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
+};
+
+void CpuProgram::check_feeds(const std::vector<Feed>& feeds) const {
+  for (const Feed& f : feeds) {
+    KILN_CHECK(std::find(input_names_.begin(), input_names_.end(), f.name) != input_names_.end(),
+               "run: '{}' is not an input of this program (inputs: {})", f.name, fmt::join(input_names_, ", "));
+    KILN_CHECK(f.tensor.defined(), "run: the tensor fed to '{}' is empty", f.name);
+    KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU", f.name,
+               f.tensor.device().str());
+  }
+}
+
+const Tensor& CpuProgram::feed_for(const Node& n, const std::vector<Feed>& feeds) const {
+  for (const Feed& f : feeds) {
+    if (f.name != n.name) continue;
+    const TensorType& want = n.outputs[0];
+    KILN_CHECK(f.tensor.shape() == want.shape && f.tensor.dtype() == want.dtype,
+               "run: input '{}' expects {} but was fed {}{}", n.name, want.str(), dtype_name(f.tensor.dtype()),
+               f.tensor.shape().str());
+    return f.tensor;
+  }
+  throw Error(fmt::format("run: input '{}' ({}) was not fed", n.name, n.outputs[0].str()));
+}
+
+Tensor CpuProgram::planned_output(std::int32_t slot, const TensorType& type) {
+  auto& buffer = buffers_[static_cast<std::size_t>(slot)];
+  if (!buffer) buffer = Storage::allocate_cpu(plan_.slot_bytes[static_cast<std::size_t>(slot)]);
+  return Tensor(buffer, 0, type.shape, type.dtype);
+}
+
+Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
+  check_feeds(feeds);
+  buffers_.resize(plan_.slot_bytes.size());
+  std::vector<std::vector<Tensor>> values(graph_.nodes().size());
+  std::size_t fill_index = 0;
+  for (std::size_t id = 0; id < graph_.nodes().size(); ++id) {
+    const Node& n = graph_.nodes()[id];
+    std::vector<Tensor>& out = values[id];
+    std::vector<Tensor> in;
+    for (const ValueRef& r : n.inputs) in.push_back(values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)]);
+    if (n.op->name == "input") {
+      out = {feed_for(n, feeds)};
+    } else if (n.op->name == "variable") {
+      const Tensor& v = n.variable->value;
+      KILN_CHECK(v.shape() == n.outputs[0].shape && v.dtype() == n.outputs[0].dtype && v.device().is_cpu(),
+                 "run: variable '{}' is now {}{} on {} but was compiled as {} on the CPU", n.name, dtype_name(v.dtype()),
+                 v.shape().str(), v.device().str(), n.outputs[0].str());
+      out = {v};
+    } else if (n.op->name == "fill") {
+      out = {fills_[fill_index++]};
+    } else if (n.op->name == "tensor_constant") {
+      out = {n.constant};
+    } else if (n.op->alias) {
+      out = {in[0].reshape(n.outputs[0].shape)};
+    } else {
+      for (std::size_t i = 0; i < n.outputs.size(); ++i) out.push_back(planned_output(plan_.slot[id][i], n.outputs[i]));
+      n.op->cpu(KernelCall{n, in, out});
+    }
+  }
+
+  auto value_of = [&](ValueRef r) { return values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)]; };
+  Outputs outputs;
+  for (const auto& [name, ref] : graph_.outputs()) outputs[name] = value_of(ref).clone();
+  // New values are taken before any variable is overwritten, so an update that reads
+  // another variable's storage (assign(a, b)) sees the old value.
+  std::vector<Tensor> updates;
+  for (const auto& [var, ref] : graph_.assignments()) {
+    Tensor t = value_of(ref);
+    const bool planned = plan_.slot[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] >= 0;
+    updates.push_back(planned ? t : t.clone());
+  }
+  for (std::size_t i = 0; i < updates.size(); ++i) graph_.assignments()[i].first->value.copy_from(updates[i]);
+  return outputs;
+}
+
+}  // namespace
+
+std::unique_ptr<Program> make_cpu_program(const Graph& compiled) { return std::make_unique<CpuProgram>(compiled); }
+
+}  // namespace kiln

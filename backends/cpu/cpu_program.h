@@ -1,0 +1,13 @@
+// The CPU backend: runs a compiled graph node by node with the reference kernels of the
+// op table, writing into the buffers of a static memory plan that persist across runs.
+#pragma once
+
+#include <memory>
+
+#include "backends/program.h"
+
+namespace kiln {
+
+std::unique_ptr<Program> make_cpu_program(const Graph& compiled);
+
+}  // namespace kiln

@@ -1,0 +1,25 @@
+// Element types of tensors.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace kiln {
+
+enum class DType : std::uint8_t { f32, f64, i32, i64, u8 };
+
+std::size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);
+// Parses "f32", "float32", ...; throws kiln::Error on an unknown name.
+DType dtype_from_name(std::string_view name);
+bool is_floating(DType dtype);
+
+// The DType of a C++ scalar type, for typed access to tensor data.
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+
+}  // namespace kiln

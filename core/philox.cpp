@@ -1,0 +1,84 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011).
+#include "core/philox.h"
+
+#include <cmath>
+
+#include "core/dispatch.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::uint32_t kMul0 = 0xD2511F53u;
+constexpr std::uint32_t kMul1 = 0xCD9E8D57u;
+constexpr std::uint32_t kWeyl0 = 0x9E3779B9u;
+constexpr std::uint32_t kWeyl1 = 0xBB67AE85u;
+
+void mul_hi_lo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_t& lo) {
+  const std::uint64_t product = static_cast<std::uint64_t>(a) * b;
+  hi = static_cast<std::uint32_t>(product >> 32);
+  lo = static_cast<std::uint32_t>(product);
+}
+
+}  // namespace
+
+std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter) {
+  std::array<std::uint32_t, 4> c = {static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32),
+                                    0u, 0u};
+  std::uint32_t k0 = static_cast<std::uint32_t>(seed);
+  std::uint32_t k1 = static_cast<std::uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    std::uint32_t hi0, lo0, hi1, lo1;
+    mul_hi_lo(kMul0, c[0], hi0, lo0);
+    mul_hi_lo(kMul1, c[2], hi1, lo1);
+    c = {hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0};
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return c;
+}
+
+std::uint64_t Philox::take_blocks(std::int64_t values) {
+  const std::uint64_t first = offset_;
+  offset_ += static_cast<std::uint64_t>((values + 3) / 4);
+  return first;
+}
+
+void Philox::fill_uniform(Tensor& t, double low, double high) {
+  const std::uint64_t first = take_blocks(t.numel());
+  visit_floating(t.dtype(), "fill_uniform", [&](auto zero) {
+    using T = decltype(zero);
+    T* out = t.data<T>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      const auto block = philox_block(seed_, first + static_cast<std::uint64_t>(i / 4));
+      const float u = uniform_from_bits(block[static_cast<std::size_t>(i % 4)]);
+      out[i] = static_cast<T>(low + (high - low) * static_cast<double>(u));
+    }
+  });
+}
+
+void Philox::fill_normal(Tensor& t, double mean, double stddev) {
+  const std::uint64_t first = take_blocks(t.numel());
+  visit_floating(t.dtype(), "fill_normal", [&](auto zero) {
+    using T = decltype(zero);
+    T* out = t.data<T>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      const auto block = philox_block(seed_, first + static_cast<std::uint64_t>(i / 4));
+      const std::size_t pair = static_cast<std::size_t>(i % 4) / 2 * 2;
+      const double u1 = 1.0 - static_cast<double>(uniform_from_bits(block[pair]));  // (0, 1]
+      const double u2 = static_cast<double>(uniform_from_bits(block[pair + 1]));
+      const double radius = std::sqrt(-2.0 * std::log(u1));
+      const double angle = 2.0 * M_PI * u2;
+      const double z = (i % 2 == 0) ? radius * std::cos(angle) : radius * std::sin(angle);
+      out[i] = static_cast<T>(mean + stddev * z);
+    }
+  });
+}
+
+std::uint64_t Philox::next_below(std::uint64_t n) {
+  KILN_ASSERT(n > 0, "next_below(0)");
+  const auto block = philox_block(seed_, take_blocks(4));
+  const std::uint64_t bits = (static_cast<std::uint64_t>(block[0]) << 32) | block[1];
+  return bits % n;  // bias below 2^-32 for the n (dataset sizes) used here
+}
+
+}  // namespace kiln

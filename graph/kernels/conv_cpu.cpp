@@ -1,0 +1,205 @@
+// im2col convolution: each image's patches become a [Cin*KH*KW, OH*OW] matrix, so the
+// forward pass and both backward passes are one GEMM per image. Threads split the batch;
+// Eigen runs single-threaded inside a parallel region.
+#include "graph/kernels/conv_cpu.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "core/dispatch.h"
+
+namespace kiln::kernels {
+namespace {
+
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using MatrixMap = Eigen::Map<Matrix<T>>;
+template <class T>
+using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
+
+std::int64_t patch_rows(const ConvGeometry& g) { return g.in_channels * g.kernel_h * g.kernel_w; }
+std::int64_t patch_cols(const ConvGeometry& g) { return g.out_h * g.out_w; }
+
+// col[(c, kh, kw), (oh, ow)] = x[c, oh*s - p + kh, ow*s - p + kw] (0 outside the image).
+template <class T>
+void im2col(const T* x, T* col, const ConvGeometry& g) {
+  for (std::int64_t c = 0; c < g.in_channels; ++c)
+    for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+      for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+        T* row = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * patch_cols(g);
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+          const std::int64_t ih = oh * g.stride - g.padding + kh;
+          T* out = row + oh * g.out_w;
+          if (ih < 0 || ih >= g.height) {
+            std::fill_n(out, g.out_w, T(0));
+            continue;
+          }
+          const T* in = x + (c * g.height + ih) * g.width;
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+            const std::int64_t iw = ow * g.stride - g.padding + kw;
+            out[ow] = (iw >= 0 && iw < g.width) ? in[iw] : T(0);
+          }
+        }
+      }
+}
+
+// The adjoint of im2col: x[c, ih, iw] += col[(c, kh, kw), (oh, ow)].
+template <class T>
+void col2im(const T* col, T* x, const ConvGeometry& g) {
+  std::fill_n(x, g.in_channels * g.height * g.width, T(0));
+  for (std::int64_t c = 0; c < g.in_channels; ++c)
+    for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+      for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+        const T* row = col + ((c * g.kernel_h + kh) * g.kernel_w + kw) * patch_cols(g);
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+          const std::int64_t ih = oh * g.stride - g.padding + kh;
+          if (ih < 0 || ih >= g.height) continue;
+          T* out = x + (c * g.height + ih) * g.width;
+          const T* in = row + oh * g.out_w;
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+            const std::int64_t iw = ow * g.stride - g.padding + kw;
+            if (iw >= 0 && iw < g.width) out[iw] += in[ow];
+          }
+        }
+      }
+}
+
+template <class T>
+void forward_typed(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+  const std::int64_t in_size = g.in_channels * g.height * g.width;
+  const std::int64_t out_size = g.out_channels * patch_cols(g);
+  ConstMatrixMap<T> weight(w.data<T>(), g.out_channels, patch_rows(g));
+#pragma omp parallel
+  {
+    std::vector<T> col(static_cast<std::size_t>(patch_rows(g) * patch_cols(g)));
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < g.batch; ++b) {
+      im2col(x.data<T>() + b * in_size, col.data(), g);
+      MatrixMap<T> out(y.data<T>() + b * out_size, g.out_channels, patch_cols(g));
+      out.noalias() = weight * ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g));
+    }
+  }
+}
+
+template <class T>
+void backward_input_typed(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g) {
+  const std::int64_t in_size = g.in_channels * g.height * g.width;
+  const std::int64_t out_size = g.out_channels * patch_cols(g);
+  ConstMatrixMap<T> weight(w.data<T>(), g.out_channels, patch_rows(g));
+#pragma omp parallel
+  {
+    Matrix<T> col(patch_rows(g), patch_cols(g));
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < g.batch; ++b) {
+      col.noalias() = weight.transpose() * ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g));
+      col2im(col.data(), dx.data<T>() + b * in_size, g);
+    }
+  }
+}
+
+template <class T>
+void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
+  const std::int64_t in_size = g.in_channels * g.height * g.width;
+  const std::int64_t out_size = g.out_channels * patch_cols(g);
+  MatrixMap<T> total(dw.data<T>(), g.out_channels, patch_rows(g));
+  total.setZero();
+#pragma omp parallel
+  {
+    std::vector<T> col(static_cast<std::size_t>(patch_rows(g) * patch_cols(g)));
+    Matrix<T> partial = Matrix<T>::Zero(g.out_channels, patch_rows(g));
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < g.batch; ++b) {
+      im2col(x.data<T>() + b * in_size, col.data(), g);
+      partial.noalias() += ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g)) *
+                           ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g)).transpose();
+    }
+#pragma omp critical
+    total += partial;
+  }
+}
+
+// Calls visit(window_output_index, offset_of_first_max) for every pooling window, on
+// several threads unless `serial` (visits that write to x's positions may then collide).
+template <class T, class Visit>
+void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
+  const std::int64_t windows = g.planes * g.out_h * g.out_w;
+#pragma omp parallel for schedule(static) if (windows > 4096 && !serial)
+  for (std::int64_t i = 0; i < windows; ++i) {
+    const std::int64_t plane = i / (g.out_h * g.out_w);
+    const std::int64_t oh = i / g.out_w % g.out_h;
+    const std::int64_t ow = i % g.out_w;
+    const std::int64_t base = plane * g.height * g.width;
+    std::int64_t best = base + oh * g.stride * g.width + ow * g.stride;
+    for (std::int64_t kh = 0; kh < g.kernel; ++kh)
+      for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
+        const std::int64_t at = base + (oh * g.stride + kh) * g.width + ow * g.stride + kw;
+        if (x[at] > x[best] || x[at] != x[at]) best = at;  // NaN propagates
+      }
+    visit(i, best);
+  }
+}
+
+}  // namespace
+
+ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride, std::int64_t padding) {
+  ConvGeometry g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], stride, padding, 0, 0};
+  g.out_h = (g.height + 2 * padding - g.kernel_h) / stride + 1;
+  g.out_w = (g.width + 2 * padding - g.kernel_w) / stride + 1;
+  return g;
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+  visit_floating(x.dtype(), "conv2d", [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
+}
+
+void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g) {
+  visit_floating(dy.dtype(), "conv2d_grad_input", [&](auto zero) { backward_input_typed<decltype(zero)>(dy, w, dx, g); });
+}
+
+void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
+  visit_floating(x.dtype(), "conv2d_grad_weight", [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
+}
+
+PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride) {
+  PoolGeometry g{x[0] * x[1], x[2], x[3], kernel, stride, 0, 0};
+  g.out_h = (g.height - kernel) / stride + 1;
+  g.out_w = (g.width - kernel) / stride + 1;
+  return g;
+}
+
+void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "max_pool2d", [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    for_each_window_max(in, g, false, [&](std::int64_t i, std::int64_t best) { out[i] = in[best]; });
+  });
+}
+
+void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "max_pool2d_grad", [&](auto zero) {
+    using T = decltype(zero);
+    const T* grad = dy.data<T>();
+    T* out = dx.data<T>();
+    std::fill_n(out, dx.numel(), T(0));
+    // Windows overlap when stride < kernel; two threads could then add to one element.
+    const bool overlapping = g.stride < g.kernel;
+    for_each_window_max(x.data<T>(), g, overlapping, [&](std::int64_t i, std::int64_t best) { out[best] += grad[i]; });
+  });
+}
+
+void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "max_pool2d_select", [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = g_in.data<T>();
+    T* dst = out.data<T>();
+    for_each_window_max(x.data<T>(), g, false, [&](std::int64_t i, std::int64_t best) { dst[i] = src[best]; });
+  });
+}
+
+}  // namespace kiln::kernels

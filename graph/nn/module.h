@@ -1,0 +1,117 @@
+// nn layers as plain C++ classes over the builder API (LibTorch-style): a module owns its
+// parameters as Variables; calling it on a Value records ops into that Value's graph, so
+// one model can be used in several graphs (train step, eval step, a GAN's two steps).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/philox.h"
+#include "graph/graph.h"
+
+namespace kiln::nn {
+
+enum class Init { kaiming_uniform, xavier_uniform };
+
+// U(-b, b) with b = sqrt(6 / fan_in) (Kaiming/He, for ReLU) or sqrt(6 / (fan_in + fan_out)) (Xavier).
+Tensor init_weight(const Shape& shape, std::int64_t fan_in, std::int64_t fan_out, Init init, Philox& rng,
+                   DType dtype = DType::f32);
+
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;  // children are registered by address
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  // Parameters of this module and its children, in registration order, named "fc1.weight".
+  std::vector<VariablePtr> parameters() const;
+
+ protected:
+  VariablePtr register_parameter(const std::string& name, Tensor value);
+  // `child` must outlive this module (a member, or owned by it); its parameters are renamed "name.*".
+  void register_module(const std::string& name, Module& child);
+
+ private:
+  std::vector<VariablePtr> params_;
+  std::vector<Module*> children_;
+};
+
+// A module with one input and one output, so that it can sit in a Sequential.
+class Layer : public Module {
+ public:
+  virtual Value forward(Value x) = 0;
+  Value operator()(Value x) { return forward(x); }
+};
+
+class Linear : public Layer {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, Philox& rng, bool bias = true,
+         Init init = Init::kaiming_uniform);
+  Value forward(Value x) override;  // x: [B, in] -> [B, out]
+  const VariablePtr& weight() const { return weight_; }  // [out, in]
+
+ private:
+  VariablePtr weight_, bias_;
+};
+
+struct Conv2dOptions {
+  std::int64_t in_channels = 1;
+  std::int64_t out_channels = 1;
+  std::int64_t kernel = 3;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+  bool bias = true;
+  Init init = Init::kaiming_uniform;
+};
+
+class Conv2d : public Layer {
+ public:
+  Conv2d(const Conv2dOptions& options, Philox& rng);
+  Value forward(Value x) override;  // x: [B, Cin, H, W] -> [B, Cout, OH, OW]
+
+ private:
+  Conv2dOptions options_;
+  VariablePtr weight_, bias_;  // [Cout, Cin, K, K], [Cout]
+};
+
+class MaxPool2d : public Layer {
+ public:
+  explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0) : kernel_(kernel), stride_(stride) {}
+  Value forward(Value x) override;
+
+ private:
+  std::int64_t kernel_, stride_;
+};
+
+class ReLU : public Layer {
+ public:
+  Value forward(Value x) override;
+};
+
+class Flatten : public Layer {
+ public:
+  Value forward(Value x) override;
+};
+
+// Layers applied in order; owns them. Parameters are named by position: "0.weight".
+class Sequential : public Layer {
+ public:
+  template <class L, class... Args>
+  L& add(Args&&... args) {
+    auto layer = std::make_unique<L>(std::forward<Args>(args)...);
+    L& ref = *layer;
+    register_module(std::to_string(layers_.size()), ref);
+    layers_.push_back(std::move(layer));
+    return ref;
+  }
+  Value forward(Value x) override;
+  std::size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,74 @@
+// The op table's entry type (DESIGN.md convention 1): everything kiln knows about an op
+// lives in its OpDef, declared once in graph/ops/.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+enum class OpKind {
+  source,       // input, variable, constant: no inputs, produced outside kernels
+  elementwise,  // one output element from the same-index (broadcast) input elements
+  reduction,    // reduces axes (sum, max)
+  layout,       // moves elements (reshape, transpose, broadcast_to)
+  matmul,
+  conv,
+  pool,
+  other,
+};
+const char* op_kind_name(OpKind kind);
+
+// What a gradient function sees: the forward node's inputs and outputs, the gradients
+// arriving at its outputs, and which inputs need a gradient.
+struct GradContext {
+  Graph& graph;
+  const Node& node;
+  std::vector<Value> inputs;
+  std::vector<Value> outputs;
+  std::vector<Value> output_grads;  // invalid where an output received no gradient
+  std::vector<bool> needs_grad;
+};
+// Returns one gradient per input (invalid Value: none). A gradient may have the output's
+// broadcast shape; autograd sums it down to the input's shape.
+using GradFn = std::function<std::vector<Value>(const GradContext&)>;
+
+// Infers output types from input types and attributes; throws kiln::Error naming the op.
+using InferFn = std::function<std::vector<TensorType>(std::span<const TensorType> inputs, const Attrs& attrs)>;
+
+// A reference CPU kernel: reads inputs, writes preallocated contiguous outputs.
+struct KernelCall {
+  const Node& node;
+  std::span<const Tensor> inputs;
+  std::span<Tensor> outputs;
+};
+using CpuKernel = std::function<void(const KernelCall&)>;
+
+// Elementwise ops evaluate runs of n elements; in_step[k] is 1 for a contiguous input
+// and 0 for one broadcast along the run. The CPU evaluator (and later the fused CPU
+// evaluator) calls these, so an elementwise op needs no kernel of its own.
+template <class T>
+using ElementwiseLoop = void (*)(const T* const* in, const std::int64_t* in_step, T* out, std::int64_t n);
+struct ElementwiseLoops {
+  ElementwiseLoop<float> f32 = nullptr;
+  ElementwiseLoop<double> f64 = nullptr;
+};
+
+struct OpDef {
+  std::string name;
+  OpKind kind = OpKind::other;
+  int arity = 0;                   // number of inputs, -1 for variadic
+  std::vector<std::string> attrs;  // attribute names the op requires
+  InferFn infer;
+  GradFn grad;                 // empty: the op has no gradient (integer or piecewise-constant output)
+  CpuKernel cpu;               // empty for sources and for elementwise ops (see loops)
+  ElementwiseLoops loops;      // elementwise ops only
+  std::string cuda;            // elementwise ops: CUDA C expression, {0} {1} the inputs
+  bool alias = false;          // output shares input 0's storage (reshape, detach)
+};
+
+}  // namespace kiln

@@ -1,0 +1,14 @@
+// The one op table: every op kiln has, looked up by name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/op.h"
+
+namespace kiln {
+
+const OpDef& op_def(const std::string& name);  // throws kiln::Error for an unknown op
+const std::vector<const OpDef*>& all_ops();
+
+}  // namespace kiln

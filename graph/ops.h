@@ -1,0 +1,68 @@
+// The builder API: one function per op of the table, plus operators on Values.
+// Composite ops (sigmoid, log_softmax, cross_entropy, ...) are in graph/nn/functional.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+// Elementwise, with NumPy broadcasting.
+Value add(Value a, Value b);
+Value sub(Value a, Value b);
+Value mul(Value a, Value b);
+Value div(Value a, Value b);
+Value maximum(Value a, Value b);
+Value greater(Value a, Value b);  // 1 where a > b, else 0 (same dtype as a); no gradient
+Value equal(Value a, Value b);    // 1 where a == b, else 0; no gradient
+Value neg(Value x);
+Value exp(Value x);
+Value log(Value x);
+Value sqrt(Value x);
+Value relu(Value x);
+Value tanh(Value x);
+Value detach(Value x);  // identity whose gradient is cut
+Value broadcast_to(Value x, const Shape& shape);
+
+Value operator+(Value a, Value b);
+Value operator-(Value a, Value b);
+Value operator*(Value a, Value b);
+Value operator/(Value a, Value b);
+Value operator-(Value x);
+// A scalar operand becomes a fill constant of the other operand's dtype.
+Value operator+(Value a, double b);
+Value operator+(double a, Value b);
+Value operator-(Value a, double b);
+Value operator-(double a, Value b);
+Value operator*(Value a, double b);
+Value operator*(double a, Value b);
+Value operator/(Value a, double b);
+Value operator/(double a, Value b);
+Value scalar_like(Value like, double value);
+
+// Reductions over `axes` (negative axes count from the end).
+Value sum(Value x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+Value max(Value x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+Value sum_all(Value x);
+
+// Layout.
+Value reshape(Value x, const std::vector<std::int64_t>& dims);  // one dimension may be -1
+Value transpose(Value x, const std::vector<std::int64_t>& perm);
+Value one_hot(Value labels, std::int64_t classes, DType dtype = DType::f32);  // labels: integer [N] -> [N, classes]
+
+// Linear algebra: [..., M, K] x [..., K, N] -> [..., M, N]; trans_* transposes the last two axes.
+Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
+
+// Convolution and pooling on NCHW tensors.
+// x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> [B, Cout, OH, OW]
+Value conv2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0);
+Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride, std::int64_t padding);
+Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride, std::int64_t padding);
+// x: [B, C, H, W] -> [B, C, (H - k) / s + 1, (W - k) / s + 1]
+Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0);
+Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride);
+Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride);
+
+}  // namespace kiln

@@ -1,0 +1,172 @@
+// Elementwise ops: each entry's math is a functor (CPU loops), a CUDA expression and a
+// gradient written with the builder API. Broadcast gradients are summed by autograd.
+#include <cmath>
+
+#include "graph/kernels/elementwise_cpu.h"
+#include "graph/ops.h"
+#include "graph/ops/register.h"
+
+namespace kiln {
+namespace {
+
+// ---- CPU loops: in_step is 1 (contiguous) or 0 (broadcast) per input ----
+
+template <class F, class T>
+void unary_loop(const T* const* in, const std::int64_t* in_step, T* out, std::int64_t n) {
+  const T* a = in[0];
+  if (in_step[0] == 0) {
+    std::fill_n(out, n, F::apply(a[0]));
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) out[i] = F::apply(a[i]);
+}
+
+template <class F, class T>
+void binary_loop(const T* const* in, const std::int64_t* in_step, T* out, std::int64_t n) {
+  const T* a = in[0];
+  const T* b = in[1];
+  if (in_step[0] == 1 && in_step[1] == 1) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = F::apply(a[i], b[i]);
+  } else if (in_step[0] == 1) {
+    const T bv = b[0];
+    for (std::int64_t i = 0; i < n; ++i) out[i] = F::apply(a[i], bv);
+  } else if (in_step[1] == 1) {
+    const T av = a[0];
+    for (std::int64_t i = 0; i < n; ++i) out[i] = F::apply(av, b[i]);
+  } else {
+    std::fill_n(out, n, F::apply(a[0], b[0]));
+  }
+}
+
+std::vector<TensorType> infer_same(const char* op, std::span<const TensorType> in) {
+  ops::check_floating_inputs(op, in);
+  Shape shape = in[0].shape;
+  for (std::size_t i = 1; i < in.size(); ++i) shape = broadcast_shapes(shape, in[i].shape, op);
+  return {{shape, in[0].dtype}};
+}
+
+template <class F>
+OpDef elementwise(std::string name, int arity, std::string cuda, GradFn grad) {
+  OpDef op{.name = name, .kind = OpKind::elementwise, .arity = arity};
+  if constexpr (requires { F::apply(1.0f); }) {
+    KILN_ASSERT(arity == 1, "{}: a unary functor for arity {}", name, arity);
+    op.loops = {unary_loop<F, float>, unary_loop<F, double>};
+  } else {
+    KILN_ASSERT(arity == 2, "{}: a binary functor for arity {}", name, arity);
+    op.loops = {binary_loop<F, float>, binary_loop<F, double>};
+  }
+  op.infer = [op_name = std::move(name)](std::span<const TensorType> in, const Attrs&) {
+    return infer_same(op_name.c_str(), in);
+  };
+  op.cpu = [loops = op.loops](const KernelCall& call) {
+    kernels::run_elementwise(loops, call.inputs, call.outputs[0]);
+  };
+  op.cuda = std::move(cuda);
+  op.grad = std::move(grad);
+  return op;
+}
+
+// ---- the math of each op ----
+struct Add { template <class T> static T apply(T a, T b) { return a + b; } };
+struct Sub { template <class T> static T apply(T a, T b) { return a - b; } };
+struct Mul { template <class T> static T apply(T a, T b) { return a * b; } };
+struct Div { template <class T> static T apply(T a, T b) { return a / b; } };
+struct Maximum { template <class T> static T apply(T a, T b) { return a > b ? a : b; } };
+struct Greater { template <class T> static T apply(T a, T b) { return a > b ? T(1) : T(0); } };
+struct Equal { template <class T> static T apply(T a, T b) { return a == b ? T(1) : T(0); } };
+struct Neg { template <class T> static T apply(T a) { return -a; } };
+struct Exp { template <class T> static T apply(T a) { return std::exp(a); } };
+struct Log { template <class T> static T apply(T a) { return std::log(a); } };
+struct Sqrt { template <class T> static T apply(T a) { return std::sqrt(a); } };
+struct Relu { template <class T> static T apply(T a) { return a > T(0) ? a : T(0); } };
+struct Tanh { template <class T> static T apply(T a) { return std::tanh(a); } };
+struct Identity { template <class T> static T apply(T a) { return a; } };
+
+using Grads = std::vector<Value>;
+const Value& dy(const GradContext& c) { return c.output_grads[0]; }
+const Value& in(const GradContext& c, std::size_t i) { return c.inputs[i]; }
+const Value& out(const GradContext& c) { return c.outputs[0]; }
+
+}  // namespace
+
+void ops::register_elementwise_ops(std::vector<OpDef>& table) {
+  table.push_back(elementwise<Add>("add", 2, "({0} + {1})", [](const GradContext& c) { return Grads{dy(c), dy(c)}; }));
+  table.push_back(elementwise<Sub>("sub", 2, "({0} - {1})", [](const GradContext& c) { return Grads{dy(c), -dy(c)}; }));
+  table.push_back(elementwise<Mul>("mul", 2, "({0} * {1})", [](const GradContext& c) {
+    return Grads{dy(c) * in(c, 1), dy(c) * in(c, 0)};
+  }));
+  table.push_back(elementwise<Div>("div", 2, "({0} / {1})", [](const GradContext& c) {
+    return Grads{dy(c) / in(c, 1), -(dy(c) * out(c)) / in(c, 1)};
+  }));
+  table.push_back(elementwise<Maximum>("maximum", 2, "fmax({0}, {1})", [](const GradContext& c) {
+    const Value a_wins = greater(in(c, 0), in(c, 1));
+    return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
+  }));
+  table.push_back(elementwise<Greater>("greater", 2, "({0} > {1} ? 1 : 0)", nullptr));
+  table.push_back(elementwise<Equal>("equal", 2, "({0} == {1} ? 1 : 0)", nullptr));
+  table.push_back(elementwise<Neg>("neg", 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
+  table.push_back(elementwise<Exp>("exp", 1, "exp({0})", [](const GradContext& c) { return Grads{dy(c) * out(c)}; }));
+  table.push_back(elementwise<Log>("log", 1, "log({0})", [](const GradContext& c) { return Grads{dy(c) / in(c, 0)}; }));
+  table.push_back(elementwise<Sqrt>("sqrt", 1, "sqrt({0})", [](const GradContext& c) {
+    return Grads{dy(c) * 0.5 / out(c)};
+  }));
+  table.push_back(elementwise<Relu>("relu", 1, "fmax({0}, 0)", [](const GradContext& c) {
+    return Grads{dy(c) * greater(in(c, 0), scalar_like(in(c, 0), 0.0))};
+  }));
+  table.push_back(elementwise<Tanh>("tanh", 1, "tanh({0})", [](const GradContext& c) {
+    return Grads{dy(c) * (1.0 - out(c) * out(c))};
+  }));
+
+  // broadcast_to: the input read at broadcast strides; autograd sums the gradient back.
+  OpDef broadcast = elementwise<Identity>("broadcast_to", 1, "{0}", [](const GradContext& c) { return Grads{dy(c)}; });
+  broadcast.attrs = {"shape"};
+  broadcast.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
+    ops::check_floating_inputs("broadcast_to", in);
+    const Shape target(attrs.integers("shape"));
+    KILN_CHECK(broadcast_shapes(in[0].shape, target, "broadcast_to") == target,
+               "broadcast_to: {} does not broadcast to {}", in[0].shape.str(), target.str());
+    return std::vector<TensorType>{{target, in[0].dtype}};
+  };
+  table.push_back(std::move(broadcast));
+
+  // detach: the same storage; no gradient flows back through it.
+  OpDef detach_op{.name = "detach", .kind = OpKind::elementwise, .arity = 1, .cuda = "{0}", .alias = true};
+  detach_op.infer = [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; };
+  table.push_back(std::move(detach_op));
+}
+
+Value add(Value a, Value b) { return a.graph().apply1("add", {a, b}); }
+Value sub(Value a, Value b) { return a.graph().apply1("sub", {a, b}); }
+Value mul(Value a, Value b) { return a.graph().apply1("mul", {a, b}); }
+Value div(Value a, Value b) { return a.graph().apply1("div", {a, b}); }
+Value maximum(Value a, Value b) { return a.graph().apply1("maximum", {a, b}); }
+Value greater(Value a, Value b) { return a.graph().apply1("greater", {a, b}); }
+Value equal(Value a, Value b) { return a.graph().apply1("equal", {a, b}); }
+Value neg(Value x) { return x.graph().apply1("neg", {x}); }
+Value exp(Value x) { return x.graph().apply1("exp", {x}); }
+Value log(Value x) { return x.graph().apply1("log", {x}); }
+Value sqrt(Value x) { return x.graph().apply1("sqrt", {x}); }
+Value relu(Value x) { return x.graph().apply1("relu", {x}); }
+Value tanh(Value x) { return x.graph().apply1("tanh", {x}); }
+Value detach(Value x) { return x.graph().apply1("detach", {x}); }
+Value broadcast_to(Value x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  return x.graph().apply1("broadcast_to", {x}, {{"shape", shape.dims()}});
+}
+
+Value scalar_like(Value like, double value) { return like.graph().fill(value, {}, like.dtype()); }
+Value operator+(Value a, Value b) { return add(a, b); }
+Value operator-(Value a, Value b) { return sub(a, b); }
+Value operator*(Value a, Value b) { return mul(a, b); }
+Value operator/(Value a, Value b) { return div(a, b); }
+Value operator-(Value x) { return neg(x); }
+Value operator+(Value a, double b) { return add(a, scalar_like(a, b)); }
+Value operator+(double a, Value b) { return add(scalar_like(b, a), b); }
+Value operator-(Value a, double b) { return sub(a, scalar_like(a, b)); }
+Value operator-(double a, Value b) { return sub(scalar_like(b, a), b); }
+Value operator*(Value a, double b) { return mul(a, scalar_like(a, b)); }
+Value operator*(double a, Value b) { return mul(scalar_like(b, a), b); }
+Value operator/(Value a, double b) { return div(a, scalar_like(a, b)); }
+Value operator/(double a, Value b) { return div(scalar_like(b, a), b); }
+
+}  // namespace kiln

@@ -1,0 +1,96 @@
+// matmul: [..., M, K] x [..., K, N] -> [..., M, N] (leading axes equal), optional
+// transposes of either operand's last two axes; Eigen GEMM on the CPU.
+#include <Eigen/Core>
+
+#include "core/dispatch.h"
+#include "graph/ops.h"
+#include "graph/ops/register.h"
+
+namespace kiln {
+namespace {
+
+struct MatmulDims {
+  std::int64_t batch, m, k, n;
+};
+
+MatmulDims matmul_dims(const Shape& a, const Shape& b, bool trans_a, bool trans_b) {
+  const std::size_t r = a.rank();
+  const std::int64_t m = trans_a ? a[r - 1] : a[r - 2];
+  const std::int64_t k = trans_a ? a[r - 2] : a[r - 1];
+  const std::int64_t n = trans_b ? b[r - 2] : b[r - 1];
+  return {a.numel() / std::max<std::int64_t>(a[r - 1] * a[r - 2], 1), m, k, n};
+}
+
+std::vector<TensorType> infer_matmul(std::span<const TensorType> in, const Attrs& attrs) {
+  ops::check_floating_inputs("matmul", in);
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  KILN_CHECK(a.rank() >= 2 && a.rank() == b.rank(), "matmul: lhs is {} but rhs is {} (equal ranks >= 2 needed)",
+             a.str(), b.str());
+  const bool ta = attrs.integer("trans_a") != 0;
+  const bool tb = attrs.integer("trans_b") != 0;
+  const std::size_t r = a.rank();
+  const std::int64_t k_b = tb ? b[r - 1] : b[r - 2];
+  const MatmulDims d = matmul_dims(a, b, ta, tb);
+  KILN_CHECK(d.k == k_b, "matmul: lhs is {}{} but rhs is {}{} (inner dimensions {} and {} differ)", a.str(),
+             ta ? "^T" : "", b.str(), tb ? "^T" : "", d.k, k_b);
+  std::vector<std::int64_t> dims(a.dims().begin(), a.dims().end() - 2);
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    KILN_CHECK(a[i] == b[i], "matmul: batch axes differ: lhs is {} but rhs is {}", a.str(), b.str());
+  dims.push_back(d.m);
+  dims.push_back(d.n);
+  return {{Shape(dims), in[0].dtype}};
+}
+
+template <class T>
+void matmul_kernel_typed(const KernelCall& call) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Map = Eigen::Map<const Matrix>;
+  const bool ta = call.node.attrs.integer("trans_a") != 0;
+  const bool tb = call.node.attrs.integer("trans_b") != 0;
+  const Tensor& a = call.inputs[0];
+  const Tensor& b = call.inputs[1];
+  const MatmulDims d = matmul_dims(a.shape(), b.shape(), ta, tb);
+  const std::size_t r = a.shape().rank();
+  for (std::int64_t i = 0; i < d.batch; ++i) {
+    Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
+    Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
+    Eigen::Map<Matrix> mc(call.outputs[0].data<T>() + i * d.m * d.n, d.m, d.n);
+    if (!ta && !tb) mc.noalias() = ma * mb;
+    if (ta && !tb) mc.noalias() = ma.transpose() * mb;
+    if (!ta && tb) mc.noalias() = ma * mb.transpose();
+    if (ta && tb) mc.noalias() = ma.transpose() * mb.transpose();
+  }
+}
+
+// C = op(A) op(B): dA and dB as matmuls of dC with the other operand, transposes chosen so
+// that no transpose is ever materialised.
+std::vector<Value> matmul_grad(const GradContext& c) {
+  const bool ta = c.node.attrs.integer("trans_a") != 0;
+  const bool tb = c.node.attrs.integer("trans_b") != 0;
+  const Value& a = c.inputs[0];
+  const Value& b = c.inputs[1];
+  const Value& dc = c.output_grads[0];
+  Value da, db;
+  if (c.needs_grad[0]) da = ta ? matmul(b, dc, tb, true) : matmul(dc, b, false, !tb);
+  if (c.needs_grad[1]) db = tb ? matmul(dc, a, true, ta) : matmul(a, dc, !ta, false);
+  return {da, db};
+}
+
+}  // namespace
+
+void ops::register_matmul_ops(std::vector<OpDef>& table) {
+  OpDef op{.name = "matmul", .kind = OpKind::matmul, .arity = 2, .attrs = {"trans_a", "trans_b"}};
+  op.infer = infer_matmul;
+  op.grad = matmul_grad;
+  op.cpu = [](const KernelCall& call) {
+    visit_floating(call.inputs[0].dtype(), "matmul", [&](auto zero) { matmul_kernel_typed<decltype(zero)>(call); });
+  };
+  table.push_back(std::move(op));
+}
+
+Value matmul(Value a, Value b, bool trans_a, bool trans_b) {
+  return a.graph().apply1("matmul", {a, b}, {{"trans_a", std::int64_t{trans_a}}, {"trans_b", std::int64_t{trans_b}}});
+}
+
+}  // namespace kiln

@@ -1,0 +1,34 @@
+// Mark live nodes backwards from the roots, then copy them in order with renumbered refs.
+#include "graph/passes/dead_code.h"
+
+#include "graph/op.h"
+
+namespace kiln {
+
+Graph eliminate_dead_code(const Graph& g) {
+  const std::size_t count = g.nodes().size();
+  std::vector<bool> live(count, false);
+  for (const auto& [name, ref] : g.outputs()) live[static_cast<std::size_t>(ref.node)] = true;
+  for (const auto& [var, ref] : g.assignments()) live[static_cast<std::size_t>(ref.node)] = true;
+  for (std::size_t id = count; id-- > 0;) {
+    const Node& n = g.nodes()[id];
+    if (n.op->name == "input") live[id] = true;
+    if (!live[id]) continue;
+    for (const ValueRef& in : n.inputs) live[static_cast<std::size_t>(in.node)] = true;
+  }
+
+  Graph out;
+  std::vector<std::int32_t> new_id(count, -1);
+  for (std::size_t id = 0; id < count; ++id) {
+    if (!live[id]) continue;
+    Node n = g.nodes()[id];
+    for (ValueRef& in : n.inputs) in.node = new_id[static_cast<std::size_t>(in.node)];
+    new_id[id] = out.add_node(std::move(n)).node;
+  }
+  auto remap = [&](ValueRef ref) { return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index}); };
+  for (const auto& [name, ref] : g.outputs()) out.output(name, remap(ref));
+  for (const auto& [var, ref] : g.assignments()) out.assign(var, remap(ref));
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,12 @@
+// eliminate_dead_code: removes nodes that no output or assignment depends on.
+// Pre: verify(g) holds. Post: verify holds; every node reaches an output or assignment,
+// except inputs, which stay so that callers may always feed them; node order is kept.
+#pragma once
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+Graph eliminate_dead_code(const Graph& g);
+
+}  // namespace kiln
