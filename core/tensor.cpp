@@ -81,6 +81,15 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return Tensor(storage_, byte_offset_, shape, dtype_);
 }
 
+Tensor Tensor::narrow_rows(std::int64_t begin, std::int64_t count) const {
+  KILN_CHECK(shape_.rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= shape_[0],
+             "narrow_rows: rows [{}, {}) of a tensor of shape {}", begin, begin + count, shape_.str());
+  std::vector<std::int64_t> dims = shape_.dims();
+  dims[0] = count;
+  const std::size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<std::size_t>(shape_[0]);
+  return Tensor(storage_, byte_offset_ + static_cast<std::size_t>(begin) * row_bytes, Shape(dims), dtype_);
+}
+
 Tensor Tensor::clone() const { return to(dtype_); }
 
 Tensor Tensor::to(DType dtype) const {

@@ -49,6 +49,8 @@ class Tensor {
   double item() const;
   std::vector<double> to_doubles() const;
 
+  // Rows [begin, begin + count) of axis 0, sharing storage.
+  Tensor narrow_rows(std::int64_t begin, std::int64_t count) const;
   // Same storage, new shape with the same element count.
   Tensor reshape(const Shape& shape) const;
   // Deep copy into fresh host storage, optionally converting the dtype.

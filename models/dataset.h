@@ -1,0 +1,52 @@
+// In-memory labelled datasets and seeded, shuffled mini-batches.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+struct Dataset {
+  Tensor images;  // f32 [N, C, H, W], normalised
+  Tensor labels;  // i64 [N]
+  std::int64_t size() const { return labels.numel(); }
+};
+
+enum class Split { train, test };
+
+// Default location of Debian's dataset-fashion-mnist package.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// Loads Fashion-MNIST (or MNIST) from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
+// Images are scaled to [0, 1] and standardised with the Fashion-MNIST training mean and std.
+// Throws kiln::Error naming the directory or file and the problem.
+Dataset load_fashion_mnist(const std::string& dir, Split split);
+
+// Random labelled images of the right shape (benchmarks, tests); labels in [0, classes).
+Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes, std::uint64_t seed);
+
+// Mini-batches over a dataset. Each epoch is a fresh permutation drawn from (seed, epoch),
+// so a run is reproducible and can resume at any epoch. The last partial batch is dropped
+// for training; `batches_per_epoch` says how many full batches an epoch has.
+class Batcher {
+ public:
+  Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed);
+
+  std::int64_t batches_per_epoch() const { return data_.size() / batch_size_; }
+  // Starts epoch `epoch` (shuffles if enabled).
+  void start_epoch(std::int64_t epoch);
+  // Copies batch `index` of the current epoch into images [B, ...] and labels [B].
+  void fill(std::int64_t index, Tensor& images, Tensor& labels) const;
+
+ private:
+  const Dataset& data_;
+  std::int64_t batch_size_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  std::vector<std::int64_t> order_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,32 @@
+// Model names to builders.
+#include "models/registry.h"
+
+#include <fmt/ranges.h>
+
+#include "models/lenet.h"
+
+namespace kiln {
+
+const std::vector<ModelInfo>& model_infos() {
+  static const std::vector<ModelInfo> infos = {
+      {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", Shape{1, 28, 28}, 10},
+  };
+  return infos;
+}
+
+const ModelInfo& model_info(const std::string& name) {
+  std::vector<std::string> names;
+  for (const ModelInfo& m : model_infos()) {
+    if (m.name == name) return m;
+    names.push_back(m.name);
+  }
+  throw Error(fmt::format("unknown model '{}' (known: {})", name, fmt::join(names, ", ")));
+}
+
+std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
+  model_info(name);  // validates the name
+  if (name == "lenet") return std::make_unique<LeNet>(rng);
+  KILN_ASSERT(false, "model {} is listed but has no builder", name);
+}
+
+}  // namespace kiln

@@ -1,0 +1,134 @@
+// train_classifier: data, model, optimizer, compiled train and eval steps, the loop.
+#include "models/train.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "backends/compile.h"
+#include "graph/nn/functional.h"
+#include "models/dataset.h"
+#include "models/progress.h"
+#include "models/registry.h"
+
+namespace kiln {
+namespace {
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c) {
+  if (c.optimizer == "sgd") return std::make_unique<Sgd>(SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  if (c.optimizer == "adam" || c.optimizer == "adamw")
+    return std::make_unique<Adam>(AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay,
+                                              .decoupled_weight_decay = c.optimizer == "adamw"});
+  throw Error(fmt::format("unknown optimizer '{}' (sgd, adam, adamw)", c.optimizer));
+}
+
+Shape batch_shape(std::int64_t batch, const Shape& example) {
+  std::vector<std::int64_t> dims = {batch};
+  dims.insert(dims.end(), example.dims().begin(), example.dims().end());
+  return Shape(dims);
+}
+
+// Counts rows of logits [N, C] whose largest entry is at the label.
+std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  const std::int64_t n = logits.shape()[0], classes = logits.shape()[1];
+  const float* l = logits.data<float>();
+  std::int64_t correct = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* row = l + i * classes;
+    const std::int64_t best = std::max_element(row, row + classes) - row;
+    correct += best == labels.data<std::int64_t>()[i];
+  }
+  return correct;
+}
+
+// Evaluates in batches of `batch` (and one program for a smaller tail, if any).
+class Evaluator {
+ public:
+  Evaluator(nn::Layer& model, const ModelInfo& info, std::int64_t batch, const Dataset& data, Device device)
+      : model_(model), info_(info), data_(data), device_(device), batch_(std::min(batch, data.size())) {}
+
+  double accuracy() {
+    std::int64_t correct = 0;
+    for (std::int64_t begin = 0; begin < data_.size(); begin += batch_) {
+      const std::int64_t count = std::min(batch_, data_.size() - begin);
+      Program& p = program_for(count);
+      Outputs out = p.run({{"x", data_.images.narrow_rows(begin, count)}});
+      correct += count_correct(out.at("logits"), data_.labels.narrow_rows(begin, count));
+    }
+    return static_cast<double>(correct) / static_cast<double>(data_.size());
+  }
+
+ private:
+  Program& program_for(std::int64_t count) {
+    auto& slot = count == batch_ ? full_ : tail_;
+    if (!slot) {
+      Graph g;
+      g.output("logits", model_(g.input("x", batch_shape(count, info_.input_shape))));
+      slot = compile(g, {.device = device_});
+    }
+    return *slot;
+  }
+
+  nn::Layer& model_;
+  const ModelInfo& info_;
+  const Dataset& data_;
+  Device device_;
+  std::int64_t batch_;
+  std::unique_ptr<Program> full_, tail_;
+};
+
+}  // namespace
+
+std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch) {
+  KILN_CHECK(c.epochs >= 1, "epochs must be at least 1 (got {})", c.epochs);
+  KILN_CHECK(c.batch_size >= 1, "batch size must be at least 1 (got {})", c.batch_size);
+  KILN_CHECK(std::isfinite(c.lr) && c.lr > 0, "learning rate must be positive (got {})", c.lr);
+  const ModelInfo& info = model_info(c.model);
+  const std::string dir = c.data_dir.empty() ? kFashionMnistDir : c.data_dir;
+  const Dataset train = c.synthetic ? synthetic_images(4096, info.input_shape, info.classes, c.seed) : load_fashion_mnist(dir, Split::train);
+  const Dataset test = c.synthetic ? synthetic_images(1000, info.input_shape, info.classes, c.seed + 1) : load_fashion_mnist(dir, Split::test);
+
+  Philox init_rng(c.seed);
+  std::unique_ptr<nn::Layer> model = make_model(c.model, init_rng);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(c);
+  Graph g;
+  const Value x = g.input("x", batch_shape(c.batch_size, info.input_shape));
+  const Value y = g.input("y", {c.batch_size}, DType::i64);
+  std::unique_ptr<Program> step = compile_training(cross_entropy((*model)(x), y), model->parameters(), *optimizer, {.device = c.device});
+  Evaluator evaluator(*model, info, c.eval_batch, test, c.device);
+
+  Batcher batcher(train, c.batch_size, true, c.seed);
+  Tensor images = Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32);
+  Tensor labels = Tensor::empty({c.batch_size}, DType::i64);
+  std::vector<EpochResult> results;
+  std::int64_t total_steps = 0;
+  for (std::int64_t epoch = 1; epoch <= c.epochs; ++epoch) {
+    batcher.start_epoch(epoch);
+    std::int64_t steps = batcher.batches_per_epoch();
+    if (c.max_steps >= 0) steps = std::min(steps, c.max_steps - total_steps);
+    if (steps <= 0) break;
+    Progress progress(fmt::format("epoch {}/{}", epoch, c.epochs), steps, c.progress && stderr_is_terminal());
+    EpochResult r{.epoch = epoch, .steps = steps};
+    double loss_sum = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::int64_t s = 0; s < steps; ++s) {
+      batcher.fill(s, images, labels);
+      const double loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
+      KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss,
+                 epoch, s + 1);
+      loss_sum += loss;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (c.progress) progress.update(s + 1, loss_sum / static_cast<double>(s + 1), static_cast<double>((s + 1) * c.batch_size) / elapsed);
+    }
+    if (c.progress) progress.finish();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.images_per_second = static_cast<double>(steps * c.batch_size) / r.seconds;
+    r.train_loss = loss_sum / static_cast<double>(steps);
+    r.test_accuracy = evaluator.accuracy();
+    total_steps += steps;
+    results.push_back(r);
+    if (on_epoch) on_epoch(r);
+  }
+  return results;
+}
+
+}  // namespace kiln

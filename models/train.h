@@ -1,0 +1,43 @@
+// The classifier training loop behind `trainer`: builds the model, compiles one training
+// step and one eval step, feeds shuffled batches, evaluates after each epoch.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace kiln {
+
+struct TrainConfig {
+  std::string model = "lenet";
+  std::int64_t epochs = 2;
+  std::int64_t batch_size = 64;
+  std::string optimizer = "sgd";  // sgd, adam, adamw
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  std::uint64_t seed = 0;
+  std::string data_dir;           // empty: the Debian package's directory
+  bool synthetic = false;         // random data of the right shape instead of Fashion-MNIST
+  std::int64_t max_steps = -1;    // stop after this many steps (all epochs together); -1: no limit
+  std::int64_t eval_batch = 1000;
+  Device device = Device::cpu();
+  bool progress = true;
+};
+
+struct EpochResult {
+  std::int64_t epoch = 0;
+  std::int64_t steps = 0;
+  double train_loss = 0;     // mean over the epoch's steps
+  double test_accuracy = 0;  // fraction in [0, 1]
+  double seconds = 0;        // training time of the epoch (evaluation excluded)
+  double images_per_second = 0;
+};
+
+// Trains and returns one result per epoch; `on_epoch` is called after each.
+std::vector<EpochResult> train_classifier(const TrainConfig& config,
+                                          const std::function<void(const EpochResult&)>& on_epoch = {});
+
+}  // namespace kiln

@@ -1,0 +1,80 @@
+// trainer: trains a model from the command line.
+//   trainer --model lenet --epochs 2
+// Exit codes: 0 done, 1 a runtime error (bad data, divergence), 2 a bad flag or value.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "core/log.h"
+#include "models/dataset.h"
+#include "models/registry.h"
+#include "models/train.h"
+
+namespace {
+
+kiln::Device parse_device(const std::string& name) {
+  if (name == "cpu" || name == "auto") return kiln::Device::cpu();  // auto: the GPU once the CUDA backend exists
+  if (name == "cuda") return kiln::Device::cuda();
+  throw kiln::Error(fmt::format("unknown device '{}'", name));
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const kiln::ModelInfo& m : kiln::model_infos()) names.push_back(m.name);
+  return names;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::TrainConfig config;
+  std::string device = "auto";
+  int threads = 0;
+  bool no_progress = false;
+
+  CLI::App app{"kiln trainer: trains a model on Fashion-MNIST (or synthetic data) and reports test accuracy"};
+  app.add_option("--model", config.model, "model to train")->check(CLI::IsMember(model_names()))->capture_default_str();
+  app.add_option("--epochs", config.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", config.batch_size, "examples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", config.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--optimizer", config.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  app.add_option("--momentum", config.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--weight-decay", config.weight_decay, "weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--seed", config.seed, "seed of initialisation and shuffling")->capture_default_str();
+  app.add_option("--data-dir", config.data_dir, "directory with the IDX files")->default_str(kiln::kFashionMnistDir);
+  app.add_flag("--synthetic", config.synthetic, "train on random data of the right shape");
+  app.add_option("--max-steps", config.max_steps, "stop after this many training steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batch", config.eval_batch, "examples per evaluation step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-progress", no_progress, "no progress bar");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message
+    return 2;
+  }
+
+  try {
+    config.device = parse_device(device);
+    config.progress = !no_progress;
+    if (threads > 0) omp_set_num_threads(threads);
+    fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
+               config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
+    kiln::train_classifier(config, [](const kiln::EpochResult& r) {
+      fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
+                 100.0 * r.test_accuracy, r.images_per_second, r.seconds);
+      std::fflush(stdout);
+    });
+    return 0;
+  } catch (const kiln::Error& e) {
+    fmt::print(stderr, "trainer: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "trainer: internal error: {}\n", e.what());
+    return 1;
+  }
+}
