@@ -1,0 +1,217 @@
+// Every op of the table, and the composites, against central finite differences in f64.
+// The last test fails when an op of the table has no case here.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <set>
+
+#include "graph/autograd.h"
+#include "graph/nn/functional.h"
+#include "graph/op.h"
+#include "graph/op_table.h"
+#include "graph/ops.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+struct InputSpec {
+  Shape shape;
+  double low = -1.0, high = 1.0;
+};
+
+struct GradCase {
+  std::string op;    // the table op this case checks ("" for a composite)
+  std::string name;  // shown on failure
+  std::vector<InputSpec> inputs;
+  std::function<Value(const std::vector<Value>&)> build;
+};
+
+// Inputs whose values are never within 0.05 of each other (or of 0 when positive/negative
+// mixed): kinks of relu, max and pooling stay further away than the finite-difference step.
+Tensor spread_values(const InputSpec& spec, std::uint64_t seed) {
+  Tensor t = test::random_tensor(spec.shape, DType::f64, seed, spec.low, spec.high);
+  const std::int64_t n = t.numel();
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  Philox rng(seed + 7);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next_below(i)]);
+  const double width = spec.high - spec.low;
+  for (std::int64_t i = 0; i < n; ++i)  // a shuffled grid with a small jitter: distinct values
+    t.data<double>()[order[static_cast<std::size_t>(i)]] =
+        spec.low + width * (static_cast<double>(i) + 0.5 + 0.2 * (t.data<double>()[i] - spec.low) / width - 0.1) / static_cast<double>(n);
+  return t;
+}
+
+void check_case(const GradCase& c) {
+  CAPTURE(c.name);
+  Graph g;
+  std::vector<Value> inputs;
+  std::vector<Tensor> values;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    inputs.push_back(g.input("in" + std::to_string(i), c.inputs[i].shape, DType::f64));
+    values.push_back(spread_values(c.inputs[i], 100 + i));
+  }
+  const Value out = c.build(inputs);
+  // loss = sum(out * R) with random R, so every output element's gradient matters.
+  const Value weights = g.constant(test::random_tensor(out.shape(), DType::f64, 99));
+  const Value loss = sum_all(out * weights);
+  const std::vector<Value> grads = grad(loss, inputs);
+  g.output("loss", loss);
+  for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+  auto program = compile(g);
+
+  auto feeds = [&] {
+    std::vector<Feed> f;
+    for (std::size_t i = 0; i < values.size(); ++i) f.emplace_back("in" + std::to_string(i), values[i]);
+    return f;
+  };
+  const Outputs analytic = program->run(feeds());
+  constexpr double kStep = 1e-6;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    Tensor numeric = Tensor::empty(values[i].shape(), DType::f64);
+    for (std::int64_t k = 0; k < values[i].numel(); ++k) {
+      double& x = values[i].data<double>()[k];
+      const double saved = x;
+      x = saved + kStep;
+      const double up = program->run(feeds()).at("loss").item();
+      x = saved - kStep;
+      const double down = program->run(feeds()).at("loss").item();
+      x = saved;
+      numeric.data<double>()[k] = (up - down) / (2 * kStep);
+    }
+    CAPTURE(i);
+    CHECK(test::closeness(analytic.at("grad" + std::to_string(i)), numeric, 1e-6, 1e-5) <= 1.0);
+  }
+}
+
+Value pick(const std::vector<Value>& v, std::size_t i) { return v[i]; }
+
+std::vector<GradCase> elementwise_cases() {
+  using V = const std::vector<Value>&;
+  return {
+      {"add", "add broadcast [3,4]+[4]", {{{3, 4}}, {{4}}}, [](V v) { return v[0] + v[1]; }},
+      {"add", "add broadcast [2,1,3]+[4,1]", {{{2, 1, 3}}, {{4, 1}}}, [](V v) { return v[0] + v[1]; }},
+      {"sub", "sub broadcast [3,1]-[1,3]", {{{3, 1}}, {{1, 3}}}, [](V v) { return v[0] - v[1]; }},
+      {"mul", "mul broadcast [2,3,1]*[1,4]", {{{2, 3, 1}}, {{1, 4}}}, [](V v) { return v[0] * v[1]; }},
+      {"mul", "mul by scalar constant", {{{5}}}, [](V v) { return v[0] * 3.0; }},
+      {"div", "div broadcast [3,4]/[3,1]", {{{3, 4}}, {{3, 1}, 0.5, 2.0}}, [](V v) { return v[0] / v[1]; }},
+      {"maximum", "maximum broadcast [3,4],[4]", {{{3, 4}}, {{4}}}, [](V v) { return maximum(v[0], v[1]); }},
+      {"greater", "greater (zero gradient)", {{{6}}, {{6}}}, [](V v) { return greater(v[0], v[1]) * v[0]; }},
+      {"equal", "equal (zero gradient)", {{{6}}}, [](V v) { return equal(v[0], v[0] * 2.0) + v[0]; }},
+      {"neg", "neg", {{{7}}}, [](V v) { return -v[0]; }},
+      {"exp", "exp", {{{2, 3}}}, [](V v) { return exp(v[0]); }},
+      {"log", "log", {{{2, 3}, 0.2, 3.0}}, [](V v) { return log(v[0]); }},
+      {"sqrt", "sqrt", {{{2, 3}, 0.2, 3.0}}, [](V v) { return sqrt(v[0]); }},
+      {"relu", "relu", {{{3, 4}}}, [](V v) { return relu(v[0]); }},
+      {"tanh", "tanh", {{{3, 4}, -2.0, 2.0}}, [](V v) { return tanh(v[0]); }},
+      {"broadcast_to", "broadcast_to [3,1]->[2,3,4]", {{{3, 1}}}, [](V v) { return broadcast_to(v[0], {2, 3, 4}); }},
+  };
+}
+
+std::vector<GradCase> structural_cases() {
+  using V = const std::vector<Value>&;
+  return {
+      {"reduce_sum", "sum axis 0", {{{3, 4}}}, [](V v) { return sum(v[0], {0}); }},
+      {"reduce_sum", "sum axes 0,2 keepdims", {{{2, 3, 4}}}, [](V v) { return sum(v[0], {0, 2}, true); }},
+      {"reduce_max", "max axis -1", {{{3, 5}}}, [](V v) { return max(v[0], {-1}); }},
+      {"reduce_max", "max axes 1,2", {{{2, 3, 4}}}, [](V v) { return max(v[0], {1, 2}); }},
+      {"reshape", "reshape [2,6]->[3,-1]", {{{2, 6}}}, [](V v) { return reshape(v[0], {3, -1}) * v[0].graph().constant(test::random_tensor({3, 4}, DType::f64, 5)); }},
+      {"transpose", "transpose [2,3,4] perm 2,0,1", {{{2, 3, 4}}}, [](V v) { return transpose(v[0], {2, 0, 1}); }},
+      {"matmul", "matmul", {{{3, 4}}, {{4, 5}}}, [](V v) { return matmul(v[0], v[1]); }},
+      {"matmul", "matmul a^T", {{{4, 3}}, {{4, 5}}}, [](V v) { return matmul(v[0], v[1], true, false); }},
+      {"matmul", "matmul b^T", {{{3, 4}}, {{5, 4}}}, [](V v) { return matmul(v[0], v[1], false, true); }},
+      {"matmul", "matmul a^T b^T", {{{4, 3}}, {{5, 4}}}, [](V v) { return matmul(v[0], v[1], true, true); }},
+      {"matmul", "batched matmul", {{{2, 3, 4}}, {{2, 4, 2}}}, [](V v) { return matmul(v[0], v[1]); }},
+      {"conv2d", "conv2d stride 1 pad 1", {{{2, 2, 5, 4}}, {{3, 2, 3, 3}}}, [](V v) { return conv2d(v[0], v[1], 1, 1); }},
+      {"conv2d", "conv2d stride 2 pad 0", {{{1, 2, 7, 6}}, {{2, 2, 3, 3}}}, [](V v) { return conv2d(v[0], v[1], 2, 0); }},
+      {"conv2d_grad_input", "conv2d_grad_input", {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
+       [](V v) { return conv2d_grad_input(v[0], v[1], {2, 2, 5, 4}, 2, 1); }},
+      {"conv2d_grad_weight", "conv2d_grad_weight", {{{2, 2, 5, 4}}, {{2, 3, 3, 2}}},
+       [](V v) { return conv2d_grad_weight(v[0], v[1], {3, 2, 3, 3}, 2, 1); }},
+      {"max_pool2d", "max_pool2d 2/2", {{{2, 2, 4, 6}}}, [](V v) { return max_pool2d(v[0], 2); }},
+      {"max_pool2d", "max_pool2d 3/1 (overlapping)", {{{1, 2, 5, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1); }},
+      {"max_pool2d_grad", "max_pool2d_grad 3/1", {{{1, 2, 5, 5}}, {{1, 2, 3, 3}}},
+       [](V v) { return max_pool2d_grad(v[0], v[1], 3, 1); }},
+      {"max_pool2d_select", "max_pool2d_select 2/2", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
+       [](V v) { return max_pool2d_select(v[0], v[1], 2, 2); }},
+  };
+}
+
+std::vector<GradCase> composite_cases() {
+  using V = const std::vector<Value>&;
+  return {
+      {"", "sigmoid", {{{3, 4}, -3.0, 3.0}}, [](V v) { return sigmoid(v[0]); }},
+      {"", "leaky_relu", {{{3, 4}}}, [](V v) { return leaky_relu(v[0], 0.2); }},
+      {"", "mean axes 0", {{{3, 4}}}, [](V v) { return mean(v[0], {0}); }},
+      {"", "log_softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return log_softmax(v[0], 1); }},
+      {"", "softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return softmax(v[0], 1); }},
+      {"", "shared value (two consumers)", {{{4}}}, [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("gradients of elementwise ops match finite differences") {
+  for (const GradCase& c : elementwise_cases()) check_case(c);
+}
+
+TEST_CASE("gradients of reductions, layout, matmul, conv and pooling match finite differences") {
+  for (const GradCase& c : structural_cases()) check_case(c);
+}
+
+TEST_CASE("gradients of composite ops match finite differences") {
+  for (const GradCase& c : composite_cases()) check_case(c);
+}
+
+TEST_CASE("cross_entropy gradient matches finite differences (one_hot inside)") {
+  Graph g;
+  const Value logits = g.input("logits", {4, 5}, DType::f64);
+  const Value labels = g.input("labels", {4}, DType::i64);
+  const Value loss = cross_entropy(logits, labels);
+  g.output("loss", loss);
+  g.output("grad", grad(loss, {logits})[0]);
+  auto program = compile(g);
+  Tensor x = test::random_tensor({4, 5}, DType::f64, 3, -2, 2);
+  const Tensor y = Tensor::from_vector<std::int64_t>({4}, {0, 4, 2, 2});
+  const Tensor analytic = program->run({{"logits", x}, {"labels", y}}).at("grad");
+  Tensor numeric = Tensor::empty({4, 5}, DType::f64);
+  for (std::int64_t k = 0; k < x.numel(); ++k) {
+    const double saved = x.data<double>()[k];
+    x.data<double>()[k] = saved + 1e-6;
+    const double up = program->run({{"logits", x}, {"labels", y}}).at("loss").item();
+    x.data<double>()[k] = saved - 1e-6;
+    const double down = program->run({{"logits", x}, {"labels", y}}).at("loss").item();
+    x.data<double>()[k] = saved;
+    numeric.data<double>()[k] = (up - down) / 2e-6;
+  }
+  CHECK(test::closeness(analytic, numeric, 1e-7, 1e-5) <= 1.0);
+}
+
+TEST_CASE("detach passes the value and cuts the gradient") {
+  Graph g;
+  const Value x = g.input("x", {3}, DType::f64);
+  const Value y = detach(x) * x;  // value x*x, gradient x (not 2x)
+  const Value dx = grad(sum_all(y), {x})[0];
+  g.output("y", y);
+  g.output("dx", dx);
+  const Tensor xv = Tensor::from_vector<double>({3}, {1.5, -2.0, 0.25});
+  const Outputs out = test::run_once(g, {{"x", xv}});
+  for (std::int64_t i = 0; i < 3; ++i) {
+    CHECK(out.at("y").at(i) == doctest::Approx(xv.at(i) * xv.at(i)));
+    CHECK(out.at("dx").at(i) == doctest::Approx(xv.at(i)));
+  }
+}
+
+TEST_CASE("every op of the table has a gradient check") {
+  std::set<std::string> checked = {"one_hot", "detach"};  // the two tests above
+  for (const auto& cases : {elementwise_cases(), structural_cases()})
+    for (const GradCase& c : cases) checked.insert(c.op);
+  for (const OpDef* op : all_ops()) {
+    if (op->kind == OpKind::source) continue;
+    CAPTURE(op->name);
+    CHECK(checked.count(op->name) == 1);
+  }
+}
+
+}  // namespace kiln

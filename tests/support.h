@@ -1,0 +1,37 @@
+// Helpers shared by the test suites: random tensors and running a graph on the CPU.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/compile.h"
+#include "core/philox.h"
+
+namespace kiln::test {
+
+// A host tensor with uniform values in [low, high), from `seed`.
+inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double low = -1.0, double high = 1.0) {
+  Tensor t = Tensor::empty(shape, dtype);
+  Philox rng(seed);
+  rng.fill_uniform(t, low, high);
+  return t;
+}
+
+// Compiles `g` for the CPU and runs it once.
+inline Outputs run_once(const Graph& g, const std::vector<Feed>& feeds = {}) { return compile(g)->run(feeds); }
+
+// Largest |a - b| / (atol + rtol * |b|) over two tensors of the same shape; <= 1 means close.
+inline double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.at(i), y = b.at(i);
+    worst = std::max(worst, std::abs(x - y) / (atol + rtol * std::abs(y)));
+  }
+  return worst;
+}
+
+}  // namespace kiln::test
