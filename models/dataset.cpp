@@ -84,10 +84,14 @@ void Batcher::start_epoch(std::int64_t epoch) {
 
 void Batcher::fill(std::int64_t index, Tensor& images, Tensor& labels) const {
   const std::int64_t per_image = data_.images.numel() / data_.size();
-  KILN_ASSERT(images.numel() >= batch_size_ * per_image && labels.numel() >= batch_size_, "batch buffers too small");
+  KILN_CHECK(index >= 0 && index < batches_per_epoch(), "batch {} is outside the epoch's {} batches", index,
+             batches_per_epoch());
+  KILN_CHECK(images.shape()[0] == batch_size_ && images.numel() == batch_size_ * per_image && labels.numel() == batch_size_,
+             "batch buffers are {} and {} but the batch is {} examples of {} values", images.shape().str(),
+             labels.shape().str(), batch_size_, per_image);
   const float* src = data_.images.data<float>();
   const std::int64_t* src_labels = data_.labels.data<std::int64_t>();
-  for (std::int64_t b = 0; b < images.shape()[0]; ++b) {
+  for (std::int64_t b = 0; b < batch_size_; ++b) {
     const std::int64_t item = order_[static_cast<std::size_t>(index * batch_size_ + b)];
     std::memcpy(images.data<float>() + b * per_image, src + item * per_image, static_cast<std::size_t>(per_image) * sizeof(float));
     labels.data<std::int64_t>()[b] = src_labels[item];

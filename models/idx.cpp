@@ -19,6 +19,17 @@ struct GzCloser {
 };
 using GzFile = std::unique_ptr<std::remove_pointer_t<gzFile>, GzCloser>;
 
+// zlib's description of the last error, without the path it prefixes.
+std::string zlib_message(gzFile f, const std::string& path) {
+  int code = 0;
+  std::string message = gzerror(f, &code);
+  if (message.starts_with(path + ": ")) message.erase(0, path.size() + 2);
+  return message;
+}
+
+// Deflate compresses at most 1032:1, so a gzip file of n bytes holds at most ~1032 n bytes.
+constexpr std::uint64_t kMaxDeflateRatio = 1032;
+
 // Reads exactly `bytes` bytes or throws, saying how many arrived.
 void read_exact(gzFile f, void* out, std::size_t bytes, const std::string& path, const char* what) {
   auto* dst = static_cast<unsigned char*>(out);
@@ -26,11 +37,7 @@ void read_exact(gzFile f, void* out, std::size_t bytes, const std::string& path,
   while (done < bytes) {
     const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(bytes - done, 1u << 30));
     const int got = gzread(f, dst + done, chunk);
-    if (got < 0) {
-      int code = 0;
-      const char* message = gzerror(f, &code);
-      throw Error(fmt::format("{}: corrupt compressed data while reading the {} ({})", path, what, message));
-    }
+    if (got < 0) throw Error(fmt::format("{}: corrupt compressed data while reading the {} ({})", path, what, zlib_message(f, path)));
     if (got == 0) break;
     done += static_cast<std::size_t>(got);
   }
@@ -93,12 +100,29 @@ Tensor read_idx(const std::string& path) {
     dims[static_cast<std::size_t>(d)] = dim;
   }
 
-  Tensor t = Tensor::empty(Shape(dims), dtype);
+  // Before allocating: could the file hold the data its header announces?
+  const std::uint64_t data_bytes = static_cast<std::uint64_t>(numel) * dtype_size(dtype);
+  const std::uint64_t file_bytes = std::filesystem::file_size(path);
+  const std::uint64_t capacity = gzdirect(file.get()) ? file_bytes : file_bytes * kMaxDeflateRatio;
+  KILN_CHECK(data_bytes <= capacity, "{}: truncated: the header announces {} bytes of data but the file has {} bytes",
+             path, data_bytes, file_bytes);
+
+  Tensor t;
+  try {
+    t = Tensor::empty(Shape(dims), dtype);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path, e.what()));
+  }
   read_exact(file.get(), t.raw(), t.nbytes(), path, "data");
   unsigned char extra = 0;
   const int more = gzread(file.get(), &extra, 1);
   KILN_CHECK(more == 0, "{}: {} after the {} bytes of data that the header announces", path,
              more < 0 ? "corrupt compressed data" : "trailing bytes", t.nbytes());
+  // A gzip stream cut before its CRC/length trailer ends "cleanly" with Z_BUF_ERROR.
+  int code = Z_OK;
+  gzerror(file.get(), &code);
+  KILN_CHECK(code == Z_OK || code == Z_STREAM_END, "{}: truncated or corrupt compressed data ({})", path,
+             zlib_message(file.get(), path));
   swap_to_host(t);
   return t;
 }

@@ -76,6 +76,13 @@ class Evaluator {
   std::unique_ptr<Program> full_, tail_;
 };
 
+// The learning rate for step `step` of `total` (0-based).
+double scheduled_lr(const TrainConfig& c, std::int64_t step, std::int64_t total) {
+  if (c.lr_schedule == "constant") return c.lr;
+  if (c.lr_schedule == "cosine") return c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(step) / static_cast<double>(total)));
+  throw Error(fmt::format("unknown learning-rate schedule '{}' (constant, cosine)", c.lr_schedule));
+}
+
 }  // namespace
 
 std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch) {
@@ -101,6 +108,9 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   Tensor labels = Tensor::empty({c.batch_size}, DType::i64);
   std::vector<EpochResult> results;
   std::int64_t total_steps = 0;
+  const std::int64_t planned_steps =
+      c.max_steps >= 0 ? std::min(c.max_steps, c.epochs * batcher.batches_per_epoch()) : c.epochs * batcher.batches_per_epoch();
+  scheduled_lr(c, 0, planned_steps);  // rejects an unknown schedule before any work
   for (std::int64_t epoch = 1; epoch <= c.epochs; ++epoch) {
     batcher.start_epoch(epoch);
     std::int64_t steps = batcher.batches_per_epoch();
@@ -111,6 +121,7 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
     double loss_sum = 0;
     const auto start = std::chrono::steady_clock::now();
     for (std::int64_t s = 0; s < steps; ++s) {
+      optimizer->set_lr(scheduled_lr(c, total_steps + s, planned_steps));
       batcher.fill(s, images, labels);
       const double loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
       KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss,

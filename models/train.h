@@ -14,8 +14,9 @@ struct TrainConfig {
   std::string model = "lenet";
   std::int64_t epochs = 2;
   std::int64_t batch_size = 64;
-  std::string optimizer = "sgd";  // sgd, adam, adamw
-  double lr = 0.05;
+  std::string optimizer = "adam";  // sgd, adam, adamw
+  double lr = 1e-3;
+  std::string lr_schedule = "cosine";  // constant, or cosine decay to 0 over the run
   double momentum = 0.9;
   double weight_decay = 0.0;
   std::uint64_t seed = 0;

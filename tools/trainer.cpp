@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cmath>
+
 #include "core/log.h"
 #include "models/dataset.h"
 #include "models/registry.h"
@@ -16,6 +18,25 @@ kiln::Device parse_device(const std::string& name) {
   if (name == "cpu" || name == "auto") return kiln::Device::cpu();  // auto: the GPU once the CUDA backend exists
   if (name == "cuda") return kiln::Device::cuda();
   throw kiln::Error(fmt::format("unknown device '{}'", name));
+}
+
+// A number check with a readable message: strictly above `low` (or at least `low` when `inclusive`).
+CLI::Validator number_from(double low, bool inclusive) {
+  const std::string description = fmt::format("{} {}", inclusive ? ">=" : ">", low);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double value = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !std::isfinite(value)) return fmt::format("'{}' is not a finite number", text);
+        if (inclusive ? value < low : value <= low) return fmt::format("{} must be {}", text, description);
+        return "";
+      },
+      description);
 }
 
 std::vector<std::string> model_names() {
@@ -34,19 +55,21 @@ int main(int argc, char** argv) {
 
   CLI::App app{"kiln trainer: trains a model on Fashion-MNIST (or synthetic data) and reports test accuracy"};
   app.add_option("--model", config.model, "model to train")->check(CLI::IsMember(model_names()))->capture_default_str();
-  app.add_option("--epochs", config.epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--batch-size", config.batch_size, "examples per step")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr", config.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--epochs", config.epochs, "passes over the training set")->check(number_from(0, false))->capture_default_str();
+  app.add_option("--batch-size", config.batch_size, "examples per step")->check(number_from(0, false))->capture_default_str();
+  app.add_option("--lr", config.lr, "learning rate")->check(number_from(0, false))->capture_default_str();
   app.add_option("--optimizer", config.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  app.add_option("--lr-schedule", config.lr_schedule, "constant, or cosine decay to 0 over the run")
+      ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
   app.add_option("--momentum", config.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--weight-decay", config.weight_decay, "weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--weight-decay", config.weight_decay, "weight decay")->check(number_from(0, true))->capture_default_str();
   app.add_option("--seed", config.seed, "seed of initialisation and shuffling")->capture_default_str();
   app.add_option("--data-dir", config.data_dir, "directory with the IDX files")->default_str(kiln::kFashionMnistDir);
   app.add_flag("--synthetic", config.synthetic, "train on random data of the right shape");
-  app.add_option("--max-steps", config.max_steps, "stop after this many training steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-batch", config.eval_batch, "examples per evaluation step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-steps", config.max_steps, "stop after this many training steps")->check(number_from(1, true));
+  app.add_option("--eval-batch", config.eval_batch, "examples per evaluation step")->check(number_from(0, false))->capture_default_str();
   app.add_option("--device", device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(number_from(0, true));
   app.add_flag("--no-progress", no_progress, "no progress bar");
 
   try {
@@ -64,6 +87,7 @@ int main(int argc, char** argv) {
     if (threads > 0) omp_set_num_threads(threads);
     fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
                config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
+    std::fflush(stdout);
     kiln::train_classifier(config, [](const kiln::EpochResult& r) {
       fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
                  100.0 * r.test_accuracy, r.images_per_second, r.seconds);

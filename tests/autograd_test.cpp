@@ -1,0 +1,81 @@
+// autograd through shared values and a whole LeNet, against finite differences.
+#include <doctest/doctest.h>
+
+#include "graph/autograd.h"
+#include "graph/nn/functional.h"
+#include "graph/op.h"
+#include "models/lenet.h"
+#include "tests/support.h"
+
+namespace kiln {
+
+TEST_CASE("gradients accumulate over every consumer of a value") {
+  Graph g;
+  const Value x = g.input("x", {4}, DType::f64);
+  const Value a = x * 3.0;
+  const Value y = a * a + a + exp(x);  // d/dx = 18x + 3 + e^x
+  g.output("dx", grad(sum_all(y), {x})[0]);
+  const Tensor xv = Tensor::from_vector<double>({4}, {0.5, -1.0, 2.0, 0.0});
+  const Tensor dx = test::run_once(g, {{"x", xv}}).at("dx");
+  for (std::int64_t i = 0; i < 4; ++i) CHECK(dx.at(i) == doctest::Approx(18 * xv.at(i) + 3 + std::exp(xv.at(i))));
+}
+
+TEST_CASE("a value the loss does not depend on gets a zero gradient") {
+  Graph g;
+  const Value x = g.input("x", {3}, DType::f64);
+  const Value unused = g.input("u", {2, 2}, DType::f64);
+  const auto grads = grad(sum_all(x * x), {x, unused});
+  g.output("du", grads[1]);
+  const Tensor du = test::run_once(g, {{"x", Tensor::zeros({3}, DType::f64)}, {"u", Tensor::zeros({2, 2}, DType::f64)}}).at("du");
+  CHECK(du.shape() == Shape{2, 2});
+  for (std::int64_t i = 0; i < 4; ++i) CHECK(du.at(i) == 0.0);
+}
+
+TEST_CASE("grad rejects a loss with more than one element") {
+  Graph g;
+  const Value x = g.input("x", {3});
+  CHECK_THROWS_WITH_AS(grad(x * 2.0, {x}), doctest::Contains("loss must have one element"), Error);
+}
+
+TEST_CASE("the gradient of a whole LeNet matches finite differences (f64, sampled entries)") {
+  Philox rng(1);
+  LeNet model(rng);
+  const std::vector<VariablePtr> params = model.parameters();
+  REQUIRE(params.size() == 8);
+  for (const VariablePtr& p : params) {
+    p->value = p->value.to(DType::f64);
+    if (p->name.ends_with("bias")) Philox(p->value.numel()).fill_uniform(p->value, -0.1, 0.1);  // non-zero biases
+  }
+  Graph g;
+  const Value x = g.input("x", {2, 1, 28, 28}, DType::f64);
+  const Value y = g.input("y", {2}, DType::i64);
+  const Value loss = cross_entropy(model(x), y);
+  std::vector<Value> wrt;
+  for (const VariablePtr& p : params) wrt.push_back(g.variable(p));
+  const std::vector<Value> grads = grad(loss, wrt);
+  g.output("loss", loss);
+  for (std::size_t i = 0; i < grads.size(); ++i) g.output(params[i]->name, grads[i]);
+  auto program = compile(g);
+  const std::vector<Feed> feeds = {{"x", test::random_tensor({2, 1, 28, 28}, DType::f64, 5)},
+                                   {"y", Tensor::from_vector<std::int64_t>({2}, {3, 7})}};
+  const Outputs analytic = program->run(feeds);
+
+  Philox pick(17);
+  for (const VariablePtr& p : params) {
+    CAPTURE(p->name);
+    for (int sample = 0; sample < 12; ++sample) {
+      const auto k = static_cast<std::int64_t>(pick.next_below(static_cast<std::uint64_t>(p->value.numel())));
+      double& w = p->value.data<double>()[k];
+      const double saved = w;
+      w = saved + 1e-5;
+      const double up = program->run(feeds).at("loss").item();
+      w = saved - 1e-5;
+      const double down = program->run(feeds).at("loss").item();
+      w = saved;
+      const double numeric = (up - down) / 2e-5;
+      CHECK(analytic.at(p->name).at(k) == doctest::Approx(numeric).epsilon(1e-5).scale(1e-3));
+    }
+  }
+}
+
+}  // namespace kiln

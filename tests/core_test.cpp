@@ -1,0 +1,100 @@
+// core: shapes and broadcasting, tensors, dtypes, the Philox generator.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+TEST_CASE("broadcast_shapes follows NumPy rules and names both shapes on failure") {
+  CHECK(broadcast_shapes({64, 10}, {10}, "add") == Shape{64, 10});
+  CHECK(broadcast_shapes({2, 1, 3}, {4, 1}, "add") == Shape{2, 4, 3});
+  CHECK(broadcast_shapes({}, {3, 2}, "add") == Shape{3, 2});
+  CHECK_THROWS_WITH_AS(broadcast_shapes({3, 4}, {3}, "mul"), doctest::Contains("mul: shapes [3, 4] and [3]"), Error);
+}
+
+TEST_CASE("broadcast_strides puts zeros on broadcast axes") {
+  CHECK(broadcast_strides({3, 1}, {2, 3, 4}) == std::vector<std::int64_t>{0, 1, 0});
+  CHECK(broadcast_strides({4}, {2, 4}) == std::vector<std::int64_t>{0, 1});
+}
+
+TEST_CASE("normalize_axis accepts negative axes and rejects out-of-range ones") {
+  CHECK(normalize_axis(-1, 3, "sum") == 2);
+  CHECK_THROWS_WITH_AS(normalize_axis(3, 3, "sum"), doctest::Contains("axis 3 is out of range"), Error);
+}
+
+TEST_CASE("tensors convert dtypes, reshape as views and narrow rows") {
+  const Tensor t = Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(t.to(DType::i64).at(5) == 6);
+  CHECK(t.to(DType::u8).dtype() == DType::u8);
+  const Tensor r = t.reshape({3, 2});
+  CHECK(r.storage() == t.storage());
+  CHECK_THROWS_AS(t.reshape({4, 2}), Error);
+  const Tensor row = t.narrow_rows(1, 1);
+  CHECK(row.shape() == Shape{1, 3});
+  CHECK(row.at(0) == 4);
+  CHECK_THROWS_AS(t.narrow_rows(1, 2), Error);
+  CHECK_THROWS_WITH_AS(t.data<double>(), doctest::Contains("f32 read as f64"), Error);
+}
+
+TEST_CASE("dtype names round-trip") {
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) CHECK(dtype_from_name(dtype_name(d)) == d);
+  CHECK_THROWS_AS(dtype_from_name("f16"), Error);
+}
+
+TEST_CASE("philox matches the Random123 known-answer vector") {
+  // philox4x32-10, counter = 0, key = 0 (Random123 kat_vectors).
+  const auto block = philox_block(0, 0);
+  CHECK(block[0] == 0x6627e8d5u);
+  CHECK(block[1] == 0xe169c58du);
+  CHECK(block[2] == 0xbc57ac4cu);
+  CHECK(block[3] == 0x9b00dbd8u);
+}
+
+TEST_CASE("philox fills are reproducible, depend on the seed, and have the right moments") {
+  Tensor a = Tensor::empty({10000}, DType::f32), b = Tensor::empty({10000}, DType::f32), c = Tensor::empty({10000}, DType::f32);
+  Philox(7).fill_uniform(a, -1, 1);
+  Philox(7).fill_uniform(b, -1, 1);
+  Philox(8).fill_uniform(c, -1, 1);
+  double mean = 0, diff = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    CHECK(a.at(i) == b.at(i));
+    CHECK(a.at(i) >= -1.0);
+    CHECK(a.at(i) < 1.0);
+    mean += a.at(i);
+    diff += std::abs(a.at(i) - c.at(i));
+  }
+  CHECK(std::abs(mean / 10000) < 0.03);
+  CHECK(diff > 1000);
+
+  Tensor n = Tensor::empty({20000}, DType::f64);
+  Philox(3).fill_normal(n, 2.0, 0.5);
+  double sum = 0, sq = 0;
+  for (std::int64_t i = 0; i < n.numel(); ++i) {
+    sum += n.at(i);
+    sq += n.at(i) * n.at(i);
+  }
+  const double m = sum / 20000, var = sq / 20000 - m * m;
+  CHECK(m == doctest::Approx(2.0).epsilon(0.01));
+  CHECK(std::sqrt(var) == doctest::Approx(0.5).epsilon(0.03));
+}
+
+TEST_CASE("a philox stream continues where a split stream would: (seed, offset) is the whole state") {
+  Philox whole(11);
+  Tensor all = Tensor::empty({16}, DType::f32);
+  whole.fill_uniform(all, 0, 1);
+  Philox first(11);
+  Tensor head = Tensor::empty({8}, DType::f32);
+  first.fill_uniform(head, 0, 1);
+  Philox resumed(11, first.offset());
+  Tensor tail = Tensor::empty({8}, DType::f32);
+  resumed.fill_uniform(tail, 0, 1);
+  for (std::int64_t i = 0; i < 8; ++i) {
+    CHECK(all.at(i) == head.at(i));
+    CHECK(all.at(8 + i) == tail.at(i));
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,146 @@
+// The CPU kernels against naive loops written from the definitions, in f32 on random inputs.
+#include <doctest/doctest.h>
+
+#include "graph/ops.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+Tensor run_unary(const Shape& in_shape, const std::function<Value(Value)>& build, const Tensor& x) {
+  Graph g;
+  g.output("y", build(g.input("x", in_shape)));
+  return test::run_once(g, {{"x", x}}).at("y");
+}
+
+Tensor run_binary(const Tensor& a, const Tensor& b, const std::function<Value(Value, Value)>& build) {
+  Graph g;
+  g.output("y", build(g.input("a", a.shape(), a.dtype()), g.input("b", b.shape(), b.dtype())));
+  return test::run_once(g, {{"a", a}, {"b", b}}).at("y");
+}
+
+}  // namespace
+
+TEST_CASE("conv2d matches the direct definition (stride 2, padding 1)") {
+  const Tensor x = test::random_tensor({3, 2, 7, 6}, DType::f32, 1);
+  const Tensor w = test::random_tensor({4, 2, 3, 3}, DType::f32, 2);
+  const Tensor y = run_binary(x, w, [](Value a, Value b) { return conv2d(a, b, 2, 1); });
+  REQUIRE(y.shape() == Shape{3, 4, 4, 3});
+  Tensor ref = Tensor::zeros(y.shape(), DType::f32);
+  for (int b = 0; b < 3; ++b)
+    for (int o = 0; o < 4; ++o)
+      for (int oh = 0; oh < 4; ++oh)
+        for (int ow = 0; ow < 3; ++ow) {
+          double acc = 0;
+          for (int c = 0; c < 2; ++c)
+            for (int kh = 0; kh < 3; ++kh)
+              for (int kw = 0; kw < 3; ++kw) {
+                const int ih = oh * 2 - 1 + kh, iw = ow * 2 - 1 + kw;
+                if (ih < 0 || ih >= 7 || iw < 0 || iw >= 6) continue;
+                acc += x.at(((b * 2 + c) * 7 + ih) * 6 + iw) * w.at(((o * 2 + c) * 3 + kh) * 3 + kw);
+              }
+          ref.data<float>()[((b * 4 + o) * 4 + oh) * 3 + ow] = static_cast<float>(acc);
+        }
+  CHECK(test::closeness(y, ref, 1e-5, 1e-4) <= 1.0);
+}
+
+TEST_CASE("matmul matches the definition, with transposes and a batch axis") {
+  const Tensor a = test::random_tensor({2, 5, 3}, DType::f32, 3);
+  const Tensor b = test::random_tensor({2, 4, 5}, DType::f32, 4);
+  const Tensor y = run_binary(a, b, [](Value p, Value q) { return matmul(p, q, true, true); });  // a^T b^T: [2, 3, 4]
+  REQUIRE(y.shape() == Shape{2, 3, 4});
+  for (int n = 0; n < 2; ++n)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j) {
+        double acc = 0;
+        for (int k = 0; k < 5; ++k) acc += a.at((n * 5 + k) * 3 + i) * b.at((n * 4 + j) * 5 + k);
+        CHECK(y.at((n * 3 + i) * 4 + j) == doctest::Approx(acc).epsilon(1e-5));
+      }
+}
+
+TEST_CASE("matmul names both shapes when the inner dimensions differ") {
+  Graph g;
+  const Value a = g.input("a", {64, 3136});
+  const Value b = g.input("b", {3316, 128});
+  CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains("lhs is [64, 3136] but rhs is [3316, 128]"), Error);
+}
+
+TEST_CASE("max_pool2d matches the definition") {
+  const Tensor x = test::random_tensor({2, 3, 6, 5}, DType::f32, 5);
+  const Tensor y = run_unary(x.shape(), [](Value v) { return max_pool2d(v, 2); }, x);
+  REQUIRE(y.shape() == Shape{2, 3, 3, 2});
+  for (int p = 0; p < 6; ++p)
+    for (int oh = 0; oh < 3; ++oh)
+      for (int ow = 0; ow < 2; ++ow) {
+        double best = -1e30;
+        for (int kh = 0; kh < 2; ++kh)
+          for (int kw = 0; kw < 2; ++kw) best = std::max(best, x.at((p * 6 + oh * 2 + kh) * 5 + ow * 2 + kw));
+        CHECK(y.at((p * 3 + oh) * 2 + ow) == best);
+      }
+}
+
+TEST_CASE("reductions over every axis subset match the definition") {
+  const Tensor x = test::random_tensor({3, 4, 5}, DType::f32, 6);
+  const std::vector<std::vector<std::int64_t>> subsets = {{0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}, {0, 1, 2}};
+  for (const auto& axes : subsets) {
+    CAPTURE(axes.size());
+    const Tensor s = run_unary(x.shape(), [&](Value v) { return sum(v, axes, true); }, x);
+    const Tensor m = run_unary(x.shape(), [&](Value v) { return max(v, axes, true); }, x);
+    std::vector<double> ref_sum(static_cast<std::size_t>(s.numel()), 0), ref_max(static_cast<std::size_t>(s.numel()), -1e30);
+    const Shape& os = s.shape();
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 5; ++k) {
+          const std::int64_t o = ((os[0] == 1 ? 0 : i) * os[1] + (os[1] == 1 ? 0 : j)) * os[2] + (os[2] == 1 ? 0 : k);
+          const double v = x.at((i * 4 + j) * 5 + k);
+          ref_sum[static_cast<std::size_t>(o)] += v;
+          ref_max[static_cast<std::size_t>(o)] = std::max(ref_max[static_cast<std::size_t>(o)], v);
+        }
+    for (std::int64_t o = 0; o < s.numel(); ++o) {
+      CHECK(s.at(o) == doctest::Approx(ref_sum[static_cast<std::size_t>(o)]).epsilon(1e-5));
+      CHECK(m.at(o) == ref_max[static_cast<std::size_t>(o)]);
+    }
+  }
+}
+
+TEST_CASE("elementwise broadcasting over mixed axes matches index arithmetic") {
+  const Tensor a = test::random_tensor({2, 1, 4, 3}, DType::f32, 7);
+  const Tensor b = test::random_tensor({5, 1, 3}, DType::f32, 8);
+  const Tensor y = run_binary(a, b, [](Value p, Value q) { return p * q - q; });
+  REQUIRE(y.shape() == Shape{2, 5, 4, 3});
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 5; ++j)
+      for (int k = 0; k < 4; ++k)
+        for (int l = 0; l < 3; ++l) {
+          const double av = a.at((i * 4 + k) * 3 + l), bv = b.at(j * 3 + l);
+          CHECK(y.at(((i * 5 + j) * 4 + k) * 3 + l) == doctest::Approx(av * bv - bv));
+        }
+}
+
+TEST_CASE("large elementwise chains split across threads give the serial answer") {
+  const Tensor a = test::random_tensor({300, 1000}, DType::f32, 9);
+  const Tensor b = test::random_tensor({1000}, DType::f32, 10);
+  const Tensor y = run_binary(a, b, [](Value p, Value q) { return tanh(relu(p * q + 1.0)) * 0.5; });
+  for (std::int64_t i = 0; i < a.numel(); i += 997) {
+    const double v = a.at(i) * b.at(i % 1000) + 1.0;
+    CHECK(y.at(i) == doctest::Approx(std::tanh(std::max(v, 0.0)) * 0.5).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("transpose matches the definition") {
+  const Tensor x = test::random_tensor({2, 3, 4}, DType::f32, 11);
+  const Tensor y = run_unary(x.shape(), [](Value v) { return transpose(v, {2, 0, 1}); }, x);
+  REQUIRE(y.shape() == Shape{4, 2, 3});
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) CHECK(y.at((k * 2 + i) * 3 + j) == x.at((i * 3 + j) * 4 + k));
+}
+
+TEST_CASE("one_hot rejects a label outside the classes at run time") {
+  Graph g;
+  g.output("y", one_hot(g.input("labels", {3}, DType::i64), 4));
+  const Tensor bad = Tensor::from_vector<std::int64_t>({3}, {0, 7, 1});
+  CHECK_THROWS_WITH_AS(test::run_once(g, {{"labels", bad}}), doctest::Contains("label 7 at index 1"), Error);
+}
+
+}  // namespace kiln

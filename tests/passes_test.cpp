@@ -1,0 +1,74 @@
+// verify, dead-code elimination, the memory plan and Program input checking.
+#include <doctest/doctest.h>
+
+#include "backends/plan.h"
+#include "graph/op.h"
+#include "graph/op_table.h"
+#include "graph/ops.h"
+#include "graph/passes/dead_code.h"
+#include "graph/passes/verify.h"
+#include "tests/support.h"
+
+namespace kiln {
+
+TEST_CASE("verify accepts recorded graphs and rejects a node whose type disagrees with its rule") {
+  Graph g;
+  const Value x = g.input("x", {2, 3});
+  g.output("y", relu(x) + 1.0);
+  CHECK_NOTHROW(verify(g));
+  Node bad{.op = &op_def("relu"), .inputs = {x.ref()}, .outputs = {{Shape{3, 2}, DType::f32}}};
+  g.add_node(bad);
+  CHECK_THROWS_WITH_AS(verify(g), doctest::Contains("type rule gives f32[2, 3]"), InternalError);
+}
+
+TEST_CASE("eliminate_dead_code keeps what outputs need, and inputs") {
+  Graph g;
+  const Value x = g.input("x", {4});
+  const Value unused_input = g.input("z", {2});
+  const Value live = exp(x);
+  (void)tanh(x);  // dead
+  (void)unused_input;
+  g.output("y", live);
+  const Graph out = eliminate_dead_code(g);
+  std::vector<std::string> ops;
+  for (const Node& n : out.nodes()) ops.push_back(n.op->name);
+  CHECK(ops == std::vector<std::string>{"input", "input", "exp"});
+  CHECK_NOTHROW(verify(out));
+}
+
+TEST_CASE("the memory plan reuses buffers along a chain and the result stays right") {
+  Graph g;
+  Value v = g.input("x", {1000});
+  for (int i = 0; i < 12; ++i) v = tanh(v) * 0.5 + 0.1;
+  g.output("y", v);
+  const Graph compiled = eliminate_dead_code(g);
+  const MemoryPlan plan = plan_memory(compiled);
+  CHECK(plan.slot_bytes.size() <= 3);  // 36 kernel outputs in at most 3 buffers
+  const Tensor x = test::random_tensor({1000}, DType::f32, 1);
+  const Tensor y = test::run_once(g, {{"x", x}}).at("y");
+  for (std::int64_t i = 0; i < 1000; i += 37) {
+    double r = x.at(i);
+    for (int k = 0; k < 12; ++k) r = std::tanh(r) * 0.5 + 0.1;
+    CHECK(y.at(i) == doctest::Approx(r).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("run names the input when a feed is missing, misshapen or unknown") {
+  Graph g;
+  g.output("y", g.input("x", {64, 10}) * 2.0);
+  auto p = compile(g);
+  CHECK_THROWS_WITH_AS(p->run({}), doctest::Contains("input 'x' (f32[64, 10]) was not fed"), Error);
+  CHECK_THROWS_WITH_AS(p->run({{"x", Tensor::zeros({32, 10}, DType::f32)}}),
+                       doctest::Contains("input 'x' expects f32[64, 10] but was fed f32[32, 10]"), Error);
+  CHECK_THROWS_WITH_AS(p->run({{"w", Tensor::zeros({1}, DType::f32)}}), doctest::Contains("'w' is not an input"), Error);
+}
+
+TEST_CASE("ops reject wrong shapes with both shapes and the op in the message") {
+  Graph g;
+  const Value x = g.input("x", {8, 3, 28, 28});
+  const Value w = g.input("w", {32, 1, 3, 3});
+  CHECK_THROWS_WITH_AS(conv2d(x, w), doctest::Contains("conv2d: input has 3 channels but weight [32, 1, 3, 3] expects 1"), Error);
+  CHECK_THROWS_WITH_AS(g.input("a", {3, 4}) + g.input("b", {5}), doctest::Contains("add: shapes [3, 4] and [5]"), Error);
+}
+
+}  // namespace kiln

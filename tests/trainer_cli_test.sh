@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# The trainer's command line: bad flags exit 2 naming the flag, bad data exits 1 with one
+# "trainer: error:" line naming the directory or file, never a crash; good runs exit 0.
+#   bash tests/trainer_cli_test.sh build/tools/trainer
+# Stops at the first failing scenario and says which one it was.
+set -u
+
+TRAINER=${1:?usage: trainer_cli_test.sh TRAINER_BINARY}
+[[ -x $TRAINER ]] || { echo "trainer_cli_test: '$TRAINER' is not an executable" >&2; exit 1; }
+DATA=/usr/share/datasets/fashion-mnist
+LIMIT=${KILN_TRAINER_TEST_TIMEOUT:-300}  # seconds per scenario
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln_trainer_cli.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+
+SCENARIO=""
+RC=0
+passed=0
+skipped=0
+
+fail() {
+  echo "FAIL [$SCENARIO]: $*" >&2
+  echo "--- command exit code: $RC" >&2
+  echo "--- stdout:" >&2
+  head -c 4000 "$TMP/stdout" >&2
+  echo "--- stderr:" >&2
+  head -c 4000 "$TMP/stderr" >&2
+  exit 1
+}
+
+# run NAME ARGS...: runs the trainer, keeping its exit code in RC and its output in $TMP/{stdout,stderr}.
+run() {
+  SCENARIO=$1
+  shift
+  timeout "$LIMIT" "$TRAINER" "$@" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null
+  RC=$?
+  if ((RC == 124)); then fail "timed out after ${LIMIT}s"; fi
+  if ((RC >= 128)); then fail "crashed (exit code $RC = signal $((RC - 128)))"; fi
+}
+
+expect_rc() {
+  ((RC == $1)) || fail "expected exit code $1, got $RC"
+}
+
+# expect_output TEXT: stdout or stderr contains TEXT (fixed string).
+expect_output() {
+  cat "$TMP/stdout" "$TMP/stderr" | grep -qF -- "$1" || fail "expected the output to mention '$1'"
+}
+
+# expect_error TEXT...: exactly one stderr line starts with "trainer: error:", and it contains every TEXT.
+expect_error() {
+  local n line
+  n=$(grep -c '^trainer: error:' "$TMP/stderr")
+  ((n == 1)) || fail "expected exactly one 'trainer: error:' line on stderr, found $n"
+  line=$(grep '^trainer: error:' "$TMP/stderr")
+  for text in "$@"; do
+    [[ $line == *"$text"* ]] || fail "expected the error line to mention '$text'"
+  done
+  ! grep -q 'internal error' "$TMP/stderr" || fail "an internal error was reported"
+}
+
+ok() {
+  echo "ok [$SCENARIO]"
+  passed=$((passed + 1))
+}
+
+skip() {
+  echo "skip [$1]: $2"
+  skipped=$((skipped + 1))
+}
+
+# --- bad flags and values: exit 2, naming the flag -----------------------------------------------
+
+run "unknown flag" --bogus-flag
+expect_rc 2
+expect_output "--bogus-flag"
+ok
+
+run "non-numeric --epochs" --epochs abc
+expect_rc 2
+expect_output "--epochs"
+ok
+
+run "negative --lr" --lr -1
+expect_rc 2
+expect_output "--lr"
+ok
+
+run "unknown --model" --model nosuch
+expect_rc 2
+expect_output "nosuch"
+ok
+
+run "unknown --optimizer" --optimizer foo
+expect_rc 2
+expect_output "foo"
+ok
+
+run "unknown --device" --device gpu
+expect_rc 2
+expect_output "gpu"
+ok
+
+run "--epochs 0" --epochs 0
+expect_rc 2
+expect_output "--epochs"
+ok
+
+run "--momentum out of range" --momentum 2
+expect_rc 2
+expect_output "--momentum"
+ok
+
+# --- bad data: exit 1, one error line naming the directory or file -------------------------------
+
+run "nonexistent data dir" --data-dir /nonexistent/dir --max-steps 1
+expect_rc 1
+expect_error "/nonexistent/dir" "does not exist"
+(($(wc -l <"$TMP/stderr") == 1)) || fail "expected stderr to be the error line alone"
+ok
+
+mkdir -p "$TMP/missing"
+run "data dir without the IDX files" --data-dir "$TMP/missing" --max-steps 1
+expect_rc 1
+expect_error "train-images-idx3-ubyte"
+ok
+
+# A malformed training images file; the other three files are real when the dataset is there.
+mkdir -p "$TMP/garbage"
+printf 'this is not an IDX file at all, just some garbage bytes\n' >"$TMP/garbage/train-images-idx3-ubyte"
+for f in train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  if [[ -f $DATA/$f.gz ]]; then cp "$DATA/$f.gz" "$TMP/garbage/"; else head -c 64 /dev/urandom >"$TMP/garbage/$f"; fi
+done
+run "garbage images file" --data-dir "$TMP/garbage" --max-steps 1 --no-progress
+expect_rc 1
+expect_error "$TMP/garbage/train-images-idx3-ubyte" "not an IDX file"
+ok
+
+# Bytes that claim to be gzip but are not a deflate stream.
+mkdir -p "$TMP/fakegz"
+{ printf '\037\213\010\000\000\000\000\000\000\003'; head -c 4096 /dev/urandom; } >"$TMP/fakegz/train-images-idx3-ubyte.gz"
+cp "$TMP/garbage/"{train-labels,t10k-images,t10k-labels}* "$TMP/fakegz/"
+run "corrupt gzip images file" --data-dir "$TMP/fakegz" --max-steps 1 --no-progress
+expect_rc 1
+expect_error "$TMP/fakegz/train-images-idx3-ubyte.gz"
+ok
+
+# A header that promises more data than the file has.
+mkdir -p "$TMP/short"
+{ printf '\000\000\010\003\000\000\352\140\000\000\000\034\000\000\000\034'; head -c 1000 /dev/zero; } >"$TMP/short/train-images-idx3-ubyte"
+cp "$TMP/garbage/"{train-labels,t10k-images,t10k-labels}* "$TMP/short/"
+run "images file shorter than its header says" --data-dir "$TMP/short" --max-steps 1 --no-progress
+expect_rc 1
+expect_error "$TMP/short/train-images-idx3-ubyte" "truncated"
+ok
+
+# A label outside [0, 10): two images, labels 1 and 12.
+mkdir -p "$TMP/badlabel"
+{ printf '\000\000\010\003\000\000\000\002\000\000\000\034\000\000\000\034'; head -c 1568 /dev/zero; } >"$TMP/badlabel/train-images-idx3-ubyte"
+printf '\000\000\010\001\000\000\000\002\001\014' >"$TMP/badlabel/train-labels-idx1-ubyte"
+run "label out of range" --data-dir "$TMP/badlabel" --max-steps 1 --no-progress
+expect_rc 1
+expect_error "$TMP/badlabel/train-labels-idx1-ubyte" "label 12"
+ok
+
+if [[ -f $DATA/train-images-idx3-ubyte.gz ]]; then
+  mkdir -p "$TMP/truncated"
+  head -c 100000 "$DATA/train-images-idx3-ubyte.gz" >"$TMP/truncated/train-images-idx3-ubyte.gz"
+  cp "$DATA/train-labels-idx1-ubyte.gz" "$DATA/t10k-images-idx3-ubyte.gz" "$DATA/t10k-labels-idx1-ubyte.gz" "$TMP/truncated/"
+  run "truncated gzip images file" --data-dir "$TMP/truncated" --max-steps 1 --no-progress
+  expect_rc 1
+  expect_error "$TMP/truncated/train-images-idx3-ubyte.gz"
+  grep -qE '^trainer: error:.*(truncated|corrupt)' "$TMP/stderr" || fail "expected the error to say truncated or corrupt"
+  ok
+else
+  skip "truncated gzip images file" "$DATA is not installed"
+fi
+
+# --- good runs: exit 0 ---------------------------------------------------------------------------
+
+run "synthetic run" --synthetic --max-steps 3 --epochs 1 --no-progress
+expect_rc 0
+expect_output "test accuracy"
+grep -q 'trainer: error' "$TMP/stderr" && fail "a successful run printed an error"
+ok
+
+run "--help" --help
+expect_rc 0
+expect_output "--data-dir"
+expect_output "--model"
+ok
+
+echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"
