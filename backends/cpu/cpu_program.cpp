@@ -3,6 +3,10 @@
 #include "backends/cpu/cpu_program.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cstdlib>
 
 #include "backends/plan.h"
 #include "graph/op.h"
@@ -12,12 +16,15 @@ namespace {
 
 class CpuProgram final : public Program {
  public:
-  explicit CpuProgram(const Graph& compiled) : graph_(compiled), plan_(plan_memory(graph_)) {
+  explicit CpuProgram(const Graph& compiled)
+      : graph_(compiled), plan_(plan_memory(graph_)), profile_(std::getenv("KILN_PROFILE") != nullptr) {
     for (const Node& n : graph_.nodes()) {
       if (n.op->name == "fill") fills_.push_back(Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
       if (n.op->name == "input") input_names_.push_back(n.name);
     }
   }
+
+  ~CpuProgram() override { print_profile(); }
 
   Outputs run(const std::vector<Feed>& feeds) override;
   const Graph& graph() const override { return graph_; }
@@ -34,7 +41,24 @@ class CpuProgram final : public Program {
   std::vector<Tensor> fills_;  // in node order
   std::vector<std::string> input_names_;
   std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
+  // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed.
+  bool profile_;
+  std::map<std::string, std::pair<double, std::int64_t>> op_seconds_;
+  void print_profile() const;
 };
+
+void CpuProgram::print_profile() const {
+  if (!profile_ || op_seconds_.empty()) return;
+  double total = 0;
+  for (const auto& [name, entry] : op_seconds_) total += entry.first;
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [name, entry] : op_seconds_) rows.emplace_back(entry.first, name);
+  std::sort(rows.rbegin(), rows.rend());
+  fmt::print(stderr, "kiln CPU profile ({} nodes, {:.1f} ms in kernels):\n", graph_.nodes().size(), total * 1e3);
+  for (const auto& [seconds, name] : rows)
+    fmt::print(stderr, "  {:<22} {:>9.2f} ms {:>5.1f}%  ({} calls)\n", name, seconds * 1e3, 100 * seconds / total,
+               op_seconds_.at(name).second);
+}
 
 void CpuProgram::check_feeds(const std::vector<Feed>& feeds) const {
   for (const Feed& f : feeds) {
@@ -90,7 +114,13 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       out = {in[0].reshape(n.outputs[0].shape)};
     } else {
       for (std::size_t i = 0; i < n.outputs.size(); ++i) out.push_back(planned_output(plan_.slot[id][i], n.outputs[i]));
+      const auto start = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       n.op->cpu(KernelCall{n, in, out});
+      if (profile_) {
+        auto& entry = op_seconds_[n.op->name];
+        entry.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        entry.second += 1;
+      }
     }
   }
 

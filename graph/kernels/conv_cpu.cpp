@@ -123,24 +123,29 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
   }
 }
 
-// Calls visit(window_output_index, offset_of_first_max) for every pooling window, on
-// several threads unless `serial` (visits that write to x's positions may then collide).
+// Calls visit(window_output_index, offset_of_first_max) for every pooling window, planes
+// shared by threads unless `serial` (visits that write to x's positions may then collide).
 template <class T, class Visit>
 void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
-  const std::int64_t windows = g.planes * g.out_h * g.out_w;
-#pragma omp parallel for schedule(static) if (windows > 4096 && !serial)
-  for (std::int64_t i = 0; i < windows; ++i) {
-    const std::int64_t plane = i / (g.out_h * g.out_w);
-    const std::int64_t oh = i / g.out_w % g.out_h;
-    const std::int64_t ow = i % g.out_w;
+#pragma omp parallel for schedule(static) if (g.planes * g.out_h * g.out_w > 4096 && !serial)
+  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
     const std::int64_t base = plane * g.height * g.width;
-    std::int64_t best = base + oh * g.stride * g.width + ow * g.stride;
-    for (std::int64_t kh = 0; kh < g.kernel; ++kh)
-      for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
-        const std::int64_t at = base + (oh * g.stride + kh) * g.width + ow * g.stride + kw;
-        if (x[at] > x[best] || x[at] != x[at]) best = at;  // NaN propagates
+    std::int64_t i = plane * g.out_h * g.out_w;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow, ++i) {
+        const std::int64_t corner = base + oh * g.stride * g.width + ow * g.stride;
+        std::int64_t best = corner;
+        T best_value = x[corner];
+        for (std::int64_t kh = 0; kh < g.kernel; ++kh)
+          for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
+            const std::int64_t at = corner + kh * g.width + kw;
+            const T v = x[at];
+            const bool take = v > best_value || v != v;  // NaN propagates; selects, not branches
+            best = take ? at : best;
+            best_value = take ? v : best_value;
+          }
+        visit(i, best);
       }
-    visit(i, best);
   }
 }
 

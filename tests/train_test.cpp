@@ -1,0 +1,69 @@
+// The training loop end to end: LeNet learns real Fashion-MNIST; runs are reproducible.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "models/dataset.h"
+#include "models/train.h"
+
+namespace kiln {
+
+TEST_CASE("LeNet learns Fashion-MNIST: 300 Adam steps reach 80% test accuracy") {
+  if (!std::filesystem::exists(kFashionMnistDir)) {
+    MESSAGE("skipped: Fashion-MNIST is not installed at " << kFashionMnistDir);
+    return;
+  }
+  TrainConfig config;
+  config.epochs = 1;
+  config.max_steps = 300;
+  config.progress = false;
+  const std::vector<EpochResult> results = train_classifier(config);
+  REQUIRE(results.size() == 1);
+  MESSAGE("accuracy after 300 steps: " << results[0].test_accuracy << ", loss " << results[0].train_loss);
+  CHECK(results[0].steps == 300);
+  CHECK(results[0].train_loss < 0.9);
+  CHECK(results[0].test_accuracy >= 0.80);
+}
+
+TEST_CASE("the same seed gives the same run; another seed a different one") {
+  TrainConfig config;
+  config.synthetic = true;
+  config.epochs = 2;
+  config.max_steps = 40;
+  config.progress = false;
+  const auto a = train_classifier(config);
+  const auto b = train_classifier(config);
+  config.seed = 1;
+  const auto c = train_classifier(config);
+  REQUIRE(a.size() == 1);  // 4096 synthetic examples: 64 steps per epoch, stopped at 40
+  CHECK(a[0].train_loss == b[0].train_loss);
+  CHECK(a[0].test_accuracy == b[0].test_accuracy);
+  CHECK(a[0].train_loss != c[0].train_loss);
+}
+
+TEST_CASE("bad training settings are rejected with the value in the message") {
+  TrainConfig config;
+  config.synthetic = true;
+  config.progress = false;
+  config.model = "resnet9000";
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown model 'resnet9000'"), Error);
+  config.model = "lenet";
+  config.optimizer = "rmsprop";
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown optimizer 'rmsprop'"), Error);
+  config.optimizer = "sgd";
+  config.batch_size = 100000;
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("batch size 100000 is larger"), Error);
+}
+
+TEST_CASE("a diverging run stops with the step where the loss became non-finite") {
+  TrainConfig config;
+  config.synthetic = true;
+  config.progress = false;
+  config.optimizer = "sgd";
+  config.lr = 1e6;
+  config.lr_schedule = "constant";
+  config.max_steps = 50;
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("training diverged"), Error);
+}
+
+}  // namespace kiln
