@@ -1,0 +1,1 @@
+# Tests of fusion/jit (NVRTC, kernel cache, launching); included from tests/CMakeLists.txt.
