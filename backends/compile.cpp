@@ -6,6 +6,8 @@
 #include <string>
 
 #include "backends/cpu/cpu_program.h"
+#include "core/log.h"
+#include "fusion/fuse.h"
 #include "graph/autograd.h"
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
@@ -38,6 +40,13 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& op
   g = eliminate_dead_code(g);
   verify(g);
   dump_after("dead_code", g);
+  if (options.fuse) {
+    g = fuse(g);
+    g = eliminate_dead_code(g);  // fills folded into groups as literals
+    verify(g);
+    dump_after("fuse", g);
+  }
+  log().debug("compile: {} nodes after the passes", g.nodes().size());
 
   if (options.device.is_cpu()) return make_cpu_program(g);
   throw Error(fmt::format("device {}: this build of kiln has no CUDA backend yet; use the CPU", options.device.str()));

@@ -10,9 +10,10 @@ namespace kiln {
 
 struct CompileOptions {
   Device device = Device::cpu();
+  bool fuse = true;  // false: every op runs as its own kernel (the unfused reference)
 };
 
-// Runs the passes (verify, dead-code elimination; fusion joins here) and builds a Program
+// Runs the passes (verify, dead-code elimination, fusion) and builds a Program
 // for the device. KILN_DUMP=<pass name>[,...] (or "all") prints the graph after a pass.
 std::unique_ptr<Program> compile(const Graph& g, const CompileOptions& options = {});
 

@@ -16,6 +16,7 @@ namespace kiln {
 
 struct OpDef;
 class Graph;
+class NodeBody;
 
 struct TensorType {
   Shape shape;
@@ -69,6 +70,7 @@ struct Node {
   std::string name;      // set for inputs and variables, optional otherwise
   VariablePtr variable;  // op "variable"
   Tensor constant;       // op "tensor_constant"
+  std::shared_ptr<const NodeBody> body;  // op "fused": the group's code
 };
 
 class Graph {

@@ -19,6 +19,7 @@ enum class OpKind {
   matmul,
   conv,
   pool,
+  fused,  // a group of ops compiled together; its NodeBody says what it computes
   other,
 };
 const char* op_kind_name(OpKind kind);
@@ -56,6 +57,17 @@ using ElementwiseLoop = void (*)(const T* const* in, const std::int64_t* in_step
 struct ElementwiseLoops {
   ElementwiseLoop<float> f32 = nullptr;
   ElementwiseLoop<double> f64 = nullptr;
+};
+
+// The body of a node whose op is defined by the node itself (a fused group, built by
+// fusion/fuse): its type rule and CPU evaluation, behind an interface so that graph/
+// needs nothing from the layers above it.
+class NodeBody {
+ public:
+  virtual ~NodeBody() = default;
+  virtual std::vector<TensorType> infer(std::span<const TensorType> inputs) const = 0;
+  virtual void run_cpu(const KernelCall& call) const = 0;
+  virtual std::string summary() const = 0;  // one line: "fused 7 ops (relu, mul, ...) -> f32[64, 10]"
 };
 
 struct OpDef {

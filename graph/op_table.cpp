@@ -16,7 +16,7 @@ struct Table {
 
 void check_entry(const OpDef& op) {
   KILN_ASSERT(!op.name.empty(), "op without a name");
-  KILN_ASSERT(op.kind == OpKind::source || op.infer, "op {} has no type rule", op.name);
+  KILN_ASSERT(op.kind == OpKind::source || op.kind == OpKind::fused || op.infer, "op {} has no type rule", op.name);
   KILN_ASSERT(op.kind == OpKind::source || op.alias || op.cpu, "op {} has no CPU kernel", op.name);
   KILN_ASSERT(op.kind != OpKind::elementwise || (op.loops.f32 && op.loops.f64) || op.alias,
               "elementwise op {} has no loops", op.name);
@@ -62,6 +62,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::matmul: return "matmul";
     case OpKind::conv: return "conv";
     case OpKind::pool: return "pool";
+    case OpKind::fused: return "fused";
     case OpKind::other: return "other";
   }
   return "?";

@@ -16,7 +16,7 @@ std::string node_line(std::int32_t id, const Node& n) {
   for (const ValueRef& in : n.inputs) args += (args.empty() ? "" : ", ") + ref_name(in);
   std::string types;
   for (const TensorType& t : n.outputs) types += (types.empty() ? "" : ", ") + t.str();
-  std::string extra = n.attrs.str();
+  std::string extra = n.body ? n.body->summary() : n.attrs.str();
   if (!n.name.empty()) extra = fmt::format("\"{}\"{}{}", n.name, extra.empty() ? "" : " ", extra);
   return fmt::format("%{} = {}({}){}{} : {}\n", id, n.op->name, args, extra.empty() ? "" : " ", extra, types);
 }

@@ -12,6 +12,14 @@ void ops::register_source_ops(std::vector<OpDef>& table) {
   table.push_back(OpDef{.name = "fill", .kind = OpKind::source, .attrs = {"value"}});
   // A tensor held by the node itself.
   table.push_back(OpDef{.name = "tensor_constant", .kind = OpKind::source});
+  // A fused group (made by fusion/fuse after autograd, so it needs no gradient): the
+  // node's body holds its type rule and its code.
+  OpDef fused{.name = "fused", .kind = OpKind::fused, .arity = -1};
+  fused.cpu = [](const KernelCall& call) {
+    KILN_ASSERT(call.node.body != nullptr, "fused node without a body");
+    call.node.body->run_cpu(call);
+  };
+  table.push_back(std::move(fused));
 }
 
 void ops::check_floating_inputs(const char* op, std::span<const TensorType> inputs) {

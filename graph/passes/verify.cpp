@@ -34,7 +34,8 @@ void verify_node(const Graph& g, std::int32_t id) {
     verify_ref(g, in, id, where);
     in_types.push_back(g.type(in));
   }
-  const std::vector<TensorType> expected = n.op->infer(in_types, n.attrs);
+  KILN_ASSERT((n.op->kind == OpKind::fused) == (n.body != nullptr), "{}: a fused op needs a body, others none", where);
+  const std::vector<TensorType> expected = n.body ? n.body->infer(in_types) : n.op->infer(in_types, n.attrs);
   KILN_ASSERT(expected == n.outputs, "{}: recorded output type {} but the type rule gives {}", where,
               n.outputs[0].str(), expected.empty() ? "nothing" : expected[0].str());
 }

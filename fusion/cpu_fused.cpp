@@ -1,0 +1,212 @@
+// The CPU evaluator of fused groups: the iteration space is cut into tiles that stay in
+// cache; each instruction runs its op's elementwise loop over the tile, so intermediates
+// live only in per-thread tile registers and never touch the output tensors. Broadcast
+// inputs are gathered per tile; a reduction accumulates per thread and is combined last.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "core/dispatch.h"
+#include "fusion/fused_group.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::int64_t kTile = 1024;
+
+// A strided view of the iteration space with adjacent axes merged where the strides allow
+// (so a broadcast bias over [B, C, H, W] walks as [B, C, H*W] with strides [0, 1, 0]).
+struct Walk {
+  std::vector<std::int64_t> dims, strides;
+
+  Walk(const Shape& shape, const std::vector<std::int64_t>& full_strides) {
+    for (std::size_t d = 0; d < shape.rank(); ++d) {
+      if (shape[d] == 1) continue;
+      if (!dims.empty() && strides.back() == full_strides[d] * shape[d]) {
+        dims.back() *= shape[d];
+        strides.back() = full_strides[d];
+        continue;
+      }
+      dims.push_back(shape[d]);
+      strides.push_back(full_strides[d]);
+    }
+    if (dims.empty()) {
+      dims.push_back(1);
+      strides.push_back(0);
+    }
+  }
+
+  // Calls visit(position, length, offset, step) for the runs of elements [start, start +
+  // count): element position + k of the range lives at offset + k * step.
+  template <class Visit>
+  void runs(std::int64_t start, std::int64_t count, Visit visit) const {
+    const std::size_t rank = dims.size();
+    const std::int64_t inner = dims.back();
+    std::int64_t row = start / inner, col = start % inner, done = 0;
+    while (done < count) {
+      std::int64_t offset = col * strides.back();
+      for (std::size_t d = rank - 1, rest = static_cast<std::size_t>(row); d-- > 0;) {
+        offset += static_cast<std::int64_t>(rest % static_cast<std::size_t>(dims[d])) * strides[d];
+        rest /= static_cast<std::size_t>(dims[d]);
+      }
+      const std::int64_t length = std::min(inner - col, count - done);
+      visit(done, length, offset, strides.back());
+      done += length;
+      col = 0;
+      ++row;
+    }
+  }
+};
+
+// Strides over the group's shape of the reduced output: 0 on reduced axes.
+std::vector<std::int64_t> reduction_strides(const Shape& shape, const std::vector<std::int64_t>& axes) {
+  std::vector<std::int64_t> kept;
+  for (std::size_t d = 0; d < shape.rank(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end()) kept.push_back(static_cast<std::int64_t>(d));
+  std::vector<std::int64_t> strides(shape.rank(), 0);
+  std::int64_t step = 1;
+  for (std::size_t k = kept.size(); k-- > 0;) {
+    strides[static_cast<std::size_t>(kept[k])] = step;
+    step *= shape[static_cast<std::size_t>(kept[k])];
+  }
+  return strides;
+}
+
+template <class T>
+ElementwiseLoop<T> loop_of(const OpDef& op) {
+  if constexpr (std::is_same_v<T, float>) return op.loops.f32;
+  else return op.loops.f64;
+}
+
+template <class T>
+class TileEvaluator {
+ public:
+  TileEvaluator(const FusedGroup& g, const KernelCall& call)
+      : g_(g), call_(call), gathered_(g.inputs.size() * kTile), regs_(g.instrs.size() * kTile) {
+    for (const FusedInput& in : g.inputs) walks_.emplace_back(g.shape, in.strides);
+  }
+
+  // Evaluates elements [start, start + count) and writes the full-shape outputs.
+  void run(std::int64_t start, std::int64_t count) {
+    bind_inputs(start, count);
+    for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
+      const FusedInstr& instr = g_.instrs[i];
+      const T* args[8];
+      std::int64_t steps[8];
+      T literals[8];
+      for (std::size_t a = 0; a < instr.args.size(); ++a) operand(instr.args[a], args[a], steps[a], literals[a]);
+      loop_of<T>(*instr.op)(args, steps, &regs_[i * kTile], count);
+    }
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
+      const T* src;
+      std::int64_t step;
+      T literal;
+      operand(g_.outputs[o], src, step, literal);
+      T* dst = call_.outputs[o].template data<T>() + start;
+      if (step == 1) std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
+      else std::fill_n(dst, count, src[0]);
+    }
+  }
+
+  // Adds the tile's values of the reduced operand into per-output accumulators.
+  void accumulate(std::int64_t start, std::int64_t count, const Walk& out_walk, std::vector<double>& acc) {
+    const FusedReduction& r = *g_.reduction;
+    const T* src;
+    std::int64_t step;
+    T literal;
+    operand(r.value, src, step, literal);
+    const bool is_max = r.op->name == "reduce_max";
+    auto combine = [is_max](double& a, double v) { a = is_max ? ((v > a || v != v) ? v : a) : a + v; };
+    out_walk.runs(start, count, [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t out_step) {
+      if (out_step == 0) {  // the whole run reduces into one output
+        double run = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+        for (std::int64_t j = 0; j < length; ++j) combine(run, static_cast<double>(src[(pos + j) * step]));
+        combine(acc[static_cast<std::size_t>(offset)], run);
+        return;
+      }
+      for (std::int64_t j = 0; j < length; ++j)
+        combine(acc[static_cast<std::size_t>(offset + j * out_step)], static_cast<double>(src[(pos + j) * step]));
+    });
+  }
+
+ private:
+  void bind_inputs(std::int64_t start, std::int64_t count) {
+    bound_.resize(g_.inputs.size());
+    for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
+      const FusedInput& in = g_.inputs[k];
+      const T* data = call_.inputs[k].template data<T>();
+      if (in.contiguous(g_.shape)) {
+        bound_[k] = {data + start, 1};
+      } else if (in.scalar()) {
+        bound_[k] = {data, 0};
+      } else {
+        T* buf = &gathered_[k * kTile];
+        walks_[k].runs(start, count, [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
+          if (step == 0) std::fill_n(buf + pos, length, data[offset]);
+          else for (std::int64_t j = 0; j < length; ++j) buf[pos + j] = data[offset + j * step];
+        });
+        bound_[k] = {buf, 1};
+      }
+    }
+  }
+
+  void operand(const Operand& op, const T*& ptr, std::int64_t& step, T& literal) const {
+    switch (op.kind) {
+      case Operand::Kind::input: ptr = bound_[static_cast<std::size_t>(op.index)].first; step = bound_[static_cast<std::size_t>(op.index)].second; return;
+      case Operand::Kind::instr: ptr = &regs_[static_cast<std::size_t>(op.index) * kTile]; step = 1; return;
+      case Operand::Kind::constant: literal = static_cast<T>(op.constant); ptr = &literal; step = 0; return;
+    }
+  }
+
+  const FusedGroup& g_;
+  const KernelCall& call_;
+  std::vector<T> gathered_, regs_;
+  std::vector<Walk> walks_;
+  std::vector<std::pair<const T*, std::int64_t>> bound_;
+};
+
+template <class T>
+void run_group(const FusedGroup& g, const KernelCall& call) {
+  const std::int64_t n = g.shape.numel();
+  const std::int64_t tiles = (n + kTile - 1) / kTile;
+  const int threads = n > 4 * kTile ? omp_get_max_threads() : 1;
+  const bool reduces = g.reduction.has_value();
+  const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
+  const double init = reduces && g.reduction->op->name == "reduce_max" ? -std::numeric_limits<double>::infinity() : 0.0;
+  const Walk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes) : std::vector<std::int64_t>(g.shape.rank(), 0));
+  std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(reduced), init));
+#pragma omp parallel num_threads(threads)
+  {
+    TileEvaluator<T> eval(g, call);
+    std::vector<double>& acc = partial[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(static)
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const std::int64_t start = t * kTile;
+      const std::int64_t count = std::min(kTile, n - start);
+      eval.run(start, count);
+      if (reduces) eval.accumulate(start, count, out_walk, acc);
+    }
+  }
+  if (!reduces) return;
+  const bool is_max = g.reduction->op->name == "reduce_max";
+  T* out = call.outputs[g.outputs.size()].template data<T>();
+  for (std::int64_t o = 0; o < reduced; ++o) {
+    double total = init;
+    for (const auto& acc : partial) {
+      const double v = acc[static_cast<std::size_t>(o)];
+      total = is_max ? ((v > total || v != v) ? v : total) : total + v;
+    }
+    out[o] = static_cast<T>(total);
+  }
+}
+
+}  // namespace
+
+void FusedGroup::run_cpu(const KernelCall& call) const {
+  KILN_ASSERT(call.inputs.size() == inputs.size(), "fused group: {} inputs bound, {} expected", call.inputs.size(), inputs.size());
+  visit_floating(dtype, "fused", [&](auto zero) { run_group<decltype(zero)>(*this, call); });
+}
+
+}  // namespace kiln

@@ -1,0 +1,230 @@
+// The fuse pass: (1) elementwise nodes join a producer's group of the same shape in node
+// order, unless that would make the contracted graph cyclic; (2) a reduction of a group
+// value becomes that group's tail; (3) each group becomes a FusedGroup node, and the
+// graph is re-emitted in a topological order of groups and remaining nodes.
+#include "fusion/fuse.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <queue>
+
+#include "fusion/fused_group.h"
+#include "graph/op_table.h"
+
+namespace kiln {
+namespace {
+
+bool fusible(const Node& n) { return n.op->kind == OpKind::elementwise && !n.op->alias && is_floating(n.outputs[0].dtype); }
+bool is_fill(const Node& n) { return n.op->name == "fill"; }
+bool is_reduction(const Node& n) { return n.op->name == "reduce_sum" || n.op->name == "reduce_max"; }
+
+struct Grouping {
+  std::vector<int> group_of;               // node -> group, or -1
+  std::vector<std::vector<int>> members;   // group -> elementwise members in node order
+  std::vector<int> tail;                   // group -> reduction node, or -1
+  std::vector<Shape> shape;                // group -> iteration shape
+};
+
+// Whether `start` depends on group `target` once every group is contracted to one node.
+bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
+  std::vector<char> seen(g.nodes().size(), 0), seen_group(gr.members.size(), 0);
+  std::vector<int> stack = {start};
+  const int first = gr.members[static_cast<std::size_t>(target)].front();
+  auto push_inputs = [&](int node) {
+    for (const ValueRef& in : g.node(node).inputs) stack.push_back(in.node);
+  };
+  while (!stack.empty()) {
+    const int q = stack.back();
+    stack.pop_back();
+    if (seen[static_cast<std::size_t>(q)]) continue;
+    seen[static_cast<std::size_t>(q)] = 1;
+    const int h = gr.group_of[static_cast<std::size_t>(q)];
+    if (h == target) return true;
+    if (h < 0) {
+      if (q > first) push_inputs(q);  // nodes before the group's first member cannot depend on it
+      continue;
+    }
+    if (seen_group[static_cast<std::size_t>(h)]) continue;
+    seen_group[static_cast<std::size_t>(h)] = 1;
+    for (int m : gr.members[static_cast<std::size_t>(h)]) push_inputs(m);
+  }
+  return false;
+}
+
+bool can_join(const Graph& g, const Grouping& gr, int node, int group) {
+  for (const ValueRef& in : g.node(node).inputs) {
+    if (gr.group_of[static_cast<std::size_t>(in.node)] == group || is_fill(g.node(in.node))) continue;
+    if (reaches_group(g, gr, in.node, group)) return false;
+  }
+  return true;
+}
+
+Grouping group_nodes(const Graph& g) {
+  Grouping gr;
+  const int count = static_cast<int>(g.nodes().size());
+  gr.group_of.assign(static_cast<std::size_t>(count), -1);
+  for (int id = 0; id < count; ++id) {
+    const Node& n = g.node(id);
+    if (!fusible(n)) continue;
+    int chosen = -1;
+    for (const ValueRef& in : n.inputs) {
+      const int h = gr.group_of[static_cast<std::size_t>(in.node)];
+      if (h < 0 || gr.shape[static_cast<std::size_t>(h)] != n.outputs[0].shape) continue;
+      if (can_join(g, gr, id, h)) {
+        chosen = h;
+        break;
+      }
+    }
+    if (chosen < 0) {
+      chosen = static_cast<int>(gr.members.size());
+      gr.members.emplace_back();
+      gr.tail.push_back(-1);
+      gr.shape.push_back(n.outputs[0].shape);
+    }
+    gr.group_of[static_cast<std::size_t>(id)] = chosen;
+    gr.members[static_cast<std::size_t>(chosen)].push_back(id);
+  }
+  // Reduction tails: a reduction depends only on its input's group, so joining cannot cycle.
+  for (int id = 0; id < count; ++id) {
+    const Node& n = g.node(id);
+    if (!is_reduction(n)) continue;
+    const int h = gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
+    if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0) continue;
+    gr.tail[static_cast<std::size_t>(h)] = id;
+    gr.group_of[static_cast<std::size_t>(id)] = h;
+  }
+  return gr;
+}
+
+// For each value, whether something outside its group reads it (a node or a graph root).
+std::map<ValueRef, bool> used_outside(const Graph& g, const Grouping& gr) {
+  std::map<ValueRef, bool> outside;
+  for (int id = 0; id < static_cast<int>(g.nodes().size()); ++id)
+    for (const ValueRef& in : g.node(id).inputs)
+      if (gr.group_of[static_cast<std::size_t>(id)] < 0 || gr.group_of[static_cast<std::size_t>(id)] != gr.group_of[static_cast<std::size_t>(in.node)])
+        outside[in] = true;
+  for (const auto& [name, ref] : g.outputs()) outside[ref] = true;
+  for (const auto& [var, ref] : g.assignments()) outside[ref] = true;
+  return outside;
+}
+
+struct BuiltGroup {
+  std::shared_ptr<FusedGroup> body;
+  std::vector<ValueRef> inputs;          // outer values, in the body's input order
+  std::map<ValueRef, int> output_slot;   // member value -> node output index
+};
+
+BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std::map<ValueRef, bool>& outside) {
+  BuiltGroup b;
+  b.body = std::make_shared<FusedGroup>();
+  FusedGroup& body = *b.body;
+  body.shape = gr.shape[static_cast<std::size_t>(group)];
+  std::map<ValueRef, Operand> local;
+  std::map<ValueRef, int> input_index;
+  auto operand_for = [&](const ValueRef& ref) {
+    auto it = local.find(ref);
+    if (it != local.end()) return it->second;
+    const Node& producer = g.node(ref.node);
+    if (is_fill(producer)) return Operand::literal(producer.attrs.real("value"));
+    auto [pos, inserted] = input_index.emplace(ref, static_cast<int>(body.inputs.size()));
+    if (inserted) {
+      const TensorType& t = g.type(ref);
+      body.inputs.push_back({t, broadcast_strides(t.shape, body.shape)});
+      b.inputs.push_back(ref);
+    }
+    return Operand::input(pos->second);
+  };
+  for (int m : gr.members[static_cast<std::size_t>(group)]) {
+    const Node& n = g.node(m);
+    body.dtype = n.outputs[0].dtype;
+    FusedInstr instr{n.op, {}};
+    for (const ValueRef& in : n.inputs) instr.args.push_back(operand_for(in));
+    local[{m, 0}] = Operand::instr(static_cast<int>(body.instrs.size()));
+    body.instrs.push_back(std::move(instr));
+  }
+  for (int m : gr.members[static_cast<std::size_t>(group)]) {
+    if (!outside.count({m, 0})) continue;
+    b.output_slot[{m, 0}] = static_cast<int>(body.outputs.size());
+    body.outputs.push_back(local.at({m, 0}));
+  }
+  if (const int t = gr.tail[static_cast<std::size_t>(group)]; t >= 0) {
+    const Node& r = g.node(t);
+    body.reduction = FusedReduction{r.op, local.at(r.inputs[0]), r.attrs.integers("axes"), r.attrs.integer("keepdims") != 0, r.outputs[0]};
+    b.output_slot[{t, 0}] = static_cast<int>(body.outputs.size());
+  }
+  return b;
+}
+
+}  // namespace
+
+Graph fuse(const Graph& g) {
+  const Grouping gr = group_nodes(g);
+  const std::map<ValueRef, bool> outside = used_outside(g, gr);
+  std::vector<BuiltGroup> built;
+  for (int h = 0; h < static_cast<int>(gr.members.size()); ++h) built.push_back(build_group(g, gr, h, outside));
+
+  // Units to emit: groups (ids 0..G-1) and the other nodes (G + node id).
+  const int groups = static_cast<int>(gr.members.size());
+  const int count = static_cast<int>(g.nodes().size());
+  auto unit_of = [&](int node) { const int h = gr.group_of[static_cast<std::size_t>(node)]; return h >= 0 ? h : groups + node; };
+  std::vector<std::vector<int>> readers(static_cast<std::size_t>(groups + count));
+  std::vector<int> pending(static_cast<std::size_t>(groups + count), 0), first_node(static_cast<std::size_t>(groups + count), count);
+  std::vector<char> exists(static_cast<std::size_t>(groups + count), 0);
+  for (int id = 0; id < count; ++id) {
+    const int u = unit_of(id);
+    exists[static_cast<std::size_t>(u)] = 1;
+    first_node[static_cast<std::size_t>(u)] = std::min(first_node[static_cast<std::size_t>(u)], id);
+    if (u < groups) continue;  // a group's dependencies are its body's inputs (below)
+    for (const ValueRef& in : g.node(id).inputs) {
+      readers[static_cast<std::size_t>(unit_of(in.node))].push_back(u);
+      ++pending[static_cast<std::size_t>(u)];
+    }
+  }
+  for (int h = 0; h < groups; ++h)
+    for (const ValueRef& in : built[static_cast<std::size_t>(h)].inputs) {
+      readers[static_cast<std::size_t>(unit_of(in.node))].push_back(h);
+      ++pending[static_cast<std::size_t>(h)];
+    }
+
+  Graph out;
+  std::map<ValueRef, ValueRef> remap;
+  auto new_ref = [&](const ValueRef& ref) { return remap.at(ref); };
+  using Item = std::pair<int, int>;  // (first node, unit): emit in original order where possible
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
+  for (int u = 0; u < groups + count; ++u)
+    if (exists[static_cast<std::size_t>(u)] && pending[static_cast<std::size_t>(u)] == 0) ready.emplace(first_node[static_cast<std::size_t>(u)], u);
+  int emitted = 0;
+  while (!ready.empty()) {
+    const int u = ready.top().second;
+    ready.pop();
+    ++emitted;
+    if (u < groups) {
+      const BuiltGroup& b = built[static_cast<std::size_t>(u)];
+      Node n{.op = &op_def("fused")};
+      std::vector<TensorType> in_types;
+      for (const ValueRef& in : b.inputs) {
+        n.inputs.push_back(new_ref(in));
+        in_types.push_back(g.type(in));
+      }
+      n.outputs = b.body->infer(in_types);
+      n.body = b.body;
+      const int id = out.add_node(std::move(n)).node;
+      for (const auto& [ref, slot] : b.output_slot) remap[ref] = {id, slot};
+    } else {
+      Node n = g.node(u - groups);
+      for (ValueRef& in : n.inputs) in = new_ref(in);
+      const int id = out.add_node(std::move(n)).node;
+      for (int i = 0; i < static_cast<int>(g.node(u - groups).outputs.size()); ++i) remap[{u - groups, i}] = {id, i};
+    }
+    for (int r : readers[static_cast<std::size_t>(u)])
+      if (--pending[static_cast<std::size_t>(r)] == 0) ready.emplace(first_node[static_cast<std::size_t>(r)], r);
+  }
+  const int units = static_cast<int>(std::count(exists.begin(), exists.end(), 1));
+  KILN_ASSERT(emitted == units, "fuse: groups form a cycle ({} of {} units emitted)", emitted, units);
+  for (const auto& [name, ref] : g.outputs()) out.output(name, out.value(new_ref(ref)));
+  for (const auto& [var, ref] : g.assignments()) out.assign(var, out.value(new_ref(ref)));
+  return out;
+}
+
+}  // namespace kiln

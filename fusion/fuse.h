@@ -1,0 +1,26 @@
+// fuse: replaces maximal connected sets of elementwise ops that share one iteration shape
+// with "fused" nodes, each carrying a FusedGroup (fusion/fused_group.h).
+//
+// Pre: verify(g) holds. Post: verify holds; the graph computes the same values; every
+// output and assignment refers to the same value as before (now possibly a fused node's
+// output); no group depends on itself through a node outside it (no cycles).
+//
+// What is fused: elementwise ops (including broadcast_to) whose producer in the group has
+// the same shape; scalar fills are folded into the code as literals; a value used inside
+// and outside a group is computed once and becomes a group output; one reduce_sum or
+// reduce_max of a group value joins the group as its tail.
+// What is not, and why: matmul, conv and pooling (they go to GEMM libraries or their own
+// kernels; epilogue fusion into them is future work); a producer of a smaller shape than
+// its consumer (fusing it would recompute it once per broadcast element; it stays a
+// separate group whose output is read at broadcast strides); a second reduction, or ops
+// after a reduction (another iteration space); views (reshape, detach) stay zero-cost
+// aliases outside groups; non-floating values.
+#pragma once
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+Graph fuse(const Graph& g);
+
+}  // namespace kiln

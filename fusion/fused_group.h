@@ -1,0 +1,68 @@
+// The fused-group IR: what one fused kernel computes. Both code generators (the CPU
+// evaluator and CUDA C) read it. A group iterates over one shape; its inputs are read
+// in place at broadcast strides; its instructions are elementwise ops in order; its
+// outputs are full-shape values and, optionally, one reduction of a value at the end.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/op.h"
+
+namespace kiln {
+
+// An operand of an instruction or an output.
+struct Operand {
+  enum class Kind { input, instr, constant };
+  Kind kind = Kind::input;
+  int index = 0;          // input or instruction index
+  double constant = 0.0;  // Kind::constant: a folded fill value
+  static Operand input(int i) { return {Kind::input, i, 0.0}; }
+  static Operand instr(int i) { return {Kind::instr, i, 0.0}; }
+  static Operand literal(double v) { return {Kind::constant, 0, v}; }
+};
+
+struct FusedInput {
+  TensorType type;                    // the outer value's own type
+  std::vector<std::int64_t> strides;  // element strides over the group's shape (0: broadcast)
+  bool contiguous(const Shape& group_shape) const;  // reads element i at offset i
+  bool scalar() const;                // every stride is 0
+};
+
+struct FusedInstr {
+  const OpDef* op = nullptr;  // an elementwise op of the table
+  std::vector<Operand> args;
+};
+
+// A reduction (sum or max) of one operand over axes of the group's shape.
+struct FusedReduction {
+  const OpDef* op = nullptr;  // reduce_sum or reduce_max
+  Operand value;
+  std::vector<std::int64_t> axes;  // sorted
+  bool keepdims = false;
+  TensorType type;                 // the reduced output's type
+};
+
+class FusedGroup final : public NodeBody {
+ public:
+  Shape shape;  // the iteration space
+  DType dtype = DType::f32;
+  std::vector<FusedInput> inputs;     // node inputs, in order
+  std::vector<FusedInstr> instrs;
+  std::vector<Operand> outputs;       // node outputs 0..k-1, each of the group's shape
+  std::optional<FusedReduction> reduction;  // node output k, when present
+
+  std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
+  void run_cpu(const KernelCall& call) const override;
+  std::string summary() const override;
+
+  // Bytes the group reads (its inputs once each) and writes (its outputs).
+  std::int64_t bytes_read() const;
+  std::int64_t bytes_written() const;
+  // Bytes the unfused ops would move for the same work (each op reads its inputs and
+  // writes its output); the difference is what fusion saves.
+  std::int64_t unfused_bytes() const;
+};
+
+}  // namespace kiln

@@ -1,0 +1,73 @@
+// The runtime side of kiln_jit, through the CUDA runtime API only (cudart, never the driver
+// API): whether a GPU is there, and loading, launching and inspecting a compiled kernel.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "fusion/jit/kernel_source.h"
+
+// The CUDA runtime's handle types, declared here so that this header needs no CUDA headers;
+// they are the very types of cuda_runtime_api.h (cudaStream_t is CUstream_st*, ...).
+struct CUstream_st;
+struct CUlib_st;
+struct CUkern_st;
+
+namespace kiln::jit {
+
+using Stream = CUstream_st*;  // == cudaStream_t; nullptr is the default stream
+
+// Grid or block dimensions, as CUDA's dim3.
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// Number of CUDA GPUs; 0, without throwing, when there is no driver or no GPU.
+int cuda_device_count();
+// Why cuda_device_count() is 0 ("no CUDA driver/GPU: ..."); empty when a GPU is there.
+std::string cuda_unavailable_reason();
+// The architecture of the current device (sm = 10 * major + minor). Throws without a GPU.
+JitTarget current_target();
+
+// What the compiler made of a kernel (cudaFuncGetAttributes), for occupancy reports.
+struct KernelAttributes {
+  int registers_per_thread = 0;
+  std::size_t local_bytes_per_thread = 0;  // spills and local arrays
+  std::size_t static_shared_bytes = 0;
+  std::size_t const_bytes = 0;
+  int max_threads_per_block = 0;
+  int max_dynamic_shared_bytes = 0;
+  int binary_version = 0;  // sm of the loaded machine code, e.g. 90
+};
+
+// A CUBIN loaded as a CUDA library (cudaLibraryLoadData) and one kernel of it. The library
+// is unloaded on destruction. Movable, not copyable.
+class LoadedKernel {
+ public:
+  LoadedKernel(const std::vector<char>& cubin, const std::string& name);
+  explicit LoadedKernel(const CompiledKernel& kernel) : LoadedKernel(kernel.cubin, kernel.name) {}
+  ~LoadedKernel();
+  LoadedKernel(LoadedKernel&& other) noexcept;
+  LoadedKernel& operator=(LoadedKernel&& other) noexcept;
+  LoadedKernel(const LoadedKernel&) = delete;
+  LoadedKernel& operator=(const LoadedKernel&) = delete;
+
+  // Launches asynchronously on `stream`; args[i] points at the i-th kernel parameter.
+  // A launch error throws kiln::Error; errors inside the kernel surface at the next sync.
+  void launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const;
+  // Lets launches use more than 48 KiB of dynamic shared memory (up to the device's limit).
+  void set_max_dynamic_shared_bytes(int bytes);
+  int max_active_blocks_per_sm(int block_size, std::size_t shared_bytes) const;
+  KernelAttributes attributes() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  void unload() noexcept;
+
+  std::string name_;
+  CUlib_st* library_ = nullptr;
+  CUkern_st* kernel_ = nullptr;
+};
+
+}  // namespace kiln::jit

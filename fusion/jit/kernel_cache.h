@@ -1,0 +1,58 @@
+// The kernel cache: memory first, then the disk, else NVRTC; the misses of one request are
+// compiled in parallel. Keys cover the source, options, architecture and NVRTC version.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "fusion/jit/disk_cache.h"
+#include "fusion/jit/kernel_source.h"
+#include "fusion/jit/sha256.h"
+
+namespace kiln::jit {
+
+// SHA-256 of everything that determines a kernel's CUBIN: name, code, options, sm, NVRTC
+// version and kiln's compile scheme.
+Digest kernel_cache_key(const KernelSource& src, const JitTarget& target);
+
+class KernelCache {
+ public:
+  // Disk entries live in `disk_dir` (created if missing); the default reads the environment
+  // now (see default_cache_dir). An unusable directory leaves a memory-only cache.
+  explicit KernelCache(std::filesystem::path disk_dir = default_cache_dir());
+
+  // One CompiledKernel per source, in order. Misses are compiled in parallel on
+  // min(hardware threads, misses) threads; a compile error throws kiln::Error (the first
+  // failing kernel's, noting how many others failed). Thread-safe.
+  std::vector<CompiledKernel> get_or_compile(const std::vector<KernelSource>& sources, const JitTarget& target);
+  CompiledKernel get_or_compile(const KernelSource& source, const JitTarget& target);
+
+  // Where the disk entry of `src` for `target` is (or would be) stored.
+  std::filesystem::path entry_path(const KernelSource& src, const JitTarget& target) const;
+  bool disk_enabled() const { return disk_.enabled(); }
+  const std::filesystem::path& disk_dir() const { return disk_.dir(); }
+  void clear_memory();
+
+ private:
+  struct Request {
+    const KernelSource* source;
+    Digest key;
+    std::vector<std::size_t> slots;  // positions in the result that want this kernel
+  };
+  bool find_in_memory(const Digest& key, std::vector<char>& cubin) const;
+  bool find_on_disk(const Request& request, std::vector<char>& cubin);
+  std::vector<char> compile_and_store(const Request& request, const JitTarget& target);
+  void compile_in_parallel(const std::vector<Request*>& misses, const JitTarget& target,
+                           std::vector<CompiledKernel>& results);
+
+  DiskCache disk_;
+  mutable std::mutex mutex_;                    // guards memory_
+  std::map<Digest, std::vector<char>> memory_;  // key -> cubin
+};
+
+// The process-wide cache, on default_cache_dir() as read at its first use.
+KernelCache& global_kernel_cache();
+
+}  // namespace kiln::jit
