@@ -10,55 +10,12 @@
 
 #include "core/dispatch.h"
 #include "fusion/fused_group.h"
+#include "fusion/strided_walk.h"
 
 namespace kiln {
 namespace {
 
 constexpr std::int64_t kTile = 1024;
-
-// A strided view of the iteration space with adjacent axes merged where the strides allow
-// (so a broadcast bias over [B, C, H, W] walks as [B, C, H*W] with strides [0, 1, 0]).
-struct Walk {
-  std::vector<std::int64_t> dims, strides;
-
-  Walk(const Shape& shape, const std::vector<std::int64_t>& full_strides) {
-    for (std::size_t d = 0; d < shape.rank(); ++d) {
-      if (shape[d] == 1) continue;
-      if (!dims.empty() && strides.back() == full_strides[d] * shape[d]) {
-        dims.back() *= shape[d];
-        strides.back() = full_strides[d];
-        continue;
-      }
-      dims.push_back(shape[d]);
-      strides.push_back(full_strides[d]);
-    }
-    if (dims.empty()) {
-      dims.push_back(1);
-      strides.push_back(0);
-    }
-  }
-
-  // Calls visit(position, length, offset, step) for the runs of elements [start, start +
-  // count): element position + k of the range lives at offset + k * step.
-  template <class Visit>
-  void runs(std::int64_t start, std::int64_t count, Visit visit) const {
-    const std::size_t rank = dims.size();
-    const std::int64_t inner = dims.back();
-    std::int64_t row = start / inner, col = start % inner, done = 0;
-    while (done < count) {
-      std::int64_t offset = col * strides.back();
-      for (std::size_t d = rank - 1, rest = static_cast<std::size_t>(row); d-- > 0;) {
-        offset += static_cast<std::int64_t>(rest % static_cast<std::size_t>(dims[d])) * strides[d];
-        rest /= static_cast<std::size_t>(dims[d]);
-      }
-      const std::int64_t length = std::min(inner - col, count - done);
-      visit(done, length, offset, strides.back());
-      done += length;
-      col = 0;
-      ++row;
-    }
-  }
-};
 
 // Strides over the group's shape of the reduced output: 0 on reduced axes.
 std::vector<std::int64_t> reduction_strides(const Shape& shape, const std::vector<std::int64_t>& axes) {
@@ -111,7 +68,7 @@ class TileEvaluator {
   }
 
   // Adds the tile's values of the reduced operand into per-output accumulators.
-  void accumulate(std::int64_t start, std::int64_t count, const Walk& out_walk, std::vector<double>& acc) {
+  void accumulate(std::int64_t start, std::int64_t count, const StridedWalk& out_walk, std::vector<double>& acc) {
     const FusedReduction& r = *g_.reduction;
     const T* src;
     std::int64_t step;
@@ -163,7 +120,7 @@ class TileEvaluator {
   const FusedGroup& g_;
   const KernelCall& call_;
   std::vector<T> gathered_, regs_;
-  std::vector<Walk> walks_;
+  std::vector<StridedWalk> walks_;
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };
 
@@ -175,7 +132,7 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   const bool reduces = g.reduction.has_value();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
   const double init = reduces && g.reduction->op->name == "reduce_max" ? -std::numeric_limits<double>::infinity() : 0.0;
-  const Walk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes) : std::vector<std::int64_t>(g.shape.rank(), 0));
+  const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes) : std::vector<std::int64_t>(g.shape.rank(), 0));
   std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(reduced), init));
 #pragma omp parallel num_threads(threads)
   {

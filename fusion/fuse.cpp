@@ -30,6 +30,7 @@ struct Grouping {
 bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
   std::vector<char> seen(g.nodes().size(), 0), seen_group(gr.members.size(), 0);
   std::vector<int> stack = {start};
+  KILN_ASSERT(!gr.members[static_cast<std::size_t>(target)].empty(), "reaches_group: group {} was absorbed", target);
   const int first = gr.members[static_cast<std::size_t>(target)].front();
   auto push_inputs = [&](int node) {
     for (const ValueRef& in : g.node(node).inputs) stack.push_back(in.node);
@@ -52,12 +53,37 @@ bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
   return false;
 }
 
-bool can_join(const Graph& g, const Grouping& gr, int node, int group) {
+// Whether any input of `node` from outside the groups in `joined` (fills aside) depends
+// on one of them: then putting `node` with them would make the contracted graph cyclic.
+bool inputs_reach(const Graph& g, const Grouping& gr, int node, const std::vector<int>& joined) {
   for (const ValueRef& in : g.node(node).inputs) {
-    if (gr.group_of[static_cast<std::size_t>(in.node)] == group || is_fill(g.node(in.node))) continue;
-    if (reaches_group(g, gr, in.node, group)) return false;
+    const int h = gr.group_of[static_cast<std::size_t>(in.node)];
+    if (std::find(joined.begin(), joined.end(), h) != joined.end() || is_fill(g.node(in.node))) continue;
+    for (int target : joined)
+      if (reaches_group(g, gr, in.node, target)) return true;
   }
+  return false;
+}
+
+// Whether groups `joined` plus `node` can become one group without a cycle: no outside
+// input of any of them may depend on any of them.
+bool can_merge(const Graph& g, const Grouping& gr, int node, const std::vector<int>& joined) {
+  if (inputs_reach(g, gr, node, joined)) return false;
+  if (joined.size() == 1) return true;  // a group never reaches itself through outside nodes
+  for (int h : joined)
+    for (int m : gr.members[static_cast<std::size_t>(h)])
+      if (inputs_reach(g, gr, m, joined)) return false;
   return true;
+}
+
+void absorb(Grouping& gr, int into, int from) {
+  auto& target = gr.members[static_cast<std::size_t>(into)];
+  for (int m : gr.members[static_cast<std::size_t>(from)]) {
+    gr.group_of[static_cast<std::size_t>(m)] = into;
+    target.push_back(m);
+  }
+  std::sort(target.begin(), target.end());
+  gr.members[static_cast<std::size_t>(from)].clear();
 }
 
 Grouping group_nodes(const Graph& g) {
@@ -67,23 +93,25 @@ Grouping group_nodes(const Graph& g) {
   for (int id = 0; id < count; ++id) {
     const Node& n = g.node(id);
     if (!fusible(n)) continue;
-    int chosen = -1;
+    // Producer groups of this shape; the node joins (and merges) as many as stay acyclic.
+    std::vector<int> joined;
     for (const ValueRef& in : n.inputs) {
       const int h = gr.group_of[static_cast<std::size_t>(in.node)];
       if (h < 0 || gr.shape[static_cast<std::size_t>(h)] != n.outputs[0].shape) continue;
-      if (can_join(g, gr, id, h)) {
-        chosen = h;
-        break;
-      }
+      if (std::find(joined.begin(), joined.end(), h) != joined.end()) continue;
+      std::vector<int> trial = joined;
+      trial.push_back(h);
+      if (can_merge(g, gr, id, trial)) joined = trial;
     }
-    if (chosen < 0) {
-      chosen = static_cast<int>(gr.members.size());
+    if (joined.empty()) {
+      joined.push_back(static_cast<int>(gr.members.size()));
       gr.members.emplace_back();
       gr.tail.push_back(-1);
       gr.shape.push_back(n.outputs[0].shape);
     }
-    gr.group_of[static_cast<std::size_t>(id)] = chosen;
-    gr.members[static_cast<std::size_t>(chosen)].push_back(id);
+    for (std::size_t k = 1; k < joined.size(); ++k) absorb(gr, joined[0], joined[k]);
+    gr.group_of[static_cast<std::size_t>(id)] = joined[0];
+    gr.members[static_cast<std::size_t>(joined[0])].push_back(id);
   }
   // Reduction tails: a reduction depends only on its input's group, so joining cannot cycle.
   for (int id = 0; id < count; ++id) {
@@ -117,6 +145,7 @@ struct BuiltGroup {
 
 BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std::map<ValueRef, bool>& outside) {
   BuiltGroup b;
+  if (gr.members[static_cast<std::size_t>(group)].empty()) return b;  // absorbed into another group
   b.body = std::make_shared<FusedGroup>();
   FusedGroup& body = *b.body;
   body.shape = gr.shape[static_cast<std::size_t>(group)];

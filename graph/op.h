@@ -79,7 +79,7 @@ struct OpDef {
   GradFn grad;                 // empty: the op has no gradient (integer or piecewise-constant output)
   CpuKernel cpu;               // empty for sources and for elementwise ops (see loops)
   ElementwiseLoops loops;      // elementwise ops only
-  std::string cuda;            // elementwise ops: CUDA C expression, {0} {1} the inputs
+  std::string cuda;            // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
   bool alias = false;          // output shares input 0's storage (reshape, detach)
 };
 

@@ -98,19 +98,19 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   table.push_back(elementwise<Div>("div", 2, "({0} / {1})", [](const GradContext& c) {
     return Grads{dy(c) / in(c, 1), -(dy(c) * out(c)) / in(c, 1)};
   }));
-  table.push_back(elementwise<Maximum>("maximum", 2, "fmax({0}, {1})", [](const GradContext& c) {
+  table.push_back(elementwise<Maximum>("maximum", 2, "({0} > {1} ? {0} : {1})", [](const GradContext& c) {
     const Value a_wins = greater(in(c, 0), in(c, 1));
     return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
   }));
-  table.push_back(elementwise<Greater>("greater", 2, "({0} > {1} ? 1 : 0)", nullptr));
-  table.push_back(elementwise<Equal>("equal", 2, "({0} == {1} ? 1 : 0)", nullptr));
+  table.push_back(elementwise<Greater>("greater", 2, "({0} > {1} ? T(1) : T(0))", nullptr));
+  table.push_back(elementwise<Equal>("equal", 2, "({0} == {1} ? T(1) : T(0))", nullptr));
   table.push_back(elementwise<Neg>("neg", 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
   table.push_back(elementwise<Exp>("exp", 1, "exp({0})", [](const GradContext& c) { return Grads{dy(c) * out(c)}; }));
   table.push_back(elementwise<Log>("log", 1, "log({0})", [](const GradContext& c) { return Grads{dy(c) / in(c, 0)}; }));
   table.push_back(elementwise<Sqrt>("sqrt", 1, "sqrt({0})", [](const GradContext& c) {
     return Grads{dy(c) * 0.5 / out(c)};
   }));
-  table.push_back(elementwise<Relu>("relu", 1, "fmax({0}, 0)", [](const GradContext& c) {
+  table.push_back(elementwise<Relu>("relu", 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
     return Grads{dy(c) * greater(in(c, 0), scalar_like(in(c, 0), 0.0))};
   }));
   table.push_back(elementwise<Tanh>("tanh", 1, "tanh({0})", [](const GradContext& c) {

@@ -1,0 +1,22 @@
+// CUDA C generation for fused groups. The kernel's parameters are the group's inputs
+// (const T*), then its full-shape outputs (T*), then the reduction output (T*) if any;
+// shapes and strides are compile-time constants in the source.
+#pragma once
+
+#include <string>
+
+#include "fusion/fused_group.h"
+
+namespace kiln {
+
+struct CudaKernelSource {
+  std::string name;    // extern "C" symbol: "kiln_" + a hash of the source
+  std::string source;  // a complete CUDA C translation unit, no includes
+  bool reduction = false;
+  std::int64_t work_items = 0;  // elements (elementwise) or reduced outputs (reduction)
+  int vector_width = 1;         // 4 when the float4 path exists
+};
+
+CudaKernelSource generate_cuda(const FusedGroup& group);
+
+}  // namespace kiln

@@ -1,0 +1,155 @@
+// The fuse pass and the fused CPU evaluator against the unfused reference, on every
+// elementwise op and on random DAGs (values and gradients), and the shape of the result.
+#include <doctest/doctest.h>
+
+#include "fusion/fuse.h"
+#include "fusion/fused_group.h"
+#include "graph/autograd.h"
+#include "graph/op_table.h"
+#include "graph/passes/dead_code.h"
+#include "graph/passes/verify.h"
+#include "models/lenet.h"
+#include "tests/random_graph.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
+  std::vector<Feed> feeds;
+  for (const Node& n : g.nodes())
+    if (n.op->name == "input") feeds.emplace_back(n.name, test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, seed++, -2, 2));
+  return feeds;
+}
+
+// Runs g fused and unfused on the same random inputs and compares every output.
+void check_fused_matches_unfused(const Graph& g, std::uint64_t seed, double tolerance = 1e-5) {
+  const std::vector<Feed> feeds = random_feeds(g, seed);
+  const Outputs reference = compile(g, {.fuse = false})->run(feeds);
+  const Outputs fused = compile(g, {.fuse = true})->run(feeds);
+  for (const auto& [name, tensor] : reference) {
+    CAPTURE(name);
+    CHECK(test::closeness(fused.at(name), tensor, tolerance, tolerance) <= 1.0);
+  }
+}
+
+int count_kernels(const Graph& g) {
+  int kernels = 0;
+  for (const Node& n : g.nodes()) kernels += n.op->kind != OpKind::source && !n.op->alias;
+  return kernels;
+}
+
+}  // namespace
+
+TEST_CASE("every elementwise op fused alone and in a chain matches the unfused result") {
+  for (const OpDef* op : all_ops()) {
+    if (op->kind != OpKind::elementwise || op->alias || op->name == "broadcast_to") continue;
+    CAPTURE(op->name);
+    Graph g;
+    const Value a = g.input("a", {3, 5});
+    const Value b = g.input("b", {5});
+    const Value safe = a * a + 0.5;  // log and sqrt need positive inputs
+    const Value y = op->arity == 1 ? g.apply1(op->name, {op->name == "log" || op->name == "sqrt" ? safe : a})
+                                   : g.apply1(op->name, {safe, b});
+    g.output("y", tanh(y) * 0.5 + y);
+    check_fused_matches_unfused(g, 1);
+  }
+}
+
+TEST_CASE("random elementwise DAGs: fused equals unfused, values and gradients") {
+  int groups = 0;
+  constexpr int kGraphs = 150;
+  for (int s = 0; s < kGraphs; ++s) {
+    CAPTURE(s);
+    Graph g;
+    test::RandomGraphBuilder builder(1000 + static_cast<std::uint64_t>(s));
+    const test::RandomGraph r = builder.build(g, 6 + s % 20);
+    Value loss = sum_all(r.outputs[0]);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+      g.output("out" + std::to_string(i), r.outputs[i]);
+      if (i) loss = loss + sum_all(r.outputs[i]) * 0.5;
+    }
+    const std::vector<Value> grads = grad(loss, r.inputs);
+    for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+    const Graph fused = fuse(eliminate_dead_code(g));
+    CHECK_NOTHROW(verify(fused));
+    for (const Node& n : fused.nodes()) groups += n.op->kind == OpKind::fused;
+    check_fused_matches_unfused(g, 7 + static_cast<std::uint64_t>(s), 2e-5);
+  }
+  MESSAGE(kGraphs << " random graphs, " << groups << " fused groups, all equal to the unfused reference");
+}
+
+TEST_CASE("a value used inside and outside a group is computed once and shared") {
+  Graph g;
+  const Value x = g.input("x", {4, 8});
+  const Value t = tanh(x);
+  const Value inside = t * 2.0 + 1.0;
+  g.output("t", t);  // read outside the group
+  g.output("y", inside);
+  const Graph fused = fuse(eliminate_dead_code(g));
+  int groups = 0;
+  for (const Node& n : fused.nodes())
+    if (n.op->kind == OpKind::fused) {
+      ++groups;
+      CHECK(n.outputs.size() == 2);
+    }
+  CHECK(groups == 1);
+  check_fused_matches_unfused(g, 3);
+}
+
+TEST_CASE("fusion never creates a cycle through a node outside the group") {
+  // a and c are independent; z = f(c, a) joins c's group; x = h(a, c) must not join a's
+  // group, or {a, x} and {c, z} would each need the other first.
+  Graph g;
+  const Value in = g.input("in", {16});
+  const Value a = tanh(in);
+  const Value c = exp(matmul(reshape(in, {1, 16}), reshape(in, {16, 1})));  // not fusible into a's group
+  const Value cz = reshape(c, {1});
+  const Value z = broadcast_to(cz, {16}) * a;
+  const Value x = a + broadcast_to(cz, {16});
+  g.output("z", z);
+  g.output("x", x);
+  CHECK_NOTHROW(verify(fuse(eliminate_dead_code(g))));
+  check_fused_matches_unfused(g, 5);
+}
+
+TEST_CASE("a reduction joins its producer's group as the tail") {
+  Graph g;
+  const Value x = g.input("x", {8, 4, 6});
+  const Value b = g.input("b", {4, 1});
+  g.output("s", sum(relu(x + b) * 3.0, {0, 2}));
+  g.output("m", max(tanh(x), {1}, true));
+  const Graph fused = fuse(eliminate_dead_code(g));
+  int tails = 0;
+  for (const Node& n : fused.nodes())
+    if (n.body) tails += dynamic_cast<const FusedGroup&>(*n.body).reduction.has_value();
+  CHECK(tails == 2);
+  CHECK(count_kernels(fused) == 2);
+  check_fused_matches_unfused(g, 9);
+}
+
+TEST_CASE("the LeNet training step: far fewer kernels after fusion, optimizer one group per parameter") {
+  Philox rng(0);
+  LeNet model(rng);
+  Graph g;
+  const Value loss = cross_entropy(model(g.input("x", {8, 1, 28, 28})), g.input("y", {8}, DType::i64));
+  std::vector<Value> params;
+  for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
+  const std::vector<Value> grads = grad(loss, params);
+  Adam adam({});
+  adam.append_update(g, model.parameters(), grads);
+  g.output("loss", loss);
+  const Graph before = eliminate_dead_code(g);
+  const Graph after = eliminate_dead_code(fuse(before));
+  const int kernels_before = count_kernels(before), kernels_after = count_kernels(after);
+  MESSAGE("LeNet + Adam step: " << kernels_before << " kernels unfused, " << kernels_after << " fused");
+  CHECK(kernels_after * 3 < kernels_before);
+  // Every parameter's update (m, v and the parameter: three assignments) comes from one group.
+  std::map<std::int32_t, int> assignments_per_node;
+  for (const auto& [var, ref] : after.assignments()) ++assignments_per_node[ref.node];
+  int update_groups = 0;
+  for (const auto& [node, count] : assignments_per_node) update_groups += count >= 3;
+  CHECK(update_groups == 8);
+}
+
+}  // namespace kiln
