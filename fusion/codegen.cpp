@@ -22,7 +22,9 @@ std::string literal(double v, DType d) {
     const std::string inf = d == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
     return v > 0 ? inf : "(-" + inf + ")";
   }
-  return d == DType::f64 ? fmt::format("{:.17g}", v) : fmt::format("{:.9g}f", v);
+  std::string text = d == DType::f64 ? fmt::format("{:.17g}", v) : fmt::format("{:.9g}", v);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";  // "0f" is not a float literal
+  return d == DType::f64 ? text : text + "f";
 }
 
 // Offset into an input for element `index` (a C expression), from merged dims and strides.

@@ -24,7 +24,7 @@ class KernelCache {
   explicit KernelCache(std::filesystem::path disk_dir = default_cache_dir());
 
   // One CompiledKernel per source, in order. Misses are compiled in parallel on
-  // min(hardware threads, misses) threads; a compile error throws kiln::Error (the first
+  // min(hardware threads, 8, misses) threads; a compile error throws kiln::Error (the first
   // failing kernel's, noting how many others failed). Thread-safe.
   std::vector<CompiledKernel> get_or_compile(const std::vector<KernelSource>& sources, const JitTarget& target);
   CompiledKernel get_or_compile(const KernelSource& source, const JitTarget& target);

@@ -1,0 +1,80 @@
+// Launch configuration from occupancy, and batch compilation of fused kernels.
+#include "fusion/cuda_fused.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "fusion/jit/cuda_check.h"
+#include "fusion/jit/kernel_cache.h"
+
+namespace kiln {
+namespace {
+
+struct DeviceLimits {
+  int sms = 0;
+  int max_threads_per_sm = 0;
+};
+
+DeviceLimits device_limits() {
+  int device = 0;
+  DeviceLimits l;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&l.max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  return l;
+}
+
+// The block size with the most resident threads per SM (smaller wins a tie: more blocks
+// to spread the grid over); reductions need a multiple of 32 up to 1024, as all do.
+LaunchShape choose_launch(const jit::LoadedKernel& kernel, const CudaKernelSource& src) {
+  const DeviceLimits limits = device_limits();
+  const int max_block = std::min(kernel.attributes().max_threads_per_block, 1024);
+  LaunchShape best;
+  int best_threads = -1;
+  for (int block = 64; block <= max_block; block *= 2) {
+    const int blocks = kernel.max_active_blocks_per_sm(block, 0);
+    if (blocks * block > best_threads) {
+      best_threads = blocks * block;
+      best.block = {static_cast<unsigned>(block), 1, 1};
+      best.blocks_per_sm = blocks;
+    }
+  }
+  KILN_CHECK(best_threads > 0, "kernel {} cannot run at any block size", src.name);
+  best.occupancy = static_cast<double>(best_threads) / static_cast<double>(limits.max_threads_per_sm);
+  const std::int64_t resident = static_cast<std::int64_t>(limits.sms) * best.blocks_per_sm;
+  const std::int64_t per_block = src.reduction ? 1 : static_cast<std::int64_t>(best.block.x) * src.vector_width;
+  const std::int64_t wanted = std::max<std::int64_t>(1, (src.work_items + per_block - 1) / per_block);
+  best.grid = {static_cast<unsigned>(std::min(wanted, resident)), 1, 1};
+  return best;
+}
+
+}  // namespace
+
+CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const jit::CompiledKernel& compiled)
+    : source_(std::move(source)), kernel_(compiled) {
+  shape_ = choose_launch(kernel_, source_);
+}
+
+void CudaFusedKernel::launch(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, jit::Stream stream) const {
+  std::vector<const void*> pointers(inputs.begin(), inputs.end());
+  pointers.insert(pointers.end(), outputs.begin(), outputs.end());
+  std::vector<void*> args;
+  for (const void*& p : pointers) args.push_back(static_cast<void*>(&p));
+  kernel_.launch(shape_.grid, shape_.block, 0, stream, args.data());
+}
+
+std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(const std::vector<const FusedGroup*>& groups) {
+  std::vector<CudaKernelSource> sources;
+  std::vector<jit::KernelSource> requests;
+  for (const FusedGroup* g : groups) {
+    sources.push_back(generate_cuda(*g));
+    requests.push_back({sources.back().name, sources.back().source, {}});
+  }
+  const std::vector<jit::CompiledKernel> compiled = jit::global_kernel_cache().get_or_compile(requests, jit::current_target());
+  std::vector<std::unique_ptr<CudaFusedKernel>> kernels;
+  for (std::size_t i = 0; i < groups.size(); ++i) kernels.push_back(std::make_unique<CudaFusedKernel>(sources[i], compiled[i]));
+  return kernels;
+}
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+// A fused group compiled for the GPU: its generated source, the loaded kernel, and a
+// launch that picks the block size with the occupancy API (not a constant).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusion/codegen.h"
+#include "fusion/jit/cuda_runtime.h"
+
+namespace kiln {
+
+struct LaunchShape {
+  jit::Dim3 grid, block;
+  int blocks_per_sm = 0;  // at this block size, from the occupancy API
+  double occupancy = 0;   // active warps / the SM's maximum
+};
+
+class CudaFusedKernel {
+ public:
+  CudaFusedKernel(CudaKernelSource source, const jit::CompiledKernel& compiled);
+
+  // Pointers: the group's inputs, then its outputs, then the reduction output (device memory).
+  void launch(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, jit::Stream stream) const;
+  const CudaKernelSource& source() const { return source_; }
+  const LaunchShape& launch_shape() const { return shape_; }
+  jit::KernelAttributes attributes() const { return kernel_.attributes(); }
+
+ private:
+  CudaKernelSource source_;
+  jit::LoadedKernel kernel_;
+  LaunchShape shape_;
+};
+
+// Generates, compiles (in parallel, through the kernel cache) and loads every group.
+std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(const std::vector<const FusedGroup*>& groups);
+
+}  // namespace kiln

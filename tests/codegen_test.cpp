@@ -1,0 +1,212 @@
+// CUDA code generation: golden lines of the generated source, NVRTC compilation of every
+// kernel of the LeNet step and of random DAGs (no GPU needed), and, where a GPU exists,
+// every fused kernel against the CPU evaluator on fresh random inputs.
+#include <doctest/doctest.h>
+
+#include "fusion/codegen.h"
+#include "fusion/fuse.h"
+#include "fusion/fused_group.h"
+#include "fusion/jit/kernel_cache.h"
+#include "fusion/jit/nvrtc_compiler.h"
+#include "graph/autograd.h"
+#include "graph/passes/dead_code.h"
+#include "models/lenet.h"
+#include "tests/random_graph.h"
+#include "tests/support.h"
+
+#ifdef KILN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "fusion/cuda_fused.h"
+#include "fusion/jit/cuda_runtime.h"
+#endif
+
+namespace kiln {
+namespace {
+
+std::vector<std::shared_ptr<const FusedGroup>> groups_of(const Graph& fused) {
+  std::vector<std::shared_ptr<const FusedGroup>> out;
+  for (const Node& n : fused.nodes())
+    if (n.body) out.push_back(std::dynamic_pointer_cast<const FusedGroup>(n.body));
+  return out;
+}
+
+std::shared_ptr<const FusedGroup> single_group(Graph& g) {
+  const auto groups = groups_of(fuse(eliminate_dead_code(g)));
+  REQUIRE(groups.size() == 1);
+  return groups[0];
+}
+
+Graph lenet_step(std::int64_t batch) {
+  Graph g;
+  Philox rng(0);
+  static LeNet model(rng);  // parameters outlive the graph's variable nodes
+  const Value loss = cross_entropy(model(g.input("x", {batch, 1, 28, 28})), g.input("y", {batch}, DType::i64));
+  std::vector<Value> params;
+  for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
+  Sgd sgd({.lr = 0.01, .momentum = 0.9});
+  sgd.append_update(g, model.parameters(), grad(loss, params));
+  g.output("loss", loss);
+  return g;
+}
+
+bool contains(const std::string& text, const std::string& line) { return text.find(line) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("golden: a bias-add + relu group over [8, 16] with a [16] bias") {
+  Graph g;
+  const Value x = g.input("x", {8, 16});
+  const Value b = g.input("b", {16});
+  g.output("y", relu(x + b) * 0.5);
+  const CudaKernelSource k = generate_cuda(*single_group(g));
+  CAPTURE(k.source);
+  CHECK(contains(k.source, "typedef float T;"));
+  CHECK(contains(k.source, "(const T* __restrict__ in0, const T* __restrict__ in1, T* __restrict__ out0)"));
+  CHECK(contains(k.source, "const long long n = 128LL;"));
+  CHECK(contains(k.source, "const T x1 = in1[(i % 16LL)];"));  // the bias, read in place at broadcast strides
+  CHECK(contains(k.source, "const T r0 = (x0 + x1);  // add"));
+  CHECK(contains(k.source, "const T r1 = (r0 > T(0) ? r0 : T(0));  // relu"));
+  CHECK(contains(k.source, "const T r2 = (r1 * 0.5f);  // mul"));
+  CHECK(contains(k.source, "const float4 x1 = *reinterpret_cast<const float4*>(in1 + (i % 16LL));"));
+  CHECK(contains(k.source, "*reinterpret_cast<float4*>(out0 + i) = o0;"));
+  CHECK(k.vector_width == 4);
+}
+
+TEST_CASE("golden: a per-channel bias over [2, 3, 5, 5] is lane-invariant only when H*W allows") {
+  Graph g;
+  const Value x = g.input("x", {2, 3, 5, 5});
+  const Value b = g.input("b", {1, 3, 1, 1});
+  g.output("y", x * b);
+  const CudaKernelSource k = generate_cuda(*single_group(g));
+  CAPTURE(k.source);
+  CHECK(contains(k.source, "const T x1 = in1[((i / 25LL) % 3LL)];"));
+  CHECK(k.vector_width == 1);  // 25 is not a multiple of 4: lanes would cross channels
+}
+
+TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle reduction") {
+  Graph g;
+  const Value x = g.input("x", {4, 6, 10});
+  g.output("s", sum(exp(x), {0, 2}));
+  const CudaKernelSource k = generate_cuda(*single_group(g));
+  CAPTURE(k.source);
+  CHECK(k.reduction);
+  CHECK(k.work_items == 6);
+  CHECK(contains(k.source, "const long long n_out = 6LL;"));
+  CHECK(contains(k.source, "const long long n_red = 40LL;"));
+  CHECK(contains(k.source, "const long long base = o * 10LL;"));
+  CHECK(contains(k.source, "const long long i = base + (r % 10LL) * 1LL + (r / 10LL) * 60LL;"));
+  CHECK(contains(k.source, "__shfl_down_sync(0xffffffffu, acc, off)"));
+  CHECK(contains(k.source, "reduced[o] = acc;"));
+}
+
+TEST_CASE("golden: the same group gives the same kernel name; another group another") {
+  Graph g1, g2;
+  g1.output("y", tanh(g1.input("x", {64})));
+  g2.output("y", tanh(g2.input("x", {65})));
+  const std::string a = generate_cuda(*single_group(g1)).name;
+  CHECK(a == generate_cuda(*single_group(g1)).name);
+  CHECK(a != generate_cuda(*single_group(g2)).name);
+}
+
+#ifdef KILN_HAVE_CUDA
+TEST_CASE("every generated kernel of the LeNet step and of random DAGs compiles with NVRTC for sm_90") {
+  std::vector<jit::KernelSource> sources;
+  auto add = [&](const Graph& fused) {
+    for (const auto& group : groups_of(fused)) {
+      const CudaKernelSource k = generate_cuda(*group);
+      sources.push_back({k.name, k.source, {}});
+    }
+  };
+  add(fuse(eliminate_dead_code(lenet_step(64))));
+  for (int s = 0; s < 20; ++s) {
+    Graph g;
+    test::RandomGraphBuilder builder(500 + static_cast<std::uint64_t>(s));
+    const test::RandomGraph r = builder.build(g, 12, s % 5 == 0 ? DType::f64 : DType::f32);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
+    add(fuse(eliminate_dead_code(g)));
+  }
+  jit::KernelCache cache(std::filesystem::temp_directory_path() / "kiln-codegen-test-cache");
+  const auto compiled = cache.get_or_compile(sources, {.sm = 90});
+  REQUIRE(compiled.size() == sources.size());
+  for (const auto& k : compiled) CHECK(k.cubin.size() > 4);
+  MESSAGE(sources.size() << " generated kernels compiled for sm_90");
+}
+
+namespace {
+
+// Runs one group on the GPU and on the CPU with the same random inputs; returns the worst
+// closeness over its outputs.
+double gpu_vs_cpu(const Node& node, const FusedGroup& group, const CudaFusedKernel& kernel, std::uint64_t seed) {
+  std::vector<Tensor> inputs, cpu_outputs;
+  std::vector<void*> device;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (std::size_t k = 0; k < group.inputs.size(); ++k) {
+    inputs.push_back(test::random_tensor(group.inputs[k].type.shape, group.inputs[k].type.dtype, seed + k, -2, 2));
+    void* p = nullptr;
+    REQUIRE(cudaMalloc(&p, std::max<std::size_t>(inputs.back().nbytes(), 16)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, inputs.back().raw(), inputs.back().nbytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+    device.push_back(p);
+    in_ptrs.push_back(p);
+  }
+  for (const TensorType& t : node.outputs) {
+    cpu_outputs.push_back(Tensor::empty(t.shape, t.dtype));
+    void* p = nullptr;
+    REQUIRE(cudaMalloc(&p, std::max<std::size_t>(cpu_outputs.back().nbytes(), 16)) == cudaSuccess);
+    device.push_back(p);
+    out_ptrs.push_back(p);
+  }
+  std::vector<Tensor> outs = cpu_outputs;
+  group.run_cpu(KernelCall{node, inputs, outs});
+  kernel.launch(in_ptrs, out_ptrs, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  double worst = 0;
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    Tensor gpu = Tensor::empty(outs[o].shape(), outs[o].dtype());
+    REQUIRE(cudaMemcpy(gpu.raw(), out_ptrs[o], gpu.nbytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    worst = std::max(worst, test::closeness(gpu, outs[o], 1e-5, 1e-5));
+  }
+  for (void* p : device) cudaFree(p);
+  return worst;
+}
+
+void check_graph_on_gpu(const Graph& fused, std::uint64_t seed, int& kernels) {
+  std::vector<const FusedGroup*> groups;
+  std::vector<const Node*> nodes;
+  for (const Node& n : fused.nodes())
+    if (n.body) {
+      groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+      nodes.push_back(&n);
+    }
+  const auto compiled = compile_fused_kernels(groups);
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    CAPTURE(groups[i]->summary());
+    CAPTURE(compiled[i]->source().source);
+    CHECK(gpu_vs_cpu(*nodes[i], *groups[i], *compiled[i], seed + i * 31) <= 1.0);
+    ++kernels;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GPU: every fused kernel of the LeNet step and of random DAGs matches the CPU evaluator") {
+  if (jit::cuda_device_count() == 0) {
+    MESSAGE("skipped: " << jit::cuda_unavailable_reason());
+    return;
+  }
+  int kernels = 0;
+  check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(64))), 1, kernels);
+  check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(256))), 2, kernels);
+  for (int s = 0; s < 200; ++s) {
+    Graph g;
+    test::RandomGraphBuilder builder(9000 + static_cast<std::uint64_t>(s));
+    const test::RandomGraph r = builder.build(g, 4 + s % 24, s % 7 == 0 ? DType::f64 : DType::f32);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
+    check_graph_on_gpu(fuse(eliminate_dead_code(g)), 100 + static_cast<std::uint64_t>(s), kernels);
+  }
+  MESSAGE(kernels << " fused kernels matched the CPU evaluator on the GPU");
+}
+#endif
+
+}  // namespace kiln
