@@ -8,7 +8,7 @@
 #include "backends/cpu/cpu_program.h"
 #include "core/log.h"
 #include "fusion/fuse.h"
-#include "graph/autograd.h"
+#include "graph/train_step.h"
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
@@ -54,16 +54,8 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& op
 
 std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
                                           const CompileOptions& options) {
-  Graph& g = loss.graph();
-  std::vector<Value> wrt;
-  for (const VariablePtr& p : params) {
-    KILN_CHECK(p->trainable, "compile_training: '{}' is not trainable", p->name);
-    wrt.push_back(g.variable(p));
-  }
-  const std::vector<Value> grads = grad(loss, wrt);
-  optimizer.append_update(g, params, grads);
-  g.output("loss", loss);
-  return compile(g, options);
+  append_training_step(loss, params, optimizer);
+  return compile(loss.graph(), options);
 }
 
 }  // namespace kiln

@@ -187,7 +187,7 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std:
 
 }  // namespace
 
-Graph fuse(const Graph& g) {
+Graph fuse(const Graph& g, FusionReport* report) {
   const Grouping gr = group_nodes(g);
   const std::map<ValueRef, bool> outside = used_outside(g, gr);
   std::vector<BuiltGroup> built;
@@ -239,6 +239,11 @@ Graph fuse(const Graph& g) {
       n.outputs = b.body->infer(in_types);
       n.body = b.body;
       const int id = out.add_node(std::move(n)).node;
+      if (report) {
+        FusionReport::Group entry{gr.members[static_cast<std::size_t>(u)], id};
+        if (gr.tail[static_cast<std::size_t>(u)] >= 0) entry.members.push_back(gr.tail[static_cast<std::size_t>(u)]);
+        report->groups.push_back(std::move(entry));
+      }
       for (const auto& [ref, slot] : b.output_slot) remap[ref] = {id, slot};
     } else {
       Node n = g.node(u - groups);

@@ -21,6 +21,15 @@
 
 namespace kiln {
 
-Graph fuse(const Graph& g);
+// Which nodes of the input graph each fused node was made of (for dump and tests).
+struct FusionReport {
+  struct Group {
+    std::vector<std::int32_t> members;  // node ids in the input graph, the reduction tail last
+    std::int32_t fused_node = -1;       // its node id in the output graph
+  };
+  std::vector<Group> groups;
+};
+
+Graph fuse(const Graph& g, FusionReport* report = nullptr);
 
 }  // namespace kiln

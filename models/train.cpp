@@ -9,23 +9,10 @@
 #include "models/dataset.h"
 #include "models/progress.h"
 #include "models/registry.h"
+#include "models/step_graph.h"
 
 namespace kiln {
 namespace {
-
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c) {
-  if (c.optimizer == "sgd") return std::make_unique<Sgd>(SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
-  if (c.optimizer == "adam" || c.optimizer == "adamw")
-    return std::make_unique<Adam>(AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay,
-                                              .decoupled_weight_decay = c.optimizer == "adamw"});
-  throw Error(fmt::format("unknown optimizer '{}' (sgd, adam, adamw)", c.optimizer));
-}
-
-Shape batch_shape(std::int64_t batch, const Shape& example) {
-  std::vector<std::int64_t> dims = {batch};
-  dims.insert(dims.end(), example.dims().begin(), example.dims().end());
-  return Shape(dims);
-}
 
 // Counts rows of logits [N, C] whose largest entry is at the label.
 std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
@@ -94,14 +81,12 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   const Dataset train = c.synthetic ? synthetic_images(4096, info.input_shape, info.classes, c.seed) : load_fashion_mnist(dir, Split::train);
   const Dataset test = c.synthetic ? synthetic_images(1000, info.input_shape, info.classes, c.seed + 1) : load_fashion_mnist(dir, Split::test);
 
-  Philox init_rng(c.seed);
-  std::unique_ptr<nn::Layer> model = make_model(c.model, init_rng);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(c);
-  Graph g;
-  const Value x = g.input("x", batch_shape(c.batch_size, info.input_shape));
-  const Value y = g.input("y", {c.batch_size}, DType::i64);
-  std::unique_ptr<Program> step = compile_training(cross_entropy((*model)(x), y), model->parameters(), *optimizer, {.device = c.device});
-  Evaluator evaluator(*model, info, c.eval_batch, test, c.device);
+  const OptimizerConfig opt{.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay};
+  ModelGraph train_graph = build_model_graph(c.model, Stage::train, c.batch_size, opt, c.seed);
+  nn::Layer& model = *train_graph.model;
+  Optimizer& optimizer = *train_graph.optimizer;
+  std::unique_ptr<Program> step = compile(*train_graph.graph, {.device = c.device});
+  Evaluator evaluator(model, info, c.eval_batch, test, c.device);
 
   Batcher batcher(train, c.batch_size, true, c.seed);
   Tensor images = Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32);
@@ -121,7 +106,7 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
     double loss_sum = 0;
     const auto start = std::chrono::steady_clock::now();
     for (std::int64_t s = 0; s < steps; ++s) {
-      optimizer->set_lr(scheduled_lr(c, total_steps + s, planned_steps));
+      optimizer.set_lr(scheduled_lr(c, total_steps + s, planned_steps));
       batcher.fill(s, images, labels);
       const double loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
       KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss,

@@ -102,12 +102,12 @@ void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-bool contains(const std::vector<char>& bytes, const std::string& text) {
+[[maybe_unused]] bool contains(const std::vector<char>& bytes, const std::string& text) {
   return std::search(bytes.begin(), bytes.end(), text.begin(), text.end()) != bytes.end();
 }
 
 // A 64-bit little-endian ELF image for NVIDIA GPUs (e_machine EM_CUDA = 190).
-bool is_cubin(const std::vector<char>& b) {
+[[maybe_unused]] bool is_cubin(const std::vector<char>& b) {
   return b.size() > 64 && b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F' && b[4] == 2 && b[5] == 1 &&
          static_cast<unsigned char>(b[18]) == 190 && b[19] == 0;
 }
@@ -122,13 +122,13 @@ KernelSource tanh_kernel(const std::string& name = "kiln_tanh_half", std::vector
           std::move(options)};
 }
 
-double elapsed_ms(std::chrono::steady_clock::time_point start) {
+[[maybe_unused]] double elapsed_ms(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
-TEST_CASE("sha256 matches the FIPS 180-2 test vectors, whole or in pieces") {
+TEST_CASE("sha256 matches the FIPS 180-2 test vectors whole or in pieces") {
   auto hex = [](const std::string& s) { return to_hex(sha256(s.data(), s.size())); };
   CHECK(hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   CHECK(hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -177,7 +177,7 @@ TEST_CASE("a disk cache entry round-trips and every kind of damage is detected")
   CHECK(disk.load(key).payload.empty());
 }
 
-TEST_CASE("the cache directory is KILN_CACHE_DIR, else XDG_CACHE_HOME/kiln, else HOME/.cache/kiln") {
+TEST_CASE("the cache directory is KILN_CACHE_DIR or XDG_CACHE_HOME/kiln or HOME/.cache/kiln") {
   TempDir dir;
   {
     ScopedEnv a("KILN_CACHE_DIR", (dir.path() / "from-env").c_str()), b("XDG_CACHE_HOME", "/xdg");
@@ -213,7 +213,7 @@ TEST_CASE("NVRTC compiles an elementwise kernel to an sm_90 CUBIN") {
   CHECK(sm80 != cubin);
 }
 
-TEST_CASE("a compile error is a kiln::Error with the kernel name, NVRTC's log and the numbered source") {
+TEST_CASE("a compile error is a kiln::Error with the kernel name and NVRTC log and the numbered source") {
   const KernelSource broken{"kiln_broken",
                             "extern \"C\" __global__ void kiln_broken(float* p) {\n"
                             "  float x = p[0];\n"
@@ -244,7 +244,7 @@ TEST_CASE("bad options are kiln::Errors that name them") {
   CHECK(is_cubin(compile_to_cubin(tanh_kernel("k", {"-std=c++20"}), JitTarget{90})));
 }
 
-TEST_CASE("the kernel cache: memory, then disk, never a damaged entry; keys cover what matters") {
+TEST_CASE("the kernel cache looks in memory then on disk and never trusts a damaged entry") {
   TempDir dir;
   ScopedEnv env("KILN_CACHE_DIR", dir.path().c_str());
   const KernelSource src = tanh_kernel("kiln_cached");
@@ -313,7 +313,7 @@ TEST_CASE("the kernel cache: memory, then disk, never a damaged entry; keys cove
   }
 }
 
-TEST_CASE("the misses of one request are compiled in parallel, each under its own name") {
+TEST_CASE("the misses of one request are compiled in parallel and each keeps its name") {
   TempDir dir;
   const char* exprs[] = {"tanhf(x)", "x * x", "expf(-x)", "fmaxf(x, 0.f)", "sinf(x) + cosf(x)", "1.f / (1.f + expf(-x))"};
   std::vector<KernelSource> sources;
@@ -450,7 +450,7 @@ TEST_CASE("without the CUDA toolkit, compiling throws kiln::Error") {
 
 #endif  // KILN_HAVE_CUDA
 
-TEST_CASE("cuda_device_count never throws; without a GPU the reason is given") {
+TEST_CASE("cuda_device_count never throws and without a GPU the reason is given") {
   const int count = cuda_device_count();
   CHECK(count >= 0);
   if (count == 0) {

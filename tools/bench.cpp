@@ -14,6 +14,7 @@
 #include "graph/nn/functional.h"
 #include "models/dataset.h"
 #include "models/registry.h"
+#include "models/step_graph.h"
 
 namespace {
 
@@ -27,42 +28,56 @@ StepTimes summarise(std::vector<double> ms) {
   return {at(0.5), at(0.1), at(0.9)};
 }
 
-// Times `steps` training steps of `model` at `batch` on random data, after `warmup` steps.
-nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, int warmup, int steps) {
-  const kiln::ModelInfo& info = kiln::model_info(model_name);
-  kiln::Philox rng(0);
-  auto model = kiln::make_model(model_name, rng);
-  kiln::Sgd sgd({.lr = 0.01, .momentum = 0.9});
-  kiln::Graph g;
-  std::vector<std::int64_t> dims = {batch};
-  dims.insert(dims.end(), info.input_shape.dims().begin(), info.input_shape.dims().end());
-  const kiln::Value x = g.input("x", kiln::Shape(dims));
-  const kiln::Value y = g.input("y", {batch}, kiln::DType::i64);
-  const auto compile_start = std::chrono::steady_clock::now();
-  auto step = kiln::compile_training(kiln::cross_entropy((*model)(x), y), model->parameters(), sgd);
-  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
-  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
+double run_ms(kiln::Program& p, const std::vector<kiln::Feed>& feeds) {
+  const auto start = std::chrono::steady_clock::now();
+  p.run(feeds);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
 
+StepTimes time_runs(kiln::Program& p, const std::vector<kiln::Feed>& feeds, int warmup, int steps) {
   std::vector<double> ms;
   for (int i = 0; i < warmup + steps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    step->run({{"x", data.images}, {"y", data.labels}});
-    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed = run_ms(p, feeds);
     if (i >= warmup) ms.push_back(elapsed);
   }
-  const StepTimes t = summarise(ms);
-  return {{"name", fmt::format("{} training step, batch {}, SGD momentum", model_name, batch)},
-          {"model", model_name},
-          {"batch", batch},
-          {"device", "cpu"},
-          {"threads", omp_get_max_threads()},
-          {"steps", steps},
-          {"median_ms", t.median_ms},
-          {"p10_ms", t.p10_ms},
-          {"p90_ms", t.p90_ms},
-          {"images_per_second", static_cast<double>(batch) * 1000.0 / t.median_ms},
-          {"compile_ms", compile_ms},
-          {"planned_bytes", step->planned_bytes()}};
+  return summarise(ms);
+}
+
+nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t items) {
+  return {{"name", name},         {"device", "cpu"},   {"threads", omp_get_max_threads()},
+          {"median_ms", t.median_ms}, {"p10_ms", t.p10_ms}, {"p90_ms", t.p90_ms},
+          {"items_per_second", static_cast<double>(items) * 1000.0 / t.median_ms}};
+}
+
+// Times training steps of `model` at `batch` (SGD with momentum) on random data.
+nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse, int warmup, int steps) {
+  const kiln::ModelInfo& info = kiln::model_info(model_name);
+  kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9});
+  const auto compile_start = std::chrono::steady_clock::now();
+  auto step = kiln::compile(*m.graph, {.fuse = fuse});
+  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
+  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
+  nlohmann::json r = result(fmt::format("{} training step, batch {}, SGD momentum{}", model_name, batch, fuse ? "" : " (unfused)"),
+                            time_runs(*step, {{"x", data.images}, {"y", data.labels}}, warmup, steps), batch);
+  r["compile_ms"] = compile_ms;
+  r["planned_bytes"] = step->planned_bytes();
+  return r;
+}
+
+// The fused-elementwise benchmark of the speed issue: tanh(relu(a * b + 1)) * 0.5 over n floats.
+nlohmann::json bench_chain(std::int64_t n, bool fuse, int warmup, int steps) {
+  kiln::Graph g;
+  const kiln::Value a = g.input("a", {n});
+  const kiln::Value b = g.input("b", {n});
+  g.output("y", kiln::tanh(kiln::relu(a * b + 1.0)) * 0.5);
+  auto p = kiln::compile(g, {.fuse = fuse});
+  kiln::Tensor ta = kiln::Tensor::empty({n}, kiln::DType::f32), tb = kiln::Tensor::empty({n}, kiln::DType::f32);
+  kiln::Philox(1).fill_uniform(ta, -1, 1);
+  kiln::Philox(2).fill_uniform(tb, -1, 1);
+  nlohmann::json r = result(fmt::format("tanh(relu(a*b+1))*0.5, {} floats{}", n, fuse ? "" : " (unfused)"),
+                            time_runs(*p, {{"a", ta}, {"b", tb}}, warmup, steps), n);
+  r["gb_per_second"] = static_cast<double>(n) * 12.0 / (r["median_ms"].get<double>() * 1e6);  // 2 reads + 1 write
+  return r;
 }
 
 }  // namespace
@@ -72,6 +87,8 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> batches = {64};
   int warmup = 5, steps = 50, threads = 0;
   std::string json_path;
+  bool unfused = false;
+  std::int64_t chain = 0;
   CLI::App app{"kiln bench: times training steps on the CPU"};
   app.add_option("--model", model, "model")->capture_default_str();
   app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
@@ -79,6 +96,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)");
   app.add_option("--json", json_path, "write the results as JSON here");
+  app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
+  app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -90,12 +109,19 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) omp_set_num_threads(threads);
     nlohmann::json results = nlohmann::json::array();
-    fmt::print("{:<48} {:>10} {:>10} {:>10} {:>12}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "images/s");
-    for (std::int64_t batch : batches) {
-      nlohmann::json r = bench_training_step(model, batch, warmup, steps);
-      fmt::print("{:<48} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
-                 r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["images_per_second"].get<double>());
+    fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "items/s");
+    auto report = [&](const nlohmann::json& r) {
+      fmt::print("{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
+                 r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>());
       results.push_back(r);
+    };
+    for (std::int64_t batch : batches) {
+      report(bench_training_step(model, batch, true, warmup, steps));
+      if (unfused) report(bench_training_step(model, batch, false, warmup, steps));
+    }
+    if (chain > 0) {
+      report(bench_chain(chain, true, warmup, steps));
+      report(bench_chain(chain, false, warmup, steps));
     }
     if (!json_path.empty()) {
       std::ofstream out(json_path);

@@ -148,7 +148,7 @@ std::vector<CompiledKernel> KernelCache::get_or_compile(const std::vector<Kernel
   std::vector<Request*> misses;
   for (auto& [key, request] : requests) {
     std::vector<char> cubin;
-    const bool in_memory = false;
+    const bool in_memory = find_in_memory(key, cubin);
     const bool on_disk = !in_memory && find_on_disk(request, cubin);
     if (!in_memory && !on_disk) {
       misses.push_back(&request);

@@ -25,7 +25,8 @@ class KernelCache {
 
   // One CompiledKernel per source, in order. Misses are compiled in parallel on
   // min(hardware threads, 8, misses) threads; a compile error throws kiln::Error (the first
-  // failing kernel's, noting how many others failed). Thread-safe.
+  // failing kernel's, noting how many others failed). Thread-safe; two concurrent requests
+  // that miss the same kernel may both compile it (the results are identical).
   std::vector<CompiledKernel> get_or_compile(const std::vector<KernelSource>& sources, const JitTarget& target);
   CompiledKernel get_or_compile(const KernelSource& source, const JitTarget& target);
 

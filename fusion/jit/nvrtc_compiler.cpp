@@ -5,6 +5,7 @@
 #include <nvrtc.h>
 
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/log.h"

@@ -1,5 +1,6 @@
 // Elementwise ops: each entry's math is a functor (CPU loops), a CUDA expression and a
 // gradient written with the builder API. Broadcast gradients are summed by autograd.
+#include <Eigen/Core>
 #include <cmath>
 
 #include "graph/kernels/elementwise_cpu.h"
@@ -16,6 +17,11 @@ void unary_loop(const T* const* in, const std::int64_t* in_step, T* out, std::in
   const T* a = in[0];
   if (in_step[0] == 0) {
     std::fill_n(out, n, F::apply(a[0]));
+    return;
+  }
+  using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+  if constexpr (requires(Eigen::Map<const Array> x) { F::array(x); }) {  // Eigen's SIMD exp, log, tanh, sqrt
+    Eigen::Map<Array>(out, n) = F::array(Eigen::Map<const Array>(a, n));
     return;
   }
   for (std::int64_t i = 0; i < n; ++i) out[i] = F::apply(a[i]);
@@ -75,11 +81,23 @@ struct Maximum { template <class T> static T apply(T a, T b) { return a > b ? a 
 struct Greater { template <class T> static T apply(T a, T b) { return a > b ? T(1) : T(0); } };
 struct Equal { template <class T> static T apply(T a, T b) { return a == b ? T(1) : T(0); } };
 struct Neg { template <class T> static T apply(T a) { return -a; } };
-struct Exp { template <class T> static T apply(T a) { return std::exp(a); } };
-struct Log { template <class T> static T apply(T a) { return std::log(a); } };
-struct Sqrt { template <class T> static T apply(T a) { return std::sqrt(a); } };
+struct Exp {
+  template <class T> static T apply(T a) { return std::exp(a); }
+  template <class A> static auto array(const A& a) { return a.exp(); }
+};
+struct Log {
+  template <class T> static T apply(T a) { return std::log(a); }
+  template <class A> static auto array(const A& a) { return a.log(); }
+};
+struct Sqrt {
+  template <class T> static T apply(T a) { return std::sqrt(a); }
+  template <class A> static auto array(const A& a) { return a.sqrt(); }
+};
 struct Relu { template <class T> static T apply(T a) { return a > T(0) ? a : T(0); } };
-struct Tanh { template <class T> static T apply(T a) { return std::tanh(a); } };
+struct Tanh {
+  template <class T> static T apply(T a) { return std::tanh(a); }
+  template <class A> static auto array(const A& a) { return a.tanh(); }
+};
 struct Identity { template <class T> static T apply(T a) { return a; } };
 
 using Grads = std::vector<Value>;

@@ -1,0 +1,36 @@
+// The graphs the tools and the training loop compile: a model's forward pass, or its whole
+// training step (forward, backward, optimizer update), at a batch size.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "graph/nn/module.h"
+#include "graph/optim.h"
+
+namespace kiln {
+
+struct OptimizerConfig {
+  std::string name = "adam";  // sgd, adam, adamw
+  double lr = 1e-3;
+  double momentum = 0.9;      // sgd
+  double weight_decay = 0.0;
+};
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
+
+enum class Stage { forward, train };
+
+struct ModelGraph {
+  std::unique_ptr<nn::Layer> model;
+  std::unique_ptr<Optimizer> optimizer;  // train stage only
+  std::unique_ptr<Graph> graph;          // inputs "x" (and "y"); output "logits" or "loss"
+};
+
+// Builds model `name` (initialised from `seed`) and records its graph for `stage`.
+ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch, const OptimizerConfig& optimizer,
+                             std::uint64_t seed = 0);
+
+// [batch, example...]
+Shape batch_shape(std::int64_t batch, const Shape& example);
+
+}  // namespace kiln

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# dump's command line: every format, the fusion summary, and bad flags. $1: the dump binary.
+set -uo pipefail
+dump=${1:?usage: dump_cli_test.sh DUMP}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "dump_cli_test: FAILED: $*" >&2; exit 1; }
+
+"$dump" --model lenet --stage train > "$tmp/text" || fail "text format exited $?"
+grep -q "^ops before: " "$tmp/text" || fail "text has no 'ops before'"
+grep -q "^kernels after: " "$tmp/text" || fail "text has no 'kernels after'"
+grep -q "== fused kernels ==" "$tmp/text" || fail "text lists no fused kernels"
+grep -q "__global__" "$tmp/text" && fail "text without --kernels shows source"
+
+"$dump" --model lenet --kernels > "$tmp/kernels" || fail "--kernels exited $?"
+grep -q 'extern "C" __global__ void kiln_' "$tmp/kernels" || fail "--kernels shows no kernel source"
+
+"$dump" --model lenet --format json --kernels -o "$tmp/lenet.json" || fail "json exited $?"
+python3 - "$tmp/lenet.json" <<'PY' || fail "json summary is wrong"
+import json, sys
+j = json.load(open(sys.argv[1]))
+s = j["summary"]
+assert s["ops_before"] > 0 and s["kernels_after"] > 0, s
+assert s["kernels_after"] * 2 < s["ops_before"], s  # fusion at least halves the kernels of the LeNet step
+assert s["bytes_saved"] > 0, s
+assert len(j["kernels"]) == s["fused_kernels"] and all("source" in k for k in j["kernels"]), "kernels"
+assert len(j["before"]) > len(j["after"]), "graphs"
+PY
+
+"$dump" --model lenet --stage forward --format dot > "$tmp/lenet.dot" || fail "dot exited $?"
+grep -q "subgraph cluster_" "$tmp/lenet.dot" || fail "dot has no clusters for fused groups"
+if command -v dot > /dev/null; then
+  dot -Tsvg "$tmp/lenet.dot" -o "$tmp/lenet.svg" || fail "Graphviz cannot render the DOT output"
+fi
+
+"$dump" --format yaml > /dev/null 2>&1; [ $? -eq 2 ] || fail "--format yaml should exit 2"
+"$dump" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "--bogus should exit 2"
+"$dump" -o /nonexistent/dir/out.txt > /dev/null 2> "$tmp/err"; code=$?
+[ $code -eq 1 ] && grep -q "dump: error: /nonexistent/dir/out.txt" "$tmp/err" || fail "unwritable output: exit $code, $(cat "$tmp/err")"
+echo "dump_cli_test: all scenarios passed"

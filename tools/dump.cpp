@@ -1,0 +1,63 @@
+// dump: shows a model's graph before and after fusion, the fused kernels and their CUDA
+// source.   dump --model lenet --stage train --format text|dot|json [--kernels]
+// Exit codes: 0 done, 1 an error, 2 a bad flag.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "models/registry.h"
+#include "models/step_graph.h"
+#include "tools/graph_render.h"
+
+int main(int argc, char** argv) {
+  std::string model = "lenet", stage = "train", format = "text", optimizer = "sgd", output;
+  std::int64_t batch = 64;
+  bool kernels = false;
+  std::vector<std::string> models;
+  for (const kiln::ModelInfo& m : kiln::model_infos()) models.push_back(m.name);
+
+  CLI::App app{"kiln dump: a model's graph before and after fusion, with the generated kernels"};
+  app.add_option("--model", model, "model")->check(CLI::IsMember(models))->capture_default_str();
+  app.add_option("--stage", stage, "forward (inference) or train (forward, backward, optimizer)")
+      ->check(CLI::IsMember({"forward", "train"}))->capture_default_str();
+  app.add_option("--format", format, "text, dot (Graphviz) or json")->check(CLI::IsMember({"text", "dot", "json"}))->capture_default_str();
+  app.add_flag("--kernels", kernels, "include each fused kernel's generated CUDA source");
+  app.add_option("--batch-size", batch, "batch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sgd, adam or adamw (train stage)")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  app.add_option("-o,--output", output, "write here instead of standard output");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  try {
+    const kiln::ModelGraph m = kiln::build_model_graph(model, stage == "train" ? kiln::Stage::train : kiln::Stage::forward, batch,
+                                                       {.name = optimizer, .lr = 0.01});
+    const kiln::tools::FusionView view = kiln::tools::fuse_for_view(*m.graph);
+    const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch, stage == "train" ? ", " + optimizer : "");
+    std::string text;
+    if (format == "text") text = kiln::tools::render_text(view, title, kernels);
+    if (format == "dot") text = kiln::tools::render_dot(view, title);
+    if (format == "json") {
+      nlohmann::json j = kiln::tools::render_json(view, kernels);
+      j["title"] = title;
+      text = j.dump(2) + "\n";
+    }
+    if (output.empty()) {
+      std::cout << text;
+      return 0;
+    }
+    std::ofstream out(output);
+    if (!out || !(out << text)) throw kiln::Error(fmt::format("{}: cannot write", output));
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dump: error: {}\n", e.what());
+    return 1;
+  }
+}
