@@ -55,8 +55,12 @@ void* Tensor::raw() const {
   return static_cast<char*>(storage_->data()) + byte_offset_;
 }
 
+void Tensor::check_host(const char* what) const {
+  KILN_CHECK(device().is_cpu(), "{}: the tensor is on {}; copy it to the host first", what, device().str());
+}
+
 double Tensor::at(std::int64_t i) const {
-  KILN_ASSERT(device().is_cpu(), "Tensor::at on {}", device().str());
+  check_host("Tensor::at");
   KILN_CHECK(i >= 0 && i < numel(), "index {} out of range for shape {}", i, shape_.str());
   return visit_dtype(dtype_, [&](auto zero) {
     using T = decltype(zero);
@@ -93,6 +97,7 @@ Tensor Tensor::narrow_rows(std::int64_t begin, std::int64_t count) const {
 Tensor Tensor::clone() const { return to(dtype_); }
 
 Tensor Tensor::to(DType dtype) const {
+  check_host("Tensor::to");
   Tensor out = empty(shape_, dtype);
   if (dtype == dtype_) {
     std::memcpy(out.raw(), raw(), nbytes());
@@ -113,6 +118,8 @@ Tensor Tensor::to(DType dtype) const {
 void Tensor::copy_from(const Tensor& src) {
   KILN_CHECK(src.shape() == shape_ && src.dtype() == dtype_, "copy_from: {} {} into {} {}", src.shape().str(),
              dtype_name(src.dtype()), shape_.str(), dtype_name(dtype_));
+  check_host("copy_from");
+  src.check_host("copy_from");
   std::memcpy(raw(), src.raw(), nbytes());
 }
 

@@ -59,6 +59,8 @@ class Tensor {
   // Copies `src` (same shape and dtype) into this tensor's storage.
   void copy_from(const Tensor& src);
   std::string str(std::size_t max_values = 8) const;
+  // Throws kiln::Error naming `what` unless the tensor is in host memory.
+  void check_host(const char* what) const;
 
  private:
   std::shared_ptr<Storage> storage_;

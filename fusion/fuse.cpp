@@ -114,11 +114,18 @@ Grouping group_nodes(const Graph& g) {
     gr.members[static_cast<std::size_t>(joined[0])].push_back(id);
   }
   // Reduction tails: a reduction depends only on its input's group, so joining cannot cycle.
+  // A reduction with no group to join becomes a group of its own (no instructions), so
+  // that every reduction runs through the same generated code.
   for (int id = 0; id < count; ++id) {
     const Node& n = g.node(id);
-    if (!is_reduction(n)) continue;
-    const int h = gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
-    if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0) continue;
+    if (!is_reduction(n) || !is_floating(n.outputs[0].dtype)) continue;
+    int h = gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
+    if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0) {
+      h = static_cast<int>(gr.members.size());
+      gr.members.emplace_back();
+      gr.tail.push_back(-1);
+      gr.shape.push_back(g.type(n.inputs[0]).shape);
+    }
     gr.tail[static_cast<std::size_t>(h)] = id;
     gr.group_of[static_cast<std::size_t>(id)] = h;
   }
@@ -145,7 +152,7 @@ struct BuiltGroup {
 
 BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std::map<ValueRef, bool>& outside) {
   BuiltGroup b;
-  if (gr.members[static_cast<std::size_t>(group)].empty()) return b;  // absorbed into another group
+  if (gr.members[static_cast<std::size_t>(group)].empty() && gr.tail[static_cast<std::size_t>(group)] < 0) return b;  // absorbed
   b.body = std::make_shared<FusedGroup>();
   FusedGroup& body = *b.body;
   body.shape = gr.shape[static_cast<std::size_t>(group)];
@@ -179,7 +186,8 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std:
   }
   if (const int t = gr.tail[static_cast<std::size_t>(group)]; t >= 0) {
     const Node& r = g.node(t);
-    body.reduction = FusedReduction{r.op, local.at(r.inputs[0]), r.attrs.integers("axes"), r.attrs.integer("keepdims") != 0, r.outputs[0]};
+    body.dtype = r.outputs[0].dtype;
+    body.reduction = FusedReduction{r.op, operand_for(r.inputs[0]), r.attrs.integers("axes"), r.attrs.integer("keepdims") != 0, r.outputs[0]};
     b.output_slot[{t, 0}] = static_cast<int>(body.outputs.size());
   }
   return b;
