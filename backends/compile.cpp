@@ -6,6 +6,9 @@
 #include <string>
 
 #include "backends/cpu/cpu_program.h"
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/cuda_program.h"
+#endif
 #include "core/log.h"
 #include "fusion/fuse.h"
 #include "graph/train_step.h"
@@ -49,7 +52,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& op
   log().debug("compile: {} nodes after the passes", g.nodes().size());
 
   if (options.device.is_cpu()) return make_cpu_program(g);
-  throw Error(fmt::format("device {}: this build of kiln has no CUDA backend yet; use the CPU", options.device.str()));
+#ifdef KILN_HAVE_CUDA
+  return make_cuda_program(g, {.graphs = options.cuda_graphs, .tf32 = options.tf32});
+#else
+  throw Error(fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not found at build time)",
+                          options.device.str()));
+#endif
 }
 
 std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,

@@ -10,7 +10,9 @@ namespace kiln {
 
 struct CompileOptions {
   Device device = Device::cpu();
-  bool fuse = true;  // false: every op runs as its own kernel (the unfused reference)
+  bool fuse = true;         // false: every op runs as its own kernel (the unfused reference)
+  bool cuda_graphs = true;  // CUDA: capture the step as a CUDA graph after the first run
+  bool tf32 = false;        // CUDA: allow TF32 tensor-core math in GEMMs
 };
 
 // Runs the passes (verify, dead-code elimination, fusion) and builds a Program

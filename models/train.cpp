@@ -30,8 +30,8 @@ std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
 // Evaluates in batches of `batch` (and one program for a smaller tail, if any).
 class Evaluator {
  public:
-  Evaluator(nn::Layer& model, const ModelInfo& info, std::int64_t batch, const Dataset& data, Device device)
-      : model_(model), info_(info), data_(data), device_(device), batch_(std::min(batch, data.size())) {}
+  Evaluator(nn::Layer& model, const ModelInfo& info, std::int64_t batch, const Dataset& data, const CompileOptions& options)
+      : model_(model), info_(info), data_(data), options_(options), batch_(std::min(batch, data.size())) {}
 
   double accuracy() {
     std::int64_t correct = 0;
@@ -50,7 +50,7 @@ class Evaluator {
     if (!slot) {
       Graph g;
       g.output("logits", model_(g.input("x", batch_shape(count, info_.input_shape))));
-      slot = compile(g, {.device = device_});
+      slot = compile(g, options_);
     }
     return *slot;
   }
@@ -58,7 +58,7 @@ class Evaluator {
   nn::Layer& model_;
   const ModelInfo& info_;
   const Dataset& data_;
-  Device device_;
+  CompileOptions options_;
   std::int64_t batch_;
   std::unique_ptr<Program> full_, tail_;
 };
@@ -85,8 +85,9 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   ModelGraph train_graph = build_model_graph(c.model, Stage::train, c.batch_size, opt, c.seed);
   nn::Layer& model = *train_graph.model;
   Optimizer& optimizer = *train_graph.optimizer;
-  std::unique_ptr<Program> step = compile(*train_graph.graph, {.device = c.device});
-  Evaluator evaluator(model, info, c.eval_batch, test, c.device);
+  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32};
+  std::unique_ptr<Program> step = compile(*train_graph.graph, options);
+  Evaluator evaluator(model, info, c.eval_batch, test, options);
 
   Batcher batcher(train, c.batch_size, true, c.seed);
   Tensor images = Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32);

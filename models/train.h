@@ -25,6 +25,8 @@ struct TrainConfig {
   std::int64_t max_steps = -1;    // stop after this many steps (all epochs together); -1: no limit
   std::int64_t eval_batch = 1000;
   Device device = Device::cpu();
+  bool cuda_graphs = true;  // CUDA: replay the step as a CUDA graph
+  bool tf32 = false;        // CUDA: TF32 tensor-core GEMMs
   bool progress = true;
 };
 

@@ -8,15 +8,21 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "fusion/jit/cuda_runtime.h"
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/train.h"
 
 namespace {
 
+// auto: the GPU when one is there, else the CPU.
 kiln::Device parse_device(const std::string& name) {
-  if (name == "cpu" || name == "auto") return kiln::Device::cpu();  // auto: the GPU once the CUDA backend exists
-  if (name == "cuda") return kiln::Device::cuda();
+  if (name == "cpu") return kiln::Device::cpu();
+  if (name == "cuda") {
+    KILN_CHECK(kiln::jit::cuda_device_count() > 0, "--device cuda: {}", kiln::jit::cuda_unavailable_reason());
+    return kiln::Device::cuda();
+  }
+  if (name == "auto") return kiln::jit::cuda_device_count() > 0 ? kiln::Device::cuda() : kiln::Device::cpu();
   throw kiln::Error(fmt::format("unknown device '{}'", name));
 }
 
@@ -71,6 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(number_from(0, true));
   app.add_flag("--no-progress", no_progress, "no progress bar");
+  bool no_graphs = false;
+  app.add_flag("--no-cuda-graphs", no_graphs, "CUDA: launch kernel by kernel instead of replaying a captured graph (debugging)");
+  app.add_flag("--tf32", config.tf32, "CUDA: allow TF32 tensor-core math in GEMMs (faster, about 3 fewer significant digits)");
 
   try {
     app.parse(argc, argv);
@@ -84,6 +93,7 @@ int main(int argc, char** argv) {
   try {
     config.device = parse_device(device);
     config.progress = !no_progress;
+    config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
     fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
                config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "backends/feeds.h"
 #include "backends/plan.h"
 #include "graph/op.h"
 
@@ -20,7 +21,6 @@ class CpuProgram final : public Program {
       : graph_(compiled), plan_(plan_memory(graph_)), profile_(std::getenv("KILN_PROFILE") != nullptr) {
     for (const Node& n : graph_.nodes()) {
       if (n.op->name == "fill") fills_.push_back(Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
-      if (n.op->name == "input") input_names_.push_back(n.name);
     }
   }
 
@@ -32,14 +32,11 @@ class CpuProgram final : public Program {
   std::size_t planned_bytes() const override { return plan_.total_bytes(); }
 
  private:
-  const Tensor& feed_for(const Node& n, const std::vector<Feed>& feeds) const;
-  void check_feeds(const std::vector<Feed>& feeds) const;
   Tensor planned_output(std::int32_t slot, const TensorType& type);
 
   Graph graph_;
   MemoryPlan plan_;
   std::vector<Tensor> fills_;  // in node order
-  std::vector<std::string> input_names_;
   std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
   // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed.
   bool profile_;
@@ -60,28 +57,6 @@ void CpuProgram::print_profile() const {
                op_seconds_.at(name).second);
 }
 
-void CpuProgram::check_feeds(const std::vector<Feed>& feeds) const {
-  for (const Feed& f : feeds) {
-    KILN_CHECK(std::find(input_names_.begin(), input_names_.end(), f.name) != input_names_.end(),
-               "run: '{}' is not an input of this program (inputs: {})", f.name, fmt::join(input_names_, ", "));
-    KILN_CHECK(f.tensor.defined(), "run: the tensor fed to '{}' is empty", f.name);
-    KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU", f.name,
-               f.tensor.device().str());
-  }
-}
-
-const Tensor& CpuProgram::feed_for(const Node& n, const std::vector<Feed>& feeds) const {
-  for (const Feed& f : feeds) {
-    if (f.name != n.name) continue;
-    const TensorType& want = n.outputs[0];
-    KILN_CHECK(f.tensor.shape() == want.shape && f.tensor.dtype() == want.dtype,
-               "run: input '{}' expects {} but was fed {}{}", n.name, want.str(), dtype_name(f.tensor.dtype()),
-               f.tensor.shape().str());
-    return f.tensor;
-  }
-  throw Error(fmt::format("run: input '{}' ({}) was not fed", n.name, n.outputs[0].str()));
-}
-
 Tensor CpuProgram::planned_output(std::int32_t slot, const TensorType& type) {
   auto& buffer = buffers_[static_cast<std::size_t>(slot)];
   if (!buffer) buffer = Storage::allocate_cpu(plan_.slot_bytes[static_cast<std::size_t>(slot)]);
@@ -89,7 +64,9 @@ Tensor CpuProgram::planned_output(std::int32_t slot, const TensorType& type) {
 }
 
 Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
-  check_feeds(feeds);
+  check_feed_names(graph_, feeds);
+  for (const Feed& f : feeds)
+    KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU", f.name, f.tensor.device().str());
   buffers_.resize(plan_.slot_bytes.size());
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());
   std::size_t fill_index = 0;

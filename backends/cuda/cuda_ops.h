@@ -1,0 +1,33 @@
+// The CUDA launchers of the ops that are not fused groups (matmul, convolution, pooling,
+// layout), one entry per op name of the table, each prepared once with fixed device
+// pointers so that a step can be captured into a CUDA graph.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fusion/jit/cuda_runtime.h"
+#include "graph/op.h"
+
+namespace kiln::cuda {
+
+struct LaunchSetup {
+  const Node& node;
+  std::vector<TensorType> input_types;
+  std::vector<const void*> inputs;  // device pointers, fixed for the program's life
+  std::vector<void*> outputs;
+  void* workspace = nullptr;        // conv_workspace_bytes of the largest convolution
+  std::size_t workspace_bytes = 0;
+  void* status = nullptr;           // one_hot's error status (device)
+};
+
+using Launch = std::function<void(jit::Stream)>;
+
+// The launch of `setup.node`; kiln::Error if the op has no CUDA kernel.
+Launch prepare_launch(const LaunchSetup& setup);
+bool has_cuda_launcher(const std::string& op_name);
+// Workspace bytes a node needs (convolutions), 0 for the others.
+std::size_t workspace_bytes_for(const Node& node, const std::vector<TensorType>& input_types);
+
+}  // namespace kiln::cuda

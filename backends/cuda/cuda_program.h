@@ -1,0 +1,19 @@
+// The CUDA backend's Program: a static memory plan in one device arena, every node
+// prepared once as a launch with fixed pointers, and, after a warm-up run, the whole step
+// captured as a CUDA graph and replayed.
+#pragma once
+
+#include <memory>
+
+#include "backends/program.h"
+
+namespace kiln {
+
+struct CudaOptions {
+  bool graphs = true;  // capture the step as a CUDA graph after the first run
+  bool tf32 = false;   // allow TF32 tensor-core math in cuBLAS GEMMs
+};
+
+std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options);
+
+}  // namespace kiln

@@ -1,0 +1,31 @@
+// Row-major strided-batched GEMM on cuBLAS (column-major) through the usual swap:
+// C = op(A) op(B) row-major is C^T = op(B)^T op(A)^T column-major. Shared by matmul and conv.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "fusion/jit/cuda_runtime.h"
+
+namespace kiln::cuda {
+
+// For each of `batch` items: C[m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * C, every
+// matrix row-major with its row length (ld_*) and item stride (stride_*, may be 0) in
+// elements; op(X) is X^T when trans_x, where A is stored [k, m] (ld >= m) and so on.
+struct RowMajorGemm {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  const void* a = nullptr;
+  std::int64_t ld_a = 0, stride_a = 0;
+  const void* b = nullptr;
+  std::int64_t ld_b = 0, stride_b = 0;
+  void* c = nullptr;
+  std::int64_t ld_c = 0, stride_c = 0;
+  double alpha = 1.0, beta = 0.0;
+};
+
+// f32 (TF32 tensor cores only when allow_tf32()) or f64; asynchronous on `stream`.
+// Throws kiln::Error for another dtype or a size beyond cuBLAS's 32-bit int arguments.
+void gemm(DType dtype, const RowMajorGemm& g, jit::Stream stream);
+
+}  // namespace kiln::cuda

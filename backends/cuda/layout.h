@@ -1,0 +1,42 @@
+// Layout kernels on the GPU: transpose (graph/ops/layout_ops.cpp), one_hot with a device
+// status the caller checks after a sync, and fill.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "fusion/jit/cuda_runtime.h"
+
+namespace kiln::cuda {
+
+// y = x with its axes permuted: y's axis d is x's axis perm[d] (x contiguous, shape `x_shape`).
+// Any dtype. Axes of size 1 are dropped and axes that stay adjacent are merged first; what
+// remains must have rank <= 8. An identity permutation is a device-to-device copy.
+void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm, const void* x, void* y,
+               jit::Stream stream);
+
+// The device-side report of one_hot: the first row whose label is outside [0, classes)
+// and that label, or bad_row = -1. Allocate kOneHotStatusBytes of device memory for it.
+struct OneHotStatus {
+  std::int64_t bad_row = -1;
+  std::int64_t bad_label = -1;
+};
+inline constexpr std::size_t kOneHotStatusBytes = sizeof(OneHotStatus);
+
+// out[r, c] = (labels[r] == c) for labels of `label_dtype` (i32, i64, u8) into rows of
+// `out_dtype` (f32, f64). An out-of-range label leaves its row zero (nothing is written
+// outside out) and is reported in `device_status` (a device OneHotStatus, overwritten).
+void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes, const void* labels,
+             void* out, void* device_status, jit::Stream stream);
+// Copies the status to the host and waits for `stream` (a synchronisation point).
+OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream);
+// Throws the CPU kernel's kiln::Error ("one_hot: label L at index I is outside [0, C)")
+// when `status` reports a bad row.
+void check_one_hot_status(const OneHotStatus& status, std::int64_t classes);
+
+// out[0, n) = value converted to `dtype`.
+void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream);
+
+}  // namespace kiln::cuda

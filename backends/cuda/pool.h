@@ -1,0 +1,20 @@
+// Max pooling on the GPU with the CPU's semantics (graph/kernels/conv_cpu.cpp): square
+// windows, no padding, each window's first maximum (a NaN wins). Deterministic, no atomics.
+#pragma once
+
+#include "core/dtype.h"
+#include "fusion/jit/cuda_runtime.h"
+#include "graph/kernels/conv_cpu.h"
+
+namespace kiln::cuda {
+
+// x: [planes, H, W] -> y: [planes, OH, OW], f32 or f64.
+void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream);
+// dx (x-shaped) = dy (y-shaped) routed to each window's maximum; overlapping windows sum.
+void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy, void* dx,
+                     jit::Stream stream);
+// out (y-shaped) = g_in (x-shaped) at each window's maximum.
+void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in, void* out,
+                       jit::Stream stream);
+
+}  // namespace kiln::cuda

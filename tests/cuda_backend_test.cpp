@@ -1,0 +1,168 @@
+// The CUDA backend against the CPU backend: every op forward and backward, random DAGs,
+// and whole LeNet training steps (loss and every parameter). Without a GPU, only the
+// checks that need none run (launcher coverage, the error for --device cuda).
+#include <doctest/doctest.h>
+
+#include "backends/compile.h"
+#include "fusion/jit/cuda_runtime.h"
+#include "graph/autograd.h"
+#include "graph/op_table.h"
+#include "models/step_graph.h"
+#include "tests/random_graph.h"
+#include "tests/support.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/device_allocator.h"
+#include "backends/cuda/transfer.h"
+#endif
+
+namespace kiln {
+namespace {
+
+bool have_gpu() {
+  if (jit::cuda_device_count() > 0) return true;
+  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
+  return false;
+}
+
+std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
+  std::vector<Feed> feeds;
+  for (const Node& n : g.nodes()) {
+    if (n.op->name != "input") continue;
+    const TensorType& t = n.outputs[0];
+    if (is_floating(t.dtype)) {
+      feeds.emplace_back(n.name, test::random_tensor(t.shape, t.dtype, seed++, -2, 2));
+      continue;
+    }
+    Tensor labels = Tensor::empty(t.shape, t.dtype);
+    Philox rng(seed++);
+    for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = static_cast<std::int64_t>(rng.next_below(10));
+    feeds.emplace_back(n.name, labels);
+  }
+  return feeds;
+}
+
+// Runs g on the CPU and on the GPU (twice, so the CUDA-graph replay is checked too).
+void check_gpu_matches_cpu(const Graph& g, std::uint64_t seed, double tolerance) {
+  const std::vector<Feed> feeds = random_feeds(g, seed);
+  const Outputs cpu = compile(g)->run(feeds);
+  auto gpu_program = compile(g, {.device = Device::cuda()});
+  for (int run = 0; run < 3; ++run) {
+    const Outputs gpu = gpu_program->run(feeds);
+    for (const auto& [name, tensor] : cpu) {
+      CAPTURE(name);
+      CAPTURE(run);
+      CHECK(test::closeness(gpu.at(name), tensor, tolerance, tolerance) <= 1.0);
+    }
+  }
+}
+
+// One op (by its builder) on random inputs: its value and the gradients of a weighted sum.
+void check_op(const std::string& label, const std::vector<Shape>& shapes, const std::function<Value(const std::vector<Value>&)>& build) {
+  CAPTURE(label);
+  Graph g;
+  std::vector<Value> inputs;
+  for (std::size_t i = 0; i < shapes.size(); ++i) inputs.push_back(g.input("in" + std::to_string(i), shapes[i]));
+  const Value y = build(inputs);
+  g.output("y", y);
+  const std::vector<Value> grads = grad(sum_all(y * g.constant(test::random_tensor(y.shape(), DType::f32, 77))), inputs);
+  for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+  check_gpu_matches_cpu(g, 11, 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("without a GPU, --device cuda is a clear error") {
+  if (jit::cuda_device_count() > 0) return;
+  Graph g;
+  g.output("y", g.input("x", {4}) * 2.0);
+  CHECK_THROWS_WITH_AS(compile(g, {.device = Device::cuda()}), doctest::Contains("device cuda"), Error);
+}
+
+#ifdef KILN_HAVE_CUDA
+TEST_CASE("every op that is not a fused group has a CUDA launcher") {
+  for (const OpDef* op : all_ops()) {
+    if (op->kind == OpKind::source || op->kind == OpKind::elementwise || op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias)
+      continue;  // elementwise ops and reductions run as generated (fused) kernels
+    CAPTURE(op->name);
+    CHECK(cuda::has_cuda_launcher(op->name));
+  }
+}
+
+TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
+  if (!have_gpu()) return;
+  using V = const std::vector<Value>&;
+  check_op("elementwise chain", {{4, 8}, {8}}, [](V v) { return tanh(relu(v[0] * v[1] + 1.0)) * 0.5 - exp(-v[0] * v[0]) + sqrt(v[1] * v[1] + 1.0); });
+  check_op("maximum, div, log", {{3, 5}, {3, 1}}, [](V v) { return maximum(v[0], v[1]) / (v[1] * v[1] + 1.0) + log(v[0] * v[0] + 0.5); });
+  check_op("reductions", {{4, 6, 5}}, [](V v) { return sum(v[0], {0, 2}, true) * max(v[0], {1}, true); });
+  check_op("matmul", {{6, 5}, {5, 7}}, [](V v) { return matmul(v[0], v[1]); });
+  check_op("matmul transposed, batched", {{2, 5, 6}, {2, 7, 5}}, [](V v) { return matmul(v[0], v[1], true, true); });
+  check_op("conv2d stride 1 pad 1", {{3, 2, 7, 5}, {4, 2, 3, 3}}, [](V v) { return conv2d(v[0], v[1], 1, 1); });
+  check_op("conv2d stride 2 pad 0", {{2, 3, 9, 8}, {2, 3, 3, 3}}, [](V v) { return conv2d(v[0], v[1], 2, 0); });
+  check_op("max_pool2d 2", {{2, 3, 8, 6}}, [](V v) { return max_pool2d(v[0], 2); });
+  check_op("max_pool2d 3/1 overlapping", {{1, 2, 7, 7}}, [](V v) { return max_pool2d(v[0], 3, 1); });
+  check_op("transpose", {{2, 3, 4}}, [](V v) { return transpose(v[0], {2, 0, 1}); });
+  check_op("log_softmax", {{5, 10}}, [](V v) { return log_softmax(v[0], 1); });
+  Graph g;
+  g.output("loss", cross_entropy(g.input("x", {8, 10}), g.input("y", {8}, DType::i64)));
+  check_gpu_matches_cpu(g, 5, 1e-5);
+}
+
+TEST_CASE("GPU: random elementwise DAGs match the CPU backend") {
+  if (!have_gpu()) return;
+  for (int s = 0; s < 40; ++s) {
+    CAPTURE(s);
+    Graph g;
+    test::RandomGraphBuilder builder(3000 + static_cast<std::uint64_t>(s));
+    const test::RandomGraph r = builder.build(g, 5 + s % 20);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
+    check_gpu_matches_cpu(g, 20 + static_cast<std::uint64_t>(s), 2e-5);
+  }
+}
+
+TEST_CASE("GPU: LeNet training steps match the CPU step: the loss and every parameter") {
+  if (!have_gpu()) return;
+  for (const char* optimizer : {"sgd", "adam"}) {
+    CAPTURE(optimizer);
+    ModelGraph cpu = build_model_graph("lenet", Stage::train, 64, {.name = optimizer, .lr = 0.01}, 3);
+    ModelGraph gpu = build_model_graph("lenet", Stage::train, 64, {.name = optimizer, .lr = 0.01}, 3);
+    auto cpu_step = compile(*cpu.graph);
+    auto gpu_step = compile(*gpu.graph, {.device = Device::cuda()});
+    for (int step = 0; step < 4; ++step) {  // the first run, the capture, then replays
+      const std::vector<Feed> feeds = random_feeds(*cpu.graph, 100 + static_cast<std::uint64_t>(step));
+      const double cpu_loss = cpu_step->run(feeds).at("loss").item();
+      const double gpu_loss = gpu_step->run(feeds).at("loss").item();
+      CAPTURE(step);
+      CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-4));
+      const auto cpu_params = cpu.model->parameters(), gpu_params = gpu.model->parameters();
+      for (std::size_t p = 0; p < cpu_params.size(); ++p) {
+        CAPTURE(cpu_params[p]->name);
+        CHECK(gpu_params[p]->value.device() == Device::cuda());
+        CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 1e-4, 1e-3) <= 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("GPU: out of memory is a kiln::Error with the request and what is in use") {
+  if (!have_gpu()) return;
+  CHECK_THROWS_WITH_AS(cuda::device_allocator().allocate(std::size_t{1} << 50), doctest::Contains("CUDA out of memory: a request of"), Error);
+  const auto small = cuda::device_allocator().allocate(1000);  // still usable afterwards
+  CHECK(small->data() != nullptr);
+}
+
+TEST_CASE("GPU: the caching allocator makes no cudaMalloc in the steady state") {
+  if (!have_gpu()) return;
+  ModelGraph m = build_model_graph("lenet", Stage::train, 64, {.name = "sgd"}, 1);
+  auto step = compile(*m.graph, {.device = Device::cuda()});
+  const std::vector<Feed> feeds = random_feeds(*m.graph, 1);
+  step->run(feeds);
+  step->run(feeds);
+  const std::size_t mallocs = cuda::device_allocator().stats().device_mallocs;
+  for (int i = 0; i < 10; ++i) step->run(feeds);
+  CHECK(cuda::device_allocator().stats().device_mallocs == mallocs);
+}
+#endif
+
+}  // namespace kiln

@@ -1,0 +1,491 @@
+// backends/cuda kernels: every hand-written kernel compiles with NVRTC for sm_90 (no GPU
+// needed); where a GPU exists, matmul, conv, pooling, transpose, one_hot and fill against
+// the CPU reference kernels on fresh random inputs (GEMMs to 1e-4, data movement exactly).
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <tuple>
+#include <set>
+
+#include "backends/cuda/conv.h"
+#include "backends/cuda/cublas_handle.h"
+#include "backends/cuda/kernel_registry.h"
+#include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/layout.h"
+#include "backends/cuda/matmul.h"
+#include "backends/cuda/pool.h"
+#include "core/philox.h"
+#include "fusion/jit/cuda_check.h"
+#include "fusion/jit/cuda_runtime.h"
+#include "fusion/jit/kernel_cache.h"
+#include "graph/kernels/conv_cpu.h"
+#include "graph/op_table.h"
+
+namespace kiln {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                           \
+  if (jit::cuda_device_count() == 0) {                               \
+    MESSAGE("skipped: " << jit::cuda_unavailable_reason());          \
+    return;                                                          \
+  }
+
+// Device memory for one test, freed at scope exit.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) { KILN_CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 1))); }
+  explicit DeviceBuffer(const Tensor& t) : DeviceBuffer(t.nbytes()) {
+    KILN_CUDA_CHECK(cudaMemcpy(ptr_, t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { (void)cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+  // Waits for the default stream, then copies the first numel(shape) elements back.
+  Tensor download(const Shape& shape, DType dtype) const {
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    Tensor t = Tensor::empty(shape, dtype);
+    KILN_CUDA_CHECK(cudaMemcpy(t.raw(), ptr_, t.nbytes(), cudaMemcpyDeviceToHost));
+    return t;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double low = -1, double high = 1) {
+  Tensor t = Tensor::empty(shape, dtype);
+  Philox rng(seed);
+  rng.fill_uniform(t, low, high);
+  return t;
+}
+
+// Largest |a - b| / (rtol * (|b| + max|b|)); <= 1 is a pass (GEMM error grows with the
+// sums' magnitude, not with each result's, which may cancel to near zero).
+double gemm_closeness(const Tensor& a, const Tensor& b, double rtol) {
+  REQUIRE(a.shape() == b.shape());
+  double scale = 0, worst = 0;
+  for (std::int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, std::abs(b.at(i)));
+  for (std::int64_t i = 0; i < b.numel(); ++i)
+    worst = std::max(worst, std::abs(a.at(i) - b.at(i)) / (rtol * (std::abs(b.at(i)) + scale) + 1e-300));
+  return worst;
+}
+
+double rtol_of(DType dtype) { return dtype == DType::f32 ? 1e-4 : 1e-10; }
+
+// Bit-identical tensors (so NaNs compare equal); reports the first difference.
+void check_identical(const Tensor& gpu, const Tensor& cpu) {
+  REQUIRE(gpu.shape() == cpu.shape());
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  const std::size_t elem = dtype_size(gpu.dtype());
+  const auto* a = static_cast<const char*>(gpu.raw());
+  const auto* b = static_cast<const char*>(cpu.raw());
+  for (std::int64_t i = 0; i < gpu.numel(); ++i)
+    if (std::memcmp(a + i * elem, b + i * elem, elem) != 0) {
+      FAIL_CHECK("element " << i << " of " << gpu.shape().str() << ": gpu " << gpu.at(i) << " cpu " << cpu.at(i));
+      return;
+    }
+}
+
+// Runs op `name`'s CPU kernel with `attrs` on `inputs` into an output of `out_shape`.
+Tensor cpu_op(const std::string& name, Attrs attrs, std::vector<Tensor> inputs, const Shape& out_shape, DType out_dtype) {
+  Node node;
+  node.op = &op_def(name);
+  node.attrs = std::move(attrs);
+  std::vector<Tensor> outputs{Tensor::empty(out_shape, out_dtype)};
+  node.op->cpu(KernelCall{node, inputs, outputs});
+  return outputs[0];
+}
+
+}  // namespace
+
+TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU needed)") {
+  const std::vector<jit::KernelSource> sources = cuda::all_kernel_sources();
+  std::set<std::string> names;
+  for (const auto& s : sources) CHECK_MESSAGE(names.insert(s.name).second, "duplicate kernel " << s.name);
+  const auto dir = std::filesystem::temp_directory_path() / "kiln-cuda-kernels-test-cache";
+  std::filesystem::remove_all(dir);
+  jit::KernelCache cache(dir);
+  const auto compiled = cache.get_or_compile(sources, {.sm = 90});
+  REQUIRE(compiled.size() == sources.size());
+  for (std::size_t i = 0; i < compiled.size(); ++i) {
+    CHECK(compiled[i].name == sources[i].name);
+    CHECK(compiled[i].cubin.size() > 4);
+  }
+  std::filesystem::remove_all(dir);
+  MESSAGE(sources.size() << " hand-written kernels compiled for sm_90");
+}
+
+TEST_CASE("cuBLAS status names and the TF32 switch") {
+  CHECK(std::string(cuda::cublas_status_name(CUBLAS_STATUS_INVALID_VALUE)) == "CUBLAS_STATUS_INVALID_VALUE");
+  CHECK_FALSE(cuda::allow_tf32());
+  try {
+    KILN_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED);
+    FAIL("no throw");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos);
+  }
+}
+
+TEST_CASE("conv workspace sizes (no GPU needed)") {
+  const auto g = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
+  // P = 288, OH*OW = 196: forward one [P, 196] f32 patch matrix per image.
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 64u * 288 * 196 * 4);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward, 1) == 288u * 196 * 4);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 64u * (288 + 64) * 196 * 4);
+  const auto pointwise = kernels::conv_geometry({8, 16, 5, 5}, {4, 16, 1, 1}, 1, 0);
+  CHECK(cuda::conv_workspace_bytes(pointwise, DType::f32, cuda::ConvPass::forward) == 0);
+}
+
+// ---- GPU cases ----
+
+namespace {
+
+void check_matmul(std::vector<std::int64_t> batch_dims, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
+                  DType dtype, std::uint64_t seed) {
+  CAPTURE(m);
+  CAPTURE(n);
+  CAPTURE(k);
+  CAPTURE(ta);
+  CAPTURE(tb);
+  auto dims = [&](std::int64_t r, std::int64_t c) {
+    std::vector<std::int64_t> d = batch_dims;
+    d.push_back(r);
+    d.push_back(c);
+    return Shape(d);
+  };
+  const Tensor a = random_tensor(ta ? dims(k, m) : dims(m, k), dtype, seed);
+  const Tensor b = random_tensor(tb ? dims(n, k) : dims(k, n), dtype, seed + 1);
+  const Tensor ref = cpu_op("matmul", {{"trans_a", std::int64_t{ta}}, {"trans_b", std::int64_t{tb}}}, {a, b}, dims(m, n), dtype);
+  DeviceBuffer da(a), db(b), dc(ref.nbytes());
+  std::int64_t batch = 1;
+  for (std::int64_t d : batch_dims) batch *= d;
+  cuda::matmul({.dtype = dtype, .batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .a = da.get(),
+                .b = db.get(), .c = dc.get()},
+               nullptr);
+  CHECK(gemm_closeness(dc.download(ref.shape(), dtype), ref, rtol_of(dtype)) <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("matmul: all transpose combinations, batched, LeNet's fc1, f64") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 100;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (int t = 0; t < 4; ++t) {
+      check_matmul({}, 7, 5, 9, t & 1, t & 2, dtype, seed += 2);
+      check_matmul({3}, 33, 17, 65, t & 1, t & 2, dtype, seed += 2);
+      check_matmul({2, 3}, 4, 6, 1, t & 1, t & 2, dtype, seed += 2);
+    }
+  check_matmul({}, 64, 128, 3136, false, true, DType::f32, 1);   // x [64, 3136] W^T, W [128, 3136]
+  check_matmul({}, 3136, 128, 64, true, false, DType::f32, 3);   // dW^T-shaped: x^T dy
+  check_matmul({}, 64, 3136, 128, false, false, DType::f32, 5);  // dx = dy W
+}
+
+TEST_CASE("matmul: K = 0 is an empty sum, all zeros") {
+  SKIP_WITHOUT_GPU();
+  // Not compared with the CPU kernel: Eigen leaves the output untouched when K = 0.
+  DeviceBuffer a(16), b(16), c(5 * 4 * sizeof(float));
+  cuda::fill(DType::f32, 3.0, 20, c.get(), nullptr);
+  cuda::matmul({.m = 5, .n = 4, .k = 0, .a = a.get(), .b = b.get(), .c = c.get()}, nullptr);
+  check_identical(c.download({5, 4}, DType::f32), Tensor::zeros({5, 4}, DType::f32));
+}
+
+TEST_CASE("matmul: TF32 when allowed stays within TF32's precision") {
+  SKIP_WITHOUT_GPU();
+  cuda::set_allow_tf32(true);
+  const Tensor a = random_tensor({256, 512}, DType::f32, 11), b = random_tensor({512, 128}, DType::f32, 12);
+  const Tensor ref = cpu_op("matmul", {{"trans_a", std::int64_t{0}}, {"trans_b", std::int64_t{0}}}, {a, b}, {256, 128}, DType::f32);
+  DeviceBuffer da(a), db(b), dc(ref.nbytes());
+  cuda::matmul({.m = 256, .n = 128, .k = 512, .a = da.get(), .b = db.get(), .c = dc.get()}, nullptr);
+  cuda::set_allow_tf32(false);
+  CHECK(gemm_closeness(dc.download(ref.shape(), DType::f32), ref, 1e-2) <= 1.0);
+}
+
+namespace {
+
+// Forward, grad_input and grad_weight of one convolution against conv_cpu; `chunk` limits
+// the workspace to that many images (0: the whole batch).
+void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int64_t padding, DType dtype,
+                std::uint64_t seed, std::int64_t chunk = 0) {
+  CAPTURE(xs.str());
+  CAPTURE(ws.str());
+  CAPTURE(stride);
+  CAPTURE(padding);
+  CAPTURE(chunk);
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, padding);
+  const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
+  const Tensor x = random_tensor(xs, dtype, seed), w = random_tensor(ws, dtype, seed + 1);
+  const Tensor dy = random_tensor(ys, dtype, seed + 2);
+  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype), dw_ref = Tensor::empty(ws, dtype);
+  kernels::conv2d_forward(x, w, y_ref, g);
+  kernels::conv2d_backward_input(dy, w, dx_ref, g);
+  kernels::conv2d_backward_weight(x, dy, dw_ref, g);
+
+  std::size_t bytes = 0;
+  for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+    bytes = std::max(bytes, cuda::conv_workspace_bytes(g, dtype, pass, chunk));
+  DeviceBuffer dx(x), dwt(w), ddy(dy), work(bytes), y(y_ref.nbytes()), dxo(dx_ref.nbytes()), dwo(dw_ref.nbytes());
+  const cuda::ConvWorkspace workspace{work.get(), bytes};
+  cuda::conv2d_forward(dtype, g, dx.get(), dwt.get(), y.get(), workspace, nullptr);
+  cuda::conv2d_grad_input(dtype, g, ddy.get(), dwt.get(), dxo.get(), workspace, nullptr);
+  cuda::conv2d_grad_weight(dtype, g, dx.get(), ddy.get(), dwo.get(), workspace, nullptr);
+  CHECK(gemm_closeness(y.download(ys, dtype), y_ref, rtol_of(dtype)) <= 1.0);
+  CHECK(gemm_closeness(dxo.download(xs, dtype), dx_ref, rtol_of(dtype)) <= 1.0);
+  CHECK(gemm_closeness(dwo.download(ws, dtype), dw_ref, rtol_of(dtype)) <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: LeNet's two convolutions at batch 64") {
+  SKIP_WITHOUT_GPU();
+  check_conv({64, 1, 28, 28}, {32, 1, 3, 3}, 1, 1, DType::f32, 20);
+  check_conv({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1, DType::f32, 30);
+}
+
+TEST_CASE("conv2d: odd sizes, strides, paddings, 1x1, rectangular kernels, f64") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 200;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (std::int64_t stride : {1, 2})
+      for (std::int64_t padding : {0, 1, 2}) {
+        check_conv({3, 2, 7, 5}, {4, 2, 3, 3}, stride, padding, dtype, seed += 3);
+        check_conv({2, 3, 9, 6}, {5, 3, 3, 2}, stride, padding, dtype, seed += 3);
+      }
+  check_conv({2, 3, 5, 7}, {4, 3, 1, 1}, 1, 0, DType::f32, 300);  // pointwise: no im2col
+  check_conv({2, 3, 5, 7}, {4, 3, 1, 1}, 2, 0, DType::f32, 303);
+  check_conv({1, 1, 3, 3}, {1, 1, 3, 3}, 1, 0, DType::f64, 306);
+}
+
+TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {
+  SKIP_WITHOUT_GPU();
+  check_conv({7, 3, 9, 8}, {4, 3, 3, 3}, 2, 1, DType::f32, 400, 1);
+  check_conv({7, 3, 9, 8}, {4, 3, 3, 3}, 1, 1, DType::f32, 410, 3);
+  check_conv({7, 3, 9, 8}, {4, 3, 3, 3}, 1, 1, DType::f64, 420, 2);
+}
+
+TEST_CASE("conv2d: a workspace too small for one image is a kiln::Error") {
+  SKIP_WITHOUT_GPU();
+  const auto g = kernels::conv_geometry({2, 3, 9, 8}, {4, 3, 3, 3}, 1, 1);
+  DeviceBuffer x(2 * 3 * 9 * 8 * 4), w(4 * 3 * 9 * 4), y(2 * 4 * 9 * 8 * 4), work(256);
+  CHECK_THROWS_AS(cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), {work.get(), 256}, nullptr), Error);
+}
+
+namespace {
+
+// Pooling x: integers in [0, 4) when `ties` (many equal maxima), some NaNs when `nans`.
+Tensor pool_input(const Shape& shape, DType dtype, std::uint64_t seed, bool ties, bool nans) {
+  Tensor x = random_tensor(shape, dtype, seed, 0, ties ? 4 : 1);
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    double v = x.at(i);
+    if (ties) v = std::floor(v);
+    if (nans && i % 37 == 5) v = NAN;
+    if (dtype == DType::f32) x.data<float>()[i] = static_cast<float>(v);
+    else x.data<double>()[i] = v;
+  }
+  return x;
+}
+
+void check_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, DType dtype, std::uint64_t seed, bool ties,
+                bool nans) {
+  CAPTURE(xs.str());
+  CAPTURE(kernel);
+  CAPTURE(stride);
+  CAPTURE(ties);
+  CAPTURE(nans);
+  const kernels::PoolGeometry g = kernels::pool_geometry(xs, kernel, stride);
+  const Shape ys{xs[0], xs[1], g.out_h, g.out_w};
+  const Tensor x = pool_input(xs, dtype, seed, ties, nans);
+  const Tensor dy = random_tensor(ys, dtype, seed + 1), gin = random_tensor(xs, dtype, seed + 2);
+  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype), sel_ref = Tensor::empty(ys, dtype);
+  kernels::max_pool2d_forward(x, y_ref, g);
+  kernels::max_pool2d_backward(x, dy, dx_ref, g);
+  kernels::max_pool2d_select(x, gin, sel_ref, g);
+  DeviceBuffer dx(x), ddy(dy), dg(gin), y(y_ref.nbytes()), dxo(dx_ref.nbytes()), sel(sel_ref.nbytes());
+  cuda::max_pool2d_forward(dtype, g, dx.get(), y.get(), nullptr);
+  cuda::max_pool2d_grad(dtype, g, dx.get(), ddy.get(), dxo.get(), nullptr);
+  cuda::max_pool2d_select(dtype, g, dx.get(), dg.get(), sel.get(), nullptr);
+  check_identical(y.download(ys, dtype), y_ref);
+  check_identical(dxo.download(xs, dtype), dx_ref);
+  check_identical(sel.download(ys, dtype), sel_ref);
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d: LeNet's pools, exactly as the CPU") {
+  SKIP_WITHOUT_GPU();
+  check_pool({64, 32, 28, 28}, 2, 2, DType::f32, 50, false, false);
+  check_pool({64, 64, 14, 14}, 2, 2, DType::f32, 60, false, false);
+}
+
+TEST_CASE("max_pool2d: odd sizes, overlapping and gapped windows, ties, NaNs, f64") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 500;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [kernel, stride] : {std::pair{2, 2}, {3, 2}, {3, 1}, {2, 3}, {1, 1}, {5, 5}})
+      for (int variant = 0; variant < 3; ++variant)
+        check_pool({3, 2, 7, 5}, kernel, stride, dtype, seed += 3, variant >= 1, variant == 2);
+  check_pool({2, 3, 11, 13}, 3, 2, DType::f32, 600, true, false);
+}
+
+namespace {
+
+void check_transpose(const Shape& xs, const std::vector<std::int64_t>& perm, DType dtype, std::uint64_t seed) {
+  CAPTURE(xs.str());
+  CAPTURE(dtype_name(dtype));
+  std::vector<std::int64_t> out;
+  for (std::int64_t p : perm) out.push_back(xs[static_cast<std::size_t>(p)]);
+  const Tensor x = random_tensor(xs, DType::f64, seed, 0, 100).to(dtype);  // integers via f64
+  Attrs attrs;
+  attrs.set("perm", perm);
+  const Tensor ref = cpu_op("transpose", attrs, {x}, Shape(out), dtype);
+  DeviceBuffer dx(x), dy(ref.nbytes());
+  cuda::transpose(dtype, xs, perm, dx.get(), dy.get(), nullptr);
+  check_identical(dy.download(ref.shape(), dtype), ref);
+}
+
+}  // namespace
+
+TEST_CASE("transpose: permutations of rank 1 to 8, size-1 axes, every element size") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 700;
+  for (DType dtype : {DType::f32, DType::f64, DType::i64, DType::i32, DType::u8}) {
+    check_transpose({17}, {0}, dtype, seed++);
+    check_transpose({7, 5}, {1, 0}, dtype, seed++);
+    check_transpose({64, 3136}, {1, 0}, dtype, seed++);
+    check_transpose({3, 1, 5, 4}, {2, 0, 3, 1}, dtype, seed++);
+    check_transpose({4, 6, 5}, {1, 0, 2}, dtype, seed++);
+    check_transpose({2, 3, 4, 5, 6}, {4, 2, 0, 3, 1}, dtype, seed++);
+    check_transpose({2, 3, 4, 5, 6}, {0, 1, 2, 3, 4}, dtype, seed++);
+    check_transpose({2, 1, 3, 2, 2, 3, 1, 2}, {7, 5, 3, 1, 0, 2, 4, 6}, dtype, seed++);
+  }
+}
+
+TEST_CASE("one_hot: i32, i64 and u8 labels into f32 and f64 rows, exactly as the CPU") {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer status(cuda::kOneHotStatusBytes);
+  for (DType label : {DType::i32, DType::i64, DType::u8})
+    for (DType out : {DType::f32, DType::f64}) {
+      CAPTURE(dtype_name(label));
+      CAPTURE(dtype_name(out));
+      const std::int64_t rows = 1000, classes = 10;
+      const Tensor labels = random_tensor({rows}, DType::f64, 800, 0, classes).to(label);
+      const Tensor ref = cpu_op("one_hot", {{"classes", classes}, {"dtype", std::string(dtype_name(out))}}, {labels},
+                                {rows, classes}, out);
+      DeviceBuffer dl(labels), dout(ref.nbytes());
+      cuda::one_hot(label, out, rows, classes, dl.get(), dout.get(), status.get(), nullptr);
+      const cuda::OneHotStatus s = cuda::read_one_hot_status(status.get(), nullptr);
+      CHECK(s.bad_row == -1);
+      CHECK_NOTHROW(cuda::check_one_hot_status(s, classes));
+      check_identical(dout.download(ref.shape(), out), ref);
+    }
+}
+
+TEST_CASE("one_hot: a label out of range is reported after sync, nothing written out of bounds") {
+  SKIP_WITHOUT_GPU();
+  const std::int64_t rows = 12, classes = 10, guard = 64;
+  std::vector<std::int64_t> values(rows, 3);
+  values[9] = -1;
+  values[5] = 12;  // the first bad row
+  const Tensor labels = Tensor::from_vector<std::int64_t>({rows}, values);
+  DeviceBuffer dl(labels), dout((rows * classes + guard) * sizeof(float)), status(cuda::kOneHotStatusBytes);
+  cuda::fill(DType::f32, 777.0, rows * classes + guard, dout.get(), nullptr);
+  cuda::one_hot(DType::i64, DType::f32, rows, classes, dl.get(), dout.get(), status.get(), nullptr);
+  const cuda::OneHotStatus s = cuda::read_one_hot_status(status.get(), nullptr);
+  CHECK(s.bad_row == 5);
+  CHECK(s.bad_label == 12);
+  std::string gpu_message, cpu_message;
+  try {
+    cuda::check_one_hot_status(s, classes);
+  } catch (const Error& e) {
+    gpu_message = e.what();
+  }
+  try {
+    cpu_op("one_hot", {{"classes", classes}, {"dtype", std::string("f32")}}, {labels}, {rows, classes}, DType::f32);
+  } catch (const Error& e) {
+    cpu_message = e.what();
+  }
+  CHECK(gpu_message == "one_hot: label 12 at index 5 is outside [0, 10)");
+  CHECK(gpu_message == cpu_message);
+  const Tensor all = dout.download({rows * classes + guard}, DType::f32);
+  for (std::int64_t i = 0; i < rows * classes + guard; ++i) {
+    const std::int64_t row = i / classes;
+    const float expected = row >= rows ? 777.0f : (values[static_cast<std::size_t>(row)] == i % classes ? 1.0f : 0.0f);
+    if (all.data<float>()[i] != expected) {
+      FAIL_CHECK("element " << i << " is " << all.data<float>()[i] << ", expected " << expected);
+      break;
+    }
+  }
+}
+
+TEST_CASE("fill: every dtype, and all kernels load on the device") {
+  SKIP_WITHOUT_GPU();
+  cuda::preload_kernels(cuda::all_kernel_sources());
+  for (DType dtype : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) {
+    const std::int64_t n = 100003;
+    DeviceBuffer buf(static_cast<std::size_t>(n) * dtype_size(dtype));
+    cuda::fill(dtype, 7.0, n, buf.get(), nullptr);
+    check_identical(buf.download({n}, dtype), Tensor::full({n}, 7.0, dtype));
+  }
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+// Timings for the report, not a check: ./cuda_kernels_tests -tc="benchmark*" --no-skip
+TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA events)" * doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  auto time_us = [](const std::function<void()>& body) {
+    cudaEvent_t start, stop;
+    KILN_CUDA_CHECK(cudaEventCreate(&start));
+    KILN_CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 5; ++i) body();
+    std::vector<float> ms(50);
+    for (float& t : ms) {
+      KILN_CUDA_CHECK(cudaEventRecord(start, nullptr));
+      body();
+      KILN_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+      KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    }
+    std::sort(ms.begin(), ms.end());
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    return 1000.0 * ms[ms.size() / 2];
+  };
+  for (std::int64_t batch : {64, 256}) {
+    for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
+      const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
+      const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight);
+      DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
+      DeviceBuffer y(static_cast<std::size_t>(batch * cout * hw * hw) * 4), work(bytes), dx(x.bytes()), dw(w.bytes());
+      const cuda::ConvWorkspace ws{work.get(), bytes};
+      const double f = time_us([&] { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, nullptr); });
+      const double gi = time_us([&] { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, nullptr); });
+      const double gw = time_us([&] { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, nullptr); });
+      const auto pg = kernels::pool_geometry({batch, cout, hw, hw}, 2, 2);
+      DeviceBuffer pooled(y.bytes() / 4), dpool(y.bytes());
+      const double pf = time_us([&] { cuda::max_pool2d_forward(DType::f32, pg, y.get(), pooled.get(), nullptr); });
+      const double pb = time_us([&] { cuda::max_pool2d_grad(DType::f32, pg, y.get(), pooled.get(), dpool.get(), nullptr); });
+      MESSAGE("B=" << batch << " conv " << cin << "->" << cout << " " << hw << "x" << hw << ": forward " << f
+                   << " us, grad_input " << gi << " us, grad_weight " << gw << " us, workspace " << bytes
+                   << " B; pool forward " << pf << " us, pool grad " << pb << " us");
+    }
+    DeviceBuffer a(random_tensor({batch, 3136}, DType::f32, 3)), b(random_tensor({128, 3136}, DType::f32, 4));
+    DeviceBuffer c(static_cast<std::size_t>(batch) * 128 * 4);
+    const double mm = time_us([&] {
+      cuda::matmul({.m = batch, .n = 128, .k = 3136, .trans_b = true, .a = a.get(), .b = b.get(), .c = c.get()}, nullptr);
+    });
+    MESSAGE("B=" << batch << " fc1 [" << batch << ", 3136] x [128, 3136]^T: " << mm << " us");
+  }
+}
+
+}  // namespace kiln
