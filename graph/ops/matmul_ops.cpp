@@ -52,6 +52,10 @@ void matmul_kernel_typed(const KernelCall& call) {
   const Tensor& b = call.inputs[1];
   const MatmulDims d = matmul_dims(a.shape(), b.shape(), ta, tb);
   const std::size_t r = a.shape().rank();
+  if (d.k == 0) {  // an empty sum: Eigen would leave the output untouched
+    std::fill_n(call.outputs[0].data<T>(), call.outputs[0].numel(), T(0));
+    return;
+  }
   for (std::int64_t i = 0; i < d.batch; ++i) {
     Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
     Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
