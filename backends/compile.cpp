@@ -43,8 +43,10 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& op
   g = eliminate_dead_code(g);
   verify(g);
   dump_after("dead_code", g);
-  if (options.fuse) {
-    g = fuse(g);
+  // The CPU runs unfused ops with their own kernels; the GPU runs elementwise math only as
+  // generated kernels, so its unfused baseline is one group per op.
+  if (options.fuse || !options.device.is_cpu()) {
+    g = fuse(g, nullptr, {.single_ops = !options.fuse});
     g = eliminate_dead_code(g);  // fills folded into groups as literals
     verify(g);
     dump_after("fuse", g);

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -36,6 +37,25 @@ ElementwiseLoop<T> loop_of(const OpDef& op) {
   if constexpr (std::is_same_v<T, float>) return op.loops.f32;
   else return op.loops.f64;
 }
+
+// Tile registers at 64-byte alignment: Eigen's SIMD loops split an array into a scalar head
+// and vector body by address, so equal alignment everywhere keeps results bitwise equal
+// from run to run (and program to program).
+template <class T>
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(std::size_t n) : data_(static_cast<T*>(std::aligned_alloc(64, std::max<std::size_t>(64, (n * sizeof(T) + 63) / 64 * 64)))) {
+    KILN_CHECK(data_ != nullptr, "out of host memory for fused tiles ({} values)", n);
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  T* data_;
+};
 
 template <class T>
 class TileEvaluator {
@@ -119,7 +139,7 @@ class TileEvaluator {
 
   const FusedGroup& g_;
   const KernelCall& call_;
-  std::vector<T> gathered_, regs_;
+  AlignedBuffer<T> gathered_, regs_;
   std::vector<StridedWalk> walks_;
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };

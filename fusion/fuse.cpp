@@ -86,7 +86,7 @@ void absorb(Grouping& gr, int into, int from) {
   gr.members[static_cast<std::size_t>(from)].clear();
 }
 
-Grouping group_nodes(const Graph& g) {
+Grouping group_nodes(const Graph& g, const FuseOptions& options) {
   Grouping gr;
   const int count = static_cast<int>(g.nodes().size());
   gr.group_of.assign(static_cast<std::size_t>(count), -1);
@@ -95,7 +95,7 @@ Grouping group_nodes(const Graph& g) {
     if (!fusible(n)) continue;
     // Producer groups of this shape; the node joins (and merges) as many as stay acyclic.
     std::vector<int> joined;
-    for (const ValueRef& in : n.inputs) {
+    for (const ValueRef& in : options.single_ops ? std::vector<ValueRef>{} : n.inputs) {
       const int h = gr.group_of[static_cast<std::size_t>(in.node)];
       if (h < 0 || gr.shape[static_cast<std::size_t>(h)] != n.outputs[0].shape) continue;
       if (std::find(joined.begin(), joined.end(), h) != joined.end()) continue;
@@ -119,7 +119,7 @@ Grouping group_nodes(const Graph& g) {
   for (int id = 0; id < count; ++id) {
     const Node& n = g.node(id);
     if (!is_reduction(n) || !is_floating(n.outputs[0].dtype)) continue;
-    int h = gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
+    int h = options.single_ops ? -1 : gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
     if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0) {
       h = static_cast<int>(gr.members.size());
       gr.members.emplace_back();
@@ -195,8 +195,8 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std:
 
 }  // namespace
 
-Graph fuse(const Graph& g, FusionReport* report) {
-  const Grouping gr = group_nodes(g);
+Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
+  const Grouping gr = group_nodes(g, options);
   const std::map<ValueRef, bool> outside = used_outside(g, gr);
   std::vector<BuiltGroup> built;
   for (int h = 0; h < static_cast<int>(gr.members.size()); ++h) built.push_back(build_group(g, gr, h, outside));

@@ -30,6 +30,12 @@ struct FusionReport {
   std::vector<Group> groups;
 };
 
-Graph fuse(const Graph& g, FusionReport* report = nullptr);
+struct FuseOptions {
+  // Every elementwise op (and reduction) becomes a group of its own: the unfused baseline on
+  // backends that run elementwise math only as generated kernels.
+  bool single_ops = false;
+};
+
+Graph fuse(const Graph& g, FusionReport* report = nullptr, const FuseOptions& options = {});
 
 }  // namespace kiln

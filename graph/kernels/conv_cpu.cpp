@@ -102,25 +102,29 @@ void backward_input_typed(const Tensor& dy, const Tensor& w, Tensor& dx, const C
   }
 }
 
+// Per-thread partial sums over a static split of the batch, added in thread order after
+// the parallel region: the result does not depend on which thread finishes first.
 template <class T>
 void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
-  MatrixMap<T> total(dw.data<T>(), g.out_channels, patch_rows(g));
-  total.setZero();
+  std::vector<Matrix<T>> partials(static_cast<std::size_t>(omp_get_max_threads()));
 #pragma omp parallel
   {
     std::vector<T> col(static_cast<std::size_t>(patch_rows(g) * patch_cols(g)));
-    Matrix<T> partial = Matrix<T>::Zero(g.out_channels, patch_rows(g));
+    Matrix<T>& partial = partials[static_cast<std::size_t>(omp_get_thread_num())];
+    partial = Matrix<T>::Zero(g.out_channels, patch_rows(g));
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < g.batch; ++b) {
       im2col(x.data<T>() + b * in_size, col.data(), g);
       partial.noalias() += ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g)) *
                            ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g)).transpose();
     }
-#pragma omp critical
-    total += partial;
   }
+  MatrixMap<T> total(dw.data<T>(), g.out_channels, patch_rows(g));
+  total.setZero();
+  for (const Matrix<T>& partial : partials)
+    if (partial.size() > 0) total += partial;
 }
 
 // Calls visit(window_output_index, offset_of_first_max) for every pooling window, planes
