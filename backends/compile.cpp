@@ -55,7 +55,7 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& op
 
   if (options.device.is_cpu()) return make_cpu_program(g);
 #ifdef KILN_HAVE_CUDA
-  return make_cuda_program(g, {.graphs = options.cuda_graphs, .tf32 = options.tf32});
+  return make_cuda_program(g, {.graphs = options.cuda_graphs, .tf32 = options.tf32, .streams = options.cuda_streams});
 #else
   throw Error(fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not found at build time)",
                           options.device.str()));

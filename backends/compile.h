@@ -13,6 +13,7 @@ struct CompileOptions {
   bool fuse = true;         // false: every op runs as its own kernel (the unfused reference)
   bool cuda_graphs = true;  // CUDA: capture the step as a CUDA graph after the first run
   bool tf32 = false;        // CUDA: allow TF32 tensor-core math in GEMMs
+  int cuda_streams = 2;     // CUDA: 1 runs everything in order; 2 puts off-critical-path kernels on a side stream
 };
 
 // Runs the passes (verify, dead-code elimination, fusion) and builds a Program

@@ -49,9 +49,18 @@ std::int32_t take_slot(MemoryPlan& plan, std::vector<std::int32_t>& free_slots, 
 
 std::size_t MemoryPlan::total_bytes() const { return std::accumulate(slot_bytes.begin(), slot_bytes.end(), std::size_t{0}); }
 
-MemoryPlan plan_memory(const Graph& g) {
+MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {
   MemoryPlan plan;
-  const std::map<ValueRef, std::int32_t> last = last_uses(g);
+  std::map<ValueRef, std::int32_t> last = last_uses(g);
+  if (!stream_of_node.empty()) {  // values that touch a side stream live to the end
+    const auto end = static_cast<std::int32_t>(g.nodes().size());
+    for (std::int32_t id = 0; id < end; ++id) {
+      const bool side = stream_of_node[static_cast<std::size_t>(id)] != 0;
+      for (std::size_t i = 0; side && i < g.node(id).outputs.size(); ++i) last[{id, static_cast<std::int32_t>(i)}] = end;
+      for (const ValueRef& in : g.node(id).inputs)
+        if (side) last[alias_root(g, in)] = end;
+    }
+  }
   std::map<std::int32_t, std::vector<std::int32_t>> release_after;  // node -> slots freed after it runs
   std::vector<std::int32_t> free_slots;
   plan.slot.resize(g.nodes().size());
@@ -63,7 +72,11 @@ MemoryPlan plan_memory(const Graph& g) {
       for (std::size_t i = 0; i < n.outputs.size(); ++i) {
         const TensorType& t = n.outputs[i];
         const std::size_t bytes = static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
-        slots[i] = take_slot(plan, free_slots, bytes);
+        // A value written on a side stream gets a fresh slot: its writer is not ordered after
+        // the earlier readers of a reused one.
+        const bool side = !stream_of_node.empty() && stream_of_node[static_cast<std::size_t>(id)] != 0;
+        std::vector<std::int32_t> none;
+        slots[i] = take_slot(plan, side ? none : free_slots, bytes);
         auto it = last.find({id, static_cast<std::int32_t>(i)});
         release_after[it == last.end() ? id : it->second].push_back(slots[i]);
       }

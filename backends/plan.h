@@ -18,6 +18,9 @@ struct MemoryPlan {
   std::size_t total_bytes() const;
 };
 
-MemoryPlan plan_memory(const Graph& g);
+// `stream_of_node` (optional) is the stream schedule: a value written or read on a stream
+// other than 0 keeps its slot for the whole step, since stream order no longer follows
+// node order there and a reused slot could be overwritten while still being read.
+MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node = {});
 
 }  // namespace kiln

@@ -31,6 +31,8 @@ class Program {
   virtual Device device() const = 0;
   // Bytes of the buffers the memory plan reuses across nodes.
   virtual std::size_t planned_bytes() const = 0;
+  // The next run writes a Chrome/Perfetto trace (JSON) of its kernels, per stream, to `path`.
+  virtual void trace_next_run(const std::string& path) = 0;
 };
 
 }  // namespace kiln

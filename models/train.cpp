@@ -85,7 +85,7 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   ModelGraph train_graph = build_model_graph(c.model, Stage::train, c.batch_size, opt, c.seed);
   nn::Layer& model = *train_graph.model;
   Optimizer& optimizer = *train_graph.optimizer;
-  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32};
+  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams};
   std::unique_ptr<Program> step = compile(*train_graph.graph, options);
   Evaluator evaluator(model, info, c.eval_batch, test, options);
 
@@ -108,6 +108,7 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
     const auto start = std::chrono::steady_clock::now();
     for (std::int64_t s = 0; s < steps; ++s) {
       optimizer.set_lr(scheduled_lr(c, total_steps + s, planned_steps));
+      if (!c.trace_path.empty() && total_steps + s == std::min<std::int64_t>(9, planned_steps - 1)) step->trace_next_run(c.trace_path);
       batcher.fill(s, images, labels);
       const double loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
       KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss,

@@ -27,6 +27,8 @@ struct TrainConfig {
   Device device = Device::cpu();
   bool cuda_graphs = true;  // CUDA: replay the step as a CUDA graph
   bool tf32 = false;        // CUDA: TF32 tensor-core GEMMs
+  int cuda_streams = 2;     // CUDA: streams of the schedule (1 or 2)
+  std::string trace_path;   // non-empty: a Chrome trace of the 10th step goes here
   bool progress = true;
 };
 

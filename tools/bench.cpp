@@ -17,6 +17,9 @@
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/step_graph.h"
+#ifdef KILN_HAVE_CUDA
+#include "tools/bench_cuda.h"
+#endif
 
 namespace {
 
@@ -66,6 +69,7 @@ nlohmann::json bench_training_step(const std::string& model_name, std::int64_t b
   nlohmann::json r = result(fmt::format("{} training step, batch {}, SGD momentum{}", model_name, batch, fuse ? "" : " (unfused)"),
                             time_runs(*step, {{"x", data.images}, {"y", data.labels}}, warmup, steps), batch);
   r["compile_ms"] = compile_ms;
+  r["streams"] = g_options.device.is_cpu() ? 1 : g_options.cuda_streams;
   r["planned_bytes"] = step->planned_bytes();
   return r;
 }
@@ -109,6 +113,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--no-cuda-graphs", no_graphs, "CUDA: no graph capture");
   app.add_flag("--tf32", g_options.tf32, "CUDA: TF32 GEMMs");
+  bool compare_streams = false;
+  app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
   try {
@@ -126,18 +132,29 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "items/s");
     auto report = [&](const nlohmann::json& r) {
-      fmt::print("{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
-                 r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>());
+      fmt::print("{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f}{}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
+                 r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>(),
+                 r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>()) : "");
       results.push_back(r);
     };
     for (std::int64_t batch : batches) {
       report(bench_training_step(model, batch, true, warmup, steps));
       if (unfused) report(bench_training_step(model, batch, false, warmup, steps));
+      if (compare_streams) {
+        g_options.cuda_streams = 1;
+        nlohmann::json one = bench_training_step(model, batch, true, warmup, steps);
+        one["name"] = one["name"].get<std::string>() + " (one stream)";
+        report(one);
+        g_options.cuda_streams = 2;
+      }
     }
-    if (chain > 0) {
+    if (chain > 0 && g_options.device.is_cpu()) {
       report(bench_chain(chain, true, warmup, steps));
       report(bench_chain(chain, false, warmup, steps));
     }
+#ifdef KILN_HAVE_CUDA
+    if (chain > 0 && !g_options.device.is_cpu()) report(kiln::tools::bench_fused_chain_cuda(chain, warmup, steps));
+#endif
     if (!json_path.empty()) {
       std::ofstream out(json_path);
       if (!out) throw kiln::Error(fmt::format("{}: cannot open for writing", json_path));

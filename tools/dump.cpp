@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch, "batch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
   app.add_option("--optimizer", optimizer, "sgd, adam or adamw (train stage)")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
   app.add_option("-o,--output", output, "write here instead of standard output");
+  std::string device = "cpu";
+  app.add_option("--device", device, "cuda: also compile every kernel for the GPU and show registers, spills and occupancy")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -39,7 +42,8 @@ int main(int argc, char** argv) {
   try {
     const kiln::ModelGraph m = kiln::build_model_graph(model, stage == "train" ? kiln::Stage::train : kiln::Stage::forward, batch,
                                                        {.name = optimizer, .lr = 0.01});
-    const kiln::tools::FusionView view = kiln::tools::fuse_for_view(*m.graph);
+    kiln::tools::FusionView view = kiln::tools::fuse_for_view(*m.graph);
+    if (device == "cuda") kiln::tools::add_occupancy(view);
     const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch, stage == "train" ? ", " + optimizer : "");
     std::string text;
     if (format == "text") text = kiln::tools::render_text(view, title, kernels);

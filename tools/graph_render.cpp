@@ -3,7 +3,12 @@
 
 #include <fmt/format.h>
 
+#include "backends/schedule.h"
 #include "fusion/fused_group.h"
+#ifdef KILN_HAVE_CUDA
+#include "fusion/cuda_fused.h"
+#include "fusion/jit/cuda_runtime.h"
+#endif
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
@@ -45,7 +50,24 @@ FusionView fuse_for_view(const Graph& recorded) {
   v.after = fuse(v.before, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups) v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
+  v.streams = assign_streams(v.after, 2);
   return v;
+}
+
+void add_occupancy(FusionView& v) {
+#ifdef KILN_HAVE_CUDA
+  KILN_CHECK(jit::cuda_device_count() > 0, "--device cuda: {}", jit::cuda_unavailable_reason());
+  std::vector<const FusedGroup*> groups;
+  for (const FusionReport::Group& entry : v.report.groups) groups.push_back(&group_of(v.after, entry));
+  for (const auto& kernel : compile_fused_kernels(groups)) {
+    const jit::KernelAttributes a = kernel->attributes();
+    v.occupancy.push_back({a.registers_per_thread, a.static_shared_bytes, a.local_bytes_per_thread,
+                           static_cast<int>(kernel->launch_shape().block.x), kernel->launch_shape().occupancy});
+  }
+#else
+  (void)v;
+  throw Error("--device cuda: this build of kiln has no CUDA backend");
+#endif
 }
 
 FusionSummary summarise(const FusionView& v) {
@@ -70,7 +92,17 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
     out += fmt::format("{} (%{}): {}\n  members: {}\n  reads {} B, writes {} B, saves {} B against unfused\n", v.kernels[k].name,
                        entry.fused_node, g.summary(), members, g.bytes_read(), g.bytes_written(),
                        g.unfused_bytes() - g.bytes_read() - g.bytes_written());
+    if (k < v.occupancy.size()) {
+      const KernelOccupancy& o = v.occupancy[k];
+      out += fmt::format("  cuda: {} registers/thread, {} B shared, {} B spilled/thread, block {}, occupancy {:.0f}%\n", o.registers,
+                         o.shared_bytes, o.spill_bytes, o.block, 100 * o.occupancy);
+    }
     if (with_source) out += v.kernels[k].source + "\n";
+  }
+  out += "\n== stream schedule (critical path on stream 0, the rest on stream 1) ==\n";
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id) {
+    const Node& n = v.after.node(id);
+    if (is_kernel(n)) out += fmt::format("%{} {} -> stream {}\n", id, n.body ? "fused" : n.op->name, v.streams[static_cast<std::size_t>(id)]);
   }
   out += fmt::format("\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n", s.ops_before, s.kernels_after, s.bytes_saved);
   return out;
@@ -113,9 +145,17 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
                              {"summary", g.summary()}, {"bytes_read", g.bytes_read()}, {"bytes_written", g.bytes_written()},
                              {"bytes_saved", g.unfused_bytes() - g.bytes_read() - g.bytes_written()}};
     if (with_source) kernel["source"] = v.kernels[k].source;
+    if (k < v.occupancy.size()) {
+      const KernelOccupancy& o = v.occupancy[k];
+      kernel["cuda"] = {{"registers", o.registers}, {"shared_bytes", o.shared_bytes}, {"spill_bytes", o.spill_bytes}, {"block", o.block}, {"occupancy", o.occupancy}};
+    }
     kernels.push_back(kernel);
   }
-  return {{"before", before},
+  nlohmann::json schedule = nlohmann::json::array();
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id)
+    if (is_kernel(v.after.node(id))) schedule.push_back({{"node", id}, {"stream", v.streams[static_cast<std::size_t>(id)]}});
+  return {{"schedule", schedule},
+          {"before", before},
           {"after", after},
           {"kernels", kernels},
           {"summary", {{"ops_before", s.ops_before}, {"kernels_after", s.kernels_after}, {"fused_kernels", s.fused_kernels}, {"bytes_saved", s.bytes_saved}}}};

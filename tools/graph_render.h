@@ -10,12 +10,26 @@
 
 namespace kiln::tools {
 
+// What the GPU says of a compiled kernel (dump --device cuda).
+struct KernelOccupancy {
+  int registers = 0;
+  std::size_t shared_bytes = 0;
+  std::size_t spill_bytes = 0;  // local memory per thread
+  int block = 0;
+  double occupancy = 0;  // resident warps / the SM's maximum at that block size
+};
+
 struct FusionView {
   Graph before;  // after dead-code elimination, before fusion
   Graph after;   // after fusion
   FusionReport report;
   std::vector<CudaKernelSource> kernels;  // one per fused group, in report order
+  std::vector<int> streams;               // backends/schedule of `after`, two streams
+  std::vector<KernelOccupancy> occupancy;  // per kernel, filled by add_occupancy
 };
+
+// Compiles every fused kernel for the GPU present and records its resources and occupancy.
+void add_occupancy(FusionView& view);
 
 FusionView fuse_for_view(const Graph& recorded);
 

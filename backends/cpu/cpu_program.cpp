@@ -10,6 +10,7 @@
 
 #include "backends/feeds.h"
 #include "backends/plan.h"
+#include "backends/trace_writer.h"
 #include "graph/op.h"
 
 namespace kiln {
@@ -30,6 +31,7 @@ class CpuProgram final : public Program {
   const Graph& graph() const override { return graph_; }
   Device device() const override { return Device::cpu(); }
   std::size_t planned_bytes() const override { return plan_.total_bytes(); }
+  void trace_next_run(const std::string& path) override { trace_path_ = path; }
 
  private:
   Tensor planned_output(std::int32_t slot, const TensorType& type);
@@ -40,6 +42,7 @@ class CpuProgram final : public Program {
   std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
   // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed.
   bool profile_;
+  std::string trace_path_;  // non-empty: the next run writes a trace here
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds_;
   void print_profile() const;
 };
@@ -69,6 +72,8 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
     KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU", f.name, f.tensor.device().str());
   buffers_.resize(plan_.slot_bytes.size());
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());
+  std::vector<TraceEvent> trace;
+  const auto run_start = std::chrono::steady_clock::now();
   std::size_t fill_index = 0;
   for (std::size_t id = 0; id < graph_.nodes().size(); ++id) {
     const Node& n = graph_.nodes()[id];
@@ -91,8 +96,14 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       out = {in[0].reshape(n.outputs[0].shape)};
     } else {
       for (std::size_t i = 0; i < n.outputs.size(); ++i) out.push_back(planned_output(plan_.slot[id][i], n.outputs[i]));
-      const auto start = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      const bool timed = profile_ || !trace_path_.empty();
+      const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       n.op->cpu(KernelCall{n, in, out});
+      if (!trace_path_.empty()) {
+        const auto now = std::chrono::steady_clock::now();
+        trace.push_back({n.body ? n.body->summary() : n.op->name, 0, std::chrono::duration<double, std::micro>(start - run_start).count(),
+                         std::chrono::duration<double, std::micro>(now - start).count()});
+      }
       if (profile_) {
         auto& entry = op_seconds_[n.op->name];
         entry.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -113,6 +124,10 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
     updates.push_back(planned ? t : t.clone());
   }
   for (std::size_t i = 0; i < updates.size(); ++i) graph_.assignments()[i].first->value.copy_from(updates[i]);
+  if (!trace_path_.empty()) {
+    write_trace(trace_path_, trace, "kiln cpu step");
+    trace_path_.clear();
+  }
   return outputs;
 }
 

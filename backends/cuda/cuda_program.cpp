@@ -3,6 +3,10 @@
 #include "backends/cuda/cuda_program.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/cuda_ops.h"
@@ -11,6 +15,8 @@
 #include "backends/cuda/transfer.h"
 #include "backends/feeds.h"
 #include "backends/plan.h"
+#include "backends/schedule.h"
+#include "backends/trace_writer.h"
 #include "core/log.h"
 #include "fusion/cuda_fused.h"
 #include "fusion/jit/cuda_check.h"
@@ -31,11 +37,24 @@ class CudaProgram final : public Program {
   const Graph& graph() const override { return graph_; }
   Device device() const override { return Device::cuda(); }
   std::size_t planned_bytes() const override { return arena_bytes_; }
+  void trace_next_run(const std::string& path) override { trace_path_ = path; }
 
  private:
+  // One launch of the step: on which stream, after which cross-stream events, and which
+  // event it records for readers on another stream.
+  struct Step {
+    int stream = 0;
+    std::vector<int> waits;
+    int record = -1;
+    std::string label;
+    cuda::Launch launch;
+  };
+
   void bind_buffers();
   void prepare_launches();
-  void execute(cudaStream_t stream) const;
+  void add_step(std::int32_t node, std::string label, cuda::Launch launch);
+  void execute(std::vector<TraceEvent>* trace);
+  void copy_inputs(const std::vector<Feed>& feeds);
   void adopt_variables(cudaStream_t stream);
   void* pointer(ValueRef ref) const { return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)]; }
 
@@ -49,17 +68,36 @@ class CudaProgram final : public Program {
   std::vector<Tensor> constants_;                    // fills and tensor constants, on the device
   std::vector<std::pair<VariablePtr, Tensor>> variables_;  // adopted device tensors
   std::vector<std::unique_ptr<CudaFusedKernel>> fused_;
-  std::vector<cuda::Launch> launches_;
-  Tensor workspace_, status_;
+  std::vector<int> stream_of_;               // backends/schedule
+  std::vector<Step> steps_;
+  std::vector<int> event_of_;                // node -> cross-stream event, or -1
+  std::vector<std::size_t> producer_step_;   // node -> its step
+  std::vector<cudaStream_t> streams_;
+  std::vector<cudaEvent_t> events_;          // cross-stream events, then fork and joins
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr;
+  std::vector<cudaEvent_t> joins_;           // per side stream
+  std::size_t first_update_ = 0;             // index of the first variable-update step
+  cudaEvent_t inputs_ready_ = nullptr;
+  std::vector<void*> pinned_;                // per input: pinned staging of the host batch
+  std::string trace_path_;
+  Tensor workspace_, side_workspace_, status_;
   bool has_one_hot_ = false;
   std::int64_t one_hot_classes_ = 0;
-  cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   int runs_ = 0;
 };
 
-CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options) : graph_(compiled), options_(options), plan_(plan_memory(graph_)) {
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
+    : graph_(compiled), options_(options), stream_of_(assign_streams(graph_, std::max(1, options.streams))) {
+  plan_ = plan_memory(graph_, stream_of_);
+  streams_.resize(static_cast<std::size_t>(*std::max_element(stream_of_.begin(), stream_of_.end()) + 1));
+  for (cudaStream_t& s : streams_) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  joins_.resize(streams_.size(), nullptr);
+  for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
   cuda::set_allow_tf32(options.tf32);
   bind_buffers();
   prepare_launches();
@@ -67,10 +105,17 @@ CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options) : gr
 
 CudaProgram::~CudaProgram() {
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-  if (stream_) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+  for (cudaStream_t s : streams_) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
   }
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
+  if (inputs_ready_) cudaEventDestroy(inputs_ready_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : joins_)
+    if (e) cudaEventDestroy(e);
+  if (fork_) cudaEventDestroy(fork_);
+  for (void* p : pinned_) cudaFreeHost(p);
 }
 
 void CudaProgram::bind_buffers() {
@@ -87,7 +132,10 @@ void CudaProgram::bind_buffers() {
     auto& out = ptr_[id];
     out.assign(n.outputs.size(), nullptr);
     if (n.op->name == "input") {
-      inputs_.emplace_back(static_cast<std::int32_t>(id), Tensor(cuda::device_allocator().allocate(n.outputs[0].shape.numel() * dtype_size(n.outputs[0].dtype)), 0, n.outputs[0].shape, n.outputs[0].dtype));
+      const std::size_t bytes = static_cast<std::size_t>(n.outputs[0].shape.numel()) * dtype_size(n.outputs[0].dtype);
+      inputs_.emplace_back(static_cast<std::int32_t>(id), Tensor(cuda::device_allocator().allocate(bytes), 0, n.outputs[0].shape, n.outputs[0].dtype));
+      pinned_.push_back(nullptr);
+      KILN_CUDA_CHECK(cudaMallocHost(&pinned_.back(), std::max<std::size_t>(bytes, 1)));
       out[0] = inputs_.back().second.raw();
     } else if (n.op->name == "variable") {
       if (n.variable->value.device().is_cpu()) n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
@@ -119,7 +167,12 @@ void CudaProgram::prepare_launches() {
     }
   }
   fused_ = compile_fused_kernels(groups);  // in parallel, through the kernel cache
-  if (workspace > 0) workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
+  if (workspace > 0) {
+    workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
+    if (streams_.size() > 1) side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
+  }
+  event_of_.assign(graph_.nodes().size(), -1);
+  producer_step_.assign(graph_.nodes().size(), 0);
   status_ = Tensor(cuda::device_allocator().allocate(cuda::kOneHotStatusBytes), 0, {static_cast<std::int64_t>(cuda::kOneHotStatusBytes)}, DType::u8);
   std::size_t next_group = 0;
   for (const Node& n : graph_.nodes()) {
@@ -134,13 +187,18 @@ void CudaProgram::prepare_launches() {
     if (n.body) {
       const CudaFusedKernel* kernel = fused_[next_group++].get();
       std::vector<void*> out = ptr_[id];
-      launches_.push_back([kernel, in, out](jit::Stream s) { kernel->launch(in, out, s); });
+      add_step(static_cast<std::int32_t>(id), n.body->summary(), [kernel, in, out](jit::Stream s) { kernel->launch(in, out, s); });
       continue;
     }
-    cuda::LaunchSetup setup{n, types, in, ptr_[id], workspace_.defined() ? workspace_.raw() : nullptr, workspace, status_.raw()};
-    launches_.push_back(cuda::prepare_launch(setup));
+    // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
+    // weight gradients on the side stream; the workspace then needs its own copy there).
+    const bool side = stream_of_[id] != 0;
+    void* ws = workspace_.defined() ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw()) : nullptr;
+    cuda::LaunchSetup setup{n, types, in, ptr_[id], ws, workspace, status_.raw()};
+    add_step(static_cast<std::int32_t>(id), n.op->name, cuda::prepare_launch(setup));
   }
   // Assignments: the new values are copied into the variables' storage at the end of the step.
+  first_update_ = steps_.size();
   for (const auto& [var, ref] : graph_.assignments()) {
     void* dst = nullptr;
     for (const auto& [adopted, tensor] : variables_)
@@ -148,13 +206,92 @@ void CudaProgram::prepare_launches() {
     KILN_ASSERT(dst != nullptr, "assigned variable {} is not read by the step", var->name);
     const void* src = pointer(ref);
     const std::size_t bytes = var->value.nbytes();
-    if (src != dst) launches_.push_back([=](jit::Stream s) { KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); });
+    if (src == dst) continue;
+    Step copy{0, {}, -1, "update " + var->name, [=](jit::Stream s) { KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); }};
+    steps_.push_back(std::move(copy));  // on stream 0, after the side streams have joined
   }
-  log().debug("cuda program: {} launches, {} fused kernels, arena {} bytes, workspace {} bytes", launches_.size(), fused_.size(), arena_bytes_, workspace);
+  log().debug("cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} bytes", steps_.size(),
+              streams_.size(), fused_.size(), arena_bytes_, workspace);
 }
 
-void CudaProgram::execute(cudaStream_t stream) const {
-  for (const cuda::Launch& launch : launches_) launch(stream);
+// A launch on its scheduled stream, waiting for the values it reads from other streams.
+void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch launch) {
+  Step step{stream_of_[static_cast<std::size_t>(node)], {}, -1, std::move(label), std::move(launch)};
+  for (const ValueRef& in : graph_.node(node).inputs) {
+    ValueRef root = in;
+    while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
+    const Node& producer = graph_.node(root.node);
+    if (producer.op->kind == OpKind::source || stream_of_[static_cast<std::size_t>(root.node)] == step.stream) continue;
+    int& event = event_of_[static_cast<std::size_t>(root.node)];
+    if (event < 0) {
+      event = static_cast<int>(events_.size());
+      events_.emplace_back();
+      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&events_.back(), cudaEventDisableTiming));
+      steps_[producer_step_[static_cast<std::size_t>(root.node)]].record = event;
+    }
+    if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end()) step.waits.push_back(event);
+  }
+  producer_step_[static_cast<std::size_t>(node)] = steps_.size();
+  steps_.push_back(std::move(step));
+}
+
+// Forks the side streams from stream 0, launches every step on its stream with its event
+// waits, and joins them back; with `trace`, each launch is bracketed by timing events.
+void CudaProgram::execute(std::vector<TraceEvent>* trace) {
+  cudaStream_t main = streams_[0];
+  std::vector<cudaEvent_t> timing;
+  auto timing_event = [&](cudaStream_t s) {
+    timing.emplace_back();
+    KILN_CUDA_CHECK(cudaEventCreate(&timing.back()));
+    KILN_CUDA_CHECK(cudaEventRecord(timing.back(), s));
+  };
+  if (trace) timing_event(main);  // the step's start
+  if (streams_.size() > 1) {
+    KILN_CUDA_CHECK(cudaEventRecord(fork_, main));
+    for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[s], fork_));
+  }
+  auto join = [&] {
+    for (std::size_t s = 1; s < streams_.size(); ++s) {
+      KILN_CUDA_CHECK(cudaEventRecord(joins_[s], streams_[s]));
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(main, joins_[s]));
+    }
+  };
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    const Step& step = steps_[k];
+    cudaStream_t stream = streams_[static_cast<std::size_t>(step.stream)];
+    if (k == first_update_) join();  // variable updates run after the side streams join
+    for (int e : step.waits) KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, events_[static_cast<std::size_t>(e)]));
+    if (trace) timing_event(stream);
+    step.launch(stream);
+    if (trace) timing_event(stream);
+    if (step.record >= 0) KILN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(step.record)], stream));
+  }
+  if (first_update_ == steps_.size()) join();
+  if (!trace) return;
+  KILN_CUDA_CHECK(cudaStreamSynchronize(main));
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    float start = 0, end = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&start, timing[0], timing[1 + 2 * k]));
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&end, timing[0], timing[2 + 2 * k]));
+    trace->push_back({steps_[k].label, steps_[k].stream, 1000.0 * start, 1000.0 * (end - start)});
+  }
+  for (cudaEvent_t e : timing) cudaEventDestroy(e);
+}
+
+// The host batch goes through pinned staging and a copy stream; the step waits for it.
+void CudaProgram::copy_inputs(const std::vector<Feed>& feeds) {
+  for (std::size_t k = 0; k < inputs_.size(); ++k) {
+    const auto& [node, buffer] = inputs_[k];
+    const Tensor& t = feed_for(graph_.node(node), feeds);
+    if (t.device().is_cpu()) {
+      std::memcpy(pinned_[k], t.raw(), t.nbytes());
+      KILN_CUDA_CHECK(cudaMemcpyAsync(buffer.raw(), pinned_[k], t.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
+    } else {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(buffer.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, copy_stream_));
+    }
+  }
+  KILN_CUDA_CHECK(cudaEventRecord(inputs_ready_, copy_stream_));
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[0], inputs_ready_));
 }
 
 // Variables are adopted by their device tensor; a host tensor the user assigned since
@@ -165,41 +302,45 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
     KILN_CHECK(var->value.shape() == adopted.shape() && var->value.dtype() == adopted.dtype(), "run: variable '{}' is now {}{} but was compiled as {}{}",
                var->name, dtype_name(var->value.dtype()), var->value.shape().str(), dtype_name(adopted.dtype()), adopted.shape().str());
     KILN_CUDA_CHECK(cudaMemcpyAsync(adopted.raw(), var->value.raw(), adopted.nbytes(), cudaMemcpyDefault, stream));
+    if (var->value.device().is_cpu()) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host tensor may go away
     var->value = adopted;
   }
 }
 
 Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   check_feed_names(graph_, feeds);
-  for (const auto& [node, buffer] : inputs_) {
-    const Tensor& t = feed_for(graph_.node(node), feeds);
-    KILN_CUDA_CHECK(cudaMemcpyAsync(buffer.raw(), t.raw(), t.nbytes(), cudaMemcpyDefault, stream_));
-  }
-  adopt_variables(stream_);
+  cudaStream_t main = streams_[0];
+  copy_inputs(feeds);
+  adopt_variables(main);
   ++runs_;
-  if (!options_.graphs || runs_ == 1) {
-    execute(stream_);  // the first run also warms up cuBLAS and loads every kernel
+  if (!trace_path_.empty()) {  // a traced step runs launch by launch, outside any graph
+    std::vector<TraceEvent> trace;
+    execute(&trace);
+    write_trace(trace_path_, trace, fmt::format("kiln cuda step ({} streams)", streams_.size()));
+    trace_path_.clear();
+  } else if (!options_.graphs || runs_ == 1) {
+    execute(nullptr);  // the first run also warms up cuBLAS and loads every kernel
   } else {
     if (!graph_exec_) {
       cudaGraph_t captured = nullptr;
-      KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      execute(stream_);
-      KILN_CUDA_CHECK(cudaStreamEndCapture(stream_, &captured));
+      KILN_CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal));
+      execute(nullptr);
+      KILN_CUDA_CHECK(cudaStreamEndCapture(main, &captured));
       KILN_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, captured, 0));
       KILN_CUDA_CHECK(cudaGraphDestroy(captured));
       log().debug("cuda program: step captured as a CUDA graph");
     }
-    KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
+    KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, main));
   }
   Outputs outputs;
   for (const auto& [name, ref] : graph_.outputs()) {
     const TensorType& t = graph_.type(ref);
     Tensor host = Tensor::empty(t.shape, t.dtype);
-    KILN_CUDA_CHECK(cudaMemcpyAsync(host.raw(), pointer(ref), host.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(host.raw(), pointer(ref), host.nbytes(), cudaMemcpyDeviceToHost, main));
     outputs[name] = host;
   }
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (has_one_hot_) cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), stream_), one_hot_classes_);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(main));
+  if (has_one_hot_) cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), main), one_hot_classes_);
   return outputs;
 }
 

@@ -12,6 +12,7 @@ namespace kiln {
 struct CudaOptions {
   bool graphs = true;  // capture the step as a CUDA graph after the first run
   bool tf32 = false;   // allow TF32 tensor-core math in cuBLAS GEMMs
+  int streams = 2;     // 1: everything in order on one stream; 2: backends/schedule's split
 };
 
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options);

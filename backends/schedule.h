@@ -1,0 +1,18 @@
+// assign_streams: the stream schedule of a compiled step. The critical path (the longest
+// chain of kernels) runs on stream 0; kernels off it (weight gradients, bias reductions,
+// the optimizer updates they feed) run on stream 1, overlapping the critical path, joined
+// by events where a value crosses streams.
+//
+// Pre: verify(g) holds. Post: one stream index per node (sources and views: that of their
+// first reader, which they do not launch on anyway); with streams == 1, all zeros.
+#pragma once
+
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+std::vector<int> assign_streams(const Graph& g, int streams);
+
+}  // namespace kiln

@@ -1,0 +1,20 @@
+// Chrome/Perfetto trace files (the JSON "traceEvents" format): one complete event per
+// kernel, one track per stream; chrome://tracing and ui.perfetto.dev open them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct TraceEvent {
+  std::string name;
+  int track = 0;           // the stream (or thread)
+  double start_us = 0;     // from the start of the step
+  double duration_us = 0;
+};
+
+// Writes the events; kiln::Error naming the file if it cannot be written.
+void write_trace(const std::string& path, const std::vector<TraceEvent>& events, const std::string& process_name);
+
+}  // namespace kiln

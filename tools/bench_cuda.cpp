@@ -1,0 +1,68 @@
+// The fused-chain kernel on the GPU, timed launch by launch with CUDA events.
+#include "tools/bench_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "backends/cuda/device_allocator.h"
+#include "core/philox.h"
+#include "fusion/cuda_fused.h"
+#include "fusion/fuse.h"
+#include "fusion/jit/cuda_check.h"
+#include "graph/ops.h"
+#include "graph/passes/dead_code.h"
+
+namespace kiln::tools {
+
+nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
+  Graph g;
+  const Value a = g.input("a", {n});
+  const Value b = g.input("b", {n});
+  g.output("y", tanh(relu(a * b + 1.0)) * 0.5);
+  const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g)));
+  std::vector<const FusedGroup*> groups;
+  for (const Node& node : fused.nodes())
+    if (node.body) groups.push_back(dynamic_cast<const FusedGroup*>(node.body.get()));
+  KILN_CHECK(groups.size() == 1, "the chain fused into {} groups, not one", groups.size());
+  const auto kernels = compile_fused_kernels(groups);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+  auto da = cuda::device_allocator().allocate(bytes), db = cuda::device_allocator().allocate(bytes), dy = cuda::device_allocator().allocate(bytes);
+  Tensor host = Tensor::empty({n}, DType::f32);
+  Philox(1).fill_uniform(host, -1, 1);  // random data, never zeros
+  KILN_CUDA_CHECK(cudaMemcpy(da->data(), host.raw(), bytes, cudaMemcpyHostToDevice));
+  Philox(2).fill_uniform(host, -1, 1);
+  KILN_CUDA_CHECK(cudaMemcpy(db->data(), host.raw(), bytes, cudaMemcpyHostToDevice));
+  cudaEvent_t start, stop;
+  KILN_CUDA_CHECK(cudaEventCreate(&start));
+  KILN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int i = 0; i < warmup + steps; ++i) {
+    KILN_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    kernels[0]->launch({da->data(), db->data()}, {dy->data()}, nullptr);
+    KILN_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (i >= warmup) ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) { return ms[static_cast<std::size_t>(q * static_cast<double>(ms.size() - 1))]; };
+  const double median = at(0.5);
+  const LaunchShape& shape = kernels[0]->launch_shape();
+  return {{"name", fmt::format("tanh(relu(a*b+1))*0.5, {} floats, one fused kernel", n)},
+          {"device", "cuda:0"},
+          {"median_ms", median},
+          {"p10_ms", at(0.1)},
+          {"p90_ms", at(0.9)},
+          {"items_per_second", static_cast<double>(n) * 1000.0 / median},
+          {"tb_per_second", 3.0 * static_cast<double>(bytes) / (median * 1e9)},
+          {"block", shape.block.x},
+          {"grid", shape.grid.x},
+          {"occupancy", shape.occupancy}};
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,12 @@
+// GPU-only benchmarks for `bench`: a fused kernel timed with CUDA events on device data.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::tools {
+
+// tanh(relu(a * b + 1)) * 0.5 over n floats as one fused kernel: CUDA events around `steps`
+// launches after `warmup`; reports the median time and TB/s counting 2 reads + 1 write.
+nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps);
+
+}  // namespace kiln::tools
