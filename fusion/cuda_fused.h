@@ -20,6 +20,9 @@ struct LaunchShape {
 class CudaFusedKernel {
  public:
   CudaFusedKernel(CudaKernelSource source, const jit::CompiledKernel& compiled);
+  ~CudaFusedKernel();
+  CudaFusedKernel(const CudaFusedKernel&) = delete;
+  CudaFusedKernel& operator=(const CudaFusedKernel&) = delete;
 
   // Pointers: the group's inputs, then its outputs, then the reduction output (device memory).
   void launch(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, jit::Stream stream) const;
@@ -31,6 +34,10 @@ class CudaFusedKernel {
   CudaKernelSource source_;
   jit::LoadedKernel kernel_;
   LaunchShape shape_;
+  // Split reductions: the finishing kernel and the partial results (allocated once, here).
+  std::unique_ptr<jit::LoadedKernel> finish_;
+  LaunchShape finish_shape_;
+  void* partial_ = nullptr;
 };
 
 // Generates, compiles (in parallel, through the kernel cache) and loads every group.

@@ -91,13 +91,29 @@ TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle r
   const CudaKernelSource k = generate_cuda(*single_group(g));
   CAPTURE(k.source);
   CHECK(k.reduction);
-  CHECK(k.work_items == 6);
+  CHECK(k.work_items == 6);  // 40 values per output: no split
+  CHECK(k.splits == 1);
   CHECK(contains(k.source, "const long long n_out = 6LL;"));
   CHECK(contains(k.source, "const long long n_red = 40LL;"));
   CHECK(contains(k.source, "const long long base = o * 10LL;"));
   CHECK(contains(k.source, "const long long i = base + (r % 10LL) * 1LL + (r / 10LL) * 60LL;"));
   CHECK(contains(k.source, "__shfl_down_sync(0xffffffffu, acc, off)"));
-  CHECK(contains(k.source, "reduced[o] = acc;"));
+  CHECK(contains(k.source, "reduced[job] = acc;"));
+  CHECK(k.finish_name.empty());
+}
+
+TEST_CASE("golden: a bias gradient over [64, 32, 28, 28] is split across blocks and finished in order") {
+  Graph g;
+  const Value dy = g.input("dy", {64, 32, 28, 28});
+  g.output("db", sum(dy * 2.0, {0, 2, 3}));
+  const CudaKernelSource k = generate_cuda(*single_group(g));
+  CAPTURE(k.source);
+  CHECK(k.splits == 25);  // 32 outputs of 50176 values: 25 blocks of <= 2048 values each
+  CHECK(k.work_items == 32 * 25);
+  CHECK(k.finish_name == k.name + "_finish");
+  CHECK(contains(k.source, "const long long chunk = 2008LL;"));
+  CHECK(contains(k.source, "extern \"C\" __global__ void " + k.finish_name + "(const T* __restrict__ partial, T* __restrict__ reduced)"));
+  CHECK(contains(k.source, "for (long long c = 1; c < splits; ++c) { const T v = partial[o * splits + c]; acc = (acc + v); }"));
 }
 
 TEST_CASE("golden: the same group gives the same kernel name; another group another") {
