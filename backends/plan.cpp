@@ -47,6 +47,44 @@ std::int32_t take_slot(MemoryPlan& plan, std::vector<std::int32_t>& free_slots, 
 
 }  // namespace
 
+std::vector<bool> in_place_updates(const Graph& g) {
+  const auto count = static_cast<std::int32_t>(g.nodes().size());
+  std::map<ValueRef, int> readers;  // of each root value
+  for (std::int32_t id = 0; id < count; ++id)
+    for (const ValueRef& in : g.node(id).inputs) ++readers[alias_root(g, in)];
+  for (const auto& [name, ref] : g.outputs()) ++readers[alias_root(g, ref)];
+  std::vector<bool> result;
+  for (const auto& [var, ref] : g.assignments()) {
+    const Node& producer = g.node(ref.node);
+    const bool full_output = producer.body != nullptr && producer.op->kind == OpKind::fused &&
+                             producer.outputs[static_cast<std::size_t>(ref.index)].shape == var->value.shape();
+    bool ok = full_output && readers[ref] == 0;
+    // Every reader of the variable must be the producer or one of its ancestors.
+    std::vector<char> ancestor(static_cast<std::size_t>(count), 0);
+    std::vector<std::int32_t> stack = {ref.node};
+    while (ok && !stack.empty()) {
+      const std::int32_t n = stack.back();
+      stack.pop_back();
+      for (const ValueRef& in : g.node(n).inputs)
+        if (!ancestor[static_cast<std::size_t>(in.node)]) {
+          ancestor[static_cast<std::size_t>(in.node)] = 1;
+          stack.push_back(in.node);
+        }
+    }
+    for (std::int32_t id = 0; ok && id < count; ++id) {
+      if (id == ref.node || ancestor[static_cast<std::size_t>(id)]) continue;
+      for (const ValueRef& in : g.node(id).inputs) {
+        const Node& root = g.node(alias_root(g, in).node);
+        if (root.variable == var) ok = false;
+      }
+    }
+    for (const auto& [name, out] : g.outputs())
+      if (g.node(alias_root(g, out).node).variable == var) ok = false;
+    result.push_back(ok);
+  }
+  return result;
+}
+
 std::size_t MemoryPlan::total_bytes() const { return std::accumulate(slot_bytes.begin(), slot_bytes.end(), std::size_t{0}); }
 
 MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {

@@ -23,4 +23,11 @@ struct MemoryPlan {
 // node order there and a reused slot could be overwritten while still being read.
 MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node = {});
 
+// For each assignment of g, whether its new value can be written straight into the
+// variable's storage (no copy at the end of the step): the value is a full-shape output of a
+// fused group, nothing else reads it, and every other reader of the variable is an ancestor
+// of that group, so each element of the old value is read (by the group itself, at the same
+// index) before it is overwritten, whatever the stream schedule.
+std::vector<bool> in_place_updates(const Graph& g);
+
 }  // namespace kiln

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include "backends/plan.h"
+#include "fusion/fuse.h"
+#include "graph/autograd.h"
 #include "graph/op.h"
 #include "graph/op_table.h"
 #include "graph/ops.h"
@@ -69,6 +71,31 @@ TEST_CASE("ops reject wrong shapes with both shapes and the op in the message") 
   const Value w = g.input("w", {32, 1, 3, 3});
   CHECK_THROWS_WITH_AS(conv2d(x, w), doctest::Contains("conv2d: input has 3 channels but weight [32, 1, 3, 3] expects 1"), Error);
   CHECK_THROWS_WITH_AS(g.input("a", {3, 4}) + g.input("b", {5}), doctest::Contains("add: shapes [3, 4] and [5]"), Error);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("in_place_updates: an optimizer update writes into its variable; a value read elsewhere does not") {
+  VariablePtr p = make_variable("p", Tensor::zeros({4}, DType::f32));
+  VariablePtr q = make_variable("q", Tensor::zeros({4}, DType::f32));
+  Graph g;
+  const Value x = g.input("x", {4});
+  const Value pv = g.variable(p), qv = g.variable(q);
+  const Value loss = sum_all(tanh(pv * x) + qv);
+  g.output("loss", loss);
+  g.assign(p, pv - grad(loss, {pv})[0] * 0.1);  // after every other reader of p: the gradient needs tanh(p x)
+  const Value q_new = qv + 1.0;
+  g.assign(q, q_new);
+  g.output("q_new", q_new);     // read outside the step: must stay a separate buffer
+  g.assign(make_variable("r", Tensor::zeros({4}, DType::f32)), x * 2.0);  // a variable nothing reads
+  const Graph fused = fuse(eliminate_dead_code(g));
+  const std::vector<bool> in_place = in_place_updates(fused);
+  REQUIRE(in_place.size() == 3);
+  CHECK(in_place[0]);
+  CHECK_FALSE(in_place[1]);
+  CHECK(in_place[2]);
 }
 
 }  // namespace kiln

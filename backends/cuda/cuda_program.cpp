@@ -151,6 +151,15 @@ void CudaProgram::bind_buffers() {
       for (std::size_t i = 0; i < n.outputs.size(); ++i) out[i] = base + offset[static_cast<std::size_t>(plan_.slot[id][i])];
     }
   }
+  // Updates that are safe in place write straight into the variables (no copy at the end).
+  const std::vector<bool> in_place = in_place_updates(graph_);
+  for (std::size_t k = 0; k < in_place.size(); ++k) {
+    const auto& [var, ref] = graph_.assignments()[k];
+    // The group then reads the old value and writes the new one at the same element index
+    // (its only access to both), so the __restrict__ on its parameters is never contradicted.
+    if (!in_place[k] || var->value.device().is_cpu()) continue;
+    ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] = var->value.raw();
+  }
 }
 
 void CudaProgram::prepare_launches() {
