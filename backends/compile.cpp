@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_program.h"
+#include "backends/numerics.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cuda_program.h"
 #endif
@@ -36,7 +37,10 @@ Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   name = n.name;
 }
 
-std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& options) {
+std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& requested) {
+  CompileOptions options = requested;
+  options.check_numerics = options.check_numerics || check_numerics_from_environment();
+  if (options.check_numerics) options.fuse = false;  // one op per kernel: the culprit is exact
   verify(recorded);
   Graph g = recorded;
   dump_after("record", g);
@@ -53,9 +57,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& op
   }
   log().debug("compile: {} nodes after the passes", g.nodes().size());
 
-  if (options.device.is_cpu()) return make_cpu_program(g);
+  if (options.device.is_cpu()) return make_cpu_program(g, options.check_numerics);
 #ifdef KILN_HAVE_CUDA
-  return make_cuda_program(g, {.graphs = options.cuda_graphs, .tf32 = options.tf32, .streams = options.cuda_streams});
+  return make_cuda_program(g, {.graphs = options.cuda_graphs && !options.check_numerics,
+                               .tf32 = options.tf32,
+                               .streams = options.check_numerics ? 1 : options.cuda_streams,
+                               .check_numerics = options.check_numerics});
 #else
   throw Error(fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not found at build time)",
                           options.device.str()));

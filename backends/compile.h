@@ -14,6 +14,9 @@ struct CompileOptions {
   bool cuda_graphs = true;  // CUDA: capture the step as a CUDA graph after the first run
   bool tf32 = false;        // CUDA: allow TF32 tensor-core math in GEMMs
   int cuda_streams = 2;     // CUDA: 1 runs everything in order; 2 puts off-critical-path kernels on a side stream
+  // Scan every op's outputs for NaN/Inf and stop at the first op that made one (also
+  // KILN_CHECK_NUMERICS=1). Ops then run unfused, one kernel each, so the op is exact.
+  bool check_numerics = false;
 };
 
 // Runs the passes (verify, dead-code elimination, fusion) and builds a Program

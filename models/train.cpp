@@ -85,7 +85,8 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   ModelGraph train_graph = build_model_graph(c.model, Stage::train, c.batch_size, opt, c.seed);
   nn::Layer& model = *train_graph.model;
   Optimizer& optimizer = *train_graph.optimizer;
-  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams};
+  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
+                                .check_numerics = c.check_numerics};
   std::unique_ptr<Program> step = compile(*train_graph.graph, options);
   Evaluator evaluator(model, info, c.eval_batch, test, options);
 
@@ -110,7 +111,12 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
       optimizer.set_lr(scheduled_lr(c, total_steps + s, planned_steps));
       if (!c.trace_path.empty() && total_steps + s == std::min<std::int64_t>(9, planned_steps - 1)) step->trace_next_run(c.trace_path);
       batcher.fill(s, images, labels);
-      const double loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
+      double loss = 0;
+      try {
+        loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
+      } catch (const Error& e) {
+        throw Error(fmt::format("epoch {} step {}: {}", epoch, s + 1, e.what()));
+      }
       KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss,
                  epoch, s + 1);
       loss_sum += loss;

@@ -66,4 +66,27 @@ TEST_CASE("a diverging run stops with the step where the loss became non-finite"
   CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("training diverged"), Error);
 }
 
+TEST_CASE("--check-numerics stops a diverging run at the op that overflowed, with the step and input ranges") {
+  TrainConfig config;
+  config.synthetic = true;
+  config.progress = false;
+  config.optimizer = "sgd";
+  config.lr = 1e12;
+  config.lr_schedule = "constant";
+  config.max_steps = 50;
+  config.check_numerics = true;
+  try {
+    train_classifier(config);
+    FAIL("the run should have stopped");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CAPTURE(message);
+    CHECK(message.find("epoch 1 step ") == 0);
+    CHECK(message.find("check-numerics: run ") != std::string::npos);
+    CHECK(message.find("produced ") != std::string::npos);
+    CHECK(message.find("range [") != std::string::npos);  // the inputs' ranges
+    CHECK(message.find("op 'fused") == std::string::npos);  // a single op is named, not a group
+  }
+}
+
 }  // namespace kiln

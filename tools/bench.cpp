@@ -114,6 +114,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cuda-graphs", no_graphs, "CUDA: no graph capture");
   app.add_flag("--tf32", g_options.tf32, "CUDA: TF32 GEMMs");
   bool compare_streams = false;
+  bool numerics = false;
+  app.add_flag("--check-numerics", numerics, "also time each step with --check-numerics, side by side (its overhead)");
   app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
@@ -140,6 +142,13 @@ int main(int argc, char** argv) {
     for (std::int64_t batch : batches) {
       report(bench_training_step(model, batch, true, warmup, steps));
       if (unfused) report(bench_training_step(model, batch, false, warmup, steps));
+      if (numerics) {
+        g_options.check_numerics = true;
+        nlohmann::json checked = bench_training_step(model, batch, true, warmup, steps);
+        checked["name"] = checked["name"].get<std::string>() + " (check-numerics)";
+        report(checked);
+        g_options.check_numerics = false;
+      }
       if (compare_streams) {
         g_options.cuda_streams = 1;
         nlohmann::json one = bench_training_step(model, batch, true, warmup, steps);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "backends/feeds.h"
+#include "backends/numerics.h"
 #include "backends/plan.h"
 #include "backends/trace_writer.h"
 #include "graph/op.h"
@@ -18,8 +19,8 @@ namespace {
 
 class CpuProgram final : public Program {
  public:
-  explicit CpuProgram(const Graph& compiled)
-      : graph_(compiled), plan_(plan_memory(graph_)), profile_(std::getenv("KILN_PROFILE") != nullptr) {
+  CpuProgram(const Graph& compiled, bool check_numerics)
+      : graph_(compiled), plan_(plan_memory(graph_)), profile_(std::getenv("KILN_PROFILE") != nullptr), check_numerics_(check_numerics) {
     for (const Node& n : graph_.nodes()) {
       if (n.op->name == "fill") fills_.push_back(Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
     }
@@ -43,6 +44,8 @@ class CpuProgram final : public Program {
   // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed.
   bool profile_;
   std::string trace_path_;  // non-empty: the next run writes a trace here
+  bool check_numerics_;
+  std::int64_t runs_ = 0;
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds_;
   void print_profile() const;
 };
@@ -68,6 +71,7 @@ Tensor CpuProgram::planned_output(std::int32_t slot, const TensorType& type) {
 
 Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
   check_feed_names(graph_, feeds);
+  ++runs_;
   for (const Feed& f : feeds)
     KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU", f.name, f.tensor.device().str());
   buffers_.resize(plan_.slot_bytes.size());
@@ -99,6 +103,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       const bool timed = profile_ || !trace_path_.empty();
       const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       n.op->cpu(KernelCall{n, in, out});
+      if (check_numerics_) check_numerics(graph_, static_cast<std::int32_t>(id), in, out, runs_);
       if (!trace_path_.empty()) {
         const auto now = std::chrono::steady_clock::now();
         trace.push_back({n.body ? n.body->summary() : n.op->name, 0, std::chrono::duration<double, std::micro>(start - run_start).count(),
@@ -133,6 +138,8 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
 
 }  // namespace
 
-std::unique_ptr<Program> make_cpu_program(const Graph& compiled) { return std::make_unique<CpuProgram>(compiled); }
+std::unique_ptr<Program> make_cpu_program(const Graph& compiled, bool check_numerics) {
+  return std::make_unique<CpuProgram>(compiled, check_numerics);
+}
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 
 namespace kiln {
 
-std::unique_ptr<Program> make_cpu_program(const Graph& compiled);
+// check_numerics: scan every op's outputs for NaN and Inf (backends/numerics.h).
+std::unique_ptr<Program> make_cpu_program(const Graph& compiled, bool check_numerics = false);
 
 }  // namespace kiln

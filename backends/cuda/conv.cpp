@@ -1,14 +1,23 @@
-// Convolution as im2col + cuBLAS. Forward and grad_input use a per-image patch layout
-// [b][P][OH*OW] (P = Cin*KH*KW) and one strided-batched GEMM per chunk of images, whose
-// per-image outputs land directly in NCHW order, so no transpose of y is needed. grad_weight
-// folds the batch into the GEMM's K: patches as [P][b][OH*OW] and dy transposed to
-// [Cout][b][OH*OW], then one GEMM dW = dy^T col^T sums the batch without a reduction pass.
+// Convolution passes. The fast path is one implicit GEMM per pass (conv_kernels.cpp):
+//   forward      y[co, (b, pix)]  = W[co, P] x patches[P, (b, pix)]
+//   grad_input   dx[ci, (b, pix)] = W_flipped[ci, (co, kh, kw)] x dy patches (stride 1: the
+//                forward convolution of dy with the transposed, flipped filter)
+//   grad_weight  dW[co, P]        = dy[co, (b, pix)] x patches[(b, pix), P]
+// with the patch matrix never written to memory and y, dx read and written in NCHW order.
+// grad_weight splits its long K = B*OH*OW over blocks and sums the partials in a fixed
+// order (a second small kernel), so it stays deterministic.
+// The fallback (grad_input at stride > 1, offsets past 32 bits, very large images) is
+// im2col + cuBLAS: forward and grad_input use a per-image patch layout [b][P][OH*OW] (P =
+// Cin*KH*KW) and one strided-batched GEMM per chunk of images, whose per-image outputs land
+// directly in NCHW order. grad_weight folds the batch into the GEMM's K: patches as
+// [P][b][OH*OW] and dy transposed to [Cout][b][OH*OW], then one GEMM dW = dy^T col^T.
 #include "backends/cuda/conv.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernel_params.h"
@@ -18,6 +27,16 @@
 #include "core/error.h"
 
 namespace kiln::cuda {
+
+namespace detail {
+namespace {
+ConvAlgo g_algo = ConvAlgo::automatic;
+ConvTiling g_tiling[3];
+}  // namespace
+void set_conv_algo_for_testing(ConvAlgo algo) { g_algo = algo; }
+void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling) { g_tiling[static_cast<int>(pass)] = tiling; }
+}  // namespace detail
+
 namespace {
 
 using kernels::ConvGeometry;
@@ -34,6 +53,157 @@ bool pointwise(const ConvGeometry& g) {
 std::size_t col_bytes(const ConvGeometry& g, DType dtype, std::int64_t images) {
   return static_cast<std::size_t>(images * patch_rows(g) * patch_cols(g)) * dtype_size(dtype);
 }
+
+// ---- implicit GEMM ----
+
+constexpr std::int64_t kGradWeightBlocks = 264;  // split-K target: two blocks per SM of an H100/H200
+constexpr std::int64_t kMaxOffset = std::int64_t{1} << 30;
+constexpr std::int64_t kMaxExtent = 4096;  // image sides, kernel sides, padding, stride (table entries)
+
+IgemmMode mode_of(ConvPass pass) {
+  return pass == ConvPass::forward ? IgemmMode::forward
+         : pass == ConvPass::grad_input ? IgemmMode::grad_input
+                                        : IgemmMode::grad_weight;
+}
+
+// C = A B of `pass`: M rows, N columns, K terms.
+struct GemmDims {
+  std::int64_t m, n, k;
+};
+GemmDims dims_of(const ConvGeometry& g, ConvPass pass) {
+  const std::int64_t b = g.batch, kk = g.kernel_h * g.kernel_w;
+  switch (pass) {
+    case ConvPass::forward: return {g.out_channels, b * g.out_h * g.out_w, g.in_channels * kk};
+    case ConvPass::grad_input: return {g.in_channels, b * g.height * g.width, g.out_channels * kk};
+    case ConvPass::grad_weight: return {g.out_channels, g.in_channels * kk, b * g.out_h * g.out_w};
+  }
+  return {0, 0, 0};
+}
+
+bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  if (detail::g_algo == detail::ConvAlgo::im2col_gemm) return false;
+  if (dtype != DType::f32 && dtype != DType::f64) return false;
+  if (pass == ConvPass::grad_input && g.stride != 1) return false;
+  if (pass != ConvPass::grad_weight && pointwise(g)) return false;  // plain cuBLAS, no scratch either
+  const std::int64_t x = g.batch * g.in_channels * g.height * g.width;
+  const std::int64_t y = g.batch * g.out_channels * g.out_h * g.out_w;
+  const std::int64_t w = g.out_channels * patch_rows(g);
+  if (x >= kMaxOffset || y >= kMaxOffset || w >= kMaxOffset) return false;
+  for (std::int64_t e : {g.height, g.width, g.out_h, g.out_w, g.kernel_h, g.kernel_w, g.stride, g.padding})
+    if (e > kMaxExtent) return false;
+  const GemmDims d = dims_of(g, pass);
+  return d.m / 16 < 65535;  // grid.y
+}
+
+IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
+  const detail::ConvTiling& forced = detail::g_tiling[static_cast<int>(pass)];
+  if (forced.bm > 0) {
+    const IgemmTile tile{forced.bm, forced.bn, forced.kg};
+    KILN_CHECK(igemm_tile_valid(tile, dtype), "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile", tile.bm,
+               tile.bn, tile.kg);
+    return tile;
+  }
+  const std::vector<IgemmTile> tiles = igemm_tiles(mode_of(pass), dtype);
+  if (pass != ConvPass::grad_weight) return d.m > 32 ? tiles[0] : tiles[1];  // 64x64, or 32x64 for few channels
+  return d.n <= 16 ? tiles[0] : tiles[1];                                     // 32x16 for tiny filters, else 64x32
+}
+
+// K splits of grad_weight and the K range of each (a multiple of the tile's K step).
+struct Splits {
+  std::int64_t count = 1, chunk = 0;
+};
+Splits splits_for(const GemmDims& d, IgemmTile tile, ConvPass pass, std::int64_t wanted = 0) {
+  const std::int64_t bk = 16 * tile.kg;
+  const std::int64_t steps = std::max<std::int64_t>(1, (d.k + bk - 1) / bk);
+  if (pass != ConvPass::grad_weight) return {1, steps * bk};
+  if (wanted <= 0) {
+    const std::int64_t forced = detail::g_tiling[static_cast<int>(pass)].splits;
+    const std::int64_t tiles = ((d.m + tile.bm - 1) / tile.bm) * ((d.n + tile.bn - 1) / tile.bn);
+    wanted = forced > 0 ? forced : (kGradWeightBlocks + tiles - 1) / tiles;
+  }
+  wanted = std::clamp<std::int64_t>(wanted, 1, std::min<std::int64_t>(steps, 65535));
+  const std::int64_t per = (steps + wanted - 1) / wanted;
+  return {(steps + per - 1) / per, per * bk};
+}
+
+std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  if (pass != ConvPass::grad_weight) return 0;
+  const GemmDims d = dims_of(g, pass);
+  const Splits s = splits_for(d, tile_for(d, dtype, pass), pass);
+  return s.count > 1 ? static_cast<std::size_t>(s.count * d.m * d.n) * dtype_size(dtype) : 0;
+}
+
+std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
+
+// The GEMM's description for the kernel: which tensor is the image, how its windows are
+// laid out, and the strides of A and C along M (kernel_params.h, ConvGemmShape).
+ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d, std::int64_t k_chunk) {
+  ConvGemmShape s{};
+  s.m = i32(d.m);
+  s.n = i32(d.n);
+  s.k = i32(d.k);
+  s.k_chunk = i32(k_chunk);
+  s.khkw = i32(g.kernel_h * g.kernel_w);
+  s.kw = i32(g.kernel_w);
+  if (pass == ConvPass::grad_input) {  // image dy, windows over dx's grid, flipped filter
+    s.s_hw = i32(g.height * g.width);
+    s.s_w = i32(g.width);
+    s.stride = 1;
+    s.pad_h = i32(g.kernel_h - 1 - g.padding);
+    s.pad_w = i32(g.kernel_w - 1 - g.padding);
+    s.img_chw = i32(g.out_channels * g.out_h * g.out_w);
+    s.img_hw = i32(g.out_h * g.out_w);
+    s.img_h = i32(g.out_h);
+    s.img_w = i32(g.out_w);
+    s.a_ms = s.khkw;
+    s.c_ms = s.s_hw;
+    return s;
+  }
+  s.s_hw = i32(g.out_h * g.out_w);  // image x, windows over y's (dy's) grid
+  s.s_w = i32(g.out_w);
+  s.stride = i32(g.stride);
+  s.pad_h = s.pad_w = i32(g.padding);
+  s.img_chw = i32(g.in_channels * g.height * g.width);
+  s.img_hw = i32(g.height * g.width);
+  s.img_h = i32(g.height);
+  s.img_w = i32(g.width);
+  s.a_ms = pass == ConvPass::forward ? s.k : s.s_hw;
+  s.c_ms = pass == ConvPass::forward ? s.s_hw : s.n;
+  return s;
+}
+
+// One implicit-GEMM pass: a = W (forward, grad_input) or dy; img = x or dy; out = y, dx or dW.
+void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img, void* out,
+               const ConvWorkspace& ws, jit::Stream stream) {
+  const GemmDims d = dims_of(g, pass);
+  if (d.m == 0 || d.n == 0) return;
+  const IgemmTile tile = tile_for(d, dtype, pass);
+  Splits splits = splits_for(d, tile, pass);
+  const std::size_t partial_bytes = static_cast<std::size_t>(d.m * d.n) * dtype_size(dtype);
+  if (splits.count > 1 && ws.bytes < splits.count * partial_bytes)  // as many splits as the scratch holds
+    splits = splits_for(d, tile, pass, std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.bytes / partial_bytes)));
+  if (splits.count > 1)
+    KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0, "conv2d_grad_weight: the workspace is not 256-byte aligned");
+  ConvGemmShape shape = gemm_shape(g, pass, d, splits.chunk);
+  const IgemmMode mode = mode_of(pass);
+  const DeviceKernel& k =
+      device_kernel(conv_igemm_name(mode, tile, dtype), [&] { return conv_igemm_source(mode, tile, dtype); });
+  void* target = splits.count > 1 ? ws.data : out;
+  void* args[] = {&a, &img, &target, &shape};
+  const jit::Dim3 grid{static_cast<unsigned>((d.n + tile.bn - 1) / tile.bn),
+                       static_cast<unsigned>((d.m + tile.bm - 1) / tile.bm), static_cast<unsigned>(splits.count)};
+  k.kernel.launch(grid, {static_cast<unsigned>(igemm_threads(tile)), 1, 1}, 0, stream, args);
+  if (splits.count == 1) return;
+  const DeviceKernel& sum =
+      device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)), [&] { return conv_splitk_sum_source(dtype); });
+  const void* part = ws.data;
+  int mn = i32(d.m * d.n), count = i32(splits.count);
+  void* sum_args[] = {&part, &out, &mn, &count};
+  const unsigned lanes = mn >= 4096 ? 8 : 32;  // more lanes per output when there are few outputs
+  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream, sum_args);
+}
+
+// ---- im2col + cuBLAS ----
 
 std::size_t workspace_for(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images) {
   if (pass != ConvPass::grad_weight) return pointwise(g) ? 0 : col_bytes(g, dtype, images);
@@ -114,6 +284,7 @@ void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, s
 }  // namespace
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images_per_chunk) {
+  if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
   return workspace_for(g, dtype, pass, std::max<std::int64_t>(images, 1));
 }
@@ -124,6 +295,10 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
+  if (use_igemm(g, dtype, ConvPass::forward)) {
+    run_igemm(dtype, g, ConvPass::forward, w, x, y, ws, stream);
+    return;
+  }
   if (pointwise(g)) {  // y_b[Cout, HW] = W[Cout, Cin] x_b[Cin, HW]
     per_image_gemm(dtype, false, g.out_channels, g.in_channels, patch_cols(g), w, x, y, g.batch, stream);
     return;
@@ -144,6 +319,10 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
+  if (use_igemm(g, dtype, ConvPass::grad_input)) {
+    run_igemm(dtype, g, ConvPass::grad_input, w, dy, dx, ws, stream);
+    return;
+  }
   if (pointwise(g)) {  // dx_b[Cin, HW] = W^T[Cin, Cout] dy_b[Cout, HW]
     per_image_gemm(dtype, true, g.in_channels, g.out_channels, patch_cols(g), w, dy, dx, g.batch, stream);
     return;
@@ -163,6 +342,10 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
   check_geometry(g, dtype, "conv2d_grad_weight");
   if (g.batch == 0) {
     fill(dtype, 0.0, g.out_channels * patch_rows(g), dw, stream);
+    return;
+  }
+  if (use_igemm(g, dtype, ConvPass::grad_weight)) {
+    run_igemm(dtype, g, ConvPass::grad_weight, dy, x, dw, ws, stream);
     return;
   }
   const std::int64_t in_size = g.in_channels * g.height * g.width;

@@ -1,5 +1,8 @@
 // 2-D convolution on the GPU (NCHW, f32/f64, stride and padding as in
-// graph/kernels/conv_cpu.cpp): im2col + cuBLAS GEMM, col2im as a deterministic gather.
+// graph/kernels/conv_cpu.cpp). Each pass is one implicit GEMM (patches gathered on the fly,
+// no scratch for forward and grad_input; grad_weight sums split-K partials in a fixed
+// order); grad_input at stride > 1 and sizes past 32-bit offsets use im2col + cuBLAS GEMM
+// with col2im as a deterministic gather. No atomics: results are bitwise repeatable.
 #pragma once
 
 #include <cstddef>
@@ -14,9 +17,10 @@ namespace kiln::cuda {
 enum class ConvPass { forward, grad_input, grad_weight };
 
 // Scratch bytes that `pass` needs to process `images_per_chunk` images per step (0: the
-// whole batch in one step, the fastest). Any workspace of at least one image's size works:
-// the passes loop over as many images as fit. 0 when the pass needs no scratch (1x1 kernel,
-// stride 1, no padding, forward and grad_input).
+// whole batch in one step, the fastest). For the implicit-GEMM passes: 0 (forward,
+// grad_input) or grad_weight's split-K partials (less scratch only means fewer splits; none
+// at all works too). For the im2col passes any workspace of at least one image's size
+// works: they loop over as many images as fit. 0 when the pass needs no scratch.
 std::size_t conv_workspace_bytes(const kernels::ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk = 0);
 
@@ -35,5 +39,19 @@ void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* 
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
 void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy, void* dw,
                         ConvWorkspace workspace, jit::Stream stream);
+
+namespace detail {
+// Test and benchmark hooks, not for production code (not thread-safe; take effect at the
+// next call, conv_workspace_bytes included). im2col_gemm forces the fallback everywhere.
+enum class ConvAlgo { automatic, im2col_gemm };
+void set_conv_algo_for_testing(ConvAlgo algo);
+// Forces the implicit GEMM's tile (bm x bn, kg thread groups per K step; 0: the default
+// choice) and grad_weight's number of K splits (0: the default) for one pass.
+struct ConvTiling {
+  int bm = 0, bn = 0, kg = 0;
+  std::int64_t splits = 0;
+};
+void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling);
+}  // namespace detail
 
 }  // namespace kiln::cuda

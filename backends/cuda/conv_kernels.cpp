@@ -1,9 +1,12 @@
-// CUDA C of the convolution's data-movement kernels: im2col (one thread per patch-matrix
-// element) and col2im as a gather (one thread per input element, no atomics).
+// CUDA C of the convolution kernels: the implicit GEMM that runs every pass it can (see
+// conv_igemm_source), the ordered sum of its split-K partials, and the data-movement kernels
+// of the im2col + cuBLAS fallback: im2col (one thread per patch-matrix element) and col2im
+// as a gather (one thread per input element, no atomics).
 #include <fmt/format.h>
 
 #include "backends/cuda/kernel_params.h"
 #include "backends/cuda/kernel_sources.h"
+#include "core/error.h"
 
 namespace kiln::cuda {
 
@@ -65,6 +68,268 @@ extern "C" __global__ void {0}(const T* __restrict__ col, T* __restrict__ x, Con
 }}
 )",
                       name, kGridStrideLoop);
+  return {name, code, {}};
+}
+
+namespace {
+
+// The implicit GEMM C[M, N] = A[M, K] B[K, N] of one convolution pass (kernel_params.h,
+// ConvGemmShape). A block computes a BM x BN tile of C over its K range (blockIdx.z's
+// k_chunk), KG groups of (BM/4)(BN/4) threads, each thread a 4 x 4 sub-tile; a K step
+// loads BK = 16*KG rows of A and B into shared memory (double-buffered: the next step's
+// global loads are in flight while this step computes) and group q sums rows 16q..16q+15.
+// The groups' sums are added in group order at the end, so every result is deterministic.
+// B is gathered from the image through two tables of (image offset, h, w, aux) entries,
+// one per K index of the current chunk of TK, one per N index of the tile: the element
+// exists when (h_k + h_n, w_k + w_n) lies inside the image, at offset off_k + off_n. A is
+// read at aux_k + m * a_ms, C written at aux_n + m * c_ms (out + blockIdx.z * M * N for
+// split-K partials). Forward and grad_input: N spatial, K patch; grad_weight the reverse.
+constexpr const char* kConvIgemm = R"(
+#define KILN_OUTSIDE (-30000)
+
+__device__ __forceinline__ void load4(const float* p, float (&r)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
+}
+__device__ __forceinline__ void load4(const double* p, double (&r)[4]) {
+  const double2 u = reinterpret_cast<const double2*>(p)[0], v = reinterpret_cast<const double2*>(p)[1];
+  r[0] = u.x; r[1] = u.y; r[2] = v.x; r[3] = v.y;
+}
+__device__ __forceinline__ void store4(float* p, const float (&r)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+}
+__device__ __forceinline__ void store4(double* p, const double (&r)[4]) {
+  reinterpret_cast<double2*>(p)[0] = make_double2(r[0], r[1]);
+  reinterpret_cast<double2*>(p)[1] = make_double2(r[2], r[3]);
+}
+
+// Spatial index j = (b, oh, ow) of the [B, M, s_hw] tensor (y, dx or dy): the window's
+// corner in the image and j's offset in that tensor. Past `end`: an entry that is never inside.
+__device__ __forceinline__ int4 spatial_entry(const ConvGemmShape& g, int j, int end) {
+  if (j >= end) return make_int4(0, KILN_OUTSIDE, KILN_OUTSIDE, -1);
+  const int b = j / g.s_hw, pix = j - b * g.s_hw;
+  const int oh = pix / g.s_w, ow = pix - oh * g.s_w;
+  const int h = oh * g.stride - g.pad_h, w = ow * g.stride - g.pad_w;
+  return make_int4(b * g.img_chw + h * g.img_w + w, h, w, b * g.m * g.s_hw + pix);
+}
+
+// Patch index j = (c, kh, kw): its offset from a window's corner, and aux: j itself (the
+// weight's column in forward, dW's column in grad_weight) or, in grad_input, the offset of
+// w[c, 0, KH-1-kh, KW-1-kw] (the flipped filter, m = input channel adds m * KH*KW).
+template <int MODE>
+__device__ __forceinline__ int4 patch_entry(const ConvGemmShape& g, int j, int end) {
+  if (j >= end) return make_int4(0, KILN_OUTSIDE, KILN_OUTSIDE, -1);
+  const int c = j / g.khkw, r = j - c * g.khkw;
+  const int kh = r / g.kw, kw = r - kh * g.kw;
+  const int aux = MODE == 1 ? (c * g.m + 1) * g.khkw - 1 - r : j;
+  return make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, aux);
+}
+
+template <int MODE>
+__device__ __forceinline__ int4 k_entry(const ConvGemmShape& g, int j, int end) {
+  return MODE == 2 ? spatial_entry(g, j, end) : patch_entry<MODE>(g, j, end);
+}
+template <int MODE>
+__device__ __forceinline__ int4 n_entry(const ConvGemmShape& g, int j, int end) {
+  return MODE == 2 ? patch_entry<MODE>(g, j, end) : spatial_entry(g, j, end);
+}
+
+template <int MODE, int BM, int BN, int KG>
+__device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T* __restrict__ img,
+                                           T* __restrict__ out, const ConvGemmShape& g) {
+  constexpr int BK = 16 * KG, CT = (BM / 4) * (BN / 4), NT = KG * CT;
+  constexpr int TK = sizeof(T) == 8 ? 512 : 1024;
+  constexpr int A_PER = BM * BK / NT, B_PER = BK * BN / NT;
+  constexpr bool K_FAST = MODE == 2;  // B's contiguous axis: K (grad_weight) or N
+  static_assert(BM % 16 == 0 && BN % 16 == 0 && NT % BK == 0 && NT % BN == 0, "tile shape");
+  static_assert(KG == 1 || (KG - 1) * BM * BN <= 2 * BK * (BM + 4), "group sums must fit in As");
+  __shared__ __align__(16) T As[2][BK][BM + 4];
+  __shared__ __align__(16) T Bs[2][BK][BN + 4];
+  __shared__ int4 ktab[TK];
+  __shared__ int4 ntab[BN];
+
+  const int t = threadIdx.x;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int k_begin = blockIdx.z * g.k_chunk;
+  const int k_end = min(g.k, k_begin + g.k_chunk);
+  const int grp = t / CT, tc = t - grp * CT, ty = tc / (BN / 4), tx = tc - ty * (BN / 4);
+
+  for (int i = t; i < BN; i += NT) ntab[i] = n_entry<MODE>(g, n0 + i, g.n);
+  __syncthreads();
+  // This thread's loads: A (k, m) = (t % BK, t / BK + j * NT / BK); B (k, n) as below.
+  int4 nent[B_PER];
+#pragma unroll
+  for (int j = 0; j < B_PER; ++j) nent[j] = ntab[K_FAST ? t / BK + j * (NT / BK) : t % BN];
+
+  T acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = T(0);
+  T ra[A_PER], rb[B_PER];
+
+  auto load_tiles = [&](int step) {
+    const int kk0 = step * BK;
+    {
+      const int4 ke = ktab[kk0 + t % BK];
+#pragma unroll
+      for (int j = 0; j < A_PER; ++j) {
+        const int m = m0 + t / BK + j * (NT / BK);
+        ra[j] = ke.w >= 0 && m < g.m ? a_src[ke.w + m * g.a_ms] : T(0);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < B_PER; ++j) {
+      const int4 ke = ktab[kk0 + (K_FAST ? t % BK : t / BN + j * (NT / BN))];
+      const int h = ke.y + nent[j].y, w = ke.z + nent[j].z;
+      rb[j] = (unsigned)h < (unsigned)g.img_h && (unsigned)w < (unsigned)g.img_w ? img[ke.x + nent[j].x] : T(0);
+    }
+  };
+  auto store_tiles = [&](int buf) {
+#pragma unroll
+    for (int j = 0; j < A_PER; ++j) As[buf][t % BK][t / BK + j * (NT / BK)] = ra[j];
+#pragma unroll
+    for (int j = 0; j < B_PER; ++j) {
+      if (K_FAST) Bs[buf][t % BK][t / BK + j * (NT / BK)] = rb[j];
+      else Bs[buf][t / BN + j * (NT / BN)][t % BN] = rb[j];
+    }
+  };
+  auto compute = [&](int buf) {
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      T a[4], b[4];
+      load4(&As[buf][grp * 16 + kk][ty * 4], a);
+      load4(&Bs[buf][grp * 16 + kk][tx * 4], b);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+  };
+
+  for (int c0 = k_begin; c0 < k_end; c0 += TK) {
+    const int c1 = min(k_end, c0 + TK);
+    const int steps = (c1 - c0 + BK - 1) / BK;
+    __syncthreads();  // the previous chunk's last reads of ktab and the tiles are done
+    for (int i = t; i < steps * BK; i += NT) ktab[i] = k_entry<MODE>(g, c0 + i, c1);
+    __syncthreads();
+    load_tiles(0);
+    store_tiles(0);
+    __syncthreads();
+    for (int step = 0; step < steps; ++step) {
+      if (step + 1 < steps) load_tiles(step + 1);
+      compute(step & 1);
+      if (step + 1 < steps) store_tiles((step + 1) & 1);
+      __syncthreads();
+    }
+  }
+
+  if (KG > 1) {  // group 0 adds the other groups' sums, in group order
+    T* red = &As[0][0][0];
+    __syncthreads();
+    if (grp > 0)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) red[((grp - 1) * BM + ty * 4 + i) * BN + tx * 4 + j] = acc[i][j];
+    __syncthreads();
+    if (grp == 0)
+      for (int q = 1; q < KG; ++q)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] += red[((q - 1) * BM + ty * 4 + i) * BN + tx * 4 + j];
+  }
+  if (grp != 0) return;
+  out += (size_t)blockIdx.z * (size_t)g.m * (size_t)g.n;
+  int4 ne[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) ne[j] = ntab[tx * 4 + j];
+  const bool run = ne[0].w >= 0 && ne[3].w == ne[0].w + 3 && ne[1].w == ne[0].w + 1 && ne[2].w == ne[0].w + 2;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int m = m0 + ty * 4 + i;
+    if (m >= g.m) continue;
+    T* row = out + m * g.c_ms;
+    if (run && ((size_t)(row + ne[0].w) & 15) == 0) {
+      store4(row + ne[0].w, acc[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (ne[j].w >= 0) row[ne[j].w] = acc[i][j];
+    }
+  }
+}
+)";
+
+const char* mode_name(IgemmMode mode) {
+  switch (mode) {
+    case IgemmMode::forward: return "fwd";
+    case IgemmMode::grad_input: return "dgrad";
+    case IgemmMode::grad_weight: return "wgrad";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype) {
+  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}_{}", mode_name(mode), tile.bm, tile.bn, tile.kg, dtype_name(dtype));
+}
+
+int igemm_threads(IgemmTile tile) { return tile.kg * (tile.bm / 4) * (tile.bn / 4); }
+
+std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype) {
+  const std::size_t t = dtype_size(dtype), bk = 16 * static_cast<std::size_t>(tile.kg);
+  const std::size_t table = t == 8 ? 512 : 1024;
+  return 2 * bk * (tile.bm + 4) * t + 2 * bk * (tile.bn + 4) * t + (table + tile.bn) * 16;
+}
+
+bool igemm_tile_valid(IgemmTile tile, DType dtype) {
+  if (tile.bm < 16 || tile.bn < 16 || tile.kg < 1 || tile.bm % 16 != 0 || tile.bn % 16 != 0) return false;
+  if (igemm_threads(tile) > 1024) return false;
+  if (tile.kg > 1 && (tile.kg - 1) * tile.bm * tile.bn > 2 * 16 * tile.kg * (tile.bm + 4)) return false;
+  return igemm_static_shared_bytes(tile, dtype) <= 48 * 1024;
+}
+
+jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
+  KILN_CHECK(igemm_tile_valid(tile, dtype), "conv implicit GEMM: no kernel for the {}x{}x{} tile in {}", tile.bm,
+             tile.bn, tile.kg, dtype_name(dtype));
+  const std::string name = conv_igemm_name(mode, tile, dtype);
+  std::string code = fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kConvGemmShapeStruct, kConvIgemm);
+  code += fmt::format(R"(
+extern "C" __global__ void __launch_bounds__({1}) {0}(const T* __restrict__ a, const T* __restrict__ img,
+                                                     T* __restrict__ out, ConvGemmShape g) {{
+  conv_igemm<{2}, {3}, {4}, {5}>(a, img, out, g);
+}}
+)",
+                      name, igemm_threads(tile), static_cast<int>(mode), tile.bm, tile.bn, tile.kg);
+  return {name, code, {}};
+}
+
+// out[i] = sum over z of part[z * mn + i], z ascending within each of blockDim.y lanes
+// (lane y takes z = y, y + blockDim.y, ...), then the lanes in order: a fixed order for a
+// given (splits, blockDim.y). Blocks of (32, lanes) threads, 32 outputs each.
+jit::KernelSource conv_splitk_sum_source(DType dtype) {
+  const std::string name = fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype));
+  std::string code = fmt::format("typedef {} T;\n", cuda_type_name(dtype));
+  code += fmt::format(R"(
+extern "C" __global__ void {0}(const T* __restrict__ part, T* __restrict__ out, int mn, int splits) {{
+  __shared__ T sums[32][33];
+  const int i = blockIdx.x * 32 + threadIdx.x;
+  T s = T(0);
+  if (i < mn)
+    for (int z = threadIdx.y; z < splits; z += blockDim.y) s += part[(size_t)z * mn + i];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && i < mn) {{
+    T total = sums[0][threadIdx.x];
+    for (int y = 1; y < blockDim.y; ++y) total += sums[y][threadIdx.x];
+    out[i] = total;
+  }}
+}}
+)",
+                      name);
   return {name, code, {}};
 }
 

@@ -14,6 +14,7 @@
 #include "backends/cuda/layout.h"
 #include "backends/cuda/transfer.h"
 #include "backends/feeds.h"
+#include "backends/numerics.h"
 #include "backends/plan.h"
 #include "backends/schedule.h"
 #include "backends/trace_writer.h"
@@ -44,6 +45,7 @@ class CudaProgram final : public Program {
   // event it records for readers on another stream.
   struct Step {
     int stream = 0;
+    std::int32_t node = -1;  // -1: a variable update
     std::vector<int> waits;
     int record = -1;
     std::string label;
@@ -55,6 +57,7 @@ class CudaProgram final : public Program {
   void add_step(std::int32_t node, std::string label, cuda::Launch launch);
   void execute(std::vector<TraceEvent>* trace);
   void copy_inputs(const std::vector<Feed>& feeds);
+  void check_step(std::int32_t node, cudaStream_t stream) const;
   void adopt_variables(cudaStream_t stream);
   void* pointer(ValueRef ref) const { return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)]; }
 
@@ -216,7 +219,7 @@ void CudaProgram::prepare_launches() {
     const void* src = pointer(ref);
     const std::size_t bytes = var->value.nbytes();
     if (src == dst) continue;
-    Step copy{0, {}, -1, "update " + var->name, [=](jit::Stream s) { KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); }};
+    Step copy{0, -1, {}, -1, "update " + var->name, [=](jit::Stream s) { KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); }};
     steps_.push_back(std::move(copy));  // on stream 0, after the side streams have joined
   }
   log().debug("cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} bytes", steps_.size(),
@@ -225,7 +228,7 @@ void CudaProgram::prepare_launches() {
 
 // A launch on its scheduled stream, waiting for the values it reads from other streams.
 void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch launch) {
-  Step step{stream_of_[static_cast<std::size_t>(node)], {}, -1, std::move(label), std::move(launch)};
+  Step step{stream_of_[static_cast<std::size_t>(node)], node, {}, -1, std::move(label), std::move(launch)};
   for (const ValueRef& in : graph_.node(node).inputs) {
     ValueRef root = in;
     while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
@@ -273,6 +276,7 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
     if (trace) timing_event(stream);
     step.launch(stream);
     if (trace) timing_event(stream);
+    if (options_.check_numerics && step.node >= 0) check_step(step.node, stream);
     if (step.record >= 0) KILN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(step.record)], stream));
   }
   if (first_update_ == steps_.size()) join();
@@ -285,6 +289,21 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
     trace->push_back({steps_[k].label, steps_[k].stream, 1000.0 * start, 1000.0 * (end - start)});
   }
   for (cudaEvent_t e : timing) cudaEventDestroy(e);
+}
+
+// --check-numerics: waits for the launch, then scans host copies of what the node read and wrote.
+void CudaProgram::check_step(std::int32_t node, cudaStream_t stream) const {
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const Node& n = graph_.node(node);
+  auto host_copy = [&](const void* ptr, const TensorType& t) {
+    Tensor host = Tensor::empty(t.shape, t.dtype);
+    KILN_CUDA_CHECK(cudaMemcpy(host.raw(), ptr, host.nbytes(), cudaMemcpyDeviceToHost));
+    return host;
+  };
+  std::vector<Tensor> in, out;
+  for (const ValueRef& r : n.inputs) in.push_back(host_copy(pointer(r), graph_.type(r)));
+  for (std::size_t i = 0; i < n.outputs.size(); ++i) out.push_back(host_copy(ptr_[static_cast<std::size_t>(node)][i], n.outputs[i]));
+  check_numerics(graph_, node, in, out, runs_);
 }
 
 // The host batch goes through pinned staging and a copy stream; the step waits for it.

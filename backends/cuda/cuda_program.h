@@ -13,6 +13,7 @@ struct CudaOptions {
   bool graphs = true;  // capture the step as a CUDA graph after the first run
   bool tf32 = false;   // allow TF32 tensor-core math in cuBLAS GEMMs
   int streams = 2;     // 1: everything in order on one stream; 2: backends/schedule's split
+  bool check_numerics = false;  // after each launch: synchronise and scan its outputs (slow; debugging)
 };
 
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options);

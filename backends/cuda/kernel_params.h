@@ -20,12 +20,34 @@ inline constexpr const char* kConvShapeStruct =
     " long long kernel_h, kernel_w, stride, padding, out_h, out_w;"
     " long long row_stride, image_stride; };\n";
 
+// One pass of a convolution as an implicit GEMM (conv_kernels.cpp): C[M, N] = A[M, K] B[K, N]
+// where B is gathered from an NCHW "image" on the fly. Each GEMM index along the image's
+// grid is "spatial" (b, oh, ow) over a [*, M, s_hw] output-like tensor; each index along
+// the filter is a "patch" (c, kh, kw). Forward and grad_input: N spatial, K patch;
+// grad_weight: K spatial, N patch, its K range split over blockIdx.z in k_chunk pieces.
+// All offsets fit 32 bits (the host checks). a_ms, c_ms: A's and C's stride along M.
+struct ConvGemmShape {
+  std::int32_t m, n, k, k_chunk;
+  std::int32_t s_hw, s_w, stride, pad_h, pad_w;
+  std::int32_t img_chw, img_hw, img_h, img_w;
+  std::int32_t khkw, kw, a_ms, c_ms;
+};
+inline constexpr const char* kConvGemmShapeStruct =
+    "struct ConvGemmShape { int m, n, k, k_chunk; int s_hw, s_w, stride, pad_h, pad_w;"
+    " int img_chw, img_hw, img_h, img_w; int khkw, kw, a_ms, c_ms; };\n";
+
 // x: [planes, H, W], square windows.
 struct PoolShape {
   std::int64_t planes, height, width, kernel, stride, out_h, out_w;
 };
 inline constexpr const char* kPoolShapeStruct =
     "struct PoolShape { long long planes, height, width, kernel, stride, out_h, out_w; };\n";
+// The same with 32-bit fields, for planes * H * W < 2^30 (the fast kernels).
+struct PoolShape32 {
+  std::int32_t planes, height, width, kernel, stride, out_h, out_w;
+};
+inline constexpr const char* kPoolShape32Struct =
+    "struct PoolShape32 { int planes, height, width, kernel, stride, out_h, out_w; };\n";
 
 // y[i] = x[sum_d coord_d(i) * src_strides[d]], coords of i in y's dims (row-major).
 inline constexpr int kMaxTransposeRank = 8;

@@ -16,12 +16,24 @@ const char* cuda_type_name(DType dtype) {
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }
 
+std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
+  if (mode != IgemmMode::grad_weight) return {{64, 64, 1}, {32, 64, 1}};
+  if (dtype == DType::f64) return {{32, 16, 1}, {64, 32, 1}};
+  return {{32, 16, 4}, {64, 32, 2}};
+}
+
 std::vector<jit::KernelSource> all_kernel_sources() {
   std::vector<jit::KernelSource> all;
   for (DType t : {DType::f32, DType::f64}) {
     all.push_back(im2col_source(t));
     all.push_back(col2im_source(t));
+    for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight})
+      for (IgemmTile tile : igemm_tiles(mode, t)) all.push_back(conv_igemm_source(mode, tile, t));
+    all.push_back(conv_splitk_sum_source(t));
     for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select}) all.push_back(max_pool_source(p, t));
+    for (PoolFast p : {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
+                       PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
+      all.push_back(max_pool_fast_source(p, t));
   }
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(transpose_source(bytes));
   for (DType label : {DType::i32, DType::i64, DType::u8}) {

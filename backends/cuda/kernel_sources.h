@@ -1,5 +1,6 @@
-// The CUDA C sources of every hand-written kernel (im2col, col2im, pooling, transpose,
-// one_hot, fill), one function per family; pure strings, so they compile without a GPU.
+// The CUDA C sources of every hand-written kernel (implicit-GEMM convolution, im2col,
+// col2im, pooling, transpose, one_hot, fill), one function per family; pure strings, so
+// they compile without a GPU.
 #pragma once
 
 #include <cstddef>
@@ -21,9 +22,33 @@ inline constexpr const char* kGridStrideLoop =
 jit::KernelSource im2col_source(DType dtype);
 jit::KernelSource col2im_source(DType dtype);
 
+// The implicit-GEMM convolution kernels (conv_kernels.cpp; ConvGemmShape in kernel_params.h):
+// a BM x BN tile of C per block, KG groups of threads splitting each K step, 4x4 per thread.
+enum class IgemmMode { forward = 0, grad_input = 1, grad_weight = 2 };
+struct IgemmTile {
+  int bm = 64, bn = 64, kg = 1;
+};
+// Whether a kernel exists for `tile` (shape rules, at most 1024 threads, 48 KiB of shared memory).
+bool igemm_tile_valid(IgemmTile tile, DType dtype);
+int igemm_threads(IgemmTile tile);  // threads per block
+std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype);
+std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype);
+jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype);
+// The tiles conv.cpp chooses from for `mode` (the ones all_kernel_sources lists).
+std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype);
+// out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight).
+jit::KernelSource conv_splitk_sum_source(DType dtype);
+
 // pool_kernels.cpp
 enum class PoolKernel { forward, grad, select };
-jit::KernelSource max_pool_source(PoolKernel which, DType dtype);
+jit::KernelSource max_pool_source(PoolKernel which, DType dtype);  // 64-bit indices, any size
+// 32-bit-index kernels (PoolShape32, planes * H * W < 2^30): forward and select with the
+// window size fixed at 2 (k2) or any; the gradient as one thread per cell of windows that
+// do not overlap (stride >= kernel; cells2: exact 2x2 cells, kernel = stride = 2, even H, W)
+// or as a gather per input element (overlap: stride < kernel).
+enum class PoolFast { forward_k2, forward_any, select_k2, select_any, grad_cells2, grad_cells, grad_overlap };
+std::string max_pool_fast_name(PoolFast which, DType dtype);
+jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype);
 
 // layout_kernels.cpp
 jit::KernelSource transpose_source(std::size_t element_bytes);  // 1, 2, 4 or 8

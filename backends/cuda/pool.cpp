@@ -1,5 +1,8 @@
-// Host side of max pooling: one launch each. The gradient is a gather over input
-// elements (see pool_kernels.cpp), which is exact and needs no atomics for any stride.
+// Host side of max pooling: one launch each. Planes of fewer than 2^30 elements in all use
+// the 32-bit kernels: forward and select one thread per window; the gradient one thread per
+// cell when windows do not overlap (each dx element is written once, by one thread) and a
+// gather per input element when they do. Either way exact, deterministic and atomic-free.
+// Larger tensors use the 64-bit kernels (forward/select per window, the gradient a gather).
 #include "backends/cuda/pool.h"
 
 #include <fmt/format.h>
@@ -18,18 +21,43 @@ PoolShape shape_of(const kernels::PoolGeometry& g) {
   return {g.planes, g.height, g.width, g.kernel, g.stride, g.out_h, g.out_w};
 }
 
-const DeviceKernel& pool_kernel(PoolKernel which, DType dtype) {
+void check_dtype(DType dtype) {
   KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "max_pool2d: dtype {} is not supported (f32 or f64 expected)",
              dtype_name(dtype));
+}
+
+const DeviceKernel& pool_kernel(PoolKernel which, DType dtype) {
+  check_dtype(dtype);
   const char* suffix = which == PoolKernel::forward ? "forward" : which == PoolKernel::grad ? "grad" : "select";
   return device_kernel(fmt::format("kiln_max_pool2d_{}_{}", suffix, dtype_name(dtype)),
                        [&] { return max_pool_source(which, dtype); });
+}
+
+const DeviceKernel& fast_kernel(PoolFast which, DType dtype) {
+  check_dtype(dtype);
+  return device_kernel(max_pool_fast_name(which, dtype), [&] { return max_pool_fast_source(which, dtype); });
+}
+
+// Whether the 32-bit kernels apply (every index and grid-stride step stays below 2^31).
+bool small(const kernels::PoolGeometry& g) { return g.planes * g.height * g.width < (std::int64_t{1} << 30); }
+
+PoolShape32 shape32_of(const PoolShape& s) {
+  return {static_cast<std::int32_t>(s.planes), static_cast<std::int32_t>(s.height), static_cast<std::int32_t>(s.width),
+          static_cast<std::int32_t>(s.kernel), static_cast<std::int32_t>(s.stride), static_cast<std::int32_t>(s.out_h),
+          static_cast<std::int32_t>(s.out_w)};
 }
 
 }  // namespace
 
 void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream) {
   PoolShape shape = shape_of(g);
+  if (small(g)) {
+    PoolShape32 s = shape32_of(shape);
+    void* args[] = {&x, &y, &s};
+    launch_items(fast_kernel(g.kernel == 2 ? PoolFast::forward_k2 : PoolFast::forward_any, dtype),
+                 g.planes * g.out_h * g.out_w, stream, args);
+    return;
+  }
   void* args[] = {&x, &y, &shape};
   launch_items(pool_kernel(PoolKernel::forward, dtype), g.planes * g.out_h * g.out_w, stream, args);
 }
@@ -37,6 +65,18 @@ void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
 void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy, void* dx,
                      jit::Stream stream) {
   PoolShape shape = shape_of(g);
+  if (small(g)) {
+    PoolShape32 s = shape32_of(shape);
+    void* args[] = {&x, &dy, &dx, &s};
+    if (g.stride < g.kernel) {
+      launch_items(fast_kernel(PoolFast::grad_overlap, dtype), g.planes * g.height * g.width, stream, args);
+      return;
+    }
+    const bool cells2 = g.kernel == 2 && g.stride == 2 && g.height % 2 == 0 && g.width % 2 == 0;
+    launch_items(fast_kernel(cells2 ? PoolFast::grad_cells2 : PoolFast::grad_cells, dtype),
+                 g.planes * g.out_h * g.out_w, stream, args);
+    return;
+  }
   void* args[] = {&x, &dy, &dx, &shape};
   launch_items(pool_kernel(PoolKernel::grad, dtype), g.planes * g.height * g.width, stream, args);
 }
@@ -44,6 +84,13 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
 void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in, void* out,
                        jit::Stream stream) {
   PoolShape shape = shape_of(g);
+  if (small(g)) {
+    PoolShape32 s = shape32_of(shape);
+    void* args[] = {&x, &g_in, &out, &s};
+    launch_items(fast_kernel(g.kernel == 2 ? PoolFast::select_k2 : PoolFast::select_any, dtype),
+                 g.planes * g.out_h * g.out_w, stream, args);
+    return;
+  }
   void* args[] = {&x, &g_in, &out, &shape};
   launch_items(pool_kernel(PoolKernel::select, dtype), g.planes * g.out_h * g.out_w, stream, args);
 }
