@@ -153,17 +153,23 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
   const double init = reduces && g.reduction->op->name == "reduce_max" ? -std::numeric_limits<double>::infinity() : 0.0;
   const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes) : std::vector<std::int64_t>(g.shape.rank(), 0));
-  std::vector<std::vector<double>> partial(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(reduced), init));
+  // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
+  // depends only on the shapes, so the result is the same bits for any number of threads.
+  const std::int64_t max_blocks = reduces ? std::max<std::int64_t>(1, (std::int64_t{1} << 22) / std::max<std::int64_t>(1, reduced)) : 1;
+  const std::int64_t blocks = reduces ? std::clamp<std::int64_t>(tiles / 64, 1, std::min<std::int64_t>(16, max_blocks)) : tiles;
+  const std::int64_t tiles_per_block = (tiles + blocks - 1) / blocks;
+  std::vector<std::vector<double>> partial(static_cast<std::size_t>(reduces ? blocks : 0), std::vector<double>(static_cast<std::size_t>(reduced), init));
 #pragma omp parallel num_threads(threads)
   {
     TileEvaluator<T> eval(g, call);
-    std::vector<double>& acc = partial[static_cast<std::size_t>(omp_get_thread_num())];
 #pragma omp for schedule(static)
-    for (std::int64_t t = 0; t < tiles; ++t) {
-      const std::int64_t start = t * kTile;
-      const std::int64_t count = std::min(kTile, n - start);
-      eval.run(start, count);
-      if (reduces) eval.accumulate(start, count, out_walk, acc);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      for (std::int64_t t = b * tiles_per_block; t < std::min(tiles, (b + 1) * tiles_per_block); ++t) {
+        const std::int64_t start = t * kTile;
+        const std::int64_t count = std::min(kTile, n - start);
+        eval.run(start, count);
+        if (reduces) eval.accumulate(start, count, out_walk, partial[static_cast<std::size_t>(b)]);
+      }
     }
   }
   if (!reduces) return;

@@ -31,7 +31,6 @@ bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
   std::vector<char> seen(g.nodes().size(), 0), seen_group(gr.members.size(), 0);
   std::vector<int> stack = {start};
   KILN_ASSERT(!gr.members[static_cast<std::size_t>(target)].empty(), "reaches_group: group {} was absorbed", target);
-  const int first = gr.members[static_cast<std::size_t>(target)].front();
   auto push_inputs = [&](int node) {
     for (const ValueRef& in : g.node(node).inputs) stack.push_back(in.node);
   };
@@ -43,7 +42,9 @@ bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
     const int h = gr.group_of[static_cast<std::size_t>(q)];
     if (h == target) return true;
     if (h < 0) {
-      if (q > first) push_inputs(q);  // nodes before the group's first member cannot depend on it
+      // No pruning by node index: an early node can read a group that also holds later
+      // nodes, which may in turn depend on the target (found by fuzz_compiler, seed 1004934).
+      push_inputs(q);
       continue;
     }
     if (seen_group[static_cast<std::size_t>(h)]) continue;

@@ -72,7 +72,8 @@ double scheduled_lr(const TrainConfig& c, std::int64_t step, std::int64_t total)
 
 }  // namespace
 
-std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch) {
+std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch,
+                                          const std::function<void(const std::vector<VariablePtr>&)>& on_finish) {
   KILN_CHECK(c.epochs >= 1, "epochs must be at least 1 (got {})", c.epochs);
   KILN_CHECK(c.batch_size >= 1, "batch size must be at least 1 (got {})", c.batch_size);
   KILN_CHECK(std::isfinite(c.lr) && c.lr > 0, "learning rate must be positive (got {})", c.lr);
@@ -132,6 +133,7 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
     results.push_back(r);
     if (on_epoch) on_epoch(r);
   }
+  if (on_finish) on_finish(model.parameters());
   return results;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "graph/graph.h"
 
 namespace kiln {
 
@@ -42,8 +43,10 @@ struct EpochResult {
   double images_per_second = 0;
 };
 
-// Trains and returns one result per epoch; `on_epoch` is called after each.
+// Trains and returns one result per epoch; `on_epoch` is called after each, `on_finish`
+// with the trained parameters.
 std::vector<EpochResult> train_classifier(const TrainConfig& config,
-                                          const std::function<void(const EpochResult&)>& on_epoch = {});
+                                          const std::function<void(const EpochResult&)>& on_epoch = {},
+                                          const std::function<void(const std::vector<VariablePtr>&)>& on_finish = {});
 
 }  // namespace kiln

@@ -11,7 +11,7 @@
 #include "graph/autograd.h"
 #include "graph/passes/dead_code.h"
 #include "models/lenet.h"
-#include "tests/random_graph.h"
+#include "graph/testing/random_graph.h"
 #include "tests/support.h"
 
 #ifdef KILN_HAVE_CUDA
@@ -137,8 +137,8 @@ TEST_CASE("every generated kernel of the LeNet step and of random DAGs compiles 
   add(fuse(eliminate_dead_code(lenet_step(64))));
   for (int s = 0; s < 20; ++s) {
     Graph g;
-    test::RandomGraphBuilder builder(500 + static_cast<std::uint64_t>(s));
-    const test::RandomGraph r = builder.build(g, 12, s % 5 == 0 ? DType::f64 : DType::f32);
+    testing::RandomGraphBuilder builder(500 + static_cast<std::uint64_t>(s));
+    const testing::RandomGraph r = builder.build(g, 12, s % 5 == 0 ? DType::f64 : DType::f32);
     for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
     add(fuse(eliminate_dead_code(g)));
   }
@@ -221,8 +221,8 @@ TEST_CASE("GPU: every fused kernel of the LeNet step and of random DAGs matches 
   check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(256))), 2, kernels);
   for (int s = 0; s < 200; ++s) {
     Graph g;
-    test::RandomGraphBuilder builder(9000 + static_cast<std::uint64_t>(s));
-    const test::RandomGraph r = builder.build(g, 4 + s % 24, s % 7 == 0 ? DType::f64 : DType::f32);
+    testing::RandomGraphBuilder builder(9000 + static_cast<std::uint64_t>(s));
+    const testing::RandomGraph r = builder.build(g, 4 + s % 24, s % 7 == 0 ? DType::f64 : DType::f32);
     for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
     check_graph_on_gpu(fuse(eliminate_dead_code(g)), 100 + static_cast<std::uint64_t>(s), kernels);
   }

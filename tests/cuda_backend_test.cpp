@@ -8,7 +8,7 @@
 #include "graph/autograd.h"
 #include "graph/op_table.h"
 #include "models/step_graph.h"
-#include "tests/random_graph.h"
+#include "graph/testing/random_graph.h"
 #include "tests/support.h"
 
 #ifdef KILN_HAVE_CUDA
@@ -114,8 +114,8 @@ TEST_CASE("GPU: random elementwise DAGs match the CPU backend") {
   for (int s = 0; s < 40; ++s) {
     CAPTURE(s);
     Graph g;
-    test::RandomGraphBuilder builder(3000 + static_cast<std::uint64_t>(s));
-    const test::RandomGraph r = builder.build(g, 5 + s % 20);
+    testing::RandomGraphBuilder builder(3000 + static_cast<std::uint64_t>(s));
+    const testing::RandomGraph r = builder.build(g, 5 + s % 20);
     for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
     check_gpu_matches_cpu(g, 20 + static_cast<std::uint64_t>(s), 2e-5);
   }

@@ -1,6 +1,9 @@
 // The training loop end to end: LeNet learns real Fashion-MNIST; runs are reproducible.
 #include <doctest/doctest.h>
 
+#include <omp.h>
+
+#include <cstring>
 #include <filesystem>
 
 #include "models/dataset.h"
@@ -90,3 +93,4 @@ TEST_CASE("--check-numerics stops a diverging run at the op that overflowed, wit
 }
 
 }  // namespace kiln
+

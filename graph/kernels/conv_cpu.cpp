@@ -102,29 +102,31 @@ void backward_input_typed(const Tensor& dy, const Tensor& w, Tensor& dx, const C
   }
 }
 
-// Per-thread partial sums over a static split of the batch, added in thread order after
-// the parallel region: the result does not depend on which thread finishes first.
+// Partial sums over a fixed split of the batch (at most 8 chunks, whatever the thread
+// count), added in chunk order: the same bits for any number of threads.
 template <class T>
 void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
-  std::vector<Matrix<T>> partials(static_cast<std::size_t>(omp_get_max_threads()));
+  const std::int64_t chunks = std::min<std::int64_t>(g.batch, 8);
+  std::vector<Matrix<T>> partials(static_cast<std::size_t>(chunks));
 #pragma omp parallel
   {
     std::vector<T> col(static_cast<std::size_t>(patch_rows(g) * patch_cols(g)));
-    Matrix<T>& partial = partials[static_cast<std::size_t>(omp_get_thread_num())];
-    partial = Matrix<T>::Zero(g.out_channels, patch_rows(g));
 #pragma omp for schedule(static)
-    for (std::int64_t b = 0; b < g.batch; ++b) {
-      im2col(x.data<T>() + b * in_size, col.data(), g);
-      partial.noalias() += ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g)) *
-                           ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g)).transpose();
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      Matrix<T>& partial = partials[static_cast<std::size_t>(c)];
+      partial = Matrix<T>::Zero(g.out_channels, patch_rows(g));
+      for (std::int64_t b = c * g.batch / chunks; b < (c + 1) * g.batch / chunks; ++b) {
+        im2col(x.data<T>() + b * in_size, col.data(), g);
+        partial.noalias() += ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g)) *
+                             ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g)).transpose();
+      }
     }
   }
   MatrixMap<T> total(dw.data<T>(), g.out_channels, patch_rows(g));
   total.setZero();
-  for (const Matrix<T>& partial : partials)
-    if (partial.size() > 0) total += partial;
+  for (const Matrix<T>& partial : partials) total += partial;
 }
 
 // Calls visit(window_output_index, offset_of_first_max) for every pooling window, planes

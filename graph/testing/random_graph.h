@@ -10,7 +10,7 @@
 #include "graph/nn/functional.h"
 #include "graph/ops.h"
 
-namespace kiln::test {
+namespace kiln::testing {
 
 struct RandomGraph {
   std::vector<Value> inputs;
@@ -94,4 +94,4 @@ class RandomGraphBuilder {
   Shape base_;
 };
 
-}  // namespace kiln::test
+}  // namespace kiln::testing
