@@ -94,3 +94,31 @@ TEST_CASE("--check-numerics stops a diverging run at the op that overflowed, wit
 
 }  // namespace kiln
 
+
+namespace kiln {
+
+TEST_CASE("the CPU training step gives the same bits for any number of threads") {
+  std::vector<std::vector<Tensor>> params;
+  for (int threads : {1, 2, 5}) {
+    omp_set_num_threads(threads);
+    TrainConfig config;
+    config.synthetic = true;
+    config.progress = false;
+    config.max_steps = 5;
+    config.epochs = 1;
+    std::vector<Tensor> snapshot;
+    train_classifier(config, {}, [&](const std::vector<VariablePtr>& p) {
+      for (const VariablePtr& v : p) snapshot.push_back(v->value.clone());
+    });
+    params.push_back(snapshot);
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  for (std::size_t run = 1; run < params.size(); ++run)
+    for (std::size_t i = 0; i < params[0].size(); ++i) {
+      CAPTURE(run);
+      CAPTURE(i);
+      CHECK(std::memcmp(params[0][i].raw(), params[run][i].raw(), params[0][i].nbytes()) == 0);
+    }
+}
+
+}  // namespace kiln

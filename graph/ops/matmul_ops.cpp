@@ -1,6 +1,7 @@
 // matmul: [..., M, K] x [..., K, N] -> [..., M, N] (leading axes equal), optional
 // transposes of either operand's last two axes; Eigen GEMM on the CPU.
 #include <Eigen/Core>
+#include <algorithm>
 
 #include "core/dispatch.h"
 #include "graph/ops.h"
@@ -56,14 +57,22 @@ void matmul_kernel_typed(const KernelCall& call) {
     std::fill_n(call.outputs[0].data<T>(), call.outputs[0].numel(), T(0));
     return;
   }
-  for (std::int64_t i = 0; i < d.batch; ++i) {
+  // Threads share fixed blocks of output columns, each a single-threaded Eigen GEMM (Eigen
+  // does not thread inside a parallel region): every element is summed in the same order
+  // whatever the thread count, so results are the same bits on any machine.
+  constexpr std::int64_t kColumns = 64;
+  const std::int64_t blocks = (d.n + kColumns - 1) / kColumns;
+#pragma omp parallel for schedule(static) if (d.batch * blocks > 1 && d.m * d.n * d.k > 32768)
+  for (std::int64_t task = 0; task < d.batch * blocks; ++task) {
+    const std::int64_t i = task / blocks, c0 = task % blocks * kColumns, w = std::min(kColumns, d.n - c0);
     Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
     Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
     Eigen::Map<Matrix> mc(call.outputs[0].data<T>() + i * d.m * d.n, d.m, d.n);
-    if (!ta && !tb) mc.noalias() = ma * mb;
-    if (ta && !tb) mc.noalias() = ma.transpose() * mb;
-    if (!ta && tb) mc.noalias() = ma * mb.transpose();
-    if (ta && tb) mc.noalias() = ma.transpose() * mb.transpose();
+    auto out = mc.middleCols(c0, w);
+    if (!ta && !tb) out.noalias() = ma * mb.middleCols(c0, w);
+    if (ta && !tb) out.noalias() = ma.transpose() * mb.middleCols(c0, w);
+    if (!ta && tb) out.noalias() = ma * mb.middleRows(c0, w).transpose();
+    if (ta && tb) out.noalias() = ma.transpose() * mb.middleRows(c0, w).transpose();
   }
 }
 
