@@ -62,7 +62,8 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   return make_cuda_program(g, {.graphs = options.cuda_graphs && !options.check_numerics,
                                .tf32 = options.tf32,
                                .streams = options.check_numerics ? 1 : options.cuda_streams,
-                               .check_numerics = options.check_numerics});
+                               .check_numerics = options.check_numerics,
+                               .deterministic = options.deterministic});
 #else
   throw Error(fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not found at build time)",
                           options.device.str()));

@@ -17,6 +17,9 @@ struct CompileOptions {
   // Scan every op's outputs for NaN/Inf and stop at the first op that made one (also
   // KILN_CHECK_NUMERICS=1). Ops then run unfused, one kernel each, so the op is exact.
   bool check_numerics = false;
+  // Bitwise-reproducible runs. The CPU backend always is (the same bits for any thread
+  // count); on the GPU this also rules out cuBLAS algorithms with atomics.
+  bool deterministic = false;
 };
 
 // Runs the passes (verify, dead-code elimination, fusion) and builds a Program

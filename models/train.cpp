@@ -87,7 +87,8 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   nn::Layer& model = *train_graph.model;
   Optimizer& optimizer = *train_graph.optimizer;
   const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
-                                .check_numerics = c.check_numerics};
+                                .check_numerics = c.check_numerics,
+                                .deterministic = c.deterministic};
   std::unique_ptr<Program> step = compile(*train_graph.graph, options);
   Evaluator evaluator(model, info, c.eval_batch, test, options);
 

@@ -31,6 +31,7 @@ struct TrainConfig {
   int cuda_streams = 2;     // CUDA: streams of the schedule (1 or 2)
   std::string trace_path;   // non-empty: a Chrome trace of the 10th step goes here
   bool check_numerics = false;  // stop at the first op that makes a NaN or Inf (ops run unfused)
+  bool deterministic = false;   // bitwise-reproducible (see CompileOptions::deterministic)
   bool progress = true;
 };
 

@@ -3,6 +3,8 @@
 // checks that need none run (launcher coverage, the error for --device cuda).
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include "backends/compile.h"
 #include "fusion/jit/cuda_runtime.h"
 #include "graph/autograd.h"
@@ -142,6 +144,23 @@ TEST_CASE("GPU: LeNet training steps match the CPU step: the loss and every para
         CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 1e-4, 1e-3) <= 1.0);
       }
     }
+  }
+}
+
+TEST_CASE("GPU: two runs of the same steps give bitwise-identical parameters") {
+  if (!have_gpu()) return;
+  std::vector<std::vector<Tensor>> runs;
+  for (int run = 0; run < 2; ++run) {
+    ModelGraph m = build_model_graph("lenet", Stage::train, 64, {.name = "adam", .lr = 0.01}, 9);
+    auto step = compile(*m.graph, {.device = Device::cuda(), .deterministic = true});
+    for (int s = 0; s < 5; ++s) step->run(random_feeds(*m.graph, 40 + static_cast<std::uint64_t>(s)));
+    std::vector<Tensor> params;
+    for (const VariablePtr& p : m.model->parameters()) params.push_back(cuda::to_host(p->value));
+    runs.push_back(params);
+  }
+  for (std::size_t i = 0; i < runs[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(runs[0][i].raw(), runs[1][i].raw(), runs[0][i].nbytes()) == 0);
   }
 }
 

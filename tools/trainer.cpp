@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cuda-graphs", no_graphs, "CUDA: launch kernel by kernel instead of replaying a captured graph (debugging)");
   app.add_flag("--check-numerics", config.check_numerics,
                "stop at the first op whose output has a NaN or Inf (also KILN_CHECK_NUMERICS=1; ops then run unfused)");
+  app.add_flag("--deterministic", config.deterministic,
+               "bitwise-reproducible runs (the CPU always is; on the GPU this also forbids cuBLAS atomics)");
   app.add_option("--trace", config.trace_path, "write a Chrome/Perfetto trace (JSON) of the 10th training step here");
   app.add_option("--streams", config.cuda_streams, "CUDA: streams of the schedule (1: one stream, 2: weight gradients beside)")
       ->check(CLI::Range(1, 2))->capture_default_str();

@@ -85,6 +85,9 @@ bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (dtype != DType::f32 && dtype != DType::f64) return false;
   if (pass == ConvPass::grad_input && g.stride != 1) return false;
   if (pass != ConvPass::grad_weight && pointwise(g)) return false;  // plain cuBLAS, no scratch either
+  // Fewer than 16 output channels (conv1's grad_input: 1) would leave most of a tile's rows
+  // idle; cuBLAS's per-image GEMMs do better there.
+  if (pass != ConvPass::grad_weight && dims_of(g, pass).m < 16) return false;
   const std::int64_t x = g.batch * g.in_channels * g.height * g.width;
   const std::int64_t y = g.batch * g.out_channels * g.out_h * g.out_w;
   const std::int64_t w = g.out_channels * patch_rows(g);
@@ -98,13 +101,13 @@ bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
 IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
   const detail::ConvTiling& forced = detail::g_tiling[static_cast<int>(pass)];
   if (forced.bm > 0) {
-    const IgemmTile tile{forced.bm, forced.bn, forced.kg};
-    KILN_CHECK(igemm_tile_valid(tile, dtype), "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile", tile.bm,
-               tile.bn, tile.kg);
+    const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16};
+    KILN_CHECK(igemm_tile_valid(tile, dtype), "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile (K step {})",
+               tile.bm, tile.bn, tile.kg, tile.ks);
     return tile;
   }
   const std::vector<IgemmTile> tiles = igemm_tiles(mode_of(pass), dtype);
-  if (pass != ConvPass::grad_weight) return d.m > 32 ? tiles[0] : tiles[1];  // 64x64, or 32x64 for few channels
+  if (pass != ConvPass::grad_weight) return d.m > 64 ? tiles[0] : tiles[1];  // 64x64, or 32x64 for few channels
   return d.n <= 16 ? tiles[0] : tiles[1];                                     // 32x16 for tiny filters, else 64x32
 }
 
@@ -113,7 +116,7 @@ struct Splits {
   std::int64_t count = 1, chunk = 0;
 };
 Splits splits_for(const GemmDims& d, IgemmTile tile, ConvPass pass, std::int64_t wanted = 0) {
-  const std::int64_t bk = 16 * tile.kg;
+  const std::int64_t bk = static_cast<std::int64_t>(tile.ks) * tile.kg;
   const std::int64_t steps = std::max<std::int64_t>(1, (d.k + bk - 1) / bk);
   if (pass != ConvPass::grad_weight) return {1, steps * bk};
   if (wanted <= 0) {

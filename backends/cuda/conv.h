@@ -45,11 +45,12 @@ namespace detail {
 // next call, conv_workspace_bytes included). im2col_gemm forces the fallback everywhere.
 enum class ConvAlgo { automatic, im2col_gemm };
 void set_conv_algo_for_testing(ConvAlgo algo);
-// Forces the implicit GEMM's tile (bm x bn, kg thread groups per K step; 0: the default
-// choice) and grad_weight's number of K splits (0: the default) for one pass.
+// Forces the implicit GEMM's tile (bm x bn, kg thread groups of ks K rows per step; bm 0:
+// the default choice) and grad_weight's number of K splits (0: the default) for one pass.
 struct ConvTiling {
   int bm = 0, bn = 0, kg = 0;
   std::int64_t splits = 0;
+  int ks = 16;
 };
 void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling);
 }  // namespace detail

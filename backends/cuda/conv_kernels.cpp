@@ -76,14 +76,16 @@ namespace {
 // The implicit GEMM C[M, N] = A[M, K] B[K, N] of one convolution pass (kernel_params.h,
 // ConvGemmShape). A block computes a BM x BN tile of C over its K range (blockIdx.z's
 // k_chunk), KG groups of (BM/4)(BN/4) threads, each thread a 4 x 4 sub-tile; a K step
-// loads BK = 16*KG rows of A and B into shared memory (double-buffered: the next step's
-// global loads are in flight while this step computes) and group q sums rows 16q..16q+15.
+// loads BK = KS*KG rows of A and B into shared memory (double-buffered: the next step's
+// global loads are in flight while this step computes) and group q sums rows q*KS.. of it.
 // The groups' sums are added in group order at the end, so every result is deterministic.
 // B is gathered from the image through two tables of (image offset, h, w, aux) entries,
 // one per K index of the current chunk of TK, one per N index of the tile: the element
 // exists when (h_k + h_n, w_k + w_n) lies inside the image, at offset off_k + off_n. A is
 // read at aux_k + m * a_ms, C written at aux_n + m * c_ms (out + blockIdx.z * M * N for
 // split-K partials). Forward and grad_input: N spatial, K patch; grad_weight the reverse.
+// Loads along K (all of A, and B in grad_weight) go through 8 (k) x 4 (m or n) blocks per
+// warp: 32-byte pieces of memory, and shared-memory stores to 32 distinct banks.
 constexpr const char* kConvIgemm = R"(
 #define KILN_OUTSIDE (-30000)
 
@@ -134,14 +136,14 @@ __device__ __forceinline__ int4 n_entry(const ConvGemmShape& g, int j, int end) 
   return MODE == 2 ? patch_entry<MODE>(g, j, end) : spatial_entry(g, j, end);
 }
 
-template <int MODE, int BM, int BN, int KG>
+template <int MODE, int BM, int BN, int KG, int KS, int TK>
 __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T* __restrict__ img,
                                            T* __restrict__ out, const ConvGemmShape& g) {
-  constexpr int BK = 16 * KG, CT = (BM / 4) * (BN / 4), NT = KG * CT;
-  constexpr int TK = sizeof(T) == 8 ? 512 : 1024;
+  constexpr int BK = KS * KG, CT = (BM / 4) * (BN / 4), NT = KG * CT, WARPS = NT / 32;
   constexpr int A_PER = BM * BK / NT, B_PER = BK * BN / NT;
   constexpr bool K_FAST = MODE == 2;  // B's contiguous axis: K (grad_weight) or N
-  static_assert(BM % 16 == 0 && BN % 16 == 0 && NT % BK == 0 && NT % BN == 0, "tile shape");
+  static_assert(BM % 16 == 0 && BN % 16 == 0 && KS % 16 == 0 && NT % 32 == 0 && NT % BN == 0 && TK % BK == 0,
+                "tile shape");
   static_assert(KG == 1 || (KG - 1) * BM * BN <= 2 * BK * (BM + 4), "group sums must fit in As");
   __shared__ __align__(16) T As[2][BK][BM + 4];
   __shared__ __align__(16) T Bs[2][BK][BN + 4];
@@ -149,17 +151,29 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
   __shared__ int4 ntab[BN];
 
   const int t = threadIdx.x;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
   const int k_begin = blockIdx.z * g.k_chunk;
   const int k_end = min(g.k, k_begin + g.k_chunk);
   const int grp = t / CT, tc = t - grp * CT, ty = tc / (BN / 4), tx = tc - ty * (BN / 4);
+  // Load j of this thread along K: row (k) and column (m or n) of the 8 x 4 block
+  // warp + j * WARPS of the tile's (BK / 8) x (columns / 4) blocks.
+  // (When the warps span whole rows of blocks, k does not depend on j: one table entry per step.)
+  constexpr unsigned KB = BK / 8;
+  auto k_of = [&](int j) -> int {
+    const unsigned kb = WARPS % KB == 0 ? warp % KB : (warp + (unsigned)j * WARPS) % KB;
+    return (int)(kb * 8 + (lane & 7u));
+  };
+  auto col_of = [&](int j) -> int {
+    const unsigned cb = WARPS % KB == 0 ? warp / KB + (unsigned)j * (WARPS / KB) : (warp + (unsigned)j * WARPS) / KB;
+    return (int)(cb * 4 + (lane >> 3));
+  };
 
   for (int i = t; i < BN; i += NT) ntab[i] = n_entry<MODE>(g, n0 + i, g.n);
   __syncthreads();
-  // This thread's loads: A (k, m) = (t % BK, t / BK + j * NT / BK); B (k, n) as below.
-  int4 nent[B_PER];
+  int4 nent[B_PER];  // B load j: (k, n) = (k_of(j), col_of(j)) or (t / BN + j * NT / BN, t % BN)
 #pragma unroll
-  for (int j = 0; j < B_PER; ++j) nent[j] = ntab[K_FAST ? t / BK + j * (NT / BK) : t % BN];
+  for (int j = 0; j < B_PER; ++j) nent[j] = ntab[K_FAST ? col_of(j) : t % BN];
 
   T acc[4][4];
 #pragma unroll
@@ -170,36 +184,34 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 
   auto load_tiles = [&](int step) {
     const int kk0 = step * BK;
-    {
-      const int4 ke = ktab[kk0 + t % BK];
 #pragma unroll
-      for (int j = 0; j < A_PER; ++j) {
-        const int m = m0 + t / BK + j * (NT / BK);
-        ra[j] = ke.w >= 0 && m < g.m ? a_src[ke.w + m * g.a_ms] : T(0);
-      }
+    for (int j = 0; j < A_PER; ++j) {
+      const int aux = ktab[kk0 + k_of(j)].w;
+      const int m = m0 + col_of(j);
+      ra[j] = aux >= 0 && m < g.m ? a_src[aux + m * g.a_ms] : T(0);
     }
 #pragma unroll
     for (int j = 0; j < B_PER; ++j) {
-      const int4 ke = ktab[kk0 + (K_FAST ? t % BK : t / BN + j * (NT / BN))];
+      const int4 ke = ktab[kk0 + (K_FAST ? k_of(j) : t / BN + j * (NT / BN))];
       const int h = ke.y + nent[j].y, w = ke.z + nent[j].z;
       rb[j] = (unsigned)h < (unsigned)g.img_h && (unsigned)w < (unsigned)g.img_w ? img[ke.x + nent[j].x] : T(0);
     }
   };
   auto store_tiles = [&](int buf) {
 #pragma unroll
-    for (int j = 0; j < A_PER; ++j) As[buf][t % BK][t / BK + j * (NT / BK)] = ra[j];
+    for (int j = 0; j < A_PER; ++j) As[buf][k_of(j)][col_of(j)] = ra[j];
 #pragma unroll
     for (int j = 0; j < B_PER; ++j) {
-      if (K_FAST) Bs[buf][t % BK][t / BK + j * (NT / BK)] = rb[j];
+      if (K_FAST) Bs[buf][k_of(j)][col_of(j)] = rb[j];
       else Bs[buf][t / BN + j * (NT / BN)][t % BN] = rb[j];
     }
   };
   auto compute = [&](int buf) {
 #pragma unroll
-    for (int kk = 0; kk < 16; ++kk) {
+    for (int kk = 0; kk < KS; ++kk) {
       T a[4], b[4];
-      load4(&As[buf][grp * 16 + kk][ty * 4], a);
-      load4(&Bs[buf][grp * 16 + kk][tx * 4], b);
+      load4(&As[buf][grp * KS + kk][ty * 4], a);
+      load4(&Bs[buf][grp * KS + kk][tx * 4], b);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -274,36 +286,57 @@ const char* mode_name(IgemmMode mode) {
 }  // namespace
 
 std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype) {
-  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}_{}", mode_name(mode), tile.bm, tile.bn, tile.kg, dtype_name(dtype));
+  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}_{}", mode_name(mode), tile.bm, tile.bn, tile.kg, tile.ks,
+                     dtype_name(dtype));
 }
 
 int igemm_threads(IgemmTile tile) { return tile.kg * (tile.bm / 4) * (tile.bn / 4); }
 
-std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype) {
-  const std::size_t t = dtype_size(dtype), bk = 16 * static_cast<std::size_t>(tile.kg);
-  const std::size_t table = t == 8 ? 512 : 1024;
+namespace {
+
+// Shared memory of a tile with a K table of `table` entries.
+std::size_t igemm_shared(IgemmTile tile, DType dtype, std::size_t table) {
+  const std::size_t t = dtype_size(dtype), bk = static_cast<std::size_t>(tile.ks) * tile.kg;
   return 2 * bk * (tile.bm + 4) * t + 2 * bk * (tile.bn + 4) * t + (table + tile.bn) * 16;
+}
+
+// The K table's entries: the most of 1024, 512, 256 that fits 48 KiB (0: none fits).
+int igemm_table(IgemmTile tile, DType dtype) {
+  for (int table : {1024, 512, 256})
+    if (igemm_shared(tile, dtype, table) <= 48 * 1024 && table % (tile.ks * tile.kg) == 0) return table;
+  return 0;
+}
+
+}  // namespace
+
+std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype) {
+  const int table = igemm_table(tile, dtype);
+  return table > 0 ? igemm_shared(tile, dtype, table) : 0;
 }
 
 bool igemm_tile_valid(IgemmTile tile, DType dtype) {
   if (tile.bm < 16 || tile.bn < 16 || tile.kg < 1 || tile.bm % 16 != 0 || tile.bn % 16 != 0) return false;
-  if (igemm_threads(tile) > 1024) return false;
-  if (tile.kg > 1 && (tile.kg - 1) * tile.bm * tile.bn > 2 * 16 * tile.kg * (tile.bm + 4)) return false;
-  return igemm_static_shared_bytes(tile, dtype) <= 48 * 1024;
+  if (tile.ks != 16 && tile.ks != 32) return false;
+  const int threads = igemm_threads(tile);
+  // 64 threads at least: the kernel registry sizes blocks from 64 up to the kernel's bound.
+  if (threads < 64 || threads > 1024 || threads % 32 != 0 || threads % tile.bn != 0) return false;
+  if (tile.kg > 1 && (tile.kg - 1) * tile.bm * tile.bn > 2 * tile.ks * tile.kg * (tile.bm + 4)) return false;
+  return igemm_table(tile, dtype) > 0;
 }
 
 jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
-  KILN_CHECK(igemm_tile_valid(tile, dtype), "conv implicit GEMM: no kernel for the {}x{}x{} tile in {}", tile.bm,
-             tile.bn, tile.kg, dtype_name(dtype));
+  KILN_CHECK(igemm_tile_valid(tile, dtype), "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}) in {}",
+             tile.bm, tile.bn, tile.kg, tile.ks, dtype_name(dtype));
   const std::string name = conv_igemm_name(mode, tile, dtype);
   std::string code = fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kConvGemmShapeStruct, kConvIgemm);
   code += fmt::format(R"(
 extern "C" __global__ void __launch_bounds__({1}) {0}(const T* __restrict__ a, const T* __restrict__ img,
                                                      T* __restrict__ out, ConvGemmShape g) {{
-  conv_igemm<{2}, {3}, {4}, {5}>(a, img, out, g);
+  conv_igemm<{2}, {3}, {4}, {5}, {6}, {7}>(a, img, out, g);
 }}
 )",
-                      name, igemm_threads(tile), static_cast<int>(mode), tile.bm, tile.bn, tile.kg);
+                      name, igemm_threads(tile), static_cast<int>(mode), tile.bm, tile.bn, tile.kg, tile.ks,
+                      igemm_table(tile, dtype));
   return {name, code, {}};
 }
 

@@ -102,6 +102,8 @@ CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
   joins_.resize(streams_.size(), nullptr);
   for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
   cuda::set_allow_tf32(options.tf32);
+  if (options.deterministic)
+    for (cudaStream_t s : streams_) KILN_CUBLAS_CHECK(cublasSetAtomicsMode(cuda::handle_for(s), CUBLAS_ATOMICS_NOT_ALLOWED));
   bind_buffers();
   prepare_launches();
 }

@@ -17,9 +17,10 @@ const char* cuda_type_name(DType dtype) {
 }
 
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
-  if (mode != IgemmMode::grad_weight) return {{64, 64, 1}, {32, 64, 1}};
-  if (dtype == DType::f64) return {{32, 16, 1}, {64, 32, 1}};
-  return {{32, 16, 4}, {64, 32, 2}};
+  const bool f64 = dtype == DType::f64;  // half the K step where a 32-row one overflows shared memory
+  if (mode != IgemmMode::grad_weight) return {{64, 64, 1, f64 ? 16 : 32}, {32, 64, 1, f64 ? 16 : 32}};
+  if (f64) return {{32, 16, 2, 16}, {64, 32, 1, 16}};
+  return {{32, 16, 4, 16}, {64, 32, 2, 16}};
 }
 
 std::vector<jit::KernelSource> all_kernel_sources() {

@@ -23,12 +23,13 @@ jit::KernelSource im2col_source(DType dtype);
 jit::KernelSource col2im_source(DType dtype);
 
 // The implicit-GEMM convolution kernels (conv_kernels.cpp; ConvGemmShape in kernel_params.h):
-// a BM x BN tile of C per block, KG groups of threads splitting each K step, 4x4 per thread.
+// a BM x BN tile of C per block, KG groups of threads each summing KS rows of every K step
+// (of KS * KG rows), 4x4 per thread.
 enum class IgemmMode { forward = 0, grad_input = 1, grad_weight = 2 };
 struct IgemmTile {
-  int bm = 64, bn = 64, kg = 1;
+  int bm = 64, bn = 64, kg = 1, ks = 16;
 };
-// Whether a kernel exists for `tile` (shape rules, at most 1024 threads, 48 KiB of shared memory).
+// Whether a kernel exists for `tile` (shape rules, 64 to 1024 threads, 48 KiB of shared memory).
 bool igemm_tile_valid(IgemmTile tile, DType dtype);
 int igemm_threads(IgemmTile tile);  // threads per block
 std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype);
