@@ -1,6 +1,7 @@
 // Elementwise ops: each entry's math is a functor (CPU loops), a CUDA expression and a
 // gradient written with the builder API. Broadcast gradients are summed by autograd.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 #include "graph/kernels/elementwise_cpu.h"
@@ -12,16 +13,38 @@ namespace {
 
 // ---- CPU loops: in_step is 1 (contiguous) or 0 (broadcast) per input ----
 
+// Transcendental ops (exp, log, tanh) evaluate through Eigen's SIMD functions in fixed
+// blocks of 16 (an aligned, fixed-size array: all packets, no scalar head or tail), so an
+// element gets the same bits wherever it sits in a run and whether it is broadcast or not:
+// fused and unfused evaluation then agree exactly, ties in max included.
+// GCC 12 flags Eigen's AVX-512 fixed-size code (_mm512_undefined_*) as uninitialised.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <class F, class T>
+void unary_blocks(const T* a, std::int64_t step, T* out, std::int64_t n) {
+  constexpr std::int64_t kBlock = 16;
+  Eigen::Array<T, kBlock, 1> in_block, out_block;
+  for (std::int64_t i = 0; i < n; i += kBlock) {
+    const std::int64_t len = std::min(kBlock, n - i);
+    for (std::int64_t j = 0; j < kBlock; ++j) in_block[j] = a[(i + std::min(j, len - 1)) * step];
+    out_block = F::array(in_block);
+    std::copy_n(out_block.data(), len, out + i);
+  }
+}
+
 template <class F, class T>
 void unary_loop(const T* const* in, const std::int64_t* in_step, T* out, std::int64_t n) {
   const T* a = in[0];
-  if (in_step[0] == 0) {
-    std::fill_n(out, n, F::apply(a[0]));
+  if constexpr (requires(const Eigen::Array<T, 16, 1>& x) { F::array(x); }) {
+    if (in_step[0] == 0) {
+      unary_blocks<F, T>(a, 0, out, 1);
+      std::fill_n(out + 1, n - 1, out[0]);
+      return;
+    }
+    unary_blocks<F, T>(a, 1, out, n);
     return;
   }
-  using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-  if constexpr (requires(Eigen::Map<const Array> x) { F::array(x); }) {  // Eigen's SIMD exp, log, tanh
-    Eigen::Map<Array>(out, n) = F::array(Eigen::Map<const Array>(a, n));
+  if (in_step[0] == 0) {
+    std::fill_n(out, n, F::apply(a[0]));
     return;
   }
   for (std::int64_t i = 0; i < n; ++i) out[i] = F::apply(a[i]);
