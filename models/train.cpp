@@ -6,6 +6,8 @@
 
 #include "backends/compile.h"
 #include "graph/nn/functional.h"
+#include "core/log.h"
+#include "models/checkpoint.h"
 #include "models/dataset.h"
 #include "models/progress.h"
 #include "models/registry.h"
@@ -96,22 +98,40 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   Tensor images = Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32);
   Tensor labels = Tensor::empty({c.batch_size}, DType::i64);
   std::vector<EpochResult> results;
-  std::int64_t total_steps = 0;
+  TrainingPosition start;
+  if (!c.resume_path.empty()) {
+    start = load_checkpoint(c.resume_path, model.parameters(), optimizer.state());
+    log().info("resumed from {} at epoch {} batch {} (step {})", c.resume_path, start.epoch, start.batch, start.step);
+  }
+  const std::map<std::string, std::string> settings = {
+      {"model", c.model}, {"batch_size", std::to_string(c.batch_size)}, {"optimizer", c.optimizer},
+      {"lr", fmt::format("{}", c.lr)}, {"lr_schedule", c.lr_schedule}, {"seed", std::to_string(c.seed)}, {"epochs", std::to_string(c.epochs)}};
+  auto save = [&](const TrainingPosition& at) {
+    if (!c.checkpoint_path.empty()) save_checkpoint(c.checkpoint_path, model.parameters(), optimizer.state(), at, settings);
+  };
+  std::int64_t total_steps = start.step;
   const std::int64_t planned_steps =
       c.max_steps >= 0 ? std::min(c.max_steps, c.epochs * batcher.batches_per_epoch()) : c.epochs * batcher.batches_per_epoch();
   scheduled_lr(c, 0, planned_steps);  // rejects an unknown schedule before any work
-  for (std::int64_t epoch = 1; epoch <= c.epochs; ++epoch) {
+  for (std::int64_t epoch = start.epoch; epoch <= c.epochs; ++epoch) {
     batcher.start_epoch(epoch);
+    const std::int64_t first = epoch == start.epoch ? start.batch : 0;  // a resumed epoch starts mid-way
     std::int64_t steps = batcher.batches_per_epoch();
-    if (c.max_steps >= 0) steps = std::min(steps, c.max_steps - total_steps);
-    if (steps <= 0) break;
-    Progress progress(fmt::format("epoch {}/{}", epoch, c.epochs), steps, c.progress && stderr_is_terminal());
-    EpochResult r{.epoch = epoch, .steps = steps};
+    if (c.max_steps >= 0) steps = std::min(steps, first + c.max_steps - total_steps);
+    if (steps <= first) break;
+    const std::int64_t ran = steps - first;
+    // The position after batch `b` of this epoch (the next epoch's start after its last).
+    auto after = [&](std::int64_t b, std::int64_t done_steps) {
+      return b == batcher.batches_per_epoch() ? TrainingPosition{done_steps, epoch + 1, 0} : TrainingPosition{done_steps, epoch, b};
+    };
+    Progress progress(fmt::format("epoch {}/{}", epoch, c.epochs), ran, c.progress && stderr_is_terminal());
+    EpochResult r{.epoch = epoch, .steps = ran};
     double loss_sum = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (std::int64_t s = 0; s < steps; ++s) {
-      optimizer.set_lr(scheduled_lr(c, total_steps + s, planned_steps));
-      if (!c.trace_path.empty() && total_steps + s == std::min<std::int64_t>(9, planned_steps - 1)) step->trace_next_run(c.trace_path);
+    const auto clock_start = std::chrono::steady_clock::now();
+    for (std::int64_t s = first; s < steps; ++s) {
+      const std::int64_t done = total_steps + (s - first);  // steps before this one
+      optimizer.set_lr(scheduled_lr(c, done, planned_steps));
+      if (!c.trace_path.empty() && done == std::min<std::int64_t>(9, planned_steps - 1)) step->trace_next_run(c.trace_path);
       batcher.fill(s, images, labels);
       double loss = 0;
       try {
@@ -122,15 +142,18 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
       KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss,
                  epoch, s + 1);
       loss_sum += loss;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (c.progress) progress.update(s + 1, loss_sum / static_cast<double>(s + 1), static_cast<double>((s + 1) * c.batch_size) / elapsed);
+      const std::int64_t in_epoch = s + 1 - first;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
+      if (c.progress) progress.update(in_epoch, loss_sum / static_cast<double>(in_epoch), static_cast<double>(in_epoch * c.batch_size) / elapsed);
+      if (c.save_every > 0 && (done + 1) % c.save_every == 0) save(after(s + 1, done + 1));
     }
     if (c.progress) progress.finish();
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.images_per_second = static_cast<double>(steps * c.batch_size) / r.seconds;
-    r.train_loss = loss_sum / static_cast<double>(steps);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
+    r.images_per_second = static_cast<double>(ran * c.batch_size) / r.seconds;
+    r.train_loss = loss_sum / static_cast<double>(ran);
+    total_steps += ran;
+    save(after(steps, total_steps));
     r.test_accuracy = evaluator.accuracy();
-    total_steps += steps;
     results.push_back(r);
     if (on_epoch) on_epoch(r);
   }

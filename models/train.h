@@ -32,6 +32,9 @@ struct TrainConfig {
   std::string trace_path;   // non-empty: a Chrome trace of the 10th step goes here
   bool check_numerics = false;  // stop at the first op that makes a NaN or Inf (ops run unfused)
   bool deterministic = false;   // bitwise-reproducible (see CompileOptions::deterministic)
+  std::string checkpoint_path;  // non-empty: save here after every epoch (and every save_every steps)
+  std::int64_t save_every = 0;  // steps between checkpoints; 0: at the end of each epoch only
+  std::string resume_path;      // non-empty: continue from this checkpoint
   bool progress = true;
 };
 

@@ -122,3 +122,60 @@ TEST_CASE("the CPU training step gives the same bits for any number of threads")
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("save at step N, resume, train to 2N: the same bits as an uninterrupted run") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-resume-test";
+  std::filesystem::create_directories(dir);
+  TrainConfig base;
+  base.synthetic = true;
+  base.progress = false;
+  base.epochs = 2;
+  base.optimizer = "adam";
+  base.lr_schedule = "constant";  // the first run stops early by max_steps, which sets a cosine's horizon
+  auto final_params = [](const TrainConfig& c) {
+    std::vector<Tensor> out;
+    train_classifier(c, {}, [&](const std::vector<VariablePtr>& p) {
+      for (const VariablePtr& v : p) out.push_back(v->value.clone());
+    });
+    return out;
+  };
+  TrainConfig whole = base;
+  whole.max_steps = 90;  // crosses the epoch boundary (64 steps per epoch)
+  const std::vector<Tensor> uninterrupted = final_params(whole);
+
+  TrainConfig first = base;
+  first.max_steps = 45;
+  first.checkpoint_path = (dir / "half.safetensors").string();
+  final_params(first);
+  TrainConfig second = whole;
+  second.resume_path = first.checkpoint_path;
+  const std::vector<Tensor> resumed = final_params(second);
+  REQUIRE(resumed.size() == uninterrupted.size());
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(resumed[i].raw(), uninterrupted[i].raw(), resumed[i].nbytes()) == 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("resuming from a checkpoint of another model is a clear error and changes nothing") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-resume-bad";
+  std::filesystem::create_directories(dir);
+  TrainConfig c;
+  c.synthetic = true;
+  c.progress = false;
+  c.max_steps = 2;
+  c.optimizer = "sgd";
+  c.checkpoint_path = (dir / "sgd.safetensors").string();
+  train_classifier(c);
+  TrainConfig other = c;
+  other.optimizer = "adam";  // Adam's state (m, v, step) is not in an SGD checkpoint
+  other.checkpoint_path.clear();
+  other.resume_path = c.checkpoint_path;
+  CHECK_THROWS_WITH_AS(train_classifier(other), doctest::Contains("has no tensor 'state/optimizer."), Error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace kiln

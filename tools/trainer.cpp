@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
                "stop at the first op whose output has a NaN or Inf (also KILN_CHECK_NUMERICS=1; ops then run unfused)");
   app.add_flag("--deterministic", config.deterministic,
                "bitwise-reproducible runs (the CPU always is; on the GPU this also forbids cuBLAS atomics)");
+  app.add_option("--checkpoint", config.checkpoint_path, "save a checkpoint (safetensors) here after every epoch");
+  app.add_option("--save-every", config.save_every, "also save every N steps")->check(number_from(1, true));
+  app.add_option("--resume", config.resume_path, "continue training from this checkpoint")->check(CLI::ExistingFile);
   app.add_option("--trace", config.trace_path, "write a Chrome/Perfetto trace (JSON) of the 10th training step here");
   app.add_option("--streams", config.cuda_streams, "CUDA: streams of the schedule (1: one stream, 2: weight gradients beside)")
       ->check(CLI::Range(1, 2))->capture_default_str();

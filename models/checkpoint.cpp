@@ -1,0 +1,64 @@
+// Checkpoint layout over core/safetensors.
+#include "models/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include "backends/host_copy.h"
+#include "core/safetensors.h"
+
+namespace kiln {
+namespace {
+
+std::int64_t metadata_integer(const std::map<std::string, std::string>& m, const std::string& key, const std::filesystem::path& path) {
+  auto it = m.find(key);
+  KILN_CHECK(it != m.end(), "{}: not a kiln checkpoint (no '{}' in its metadata)", path.string(), key);
+  std::size_t used = 0;
+  std::int64_t value = 0;
+  try {
+    value = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KILN_CHECK(used == it->second.size() && value >= 0, "{}: metadata '{}' is '{}', not a count", path.string(), key, it->second);
+  return value;
+}
+
+// The checked tensor for `var` (nothing is assigned until every tensor has been checked).
+Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix, const VariablePtr& var, const std::filesystem::path& path) {
+  const std::string key = prefix + var->name;
+  auto it = file.tensors.find(key);
+  KILN_CHECK(it != file.tensors.end(), "{}: has no tensor '{}' (the checkpoint is of another model or optimizer)", path.string(), key);
+  const Tensor& t = it->second;
+  KILN_CHECK(t.shape() == var->value.shape() && t.dtype() == var->value.dtype(), "{}: tensor '{}' is {}{} but the model has {}{}",
+             path.string(), key, dtype_name(t.dtype()), t.shape().str(), dtype_name(var->value.dtype()), var->value.shape().str());
+  return t;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
+                     const TrainingPosition& position, const std::map<std::string, std::string>& settings) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const VariablePtr& p : params) tensors.emplace_back("param/" + p->name, to_host(p->value));
+  for (const VariablePtr& s : state) tensors.emplace_back("state/" + s->name, to_host(s->value));
+  std::map<std::string, std::string> metadata = settings;
+  metadata["kiln.step"] = std::to_string(position.step);
+  metadata["kiln.epoch"] = std::to_string(position.epoch);
+  metadata["kiln.batch"] = std::to_string(position.batch);
+  save_safetensors(path, tensors, metadata);
+}
+
+TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
+                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings) {
+  const SafetensorsFile file = load_safetensors(path);
+  const TrainingPosition position{metadata_integer(file.metadata, "kiln.step", path), metadata_integer(file.metadata, "kiln.epoch", path),
+                                  metadata_integer(file.metadata, "kiln.batch", path)};
+  std::vector<std::pair<VariablePtr, Tensor>> loaded;
+  for (const VariablePtr& p : params) loaded.emplace_back(p, checked_tensor(file, "param/", p, path));
+  for (const VariablePtr& s : state) loaded.emplace_back(s, checked_tensor(file, "state/", s, path));
+  for (auto& [var, tensor] : loaded) var->value = tensor;
+  if (settings) *settings = file.metadata;
+  return position;
+}
+
+}  // namespace kiln

@@ -1,0 +1,32 @@
+// Training checkpoints: parameters, optimizer state and the position in the data, in one
+// safetensors file written atomically; the run's settings go in its __metadata__.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+// Where training stands: the next step to run is batch `batch` of epoch `epoch`.
+struct TrainingPosition {
+  std::int64_t step = 0;   // steps done
+  std::int64_t epoch = 1;
+  std::int64_t batch = 0;
+};
+
+// Tensors are stored as "param/<name>" and "state/<name>"; device tensors are copied to the host.
+void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
+                     const std::vector<VariablePtr>& state, const TrainingPosition& position,
+                     const std::map<std::string, std::string>& settings);
+
+// Loads into the variables (as host tensors; a GPU program uploads them at its next run).
+// Every variable must be in the file with its exact shape and dtype: kiln::Error names the
+// file and the tensor otherwise. Returns the position and fills `settings`.
+TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
+                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings = nullptr);
+
+}  // namespace kiln
