@@ -1,7 +1,10 @@
 // train_classifier: data, model, optimizer, compiled train and eval steps, the loop.
 #include "models/train.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 
 #include "backends/compile.h"
@@ -80,6 +83,11 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   KILN_CHECK(c.batch_size >= 1, "batch size must be at least 1 (got {})", c.batch_size);
   KILN_CHECK(std::isfinite(c.lr) && c.lr > 0, "learning rate must be positive (got {})", c.lr);
   const ModelInfo& info = model_info(c.model);
+  if (!c.checkpoint_path.empty()) {  // fail now, not after an epoch of work
+    const std::filesystem::path parent = std::filesystem::absolute(c.checkpoint_path).parent_path();
+    KILN_CHECK(std::filesystem::is_directory(parent), "--checkpoint {}: the directory {} does not exist", c.checkpoint_path, parent.string());
+    KILN_CHECK(access(parent.c_str(), W_OK) == 0, "--checkpoint {}: the directory {} is not writable", c.checkpoint_path, parent.string());
+  }
   const std::string dir = c.data_dir.empty() ? kFashionMnistDir : c.data_dir;
   const Dataset train = c.synthetic ? synthetic_images(4096, info.input_shape, info.classes, c.seed) : load_fashion_mnist(dir, Split::train);
   const Dataset test = c.synthetic ? synthetic_images(1000, info.input_shape, info.classes, c.seed + 1) : load_fashion_mnist(dir, Split::test);
