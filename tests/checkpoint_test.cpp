@@ -415,6 +415,12 @@ int check_fuzz_inputs(const std::string& harness, const std::function<void(const
 }
 
 TEST_CASE("fuzz inputs: the seed corpora and every input a fuzzer crashed on load cleanly") {
+  const char* source = std::getenv("KILN_SOURCE_DIR");
+  const fs::path root = source ? fs::path(source) : fs::path(__FILE__).parent_path().parent_path();
+  if (!fs::exists(root / "fuzz" / "corpus")) {  // a test binary run away from its source tree
+    MESSAGE("skipped: no fuzz corpus under " << root.string());
+    return;
+  }
   CHECK(check_fuzz_inputs("safetensors", [](const fs::path& p) { load_safetensors(p); }) >= 10);
   CHECK(check_fuzz_inputs("idx", [](const fs::path& p) { read_idx(p.string()); }) >= 10);
 }
