@@ -5,12 +5,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <tuple>
 #include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/cublas_handle.h"
@@ -134,14 +139,51 @@ TEST_CASE("cuBLAS status names and the TF32 switch") {
   }
 }
 
+namespace {
+
+// Test hooks of conv.cpp, undone at scope exit (also when a check throws).
+struct ForceIm2col {
+  ForceIm2col() { cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::im2col_gemm); }
+  ~ForceIm2col() { cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic); }
+};
+struct ForceTiling {
+  explicit ForceTiling(cuda::detail::ConvTiling forward, cuda::detail::ConvTiling grad_input = {},
+                       cuda::detail::ConvTiling grad_weight = {}) {
+    cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::forward, forward);
+    cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_input, grad_input);
+    cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_weight, grad_weight);
+  }
+  ~ForceTiling() {
+    for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+      cuda::detail::set_conv_tiling_for_testing(pass, {});
+  }
+};
+
+}  // namespace
+
 TEST_CASE("conv workspace sizes (no GPU needed)") {
   const auto g = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
-  // P = 288, OH*OW = 196: forward one [P, 196] f32 patch matrix per image.
-  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 64u * 288 * 196 * 4);
-  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward, 1) == 288u * 196 * 4);
-  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 64u * (288 + 64) * 196 * 4);
+  // Implicit GEMM: forward and grad_input need no scratch; grad_weight's K = 64*196 = 12544
+  // is split 28 ways (9 tiles of 64x32 columns, about 264 blocks), one [64, 288] partial each.
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 0);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_input) == 0);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 28u * 64 * 288 * 4);
+  // Stride 2: grad_input is im2col + GEMM, one [P = 288, OH*OW = 49] patch matrix per image.
+  const auto strided = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 2, 1);
+  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input) == 64u * 288 * 49 * 4);
+  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input, 1) == 288u * 49 * 4);
+  {
+    ForceIm2col im2col;  // P = 288, OH*OW = 196: forward one [P, 196] f32 patch matrix per image
+    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 64u * 288 * 196 * 4);
+    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward, 1) == 288u * 196 * 4);
+    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 64u * (288 + 64) * 196 * 4);
+  }
   const auto pointwise = kernels::conv_geometry({8, 16, 5, 5}, {4, 16, 1, 1}, 1, 0);
   CHECK(cuda::conv_workspace_bytes(pointwise, DType::f32, cuda::ConvPass::forward) == 0);
+  // Every tile the passes choose from has a kernel (shared memory, thread count).
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto mode : {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
+      for (cuda::IgemmTile tile : cuda::igemm_tiles(mode, dtype)) CHECK(cuda::igemm_tile_valid(tile, dtype));
 }
 
 // ---- GPU cases ----
@@ -214,7 +256,7 @@ namespace {
 // Forward, grad_input and grad_weight of one convolution against conv_cpu; `chunk` limits
 // the workspace to that many images (0: the whole batch).
 void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int64_t padding, DType dtype,
-                std::uint64_t seed, std::int64_t chunk = 0) {
+                std::uint64_t seed, std::int64_t chunk = 0, std::int64_t max_workspace = -1) {
   CAPTURE(xs.str());
   CAPTURE(ws.str());
   CAPTURE(stride);
@@ -232,6 +274,7 @@ void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int6
   std::size_t bytes = 0;
   for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
     bytes = std::max(bytes, cuda::conv_workspace_bytes(g, dtype, pass, chunk));
+  if (max_workspace >= 0) bytes = std::min(bytes, static_cast<std::size_t>(max_workspace));
   DeviceBuffer dx(x), dwt(w), ddy(dy), work(bytes), y(y_ref.nbytes()), dxo(dx_ref.nbytes()), dwo(dw_ref.nbytes());
   const cuda::ConvWorkspace workspace{work.get(), bytes};
   cuda::conv2d_forward(dtype, g, dx.get(), dwt.get(), y.get(), workspace, nullptr);
@@ -271,11 +314,97 @@ TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {
   check_conv({7, 3, 9, 8}, {4, 3, 3, 3}, 1, 1, DType::f64, 420, 2);
 }
 
-TEST_CASE("conv2d: a workspace too small for one image is a kiln::Error") {
+TEST_CASE("conv2d: a workspace too small for one image is a kiln::Error (im2col passes)") {
   SKIP_WITHOUT_GPU();
+  const auto strided = kernels::conv_geometry({2, 3, 9, 8}, {4, 3, 3, 3}, 2, 1);  // dy: [2, 4, 5, 4]
+  DeviceBuffer dy(2 * 4 * 5 * 4 * 4), w(4 * 3 * 9 * 4), dx(2 * 3 * 9 * 8 * 4), work(256);
+  CHECK_THROWS_AS(cuda::conv2d_grad_input(DType::f32, strided, dy.get(), w.get(), dx.get(), {work.get(), 256}, nullptr),
+                  Error);
   const auto g = kernels::conv_geometry({2, 3, 9, 8}, {4, 3, 3, 3}, 1, 1);
-  DeviceBuffer x(2 * 3 * 9 * 8 * 4), w(4 * 3 * 9 * 4), y(2 * 4 * 9 * 8 * 4), work(256);
+  DeviceBuffer x(2 * 3 * 9 * 8 * 4), y(2 * 4 * 9 * 8 * 4);
+  ForceIm2col im2col;
   CHECK_THROWS_AS(cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), {work.get(), 256}, nullptr), Error);
+}
+
+TEST_CASE("conv2d: the im2col + cuBLAS fallback on LeNet's convolutions") {
+  SKIP_WITHOUT_GPU();
+  ForceIm2col im2col;
+  check_conv({64, 1, 28, 28}, {32, 1, 3, 3}, 1, 1, DType::f32, 40);
+  check_conv({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1, DType::f32, 45);
+  check_conv({3, 2, 7, 5}, {4, 2, 3, 3}, 2, 1, DType::f64, 47);
+}
+
+namespace {
+
+// Every tile the passes choose from or the benchmark variants try (f32), the defaults in f64.
+std::vector<std::pair<cuda::IgemmTile, DType>> tiles_to_test() {
+  std::vector<std::pair<cuda::IgemmTile, DType>> tiles;
+  for (cuda::IgemmTile t : std::vector<cuda::IgemmTile>{{64, 64, 1, 16}, {64, 64, 1, 32}, {32, 64, 1, 16}, {32, 64, 1, 32},
+                                                        {32, 32, 2, 16}, {32, 32, 1, 32}, {64, 32, 1, 32}, {64, 32, 2, 16},
+                                                        {32, 128, 1, 16}, {32, 16, 4, 16}, {32, 16, 2, 32}, {32, 16, 2, 16},
+                                                        {16, 64, 1, 16}})
+    tiles.emplace_back(t, DType::f32);
+  tiles.emplace_back(cuda::IgemmTile{32, 32, 2, 16}, DType::f64);
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto mode : {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
+      for (cuda::IgemmTile t : cuda::igemm_tiles(mode, dtype)) tiles.emplace_back(t, dtype);
+  return tiles;
+}
+
+void preload_tiles(const std::vector<std::pair<cuda::IgemmTile, DType>>& tiles) {  // compiled in parallel
+  std::vector<jit::KernelSource> sources;
+  std::set<std::string> names;
+  for (const auto& [tile, dtype] : tiles)
+    for (auto mode : {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
+      if (cuda::igemm_tile_valid(tile, dtype) && names.insert(cuda::conv_igemm_name(mode, tile, dtype)).second)
+        sources.push_back(cuda::conv_igemm_source(mode, tile, dtype));
+  cuda::preload_kernels(sources);
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: every implicit-GEMM tile, K past one table chunk, forced and scratch-limited splits") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 900;
+  const auto tiles = tiles_to_test();
+  preload_tiles(tiles);
+  for (const auto& [tile, dtype] : tiles) {
+    REQUIRE(cuda::igemm_tile_valid(tile, dtype));
+    CAPTURE(tile.bm);
+    CAPTURE(tile.bn);
+    CAPTURE(tile.kg);
+    CAPTURE(tile.ks);
+    const cuda::detail::ConvTiling t{tile.bm, tile.bn, tile.kg, 0, tile.ks};
+    ForceTiling force(t, t, t);
+    check_conv({3, 16, 9, 7}, {20, 16, 3, 3}, 1, 1, dtype, seed += 3);
+    check_conv({2, 17, 9, 6}, {70, 17, 3, 2}, 1, 2, dtype, seed += 3);  // grad_input's padding < 0
+    check_conv({2, 16, 8, 9}, {18, 16, 3, 3}, 2, 0, dtype, seed += 3);
+  }
+  // K = Cin*9 = 1179 (forward) and Cout*9 = 1188 (grad_input): more than one table chunk.
+  check_conv({2, 131, 5, 4}, {132, 131, 3, 3}, 1, 1, DType::f32, 950);
+  check_conv({2, 61, 5, 4}, {62, 61, 3, 3}, 1, 1, DType::f64, 951);
+  for (std::int64_t splits : {1, 2, 7, 1000}) {  // grad_weight's K = 3*20*20 = 1200, 38 steps of 32
+    CAPTURE(splits);
+    ForceTiling force({}, {}, {0, 0, 0, splits});
+    check_conv({3, 16, 20, 20}, {16, 16, 3, 3}, 1, 1, DType::f32, 960 + static_cast<std::uint64_t>(splits));
+  }
+  // Less scratch than the 38 wanted [16, 144] partials (9216 bytes each) need: 0 and 5000
+  // bytes mean one split straight into dW; 40000 bytes hold 4 partials, 200000 bytes 21 (19 splits).
+  for (std::int64_t bytes : {0, 5000, 40000, 200000}) {
+    CAPTURE(bytes);
+    check_conv({3, 16, 20, 20}, {16, 16, 3, 3}, 1, 1, DType::f32, 970 + static_cast<std::uint64_t>(bytes), 0, bytes);
+  }
+}
+
+TEST_CASE("conv2d: the implicit GEMM is bitwise repeatable") {
+  SKIP_WITHOUT_GPU();
+  const auto g = kernels::conv_geometry({16, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
+  const Tensor x = random_tensor({16, 32, 14, 14}, DType::f32, 980), dy = random_tensor({16, 64, 14, 14}, DType::f32, 981);
+  const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight);
+  DeviceBuffer dx(x), ddy(dy), work(bytes), dw1(64 * 288 * 4), dw2(64 * 288 * 4);
+  cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), dw1.get(), {work.get(), bytes}, nullptr);
+  cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), dw2.get(), {work.get(), bytes}, nullptr);
+  check_identical(dw2.download({64, 288}, DType::f32), dw1.download({64, 288}, DType::f32));
 }
 
 namespace {
@@ -441,50 +570,168 @@ TEST_CASE("fill: every dtype, and all kernels load on the device") {
 namespace kiln {
 
 // Timings for the report, not a check: ./cuda_kernels_tests -tc="benchmark*" --no-skip
-TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA events)" * doctest::skip()) {
-  SKIP_WITHOUT_GPU();
-  auto time_us = [](const std::function<void()>& body) {
+// "events": one call between two CUDA events on the default stream (launch gaps included);
+// "graph": 20 calls captured in a CUDA graph on a stream and replayed, per call (what a
+// training step that replays its graph sees). Median of 50 (events) or 15 (graph) runs.
+namespace {
+
+struct BenchTimer {
+  cudaStream_t stream = nullptr;
+  BenchTimer() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~BenchTimer() { (void)cudaStreamDestroy(stream); }
+
+  static double median(std::vector<float> ms) {
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+  double events_us(const std::function<void(cudaStream_t)>& body) const {
     cudaEvent_t start, stop;
     KILN_CUDA_CHECK(cudaEventCreate(&start));
     KILN_CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < 5; ++i) body();
+    for (int i = 0; i < 5; ++i) body(nullptr);
     std::vector<float> ms(50);
     for (float& t : ms) {
       KILN_CUDA_CHECK(cudaEventRecord(start, nullptr));
-      body();
+      body(nullptr);
       KILN_CUDA_CHECK(cudaEventRecord(stop, nullptr));
       KILN_CUDA_CHECK(cudaEventSynchronize(stop));
       KILN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
     }
-    std::sort(ms.begin(), ms.end());
     (void)cudaEventDestroy(start);
     (void)cudaEventDestroy(stop);
-    return 1000.0 * ms[ms.size() / 2];
-  };
+    return 1000.0 * median(ms);
+  }
+  // -1 when the body cannot be captured.
+  double graph_us(const std::function<void(cudaStream_t)>& body) const {
+    constexpr int reps = 20;
+    body(stream);
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
+    try {
+      for (int i = 0; i < reps; ++i) body(stream);
+    } catch (const std::exception&) {
+      (void)cudaStreamEndCapture(stream, &graph);
+      if (graph) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return -1;
+    }
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      if (graph) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return -1;
+    }
+    cudaEvent_t start, stop;
+    KILN_CUDA_CHECK(cudaEventCreate(&start));
+    KILN_CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 2; ++i) KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    std::vector<float> ms(15);
+    for (float& t : ms) {
+      KILN_CUDA_CHECK(cudaEventRecord(start, stream));
+      KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      KILN_CUDA_CHECK(cudaEventRecord(stop, stream));
+      KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    return 1000.0 * median(ms) / reps;
+  }
+};
+
+}  // namespace
+
+// KILN-BENCH-BEGIN (public API only: also built against older trees for before/after tables)
+TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA events)" * doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
   for (std::int64_t batch : {64, 256}) {
     for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
       const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
-      const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight);
+      std::size_t bytes = 0;
+      for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+        bytes = std::max(bytes, cuda::conv_workspace_bytes(g, DType::f32, pass));
       DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
-      DeviceBuffer y(static_cast<std::size_t>(batch * cout * hw * hw) * 4), work(bytes), dx(x.bytes()), dw(w.bytes());
+      DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
       const cuda::ConvWorkspace ws{work.get(), bytes};
-      const double f = time_us([&] { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, nullptr); });
-      const double gi = time_us([&] { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, nullptr); });
-      const double gw = time_us([&] { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, nullptr); });
       const auto pg = kernels::pool_geometry({batch, cout, hw, hw}, 2, 2);
-      DeviceBuffer pooled(y.bytes() / 4), dpool(y.bytes());
-      const double pf = time_us([&] { cuda::max_pool2d_forward(DType::f32, pg, y.get(), pooled.get(), nullptr); });
-      const double pb = time_us([&] { cuda::max_pool2d_grad(DType::f32, pg, y.get(), pooled.get(), dpool.get(), nullptr); });
-      MESSAGE("B=" << batch << " conv " << cin << "->" << cout << " " << hw << "x" << hw << ": forward " << f
-                   << " us, grad_input " << gi << " us, grad_weight " << gw << " us, workspace " << bytes
-                   << " B; pool forward " << pf << " us, pool grad " << pb << " us");
+      DeviceBuffer pooled(random_tensor({batch, cout, hw / 2, hw / 2}, DType::f32, 6)), dpool(y.bytes());
+      const std::vector<std::pair<std::string, std::function<void(cudaStream_t)>>> ops = {
+          {"forward", [&](cudaStream_t st) { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st); }},
+          {"grad_input", [&](cudaStream_t st) { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st); }},
+          {"grad_weight", [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); }},
+          {"pool_forward", [&](cudaStream_t st) { cuda::max_pool2d_forward(DType::f32, pg, y.get(), pooled.get(), st); }},
+          {"pool_grad", [&](cudaStream_t st) { cuda::max_pool2d_grad(DType::f32, pg, y.get(), pooled.get(), dpool.get(), st); }},
+      };
+      for (const auto& [name, body] : ops)
+        MESSAGE("BENCH B=" << batch << " conv" << (cin == 1 ? 1 : 2) << " " << name << " events_us " << timer.events_us(body)
+                           << " graph_us " << timer.graph_us(body) << " workspace " << bytes);
     }
     DeviceBuffer a(random_tensor({batch, 3136}, DType::f32, 3)), b(random_tensor({128, 3136}, DType::f32, 4));
     DeviceBuffer c(static_cast<std::size_t>(batch) * 128 * 4);
-    const double mm = time_us([&] {
-      cuda::matmul({.m = batch, .n = 128, .k = 3136, .trans_b = true, .a = a.get(), .b = b.get(), .c = c.get()}, nullptr);
-    });
-    MESSAGE("B=" << batch << " fc1 [" << batch << ", 3136] x [128, 3136]^T: " << mm << " us");
+    const auto fc1 = [&](cudaStream_t st) {
+      cuda::matmul({.m = batch, .n = 128, .k = 3136, .trans_b = true, .a = a.get(), .b = b.get(), .c = c.get()}, st);
+    };
+    MESSAGE("BENCH B=" << batch << " fc1 matmul events_us " << timer.events_us(fc1) << " graph_us " << timer.graph_us(fc1)
+                       << " workspace 0");
+  }
+}
+// KILN-BENCH-END
+
+// Tuning data: each pass of LeNet's convolutions at batch 64 with other tiles and splits.
+TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
+  using Tiling = cuda::detail::ConvTiling;
+  const std::int64_t batch = 64;
+  preload_tiles(tiles_to_test());
+  for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
+    const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
+    const std::size_t bytes = 64u << 20;
+    DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
+    DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
+    const cuda::ConvWorkspace ws{work.get(), bytes};
+    const std::vector<Tiling> fwd = {{64, 64, 1, 0, 16}, {64, 64, 1, 0, 32}, {32, 64, 1, 0, 16}, {32, 64, 1, 0, 32},
+                                     {32, 32, 2, 0, 16}, {32, 32, 1, 0, 32}, {64, 32, 1, 0, 32}, {64, 32, 2, 0, 16},
+                                     {32, 128, 1, 0, 16}, {16, 64, 1, 0, 16}};
+    const std::vector<Tiling> wgrad =
+        cin == 1 ? std::vector<Tiling>{{32, 16, 4, 0, 16}, {32, 16, 4, 131, 16}, {32, 16, 4, 392, 16}, {32, 16, 2, 0, 32},
+                                       {32, 16, 2, 0, 16}, {32, 16, 2, 392, 32}}
+                 : std::vector<Tiling>{{64, 32, 2, 0, 16},  {64, 32, 2, 14, 16}, {64, 32, 2, 56, 16}, {64, 32, 1, 0, 32},
+                                       {64, 32, 1, 56, 32}, {32, 32, 2, 0, 16},  {32, 32, 1, 0, 32},  {64, 64, 1, 0, 32},
+                                       {32, 64, 1, 0, 32},  {64, 64, 1, 0, 16}};
+    auto run = [&](cuda::ConvPass pass, const Tiling& t) {
+      const std::string name = pass == cuda::ConvPass::forward      ? "forward"
+                               : pass == cuda::ConvPass::grad_input ? "grad_input"
+                                                                    : "grad_weight";
+      std::function<void(cudaStream_t)> body;
+      if (pass == cuda::ConvPass::forward)
+        body = [&](cudaStream_t st) { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st); };
+      else if (pass == cuda::ConvPass::grad_input)
+        body = [&](cudaStream_t st) { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st); };
+      else
+        body = [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); };
+      std::ostringstream line;
+      line << "conv" << (cin == 1 ? 1 : 2) << " " << name << " " << t.bm << "x" << t.bn << "x" << t.kg << "k" << t.ks
+           << " splits " << t.splits;
+      if (!cuda::igemm_tile_valid({t.bm, t.bn, t.kg, t.ks}, DType::f32)) return;
+      cuda::detail::set_conv_tiling_for_testing(pass, t);
+      try {
+        const double graph = timer.graph_us(body);
+        line << " graph_us " << graph << " events_us " << timer.events_us(body);
+      } catch (const std::exception& e) {
+        line << " failed: " << e.what();
+      }
+      cuda::detail::set_conv_tiling_for_testing(pass, {});
+      MESSAGE("VARIANT " << line.str());
+    };
+    for (const Tiling& t : fwd) run(cuda::ConvPass::forward, t);
+    if (cin > 1)
+      for (const Tiling& t : fwd) run(cuda::ConvPass::grad_input, t);
+    for (const Tiling& t : wgrad) run(cuda::ConvPass::grad_weight, t);
   }
 }
 
