@@ -59,11 +59,14 @@ std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, s
   text = g.str();
   const std::vector<kiln::Feed> feeds = random_feeds(g, seed * 7 + 1);
   const kiln::Outputs reference = kiln::compile(g, {.fuse = false})->run(feeds);
-  std::vector<kiln::Outputs> candidates = {kiln::compile(g, {.fuse = true})->run(feeds)};
-  if (gpu) candidates.push_back(kiln::compile(g, {.device = kiln::Device::cuda()})->run(feeds));
-  for (const kiln::Outputs& candidate : candidates)
+  // The fused CPU evaluation runs the same per-element math as the unfused one (only sums
+  // are regrouped); the GPU's expf/tanhf/logf differ from the CPU's by an ulp or two, which
+  // long gradient chains amplify, hence its looser tolerance.
+  std::vector<std::pair<kiln::Outputs, double>> candidates = {{kiln::compile(g, {.fuse = true})->run(feeds), 2e-5}};
+  if (gpu) candidates.emplace_back(kiln::compile(g, {.device = kiln::Device::cuda()})->run(feeds), 2e-4);
+  for (const auto& [candidate, tolerance] : candidates)
     for (const auto& [name, tensor] : reference) {
-      const double d = distance(candidate.at(name), tensor, 2e-5);
+      const double d = distance(candidate.at(name), tensor, tolerance);
       if (d > 1.0) return Mismatch{name, d};
     }
   return std::nullopt;
