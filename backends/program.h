@@ -33,6 +33,10 @@ class Program {
   virtual std::size_t planned_bytes() const = 0;
   // The next run writes a Chrome/Perfetto trace (JSON) of its kernels, per stream, to `path`.
   virtual void trace_next_run(const std::string& path) = 0;
+  // Announces the feeds of the run after the next: the next run copies them to the device
+  // while it computes (CUDA), and the run given these same tensors then starts at once. The
+  // tensors must not change until that run. Backends with nothing to overlap ignore it.
+  virtual void prefetch(const std::vector<Feed>& next) { (void)next; }
 };
 
 }  // namespace kiln

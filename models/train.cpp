@@ -103,8 +103,11 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   Evaluator evaluator(model, info, c.eval_batch, test, options);
 
   Batcher batcher(train, c.batch_size, true, c.seed);
-  Tensor images = Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32);
-  Tensor labels = Tensor::empty({c.batch_size}, DType::i64);
+  // Two host batches in turn: while step s runs on the batch in one, the next batch (in the
+  // other) is announced for prefetch, so a GPU copies it during the step.
+  Tensor images[2] = {Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32),
+                      Tensor::empty(batch_shape(c.batch_size, info.input_shape), DType::f32)};
+  Tensor labels[2] = {Tensor::empty({c.batch_size}, DType::i64), Tensor::empty({c.batch_size}, DType::i64)};
   std::vector<EpochResult> results;
   TrainingPosition start;
   if (!c.resume_path.empty()) {
@@ -140,10 +143,15 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
       const std::int64_t done = total_steps + (s - first);  // steps before this one
       optimizer.set_lr(scheduled_lr(c, done, planned_steps));
       if (!c.trace_path.empty() && done == std::min<std::int64_t>(9, planned_steps - 1)) step->trace_next_run(c.trace_path);
-      batcher.fill(s, images, labels);
+      const int slot = static_cast<int>(s % 2);
+      if (s == first) batcher.fill(s, images[slot], labels[slot]);  // later batches were filled a step ahead
+      if (s + 1 < steps) {
+        batcher.fill(s + 1, images[1 - slot], labels[1 - slot]);
+        step->prefetch({{"x", images[1 - slot]}, {"y", labels[1 - slot]}});
+      }
       double loss = 0;
       try {
-        loss = step->run({{"x", images}, {"y", labels}}).at("loss").item();
+        loss = step->run({{"x", images[slot]}, {"y", labels[slot]}}).at("loss").item();
       } catch (const Error& e) {
         throw Error(fmt::format("epoch {} step {}: {}", epoch, s + 1, e.what()));
       }

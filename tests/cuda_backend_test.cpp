@@ -166,6 +166,23 @@ TEST_CASE("GPU: two runs of the same steps give bitwise-identical parameters") {
   }
 }
 
+TEST_CASE("GPU: prefetched batches give the same steps as batches copied at run time") {
+  if (!have_gpu()) return;
+  std::vector<std::vector<Feed>> batches;
+  ModelGraph probe = build_model_graph("lenet", Stage::train, 64, {.name = "sgd"}, 2);
+  for (int s = 0; s < 6; ++s) batches.push_back(random_feeds(*probe.graph, 300 + static_cast<std::uint64_t>(s)));
+  std::vector<double> losses[2];
+  for (int prefetch = 0; prefetch < 2; ++prefetch) {
+    ModelGraph m = build_model_graph("lenet", Stage::train, 64, {.name = "sgd"}, 2);
+    auto step = compile(*m.graph, {.device = Device::cuda()});
+    for (std::size_t s = 0; s < batches.size(); ++s) {
+      if (prefetch && s + 1 < batches.size()) step->prefetch(batches[s + 1]);
+      losses[prefetch].push_back(step->run(batches[s]).at("loss").item());
+    }
+  }
+  for (std::size_t s = 0; s < losses[0].size(); ++s) CHECK(losses[0][s] == losses[1][s]);
+}
+
 TEST_CASE("GPU: out of memory is a kiln::Error with the request and what is in use") {
   if (!have_gpu()) return;
   CHECK_THROWS_WITH_AS(cuda::device_allocator().allocate(std::size_t{1} << 50), doctest::Contains("CUDA out of memory: a request of"), Error);

@@ -57,6 +57,9 @@ class CudaProgram final : public Program {
   void add_step(std::int32_t node, std::string label, cuda::Launch launch);
   void execute(std::vector<TraceEvent>* trace);
   void copy_inputs(const std::vector<Feed>& feeds);
+  bool use_staged(const std::vector<Feed>& feeds);
+  void stage_next();
+  void prefetch(const std::vector<Feed>& next) override;
   void check_step(std::int32_t node, cudaStream_t stream) const;
   void adopt_variables(cudaStream_t stream);
   void* pointer(ValueRef ref) const { return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)]; }
@@ -83,6 +86,12 @@ class CudaProgram final : public Program {
   std::size_t first_update_ = 0;             // index of the first variable-update step
   cudaEvent_t inputs_ready_ = nullptr;
   std::vector<void*> pinned_;                // per input: pinned staging of the host batch
+  // Prefetch: the next batch, copied to `staged_` on the copy stream while a step runs.
+  std::vector<Feed> requested_;              // announced by prefetch(), copied by the next run
+  std::vector<Tensor> staged_;
+  std::vector<void*> staged_pinned_;
+  std::vector<const void*> staged_sources_;  // host pointers of the batch now in staged_
+  cudaEvent_t staged_ready_ = nullptr, staged_consumed_ = nullptr;
   std::string trace_path_;
   Tensor workspace_, side_workspace_, status_;
   bool has_one_hot_ = false;
@@ -99,6 +108,8 @@ CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_ready_, cudaEventDisableTiming));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_consumed_, cudaEventDisableTiming));
   joins_.resize(streams_.size(), nullptr);
   for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
   cuda::set_allow_tf32(options.tf32);
@@ -121,6 +132,9 @@ CudaProgram::~CudaProgram() {
     if (e) cudaEventDestroy(e);
   if (fork_) cudaEventDestroy(fork_);
   for (void* p : pinned_) cudaFreeHost(p);
+  for (void* p : staged_pinned_) cudaFreeHost(p);
+  if (staged_ready_) cudaEventDestroy(staged_ready_);
+  if (staged_consumed_) cudaEventDestroy(staged_consumed_);
 }
 
 void CudaProgram::bind_buffers() {
@@ -141,6 +155,9 @@ void CudaProgram::bind_buffers() {
       inputs_.emplace_back(static_cast<std::int32_t>(id), Tensor(cuda::device_allocator().allocate(bytes), 0, n.outputs[0].shape, n.outputs[0].dtype));
       pinned_.push_back(nullptr);
       KILN_CUDA_CHECK(cudaMallocHost(&pinned_.back(), std::max<std::size_t>(bytes, 1)));
+      staged_pinned_.push_back(nullptr);
+      KILN_CUDA_CHECK(cudaMallocHost(&staged_pinned_.back(), std::max<std::size_t>(bytes, 1)));
+      staged_.emplace_back(cuda::device_allocator().allocate(bytes), 0, n.outputs[0].shape, n.outputs[0].dtype);
       out[0] = inputs_.back().second.raw();
     } else if (n.op->name == "variable") {
       if (n.variable->value.device().is_cpu()) n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
@@ -324,6 +341,45 @@ void CudaProgram::copy_inputs(const std::vector<Feed>& feeds) {
   KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[0], inputs_ready_));
 }
 
+void CudaProgram::prefetch(const std::vector<Feed>& next) {
+  check_feed_names(graph_, next);
+  for (const auto& [node, buffer] : inputs_) feed_for(graph_.node(node), next);  // types checked now
+  requested_ = next;
+}
+
+// The batch a previous run copied ahead, if these feeds are it: copied device to device.
+bool CudaProgram::use_staged(const std::vector<Feed>& feeds) {
+  if (staged_sources_.empty()) return false;
+  for (std::size_t k = 0; k < inputs_.size(); ++k)
+    if (feed_for(graph_.node(inputs_[k].first), feeds).raw() != staged_sources_[k]) return false;
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[0], staged_ready_));
+  for (std::size_t k = 0; k < inputs_.size(); ++k)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(inputs_[k].second.raw(), staged_[k].raw(), staged_[k].nbytes(), cudaMemcpyDeviceToDevice, streams_[0]));
+  KILN_CUDA_CHECK(cudaEventRecord(staged_consumed_, streams_[0]));
+  staged_sources_.clear();
+  return true;
+}
+
+// Copies the announced batch into staged_ on the copy stream, overlapping the step in flight.
+void CudaProgram::stage_next() {
+  if (requested_.empty()) return;
+  KILN_CUDA_CHECK(cudaEventSynchronize(staged_ready_));  // the previous staging copy has left the pinned buffers
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, staged_consumed_));  // and the step has taken its batch
+  staged_sources_.clear();
+  for (std::size_t k = 0; k < inputs_.size(); ++k) {
+    const Tensor& t = feed_for(graph_.node(inputs_[k].first), requested_);
+    if (t.device().is_cpu()) {
+      std::memcpy(staged_pinned_[k], t.raw(), t.nbytes());
+      KILN_CUDA_CHECK(cudaMemcpyAsync(staged_[k].raw(), staged_pinned_[k], t.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
+    } else {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(staged_[k].raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, copy_stream_));
+    }
+    staged_sources_.push_back(t.raw());
+  }
+  KILN_CUDA_CHECK(cudaEventRecord(staged_ready_, copy_stream_));
+  requested_.clear();
+}
+
 // Variables are adopted by their device tensor; a host tensor the user assigned since
 // (a new learning rate, a loaded checkpoint) is uploaded into the adopted buffer.
 void CudaProgram::adopt_variables(cudaStream_t stream) {
@@ -340,7 +396,7 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
 Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   check_feed_names(graph_, feeds);
   cudaStream_t main = streams_[0];
-  copy_inputs(feeds);
+  if (!use_staged(feeds)) copy_inputs(feeds);
   adopt_variables(main);
   ++runs_;
   if (!trace_path_.empty()) {  // a traced step runs launch by launch, outside any graph
@@ -362,6 +418,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, main));
   }
+  stage_next();  // the next batch crosses the bus while this step computes
   Outputs outputs;
   for (const auto& [name, ref] : graph_.outputs()) {
     const TensorType& t = graph_.type(ref);
