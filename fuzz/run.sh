@@ -7,7 +7,7 @@
 #
 # --runs N      executions per job (default 20000); --time SECONDS instead fuzzes for that long
 # --jobs J      parallel fuzzing processes per harness (default 1); executions add up over jobs
-# --only NAME   only this harness: safetensors or idx
+# --only NAME   only this harness: safetensors, idx or config
 # --build-dir   where the build, the working corpus and crash artifacts go (default build-fuzz/)
 # Crashes are written to <build-dir>/artifacts/<name>/; add each to fuzz/regressions/<name>/.
 set -euo pipefail
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     *) echo "fuzz/run.sh: unknown argument '$1' (see the comment at the top of the script)" >&2; exit 2 ;;
   esac
 done
-case "$only" in ""|safetensors|idx) ;; *) echo "fuzz/run.sh: --only takes safetensors or idx, not '$only'" >&2; exit 2 ;; esac
+case "$only" in ""|safetensors|idx|config) ;; *) echo "fuzz/run.sh: --only takes safetensors, idx or config, not '$only'" >&2; exit 2 ;; esac
 
 for tool in clang++-14 clang-14 cmake; do
   command -v "$tool" >/dev/null || { echo "fuzz/run.sh: $tool not found (apt-get install clang-14 libclang-rt-14-dev cmake); skipping" >&2; exit 77; }
@@ -49,7 +49,7 @@ fi
 cmake --build "$build" >"$build/build.log" 2>&1 || { cat "$build/build.log" >&2; exit 1; }
 
 status=0
-for name in safetensors idx; do
+for name in safetensors idx config; do
   [ -z "$only" ] || [ "$only" = "$name" ] || continue
   binary="$build/${name}_fuzzer"
   work="$build/work/$name"

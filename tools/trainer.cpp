@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "fusion/jit/cuda_runtime.h"
+#include "models/config_file.h"
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/train.h"
@@ -53,13 +54,33 @@ std::vector<std::string> model_names() {
 
 }  // namespace
 
+// The value of --config in argv, read before the flags so that flags override the file.
+std::string config_argument(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) return argv[i + 1];
+    if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
+  }
+  return "";
+}
+
 int main(int argc, char** argv) {
   kiln::TrainConfig config;
+  std::string config_path = config_argument(argc, argv);
+  if (!config_path.empty()) {
+    try {
+      config = kiln::read_train_config(config_path, config);
+    } catch (const kiln::Error& e) {
+      fmt::print(stderr, "trainer: error: {}\n", e.what());
+      return 2;
+    }
+  }
   std::string device = "auto";
   int threads = 0;
   bool no_progress = false;
 
   CLI::App app{"kiln trainer: trains a model on Fashion-MNIST (or synthetic data) and reports test accuracy"};
+  app.add_option("--config", config_path, "a JSON file of flag names and values (flags given here override it)");
   app.add_option("--model", config.model, "model to train")->check(CLI::IsMember(model_names()))->capture_default_str();
   app.add_option("--epochs", config.epochs, "passes over the training set")->check(number_from(0, false))->capture_default_str();
   app.add_option("--batch-size", config.batch_size, "examples per step")->check(number_from(0, false))->capture_default_str();
