@@ -190,4 +190,39 @@ expect_output "--data-dir"
 expect_output "--model"
 ok
 
+# --- config files, checkpoints, numerics -------------------------------------------------------------
+
+printf '{"epochs": "two"}' > "$TMP/bad_config.json"
+run "--config with a wrong type" --config "$TMP/bad_config.json"
+expect_rc 2
+expect_output "'epochs' must be an integer"
+ok
+
+printf '{"synthetic": true, "max-steps": 2, "epochs": 1, "optimizer": "sgd"}' > "$TMP/good_config.json"
+run "--config, a flag overriding it" --config "$TMP/good_config.json" --lr 0.02 --no-progress
+expect_rc 0
+expect_output "sgd lr 0.02"
+ok
+
+run "--checkpoint into a missing directory" --synthetic --max-steps 2 --checkpoint /nonexistent/dir/c.safetensors
+expect_rc 1
+expect_output "the directory /nonexistent/dir does not exist"
+ok
+
+run "--checkpoint then --resume" --synthetic --max-steps 2 --epochs 1 --checkpoint "$TMP/c.safetensors" --no-progress
+expect_rc 0
+[ -f "$TMP/c.safetensors" ] || fail "no checkpoint was written"
+ok
+
+printf 'not a checkpoint' > "$TMP/broken.safetensors"
+run "--resume from a corrupt file" --synthetic --max-steps 2 --resume "$TMP/broken.safetensors"
+expect_rc 1
+expect_output "broken.safetensors"
+ok
+
+run "--check-numerics on a diverging run" --synthetic --optimizer sgd --lr 1e12 --lr-schedule constant --check-numerics --max-steps 20 --no-progress
+expect_rc 1
+expect_output "check-numerics: run"
+ok
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

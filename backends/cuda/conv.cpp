@@ -6,8 +6,9 @@
 // with the patch matrix never written to memory and y, dx read and written in NCHW order.
 // grad_weight splits its long K = B*OH*OW over blocks and sums the partials in a fixed
 // order (a second small kernel), so it stays deterministic.
-// The fallback (grad_input at stride > 1, offsets past 32 bits, very large images) is
-// im2col + cuBLAS: forward and grad_input use a per-image patch layout [b][P][OH*OW] (P =
+// Tiles: igemm_choose_tile (kernel_sources.cpp). The fallback (grad_input at stride > 1;
+// forward and grad_input with fewer than 16 output channels or a 1x1 filter; offsets past
+// 2^30 elements; image or filter sides past 4096) is im2col + cuBLAS: forward and grad_input use a per-image patch layout [b][P][OH*OW] (P =
 // Cin*KH*KW) and one strided-batched GEMM per chunk of images, whose per-image outputs land
 // directly in NCHW order. grad_weight folds the batch into the GEMM's K: patches as
 // [P][b][OH*OW] and dy transposed to [Cout][b][OH*OW], then one GEMM dW = dy^T col^T.
@@ -106,9 +107,7 @@ IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
                tile.bm, tile.bn, tile.kg, tile.ks);
     return tile;
   }
-  const std::vector<IgemmTile> tiles = igemm_tiles(mode_of(pass), dtype);
-  if (pass != ConvPass::grad_weight) return d.m > 64 ? tiles[0] : tiles[1];  // 64x64, or 32x64 for few channels
-  return d.n <= 16 ? tiles[0] : tiles[1];                                     // 32x16 for tiny filters, else 64x32
+  return igemm_choose_tile(mode_of(pass), dtype, d.m, d.n, d.k);
 }
 
 // K splits of grad_weight and the K range of each (a multiple of the tile's K step).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,9 @@ int igemm_threads(IgemmTile tile);  // threads per block
 std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype);
 std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype);
 jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype);
-// The tiles conv.cpp chooses from for `mode` (the ones all_kernel_sources lists).
+// The tile for a pass whose GEMM is C[m, n] = A[m, k] B[k, n], and every tile that choice
+// can return for `mode` (the ones all_kernel_sources lists).
+IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k);
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype);
 // out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight).
 jit::KernelSource conv_splitk_sum_source(DType dtype);
