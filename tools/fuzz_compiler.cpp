@@ -44,8 +44,17 @@ std::vector<kiln::Feed> random_feeds(const kiln::Graph& g, std::uint64_t seed) {
   return feeds;
 }
 
+// Whether the graph compares values (greater, equal: also in the gradients of max and
+// maximum). Its outputs then jump where two backends round differently, so GPU and CPU can
+// disagree legitimately; such graphs are compared fused against unfused on the CPU only.
+bool compares_values(const kiln::Graph& g) {
+  for (const kiln::Node& n : g.nodes())
+    if (n.op->name == "greater" || n.op->name == "equal") return true;
+  return false;
+}
+
 // Builds graph number `seed`, runs it every way, returns the first disagreement if any.
-std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, std::string& text) {
+std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, std::string& text, std::int64_t& gpu_checked) {
   kiln::Graph g;
   kiln::testing::RandomGraphBuilder builder(seed);
   const auto r = builder.build(g, 3 + static_cast<int>(seed % static_cast<std::uint64_t>(max_ops)));
@@ -63,7 +72,10 @@ std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, s
   // are regrouped); the GPU's expf/tanhf/logf differ from the CPU's by an ulp or two, which
   // long gradient chains amplify, hence its looser tolerance.
   std::vector<std::pair<kiln::Outputs, double>> candidates = {{kiln::compile(g, {.fuse = true})->run(feeds), 2e-5}};
-  if (gpu) candidates.emplace_back(kiln::compile(g, {.device = kiln::Device::cuda()})->run(feeds), 2e-4);
+  if (gpu && !compares_values(g)) {
+    candidates.emplace_back(kiln::compile(g, {.device = kiln::Device::cuda()})->run(feeds), 2e-4);
+    ++gpu_checked;
+  }
   for (const auto& [candidate, tolerance] : candidates)
     for (const auto& [name, tensor] : reference) {
       const double d = distance(candidate.at(name), tensor, tolerance);
@@ -93,11 +105,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto start = std::chrono::steady_clock::now();
+  std::int64_t gpu_checked = 0;
   for (std::int64_t i = 0; i < graphs; ++i) {
     const std::uint64_t s = seed + static_cast<std::uint64_t>(i);
     std::string text;
     try {
-      if (auto m = check_graph(s, max_ops, device == "cuda", text)) {
+      if (auto m = check_graph(s, max_ops, device == "cuda", text, gpu_checked)) {
         fmt::print(stderr, "fuzz_compiler: graph seed {} disagrees on '{}' (distance {:.3g}):\n{}", s, m->output, m->worst, text);
         return 1;
       }
@@ -108,7 +121,8 @@ int main(int argc, char** argv) {
     if ((i + 1) % 1000 == 0) fmt::print("{} graphs agree\n", i + 1);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("fuzz_compiler: {} random graphs (seeds {}..{}), fused and unfused{} agree on values and gradients, {:.1f} s\n", graphs, seed,
-             seed + static_cast<std::uint64_t>(graphs) - 1, device == "cuda" ? " and GPU" : "", seconds);
+  fmt::print("fuzz_compiler: {} random graphs (seeds {}..{}), fused and unfused agree on values and gradients{}, {:.1f} s\n", graphs, seed,
+             seed + static_cast<std::uint64_t>(graphs) - 1,
+             device == "cuda" ? fmt::format("; the GPU agrees on the {} without comparisons", gpu_checked) : "", seconds);
   return 0;
 }
