@@ -62,15 +62,7 @@ TEST_CASE("random elementwise DAGs: fused equals unfused, values and gradients")
   for (int s = 0; s < kGraphs; ++s) {
     CAPTURE(s);
     Graph g;
-    testing::RandomGraphBuilder builder(1000 + static_cast<std::uint64_t>(s));
-    const testing::RandomGraph r = builder.build(g, 6 + s % 20);
-    Value loss = sum_all(r.outputs[0]);
-    for (std::size_t i = 0; i < r.outputs.size(); ++i) {
-      g.output("out" + std::to_string(i), r.outputs[i]);
-      if (i) loss = loss + sum_all(r.outputs[i]) * 0.5;
-    }
-    const std::vector<Value> grads = grad(loss, r.inputs);
-    for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+    testing::build_with_gradients(g, 1000 + static_cast<std::uint64_t>(s), 6 + s % 20);
     const Graph fused = fuse(eliminate_dead_code(g));
     CHECK_NOTHROW(verify(fused));
     for (const Node& n : fused.nodes()) groups += n.op->kind == OpKind::fused;
@@ -164,15 +156,7 @@ TEST_CASE("regressions found by fuzz_compiler: these graphs fuse without cycles 
   for (std::uint64_t seed : {1004934ULL, 1081470ULL}) {
     CAPTURE(seed);
     Graph g;
-    testing::RandomGraphBuilder builder(seed);
-    const testing::RandomGraph r = builder.build(g, 3 + static_cast<int>(seed % 24));
-    Value loss = sum_all(r.outputs[0]);
-    for (std::size_t i = 0; i < r.outputs.size(); ++i) {
-      g.output("out" + std::to_string(i), r.outputs[i]);
-      if (i) loss = loss + sum_all(r.outputs[i]) * 0.5;
-    }
-    const std::vector<Value> grads = grad(loss, r.inputs);
-    for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+    testing::build_with_gradients(g, seed, 3 + static_cast<int>(seed % 24));
     CHECK_NOTHROW(verify(fuse(eliminate_dead_code(g))));
     // fuzz_compiler's inputs: uniform in [-2, 2) from seed * 7 + 1, one stream per input
     std::vector<Feed> feeds;

@@ -19,6 +19,7 @@
 #include "models/step_graph.h"
 #ifdef KILN_HAVE_CUDA
 #include "tools/bench_cuda.h"
+#include "tools/cli.h"
 #endif
 
 namespace {
@@ -119,14 +120,7 @@ int main(int argc, char** argv) {
   app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   try {
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();

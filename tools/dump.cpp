@@ -10,6 +10,7 @@
 #include "models/registry.h"
 #include "models/step_graph.h"
 #include "tools/graph_render.h"
+#include "tools/cli.h"
 
 int main(int argc, char** argv) {
   std::string model = "lenet", stage = "train", format = "text", optimizer = "sgd", output;
@@ -30,14 +31,7 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   app.add_option("--device", device, "cuda: also compile every kernel for the GPU and show registers, spills and occupancy")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
     const kiln::ModelGraph m = kiln::build_model_graph(model, stage == "train" ? kiln::Stage::train : kiln::Stage::forward, batch,

@@ -14,6 +14,7 @@
 #include "graph/autograd.h"
 #include "graph/op.h"
 #include "graph/testing/random_graph.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -56,15 +57,7 @@ bool compares_values(const kiln::Graph& g) {
 // Builds graph number `seed`, runs it every way, returns the first disagreement if any.
 std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, std::string& text, std::int64_t& gpu_checked) {
   kiln::Graph g;
-  kiln::testing::RandomGraphBuilder builder(seed);
-  const auto r = builder.build(g, 3 + static_cast<int>(seed % static_cast<std::uint64_t>(max_ops)));
-  kiln::Value loss = kiln::sum_all(r.outputs[0]);
-  for (std::size_t i = 0; i < r.outputs.size(); ++i) {
-    g.output("out" + std::to_string(i), r.outputs[i]);
-    if (i) loss = loss + kiln::sum_all(r.outputs[i]) * 0.5;
-  }
-  const std::vector<kiln::Value> grads = kiln::grad(loss, r.inputs);
-  for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+  kiln::testing::build_with_gradients(g, seed, 3 + static_cast<int>(seed % static_cast<std::uint64_t>(max_ops)));
   text = g.str();
   const std::vector<kiln::Feed> feeds = random_feeds(g, seed * 7 + 1);
   const kiln::Outputs reference = kiln::compile(g, {.fuse = false})->run(feeds);
@@ -96,14 +89,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "the first graph's seed (graph i uses seed + i)")->capture_default_str();
   app.add_option("--max-ops", max_ops, "ops per graph at most")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--device", device, "cpu, or cuda to also run every graph fused on the GPU")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   const auto start = std::chrono::steady_clock::now();
   std::int64_t gpu_checked = 0;
   for (std::int64_t i = 0; i < graphs; ++i) {

@@ -13,6 +13,7 @@
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/train.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -112,14 +113,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 2))->capture_default_str();
   app.add_flag("--tf32", config.tf32, "CUDA: allow TF32 tensor-core math in GEMMs (faster, about 3 fewer significant digits)");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);  // prints the message
-    return 2;
-  }
+  if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
     config.device = parse_device(device);

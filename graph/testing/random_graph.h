@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "graph/autograd.h"
 #include "graph/nn/functional.h"
 #include "graph/ops.h"
 
@@ -93,5 +94,20 @@ class RandomGraphBuilder {
   Philox rng_;
   Shape base_;
 };
+
+// A random graph as the differential tests use it: its values as outputs "out<i>", and the
+// gradients of a weighted sum of them with respect to every input as "grad<i>".
+inline RandomGraph build_with_gradients(Graph& g, std::uint64_t seed, int ops, DType dtype = DType::f32) {
+  RandomGraphBuilder builder(seed);
+  RandomGraph r = builder.build(g, ops, dtype);
+  Value loss = sum_all(r.outputs[0]);
+  for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+    g.output("out" + std::to_string(i), r.outputs[i]);
+    if (i) loss = loss + sum_all(r.outputs[i]) * 0.5;
+  }
+  const std::vector<Value> grads = grad(loss, r.inputs);
+  for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
+  return r;
+}
 
 }  // namespace kiln::testing
