@@ -10,6 +10,27 @@
 #include "models/train.h"
 
 namespace kiln {
+namespace {
+
+// A quick run on synthetic data, without a progress bar.
+TrainConfig synthetic_run() {
+  TrainConfig config;
+  config.synthetic = true;
+  config.progress = false;
+  return config;
+}
+
+// A run that diverges: SGD at a huge constant learning rate.
+TrainConfig diverging_run(double lr) {
+  TrainConfig config = synthetic_run();
+  config.optimizer = "sgd";
+  config.lr = lr;
+  config.lr_schedule = "constant";
+  config.max_steps = 50;
+  return config;
+}
+
+}  // namespace
 
 TEST_CASE("LeNet learns Fashion-MNIST: 300 Adam steps reach 80% test accuracy") {
   if (!std::filesystem::exists(kFashionMnistDir)) {
@@ -45,9 +66,7 @@ TEST_CASE("the same seed gives the same run; another seed a different one") {
 }
 
 TEST_CASE("bad training settings are rejected with the value in the message") {
-  TrainConfig config;
-  config.synthetic = true;
-  config.progress = false;
+  TrainConfig config = synthetic_run();
   config.model = "resnet9000";
   CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown model 'resnet9000'"), Error);
   config.model = "lenet";
@@ -59,24 +78,12 @@ TEST_CASE("bad training settings are rejected with the value in the message") {
 }
 
 TEST_CASE("a diverging run stops with the step where the loss became non-finite") {
-  TrainConfig config;
-  config.synthetic = true;
-  config.progress = false;
-  config.optimizer = "sgd";
-  config.lr = 1e6;
-  config.lr_schedule = "constant";
-  config.max_steps = 50;
+  TrainConfig config = diverging_run(1e6);
   CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("training diverged"), Error);
 }
 
 TEST_CASE("--check-numerics stops a diverging run at the op that overflowed, with the step and input ranges") {
-  TrainConfig config;
-  config.synthetic = true;
-  config.progress = false;
-  config.optimizer = "sgd";
-  config.lr = 1e12;
-  config.lr_schedule = "constant";
-  config.max_steps = 50;
+  TrainConfig config = diverging_run(1e12);
   config.check_numerics = true;
   try {
     train_classifier(config);
