@@ -9,7 +9,7 @@ namespace kiln {
 
 const std::vector<ModelInfo>& model_infos() {
   static const std::vector<ModelInfo> infos = {
-      {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", Shape{1, 28, 28}, 10},
+      {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier, Shape{1, 28, 28}, 10},
   };
   return infos;
 }
@@ -24,7 +24,7 @@ const ModelInfo& model_info(const std::string& name) {
 }
 
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
-  model_info(name);  // validates the name
+  KILN_CHECK(model_info(name).task == ModelTask::image_classifier, "model '{}' is not an image classifier", name);
   if (name == "lenet") return std::make_unique<LeNet>(rng);
   KILN_ASSERT(false, "model {} is listed but has no builder", name);
 }

@@ -9,15 +9,24 @@
 
 namespace kiln {
 
+// What a model is trained for; each task has its own training loop (models/train*.h).
+enum class ModelTask {
+  image_classifier,  // Fashion-MNIST images -> 10 classes; make_model builds it (train.h)
+  language_model,    // next character of a text (train_lm.h)
+  gan,               // generator and discriminator (train_gan.h)
+};
+
 struct ModelInfo {
   std::string name;
   std::string description;
-  Shape input_shape;  // one example, e.g. [1, 28, 28]
-  std::int64_t classes;
+  ModelTask task = ModelTask::image_classifier;
+  Shape input_shape;  // image classifiers: one example, e.g. [1, 28, 28]
+  std::int64_t classes = 0;
 };
 
 const std::vector<ModelInfo>& model_infos();
 const ModelInfo& model_info(const std::string& name);  // kiln::Error listing the known names
+// Image classifiers only; kiln::Error for a model of another task.
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng);
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "models/checkpoint.h"
 #include "models/dataset.h"
+#include "models/lr_schedule.h"
 #include "models/progress.h"
 #include "models/registry.h"
 #include "models/step_graph.h"
@@ -68,13 +69,6 @@ class Evaluator {
   std::unique_ptr<Program> full_, tail_;
 };
 
-// The learning rate for step `step` of `total` (0-based).
-double scheduled_lr(const TrainConfig& c, std::int64_t step, std::int64_t total) {
-  if (c.lr_schedule == "constant") return c.lr;
-  if (c.lr_schedule == "cosine") return c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(step) / static_cast<double>(total)));
-  throw Error(fmt::format("unknown learning-rate schedule '{}' (constant, cosine)", c.lr_schedule));
-}
-
 }  // namespace
 
 std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch,
@@ -123,7 +117,8 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   std::int64_t total_steps = start.step;
   const std::int64_t planned_steps =
       c.max_steps >= 0 ? std::min(c.max_steps, c.epochs * batcher.batches_per_epoch()) : c.epochs * batcher.batches_per_epoch();
-  scheduled_lr(c, 0, planned_steps);  // rejects an unknown schedule before any work
+  const LrSchedule schedule{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma};
+  schedule.validate();
   for (std::int64_t epoch = start.epoch; epoch <= c.epochs; ++epoch) {
     batcher.start_epoch(epoch);
     const std::int64_t first = epoch == start.epoch ? start.batch : 0;  // a resumed epoch starts mid-way
@@ -141,7 +136,7 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
     const auto clock_start = std::chrono::steady_clock::now();
     for (std::int64_t s = first; s < steps; ++s) {
       const std::int64_t done = total_steps + (s - first);  // steps before this one
-      optimizer.set_lr(scheduled_lr(c, done, planned_steps));
+      optimizer.set_lr(schedule.at(done, planned_steps));
       if (!c.trace_path.empty() && done == std::min<std::int64_t>(9, planned_steps - 1)) step->trace_next_run(c.trace_path);
       const int slot = static_cast<int>(s % 2);
       if (s == first) batcher.fill(s, images[slot], labels[slot]);  // later batches were filled a step ahead

@@ -17,7 +17,11 @@ struct TrainConfig {
   std::int64_t batch_size = 64;
   std::string optimizer = "adam";  // sgd, adam, adamw
   double lr = 1e-3;
-  std::string lr_schedule = "cosine";  // constant, or cosine decay to 0 over the run
+  std::string lr_schedule = "cosine";  // constant, step (x lr_gamma every lr_step_size steps), cosine decay to 0
+  std::int64_t warmup_steps = 0;       // linear warm-up before the schedule
+  std::int64_t lr_step_size = 1000;    // step schedule
+  double lr_gamma = 0.1;               // step schedule
+  double clip_grad_norm = 0;           // > 0: gradients scaled so that their global L2 norm is at most this
   double momentum = 0.9;
   double weight_decay = 0.0;
   std::uint64_t seed = 0;
@@ -35,7 +39,24 @@ struct TrainConfig {
   std::string checkpoint_path;  // non-empty: save here after every epoch (and every save_every steps)
   std::int64_t save_every = 0;  // steps between checkpoints; 0: at the end of each epoch only
   std::string resume_path;      // non-empty: continue from this checkpoint
+  std::string metrics_path;      // non-empty: JSON lines of metrics go here (models/metrics.h)
   bool progress = true;
+
+  // Language models (char-lstm).
+  std::string text_path;          // the corpus; empty: Debian's fortunes (kFortunesDir)
+  std::int64_t seq_len = 64;      // characters per training sequence
+  std::int64_t embedding = 64;
+  std::int64_t hidden = 256;
+  std::int64_t layers = 1;
+  std::string cell = "lstm";      // lstm or rnn (tanh)
+  bool bidirectional = false;     // row-lstm: a bidirectional LSTM over the image rows
+  std::int64_t sample_chars = 0;  // > 0: generate this many characters (from --resume's checkpoint) instead of training
+  double temperature = 1.0;       // sampling temperature
+  std::string prime;              // text the sample starts from
+
+  // GANs.
+  std::string samples_dir = ".";  // PNG grids of samples go here, one per epoch
+  std::string fid_classifier;     // a checkpoint of a trained lenet: FID on its features, per epoch
 };
 
 struct EpochResult {

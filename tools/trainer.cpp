@@ -87,8 +87,14 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", config.batch_size, "examples per step")->check(number_from(0, false))->capture_default_str();
   app.add_option("--lr", config.lr, "learning rate")->check(number_from(0, false))->capture_default_str();
   app.add_option("--optimizer", config.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  app.add_option("--lr-schedule", config.lr_schedule, "constant, or cosine decay to 0 over the run")
-      ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str();
+  app.add_option("--lr-schedule", config.lr_schedule, "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0")
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
+  app.add_option("--warmup-steps", config.warmup_steps, "linear learning-rate warm-up over this many steps")->check(number_from(0, true));
+  app.add_option("--lr-step-size", config.lr_step_size, "step schedule: steps between decays")->check(number_from(1, true))->capture_default_str();
+  app.add_option("--lr-gamma", config.lr_gamma, "step schedule: decay factor")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--clip-grad-norm", config.clip_grad_norm, "scale gradients to a global L2 norm of at most this (0: off)")
+      ->check(number_from(0, true));
+  app.add_option("--metrics", config.metrics_path, "append metrics as JSON lines (step, epoch, loss, accuracy, throughput, lr) here");
   app.add_option("--momentum", config.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--weight-decay", config.weight_decay, "weight decay")->check(number_from(0, true))->capture_default_str();
   app.add_option("--seed", config.seed, "seed of initialisation and shuffling")->capture_default_str();
@@ -111,6 +117,18 @@ int main(int argc, char** argv) {
   app.add_option("--trace", config.trace_path, "write a Chrome/Perfetto trace (JSON) of the 10th training step here");
   app.add_option("--streams", config.cuda_streams, "CUDA: streams of the schedule (1: one stream, 2: weight gradients beside)")
       ->check(CLI::Range(1, 2))->capture_default_str();
+  app.add_option("--text", config.text_path, "char-lstm: the training text (default: the fortunes corpus)");
+  app.add_option("--seq-len", config.seq_len, "char-lstm: characters per sequence")->check(number_from(1, true))->capture_default_str();
+  app.add_option("--embedding", config.embedding, "char-lstm: embedding width")->check(number_from(1, true))->capture_default_str();
+  app.add_option("--hidden", config.hidden, "LSTM/RNN hidden width")->check(number_from(1, true))->capture_default_str();
+  app.add_option("--layers", config.layers, "LSTM/RNN layers")->check(number_from(1, true))->capture_default_str();
+  app.add_option("--cell", config.cell, "recurrent cell: lstm or rnn (tanh)")->check(CLI::IsMember({"lstm", "rnn"}))->capture_default_str();
+  app.add_flag("--bidirectional", config.bidirectional, "row-lstm: a bidirectional LSTM");
+  app.add_option("--sample", config.sample_chars, "char-lstm: generate N characters from the --resume checkpoint")->check(number_from(1, true));
+  app.add_option("--temperature", config.temperature, "char-lstm sampling temperature")->check(number_from(0, false))->capture_default_str();
+  app.add_option("--prime", config.prime, "char-lstm: text the sample starts from");
+  app.add_option("--samples-dir", config.samples_dir, "GAN: directory for the PNG grid of samples after each epoch")->capture_default_str();
+  app.add_option("--fid-classifier", config.fid_classifier, "GAN: a lenet checkpoint whose features the FID uses")->check(CLI::ExistingFile);
   app.add_flag("--tf32", config.tf32, "CUDA: allow TF32 tensor-core math in GEMMs (faster, about 3 fewer significant digits)");
 
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
