@@ -60,9 +60,14 @@ Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
 Value conv2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0);
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride, std::int64_t padding);
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride, std::int64_t padding);
-// x: [B, C, H, W] -> [B, C, (H - k) / s + 1, (W - k) / s + 1]
-Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0);
-Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride);
-Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride);
+// Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):
+// x: [B, C, H, W] -> [B, C, (H + 2p - k) / s + 1, (W + 2p - k) / s + 1]. Padded cells never
+// win a max and are not counted in an average (count_include_pad=false).
+Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
+Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride, std::int64_t padding = 0);
+Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride, std::int64_t padding = 0);
+Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
+Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, std::int64_t stride,
+                      std::int64_t padding = 0);
 
 }  // namespace kiln

@@ -104,6 +104,12 @@ TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   check_op("conv2d stride 2 pad 0", {{2, 3, 9, 8}, {2, 3, 3, 3}}, [](V v) { return conv2d(v[0], v[1], 2, 0); });
   check_op("max_pool2d 2", {{2, 3, 8, 6}}, [](V v) { return max_pool2d(v[0], 2); });
   check_op("max_pool2d 3/1 overlapping", {{1, 2, 7, 7}}, [](V v) { return max_pool2d(v[0], 3, 1); });
+  check_op("max_pool2d 3/1 pad 1", {{2, 3, 6, 7}}, [](V v) { return max_pool2d(v[0], 3, 1, 1); });
+  check_op("max_pool2d 3/2 pad 1", {{2, 3, 7, 6}}, [](V v) { return max_pool2d(v[0], 3, 2, 1); });
+  check_op("avg_pool2d 2", {{2, 3, 8, 6}}, [](V v) { return avg_pool2d(v[0], 2); });
+  check_op("avg_pool2d 3/1 pad 1", {{2, 3, 6, 7}}, [](V v) { return avg_pool2d(v[0], 3, 1, 1); });
+  check_op("avg_pool2d 3/2 pad 1", {{2, 3, 7, 6}}, [](V v) { return avg_pool2d(v[0], 3, 2, 1); });
+  check_op("global_avg_pool", {{2, 3, 7, 6}}, [](V v) { return global_avg_pool(v[0]); });
   check_op("transpose", {{2, 3, 4}}, [](V v) { return transpose(v[0], {2, 0, 1}); });
   check_op("log_softmax", {{5, 10}}, [](V v) { return log_softmax(v[0], 1); });
   Graph g;

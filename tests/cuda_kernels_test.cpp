@@ -29,6 +29,7 @@
 #include "fusion/jit/cuda_runtime.h"
 #include "fusion/jit/kernel_cache.h"
 #include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/pool_cpu.h"
 #include "graph/op_table.h"
 
 namespace kiln {
@@ -423,13 +424,14 @@ Tensor pool_input(const Shape& shape, DType dtype, std::uint64_t seed, bool ties
 }
 
 void check_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, DType dtype, std::uint64_t seed, bool ties,
-                bool nans) {
+                bool nans, std::int64_t padding = 0) {
   CAPTURE(xs.str());
   CAPTURE(kernel);
   CAPTURE(stride);
+  CAPTURE(padding);
   CAPTURE(ties);
   CAPTURE(nans);
-  const kernels::PoolGeometry g = kernels::pool_geometry(xs, kernel, stride);
+  const kernels::PoolGeometry g = kernels::pool_geometry(xs, kernel, stride, padding);
   const Shape ys{xs[0], xs[1], g.out_h, g.out_w};
   const Tensor x = pool_input(xs, dtype, seed, ties, nans);
   const Tensor dy = random_tensor(ys, dtype, seed + 1), gin = random_tensor(xs, dtype, seed + 2);
@@ -462,6 +464,52 @@ TEST_CASE("max_pool2d: odd sizes, overlapping and gapped windows, ties, NaNs, f6
       for (int variant = 0; variant < 3; ++variant)
         check_pool({3, 2, 7, 5}, kernel, stride, dtype, seed += 3, variant >= 1, variant == 2);
   check_pool({2, 3, 11, 13}, 3, 2, DType::f32, 600, true, false);
+}
+
+TEST_CASE("max_pool2d with padding (padded cells never win), exactly as the CPU") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 700;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [kernel, stride, padding] : {std::tuple{3, 1, 1}, {3, 2, 1}, {2, 2, 1}, {5, 2, 2}, {4, 3, 2}, {2, 1, 1}})
+      for (int variant = 0; variant < 3; ++variant)
+        check_pool({3, 2, 7, 5}, kernel, stride, dtype, seed += 3, variant >= 1, variant == 2, padding);
+  check_pool({64, 32, 14, 14}, 3, 1, DType::f32, 800, false, false, 1);  // Inception's pool branch
+}
+
+namespace {
+
+void check_avg_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, std::int64_t padding, DType dtype,
+                    std::uint64_t seed) {
+  CAPTURE(xs.str());
+  CAPTURE(kernel);
+  CAPTURE(stride);
+  CAPTURE(padding);
+  const kernels::PoolGeometry g = kernels::pool_geometry(xs, kernel, stride, padding);
+  const Shape ys{xs[0], xs[1], g.out_h, g.out_w};
+  const Tensor x = random_tensor(xs, dtype, seed), dy = random_tensor(ys, dtype, seed + 1);
+  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype);
+  kernels::avg_pool2d_forward(x, y_ref, g);
+  kernels::avg_pool2d_backward(dy, dx_ref, g);
+  DeviceBuffer dx(x), ddy(dy), y(y_ref.nbytes()), dxo(dx_ref.nbytes());
+  cuda::avg_pool2d_forward(dtype, g, dx.get(), y.get(), nullptr);
+  cuda::avg_pool2d_grad(dtype, g, ddy.get(), dxo.get(), nullptr);
+  // The same sums in the same order as the CPU; a tolerance only for the compiler's freedom.
+  const double rtol = dtype == DType::f32 ? 1e-6 : 1e-14;
+  CHECK(gemm_closeness(y.download(ys, dtype), y_ref, rtol) <= 1.0);
+  CHECK(gemm_closeness(dxo.download(xs, dtype), dx_ref, rtol) <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("avg_pool2d forward and gradient match the CPU (padding, overlap, gaps, f64)") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 900;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [kernel, stride, padding] :
+         {std::tuple{2, 2, 0}, {3, 1, 1}, {3, 2, 1}, {2, 3, 0}, {5, 2, 2}, {7, 1, 0}, {1, 1, 0}})
+      check_avg_pool({3, 2, 7, 9}, kernel, stride, padding, dtype, seed += 2);
+  check_avg_pool({64, 64, 14, 14}, 3, 1, 1, DType::f32, 990);
+  check_avg_pool({64, 128, 7, 7}, 7, 1, 0, DType::f32, 995);
 }
 
 namespace {

@@ -135,6 +135,20 @@ std::vector<GradCase> structural_cases() {
        [](V v) { return max_pool2d_grad(v[0], v[1], 3, 1); }},
       {"max_pool2d_select", "max_pool2d_select 2/2", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
        [](V v) { return max_pool2d_select(v[0], v[1], 2, 2); }},
+      {"max_pool2d", "max_pool2d 3/1 pad 1 (Inception)", {{{1, 2, 4, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1, 1); }},
+      {"max_pool2d", "max_pool2d 3/2 pad 1", {{{2, 1, 5, 6}}}, [](V v) { return max_pool2d(v[0], 3, 2, 1); }},
+      {"max_pool2d_grad", "max_pool2d_grad 3/2 pad 1", {{{1, 2, 5, 6}}, {{1, 2, 3, 3}}},
+       [](V v) { return max_pool2d_grad(v[0], v[1], 3, 2, 1); }},
+      {"max_pool2d_select", "max_pool2d_select 3/1 pad 1", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
+       [](V v) { return max_pool2d_select(v[0], v[1], 3, 1, 1); }},
+      {"avg_pool2d", "avg_pool2d 2/2", {{{2, 2, 4, 6}}}, [](V v) { return avg_pool2d(v[0], 2); }},
+      {"avg_pool2d", "avg_pool2d 3/1 pad 1", {{{1, 2, 4, 5}}}, [](V v) { return avg_pool2d(v[0], 3, 1, 1); }},
+      {"avg_pool2d", "avg_pool2d 3/2 pad 1, odd sizes", {{{2, 1, 7, 5}}}, [](V v) { return avg_pool2d(v[0], 3, 2, 1); }},
+      {"avg_pool2d", "avg_pool2d 2/3 (gapped)", {{{1, 2, 7, 8}}}, [](V v) { return avg_pool2d(v[0], 2, 3); }},
+      {"avg_pool2d_grad", "avg_pool2d_grad 3/2 pad 1", {{{1, 2, 3, 3}}},
+       [](V v) { return avg_pool2d_grad(v[0], {1, 2, 5, 6}, 3, 2, 1); }},
+      {"avg_pool2d_grad", "avg_pool2d_grad 3/1 pad 1", {{{2, 1, 4, 4}}},
+       [](V v) { return avg_pool2d_grad(v[0], {2, 1, 4, 4}, 3, 1, 1); }},
   };
 }
 
@@ -144,6 +158,7 @@ std::vector<GradCase> composite_cases() {
       {"", "sigmoid", {{{3, 4}, -3.0, 3.0}}, [](V v) { return sigmoid(v[0]); }},
       {"", "leaky_relu", {{{3, 4}}}, [](V v) { return leaky_relu(v[0], 0.2); }},
       {"", "mean axes 0", {{{3, 4}}}, [](V v) { return mean(v[0], {0}); }},
+      {"", "global_avg_pool", {{{2, 3, 4, 5}}}, [](V v) { return global_avg_pool(v[0]); }},
       {"", "log_softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return log_softmax(v[0], 1); }},
       {"", "softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return softmax(v[0], 1); }},
       {"", "shared value (two consumers)", {{{4}}}, [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},

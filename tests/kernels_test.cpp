@@ -1,6 +1,9 @@
 // The CPU kernels against naive loops written from the definitions, in f32 on random inputs.
 #include <doctest/doctest.h>
 
+#include <tuple>
+
+#include "graph/nn/functional.h"
 #include "graph/ops.h"
 #include "tests/support.h"
 
@@ -77,6 +80,83 @@ TEST_CASE("max_pool2d matches the definition") {
           for (int kw = 0; kw < 2; ++kw) best = std::max(best, x.at((p * 6 + oh * 2 + kh) * 5 + ow * 2 + kw));
         CHECK(y.at((p * 3 + oh) * 2 + ow) == best);
       }
+}
+
+namespace {
+
+// Pooling by the definition: window (oh, ow) covers rows oh*s - p .. oh*s - p + k - 1 (and
+// the same for columns); cells outside the plane are skipped, neither maxima nor counted.
+Tensor pool_reference(const Tensor& x, std::int64_t k, std::int64_t s, std::int64_t p, bool average) {
+  const Shape& xs = x.shape();
+  const std::int64_t oh_n = (xs[2] + 2 * p - k) / s + 1, ow_n = (xs[3] + 2 * p - k) / s + 1;
+  Tensor y = Tensor::empty({xs[0], xs[1], oh_n, ow_n}, DType::f32);
+  for (std::int64_t plane = 0; plane < xs[0] * xs[1]; ++plane)
+    for (std::int64_t oh = 0; oh < oh_n; ++oh)
+      for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+        double best = -1e30, total = 0;
+        int cells = 0;
+        for (std::int64_t ih = oh * s - p; ih < oh * s - p + k; ++ih)
+          for (std::int64_t iw = ow * s - p; iw < ow * s - p + k; ++iw) {
+            if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+            const double v = x.at((plane * xs[2] + ih) * xs[3] + iw);
+            best = std::max(best, v);
+            total += v;
+            ++cells;
+          }
+        y.data<float>()[(plane * oh_n + oh) * ow_n + ow] = static_cast<float>(average ? total / cells : best);
+      }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("padded max_pool2d: padded cells never win, even over all-negative inputs") {
+  const Tensor x = test::random_tensor({2, 3, 7, 6}, DType::f32, 21, -2.0, -0.5);
+  for (auto [k, s, p] : {std::tuple{3, 1, 1}, {3, 2, 1}, {2, 2, 1}, {5, 2, 2}, {4, 3, 2}}) {
+    CAPTURE(k);
+    CAPTURE(s);
+    CAPTURE(p);
+    const Tensor y = run_unary(x.shape(), [&](Value v) { return max_pool2d(v, k, s, p); }, x);
+    const Tensor ref = pool_reference(x, k, s, p, false);
+    REQUIRE(y.shape() == ref.shape());
+    CHECK(test::closeness(y, ref, 0, 0) == 0);
+  }
+}
+
+TEST_CASE("avg_pool2d matches the definition (padded cells not counted)") {
+  const Tensor x = test::random_tensor({2, 3, 7, 6}, DType::f32, 22);
+  for (auto [k, s, p] : {std::tuple{2, 2, 0}, {3, 1, 1}, {3, 2, 1}, {2, 3, 0}, {5, 2, 2}, {6, 1, 0}}) {
+    CAPTURE(k);
+    CAPTURE(s);
+    CAPTURE(p);
+    const Tensor y = run_unary(x.shape(), [&](Value v) { return avg_pool2d(v, k, s, p); }, x);
+    const Tensor ref = pool_reference(x, k, s, p, true);
+    REQUIRE(y.shape() == ref.shape());
+    CHECK(test::closeness(y, ref, 1e-6, 1e-5) <= 1.0);
+  }
+}
+
+TEST_CASE("global_avg_pool is the mean over H and W") {
+  const Tensor x = test::random_tensor({2, 3, 5, 4}, DType::f32, 23);
+  const Tensor y = run_unary(x.shape(), [](Value v) { return global_avg_pool(v); }, x);
+  REQUIRE(y.shape() == Shape{2, 3});
+  for (std::int64_t plane = 0; plane < 6; ++plane) {
+    double total = 0;
+    for (std::int64_t i = 0; i < 20; ++i) total += x.at(plane * 20 + i);
+    CHECK(y.at(plane) == doctest::Approx(total / 20).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("pooling names the bad kernel, stride or padding") {
+  Graph g;
+  const Value x = g.input("x", {2, 3, 6, 6});
+  CHECK_THROWS_WITH_AS(max_pool2d(x, 3, 1, 2), doctest::Contains("max_pool2d: padding 2 must be between 0 and half the kernel 3"), Error);
+  CHECK_THROWS_WITH_AS(avg_pool2d(x, 2, 1, -1), doctest::Contains("avg_pool2d: padding -1"), Error);
+  CHECK_THROWS_WITH_AS(avg_pool2d(x, 9, 1, 1), doctest::Contains("window 9 is larger than the input [2, 3, 6, 6] padded by 1"), Error);
+  CHECK_THROWS_WITH_AS(max_pool2d(x, 2, -1), doctest::Contains("kernel 2 and stride -1 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(avg_pool2d_grad(g.input("dy", {2, 3, 3, 3}), {2, 3, 6, 6}, 3, 1, 1),
+                       doctest::Contains("avg_pool2d_grad: dy is f32[2, 3, 3, 3] but the pooling output is [2, 3, 6, 6]"), Error);
+  CHECK_THROWS_WITH_AS(global_avg_pool(g.input("v", {2, 3})), doctest::Contains("global_avg_pool: input must be [B, C, H, W]"), Error);
 }
 
 TEST_CASE("reductions over every axis subset match the definition") {

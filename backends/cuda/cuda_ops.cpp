@@ -9,6 +9,7 @@
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
 #include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/pool_cpu.h"
 
 namespace kiln::cuda {
 namespace {
@@ -19,9 +20,12 @@ kernels::ConvGeometry geometry(const LaunchSetup& s, const Shape& x, const Shape
   return kernels::conv_geometry(x, w, s.node.attrs.integer("stride"), s.node.attrs.integer("padding"));
 }
 
-kernels::PoolGeometry pool_geometry(const LaunchSetup& s) {
-  return kernels::pool_geometry(s.input_types[0].shape, s.node.attrs.integer("kernel"), s.node.attrs.integer("stride"));
+// The geometry of a pooling node whose pooled tensor has shape x.
+kernels::PoolGeometry pool_geometry(const LaunchSetup& s, const Shape& x) {
+  const Attrs& a = s.node.attrs;
+  return kernels::pool_geometry(x, a.integer("kernel"), a.integer("stride"), a.integer("padding"));
 }
+kernels::PoolGeometry pool_geometry(const LaunchSetup& s) { return pool_geometry(s, s.input_types[0].shape); }
 
 Launch prepare_matmul(const LaunchSetup& s) {
   const Shape& a = s.input_types[0].shape;
@@ -88,6 +92,20 @@ const std::map<std::string, Preparer>& preparers() {
          const void *x = s.inputs[0], *gi = s.inputs[1];
          void* out = s.outputs[0];
          return [=](jit::Stream st) { max_pool2d_select(d, g, x, gi, out, st); };
+       }},
+      {"avg_pool2d", [](const LaunchSetup& s) -> Launch {
+         const auto g = pool_geometry(s);
+         const DType d = s.input_types[0].dtype;
+         const void* x = s.inputs[0];
+         void* y = s.outputs[0];
+         return [=](jit::Stream st) { avg_pool2d_forward(d, g, x, y, st); };
+       }},
+      {"avg_pool2d_grad", [](const LaunchSetup& s) -> Launch {
+         const auto g = pool_geometry(s, s.node.outputs[0].shape);
+         const DType d = s.input_types[0].dtype;
+         const void* dy = s.inputs[0];
+         void* dx = s.outputs[0];
+         return [=](jit::Stream st) { avg_pool2d_grad(d, g, dy, dx, st); };
        }},
       {"transpose", [](const LaunchSetup& s) -> Launch {
          const DType d = s.input_types[0].dtype;

@@ -36,18 +36,18 @@ inline constexpr const char* kConvGemmShapeStruct =
     "struct ConvGemmShape { int m, n, k, k_chunk; int s_hw, s_w, stride, pad_h, pad_w;"
     " int img_chw, img_hw, img_h, img_w; int khkw, kw, a_ms, c_ms; };\n";
 
-// x: [planes, H, W], square windows.
+// x: [planes, H, W], square windows (graph/kernels/pool_cpu.h's PoolGeometry).
 struct PoolShape {
-  std::int64_t planes, height, width, kernel, stride, out_h, out_w;
+  std::int64_t planes, height, width, kernel, stride, padding, out_h, out_w;
 };
 inline constexpr const char* kPoolShapeStruct =
-    "struct PoolShape { long long planes, height, width, kernel, stride, out_h, out_w; };\n";
+    "struct PoolShape { long long planes, height, width, kernel, stride, padding, out_h, out_w; };\n";
 // The same with 32-bit fields, for planes * H * W < 2^30 (the fast kernels).
 struct PoolShape32 {
-  std::int32_t planes, height, width, kernel, stride, out_h, out_w;
+  std::int32_t planes, height, width, kernel, stride, padding, out_h, out_w;
 };
 inline constexpr const char* kPoolShape32Struct =
-    "struct PoolShape32 { int planes, height, width, kernel, stride, out_h, out_w; };\n";
+    "struct PoolShape32 { int planes, height, width, kernel, stride, padding, out_h, out_w; };\n";
 
 // y[i] = x[sum_d coord_d(i) * src_strides[d]], coords of i in y's dims (row-major).
 inline constexpr int kMaxTransposeRank = 8;

@@ -63,6 +63,7 @@ std::vector<jit::KernelSource> all_kernel_sources() {
     for (PoolFast p : {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
                        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
       all.push_back(max_pool_fast_source(p, t));
+    for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
   }
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(transpose_source(bytes));
   for (DType label : {DType::i32, DType::i64, DType::u8}) {

@@ -53,6 +53,9 @@ jit::KernelSource max_pool_source(PoolKernel which, DType dtype);  // 64-bit ind
 enum class PoolFast { forward_k2, forward_any, select_k2, select_any, grad_cells2, grad_cells, grad_overlap };
 std::string max_pool_fast_name(PoolFast which, DType dtype);
 jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype);
+// Average pooling (64-bit indices): forward per window, gradient (dy -> dx) per input element.
+std::string avg_pool_name(bool grad, DType dtype);
+jit::KernelSource avg_pool_source(bool grad, DType dtype);
 
 // layout_kernels.cpp
 jit::KernelSource transpose_source(std::size_t element_bytes);  // 1, 2, 4 or 8

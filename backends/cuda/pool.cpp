@@ -1,8 +1,9 @@
-// Host side of max pooling: one launch each. Planes of fewer than 2^30 elements in all use
-// the 32-bit kernels: forward and select one thread per window; the gradient one thread per
-// cell when windows do not overlap (each dx element is written once, by one thread) and a
-// gather per input element when they do. Either way exact, deterministic and atomic-free.
-// Larger tensors use the 64-bit kernels (forward/select per window, the gradient a gather).
+// Host side of pooling: one launch each. Max pooling on planes of fewer than 2^30 elements
+// in all uses the 32-bit kernels: forward and select one thread per window; the gradient one
+// thread per cell when windows neither overlap nor are padded (each dx element is written
+// once, by one thread) and a gather per input element otherwise. Either way exact,
+// deterministic and atomic-free. Larger tensors use the 64-bit kernels (forward/select per
+// window, the gradient a gather), as average pooling always does.
 #include "backends/cuda/pool.h"
 
 #include <fmt/format.h>
@@ -15,14 +16,16 @@
 namespace kiln::cuda {
 namespace {
 
-PoolShape shape_of(const kernels::PoolGeometry& g) {
-  KILN_CHECK(g.kernel >= 1 && g.stride >= 1 && g.height >= g.kernel && g.width >= g.kernel,
-             "max_pool2d: kernel {} and stride {} on {}x{} planes", g.kernel, g.stride, g.height, g.width);
-  return {g.planes, g.height, g.width, g.kernel, g.stride, g.out_h, g.out_w};
+PoolShape shape_of(const kernels::PoolGeometry& g, const char* op = "max_pool2d") {
+  KILN_CHECK(g.kernel >= 1 && g.stride >= 1 && g.padding >= 0 && 2 * g.padding <= g.kernel &&
+                 g.height + 2 * g.padding >= g.kernel && g.width + 2 * g.padding >= g.kernel,
+             "{}: kernel {}, stride {} and padding {} on {}x{} planes", op, g.kernel, g.stride, g.padding, g.height,
+             g.width);
+  return {g.planes, g.height, g.width, g.kernel, g.stride, g.padding, g.out_h, g.out_w};
 }
 
-void check_dtype(DType dtype) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "max_pool2d: dtype {} is not supported (f32 or f64 expected)",
+void check_dtype(DType dtype, const char* op = "max_pool2d") {
+  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "{}: dtype {} is not supported (f32 or f64 expected)", op,
              dtype_name(dtype));
 }
 
@@ -43,8 +46,8 @@ bool small(const kernels::PoolGeometry& g) { return g.planes * g.height * g.widt
 
 PoolShape32 shape32_of(const PoolShape& s) {
   return {static_cast<std::int32_t>(s.planes), static_cast<std::int32_t>(s.height), static_cast<std::int32_t>(s.width),
-          static_cast<std::int32_t>(s.kernel), static_cast<std::int32_t>(s.stride), static_cast<std::int32_t>(s.out_h),
-          static_cast<std::int32_t>(s.out_w)};
+          static_cast<std::int32_t>(s.kernel), static_cast<std::int32_t>(s.stride), static_cast<std::int32_t>(s.padding),
+          static_cast<std::int32_t>(s.out_h), static_cast<std::int32_t>(s.out_w)};
 }
 
 }  // namespace
@@ -54,7 +57,8 @@ void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
     void* args[] = {&x, &y, &s};
-    launch_items(fast_kernel(g.kernel == 2 ? PoolFast::forward_k2 : PoolFast::forward_any, dtype),
+    const bool k2 = g.kernel == 2 && g.padding == 0;
+    launch_items(fast_kernel(k2 ? PoolFast::forward_k2 : PoolFast::forward_any, dtype),
                  g.planes * g.out_h * g.out_w, stream, args);
     return;
   }
@@ -68,7 +72,7 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
     void* args[] = {&x, &dy, &dx, &s};
-    if (g.stride < g.kernel) {
+    if (g.stride < g.kernel || g.padding > 0) {
       launch_items(fast_kernel(PoolFast::grad_overlap, dtype), g.planes * g.height * g.width, stream, args);
       return;
     }
@@ -87,12 +91,29 @@ void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* 
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
     void* args[] = {&x, &g_in, &out, &s};
-    launch_items(fast_kernel(g.kernel == 2 ? PoolFast::select_k2 : PoolFast::select_any, dtype),
+    const bool k2 = g.kernel == 2 && g.padding == 0;
+    launch_items(fast_kernel(k2 ? PoolFast::select_k2 : PoolFast::select_any, dtype),
                  g.planes * g.out_h * g.out_w, stream, args);
     return;
   }
   void* args[] = {&x, &g_in, &out, &shape};
   launch_items(pool_kernel(PoolKernel::select, dtype), g.planes * g.out_h * g.out_w, stream, args);
+}
+
+void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream) {
+  PoolShape shape = shape_of(g, "avg_pool2d");
+  check_dtype(dtype, "avg_pool2d");
+  void* args[] = {&x, &y, &shape};
+  launch_items(device_kernel(avg_pool_name(false, dtype), [&] { return avg_pool_source(false, dtype); }),
+               g.planes * g.out_h * g.out_w, stream, args);
+}
+
+void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx, jit::Stream stream) {
+  PoolShape shape = shape_of(g, "avg_pool2d_grad");
+  check_dtype(dtype, "avg_pool2d_grad");
+  void* args[] = {&dy, &dx, &shape};
+  launch_items(device_kernel(avg_pool_name(true, dtype), [&] { return avg_pool_source(true, dtype); }),
+               g.planes * g.height * g.width, stream, args);
 }
 
 }  // namespace kiln::cuda

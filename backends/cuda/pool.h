@@ -1,10 +1,11 @@
-// Max pooling on the GPU with the CPU's semantics (graph/kernels/conv_cpu.cpp): square
-// windows, no padding, each window's first maximum (a NaN wins). Deterministic, no atomics.
+// Pooling on the GPU with the CPU's semantics (graph/kernels/pool_cpu.cpp): square windows
+// clipped to the plane (padded cells never win a max and are not counted in an average);
+// max pooling takes each window's first maximum (a NaN wins). Deterministic, no atomics.
 #pragma once
 
 #include "core/dtype.h"
 #include "fusion/jit/cuda_runtime.h"
-#include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/pool_cpu.h"
 
 namespace kiln::cuda {
 
@@ -16,5 +17,10 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
 // out (y-shaped) = g_in (x-shaped) at each window's maximum.
 void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in, void* out,
                        jit::Stream stream);
+
+// y[window] = mean of x over the window's cells in the plane.
+void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream);
+// dx (x-shaped) = the adjoint of avg_pool2d_forward applied to dy (y-shaped).
+void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx, jit::Stream stream);
 
 }  // namespace kiln::cuda

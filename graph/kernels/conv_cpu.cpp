@@ -129,32 +129,6 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
   for (const Matrix<T>& partial : partials) total += partial;
 }
 
-// Calls visit(window_output_index, offset_of_first_max) for every pooling window, planes
-// shared by threads unless `serial` (visits that write to x's positions may then collide).
-template <class T, class Visit>
-void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
-#pragma omp parallel for schedule(static) if (g.planes * g.out_h * g.out_w > 4096 && !serial)
-  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
-    const std::int64_t base = plane * g.height * g.width;
-    std::int64_t i = plane * g.out_h * g.out_w;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-      for (std::int64_t ow = 0; ow < g.out_w; ++ow, ++i) {
-        const std::int64_t corner = base + oh * g.stride * g.width + ow * g.stride;
-        std::int64_t best = corner;
-        T best_value = x[corner];
-        for (std::int64_t kh = 0; kh < g.kernel; ++kh)
-          for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
-            const std::int64_t at = corner + kh * g.width + kw;
-            const T v = x[at];
-            const bool take = v > best_value || v != v;  // NaN propagates; selects, not branches
-            best = take ? at : best;
-            best_value = take ? v : best_value;
-          }
-        visit(i, best);
-      }
-  }
-}
-
 }  // namespace
 
 ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride, std::int64_t padding) {
@@ -174,43 +148,6 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const 
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
   visit_floating(x.dtype(), "conv2d_grad_weight", [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
-}
-
-PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride) {
-  PoolGeometry g{x[0] * x[1], x[2], x[3], kernel, stride, 0, 0};
-  g.out_h = (g.height - kernel) / stride + 1;
-  g.out_w = (g.width - kernel) / stride + 1;
-  return g;
-}
-
-void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
-  visit_floating(x.dtype(), "max_pool2d", [&](auto zero) {
-    using T = decltype(zero);
-    const T* in = x.data<T>();
-    T* out = y.data<T>();
-    for_each_window_max(in, g, false, [&](std::int64_t i, std::int64_t best) { out[i] = in[best]; });
-  });
-}
-
-void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g) {
-  visit_floating(x.dtype(), "max_pool2d_grad", [&](auto zero) {
-    using T = decltype(zero);
-    const T* grad = dy.data<T>();
-    T* out = dx.data<T>();
-    std::fill_n(out, dx.numel(), T(0));
-    // Windows overlap when stride < kernel; two threads could then add to one element.
-    const bool overlapping = g.stride < g.kernel;
-    for_each_window_max(x.data<T>(), g, overlapping, [&](std::int64_t i, std::int64_t best) { out[best] += grad[i]; });
-  });
-}
-
-void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const PoolGeometry& g) {
-  visit_floating(x.dtype(), "max_pool2d_select", [&](auto zero) {
-    using T = decltype(zero);
-    const T* src = g_in.data<T>();
-    T* dst = out.data<T>();
-    for_each_window_max(x.data<T>(), g, false, [&](std::int64_t i, std::int64_t best) { dst[i] = src[best]; });
-  });
 }
 
 }  // namespace kiln::kernels

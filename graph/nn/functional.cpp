@@ -20,6 +20,11 @@ Value flatten(Value x) {
   return reshape(x, {x.shape()[0], -1});
 }
 
+Value global_avg_pool(Value x) {
+  KILN_CHECK(x.shape().rank() == 4, "global_avg_pool: input must be [B, C, H, W] but is {}", x.type().str());
+  return mean(x, {2, 3});
+}
+
 Value log_softmax(Value x, std::int64_t axis) {
   // The shift by the maximum only keeps exp in range; its gradient cancels, so it is detached.
   const Value shifted = x - detach(max(x, {axis}, true));

@@ -11,6 +11,8 @@ Value mean_all(Value x);
 Value sigmoid(Value x);
 Value leaky_relu(Value x, double slope);
 Value flatten(Value x);  // [B, ...] -> [B, prod(...)]
+// x: [B, C, H, W] -> [B, C], the mean over H and W (a reduction, fused where it can be).
+Value global_avg_pool(Value x);
 // Numerically stable: x - max(x) - log(sum(exp(x - max(x)))) along `axis`.
 Value log_softmax(Value x, std::int64_t axis = -1);
 Value softmax(Value x, std::int64_t axis = -1);

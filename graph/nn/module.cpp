@@ -65,7 +65,9 @@ Value Conv2d::forward(Value x) {
   return y + reshape(g.variable(bias_), {1, options_.out_channels, 1, 1});
 }
 
-Value MaxPool2d::forward(Value x) { return max_pool2d(x, kernel_, stride_); }
+Value MaxPool2d::forward(Value x) { return max_pool2d(x, kernel_, stride_, padding_); }
+Value AvgPool2d::forward(Value x) { return avg_pool2d(x, kernel_, stride_, padding_); }
+Value GlobalAvgPool::forward(Value x) { return global_avg_pool(x); }
 Value ReLU::forward(Value x) { return relu(x); }
 Value Flatten::forward(Value x) { return flatten(x); }
 

@@ -77,13 +77,32 @@ class Conv2d : public Layer {
   VariablePtr weight_, bias_;  // [Cout, Cin, K, K], [Cout]
 };
 
+// Pooling over kernel x kernel windows (stride 0: the kernel), padded cells ignored
+// (graph/ops.h).
 class MaxPool2d : public Layer {
  public:
-  explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0) : kernel_(kernel), stride_(stride) {}
+  explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0)
+      : kernel_(kernel), stride_(stride), padding_(padding) {}
   Value forward(Value x) override;
 
  private:
-  std::int64_t kernel_, stride_;
+  std::int64_t kernel_, stride_, padding_;
+};
+
+class AvgPool2d : public Layer {
+ public:
+  explicit AvgPool2d(std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0)
+      : kernel_(kernel), stride_(stride), padding_(padding) {}
+  Value forward(Value x) override;
+
+ private:
+  std::int64_t kernel_, stride_, padding_;
+};
+
+// x: [B, C, H, W] -> [B, C], the mean over H and W.
+class GlobalAvgPool : public Layer {
+ public:
+  Value forward(Value x) override;
 };
 
 class ReLU : public Layer {

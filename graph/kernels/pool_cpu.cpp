@@ -1,0 +1,153 @@
+// Pooling on the CPU: the reference that the CUDA kernels (backends/cuda/pool*.cpp) match.
+// Note [padded pooling]: a window is clipped to the plane, so padded cells never win a max
+// and are not counted in an average (PyTorch's count_include_pad=false). padding <= kernel/2
+// (checked by the ops) keeps at least one real cell in every window.
+#include "graph/kernels/pool_cpu.h"
+
+#include <algorithm>
+
+#include "core/dispatch.h"
+
+namespace kiln::kernels {
+namespace {
+
+// The window's cells inside the plane: rows [h0, h1), columns [w0, w1).
+struct Window {
+  std::int64_t h0, h1, w0, w1;
+  std::int64_t cells() const { return (h1 - h0) * (w1 - w0); }
+};
+
+Window window_at(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) {
+  const std::int64_t top = oh * g.stride - g.padding, left = ow * g.stride - g.padding;
+  return {std::max<std::int64_t>(top, 0), std::min(top + g.kernel, g.height), std::max<std::int64_t>(left, 0),
+          std::min(left + g.kernel, g.width)};
+}
+
+// The windows containing input row (or column) i: [lo, hi], empty when lo > hi.
+std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t out, const PoolGeometry& g) {
+  const std::int64_t shifted = i + g.padding;
+  const std::int64_t lo = shifted >= g.kernel ? (shifted - g.kernel + g.stride) / g.stride : 0;
+  return {lo, std::min(shifted / g.stride, out - 1)};
+}
+
+bool parallel_worth_it(const PoolGeometry& g) { return g.planes * g.out_h * g.out_w > 4096; }
+
+// Calls visit(window_output_index, offset_of_first_max) for every pooling window, planes
+// shared by threads unless `serial` (visits that write to x's positions may then collide).
+template <class T, class Visit>
+void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
+#pragma omp parallel for schedule(static) if (parallel_worth_it(g) && !serial)
+  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+    const std::int64_t base = plane * g.height * g.width;
+    std::int64_t i = plane * g.out_h * g.out_w;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow, ++i) {
+        const Window w = window_at(g, oh, ow);
+        std::int64_t best = base + w.h0 * g.width + w.w0;
+        T best_value = x[best];
+        for (std::int64_t h = w.h0; h < w.h1; ++h)
+          for (std::int64_t c = w.w0; c < w.w1; ++c) {
+            const std::int64_t at = base + h * g.width + c;
+            const T v = x[at];
+            const bool take = v > best_value || v != v;  // NaN propagates; selects, not branches
+            best = take ? at : best;
+            best_value = take ? v : best_value;
+          }
+        visit(i, best);
+      }
+  }
+}
+
+// y = the sum of the window's cells in row-major order from 0, divided by their count.
+template <class T>
+void avg_forward_typed(const T* x, T* y, const PoolGeometry& g) {
+#pragma omp parallel for schedule(static) if (parallel_worth_it(g))
+  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+    const T* in = x + plane * g.height * g.width;
+    T* out = y + plane * g.out_h * g.out_w;
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        const Window w = window_at(g, oh, ow);
+        T sum = T(0);
+        for (std::int64_t h = w.h0; h < w.h1; ++h)
+          for (std::int64_t c = w.w0; c < w.w1; ++c) sum += in[h * g.width + c];
+        out[oh * g.out_w + ow] = sum / static_cast<T>(w.cells());
+      }
+  }
+}
+
+// A gather per input element (windows in row-major order), as the CUDA kernel does.
+template <class T>
+void avg_backward_typed(const T* dy, T* dx, const PoolGeometry& g) {
+#pragma omp parallel for schedule(static) if (parallel_worth_it(g))
+  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+    const T* grad = dy + plane * g.out_h * g.out_w;
+    T* out = dx + plane * g.height * g.width;
+    for (std::int64_t ih = 0; ih < g.height; ++ih) {
+      const auto [oh_lo, oh_hi] = windows_over(ih, g.out_h, g);
+      for (std::int64_t iw = 0; iw < g.width; ++iw) {
+        const auto [ow_lo, ow_hi] = windows_over(iw, g.out_w, g);
+        T sum = T(0);
+        for (std::int64_t oh = oh_lo; oh <= oh_hi; ++oh)
+          for (std::int64_t ow = ow_lo; ow <= ow_hi; ++ow)
+            sum += grad[oh * g.out_w + ow] / static_cast<T>(window_at(g, oh, ow).cells());
+        out[ih * g.width + iw] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+  PoolGeometry g{x[0] * x[1], x[2], x[3], kernel, stride, padding, 0, 0};
+  g.out_h = (g.height + 2 * padding - kernel) / stride + 1;
+  g.out_w = (g.width + 2 * padding - kernel) / stride + 1;
+  return g;
+}
+
+void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "max_pool2d", [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    for_each_window_max(in, g, false, [&](std::int64_t i, std::int64_t best) { out[i] = in[best]; });
+  });
+}
+
+void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "max_pool2d_grad", [&](auto zero) {
+    using T = decltype(zero);
+    const T* grad = dy.data<T>();
+    T* out = dx.data<T>();
+    std::fill_n(out, dx.numel(), T(0));
+    // Windows overlap when stride < kernel; two threads could then add to one element.
+    const bool overlapping = g.stride < g.kernel;
+    for_each_window_max(x.data<T>(), g, overlapping, [&](std::int64_t i, std::int64_t best) { out[best] += grad[i]; });
+  });
+}
+
+void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "max_pool2d_select", [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = g_in.data<T>();
+    T* dst = out.data<T>();
+    for_each_window_max(x.data<T>(), g, false, [&](std::int64_t i, std::int64_t best) { dst[i] = src[best]; });
+  });
+}
+
+void avg_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
+  visit_floating(x.dtype(), "avg_pool2d", [&](auto zero) {
+    using T = decltype(zero);
+    avg_forward_typed<T>(x.data<T>(), y.data<T>(), g);
+  });
+}
+
+void avg_pool2d_backward(const Tensor& dy, Tensor& dx, const PoolGeometry& g) {
+  visit_floating(dy.dtype(), "avg_pool2d_grad", [&](auto zero) {
+    using T = decltype(zero);
+    avg_backward_typed<T>(dy.data<T>(), dx.data<T>(), g);
+  });
+}
+
+}  // namespace kiln::kernels
