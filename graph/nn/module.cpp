@@ -26,13 +26,34 @@ std::vector<VariablePtr> Module::parameters() const {
   return all;
 }
 
+std::vector<VariablePtr> Module::buffers() const {
+  std::vector<VariablePtr> all = buffers_;
+  for (const Module* child : children_) {
+    std::vector<VariablePtr> sub = child->buffers();
+    all.insert(all.end(), sub.begin(), sub.end());
+  }
+  return all;
+}
+
+void Module::set_training(bool training) {
+  training_ = training;
+  for (Module* child : children_) child->set_training(training);
+}
+
 VariablePtr Module::register_parameter(const std::string& name, Tensor value) {
   params_.push_back(make_variable(name, std::move(value), true));
   return params_.back();
 }
 
+VariablePtr Module::register_buffer(const std::string& name, Tensor value) {
+  buffers_.push_back(make_variable(name, std::move(value), false));
+  return buffers_.back();
+}
+
 void Module::register_module(const std::string& name, Module& child) {
   for (const VariablePtr& p : child.parameters()) p->name = name + "." + p->name;
+  for (const VariablePtr& b : child.buffers()) b->name = name + "." + b->name;
+  child.set_training(training_);
   children_.push_back(&child);
 }
 

@@ -28,15 +28,27 @@ class Module {
 
   // Parameters of this module and its children, in registration order, named "fc1.weight".
   std::vector<VariablePtr> parameters() const;
+  // Non-trainable state (batch norm's running statistics, dropout's step counter), named
+  // like parameters ("bn1.running_mean"). Checkpoints carry them; optimizers do not see them.
+  std::vector<VariablePtr> buffers() const;
+
+  // Training mode (the default) or evaluation mode, for this module and all its children.
+  // The mode is read when a graph is recorded: record the eval graph after set_training(false).
+  void set_training(bool training);
+  bool training() const { return training_; }
 
  protected:
   VariablePtr register_parameter(const std::string& name, Tensor value);
-  // `child` must outlive this module (a member, or owned by it); its parameters are renamed "name.*".
+  VariablePtr register_buffer(const std::string& name, Tensor value);
+  // `child` must outlive this module (a member, or owned by it); its parameters and buffers
+  // are renamed "name.*".
   void register_module(const std::string& name, Module& child);
 
  private:
   std::vector<VariablePtr> params_;
+  std::vector<VariablePtr> buffers_;
   std::vector<Module*> children_;
+  bool training_ = true;
 };
 
 // A module with one input and one output, so that it can sit in a Sequential.
