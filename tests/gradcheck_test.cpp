@@ -6,6 +6,7 @@
 #include <set>
 
 #include "graph/autograd.h"
+#include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
 #include "graph/op.h"
 #include "graph/op_table.h"
@@ -147,6 +148,12 @@ std::vector<GradCase> composite_cases() {
       {"", "log_softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return log_softmax(v[0], 1); }},
       {"", "softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return softmax(v[0], 1); }},
       {"", "shared value (two consumers)", {{{4}}}, [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},
+      {"", "batch_norm training [4,3,2,2] (x, gamma, beta)", {{{4, 3, 2, 2}, -2.0, 2.0}, {{3}, 0.5, 1.5}, {{3}}},
+       [](V v) { return batch_norm_training(v[0], v[1], v[2], 1e-5).y; }},
+      {"", "batch_norm training [5,4] (x, gamma, beta)", {{{5, 4}, -2.0, 2.0}, {{4}, 0.5, 1.5}, {{4}}},
+       [](V v) { return batch_norm_training(v[0], v[1], v[2], 1e-5).y; }},
+      {"", "batch_norm inference (x, gamma, beta, mean, var)", {{{3, 2, 2, 2}}, {{2}}, {{2}}, {{2}}, {{2}, 0.5, 2.0}},
+       [](V v) { return batch_norm_inference(v[0], v[1], v[2], v[3], v[4], 1e-5); }},
   };
 }
 
