@@ -134,6 +134,8 @@ std::vector<GradCase> structural_cases() {
       {"max_pool2d", "max_pool2d 3/1 (overlapping)", {{{1, 2, 5, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1); }},
       {"max_pool2d_grad", "max_pool2d_grad 3/1", {{{1, 2, 5, 5}}, {{1, 2, 3, 3}}},
        [](V v) { return max_pool2d_grad(v[0], v[1], 3, 1); }},
+      {"random_uniform", "random_uniform (a constant factor)", {{{3, 5}}},
+       [](V v) { return random_uniform(v[0].graph().constant(Tensor::from_vector<std::int64_t>({}, {3})), {3, 5}, 11, DType::f64).values * v[0]; }},
       {"max_pool2d_select", "max_pool2d_select 2/2", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
        [](V v) { return max_pool2d_select(v[0], v[1], 2, 2); }},
   };
