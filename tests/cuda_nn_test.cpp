@@ -1,6 +1,6 @@
 // The normalisation and regularisation blocks on the GPU against the CPU backend:
 // random_uniform and Dropout bitwise (the same Philox integers and float conversion),
-// BatchNorm (training and eval) within float tolerance. Skips without a GPU.
+// BatchNorm (training and eval) and ConvTranspose2d within float tolerance. Skips without a GPU.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -114,6 +114,24 @@ TEST_CASE("GPU: BatchNorm2d training (output, gradients, running statistics) and
   eg.output("y", gpu_bn(eg.input("x", {2, 6, 4, 4})));
   const std::vector<Feed> feeds = {{"x", test::random_tensor({2, 6, 4, 4}, DType::f32, 70)}};
   CHECK(test::closeness(compile(eg, {.device = Device::cuda()})->run(feeds).at("y"), compile(ec)->run(feeds).at("y"), 1e-5, 1e-5) <= 1.0);
+}
+
+TEST_CASE("GPU: ConvTranspose2d forward and gradients match the CPU") {
+  if (!have_gpu()) return;
+  Graph g;
+  const Value x = g.input("x", {4, 8, 7, 7}), w = g.input("w", {8, 5, 4, 4});
+  const Value y = conv_transpose2d(x, w, 2, 1);  // [4, 5, 14, 14]
+  const auto grads = grad(sum_all(y * g.constant(test::random_tensor({4, 5, 14, 14}, DType::f32, 8))), {x, w});
+  g.output("y", y);
+  g.output("dx", grads[0]);
+  g.output("dw", grads[1]);
+  const std::vector<Feed> feeds = {{"x", test::random_tensor({4, 8, 7, 7}, DType::f32, 80)}, {"w", test::random_tensor({8, 5, 4, 4}, DType::f32, 81)}};
+  const Outputs c = compile(g)->run(feeds);
+  const Outputs d = compile(g, {.device = Device::cuda()})->run(feeds);
+  for (const auto& [name, tensor] : c) {
+    CAPTURE(name);
+    CHECK(test::closeness(d.at(name), tensor, 1e-4, 1e-4) <= 1.0);
+  }
 }
 
 }  // namespace kiln

@@ -190,4 +190,63 @@ TEST_CASE("BatchNorm applied twice in one step chains the running statistics") {
   CHECK(bn.running_mean()->value.at(0) == doctest::Approx(0.9 * 0.2 + 0.1 * 10));
 }
 
+TEST_CASE("ConvTranspose2d: each input pixel scatters weight * value into a stride-spaced window (direct loop)") {
+  Philox rng(7);
+  nn::ConvTranspose2d up({.in_channels = 3, .out_channels = 2, .kernel = 3, .stride = 2, .padding = 1, .output_padding = 1}, rng);
+  const auto params = up.parameters();
+  REQUIRE(params.size() == 2);
+  CHECK(params[0]->value.shape() == Shape{3, 2, 3, 3});  // [Cin, Cout, K, K] as PyTorch
+  params[1]->value = Tensor::from_vector<float>({2}, {0.5f, -0.25f});
+  Graph g;
+  const Value y = up(g.input("x", {2, 3, 4, 5}));
+  REQUIRE(y.shape() == Shape{2, 2, 8, 10});  // (4 - 1) * 2 - 2 + 3 + 1, (5 - 1) * 2 - 2 + 3 + 1
+  g.output("y", y);
+  const Tensor x = test::random_tensor({2, 3, 4, 5}, DType::f32, 8);
+  const Tensor out = test::run_once(g, {{"x", x}}).at("y");
+  std::vector<double> expected(2 * 2 * 8 * 10);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t co = 0; co < 2; ++co)
+      for (std::int64_t k = 0; k < 80; ++k) expected[static_cast<std::size_t>((b * 2 + co) * 80 + k)] = params[1]->value.at(co);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t ci = 0; ci < 3; ++ci)
+      for (std::int64_t ih = 0; ih < 4; ++ih)
+        for (std::int64_t iw = 0; iw < 5; ++iw)
+          for (std::int64_t co = 0; co < 2; ++co)
+            for (std::int64_t kh = 0; kh < 3; ++kh)
+              for (std::int64_t kw = 0; kw < 3; ++kw) {
+                const std::int64_t oh = ih * 2 - 1 + kh, ow = iw * 2 - 1 + kw;
+                if (oh < 0 || oh >= 8 || ow < 0 || ow >= 10) continue;
+                expected[static_cast<std::size_t>(((b * 2 + co) * 8 + oh) * 10 + ow)] +=
+                    x.at(((b * 3 + ci) * 4 + ih) * 5 + iw) * params[0]->value.at(((ci * 2 + co) * 3 + kh) * 3 + kw);
+              }
+  for (std::int64_t i = 0; i < out.numel(); ++i) {
+    CAPTURE(i);
+    CHECK(out.at(i) == doctest::Approx(expected[static_cast<std::size_t>(i)]).epsilon(1e-5).scale(1));
+  }
+  Graph bad;
+  CHECK_THROWS_WITH_AS(up(bad.input("x", {2, 4, 4, 4})), doctest::Contains("ConvTranspose2d(3 -> 2): input is f32[2, 4, 4, 4]"), Error);
+  CHECK_THROWS_WITH_AS(conv_transpose2d(bad.input("a", {1, 3, 2, 2}), bad.input("w", {3, 2, 3, 3}), 2, 1, 2),
+                       doctest::Contains("output_padding 2"), Error);
+}
+
+TEST_CASE("LeakyReLU, Sigmoid and Tanh layers") {
+  Graph g;
+  const Value x = g.input("x", {4});
+  nn::LeakyReLU leaky(0.2);
+  nn::Sigmoid sig;
+  nn::Tanh th;
+  g.output("leaky", leaky(x));
+  g.output("sigmoid", sig(x));
+  g.output("tanh", th(x));
+  const std::vector<float> xs = {-2.0f, -0.5f, 0.0f, 3.0f};
+  const Outputs out = test::run_once(g, {{"x", Tensor::from_vector<float>({4}, xs)}});
+  for (std::int64_t i = 0; i < 4; ++i) {
+    const double v = xs[static_cast<std::size_t>(i)];
+    CHECK(out.at("leaky").at(i) == doctest::Approx(v > 0 ? v : 0.2 * v));
+    CHECK(out.at("sigmoid").at(i) == doctest::Approx(1 / (1 + std::exp(-v))));
+    CHECK(out.at("tanh").at(i) == doctest::Approx(std::tanh(v)));
+  }
+  CHECK_THROWS_WITH_AS(nn::LeakyReLU(1.5), doctest::Contains("LeakyReLU: slope 1.5 must be in [0, 1]"), Error);
+}
+
 }  // namespace kiln

@@ -89,6 +89,30 @@ class Conv2d : public Layer {
   VariablePtr weight_, bias_;  // [Cout, Cin, K, K], [Cout]
 };
 
+// The transpose of Conv2d (a "deconvolution", as in DCGAN's generator); weight [Cin, Cout, K, K]
+// as PyTorch. Kaiming/Xavier fans count the inputs that reach one output: Cin * K * K / stride^2.
+struct ConvTranspose2dOptions {
+  std::int64_t in_channels = 1;
+  std::int64_t out_channels = 1;
+  std::int64_t kernel = 4;
+  std::int64_t stride = 2;
+  std::int64_t padding = 1;
+  std::int64_t output_padding = 0;
+  bool bias = true;
+  Init init = Init::kaiming_uniform;
+};
+
+class ConvTranspose2d : public Layer {
+ public:
+  ConvTranspose2d(const ConvTranspose2dOptions& options, Philox& rng);
+  Value forward(Value x) override;  // x: [B, Cin, H, W] -> [B, Cout, (H - 1) * stride - 2 * padding + K + output_padding, ...]
+  const VariablePtr& weight() const { return weight_; }
+
+ private:
+  ConvTranspose2dOptions options_;
+  VariablePtr weight_, bias_;  // [Cin, Cout, K, K], [Cout]
+};
+
 class MaxPool2d : public Layer {
  public:
   explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0) : kernel_(kernel), stride_(stride) {}
@@ -99,6 +123,25 @@ class MaxPool2d : public Layer {
 };
 
 class ReLU : public Layer {
+ public:
+  Value forward(Value x) override;
+};
+
+class LeakyReLU : public Layer {
+ public:
+  explicit LeakyReLU(double slope = 0.01);  // slope in [0, 1]
+  Value forward(Value x) override;
+
+ private:
+  double slope_;
+};
+
+class Sigmoid : public Layer {
+ public:
+  Value forward(Value x) override;
+};
+
+class Tanh : public Layer {
  public:
   Value forward(Value x) override;
 };
