@@ -113,7 +113,7 @@ class TileEvaluator {
     bound_.resize(g_.inputs.size());
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
       const FusedInput& in = g_.inputs[k];
-      const T* data = call_.inputs[k].template data<T>();
+      const T* data = call_.inputs[k].template data<T>() + in.offset;
       if (in.contiguous(g_.shape)) {
         bound_[k] = {data + start, 1};
       } else if (in.scalar()) {

@@ -145,6 +145,35 @@ std::map<ValueRef, bool> used_outside(const Graph& g, const Grouping& gr) {
   return outside;
 }
 
+// A value read through slices: the sliced value it lives in, and where. A slice keeps its
+// source's strides on every axis and only moves the start, so a chain of slices is the
+// source's dense strides and the sum of the starts.
+struct SliceView {
+  ValueRef base;
+  std::int64_t offset = 0;
+};
+
+SliceView slice_view(const Graph& g, ValueRef ref) {
+  SliceView v{ref, 0};
+  while (g.node(v.base.node).op->name == "slice") {
+    const Node& s = g.node(v.base.node);
+    const ValueRef source = s.inputs[0];
+    const std::size_t axis = static_cast<std::size_t>(s.attrs.integer("axis"));
+    v.offset += s.attrs.integer("start") * g.type(source).shape.strides()[axis];
+    v.base = source;
+  }
+  return v;
+}
+
+// Strides over `group` of a value of shape `shape` that lives in `base` (same rank).
+std::vector<std::int64_t> view_strides(const Shape& shape, const Shape& base, const Shape& group) {
+  std::vector<std::int64_t> strides(group.rank(), 0);
+  const std::vector<std::int64_t> dense = base.strides();
+  const std::size_t lead = group.rank() - shape.rank();
+  for (std::size_t i = 0; i < shape.rank(); ++i) strides[lead + i] = shape[i] == 1 ? 0 : dense[i];
+  return strides;
+}
+
 struct BuiltGroup {
   std::shared_ptr<FusedGroup> body;
   std::vector<ValueRef> inputs;          // outer values, in the body's input order
@@ -164,11 +193,13 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std:
     if (it != local.end()) return it->second;
     const Node& producer = g.node(ref.node);
     if (is_fill(producer)) return Operand::literal(producer.attrs.real("value"));
+    const SliceView view = slice_view(g, ref);  // a group never holds a slice's base (see fuse.h)
     auto [pos, inserted] = input_index.emplace(ref, static_cast<int>(body.inputs.size()));
     if (inserted) {
       const TensorType& t = g.type(ref);
-      body.inputs.push_back({t, broadcast_strides(t.shape, body.shape)});
-      b.inputs.push_back(ref);
+      const TensorType& base = g.type(view.base);
+      body.inputs.push_back({base, view_strides(t.shape, base.shape, body.shape), view.offset});
+      b.inputs.push_back(view.base);
     }
     return Operand::input(pos->second);
   };

@@ -8,7 +8,10 @@
 // What is fused: elementwise ops (including broadcast_to) whose producer in the group has
 // the same shape; scalar fills are folded into the code as literals; a value used inside
 // and outside a group is computed once and becomes a group output; one reduce_sum or
-// reduce_max of a group value joins the group as its tail.
+// reduce_max of a group value joins the group as its tail. A group reads a slice (or a
+// chain of slices) in place from the sliced value, at its strides and an offset: the four
+// gates of an LSTM's one GEMM output cost no copies. (The sliced value is never in the
+// reading group: the slice node lies between them, so joining would be a cycle.)
 // What is not, and why: matmul, conv and pooling (they go to GEMM libraries or their own
 // kernels; epilogue fusion into them is future work); a producer of a smaller shape than
 // its consumer (fusing it would recompute it once per broadcast element; it stays a

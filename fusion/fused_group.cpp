@@ -23,6 +23,13 @@ bool FusedInput::scalar() const {
   return true;
 }
 
+std::int64_t FusedInput::elements_read(const Shape& group_shape) const {
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < group_shape.rank(); ++d)
+    if (strides[d] != 0) n *= group_shape[d];
+  return n;
+}
+
 std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const {
   KILN_ASSERT(in.size() == inputs.size(), "fused group with {} inputs given {}", inputs.size(), in.size());
   for (std::size_t i = 0; i < in.size(); ++i)
@@ -42,7 +49,7 @@ std::string FusedGroup::summary() const {
 
 std::int64_t FusedGroup::bytes_read() const {
   std::int64_t total = 0;
-  for (const FusedInput& in : inputs) total += type_bytes(in.type);
+  for (const FusedInput& in : inputs) total += in.elements_read(shape) * static_cast<std::int64_t>(dtype_size(in.type.dtype));
   return total;
 }
 
@@ -59,7 +66,10 @@ std::int64_t FusedGroup::unfused_bytes() const {
     total += full;  // its output
     for (const Operand& a : instr.args) {
       if (a.kind == Operand::Kind::instr) total += full;
-      if (a.kind == Operand::Kind::input) total += type_bytes(inputs[static_cast<std::size_t>(a.index)].type);
+      if (a.kind == Operand::Kind::input) {
+        const FusedInput& in = inputs[static_cast<std::size_t>(a.index)];
+        total += in.elements_read(shape) * static_cast<std::int64_t>(dtype_size(in.type.dtype));
+      }
     }
   }
   if (reduction) total += full + type_bytes(reduction->type);

@@ -1,6 +1,7 @@
 // The fused-group IR: what one fused kernel computes. Both code generators (the CPU
 // evaluator and CUDA C) read it. A group iterates over one shape; its inputs are read
-// in place at broadcast strides; its instructions are elementwise ops in order; its
+// in place at broadcast strides from an offset (slices of a value, such as an LSTM's
+// four gates of one GEMM output, need no copy); its instructions are elementwise ops in order; its
 // outputs are full-shape values and, optionally, one reduction of a value at the end.
 #pragma once
 
@@ -26,8 +27,10 @@ struct Operand {
 struct FusedInput {
   TensorType type;                    // the outer value's own type
   std::vector<std::int64_t> strides;  // element strides over the group's shape (0: broadcast)
-  bool contiguous(const Shape& group_shape) const;  // reads element i at offset i
+  std::int64_t offset = 0;            // element of `type` read at index 0 (a slice read in place)
+  bool contiguous(const Shape& group_shape) const;  // reads element i at offset + i
   bool scalar() const;                // every stride is 0
+  std::int64_t elements_read(const Shape& group_shape) const;  // distinct elements the group reads
 };
 
 struct FusedInstr {

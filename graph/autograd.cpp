@@ -2,7 +2,9 @@
 // value depends on; each node's gradient function adds its input gradients.
 #include "graph/autograd.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 
 #include "graph/op.h"
 #include "graph/ops.h"
@@ -23,9 +25,66 @@ std::vector<bool> depends_on(const Graph& g, const std::vector<Value>& wrt, std:
   return marked;
 }
 
-void accumulate(std::map<ValueRef, Value>& grads, ValueRef ref, Value g) {
-  auto [it, inserted] = grads.emplace(ref, g);
-  if (!inserted) it->second = it->second + g;
+// The gradient terms of each value, summed when the value's gradient is first read.
+using Terms = std::map<ValueRef, std::vector<Value>>;
+
+// Where every term is a pad node along one axis (the gradient of a slice), terms of the
+// same range are added unpadded and disjoint ranges are joined by one concat (zeros in
+// the gaps): an LSTM's four gate gradients become its pre-activation gradient without
+// four full-size padded copies and three full-size additions.
+std::optional<Value> join_padded(const std::vector<Value>& terms) {
+  struct Range {
+    std::int64_t before, length;
+    Value inner;
+  };
+  Graph& g = terms[0].graph();
+  std::int64_t axis = -1;
+  std::vector<Range> ranges;  // in order of first appearance
+  for (const Value& t : terms) {
+    const Node& n = g.node(t.ref().node);
+    if (n.op->name != "pad" || (axis >= 0 && n.attrs.integer("axis") != axis)) return std::nullopt;
+    axis = n.attrs.integer("axis");
+    const std::int64_t before = n.attrs.integer("before");
+    const Value inner = g.value(n.inputs[0]);  // n is not used past here: adding nodes moves it
+    const std::int64_t length = inner.shape()[static_cast<std::size_t>(axis)];
+    auto same = std::find_if(ranges.begin(), ranges.end(), [&](const Range& r) { return r.before == before && r.length == length; });
+    if (same == ranges.end()) ranges.push_back({before, length, inner});
+    else same->inner = same->inner + inner;
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.before < b.before; });
+  for (std::size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i - 1].before + ranges[i - 1].length > ranges[i].before) return std::nullopt;
+  const Shape full = terms[0].shape();
+  const auto zeros = [&](std::int64_t length) {
+    Shape gap = full;
+    gap[static_cast<std::size_t>(axis)] = length;
+    return g.fill(0.0, gap, terms[0].dtype());
+  };
+  std::vector<Value> pieces;
+  std::int64_t at = 0;
+  for (const Range& r : ranges) {
+    if (r.before > at) pieces.push_back(zeros(r.before - at));
+    pieces.push_back(r.inner);
+    at = r.before + r.length;
+  }
+  if (at < full[static_cast<std::size_t>(axis)]) pieces.push_back(zeros(full[static_cast<std::size_t>(axis)] - at));
+  return concat(pieces, axis);
+}
+
+// The summed gradient of `ref` (invalid if it has none); the sum replaces the terms.
+Value gradient_of(Terms& grads, ValueRef ref) {
+  auto it = grads.find(ref);
+  if (it == grads.end()) return Value();
+  std::vector<Value>& terms = it->second;
+  if (terms.size() > 1) {
+    std::optional<Value> joined = join_padded(terms);
+    Value total = terms[0];
+    if (joined) total = *joined;
+    else
+      for (std::size_t i = 1; i < terms.size(); ++i) total = total + terms[i];
+    terms = {total};
+  }
+  return terms[0];
 }
 
 }  // namespace
@@ -49,8 +108,8 @@ std::vector<Value> grad(Value loss, const std::vector<Value>& wrt) {
 
   const std::int32_t last = loss.ref().node;
   const std::vector<bool> needed = depends_on(g, wrt, last);
-  std::map<ValueRef, Value> grads;
-  grads.emplace(loss.ref(), g.fill(1.0, loss.shape(), loss.dtype()));
+  Terms grads;
+  grads[loss.ref()].push_back(g.fill(1.0, loss.shape(), loss.dtype()));
 
   for (std::int32_t id = last; id >= 0; --id) {
     if (!needed[static_cast<std::size_t>(id)]) continue;
@@ -61,9 +120,8 @@ std::vector<Value> grad(Value loss, const std::vector<Value>& wrt) {
     for (std::size_t i = 0; i < node.outputs.size(); ++i) {
       const ValueRef ref{id, static_cast<std::int32_t>(i)};
       ctx.outputs.push_back(g.value(ref));
-      auto it = grads.find(ref);
-      ctx.output_grads.push_back(it == grads.end() ? Value() : it->second);
-      any = any || it != grads.end();
+      ctx.output_grads.push_back(gradient_of(grads, ref));
+      any = any || ctx.output_grads.back().valid();
     }
     if (!any) continue;
     for (const ValueRef& in : node.inputs) {
@@ -75,14 +133,14 @@ std::vector<Value> grad(Value loss, const std::vector<Value>& wrt) {
                 input_grads.size(), node.inputs.size());
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       if (!ctx.needs_grad[i] || !input_grads[i].valid()) continue;
-      accumulate(grads, node.inputs[i], sum_to_shape(input_grads[i], g.type(node.inputs[i]).shape));
+      grads[node.inputs[i]].push_back(sum_to_shape(input_grads[i], g.type(node.inputs[i]).shape));
     }
   }
 
   std::vector<Value> result;
   for (const Value& v : wrt) {
-    auto it = grads.find(v.ref());
-    result.push_back(it != grads.end() ? it->second : g.fill(0.0, v.shape(), v.dtype()));
+    const Value total = gradient_of(grads, v.ref());
+    result.push_back(total.valid() ? total : g.fill(0.0, v.shape(), v.dtype()));
   }
   return result;
 }

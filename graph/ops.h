@@ -51,6 +51,12 @@ Value sum_all(Value x);
 Value reshape(Value x, const std::vector<std::int64_t>& dims);  // one dimension may be -1
 Value transpose(Value x, const std::vector<std::int64_t>& perm);
 Value one_hot(Value labels, std::int64_t classes, DType dtype = DType::f32);  // labels: integer [N] -> [N, classes]
+// Indices [start, start + length) of `axis`; the whole axis returns x itself.
+Value slice(Value x, std::int64_t axis, std::int64_t start, std::int64_t length);
+// Values joined along `axis` (all other dimensions equal); one value returns itself.
+Value concat(const std::vector<Value>& values, std::int64_t axis);
+// x between `before` and `after` zeros along `axis` (slice's adjoint).
+Value pad(Value x, std::int64_t axis, std::int64_t before, std::int64_t after);
 
 // Linear algebra: [..., M, K] x [..., K, N] -> [..., M, N]; trans_* transposes the last two axes.
 Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);

@@ -4,6 +4,7 @@
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
 #include "graph/op.h"
+#include "graph/passes/dead_code.h"
 #include "models/lenet.h"
 #include "tests/support.h"
 
@@ -29,6 +30,47 @@ TEST_CASE("a value the loss does not depend on gets a zero gradient") {
   const Tensor du = test::run_once(g, {{"x", Tensor::zeros({3}, DType::f64)}, {"u", Tensor::zeros({2, 2}, DType::f64)}}).at("du");
   CHECK(du.shape() == Shape{2, 2});
   for (std::int64_t i = 0; i < 4; ++i) CHECK(du.at(i) == 0.0);
+}
+
+// Counts nodes of op `name` that the outputs of `g` still use.
+int live_ops(const Graph& g, const std::string& name) {
+  const Graph live = eliminate_dead_code(g);
+  int count = 0;
+  for (const Node& n : live.nodes()) count += n.op->name == name;
+  return count;
+}
+
+TEST_CASE("gradients of disjoint slices are joined by one concat, not summed as padded copies") {
+  Graph g;
+  const Value x = g.input("x", {2, 8}, DType::f64);
+  // Gates at [0,2), [2,4), [6,8) (the range [4,6) unused, so zeros), [0,2) read twice.
+  const Value y = tanh(slice(x, 1, 0, 2)) * slice(x, 1, 2, 2) + exp(slice(x, 1, 6, 2)) + slice(x, 1, 0, 2);
+  const Value dx = grad(sum_all(y), {x})[0];
+  g.output("dx", dx);
+  CHECK(g.node(dx.ref().node).op->name == "concat");
+  CHECK(live_ops(g, "pad") == 0);
+  CHECK(live_ops(g, "concat") == 1);
+  const Tensor xv = test::random_tensor({2, 8}, DType::f64, 4);
+  const Tensor d = test::run_once(g, {{"x", xv}}).at("dx");
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t c = 0; c < 2; ++c) {
+      const double a = xv.at(r * 8 + c), b = xv.at(r * 8 + c + 2), e = xv.at(r * 8 + c + 6);
+      CHECK(d.at(r * 8 + c) == doctest::Approx((1 - std::tanh(a) * std::tanh(a)) * b + 1));
+      CHECK(d.at(r * 8 + c + 2) == doctest::Approx(std::tanh(a)));
+      CHECK(d.at(r * 8 + c + 4) == 0.0);
+      CHECK(d.at(r * 8 + c + 6) == doctest::Approx(std::exp(e)));
+    }
+}
+
+TEST_CASE("gradients of overlapping slices are summed") {
+  Graph g;
+  const Value x = g.input("x", {5}, DType::f64);
+  const Value dx = grad(sum_all(slice(x, 0, 0, 3) * slice(x, 0, 2, 3)), {x})[0];  // x0 x2 + x1 x3 + x2 x4
+  g.output("dx", dx);
+  const Tensor xv = Tensor::from_vector<double>({5}, {1, 2, 3, 4, 5});
+  const Tensor d = test::run_once(g, {{"x", xv}}).at("dx");
+  const std::vector<double> expected = {3, 4, 1 + 5, 2, 3};
+  for (std::int64_t i = 0; i < 5; ++i) CHECK(d.at(i) == expected[static_cast<std::size_t>(i)]);
 }
 
 TEST_CASE("grad rejects a loss with more than one element") {

@@ -11,6 +11,7 @@
 #include "graph/autograd.h"
 #include "graph/passes/dead_code.h"
 #include "models/lenet.h"
+#include "graph/testing/lstm_step_graph.h"
 #include "graph/testing/random_graph.h"
 #include "tests/support.h"
 
@@ -84,6 +85,18 @@ TEST_CASE("golden: a per-channel bias over [2, 3, 5, 5] is lane-invariant only w
   CHECK(k.vector_width == 1);  // 25 is not a multiple of 4: lanes would cross channels
 }
 
+TEST_CASE("golden: a gate slice of a [4, 32] GEMM output is read in place from an offset") {
+  Graph g;
+  const Value pre = g.input("pre", {4, 32});
+  g.output("y", tanh(slice(pre, 1, 16, 8)) * slice(pre, 1, 0, 8));
+  const CudaKernelSource k = generate_cuda(*single_group(g));
+  CAPTURE(k.source);
+  CHECK(contains(k.source, "in0 += 16LL;  // a slice read in place"));
+  CHECK(contains(k.source, "const T x0 = in0[(i % 8LL) + (i / 8LL) * 32LL];"));
+  CHECK(contains(k.source, "const T x1 = in1[(i % 8LL) + (i / 8LL) * 32LL];"));
+  CHECK(k.vector_width == 4);  // rows of 8 at a pitch of 32 allow float4 (alignment tested at run time)
+}
+
 TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle reduction") {
   Graph g;
   const Value x = g.input("x", {4, 6, 10});
@@ -135,6 +148,9 @@ TEST_CASE("every generated kernel of the LeNet step and of random DAGs compiles 
     }
   };
   add(fuse(eliminate_dead_code(lenet_step(64))));
+  Graph lstm;
+  testing::lstm_step_graph(lstm, 8, 12, 16, true);
+  add(fuse(eliminate_dead_code(lstm)));
   for (int s = 0; s < 20; ++s) {
     Graph g;
     testing::RandomGraphBuilder builder(500 + static_cast<std::uint64_t>(s));
@@ -219,6 +235,11 @@ TEST_CASE("GPU: every fused kernel of the LeNet step and of random DAGs matches 
   int kernels = 0;
   check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(64))), 1, kernels);
   check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(256))), 2, kernels);
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    Graph lstm;
+    testing::lstm_step_graph(lstm, 5, 7, 12, true, dtype);
+    check_graph_on_gpu(fuse(eliminate_dead_code(lstm)), 3, kernels);
+  }
   for (int s = 0; s < 200; ++s) {
     Graph g;
     testing::RandomGraphBuilder builder(9000 + static_cast<std::uint64_t>(s));

@@ -10,6 +10,7 @@
 #include "graph/autograd.h"
 #include "graph/op_table.h"
 #include "models/step_graph.h"
+#include "graph/testing/lstm_step_graph.h"
 #include "graph/testing/random_graph.h"
 #include "tests/support.h"
 
@@ -112,9 +113,22 @@ TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   check_op("global_avg_pool", {{2, 3, 7, 6}}, [](V v) { return global_avg_pool(v[0]); });
   check_op("transpose", {{2, 3, 4}}, [](V v) { return transpose(v[0], {2, 0, 1}); });
   check_op("log_softmax", {{5, 10}}, [](V v) { return log_softmax(v[0], 1); });
+  check_op("slice axis 1", {{3, 7, 5}}, [](V v) { return slice(v[0], 1, 2, 4); });
+  check_op("slice axis 0 of a GEMM, unfused consumer", {{6, 4}, {4, 8}}, [](V v) { return matmul(slice(matmul(v[0], v[1]), 0, 2, 3), v[1], false, true); });
+  check_op("concat axis 1 (gradient: slices)", {{2, 3, 4}, {2, 1, 4}, {2, 5, 4}}, [](V v) { return concat({v[0], v[1], v[2]}, 1); });
+  check_op("concat axis -1", {{3, 2}, {3, 5}}, [](V v) { return concat({v[0], v[1]}, -1); });
+  check_op("pad axis 0", {{3, 5}}, [](V v) { return pad(v[0], 0, 2, 1); });
+  check_op("pad axis 1 of a GEMM", {{3, 5}, {5, 2}}, [](V v) { return pad(matmul(v[0], v[1]), 1, 1, 3); });
   Graph g;
   g.output("loss", cross_entropy(g.input("x", {8, 10}), g.input("y", {8}, DType::i64)));
   check_gpu_matches_cpu(g, 5, 1e-5);
+}
+
+TEST_CASE("GPU: two LSTM steps (gate slices read in place, gradients joined by concat) match the CPU backend") {
+  if (!have_gpu()) return;
+  Graph g;
+  testing::lstm_step_graph(g, 6, 10, 16, true);
+  check_gpu_matches_cpu(g, 31, 1e-4);
 }
 
 TEST_CASE("GPU: random elementwise DAGs match the CPU backend") {

@@ -9,6 +9,7 @@
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 #include "models/lenet.h"
+#include "graph/testing/lstm_step_graph.h"
 #include "graph/testing/random_graph.h"
 #include "tests/support.h"
 
@@ -118,6 +119,37 @@ TEST_CASE("a reduction joins its producer's group as the tail") {
   CHECK(tails == 2);
   CHECK(count_kernels(fused) == 2);
   check_fused_matches_unfused(g, 9);
+}
+
+TEST_CASE("slices feeding a group are read in place: LSTM gates cost no copies, fused equals unfused") {
+  Graph g;
+  testing::lstm_step_graph(g, 3, 5, 4, true);
+  FusionReport report;
+  const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g), &report));
+  int slices = 0, offset_inputs = 0;
+  for (const Node& n : fused.nodes()) {
+    slices += n.op->name == "slice";
+    if (n.body)
+      for (const FusedInput& in : dynamic_cast<const FusedGroup&>(*n.body).inputs) offset_inputs += in.offset != 0;
+  }
+  CHECK(slices == 0);           // every slice is read by a group in place
+  CHECK(offset_inputs >= 6);    // gates 1-3 of step 0, step 1's rows and its recurrent gates
+  check_fused_matches_unfused(g, 12);
+  Graph g64;
+  testing::lstm_step_graph(g64, 3, 5, 4, true, DType::f64);
+  check_fused_matches_unfused(g64, 13, 1e-12);
+}
+
+TEST_CASE("a slice read in place over a broadcast, and a group reading two slices of one value") {
+  Graph g;
+  const Value x = g.input("x", {6, 8});
+  const Value b = g.input("b", {2, 10});
+  const Value rows = slice(slice(x, 0, 2, 3), 1, 4, 4);  // [3, 4] at offset 2*8 + 4
+  const Value bias = slice(slice(b, 0, 1, 1), 1, 3, 4);  // [1, 4], broadcast over rows
+  g.output("y", exp(rows) * bias + tanh(slice(slice(x, 0, 0, 3), 1, 1, 4)));
+  const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g)));
+  CHECK(count_kernels(fused) == 1);
+  check_fused_matches_unfused(g, 14, 1e-6);
 }
 
 TEST_CASE("the LeNet training step: far fewer kernels after fusion, optimizer one group per parameter") {

@@ -224,3 +224,41 @@ TEST_CASE("one_hot rejects a label outside the classes at run time") {
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("slice, concat and pad move exactly the elements of their definitions (any dtype)") {
+  const Tensor x = test::random_tensor({3, 4, 5}, DType::f64, 9, 0, 100).to(DType::i32);
+  Graph g;
+  const Value in = g.input("x", x.shape(), DType::i32);
+  g.output("slice", slice(in, 1, 1, 2));
+  g.output("concat", concat({slice(in, 2, 3, 2), in, slice(in, 2, 0, 1)}, -1));
+  g.output("pad", pad(in, 0, 1, 2));
+  const Outputs out = test::run_once(g, {{"x", x}});
+  auto xs = [&](int i, int j, int k) { return x.at((i * 4 + j) * 5 + k); };
+  REQUIRE(out.at("slice").shape() == Shape{3, 2, 5});
+  REQUIRE(out.at("concat").shape() == Shape{3, 4, 8});
+  REQUIRE(out.at("pad").shape() == Shape{6, 4, 5});
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 8; ++k) {
+        if (j < 2 && k < 5) CHECK(out.at("slice").at((i * 2 + j) * 5 + k) == xs(i, j + 1, k));
+        const double expected = k < 2 ? xs(i, j, 3 + k) : k < 7 ? xs(i, j, k - 2) : xs(i, j, 0);
+        CHECK(out.at("concat").at((i * 4 + j) * 8 + k) == expected);
+      }
+  for (int i = 0; i < 6; ++i)
+    for (int r = 0; r < 20; ++r) CHECK(out.at("pad").at(i * 20 + r) == (i >= 1 && i < 4 ? x.at((i - 1) * 20 + r) : 0.0));
+}
+
+TEST_CASE("slice, concat and pad name the mistake") {
+  Graph g;
+  const Value x = g.input("x", {3, 4});
+  CHECK_THROWS_WITH_AS(slice(x, 1, 2, 3), doctest::Contains("slice: [2, 5) is outside axis 1 of f32[3, 4] (size 4)"), Error);
+  CHECK_THROWS_WITH_AS(slice(x, 2, 0, 1), doctest::Contains("slice"), Error);
+  CHECK_THROWS_WITH_AS(concat({x, g.input("y", {3, 5})}, 0), doctest::Contains("concat: value 1 is f32[3, 5] but value 0 is f32[3, 4] (only axis 0 may differ)"), Error);
+  CHECK_THROWS_WITH_AS(concat({x, g.input("z", {3, 4}, DType::f64)}, 1), doctest::Contains("dtypes must match"), Error);
+  CHECK_THROWS_WITH_AS(concat({}, 0), doctest::Contains("concat: no values"), Error);
+  CHECK_THROWS_WITH_AS(pad(x, 0, -1, 0), doctest::Contains("pad: negative padding"), Error);
+}
+
+}  // namespace kiln

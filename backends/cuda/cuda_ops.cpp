@@ -46,6 +46,63 @@ Launch prepare_matmul(const LaunchSetup& s) {
   return [args](jit::Stream stream) { matmul(args, stream); };
 }
 
+// A shape seen as [outer, dim, inner] around `axis`, inner in bytes (slice, concat, pad).
+struct AxisBlocks {
+  std::int64_t outer = 1, dim = 1, inner_bytes = 1;
+};
+
+AxisBlocks axis_blocks(const TensorType& t, std::int64_t axis) {
+  AxisBlocks b{1, t.shape[static_cast<std::size_t>(axis)], static_cast<std::int64_t>(dtype_size(t.dtype))};
+  for (std::size_t d = 0; d < t.shape.rank(); ++d) {
+    if (static_cast<std::int64_t>(d) < axis) b.outer *= t.shape[d];
+    if (static_cast<std::int64_t>(d) > axis) b.inner_bytes *= t.shape[d];
+  }
+  return b;
+}
+
+Launch prepare_slice(const LaunchSetup& s) {
+  const AxisBlocks in = axis_blocks(s.input_types[0], s.node.attrs.integer("axis"));
+  const std::int64_t bytes = s.node.attrs.integer("length") * in.inner_bytes;
+  const char* x = static_cast<const char*>(s.inputs[0]) + s.node.attrs.integer("start") * in.inner_bytes;
+  void* y = s.outputs[0];
+  return [=](jit::Stream st) { copy_blocks(x, in.dim * in.inner_bytes, y, bytes, in.outer, bytes, st); };
+}
+
+Launch prepare_concat(const LaunchSetup& s) {
+  const std::int64_t axis = s.node.attrs.integer("axis");
+  const AxisBlocks out = axis_blocks(s.node.outputs[0], axis);
+  struct Piece {
+    const void* src;
+    char* dst;
+    std::int64_t bytes;
+  };
+  std::vector<Piece> pieces;
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < s.inputs.size(); ++i) {
+    const std::int64_t bytes = s.input_types[i].shape[static_cast<std::size_t>(axis)] * out.inner_bytes;
+    pieces.push_back({s.inputs[i], static_cast<char*>(s.outputs[0]) + at, bytes});
+    at += bytes;
+  }
+  const std::int64_t pitch = out.dim * out.inner_bytes, rows = out.outer;
+  return [=](jit::Stream st) {
+    for (const Piece& p : pieces) copy_blocks(p.src, p.bytes, p.dst, pitch, rows, p.bytes, st);
+  };
+}
+
+Launch prepare_pad(const LaunchSetup& s) {
+  const std::int64_t axis = s.node.attrs.integer("axis");
+  const AxisBlocks out = axis_blocks(s.node.outputs[0], axis);
+  const std::int64_t bytes = s.input_types[0].shape[static_cast<std::size_t>(axis)] * out.inner_bytes;
+  const std::int64_t total = out.outer * out.dim * out.inner_bytes;
+  const void* x = s.inputs[0];
+  void* y = s.outputs[0];
+  char* at = static_cast<char*>(y) + s.node.attrs.integer("before") * out.inner_bytes;
+  return [=](jit::Stream st) {
+    zero_bytes(y, total, st);
+    copy_blocks(x, bytes, at, out.dim * out.inner_bytes, out.outer, bytes, st);
+  };
+}
+
 const std::map<std::string, Preparer>& preparers() {
   static const std::map<std::string, Preparer> table = {
       {"matmul", prepare_matmul},
@@ -116,6 +173,9 @@ const std::map<std::string, Preparer>& preparers() {
          void* y = s.outputs[0];
          return [=](jit::Stream st) { transpose(d, shape, perm, x, y, st); };
        }},
+      {"slice", prepare_slice},
+      {"concat", prepare_concat},
+      {"pad", prepare_pad},
       {"one_hot", [](const LaunchSetup& s) -> Launch {
          const DType label = s.input_types[0].dtype, out_dtype = s.node.outputs[0].dtype;
          const std::int64_t rows = s.input_types[0].shape[0], classes = s.node.attrs.integer("classes");

@@ -1,5 +1,5 @@
 // Host side of the layout kernels: permutation simplification for transpose, the
-// one_hot status protocol, and fill's value conversion.
+// one_hot status protocol, fill's value conversion, and block copies.
 #include "backends/cuda/layout.h"
 
 #include <cuda_runtime_api.h>
@@ -107,6 +107,24 @@ OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream) 
 void check_one_hot_status(const OneHotStatus& status, std::int64_t classes) {
   KILN_CHECK(status.bad_row < 0, "one_hot: label {} at index {} is outside [0, {})", status.bad_label,
              status.bad_row, classes);
+}
+
+void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch, std::int64_t rows,
+                 std::int64_t bytes, jit::Stream stream) {
+  if (rows <= 0 || bytes <= 0) return;
+  KILN_ASSERT(src_pitch >= bytes && dst_pitch >= bytes, "copy_blocks: pitches {} and {} below the block size {}",
+              src_pitch, dst_pitch, bytes);
+  if (rows == 1 || (src_pitch == bytes && dst_pitch == bytes)) {  // one contiguous range
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(rows * bytes), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dst_pitch), src, static_cast<std::size_t>(src_pitch),
+                                    static_cast<std::size_t>(bytes), static_cast<std::size_t>(rows),
+                                    cudaMemcpyDeviceToDevice, stream));
+}
+
+void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream) {
+  if (bytes > 0) KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<std::size_t>(bytes), stream));
 }
 
 void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream) {

@@ -1,5 +1,5 @@
 // Layout kernels on the GPU: transpose (graph/ops/layout_ops.cpp), one_hot with a device
-// status the caller checks after a sync, and fill.
+// status the caller checks after a sync, fill, and the block copies of slice/concat/pad.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,13 @@ OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream);
 // Throws the CPU kernel's kiln::Error ("one_hot: label L at index I is outside [0, C)")
 // when `status` reports a bad row.
 void check_one_hot_status(const OneHotStatus& status, std::int64_t classes);
+
+// Strided block copy (slice, concat, pad): `rows` blocks of `bytes` bytes, from src every
+// `src_pitch` bytes to dst every `dst_pitch` bytes; one cudaMemcpy2DAsync, no kernel.
+void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch, std::int64_t rows,
+                 std::int64_t bytes, jit::Stream stream);
+// out[0, bytes) = 0 (zero bits: 0 in every dtype).
+void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream);
 
 // out[0, n) = value converted to `dtype`.
 void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream);
