@@ -3,13 +3,25 @@
 
 #include <fmt/ranges.h>
 
+#include "models/alexnet.h"
+#include "models/inception.h"
 #include "models/lenet.h"
+#include "models/resnet.h"
+#include "models/vgg.h"
 
 namespace kiln {
 
 const std::vector<ModelInfo>& model_infos() {
   static const std::vector<ModelInfo> infos = {
       {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"resnet", "ResNet-14 (3 stages of 2 basic blocks, batch norm, global average pooling, dropout)",
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"vgg", "VGG-style stacks of 3x3 conv + batch norm and 2x2 max pooling, dropout", ModelTask::image_classifier,
+       Shape{1, 28, 28}, 10},
+      {"alexnet", "AlexNet-style CNN (5x5 stride-2 first conv, overlapping pools, dropout)", ModelTask::image_classifier,
+       Shape{1, 28, 28}, 10},
+      {"inception", "small GoogLeNet: Inception modules (1x1, 3x3, 5x5, pool branches), batch norm",
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
   };
   return infos;
 }
@@ -26,6 +38,10 @@ const ModelInfo& model_info(const std::string& name) {
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
   KILN_CHECK(model_info(name).task == ModelTask::image_classifier, "model '{}' is not an image classifier", name);
   if (name == "lenet") return std::make_unique<LeNet>(rng);
+  if (name == "resnet") return std::make_unique<ResNet>(rng);
+  if (name == "vgg") return std::make_unique<Vgg>(rng);
+  if (name == "alexnet") return std::make_unique<AlexNet>(rng);
+  if (name == "inception") return std::make_unique<Inception>(rng);
   KILN_ASSERT(false, "model {} is listed but has no builder", name);
 }
 

@@ -1,0 +1,47 @@
+// ResNet: stem, residual stages, global average pooling, classifier.
+#include "models/resnet.h"
+
+#include "graph/nn/functional.h"
+
+namespace kiln {
+
+BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride, Philox& rng)
+    : conv1_({.in_channels = in_channels, .out_channels = out_channels, .stride = stride}, rng),
+      conv2_({.in_channels = out_channels, .out_channels = out_channels, .relu = false}, rng) {
+  register_module("conv1", conv1_);
+  register_module("conv2", conv2_);
+  if (stride == 1 && in_channels == out_channels) return;
+  projection_ = std::make_unique<ConvBn>(
+      ConvBnOptions{.in_channels = in_channels, .out_channels = out_channels, .kernel = 1, .stride = stride, .relu = false},
+      rng);
+  register_module("projection", *projection_);
+}
+
+Value BasicBlock::forward(Value x) {
+  const Value shortcut = projection_ ? (*projection_)(x) : x;
+  return relu(conv2_(conv1_(x)) + shortcut);
+}
+
+ResNet::ResNet(Philox& rng)
+    : stem_({.in_channels = 1, .out_channels = 16}, rng), dropout_(0.2, rng), fc_(64, 10, rng, true, nn::Init::xavier_uniform) {
+  struct Stage {
+    std::int64_t channels, stride;
+  };
+  std::int64_t channels = 16;
+  for (const Stage stage : {Stage{16, 1}, Stage{32, 2}, Stage{64, 2}}) {
+    blocks_.add<BasicBlock>(channels, stage.channels, stage.stride, rng);
+    blocks_.add<BasicBlock>(stage.channels, stage.channels, 1, rng);
+    channels = stage.channels;
+  }
+  register_module("stem", stem_);
+  register_module("blocks", blocks_);
+  register_module("dropout", dropout_);
+  register_module("fc", fc_);
+}
+
+Value ResNet::forward(Value x) {
+  x = blocks_(stem_(x));                     // [B, 64, 7, 7]
+  return fc_(dropout_(global_avg_pool(x)));  // [B, 64] -> [B, 10]
+}
+
+}  // namespace kiln
