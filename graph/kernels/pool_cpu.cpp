@@ -5,22 +5,22 @@
 #include "graph/kernels/pool_cpu.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/dispatch.h"
 
 namespace kiln::kernels {
 namespace {
 
-// The window's cells inside the plane: rows [h0, h1), columns [w0, w1).
-struct Window {
-  std::int64_t h0, h1, w0, w1;
-  std::int64_t cells() const { return (h1 - h0) * (w1 - w0); }
+// The cells [lo, hi) along one axis (of `size` cells) of window o, clipped to the plane.
+struct Span {
+  std::int64_t lo, hi;
+  std::int64_t cells() const { return hi - lo; }
 };
 
-Window window_at(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) {
-  const std::int64_t top = oh * g.stride - g.padding, left = ow * g.stride - g.padding;
-  return {std::max<std::int64_t>(top, 0), std::min(top + g.kernel, g.height), std::max<std::int64_t>(left, 0),
-          std::min(left + g.kernel, g.width)};
+Span span_at(std::int64_t o, std::int64_t size, const PoolGeometry& g) {
+  const std::int64_t start = o * g.stride - g.padding;
+  return {std::max<std::int64_t>(start, 0), std::min(start + g.kernel, size)};
 }
 
 // The windows containing input row (or column) i: [lo, hi], empty when lo > hi.
@@ -34,20 +34,26 @@ bool parallel_worth_it(const PoolGeometry& g) { return g.planes * g.out_h * g.ou
 
 // Calls visit(window_output_index, offset_of_first_max) for every pooling window, planes
 // shared by threads unless `serial` (visits that write to x's positions may then collide).
-template <class T, class Visit>
-void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
+// Unpadded windows all have kernel x kernel cells: that loop-invariant trip count makes
+// LeNet's 2x2 pools about a third faster than the clipped loop, hence kPadded.
+template <bool kPadded, class T, class Visit>
+void windows_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g) && !serial)
   for (std::int64_t plane = 0; plane < g.planes; ++plane) {
     const std::int64_t base = plane * g.height * g.width;
     std::int64_t i = plane * g.out_h * g.out_w;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      const Span rows = span_at(oh, g.height, g);
+      const std::int64_t row_cells = kPadded ? rows.cells() : g.kernel;
       for (std::int64_t ow = 0; ow < g.out_w; ++ow, ++i) {
-        const Window w = window_at(g, oh, ow);
-        std::int64_t best = base + w.h0 * g.width + w.w0;
-        T best_value = x[best];
-        for (std::int64_t h = w.h0; h < w.h1; ++h)
-          for (std::int64_t c = w.w0; c < w.w1; ++c) {
-            const std::int64_t at = base + h * g.width + c;
+        const Span cols = span_at(ow, g.width, g);
+        const std::int64_t col_cells = kPadded ? cols.cells() : g.kernel;
+        const std::int64_t corner = base + rows.lo * g.width + cols.lo;
+        std::int64_t best = corner;
+        T best_value = x[corner];
+        for (std::int64_t r = 0; r < row_cells; ++r)
+          for (std::int64_t c = 0; c < col_cells; ++c) {
+            const std::int64_t at = corner + r * g.width + c;
             const T v = x[at];
             const bool take = v > best_value || v != v;  // NaN propagates; selects, not branches
             best = take ? at : best;
@@ -55,7 +61,14 @@ void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit v
           }
         visit(i, best);
       }
+    }
   }
+}
+
+template <class T, class Visit>
+void for_each_window_max(const T* x, const PoolGeometry& g, bool serial, Visit visit) {
+  if (g.padding > 0) return windows_max<true>(x, g, serial, visit);
+  windows_max<false>(x, g, serial, visit);
 }
 
 // y = the sum of the window's cells in row-major order from 0, divided by their count.
@@ -65,14 +78,16 @@ void avg_forward_typed(const T* x, T* y, const PoolGeometry& g) {
   for (std::int64_t plane = 0; plane < g.planes; ++plane) {
     const T* in = x + plane * g.height * g.width;
     T* out = y + plane * g.out_h * g.out_w;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      const Span rows = span_at(oh, g.height, g);
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-        const Window w = window_at(g, oh, ow);
+        const Span cols = span_at(ow, g.width, g);
         T sum = T(0);
-        for (std::int64_t h = w.h0; h < w.h1; ++h)
-          for (std::int64_t c = w.w0; c < w.w1; ++c) sum += in[h * g.width + c];
-        out[oh * g.out_w + ow] = sum / static_cast<T>(w.cells());
+        for (std::int64_t h = rows.lo; h < rows.hi; ++h)
+          for (std::int64_t c = cols.lo; c < cols.hi; ++c) sum += in[h * g.width + c];
+        out[oh * g.out_w + ow] = sum / static_cast<T>(rows.cells() * cols.cells());
       }
+    }
   }
 }
 
@@ -90,7 +105,7 @@ void avg_backward_typed(const T* dy, T* dx, const PoolGeometry& g) {
         T sum = T(0);
         for (std::int64_t oh = oh_lo; oh <= oh_hi; ++oh)
           for (std::int64_t ow = ow_lo; ow <= ow_hi; ++ow)
-            sum += grad[oh * g.out_w + ow] / static_cast<T>(window_at(g, oh, ow).cells());
+            sum += grad[oh * g.out_w + ow] / static_cast<T>(span_at(oh, g.height, g).cells() * span_at(ow, g.width, g).cells());
         out[ih * g.width + iw] = sum;
       }
     }
