@@ -1,6 +1,9 @@
 // The CPU kernels against naive loops written from the definitions, in f32 on random inputs.
 #include <doctest/doctest.h>
 
+#include <omp.h>
+
+#include <cstring>
 #include <tuple>
 
 #include "graph/nn/functional.h"
@@ -134,6 +137,30 @@ TEST_CASE("avg_pool2d matches the definition (padded cells not counted)") {
     REQUIRE(y.shape() == ref.shape());
     CHECK(test::closeness(y, ref, 1e-6, 1e-5) <= 1.0);
   }
+}
+
+TEST_CASE("overlapping padded max_pool2d_grad: threads over planes give the serial reference's bits") {
+  const Shape xs{8, 16, 14, 14};  // 25088 windows: the kernel runs threaded
+  const Tensor x = test::random_tensor(xs, DType::f32, 24), dy = test::random_tensor(xs, DType::f32, 25);
+  Tensor ref = Tensor::zeros(xs, DType::f32);  // dy routed to each 3x3 window's first maximum, in window order
+  for (std::int64_t plane = 0; plane < 8 * 16; ++plane)
+    for (std::int64_t oh = 0; oh < 14; ++oh)
+      for (std::int64_t ow = 0; ow < 14; ++ow) {
+        std::int64_t best = -1;
+        for (std::int64_t ih = std::max<std::int64_t>(oh - 1, 0); ih <= std::min<std::int64_t>(oh + 1, 13); ++ih)
+          for (std::int64_t iw = std::max<std::int64_t>(ow - 1, 0); iw <= std::min<std::int64_t>(ow + 1, 13); ++iw) {
+            const std::int64_t at = (plane * 14 + ih) * 14 + iw;
+            if (best < 0 || x.at(at) > x.at(best)) best = at;
+          }
+        ref.data<float>()[best] += dy.data<float>()[(plane * 14 + oh) * 14 + ow];
+      }
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    omp_set_num_threads(threads);
+    const Tensor dx = run_binary(x, dy, [](Value a, Value b) { return max_pool2d_grad(a, b, 3, 1, 1); });
+    CHECK(std::memcmp(dx.raw(), ref.raw(), ref.nbytes()) == 0);
+  }
+  omp_set_num_threads(omp_get_num_procs());
 }
 
 TEST_CASE("global_avg_pool is the mean over H and W") {
