@@ -65,4 +65,8 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
           {"occupancy", shape.occupancy}};
 }
 
+void reset_device_peak() { cuda::device_allocator().reset_peak(); }
+
+std::size_t device_peak_bytes() { return cuda::device_allocator().stats().peak_in_use; }
+
 }  // namespace kiln::tools
