@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <sstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/compile.h"
@@ -106,6 +108,49 @@ nlohmann::json bench_chain(std::int64_t n, bool fuse, int warmup, int steps) {
   return r;
 }
 
+// Milliseconds from this process's start (by the kernel's clock) to now: the dynamic
+// loading of the shared libraries before main included. -1 if /proc says nothing.
+double ms_since_process_start() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  double up = 0;
+  if (!(uptime >> up)) return -1;
+  const std::size_t close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return (up - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK))) * 1000.0;
+  return -1;
+}
+
+// The start-up of a training process, phase by phase: context, graph, compile (fusion and
+// JIT, from the disk cache when warm), the first step. Run twice with an empty
+// KILN_CACHE_DIR to see a cold and then a warm start.
+nlohmann::json bench_startup(const std::string& model_name, std::int64_t batch) {
+  nlohmann::json r = {{"name", fmt::format("{} start-up to the first step, batch {}", model_name, batch)}, {"device", g_options.device.str()}};
+  r["before_main_ms"] = ms_since_process_start();
+  auto phase = [](auto&& work) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu()) r["context_ms"] = kiln::tools::cuda_context_ms();
+#endif
+  const kiln::ModelInfo& info = kiln::model_info(model_name);
+  std::unique_ptr<kiln::ModelGraph> m;
+  r["graph_ms"] = phase([&] {
+    m = std::make_unique<kiln::ModelGraph>(kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}));
+  });
+  std::unique_ptr<kiln::Program> step;
+  r["compile_ms"] = phase([&] { step = kiln::compile(*m->graph, g_options); });
+  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
+  r["first_step_ms"] = phase([&] { step->run({{"x", data.images}, {"y", data.labels}}); });
+  r["process_to_first_step_ms"] = ms_since_process_start();
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +160,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   bool unfused = false;
   std::int64_t chain = 0;
+  bool startup = false;
   CLI::App app{"kiln bench: times training steps on the CPU"};
   app.add_option("--model", model, "model")->capture_default_str();
   app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
@@ -133,12 +179,20 @@ int main(int argc, char** argv) {
   app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
+  app.add_flag("--startup", startup, "only time the start-up: context, graph, compile (JIT or disk cache), first step");
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   try {
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
     nlohmann::json results = nlohmann::json::array();
+    if (startup) {
+      const nlohmann::json r = bench_startup(model, batches.front());
+      fmt::print("{}\n", r.dump(2));
+      results.push_back(r);
+      if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+      return 0;
+    }
     fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "items/s",
                "device ms", "peak MiB");
     auto report = [&](const nlohmann::json& r) {
