@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <set>
 
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_allocator.h"
+#include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/transfer.h"
 #include "backends/feeds.h"
@@ -193,18 +196,30 @@ void CudaProgram::bind_buffers() {
 
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
+  std::vector<jit::KernelSource> sources;  // hand-written kernels the launches will use
+  std::set<std::string> source_names;
   std::size_t workspace = 0;
   for (const Node& n : graph_.nodes()) {
     if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
     std::vector<TensorType> types;
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
     workspace = std::max(workspace, cuda::workspace_bytes_for(n, types));
+    for (jit::KernelSource& source : cuda::kernel_sources_for(n, types))
+      if (source_names.insert(source.name).second) sources.push_back(std::move(source));
     if (n.op->name == "one_hot") {
       has_one_hot_ = true;
       one_hot_classes_ = n.attrs.integer("classes");
     }
   }
-  fused_ = compile_fused_kernels(groups);  // in parallel, through the kernel cache
+  // Both sets compile in parallel (through the kernel cache), side by side.
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  std::future<void> hand_written = std::async(std::launch::async, [&sources, device] {
+    KILN_CUDA_CHECK(cudaSetDevice(device));  // the current device is per thread
+    cuda::preload_kernels(sources);
+  });
+  fused_ = compile_fused_kernels(groups);
+  hand_written.get();
   if (workspace > 0) {
     workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
     if (streams_.size() > 1) side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
