@@ -231,6 +231,12 @@ const std::map<std::string, SourceList>& source_lists() {
       {"max_pool2d", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
       {"max_pool2d_grad", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
       {"max_pool2d_select", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
+      {"avg_pool2d", [](const Node&, const std::vector<TensorType>& in) {
+         return std::vector<jit::KernelSource>{avg_pool_source(false, in[0].dtype)};
+       }},
+      {"avg_pool2d_grad", [](const Node&, const std::vector<TensorType>& in) {
+         return std::vector<jit::KernelSource>{avg_pool_source(true, in[0].dtype)};
+       }},
       {"transpose", [](const Node&, const std::vector<TensorType>& in) {
          return std::vector<jit::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
        }},
