@@ -4,6 +4,11 @@
 #include "graph/nn/functional.h"
 
 namespace kiln {
+namespace {
+
+constexpr std::int64_t kWidth = 16;  // channels of the stem and stage 1; stages 2 and 3 double it
+
+}  // namespace
 
 BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride, Philox& rng)
     : conv1_({.in_channels = in_channels, .out_channels = out_channels, .stride = stride}, rng),
@@ -23,12 +28,14 @@ Value BasicBlock::forward(Value x) {
 }
 
 ResNet::ResNet(Philox& rng)
-    : stem_({.in_channels = 1, .out_channels = 16}, rng), dropout_(0.2, rng), fc_(64, 10, rng, true, nn::Init::xavier_uniform) {
+    : stem_({.in_channels = 1, .out_channels = kWidth}, rng),
+      dropout_(0.2, rng),
+      fc_(4 * kWidth, 10, rng, true, nn::Init::xavier_uniform) {
   struct Stage {
     std::int64_t channels, stride;
   };
-  std::int64_t channels = 16;
-  for (const Stage stage : {Stage{16, 1}, Stage{32, 2}, Stage{64, 2}}) {
+  std::int64_t channels = kWidth;
+  for (const Stage stage : {Stage{kWidth, 1}, Stage{2 * kWidth, 2}, Stage{4 * kWidth, 2}}) {
     blocks_.add<BasicBlock>(channels, stage.channels, stage.stride, rng);
     blocks_.add<BasicBlock>(stage.channels, stage.channels, 1, rng);
     channels = stage.channels;
