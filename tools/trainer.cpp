@@ -13,6 +13,7 @@
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/train.h"
+#include "models/train_gan.h"
 #include "tools/cli.h"
 
 namespace {
@@ -51,6 +52,23 @@ std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const kiln::ModelInfo& m : kiln::model_infos()) names.push_back(m.name);
   return names;
+}
+
+// GANs: Adam at 2e-4 (beta1 0.5) with a constant rate, where neither a flag nor the config
+// file moved the learning rate or schedule from the classifiers' defaults.
+void apply_gan_defaults(const CLI::App& app, kiln::TrainConfig& config) {
+  const kiln::TrainConfig defaults;
+  if (app.count("--lr") == 0 && config.lr == defaults.lr) config.lr = kiln::kGanLr;
+  if (app.count("--lr-schedule") == 0 && config.lr_schedule == defaults.lr_schedule) config.lr_schedule = "constant";
+}
+
+void run_gan(const kiln::TrainConfig& config) {
+  kiln::train_gan(config, [](const kiln::GanEpochResult& r) {
+    const std::string fid = std::isnan(r.fid) ? "" : fmt::format(", FID {:.2f}", r.fid);
+    fmt::print("epoch {}: D loss {:.4f}, G loss {:.4f}, D accuracy {:.1f}%{}, {:.0f} images/s, {:.1f} s, samples {}\n", r.epoch,
+               r.d_loss, r.g_loss, 100.0 * r.d_accuracy, fid, r.images_per_second, r.seconds, r.samples_path);
+    std::fflush(stdout);
+  });
 }
 
 }  // namespace
@@ -138,9 +156,15 @@ int main(int argc, char** argv) {
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
+    const bool gan = kiln::model_info(config.model).task == kiln::ModelTask::gan;
+    if (gan) apply_gan_defaults(app, config);
     fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
                config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
     std::fflush(stdout);
+    if (gan) {
+      run_gan(config);
+      return 0;
+    }
     kiln::train_classifier(config, [](const kiln::EpochResult& r) {
       fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
                  100.0 * r.test_accuracy, r.images_per_second, r.seconds);
