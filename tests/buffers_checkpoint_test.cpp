@@ -1,6 +1,8 @@
 // Checkpoints carry a model's buffers ("buffer/<name>") next to parameters and optimizer state.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "core/safetensors.h"
@@ -9,7 +11,7 @@
 namespace kiln {
 
 TEST_CASE("checkpoint: buffers are saved as buffer/<name> and restored on load") {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / "kiln-buffers-test.safetensors";
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("kiln-buffers-test-" + std::to_string(getpid()) + ".safetensors");
   const VariablePtr weight = make_variable("fc.weight", Tensor::full({2, 3}, 0.5, DType::f32));
   const VariablePtr mean = make_variable("bn.running_mean", Tensor::from_vector<float>({3}, {1, 2, 3}), false);
   const VariablePtr counter = make_variable("drop.step", Tensor::from_vector<std::int64_t>({}, {41}), false);

@@ -159,6 +159,9 @@ const std::map<std::string, SourceList>& source_lists() {
       {"one_hot", [](const Node& n, const std::vector<TensorType>& in) {
          return std::vector<jit::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype), one_hot_finish_source(in[0].dtype)};
        }},
+      {"random_uniform", [](const Node& n, const std::vector<TensorType>&) {
+         return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
+       }},
   };
   return table;
 }

@@ -21,8 +21,8 @@ Value cross_entropy(Value logits, Value labels);
 // `targets` has logits' shape (or broadcasts to it); the double overload is a constant target.
 Value bce_with_logits(Value logits, Value targets);
 Value bce_with_logits(Value logits, double target);
-// Transposed convolution, the input gradient of conv2d: x: [B, Cin, H, W], w: [Cin, Cout, K, K]
-// (PyTorch's layout) -> [B, Cout, (H - 1) * stride - 2 * padding + K + output_padding, ...],
+// Transposed convolution, the input gradient of conv2d: x: [B, Cin, H, W], w: [Cin, Cout, KH, KW]
+// (PyTorch's layout) -> [B, Cout, (H - 1) * stride - 2 * padding + KH + output_padding, ...],
 // output_padding < stride.
 Value conv_transpose2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0, std::int64_t output_padding = 0);
 
