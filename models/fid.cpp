@@ -51,6 +51,7 @@ double frechet_distance(const GaussianFit& a, const GaussianFit& b) {
 FidScorer::FidScorer(const std::string& lenet_checkpoint, const CompileOptions& options, std::int64_t batch)
     : lenet_(rng_), options_(options), batch_(batch) {
   KILN_CHECK(batch >= 1, "FID: batch must be at least 1 (got {})", batch);
+  lenet_.set_training(false);
   std::map<std::string, std::string> settings;
   load_checkpoint(lenet_checkpoint, lenet_.parameters(), {}, &settings);
   auto model = settings.find("model");

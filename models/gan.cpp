@@ -2,6 +2,7 @@
 #include "models/gan.h"
 
 #include "graph/nn/functional.h"
+#include "models/dcgan.h"
 
 namespace kiln {
 
@@ -36,6 +37,12 @@ std::unique_ptr<Gan> make_gan(const std::string& name, Philox& rng) {
   if (name == "gan") {
     auto generator = std::make_unique<MlpGenerator>(rng);
     return std::make_unique<Gan>(std::move(generator), std::make_unique<MlpDiscriminator>(rng));
+  }
+  if (name == "dcgan") {
+    auto generator = std::make_unique<DcganGenerator>(rng);
+    auto gan = std::make_unique<Gan>(std::move(generator), std::make_unique<DcganDiscriminator>(rng));
+    dcgan_init(*gan, rng);
+    return gan;
   }
   throw Error(fmt::format("'{}' is not a GAN (gan, dcgan)", name));
 }

@@ -11,6 +11,7 @@ const std::vector<ModelInfo>& model_infos() {
   static const std::vector<ModelInfo> infos = {
       {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier, Shape{1, 28, 28}, 10},
       {"gan", "MLP GAN (G 100-256-784, D 784-256-1) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
+      {"dcgan", "DCGAN (transposed convolutions, batch norm) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
   };
   return infos;
 }

@@ -63,7 +63,9 @@ class Sampler {
     std::unique_ptr<Program>& slot = programs_[count];
     if (!slot) {
       Graph g;
+      gan_.generator().set_training(false);  // batch norm reads its running statistics
       g.output("images", gan_.generator()(g.input("z", {count, kGanNoiseDim})));
+      gan_.generator().set_training(true);
       slot = compile(g, options_);
     }
     return *slot;
@@ -100,7 +102,11 @@ class GanRun {
  public:
   explicit GanRun(const TrainConfig& c);
   std::vector<GanEpochResult> run(const std::function<void(const GanEpochResult&)>& on_epoch);
-  std::vector<VariablePtr> parameters() const { return gan_->parameters(); }
+  std::vector<VariablePtr> variables() const {  // parameters, then buffers
+    std::vector<VariablePtr> all = gan_->parameters();
+    for (const VariablePtr& b : gan_->buffers()) all.push_back(b);
+    return all;
+  }
 
  private:
   GanEpochResult train_epoch(std::int64_t epoch, std::int64_t first, std::int64_t end);
@@ -141,7 +147,7 @@ GanRun::GanRun(const TrainConfig& c)
     fid_reference_ = fid_->fit(test_.images.narrow_rows(0, std::min(kFidSamples, test_.size())));
   }
   if (!c.resume_path.empty()) {
-    start_ = load_checkpoint(c.resume_path, gan_->parameters(), steps_.optimizer_state());
+    start_ = load_checkpoint(c.resume_path, gan_->parameters(), steps_.optimizer_state(), nullptr, gan_->buffers());
     log().info("resumed from {} at epoch {} batch {} (step {})", c.resume_path, start_.epoch, start_.batch, start_.step);
   }
   const std::int64_t all = c.epochs * batcher_.batches_per_epoch();
@@ -205,7 +211,7 @@ void GanRun::save(const TrainingPosition& at) const {
   const std::map<std::string, std::string> settings = {
       {"model", c_.model}, {"batch_size", std::to_string(c_.batch_size)}, {"optimizer", c_.optimizer},
       {"lr", fmt::format("{}", c_.lr)}, {"lr_schedule", c_.lr_schedule}, {"seed", std::to_string(c_.seed)}, {"epochs", std::to_string(c_.epochs)}};
-  save_checkpoint(c_.checkpoint_path, gan_->parameters(), steps_.optimizer_state(), at, settings);
+  save_checkpoint(c_.checkpoint_path, gan_->parameters(), steps_.optimizer_state(), at, settings, gan_->buffers());
 }
 
 std::vector<GanEpochResult> GanRun::run(const std::function<void(const GanEpochResult&)>& on_epoch) {
@@ -239,7 +245,7 @@ std::vector<GanEpochResult> train_gan(const TrainConfig& c, const std::function<
   check_directory(std::filesystem::absolute(c.samples_dir), "--samples-dir", c.samples_dir);
   GanRun run(c);
   std::vector<GanEpochResult> results = run.run(on_epoch);
-  if (on_finish) on_finish(run.parameters());
+  if (on_finish) on_finish(run.variables());
   return results;
 }
 

@@ -33,7 +33,8 @@ struct GanEpochResult {
 };
 
 // Trains config.model (a GAN) and returns one result per epoch; `on_epoch` is called after
-// each, `on_finish` with the trained parameters (generator first, then discriminator).
+// each, `on_finish` with the trained parameters (generator first, then discriminator), then
+// the buffers (batch norm's running statistics).
 std::vector<GanEpochResult> train_gan(const TrainConfig& config, const std::function<void(const GanEpochResult&)>& on_epoch = {},
                                       const std::function<void(const std::vector<VariablePtr>&)>& on_finish = {});
 

@@ -74,7 +74,7 @@ TEST_CASE("frechet distance: non-commuting 2x2 covariances match tr sqrt(M) = sq
   CHECK(frechet_distance(b, a) == doctest::Approx(expected).epsilon(1e-10));  // symmetric
 }
 
-TEST_CASE("Gaussian fits of samples recover mean and covariance; their FID approaches the closed form") {
+TEST_CASE("Gaussian fits of samples recover mean and covariance, and their FID approaches the closed form") {
   const std::vector<double> l1 = {1.0, 0.0, 0.6, 0.8}, l2 = {2.0, 0.0, -0.5, 0.5};  // S = L L^T
   const GaussianFit a = fit_gaussian(gaussian_samples(50000, {1.0, -1.0}, l1, 1));
   const GaussianFit b = fit_gaussian(gaussian_samples(50000, {0.0, 0.5}, l2, 2));
@@ -94,9 +94,8 @@ TEST_CASE("bad Gaussian fits are rejected with their sizes") {
 }
 
 TEST_CASE("FID on lenet features: ~0 for a set with itself, growing with a shift of the images") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-fid-test";
-  std::filesystem::create_directories(dir);
-  FidScorer scorer(lenet_checkpoint(dir), {}, 200);
+  const test::TempDir dir("kiln-fid-test");
+  FidScorer scorer(lenet_checkpoint(dir.path), {}, 200);
   const Tensor images = test_images(600);  // three batches: 200 per program run
   const Tensor features = scorer.features(images);
   REQUIRE(features.shape() == Shape{600, 128});
@@ -111,16 +110,13 @@ TEST_CASE("FID on lenet features: ~0 for a set with itself, growing with a shift
   CHECK(std::abs(self) < 1e-6 * trace);
   CHECK(small > 1e-3 * trace);
   CHECK(large > 2 * small);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("FidScorer rejects a checkpoint that is not of a lenet, naming the file") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-fid-bad";
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "other.safetensors").string();
+  const test::TempDir dir("kiln-fid-bad");
+  const std::string path = (dir.path / "other.safetensors").string();
   save_checkpoint(path, {make_variable("weight", Tensor::zeros({2}, DType::f32))}, {}, {}, {{"model", "gan"}});
   CHECK_THROWS_WITH_AS(FidScorer(path, {}), doctest::Contains(path.c_str()), Error);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace kiln

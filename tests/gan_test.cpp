@@ -32,15 +32,7 @@ bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return true;
 }
 
-// A scratch directory, removed at the end of the test.
-struct TempDir {
-  explicit TempDir(const std::string& name) : path(std::filesystem::temp_directory_path() / name) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::filesystem::path path;
-};
+using test::TempDir;
 
 TrainConfig gan_run(const std::filesystem::path& samples_dir) {
   TrainConfig c;
@@ -192,6 +184,61 @@ TEST_CASE("GAN settings errors name the value: a classifier name, a missing samp
   c.resume_path = (dir.path / "lenet.safetensors").string();
   save_checkpoint(c.resume_path, lenet.parameters(), {}, {}, {{"model", "lenet"}});
   CHECK_THROWS_WITH_AS(train_gan(c), doctest::Contains("has no tensor 'param/generator."), Error);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("DCGAN: 28x28 samples, finite losses over a few steps, running statistics updated and used for sampling") {
+  Philox rng(6);
+  std::unique_ptr<Gan> gan = make_gan("dcgan", rng);
+  const std::int64_t batch = 8;
+  GanSteps steps(*gan, batch, {.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1}, {});
+  const std::vector<Tensor> buffers0 = snapshot(gan->buffers());
+  REQUIRE(buffers0.size() == 6);  // running mean and variance of three batch norms
+  const Tensor real = test::random_tensor({batch, 1, 28, 28}, DType::f32, 2);
+  for (std::uint64_t s = 0; s < 3; ++s) {
+    const GanStepResult r = steps.run(real, gan_noise(batch, 1, s));
+    CHECK(std::isfinite(r.d_loss));
+    CHECK(std::isfinite(r.g_loss));
+  }
+  CHECK_FALSE(same_bits(buffers0, snapshot(gan->buffers())));
+  // The generator in eval mode normalises with the running statistics, not the batch's.
+  Graph train_graph, eval_graph;
+  train_graph.output("images", gan->generator()(train_graph.input("z", {batch, kGanNoiseDim})));
+  gan->generator().set_training(false);
+  eval_graph.output("images", gan->generator()(eval_graph.input("z", {batch, kGanNoiseDim})));
+  gan->generator().set_training(true);
+  const Tensor z = gan_noise(batch, 2, 0);
+  const Tensor train_images = test::run_once(train_graph, {{"z", z}}).at("images");
+  const Tensor eval_images = test::run_once(eval_graph, {{"z", z}}).at("images");
+  REQUIRE(eval_images.shape() == Shape{batch, 1, 28, 28});
+  for (std::int64_t i = 0; i < eval_images.numel(); ++i) REQUIRE(std::abs(eval_images.at(i)) <= 1.0);
+  CHECK(test::closeness(eval_images, train_images, 1e-4, 0) > 1);
+}
+
+TEST_CASE("DCGAN checkpoints carry batch norm's running statistics: a resumed run is bitwise equal") {
+  TempDir dir("kiln-dcgan-resume-test");
+  TrainConfig base = gan_run(dir.path);
+  base.model = "dcgan";
+  base.synthetic = true;
+  base.batch_size = 8;
+  auto final_variables = [](const TrainConfig& c) {
+    std::vector<Tensor> out;
+    train_gan(c, {}, [&](const std::vector<VariablePtr>& v) { out = snapshot(v); });
+    return out;
+  };
+  TrainConfig whole = base;
+  whole.max_steps = 4;
+  const std::vector<Tensor> uninterrupted = final_variables(whole);
+  TrainConfig first = base;
+  first.max_steps = 2;
+  first.checkpoint_path = (dir.path / "half.safetensors").string();
+  final_variables(first);
+  TrainConfig second = whole;
+  second.resume_path = first.checkpoint_path;
+  CHECK(same_bits(final_variables(second), uninterrupted));
 }
 
 }  // namespace kiln

@@ -60,8 +60,8 @@ TEST_CASE("a PNG grid decodes to the tiles of the images, padded, with values ma
 }
 
 TEST_CASE("write_png_grid writes the file atomically and it decodes to the same grid") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-png-grid-test";
-  std::filesystem::create_directories(dir);
+  const test::TempDir scratch("kiln-png-grid-test");
+  const std::filesystem::path& dir = scratch.path;
   const Tensor images = test::random_tensor({64, 1, 28, 28}, DType::f32, 5);
   const std::filesystem::path path = dir / "grid.png";
   write_png_grid(path, images, 8);
@@ -72,7 +72,6 @@ TEST_CASE("write_png_grid writes the file atomically and it decodes to the same 
   CHECK(d.width == 8 * 30 + 2);
   CHECK(d.height == 8 * 30 + 2);
   for (const auto& entry : std::filesystem::directory_iterator(dir)) CHECK(entry.path().filename() == "grid.png");  // no temp left
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("PNG grids reject images that are not [N, 1, H, W] and unwritable paths, naming them") {

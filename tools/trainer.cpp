@@ -103,9 +103,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", config.model, "model to train")->check(CLI::IsMember(model_names()))->capture_default_str();
   app.add_option("--epochs", config.epochs, "passes over the training set")->check(number_from(0, false))->capture_default_str();
   app.add_option("--batch-size", config.batch_size, "examples per step")->check(number_from(0, false))->capture_default_str();
-  app.add_option("--lr", config.lr, "learning rate")->check(number_from(0, false))->capture_default_str();
+  app.add_option("--lr", config.lr, "learning rate (GANs: 2e-4 unless given)")->check(number_from(0, false))->capture_default_str();
   app.add_option("--optimizer", config.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  app.add_option("--lr-schedule", config.lr_schedule, "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0")
+  app.add_option("--lr-schedule", config.lr_schedule,
+                 "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0 (GANs: constant unless given)")
       ->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
   app.add_option("--warmup-steps", config.warmup_steps, "linear learning-rate warm-up over this many steps")->check(number_from(0, true));
   app.add_option("--lr-step-size", config.lr_step_size, "step schedule: steps between decays")->check(number_from(1, true))->capture_default_str();
