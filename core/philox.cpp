@@ -61,15 +61,19 @@ void Philox::fill_normal(Tensor& t, double mean, double stddev) {
   visit_floating(t.dtype(), "fill_normal", [&](auto zero) {
     using T = decltype(zero);
     T* out = t.data<T>();
-    for (std::int64_t i = 0; i < t.numel(); ++i) {
-      const auto block = philox_block(seed_, first + static_cast<std::uint64_t>(i / 4));
-      const std::size_t pair = static_cast<std::size_t>(i % 4) / 2 * 2;
-      const double u1 = 1.0 - static_cast<double>(uniform_from_bits(block[pair]));  // (0, 1]
-      const double u2 = static_cast<double>(uniform_from_bits(block[pair + 1]));
+    const std::int64_t n = t.numel();
+    // Elements 2p and 2p + 1 are the cosine and sine of one Box-Muller pair, from words
+    // 2 (p % 2) and 2 (p % 2) + 1 of block first + p / 2: each block is computed once.
+    std::array<std::uint32_t, 4> block{};
+    for (std::int64_t p = 0; 2 * p < n; ++p) {
+      if (p % 2 == 0) block = philox_block(seed_, first + static_cast<std::uint64_t>(p / 2));
+      const std::size_t word = static_cast<std::size_t>(p % 2) * 2;
+      const double u1 = 1.0 - static_cast<double>(uniform_from_bits(block[word]));  // (0, 1]
+      const double u2 = static_cast<double>(uniform_from_bits(block[word + 1]));
       const double radius = std::sqrt(-2.0 * std::log(u1));
       const double angle = 2.0 * M_PI * u2;
-      const double z = (i % 2 == 0) ? radius * std::cos(angle) : radius * std::sin(angle);
-      out[i] = static_cast<T>(mean + stddev * z);
+      out[2 * p] = static_cast<T>(mean + stddev * (radius * std::cos(angle)));
+      if (2 * p + 1 < n) out[2 * p + 1] = static_cast<T>(mean + stddev * (radius * std::sin(angle)));
     }
   });
 }

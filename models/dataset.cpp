@@ -10,9 +10,6 @@
 namespace kiln {
 namespace {
 
-constexpr float kFashionMean = 0.2860f;
-constexpr float kFashionStd = 0.3530f;
-
 std::string find_file(const std::string& dir, const std::string& stem) {
   for (const char* suffix : {".gz", ""}) {
     const std::string path = (std::filesystem::path(dir) / (stem + suffix)).string();
@@ -21,13 +18,17 @@ std::string find_file(const std::string& dir, const std::string& stem) {
   throw Error(fmt::format("{}: missing {}[.gz] (is this a Fashion-MNIST directory?)", dir, stem));
 }
 
-Tensor normalised_images(const Tensor& raw, const std::string& path) {
+Tensor normalised_images(const Tensor& raw, const std::string& path, PixelScale scale) {
   KILN_CHECK(raw.dtype() == DType::u8 && raw.shape().rank() == 3 && raw.shape()[1] == 28 && raw.shape()[2] == 28,
              "{}: expected u8 images [N, 28, 28] but found {}{}", path, dtype_name(raw.dtype()), raw.shape().str());
   Tensor out = Tensor::empty({raw.shape()[0], 1, 28, 28}, DType::f32);
   const std::uint8_t* in = raw.data<std::uint8_t>();
   float* o = out.data<float>();
-  for (std::int64_t i = 0; i < raw.numel(); ++i) o[i] = (static_cast<float>(in[i]) / 255.0f - kFashionMean) / kFashionStd;
+  if (scale == PixelScale::symmetric) {
+    for (std::int64_t i = 0; i < raw.numel(); ++i) o[i] = static_cast<float>(in[i]) / 127.5f - 1.0f;
+    return out;
+  }
+  for (std::int64_t i = 0; i < raw.numel(); ++i) o[i] = (static_cast<float>(in[i]) / 255.0f - kFashionMnistMean) / kFashionMnistStd;
   return out;
 }
 
@@ -45,13 +46,13 @@ Tensor checked_labels(const Tensor& raw, const std::string& path, std::int64_t c
 
 }  // namespace
 
-Dataset load_fashion_mnist(const std::string& dir, Split split) {
+Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale) {
   KILN_CHECK(std::filesystem::is_directory(dir),
              "data directory '{}' does not exist (install Debian's dataset-fashion-mnist or pass --data-dir)", dir);
   const std::string prefix = split == Split::train ? "train" : "t10k";
   const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte");
-  Dataset d{normalised_images(read_idx(images_path), images_path), checked_labels(read_idx(labels_path), labels_path, 10)};
+  Dataset d{normalised_images(read_idx(images_path), images_path, scale), checked_labels(read_idx(labels_path), labels_path, 10)};
   KILN_CHECK(d.images.shape()[0] == d.labels.numel(), "{}: {} images but {} has {} labels", images_path,
              d.images.shape()[0], labels_path, d.labels.numel());
   return d;

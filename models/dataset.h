@@ -20,10 +20,19 @@ enum class Split { train, test };
 // Default location of Debian's dataset-fashion-mnist package.
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
-// Loads Fashion-MNIST (or MNIST) from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
-// Images are scaled to [0, 1] and standardised with the Fashion-MNIST training mean and std.
+// The Fashion-MNIST training set's pixel mean and standard deviation (pixels in [0, 1]).
+inline constexpr float kFashionMnistMean = 0.2860f;
+inline constexpr float kFashionMnistStd = 0.3530f;
+
+enum class PixelScale {
+  standardised,  // (p / 255 - kFashionMnistMean) / kFashionMnistStd: classifiers
+  symmetric,     // p / 127.5 - 1, in [-1, 1]: GANs (a tanh generator's range)
+};
+
+// Loads Fashion-MNIST (or MNIST) from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz],
+// images as [N, 1, 28, 28] scaled by `scale`.
 // Throws kiln::Error naming the directory or file and the problem.
-Dataset load_fashion_mnist(const std::string& dir, Split split);
+Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale = PixelScale::standardised);
 
 // Random labelled images of the right shape (benchmarks, tests); labels in [0, classes).
 Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes, std::uint64_t seed);

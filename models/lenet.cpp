@@ -16,11 +16,12 @@ LeNet::LeNet(Philox& rng)
   register_module("fc2", fc2_);
 }
 
-Value LeNet::forward(Value x) {
+Value LeNet::features(Value x) {
   x = max_pool2d(relu(conv1_(x)), 2);  // [B, 32, 14, 14]
   x = max_pool2d(relu(conv2_(x)), 2);  // [B, 64, 7, 7]
-  x = relu(fc1_(flatten(x)));          // [B, 128]
-  return fc2_(x);                      // [B, 10]
+  return relu(fc1_(flatten(x)));       // [B, 128]
 }
+
+Value LeNet::forward(Value x) { return fc2_(features(x)); }  // [B, 10]
 
 }  // namespace kiln

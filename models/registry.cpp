@@ -22,6 +22,8 @@ const std::vector<ModelInfo>& model_infos() {
        Shape{1, 28, 28}, 10},
       {"inception", "small GoogLeNet: Inception modules (1x1, 3x3, 5x5, pool branches), batch norm",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"gan", "MLP GAN (G 100-256-784, D 784-256-1) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
+      {"dcgan", "DCGAN (transposed convolutions, batch norm) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
   };
   return infos;
 }

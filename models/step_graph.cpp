@@ -10,7 +10,7 @@ namespace kiln {
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
   if (c.name == "sgd") return std::make_unique<Sgd>(SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
   if (c.name == "adam" || c.name == "adamw")
-    return std::make_unique<Adam>(AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay, .decoupled_weight_decay = c.name == "adamw"});
+    return std::make_unique<Adam>(AdamOptions{.lr = c.lr, .beta1 = c.beta1, .weight_decay = c.weight_decay, .decoupled_weight_decay = c.name == "adamw"});
   throw Error(fmt::format("unknown optimizer '{}' (sgd, adam, adamw)", c.name));
 }
 

@@ -15,6 +15,7 @@ struct OptimizerConfig {
   double lr = 1e-3;
   double momentum = 0.9;      // sgd
   double weight_decay = 0.0;
+  double beta1 = 0.9;         // adam, adamw (GANs use 0.5)
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
 

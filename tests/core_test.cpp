@@ -95,6 +95,23 @@ TEST_CASE("philox fills are reproducible, depend on the seed, and have the right
   CHECK(std::sqrt(var) == doctest::Approx(0.5).epsilon(0.03));
 }
 
+TEST_CASE("philox fill_normal: element i is Box-Muller on words of block offset + i / 4 (odd sizes too)") {
+  for (std::int64_t n : {1, 6, 7, 13}) {
+    Tensor t = Tensor::empty({n}, DType::f32);
+    Philox rng(5, 9);
+    rng.fill_normal(t, 1.0, 2.0);
+    CHECK(rng.offset() == 9 + static_cast<std::uint64_t>((n + 3) / 4));
+    for (std::int64_t i = 0; i < n; ++i) {  // the definition, element by element
+      const auto block = philox_block(5, 9 + static_cast<std::uint64_t>(i / 4));
+      const std::size_t pair = static_cast<std::size_t>(i % 4) / 2 * 2;
+      const double radius = std::sqrt(-2.0 * std::log(1.0 - static_cast<double>(uniform_from_bits(block[pair]))));
+      const double angle = 2.0 * M_PI * static_cast<double>(uniform_from_bits(block[pair + 1]));
+      const double z = i % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle);
+      CHECK(t.at(i) == static_cast<float>(1.0 + 2.0 * z));
+    }
+  }
+}
+
 TEST_CASE("a philox stream continues where a split stream would: (seed, offset) is the whole state") {
   Philox whole(11);
   Tensor all = Tensor::empty({16}, DType::f32);

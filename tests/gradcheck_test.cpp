@@ -2,6 +2,7 @@
 // The last test fails when an op of the table has no case here.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
 #include <set>
 
@@ -173,6 +174,8 @@ std::vector<GradCase> composite_cases() {
       {"", "global_avg_pool", {{{2, 3, 4, 5}}}, [](V v) { return global_avg_pool(v[0]); }},
       {"", "log_softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return log_softmax(v[0], 1); }},
       {"", "softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return softmax(v[0], 1); }},
+      {"", "bce_with_logits", {{{3, 4}, -4.0, 4.0}, {{3, 4}, 0.0, 1.0}}, [](V v) { return bce_with_logits(v[0], v[1]); }},
+      {"", "bce_with_logits (target 1)", {{{5, 1}, -4.0, 4.0}}, [](V v) { return bce_with_logits(v[0], 1.0); }},
       {"", "shared value (two consumers)", {{{4}}}, [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},
       {"", "conv_transpose2d k3 s2 p1 output_padding 1", {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
        [](V v) { return conv_transpose2d(v[0], v[1], 2, 1, 1); }},
@@ -222,6 +225,33 @@ TEST_CASE("cross_entropy gradient matches finite differences (one_hot inside)") 
     numeric.data<double>()[k] = (up - down) / 2e-6;
   }
   CHECK(test::closeness(analytic, numeric, 1e-7, 1e-5) <= 1.0);
+}
+
+TEST_CASE("bce_with_logits stays finite and exact for large logits, with gradient (sigmoid(x) - t) / N") {
+  const std::vector<double> x = {-100.0, -3.0, 0.0, 2.0, 100.0, 30.0}, t = {0.0, 1.0, 0.5, 1.0, 1.0, 0.0};
+  Graph g;
+  const Value logits = g.input("x", {6}, DType::f32);
+  const Value loss = bce_with_logits(logits, g.constant(Tensor::from_values({6}, t, DType::f32)));
+  g.output("loss", loss);
+  g.output("grad", grad(loss, {logits})[0]);
+  const Outputs out = test::run_once(g, {{"x", Tensor::from_values({6}, x, DType::f32)}});
+  double expected = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {  // -t log s(x) - (1 - t) log(1 - s(x)), each log stably
+    const double log_s = -std::log1p(std::exp(-std::abs(x[i]))) + std::min(x[i], 0.0);
+    const double log_not_s = log_s - x[i];
+    expected += -(t[i] * log_s + (1 - t[i]) * log_not_s) / 6.0;
+    const double sigmoid = 1.0 / (1.0 + std::exp(-x[i]));
+    CHECK(out.at("grad").at(static_cast<std::int64_t>(i)) == doctest::Approx((sigmoid - t[i]) / 6.0).epsilon(1e-5));
+  }
+  CHECK(std::isfinite(out.at("loss").item()));
+  CHECK(out.at("loss").item() == doctest::Approx(expected).epsilon(1e-5));
+}
+
+TEST_CASE("bce_with_logits rejects targets that would broadcast the logits, and targets outside [0, 1]") {
+  Graph g;
+  const Value logits = g.input("x", {4, 1});
+  CHECK_THROWS_WITH_AS(bce_with_logits(logits, g.input("t", {4})), doctest::Contains("targets f32[4] do not broadcast to logits f32[4, 1]"), Error);
+  CHECK_THROWS_WITH_AS(bce_with_logits(logits, 1.5), doctest::Contains("target 1.5 is not in [0, 1]"), Error);
 }
 
 TEST_CASE("detach passes the value and cuts the gradient") {

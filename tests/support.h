@@ -3,6 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,5 +36,19 @@ inline double closeness(const Tensor& a, const Tensor& b, double atol, double rt
   }
   return worst;
 }
+
+// A scratch directory "<name>-<pid>" under the system's temp directory (per process, so that
+// suites of several worktrees can run at once), removed with everything in it at the end.
+struct TempDir {
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path path;
+};
 
 }  // namespace kiln::test

@@ -225,4 +225,24 @@ expect_rc 1
 expect_output "check-numerics: run"
 ok
 
+# --- GANs ------------------------------------------------------------------------------------------
+
+mkdir -p "$TMP/samples"
+run "gan: a synthetic run writes its grid, GAN defaults" --model gan --synthetic --max-steps 3 --epochs 1 --samples-dir "$TMP/samples" --no-progress
+expect_rc 0
+expect_output "adam lr 0.0002"
+expect_output "D accuracy"
+[ -s "$TMP/samples/gan-epoch-1.png" ] || fail "no sample grid was written"
+ok
+
+run "dcgan: a synthetic run" --model dcgan --synthetic --batch-size 8 --max-steps 2 --epochs 1 --samples-dir "$TMP/samples" --no-progress
+expect_rc 0
+[ -s "$TMP/samples/dcgan-epoch-1.png" ] || fail "no sample grid was written"
+ok
+
+run "gan: a missing --samples-dir" --model gan --synthetic --max-steps 3 --samples-dir "$TMP/nosuch" --no-progress
+expect_rc 1
+expect_error "--samples-dir" "$TMP/nosuch"
+ok
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include "backends/compile.h"
 #include "graph/nn/functional.h"
 #include "models/dataset.h"
+#include "models/gan_steps.h"
 #include "models/registry.h"
 #include "models/step_graph.h"
 #include "tools/cli.h"
@@ -87,6 +90,40 @@ nlohmann::json bench_training_step(const std::string& model_name, std::int64_t b
 #ifdef KILN_HAVE_CUDA
   if (!g_options.device.is_cpu()) r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
 #endif
+  return r;
+}
+
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
+// A GAN's training step: one discriminator step and one generator step (Adam, beta1 0.5),
+// with the noise drawn on the host as the training loop does. Also reports the process CPU
+// time per step (all threads), which a loaded machine inflates less than wall time.
+nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch, int warmup, int steps) {
+  kiln::Philox rng(0);
+  std::unique_ptr<kiln::Gan> gan = kiln::make_gan(model_name, rng);
+  const auto compile_start = std::chrono::steady_clock::now();
+  kiln::GanSteps gan_steps(*gan, batch, {.name = "adam", .lr = 2e-4, .beta1 = 0.5}, g_options);
+  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
+  kiln::Tensor real = kiln::Tensor::empty({batch, 1, 28, 28}, kiln::DType::f32);
+  kiln::Philox(1).fill_uniform(real, -1, 1);
+  std::vector<double> ms;
+  double cpu_ms = 0;
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_ms();
+    gan_steps.run(real, kiln::gan_noise(batch, 0, static_cast<std::uint64_t>(i)));
+    if (i < warmup) continue;
+    cpu_ms += process_cpu_ms() - cpu_start;
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  nlohmann::json r = result(fmt::format("{} D step + G step, batch {}, Adam", model_name, batch),
+                            {quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)}, batch);
+  r["compile_ms"] = compile_ms;
+  r["cpu_ms_per_step"] = cpu_ms / steps;
   return r;
 }
 
@@ -201,10 +238,16 @@ int main(int argc, char** argv) {
                  r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>(),
                  device_ms >= 0 ? fmt::format("{:.3f}", device_ms) : "-",
                  r.contains("peak_device_mib") ? fmt::format("{:.1f}", r["peak_device_mib"].get<double>()) : "-",
-                 r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>()) : "");
+                 r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>())
+                 : r.contains("cpu_ms_per_step") ? fmt::format("  {:.3f} CPU ms/step", r["cpu_ms_per_step"].get<double>()) : "");
       results.push_back(r);
     };
+    const bool gan = kiln::model_info(model).task == kiln::ModelTask::gan;
     for (std::int64_t batch : batches) {
+      if (gan) {
+        report(bench_gan_step(model, batch, warmup, steps));
+        continue;
+      }
       report(bench_training_step(model, batch, true, warmup, steps));
       if (unfused) report(bench_training_step(model, batch, false, warmup, steps));
       if (numerics) {

@@ -13,6 +13,7 @@
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/train.h"
+#include "models/train_gan.h"
 #include "tools/cli.h"
 
 namespace {
@@ -53,6 +54,23 @@ std::vector<std::string> model_names() {
   return names;
 }
 
+// GANs: Adam at 2e-4 (beta1 0.5) with a constant rate, where neither a flag nor the config
+// file moved the learning rate or schedule from the classifiers' defaults.
+void apply_gan_defaults(const CLI::App& app, kiln::TrainConfig& config) {
+  const kiln::TrainConfig defaults;
+  if (app.count("--lr") == 0 && config.lr == defaults.lr) config.lr = kiln::kGanLr;
+  if (app.count("--lr-schedule") == 0 && config.lr_schedule == defaults.lr_schedule) config.lr_schedule = "constant";
+}
+
+void run_gan(const kiln::TrainConfig& config) {
+  kiln::train_gan(config, [](const kiln::GanEpochResult& r) {
+    const std::string fid = std::isnan(r.fid) ? "" : fmt::format(", FID {:.2f}", r.fid);
+    fmt::print("epoch {}: D loss {:.4f}, G loss {:.4f}, D accuracy {:.1f}%{}, {:.0f} images/s, {:.1f} s, samples {}\n", r.epoch,
+               r.d_loss, r.g_loss, 100.0 * r.d_accuracy, fid, r.images_per_second, r.seconds, r.samples_path);
+    std::fflush(stdout);
+  });
+}
+
 }  // namespace
 
 // The value of --config in argv, read before the flags so that flags override the file.
@@ -85,9 +103,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", config.model, "model to train")->check(CLI::IsMember(model_names()))->capture_default_str();
   app.add_option("--epochs", config.epochs, "passes over the training set")->check(number_from(0, false))->capture_default_str();
   app.add_option("--batch-size", config.batch_size, "examples per step")->check(number_from(0, false))->capture_default_str();
-  app.add_option("--lr", config.lr, "learning rate")->check(number_from(0, false))->capture_default_str();
+  app.add_option("--lr", config.lr, "learning rate (GANs: 2e-4 unless given)")->check(number_from(0, false))->capture_default_str();
   app.add_option("--optimizer", config.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  app.add_option("--lr-schedule", config.lr_schedule, "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0")
+  app.add_option("--lr-schedule", config.lr_schedule,
+                 "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0 (GANs: constant unless given)")
       ->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
   app.add_option("--warmup-steps", config.warmup_steps, "linear learning-rate warm-up over this many steps")->check(number_from(0, true));
   app.add_option("--lr-step-size", config.lr_step_size, "step schedule: steps between decays")->check(number_from(1, true))->capture_default_str();
@@ -138,9 +157,15 @@ int main(int argc, char** argv) {
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
+    const bool gan = kiln::model_info(config.model).task == kiln::ModelTask::gan;
+    if (gan) apply_gan_defaults(app, config);
     fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
                config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
     std::fflush(stdout);
+    if (gan) {
+      run_gan(config);
+      return 0;
+    }
     kiln::train_classifier(config, [](const kiln::EpochResult& r) {
       fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
                  100.0 * r.test_accuracy, r.images_per_second, r.seconds);

@@ -42,6 +42,26 @@ Value cross_entropy(Value logits, Value labels) {
   return -mean_all(sum(targets * log_softmax(logits, 1), {1}));
 }
 
+Value bce_with_logits(Value logits, Value targets) {
+  KILN_CHECK(targets.dtype() == logits.dtype(), "bce_with_logits: targets are {} but logits are {} (same dtype expected)",
+             targets.type().str(), logits.type().str());
+  // Targets may broadcast to the logits' shape, never the other way ([N, 1] logits with [N]
+  // targets would silently become an [N, N] loss).
+  const Shape& ls = logits.shape();
+  const Shape& ts = targets.shape();
+  bool fits = ts.rank() <= ls.rank();
+  for (std::size_t i = 1; fits && i <= ts.rank(); ++i) fits = ts[ts.rank() - i] == 1 || ts[ts.rank() - i] == ls[ls.rank() - i];
+  KILN_CHECK(fits, "bce_with_logits: targets {} do not broadcast to logits {}", targets.type().str(), logits.type().str());
+  // |x| as max(x, -x); exp(-|x|) <= 1, so nothing overflows for any logit.
+  const Value softplus_of_minus_abs = log(1.0 + exp(-maximum(logits, -logits)));
+  return mean_all(relu(logits) - logits * targets + softplus_of_minus_abs);
+}
+
+Value bce_with_logits(Value logits, double target) {
+  KILN_CHECK(target >= 0 && target <= 1, "bce_with_logits: target {} is not in [0, 1]", target);
+  return bce_with_logits(logits, scalar_like(logits, target));
+}
+
 Value conv_transpose2d(Value x, Value w, std::int64_t stride, std::int64_t padding, std::int64_t output_padding) {
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();

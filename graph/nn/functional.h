@@ -18,6 +18,11 @@ Value log_softmax(Value x, std::int64_t axis = -1);
 Value softmax(Value x, std::int64_t axis = -1);
 // Mean over the batch of -log p(label); logits: [N, C], labels: integer [N].
 Value cross_entropy(Value logits, Value labels);
+// Binary cross-entropy of sigmoid(logits) against targets in [0, 1], averaged over all
+// elements, written stably from the logits: max(x, 0) - x * t + log(1 + exp(-|x|)).
+// `targets` has logits' shape (or broadcasts to it); the double overload is a constant target.
+Value bce_with_logits(Value logits, Value targets);
+Value bce_with_logits(Value logits, double target);
 // Transposed convolution, the input gradient of conv2d: x: [B, Cin, H, W], w: [Cin, Cout, KH, KW]
 // (PyTorch's layout) -> [B, Cout, (H - 1) * stride - 2 * padding + KH + output_padding, ...],
 // output_padding < stride.

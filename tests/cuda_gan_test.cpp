@@ -1,0 +1,83 @@
+// GANs on the GPU against the CPU: the two steps (sharing device-resident Variables) give the
+// CPU's losses and parameters; train_gan runs end to end with grids and FID. Skipped without
+// a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "backends/host_copy.h"
+#include "fusion/jit/cuda_runtime.h"
+#include "models/checkpoint.h"
+#include "models/gan_steps.h"
+#include "models/lenet.h"
+#include "models/train_gan.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+bool have_gpu() {
+  if (jit::cuda_device_count() > 0) return true;
+  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("GPU: GAN steps (gan, dcgan) match the CPU's losses and parameters, through CUDA-graph replays") {
+  if (!have_gpu()) return;
+  for (const char* name : {"gan", "dcgan"}) {
+    CAPTURE(name);
+    Philox rng_cpu(3), rng_gpu(3);
+    std::unique_ptr<Gan> cpu = make_gan(name, rng_cpu), gpu = make_gan(name, rng_gpu);
+    const OptimizerConfig adam{.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1};
+    GanSteps cpu_steps(*cpu, 16, adam, {}), gpu_steps(*gpu, 16, adam, {.device = Device::cuda()});
+    for (std::uint64_t step = 0; step < 4; ++step) {  // the first run, the capture, replays
+      CAPTURE(step);
+      const Tensor real = test::random_tensor({16, 1, 28, 28}, DType::f32, 40 + step);
+      const Tensor z = gan_noise(16, 5, step);
+      const GanStepResult c = cpu_steps.run(real, z), g = gpu_steps.run(real, z);
+      CHECK(g.d_loss == doctest::Approx(c.d_loss).epsilon(1e-3));
+      CHECK(g.g_loss == doctest::Approx(c.g_loss).epsilon(1e-3));
+      std::vector<VariablePtr> cv = cpu->parameters(), gv = gpu->parameters();
+      for (const VariablePtr& b : cpu->buffers()) cv.push_back(b);
+      for (const VariablePtr& b : gpu->buffers()) gv.push_back(b);
+      for (std::size_t i = 0; i < cv.size(); ++i) {
+        CAPTURE(cv[i]->name);
+        // Adam divides by sqrt(v): near-zero gradients amplify rounding differences.
+        CHECK(test::closeness(to_host(gv[i]->value), cv[i]->value, 3e-4, 3e-3) <= 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("GPU: train_gan runs on the GPU: finite losses, a grid and an FID per epoch") {
+  if (!have_gpu()) return;
+  const test::TempDir dir("kiln-gpu-gan-test");
+  Philox rng(2);
+  LeNet lenet(rng);
+  const std::string classifier = (dir.path / "lenet.safetensors").string();
+  save_checkpoint(classifier, lenet.parameters(), {}, {}, {{"model", "lenet"}});
+  for (const char* name : {"gan", "dcgan"}) {
+    CAPTURE(name);
+    TrainConfig c;
+    c.model = name;
+    c.device = Device::cuda();
+    c.synthetic = true;
+    c.progress = false;
+    c.lr = kGanLr;
+    c.lr_schedule = "constant";
+    c.epochs = 1;
+    c.max_steps = 20;
+    c.samples_dir = dir.path.string();
+    c.fid_classifier = classifier;
+    const std::vector<GanEpochResult> results = train_gan(c);
+    REQUIRE(results.size() == 1);
+    CHECK(std::isfinite(results[0].d_loss));
+    CHECK(std::isfinite(results[0].g_loss));
+    CHECK(std::isfinite(results[0].fid));
+    CHECK(std::filesystem::file_size(results[0].samples_path) > 1000);
+  }
+}
+
+}  // namespace kiln
