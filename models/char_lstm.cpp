@@ -1,6 +1,7 @@
 // char-lstm's layers and forward pass.
 #include "models/char_lstm.h"
 
+#include "graph/ops.h"
 #include "models/text_dataset.h"
 
 namespace kiln {

@@ -4,12 +4,18 @@
 #include <fmt/ranges.h>
 
 #include "models/lenet.h"
+#include "models/row_lstm.h"
+#include "models/text_dataset.h"
 
 namespace kiln {
 
 const std::vector<ModelInfo>& model_infos() {
   static const std::vector<ModelInfo> infos = {
       {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"row-lstm", "bidirectional LSTM (128 per direction) over the 28 rows of an image, last states to a linear head",
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"char-lstm", "character-level language model: embedding, LSTM or tanh RNN layers, linear head (96 characters)",
+       ModelTask::language_model, Shape{}, kVocabulary},
   };
   return infos;
 }
@@ -26,6 +32,7 @@ const ModelInfo& model_info(const std::string& name) {
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
   KILN_CHECK(model_info(name).task == ModelTask::image_classifier, "model '{}' is not an image classifier", name);
   if (name == "lenet") return std::make_unique<LeNet>(rng);
+  if (name == "row-lstm") return std::make_unique<RowLstm>(rng);
   KILN_ASSERT(false, "model {} is listed but has no builder", name);
 }
 

@@ -13,6 +13,7 @@
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/train.h"
+#include "models/train_lm.h"
 #include "tools/cli.h"
 
 namespace {
@@ -45,6 +46,20 @@ CLI::Validator number_from(double low, bool inclusive) {
         return "";
       },
       description);
+}
+
+// char-lstm: trains, or with --sample prints text generated from the --resume checkpoint.
+int run_language_model(const kiln::TrainConfig& config) {
+  if (config.sample_chars > 0) {
+    fmt::print("{}\n", kiln::sample_language_model(config));
+    return 0;
+  }
+  kiln::train_language_model(config, [](const kiln::LmEpochResult& r) {
+    fmt::print("epoch {}: train {:.3f} bits/char, validation {:.3f} bits/char, {:.0f} chars/s, {:.1f} s ({} steps)\n", r.epoch,
+               r.train_bits_per_char, r.validation_bits_per_char, r.chars_per_second, r.seconds, r.steps);
+    std::fflush(stdout);
+  });
+  return 0;
 }
 
 std::vector<std::string> model_names() {
@@ -138,9 +153,14 @@ int main(int argc, char** argv) {
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
-    fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
-               config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
-    std::fflush(stdout);
+    const kiln::ModelTask task = kiln::model_info(config.model).task;
+    KILN_CHECK(config.sample_chars == 0 || task == kiln::ModelTask::language_model, "--sample: model {} is not a language model", config.model);
+    if (config.sample_chars == 0) {
+      fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
+                 config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
+      std::fflush(stdout);
+    }
+    if (task == kiln::ModelTask::language_model) return run_language_model(config);
     kiln::train_classifier(config, [](const kiln::EpochResult& r) {
       fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
                  100.0 * r.test_accuracy, r.images_per_second, r.seconds);

@@ -1,0 +1,179 @@
+// train_language_model: text, char-lstm, one compiled training step and one evaluation
+// step, random windows per step, validation bits per character per epoch.
+#include "models/train_lm.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "backends/compile.h"
+#include "core/log.h"
+#include "graph/autograd.h"
+#include "graph/nn/functional.h"
+#include "models/char_lstm.h"
+#include "models/checkpoint.h"
+#include "models/lr_schedule.h"
+#include "models/metrics.h"
+#include "models/progress.h"
+#include "models/step_graph.h"
+#include "models/text_dataset.h"
+
+namespace kiln {
+namespace {
+
+const double kLn2 = std::log(2.0);
+
+CharLstmOptions lm_options(const TrainConfig& c) {
+  return {.embedding = c.embedding, .hidden = c.hidden, .layers = c.layers, .cell = nn::cell_kind_from_name(c.cell)};
+}
+
+void check_lm_config(const TrainConfig& c) {
+  KILN_CHECK(c.epochs >= 1, "epochs must be at least 1 (got {})", c.epochs);
+  KILN_CHECK(c.batch_size >= 1, "batch size must be at least 1 (got {})", c.batch_size);
+  KILN_CHECK(c.seq_len >= 1, "sequence length must be at least 1 (got {})", c.seq_len);
+  KILN_CHECK(c.embedding >= 1 && c.hidden >= 1 && c.layers >= 1, "embedding {}, hidden {} and layers {} must be positive",
+             c.embedding, c.hidden, c.layers);
+  KILN_CHECK(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), "gradient clipping norm must be >= 0 (got {})", c.clip_grad_norm);
+  KILN_CHECK(!c.bidirectional, "char-lstm predicts the next character, so it cannot be bidirectional (drop --bidirectional)");
+  nn::cell_kind_from_name(c.cell);
+}
+
+// Gradients scaled by min(1, max_norm / global L2 norm).
+std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm) {
+  Value squares = sum_all(grads[0] * grads[0]);
+  for (std::size_t i = 1; i < grads.size(); ++i) squares = squares + sum_all(grads[i] * grads[i]);
+  const Value scale = max_norm / maximum(sqrt(squares), scalar_like(squares, max_norm));
+  std::vector<Value> out;
+  for (const Value& g : grads) out.push_back(g * scale);
+  return out;
+}
+
+// Mean cross-entropy (nats) of next-character predictions: inputs "x", "y" i64 [T, B].
+Value lm_loss(CharLstm& model, Graph& g, std::int64_t batch, std::int64_t seq_len) {
+  const Value x = g.input("x", {seq_len, batch}, DType::i64);
+  const Value y = g.input("y", {seq_len, batch}, DType::i64);
+  return cross_entropy(model.forward(x).logits, reshape(y, {seq_len * batch}));
+}
+
+std::unique_ptr<Program> compile_lm_step(CharLstm& model, Optimizer& optimizer, const TrainConfig& c, const CompileOptions& options) {
+  Graph g;
+  const Value loss = lm_loss(model, g, c.batch_size, c.seq_len);
+  const std::vector<VariablePtr> params = model.parameters();
+  std::vector<Value> wrt;
+  for (const VariablePtr& p : params) wrt.push_back(g.variable(p));
+  std::vector<Value> grads = grad(loss, wrt);
+  if (c.clip_grad_norm > 0) grads = clip_by_global_norm(grads, c.clip_grad_norm);
+  optimizer.append_update(g, params, grads);
+  g.output("loss", loss);
+  return compile(g, options);
+}
+
+// Bits per character over every validation window, `batch` windows per run.
+class LmEvaluator {
+ public:
+  LmEvaluator(CharLstm& model, const std::vector<std::uint8_t>& tokens, std::int64_t batch, std::int64_t seq_len,
+              const CompileOptions& options)
+      : windows_(tokens, seq_len), batch_(std::min(batch, windows_.windows())), seq_len_(seq_len) {
+    KILN_ASSERT(batch_ >= 1, "validation text without a window of {}", seq_len + 1);
+    Graph g;
+    g.output("loss", lm_loss(model, g, batch_, seq_len));
+    program_ = compile(g, options);
+  }
+
+  double bits_per_char() {
+    Tensor x = Tensor::empty({seq_len_, batch_}, DType::i64), y = Tensor::empty({seq_len_, batch_}, DType::i64);
+    const std::int64_t batches = windows_.windows() / batch_;
+    double total = 0;
+    for (std::int64_t b = 0; b < batches; ++b) {
+      windows_.fill(b, x, y);
+      total += program_->run({{"x", x}, {"y", y}}).at("loss").item();
+    }
+    return total / static_cast<double>(batches) / kLn2;
+  }
+
+ private:
+  TextWindows windows_;
+  std::int64_t batch_, seq_len_;
+  std::unique_ptr<Program> program_;
+};
+
+std::map<std::string, std::string> lm_settings(const TrainConfig& c) {
+  return {{"model", c.model}, {"embedding", std::to_string(c.embedding)}, {"hidden", std::to_string(c.hidden)},
+          {"layers", std::to_string(c.layers)}, {"cell", c.cell}, {"seq_len", std::to_string(c.seq_len)},
+          {"batch_size", std::to_string(c.batch_size)}, {"optimizer", c.optimizer}, {"lr", fmt::format("{}", c.lr)},
+          {"lr_schedule", c.lr_schedule}, {"seed", std::to_string(c.seed)}, {"epochs", std::to_string(c.epochs)}};
+}
+
+}  // namespace
+
+std::int64_t lm_steps_per_epoch(std::int64_t train_tokens, std::int64_t batch, std::int64_t seq_len) {
+  return std::max<std::int64_t>(1, train_tokens / std::max<std::int64_t>(1, batch * seq_len));
+}
+
+std::vector<LmEpochResult> train_language_model(const TrainConfig& c, const std::function<void(const LmEpochResult&)>& on_epoch,
+                                                const std::function<void(const std::vector<VariablePtr>&)>& on_finish) {
+  check_lm_config(c);
+  const LrSchedule schedule{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma};
+  schedule.validate();
+  const TextCorpus corpus = load_text_corpus(c.text_path, c.seq_len + 1);
+  log().info("char-lstm: {} ({} training and {} validation characters)", corpus.source, corpus.train.size(), corpus.validation.size());
+  MetricsWriter metrics = c.metrics_path.empty() ? MetricsWriter() : MetricsWriter(c.metrics_path);
+  Philox rng(c.seed);
+  CharLstm model(lm_options(c), rng);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer({.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
+                               .check_numerics = c.check_numerics, .deterministic = c.deterministic};
+  std::unique_ptr<Program> step = compile_lm_step(model, *optimizer, c, options);
+  LmEvaluator evaluator(model, corpus.validation, c.batch_size, c.seq_len, options);
+  const TextBatcher batcher(corpus.train, c.batch_size, c.seq_len, c.seed);
+
+  const std::int64_t per_epoch = lm_steps_per_epoch(static_cast<std::int64_t>(corpus.train.size()), c.batch_size, c.seq_len);
+  const std::int64_t planned = c.epochs * per_epoch;
+  const std::int64_t last = c.max_steps >= 0 ? std::min(planned, c.max_steps) : planned;  // steps to have done at the end
+  TrainingPosition at;
+  if (!c.resume_path.empty()) {
+    at = load_checkpoint(c.resume_path, model.parameters(), optimizer->state());
+    log().info("resumed from {} at step {}", c.resume_path, at.step);
+  }
+  auto save = [&](std::int64_t done) {
+    const TrainingPosition p{done, done / per_epoch + 1, done % per_epoch};
+    if (!c.checkpoint_path.empty()) save_checkpoint(c.checkpoint_path, model.parameters(), optimizer->state(), p, lm_settings(c));
+  };
+  Tensor x = Tensor::empty({c.seq_len, c.batch_size}, DType::i64), y = Tensor::empty({c.seq_len, c.batch_size}, DType::i64);
+  std::vector<LmEpochResult> results;
+  for (std::int64_t done = at.step; done < last;) {
+    const std::int64_t epoch = done / per_epoch + 1, epoch_end = std::min(last, epoch * per_epoch);
+    LmEpochResult r{.epoch = epoch, .steps = epoch_end - done};
+    Progress progress(fmt::format("epoch {}/{}", epoch, c.epochs), r.steps, c.progress && stderr_is_terminal());
+    double bits_sum = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::int64_t s = 1; done < epoch_end; ++done, ++s) {
+      optimizer->set_lr(schedule.at(done, planned));
+      if (!c.trace_path.empty() && done == std::min<std::int64_t>(9, last - 1)) step->trace_next_run(c.trace_path);
+      batcher.fill(done, x, y);
+      const double loss = step->run({{"x", x}, {"y", y}}).at("loss").item();
+      KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at step {} (lower the learning rate or clip gradients)", loss, done + 1);
+      bits_sum += loss / kLn2;
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double chars_per_second = static_cast<double>(s * c.batch_size * c.seq_len) / seconds;
+      if (c.progress) progress.update(s, bits_sum / static_cast<double>(s), chars_per_second);
+      metrics.write("train", {{"step", done + 1}, {"epoch", epoch}, {"loss", loss}, {"bits_per_char", loss / kLn2},
+                              {"lr", optimizer->lr()}, {"chars_per_second", chars_per_second}});
+      if (c.save_every > 0 && (done + 1) % c.save_every == 0) save(done + 1);
+    }
+    if (c.progress) progress.finish();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.chars_per_second = static_cast<double>(r.steps * c.batch_size * c.seq_len) / r.seconds;
+    r.train_bits_per_char = bits_sum / static_cast<double>(r.steps);
+    save(done);
+    r.validation_bits_per_char = evaluator.bits_per_char();
+    metrics.write("eval", {{"step", done}, {"epoch", epoch}, {"train_bits_per_char", r.train_bits_per_char},
+                           {"validation_bits_per_char", r.validation_bits_per_char}, {"seconds", r.seconds},
+                           {"chars_per_second", r.chars_per_second}});
+    results.push_back(r);
+    if (on_epoch) on_epoch(r);
+  }
+  if (on_finish) on_finish(model.parameters());
+  return results;
+}
+
+}  // namespace kiln
