@@ -103,6 +103,98 @@ std::map<std::string, std::string> lm_settings(const TrainConfig& c) {
           {"lr_schedule", c.lr_schedule}, {"seed", std::to_string(c.seed)}, {"epochs", std::to_string(c.epochs)}};
 }
 
+// One run: the data, the model, its compiled steps, and where training stands.
+class LmRun {
+ public:
+  explicit LmRun(const TrainConfig& c);
+  std::int64_t done() const { return done_; }
+  std::int64_t last() const { return last_; }
+  LmEpochResult run_epoch(MetricsWriter& metrics);
+  std::vector<VariablePtr> parameters() const { return model_.parameters(); }
+
+ private:
+  double train_step(std::int64_t epoch, std::int64_t in_epoch, double seconds, Progress& progress, MetricsWriter& metrics);
+  void save(std::int64_t done);
+
+  const TrainConfig& c_;
+  LrSchedule schedule_;
+  TextCorpus corpus_;
+  Philox rng_;
+  CharLstm model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Program> step_;
+  std::unique_ptr<LmEvaluator> evaluator_;
+  TextBatcher batcher_;
+  std::int64_t per_epoch_, planned_, last_, done_ = 0;
+  Tensor x_, y_;
+};
+
+LmRun::LmRun(const TrainConfig& c)
+    : c_(c),
+      schedule_{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma},
+      corpus_(load_text_corpus(c.text_path, c.seq_len + 1)),
+      rng_(c.seed),
+      model_(lm_options(c), rng_),
+      optimizer_(make_optimizer({.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay})),
+      batcher_(corpus_.train, c.batch_size, c.seq_len, c.seed),
+      per_epoch_(lm_steps_per_epoch(static_cast<std::int64_t>(corpus_.train.size()), c.batch_size, c.seq_len)),
+      planned_(c.epochs * per_epoch_),
+      last_(c.max_steps >= 0 ? std::min(planned_, c.max_steps) : planned_),
+      x_(Tensor::empty({c.seq_len, c.batch_size}, DType::i64)),
+      y_(Tensor::empty({c.seq_len, c.batch_size}, DType::i64)) {
+  log().info("char-lstm: {} ({} training and {} validation characters, {} steps per epoch)", corpus_.source, corpus_.train.size(),
+             corpus_.validation.size(), per_epoch_);
+  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
+                               .check_numerics = c.check_numerics, .deterministic = c.deterministic};
+  step_ = compile_lm_step(model_, *optimizer_, c, options);
+  evaluator_ = std::make_unique<LmEvaluator>(model_, corpus_.validation, c.batch_size, c.seq_len, options);
+  if (!c.resume_path.empty()) {
+    done_ = load_checkpoint(c.resume_path, model_.parameters(), optimizer_->state()).step;
+    log().info("resumed from {} at step {}", c.resume_path, done_);
+  }
+}
+
+void LmRun::save(std::int64_t done) {
+  const TrainingPosition p{done, done / per_epoch_ + 1, done % per_epoch_};
+  if (!c_.checkpoint_path.empty()) save_checkpoint(c_.checkpoint_path, model_.parameters(), optimizer_->state(), p, lm_settings(c_));
+}
+
+// Runs step done_ (the in_epoch-th of its epoch); returns its bits per character.
+double LmRun::train_step(std::int64_t epoch, std::int64_t in_epoch, double seconds, Progress& progress, MetricsWriter& metrics) {
+  optimizer_->set_lr(schedule_.at(done_, planned_));
+  if (!c_.trace_path.empty() && done_ == std::min<std::int64_t>(9, last_ - 1)) step_->trace_next_run(c_.trace_path);
+  batcher_.fill(done_, x_, y_);
+  const double loss = step_->run({{"x", x_}, {"y", y_}}).at("loss").item();
+  KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at step {} (lower the learning rate or clip gradients)", loss, done_ + 1);
+  const double chars_per_second = static_cast<double>(in_epoch * c_.batch_size * c_.seq_len) / seconds;
+  if (c_.progress) progress.update(in_epoch, loss / kLn2, chars_per_second);
+  metrics.write("train", {{"step", done_ + 1}, {"epoch", epoch}, {"loss", loss}, {"bits_per_char", loss / kLn2},
+                          {"lr", optimizer_->lr()}, {"chars_per_second", chars_per_second}});
+  ++done_;
+  if (c_.save_every > 0 && done_ % c_.save_every == 0) save(done_);
+  return loss / kLn2;
+}
+
+LmEpochResult LmRun::run_epoch(MetricsWriter& metrics) {
+  const std::int64_t epoch = done_ / per_epoch_ + 1, epoch_end = std::min(last_, epoch * per_epoch_);
+  LmEpochResult r{.epoch = epoch, .steps = epoch_end - done_};
+  Progress progress(fmt::format("epoch {}/{}", epoch, c_.epochs), r.steps, c_.progress && stderr_is_terminal());
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  double bits_sum = 0;
+  for (std::int64_t s = 1; done_ < epoch_end; ++s) bits_sum += train_step(epoch, s, elapsed(), progress, metrics);
+  if (c_.progress) progress.finish();
+  r.seconds = elapsed();
+  r.chars_per_second = static_cast<double>(r.steps * c_.batch_size * c_.seq_len) / r.seconds;
+  r.train_bits_per_char = bits_sum / static_cast<double>(r.steps);
+  save(done_);
+  r.validation_bits_per_char = evaluator_->bits_per_char();
+  metrics.write("eval", {{"step", done_}, {"epoch", epoch}, {"train_bits_per_char", r.train_bits_per_char},
+                         {"validation_bits_per_char", r.validation_bits_per_char}, {"seconds", r.seconds},
+                         {"chars_per_second", r.chars_per_second}});
+  return r;
+}
+
 }  // namespace
 
 std::int64_t lm_steps_per_epoch(std::int64_t train_tokens, std::int64_t batch, std::int64_t seq_len) {
@@ -112,67 +204,16 @@ std::int64_t lm_steps_per_epoch(std::int64_t train_tokens, std::int64_t batch, s
 std::vector<LmEpochResult> train_language_model(const TrainConfig& c, const std::function<void(const LmEpochResult&)>& on_epoch,
                                                 const std::function<void(const std::vector<VariablePtr>&)>& on_finish) {
   check_lm_config(c);
-  const LrSchedule schedule{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma};
-  schedule.validate();
-  const TextCorpus corpus = load_text_corpus(c.text_path, c.seq_len + 1);
-  log().info("char-lstm: {} ({} training and {} validation characters)", corpus.source, corpus.train.size(), corpus.validation.size());
+  LrSchedule{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma}.validate();
+  if (!c.checkpoint_path.empty()) check_checkpoint_directory(c.checkpoint_path);
   MetricsWriter metrics = c.metrics_path.empty() ? MetricsWriter() : MetricsWriter(c.metrics_path);
-  Philox rng(c.seed);
-  CharLstm model(lm_options(c), rng);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer({.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
-  const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
-                               .check_numerics = c.check_numerics, .deterministic = c.deterministic};
-  std::unique_ptr<Program> step = compile_lm_step(model, *optimizer, c, options);
-  LmEvaluator evaluator(model, corpus.validation, c.batch_size, c.seq_len, options);
-  const TextBatcher batcher(corpus.train, c.batch_size, c.seq_len, c.seed);
-
-  const std::int64_t per_epoch = lm_steps_per_epoch(static_cast<std::int64_t>(corpus.train.size()), c.batch_size, c.seq_len);
-  const std::int64_t planned = c.epochs * per_epoch;
-  const std::int64_t last = c.max_steps >= 0 ? std::min(planned, c.max_steps) : planned;  // steps to have done at the end
-  TrainingPosition at;
-  if (!c.resume_path.empty()) {
-    at = load_checkpoint(c.resume_path, model.parameters(), optimizer->state());
-    log().info("resumed from {} at step {}", c.resume_path, at.step);
-  }
-  auto save = [&](std::int64_t done) {
-    const TrainingPosition p{done, done / per_epoch + 1, done % per_epoch};
-    if (!c.checkpoint_path.empty()) save_checkpoint(c.checkpoint_path, model.parameters(), optimizer->state(), p, lm_settings(c));
-  };
-  Tensor x = Tensor::empty({c.seq_len, c.batch_size}, DType::i64), y = Tensor::empty({c.seq_len, c.batch_size}, DType::i64);
+  LmRun run(c);
   std::vector<LmEpochResult> results;
-  for (std::int64_t done = at.step; done < last;) {
-    const std::int64_t epoch = done / per_epoch + 1, epoch_end = std::min(last, epoch * per_epoch);
-    LmEpochResult r{.epoch = epoch, .steps = epoch_end - done};
-    Progress progress(fmt::format("epoch {}/{}", epoch, c.epochs), r.steps, c.progress && stderr_is_terminal());
-    double bits_sum = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (std::int64_t s = 1; done < epoch_end; ++done, ++s) {
-      optimizer->set_lr(schedule.at(done, planned));
-      if (!c.trace_path.empty() && done == std::min<std::int64_t>(9, last - 1)) step->trace_next_run(c.trace_path);
-      batcher.fill(done, x, y);
-      const double loss = step->run({{"x", x}, {"y", y}}).at("loss").item();
-      KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at step {} (lower the learning rate or clip gradients)", loss, done + 1);
-      bits_sum += loss / kLn2;
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double chars_per_second = static_cast<double>(s * c.batch_size * c.seq_len) / seconds;
-      if (c.progress) progress.update(s, bits_sum / static_cast<double>(s), chars_per_second);
-      metrics.write("train", {{"step", done + 1}, {"epoch", epoch}, {"loss", loss}, {"bits_per_char", loss / kLn2},
-                              {"lr", optimizer->lr()}, {"chars_per_second", chars_per_second}});
-      if (c.save_every > 0 && (done + 1) % c.save_every == 0) save(done + 1);
-    }
-    if (c.progress) progress.finish();
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.chars_per_second = static_cast<double>(r.steps * c.batch_size * c.seq_len) / r.seconds;
-    r.train_bits_per_char = bits_sum / static_cast<double>(r.steps);
-    save(done);
-    r.validation_bits_per_char = evaluator.bits_per_char();
-    metrics.write("eval", {{"step", done}, {"epoch", epoch}, {"train_bits_per_char", r.train_bits_per_char},
-                           {"validation_bits_per_char", r.validation_bits_per_char}, {"seconds", r.seconds},
-                           {"chars_per_second", r.chars_per_second}});
-    results.push_back(r);
-    if (on_epoch) on_epoch(r);
+  while (run.done() < run.last()) {
+    results.push_back(run.run_epoch(metrics));
+    if (on_epoch) on_epoch(results.back());
   }
-  if (on_finish) on_finish(model.parameters());
+  if (on_finish) on_finish(run.parameters());
   return results;
 }
 
