@@ -2,6 +2,7 @@
 #include "graph/grad_sum.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "graph/op.h"
@@ -52,6 +53,27 @@ std::optional<Value> join_padded(const std::vector<Value>& terms) {
   return concat(pieces, axis);
 }
 
+// An existing concat along `axis` of exactly `values` (in any order, each once): the
+// positions of values in it, or nothing. Joined gradients share such a concat rather than
+// copying the same pieces again.
+std::optional<std::pair<Value, std::vector<std::size_t>>> existing_concat(Graph& g, const std::vector<Value>& values, std::int64_t axis) {
+  std::map<ValueRef, std::size_t> index;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!index.emplace(values[i].ref(), i).second) return std::nullopt;
+  for (std::int32_t id = static_cast<std::int32_t>(g.nodes().size()) - 1; id >= 0; --id) {
+    const Node& n = g.node(id);
+    if (n.op->name != "concat" || n.inputs.size() != values.size() || n.attrs.integer("axis") != axis) continue;
+    std::vector<std::size_t> order;
+    for (const ValueRef& in : n.inputs) {
+      auto it = index.find(in);
+      if (it == index.end()) break;
+      order.push_back(it->second);
+    }
+    if (order.size() == values.size()) return std::make_pair(g.value({id, 0}), order);
+  }
+  return std::nullopt;
+}
+
 // Terms that are all rank-2 matmuls with the same transposes: sum_t op(A_t) op(B_t) =
 // op([A_1 .. A_k]) op([B_1; ..; B_k]), the operands joined along the contraction axis.
 std::optional<Value> join_products(const std::vector<Value>& terms) {
@@ -71,7 +93,17 @@ std::optional<Value> join_products(const std::vector<Value>& terms) {
   // The k - 1 extra outputs are each written once and read once by the additions.
   const std::int64_t saved = 2 * static_cast<std::int64_t>(terms.size() - 1) * terms[0].shape().numel();
   if (copied > saved) return std::nullopt;
-  return matmul(concat(lhs, trans_a ? 0 : 1), concat(rhs, trans_b ? 1 : 0), trans_a != 0, trans_b != 0);
+  const std::int64_t lhs_axis = trans_a ? 0 : 1, rhs_axis = trans_b ? 1 : 0;
+  Value rhs_joined;
+  if (auto shared = existing_concat(g, rhs, rhs_axis)) {  // e.g. an RNN's projection gradient
+    std::vector<Value> reordered;
+    for (std::size_t i : shared->second) reordered.push_back(lhs[i]);
+    lhs = reordered;
+    rhs_joined = shared->first;
+  } else {
+    rhs_joined = concat(rhs, rhs_axis);
+  }
+  return matmul(concat(lhs, lhs_axis), rhs_joined, trans_a != 0, trans_b != 0);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ namespace kiln {
 //   ranges do not overlap: one concat of the unpadded pieces (zeros in the gaps);
 // - products matmul(A_t, B_t) with the same transposes (the per-step gradients of a
 //   weight shared across time steps): one matmul of A_t and B_t concatenated along the
-//   contraction axis, when copying them costs less than the extra outputs it saves;
+//   contraction axis, when copying them costs less than the extra outputs it saves
+//   (where a concat of exactly the B_t exists already, it is read instead of a copy);
 // - anything else: additions in order.
 Value sum_gradient_terms(const std::vector<Value>& terms);
 

@@ -7,6 +7,7 @@
 
 #include "graph/autograd.h"
 #include "graph/nn/recurrent.h"
+#include "graph/op.h"
 #include "graph/ops.h"
 #include "tests/support.h"
 
@@ -141,6 +142,22 @@ TEST_CASE("gradients of a tiny LSTM match finite differences (f64, T = 3)") {
 TEST_CASE("gradients of a tiny tanh RNN match finite differences (f64, T = 3)") {
   check_recurrent_gradients({.input_size = 3, .hidden_size = 2, .layers = 2, .cell = nn::CellKind::rnn}, false);
   check_recurrent_gradients({.input_size = 2, .hidden_size = 3, .layers = 1, .bidirectional = true, .cell = nn::CellKind::rnn}, true);
+}
+
+TEST_CASE("an LSTM's weight gradients are one GEMM each, and both read the same concat of step gradients") {
+  Philox rng(4);
+  nn::Recurrent lstm({.input_size = 3, .hidden_size = 4}, rng);
+  Graph g;
+  const nn::RecurrentOutput out = lstm.forward_time_major(g.input("x", {6, 2, 3}));
+  const std::vector<VariablePtr> params = lstm.parameters();  // weight_ih, weight_hh, bias
+  const std::vector<Value> grads = grad(sum_all(out.outputs * out.outputs), {g.variable(params[0]), g.variable(params[1])});
+  const Node& d_input = g.node(grads[0].ref().node);
+  const Node& d_recurrent = g.node(grads[1].ref().node);
+  REQUIRE(d_input.op->name == "matmul");
+  REQUIRE(d_recurrent.op->name == "matmul");
+  CHECK(g.node(d_input.inputs[1].node).op->name == "concat");
+  CHECK(g.node(d_input.inputs[1].node).inputs.size() == 6);  // one [B, 4H] piece per step
+  CHECK(d_recurrent.inputs[1] == d_input.inputs[1]);          // shared, not copied again
 }
 
 TEST_CASE("Embedding rows are the weight's rows, and its gradient sums them per token") {

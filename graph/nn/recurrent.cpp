@@ -64,10 +64,13 @@ Recurrent::Pass Recurrent::run_direction(const Weights& w, Value x_rows, std::in
   const Value projected = matmul(x_rows, g.variable(w.input));  // [T*B, G*H]
   const Value u = g.variable(w.recurrent), b = g.variable(w.bias);
   std::vector<Value> outputs(static_cast<std::size_t>(steps));
+  // A zero initial state is still multiplied: then the recurrent weight's gradient terms,
+  // one per step, line up with the rows of the projection's gradient and the joined
+  // gradient GEMM reads that concat instead of a copy of it (graph/grad_sum.h).
+  if (!h.valid()) h = g.fill(0.0, {batch, hidden}, x_rows.dtype());
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::int64_t t = reverse ? steps - 1 - s : s;
-    Value pre = slice(projected, 0, t * batch, batch) + b;
-    if (h.valid()) pre = pre + matmul(h, u);
+    const Value pre = slice(projected, 0, t * batch, batch) + b + matmul(h, u);
     auto gate = [&](std::int64_t k) { return slice(pre, 1, k * hidden, hidden); };
     if (options_.cell == CellKind::rnn) {
       h = tanh(gate(0));

@@ -36,8 +36,7 @@ struct RecurrentOptions {
 };
 
 // The state of every layer and direction, in order (layer 0 forward, layer 0 reverse, ...),
-// each [B, H]; `c` is empty for an RNN. An empty state means zeros (and no recurrent
-// GEMM at the first step).
+// each [B, H]; `c` is empty for an RNN. An empty state means zeros.
 struct RecurrentState {
   std::vector<Value> h, c;
 };
