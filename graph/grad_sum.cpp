@@ -11,6 +11,27 @@
 namespace kiln {
 namespace {
 
+// An existing concat along `axis` of exactly `values` (in any order, each once): the
+// positions of values in it, or nothing. Joined gradients share such a concat rather than
+// copying the same pieces again.
+std::optional<std::pair<Value, std::vector<std::size_t>>> existing_concat(Graph& g, const std::vector<Value>& values, std::int64_t axis) {
+  std::map<ValueRef, std::size_t> index;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!index.emplace(values[i].ref(), i).second) return std::nullopt;
+  for (std::int32_t id = static_cast<std::int32_t>(g.nodes().size()) - 1; id >= 0; --id) {
+    const Node& n = g.node(id);
+    if (n.op->name != "concat" || n.inputs.size() != values.size() || n.attrs.integer("axis") != axis) continue;
+    std::vector<std::size_t> order;
+    for (const ValueRef& in : n.inputs) {
+      auto it = index.find(in);
+      if (it == index.end()) break;
+      order.push_back(it->second);
+    }
+    if (order.size() == values.size()) return std::make_pair(g.value({id, 0}), order);
+  }
+  return std::nullopt;
+}
+
 // Terms that are all pad nodes along one axis: terms of the same range are added
 // unpadded, and disjoint ranges are joined by one concat (zeros in the gaps).
 std::optional<Value> join_padded(const std::vector<Value>& terms) {
@@ -50,28 +71,9 @@ std::optional<Value> join_padded(const std::vector<Value>& terms) {
     at = r.before + r.length;
   }
   if (at < size) pieces.push_back(zeros(size - at));
+  const auto shared = existing_concat(g, pieces, axis);  // the same pieces joined for another value
+  if (shared && std::is_sorted(shared->second.begin(), shared->second.end())) return shared->first;
   return concat(pieces, axis);
-}
-
-// An existing concat along `axis` of exactly `values` (in any order, each once): the
-// positions of values in it, or nothing. Joined gradients share such a concat rather than
-// copying the same pieces again.
-std::optional<std::pair<Value, std::vector<std::size_t>>> existing_concat(Graph& g, const std::vector<Value>& values, std::int64_t axis) {
-  std::map<ValueRef, std::size_t> index;
-  for (std::size_t i = 0; i < values.size(); ++i)
-    if (!index.emplace(values[i].ref(), i).second) return std::nullopt;
-  for (std::int32_t id = static_cast<std::int32_t>(g.nodes().size()) - 1; id >= 0; --id) {
-    const Node& n = g.node(id);
-    if (n.op->name != "concat" || n.inputs.size() != values.size() || n.attrs.integer("axis") != axis) continue;
-    std::vector<std::size_t> order;
-    for (const ValueRef& in : n.inputs) {
-      auto it = index.find(in);
-      if (it == index.end()) break;
-      order.push_back(it->second);
-    }
-    if (order.size() == values.size()) return std::make_pair(g.value({id, 0}), order);
-  }
-  return std::nullopt;
 }
 
 // Terms that are all rank-2 matmuls with the same transposes: sum_t op(A_t) op(B_t) =

@@ -11,7 +11,9 @@ namespace kiln {
 
 // The sum of `terms` (equal shapes, at least one), as graph ops:
 // - zero-padded slices of one axis (slice gradients, e.g. an LSTM's four gates) whose
-//   ranges do not overlap: one concat of the unpadded pieces (zeros in the gaps);
+//   ranges do not overlap: one concat of the unpadded pieces (zeros in the gaps), or an
+//   existing concat of the same pieces (an LSTM step's gate gradients, for the projection's
+//   rows and for the recurrent GEMM);
 // - products matmul(A_t, B_t) with the same transposes (the per-step gradients of a
 //   weight shared across time steps): one matmul of A_t and B_t concatenated along the
 //   contraction axis, when copying them costs less than the extra outputs it saves

@@ -54,8 +54,8 @@ Value lm_loss(CharLstm& model, Graph& g, std::int64_t batch, std::int64_t seq_le
   return cross_entropy(model.forward(x).logits, reshape(y, {seq_len * batch}));
 }
 
-std::unique_ptr<Program> compile_lm_step(CharLstm& model, Optimizer& optimizer, const TrainConfig& c, const CompileOptions& options) {
-  Graph g;
+// Appends the training step of `model` to `g`: gradients, clipping, the optimizer's update.
+void append_lm_step(Graph& g, CharLstm& model, Optimizer& optimizer, const TrainConfig& c) {
   const Value loss = lm_loss(model, g, c.batch_size, c.seq_len);
   const std::vector<VariablePtr> params = model.parameters();
   std::vector<Value> wrt;
@@ -64,7 +64,6 @@ std::unique_ptr<Program> compile_lm_step(CharLstm& model, Optimizer& optimizer, 
   if (c.clip_grad_norm > 0) grads = clip_by_global_norm(grads, c.clip_grad_norm);
   optimizer.append_update(g, params, grads);
   g.output("loss", loss);
-  return compile(g, options);
 }
 
 // Bits per character over every validation window, `batch` windows per run.
@@ -146,7 +145,9 @@ LmRun::LmRun(const TrainConfig& c)
              corpus_.validation.size(), per_epoch_);
   const CompileOptions options{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
                                .check_numerics = c.check_numerics, .deterministic = c.deterministic};
-  step_ = compile_lm_step(model_, *optimizer_, c, options);
+  Graph g;
+  append_lm_step(g, model_, *optimizer_, c);
+  step_ = compile(g, options);
   evaluator_ = std::make_unique<LmEvaluator>(model_, corpus_.validation, c.batch_size, c.seq_len, options);
   if (!c.resume_path.empty()) {
     done_ = load_checkpoint(c.resume_path, model_.parameters(), optimizer_->state()).step;
@@ -196,6 +197,31 @@ LmEpochResult LmRun::run_epoch(MetricsWriter& metrics) {
 }
 
 }  // namespace
+
+std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& c, bool train) {
+  check_lm_config(c);
+  Philox rng(c.seed);
+  CharLstm model(lm_options(c), rng);  // the graph's variable nodes keep the parameters alive
+  auto g = std::make_unique<Graph>();
+  if (!train) {
+    g->output("loss", lm_loss(model, *g, c.batch_size, c.seq_len));
+    return g;
+  }
+  const auto optimizer = make_optimizer({.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  append_lm_step(*g, model, *optimizer, c);
+  return g;
+}
+
+std::vector<Feed> random_text_feeds(const TrainConfig& c, std::uint64_t seed) {
+  std::vector<Feed> feeds;
+  Philox rng(seed);
+  for (const char* name : {"x", "y"}) {
+    Tensor t = Tensor::empty({c.seq_len, c.batch_size}, DType::i64);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<std::int64_t>()[i] = static_cast<std::int64_t>(rng.next_below(kVocabulary));
+    feeds.emplace_back(name, t);
+  }
+  return feeds;
+}
 
 std::int64_t lm_steps_per_epoch(std::int64_t train_tokens, std::int64_t batch, std::int64_t seq_len) {
   return std::max<std::int64_t>(1, train_tokens / std::max<std::int64_t>(1, batch * seq_len));

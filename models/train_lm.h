@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/compile.h"
 #include "models/train.h"
 
 namespace kiln {
@@ -38,5 +39,13 @@ std::vector<LmEpochResult> train_language_model(const TrainConfig& config,
 // softmax of logits / config.temperature with a Philox stream of config.seed. Returns the
 // prime followed by the generated characters.
 std::string sample_language_model(const TrainConfig& config);
+
+// The char-lstm graph that the tools time and show (bench, dump): config's shape (batch_size,
+// seq_len, embedding, hidden, layers, cell) with inputs "x" and "y", i64 [seq_len, batch];
+// with `train`, the whole step (gradients, config.clip_grad_norm, Adam at config.lr) and the
+// output "loss", else the forward loss only. Parameters from config.seed.
+std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& config, bool train);
+// Random tokens for "x" and "y" of that graph.
+std::vector<Feed> random_text_feeds(const TrainConfig& config, std::uint64_t seed);
 
 }  // namespace kiln
