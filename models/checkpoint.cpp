@@ -44,10 +44,12 @@ void check_checkpoint_directory(const std::filesystem::path& path) {
 }
 
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
-                     const TrainingPosition& position, const std::map<std::string, std::string>& settings) {
+                     const TrainingPosition& position, const std::map<std::string, std::string>& settings,
+                     const std::vector<VariablePtr>& buffers) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const VariablePtr& p : params) tensors.emplace_back("param/" + p->name, to_host(p->value));
   for (const VariablePtr& s : state) tensors.emplace_back("state/" + s->name, to_host(s->value));
+  for (const VariablePtr& b : buffers) tensors.emplace_back("buffer/" + b->name, to_host(b->value));
   std::map<std::string, std::string> metadata = settings;
   metadata["kiln.step"] = std::to_string(position.step);
   metadata["kiln.epoch"] = std::to_string(position.epoch);
@@ -56,13 +58,15 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
 }
 
 TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
-                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings) {
+                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings,
+                                 const std::vector<VariablePtr>& buffers) {
   const SafetensorsFile file = load_safetensors(path);
   const TrainingPosition position{metadata_integer(file.metadata, "kiln.step", path), metadata_integer(file.metadata, "kiln.epoch", path),
                                   metadata_integer(file.metadata, "kiln.batch", path)};
   std::vector<std::pair<VariablePtr, Tensor>> loaded;
   for (const VariablePtr& p : params) loaded.emplace_back(p, checked_tensor(file, "param/", p, path));
   for (const VariablePtr& s : state) loaded.emplace_back(s, checked_tensor(file, "state/", s, path));
+  for (const VariablePtr& b : buffers) loaded.emplace_back(b, checked_tensor(file, "buffer/", b, path));
   for (auto& [var, tensor] : loaded) var->value = tensor;
   if (settings) *settings = file.metadata;
   return position;

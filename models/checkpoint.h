@@ -1,4 +1,4 @@
-// Training checkpoints: parameters, optimizer state and the position in the data, in one
+// Training checkpoints: parameters, optimizer state, model buffers and the position in the data, in one
 // safetensors file written atomically; the run's settings go in its __metadata__.
 #pragma once
 
@@ -18,10 +18,12 @@ struct TrainingPosition {
   std::int64_t batch = 0;
 };
 
-// Tensors are stored as "param/<name>" and "state/<name>"; device tensors are copied to the host.
+// Tensors are stored as "param/<name>", "state/<name>" (optimizer state) and
+// "buffer/<name>" (a model's non-trainable state: running statistics, RNG step counters);
+// device tensors are copied to the host.
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
                      const std::vector<VariablePtr>& state, const TrainingPosition& position,
-                     const std::map<std::string, std::string>& settings);
+                     const std::map<std::string, std::string>& settings, const std::vector<VariablePtr>& buffers = {});
 
 // kiln::Error unless the directory of `path` exists and is writable (checked before training,
 // so that a bad --checkpoint fails at once rather than after an epoch of work).
@@ -31,6 +33,7 @@ void check_checkpoint_directory(const std::filesystem::path& path);
 // Every variable must be in the file with its exact shape and dtype: kiln::Error names the
 // file and the tensor otherwise. Returns the position and fills `settings`.
 TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
-                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings = nullptr);
+                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings = nullptr,
+                                 const std::vector<VariablePtr>& buffers = {});
 
 }  // namespace kiln

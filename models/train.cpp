@@ -55,7 +55,10 @@ class Evaluator {
     auto& slot = count == batch_ ? full_ : tail_;
     if (!slot) {
       Graph g;
+      const bool was_training = model_.training();
+      model_.set_training(false);  // batch norm on running statistics, no dropout
       g.output("logits", model_(g.input("x", batch_shape(count, info_.input_shape))));
+      model_.set_training(was_training);
       slot = compile(g, options_);
     }
     return *slot;
@@ -105,14 +108,14 @@ std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::funct
   std::vector<EpochResult> results;
   TrainingPosition start;
   if (!c.resume_path.empty()) {
-    start = load_checkpoint(c.resume_path, model.parameters(), optimizer.state());
+    start = load_checkpoint(c.resume_path, model.parameters(), optimizer.state(), nullptr, model.buffers());
     log().info("resumed from {} at epoch {} batch {} (step {})", c.resume_path, start.epoch, start.batch, start.step);
   }
   const std::map<std::string, std::string> settings = {
       {"model", c.model}, {"batch_size", std::to_string(c.batch_size)}, {"optimizer", c.optimizer},
       {"lr", fmt::format("{}", c.lr)}, {"lr_schedule", c.lr_schedule}, {"seed", std::to_string(c.seed)}, {"epochs", std::to_string(c.epochs)}};
   auto save = [&](const TrainingPosition& at) {
-    if (!c.checkpoint_path.empty()) save_checkpoint(c.checkpoint_path, model.parameters(), optimizer.state(), at, settings);
+    if (!c.checkpoint_path.empty()) save_checkpoint(c.checkpoint_path, model.parameters(), optimizer.state(), at, settings, model.buffers());
   };
   std::int64_t total_steps = start.step;
   const std::int64_t planned_steps =

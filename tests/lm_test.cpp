@@ -2,6 +2,7 @@
 // windows, bits per character falling, deterministic sampling, exact resumption, and the
 // row-lstm classifier learning Fashion-MNIST.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <cstring>
@@ -17,7 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_path(const std::string& name) { return fs::temp_directory_path() / ("kiln-lm-test-" + name); }
+// Per process: suites (and other checkouts' suites) may run at the same time.
+fs::path temp_path(const std::string& name) {
+  return fs::temp_directory_path() / ("kiln-lm-test-" + std::to_string(getpid()) + "-" + name);
+}
 
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

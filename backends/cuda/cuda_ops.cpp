@@ -9,6 +9,7 @@
 #include "backends/cuda/layout.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
+#include "backends/cuda/random.h"
 #include "graph/kernels/conv_cpu.h"
 
 namespace kiln::cuda {
@@ -158,6 +159,14 @@ const std::map<std::string, Preparer>& preparers() {
          void *out = s.outputs[0], *status = s.status;
          return [=](jit::Stream st) { one_hot(label, out_dtype, rows, classes, labels, out, status, st); };
        }},
+      {"random_uniform", [](const LaunchSetup& s) -> Launch {
+         const DType d = s.node.outputs[0].dtype;
+         const auto seed = static_cast<std::uint64_t>(s.node.attrs.integer("seed"));
+         const std::int64_t n = s.node.outputs[0].shape.numel();
+         const void* step = s.inputs[0];
+         void *out = s.outputs[0], *next = s.outputs[1];
+         return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
+       }},
   };
   return table;
 }
@@ -205,6 +214,9 @@ const std::map<std::string, SourceList>& source_lists() {
        }},
       {"one_hot", [](const Node& n, const std::vector<TensorType>& in) {
          return std::vector<jit::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype), one_hot_finish_source(in[0].dtype)};
+       }},
+      {"random_uniform", [](const Node& n, const std::vector<TensorType>&) {
+         return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
        }},
   };
   return table;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <map>
 #include <set>
 
 #include "backends/cuda/cublas_handle.h"
@@ -82,6 +83,7 @@ class CudaProgram final : public Program {
   std::vector<Step> steps_;
   std::vector<int> event_of_;                // node -> cross-stream event, or -1
   std::vector<std::size_t> producer_step_;   // node -> its step
+  std::map<std::int32_t, std::vector<std::int32_t>> run_after_;  // in-place update -> readers of the old value
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;          // cross-stream events, then fork and joins
   cudaStream_t copy_stream_ = nullptr;
@@ -184,13 +186,15 @@ void CudaProgram::bind_buffers() {
     }
   }
   // Updates that are safe in place write straight into the variables (no copy at the end).
-  const std::vector<bool> in_place = in_place_updates(graph_);
+  const std::vector<InPlaceUpdate> in_place = in_place_updates(graph_);
   for (std::size_t k = 0; k < in_place.size(); ++k) {
     const auto& [var, ref] = graph_.assignments()[k];
     // The group then reads the old value and writes the new one at the same element index
     // (its only access to both), so the __restrict__ on its parameters is never contradicted.
-    if (!in_place[k] || var->value.device().is_cpu()) continue;
+    if (!in_place[k].in_place || var->value.device().is_cpu()) continue;
     ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] = var->value.raw();
+    auto& after = run_after_[ref.node];
+    after.insert(after.end(), in_place[k].after.begin(), in_place[k].after.end());
   }
 }
 
@@ -270,20 +274,24 @@ void CudaProgram::prepare_launches() {
 // A launch on its scheduled stream, waiting for the values it reads from other streams.
 void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch launch) {
   Step step{stream_of_[static_cast<std::size_t>(node)], node, {}, -1, std::move(label), std::move(launch)};
-  for (const ValueRef& in : graph_.node(node).inputs) {
-    ValueRef root = in;
-    while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
-    const Node& producer = graph_.node(root.node);
-    if (producer.op->kind == OpKind::source || stream_of_[static_cast<std::size_t>(root.node)] == step.stream) continue;
-    int& event = event_of_[static_cast<std::size_t>(root.node)];
+  auto wait_for = [&](std::int32_t producer) {  // a node launched earlier
+    if (graph_.node(producer).op->kind == OpKind::source || stream_of_[static_cast<std::size_t>(producer)] == step.stream) return;
+    int& event = event_of_[static_cast<std::size_t>(producer)];
     if (event < 0) {
       event = static_cast<int>(events_.size());
       events_.emplace_back();
       KILN_CUDA_CHECK(cudaEventCreateWithFlags(&events_.back(), cudaEventDisableTiming));
-      steps_[producer_step_[static_cast<std::size_t>(root.node)]].record = event;
+      steps_[producer_step_[static_cast<std::size_t>(producer)]].record = event;
     }
     if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end()) step.waits.push_back(event);
+  };
+  for (const ValueRef& in : graph_.node(node).inputs) {
+    ValueRef root = in;
+    while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
+    wait_for(root.node);
   }
+  if (auto after = run_after_.find(node); after != run_after_.end())
+    for (std::int32_t reader : after->second) wait_for(reader);  // in-place update: old value read first
   producer_step_[static_cast<std::size_t>(node)] = steps_.size();
   steps_.push_back(std::move(step));
 }
