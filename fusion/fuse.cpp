@@ -146,8 +146,9 @@ std::map<ValueRef, bool> used_outside(const Graph& g, const Grouping& gr) {
 }
 
 // A value read through slices: the sliced value it lives in, and where. A slice keeps its
-// source's strides on every axis and only moves the start, so a chain of slices is the
-// source's dense strides and the sum of the starts.
+// source's strides on every axis and only moves the start, so a chain of slices reads the
+// base at the base's dense strides, from the sum of each start times the base's stride
+// on that slice's axis.
 struct SliceView {
   ValueRef base;
   std::int64_t offset = 0;
@@ -155,13 +156,14 @@ struct SliceView {
 
 SliceView slice_view(const Graph& g, ValueRef ref) {
   SliceView v{ref, 0};
+  std::vector<std::pair<std::size_t, std::int64_t>> starts;  // (axis, start) of each slice
   while (g.node(v.base.node).op->name == "slice") {
     const Node& s = g.node(v.base.node);
-    const ValueRef source = s.inputs[0];
-    const std::size_t axis = static_cast<std::size_t>(s.attrs.integer("axis"));
-    v.offset += s.attrs.integer("start") * g.type(source).shape.strides()[axis];
-    v.base = source;
+    starts.emplace_back(static_cast<std::size_t>(s.attrs.integer("axis")), s.attrs.integer("start"));
+    v.base = s.inputs[0];
   }
+  const std::vector<std::int64_t> strides = g.type(v.base).shape.strides();
+  for (const auto& [axis, start] : starts) v.offset += start * strides[axis];
   return v;
 }
 

@@ -2,10 +2,9 @@
 // value depends on; each node's gradient function adds its input gradients.
 #include "graph/autograd.h"
 
-#include <algorithm>
 #include <map>
-#include <optional>
 
+#include "graph/grad_sum.h"
 #include "graph/op.h"
 #include "graph/ops.h"
 
@@ -28,62 +27,12 @@ std::vector<bool> depends_on(const Graph& g, const std::vector<Value>& wrt, std:
 // The gradient terms of each value, summed when the value's gradient is first read.
 using Terms = std::map<ValueRef, std::vector<Value>>;
 
-// Where every term is a pad node along one axis (the gradient of a slice), terms of the
-// same range are added unpadded and disjoint ranges are joined by one concat (zeros in
-// the gaps): an LSTM's four gate gradients become its pre-activation gradient without
-// four full-size padded copies and three full-size additions.
-std::optional<Value> join_padded(const std::vector<Value>& terms) {
-  struct Range {
-    std::int64_t before, length;
-    Value inner;
-  };
-  Graph& g = terms[0].graph();
-  std::int64_t axis = -1;
-  std::vector<Range> ranges;  // in order of first appearance
-  for (const Value& t : terms) {
-    const Node& n = g.node(t.ref().node);
-    if (n.op->name != "pad" || (axis >= 0 && n.attrs.integer("axis") != axis)) return std::nullopt;
-    axis = n.attrs.integer("axis");
-    const std::int64_t before = n.attrs.integer("before");
-    const Value inner = g.value(n.inputs[0]);  // n is not used past here: adding nodes moves it
-    const std::int64_t length = inner.shape()[static_cast<std::size_t>(axis)];
-    auto same = std::find_if(ranges.begin(), ranges.end(), [&](const Range& r) { return r.before == before && r.length == length; });
-    if (same == ranges.end()) ranges.push_back({before, length, inner});
-    else same->inner = same->inner + inner;
-  }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.before < b.before; });
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i - 1].before + ranges[i - 1].length > ranges[i].before) return std::nullopt;
-  const Shape full = terms[0].shape();
-  const auto zeros = [&](std::int64_t length) {
-    Shape gap = full;
-    gap[static_cast<std::size_t>(axis)] = length;
-    return g.fill(0.0, gap, terms[0].dtype());
-  };
-  std::vector<Value> pieces;
-  std::int64_t at = 0;
-  for (const Range& r : ranges) {
-    if (r.before > at) pieces.push_back(zeros(r.before - at));
-    pieces.push_back(r.inner);
-    at = r.before + r.length;
-  }
-  if (at < full[static_cast<std::size_t>(axis)]) pieces.push_back(zeros(full[static_cast<std::size_t>(axis)] - at));
-  return concat(pieces, axis);
-}
-
 // The summed gradient of `ref` (invalid if it has none); the sum replaces the terms.
 Value gradient_of(Terms& grads, ValueRef ref) {
   auto it = grads.find(ref);
   if (it == grads.end()) return Value();
   std::vector<Value>& terms = it->second;
-  if (terms.size() > 1) {
-    std::optional<Value> joined = join_padded(terms);
-    Value total = terms[0];
-    if (joined) total = *joined;
-    else
-      for (std::size_t i = 1; i < terms.size(); ++i) total = total + terms[i];
-    terms = {total};
-  }
+  if (terms.size() > 1) terms = {sum_gradient_terms(terms)};
   return terms[0];
 }
 

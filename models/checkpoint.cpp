@@ -2,6 +2,7 @@
 #include "models/checkpoint.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "backends/host_copy.h"
 #include "core/safetensors.h"
@@ -35,6 +36,12 @@ Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix, co
 }
 
 }  // namespace
+
+void check_checkpoint_directory(const std::filesystem::path& path) {
+  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
+  KILN_CHECK(std::filesystem::is_directory(parent), "--checkpoint {}: the directory {} does not exist", path.string(), parent.string());
+  KILN_CHECK(access(parent.c_str(), W_OK) == 0, "--checkpoint {}: the directory {} is not writable", path.string(), parent.string());
+}
 
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
                      const TrainingPosition& position, const std::map<std::string, std::string>& settings,

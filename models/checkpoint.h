@@ -25,6 +25,10 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
                      const std::vector<VariablePtr>& state, const TrainingPosition& position,
                      const std::map<std::string, std::string>& settings, const std::vector<VariablePtr>& buffers = {});
 
+// kiln::Error unless the directory of `path` exists and is writable (checked before training,
+// so that a bad --checkpoint fails at once rather than after an epoch of work).
+void check_checkpoint_directory(const std::filesystem::path& path);
+
 // Loads into the variables (as host tensors; a GPU program uploads them at its next run).
 // Every variable must be in the file with its exact shape and dtype: kiln::Error names the
 // file and the tensor otherwise. Returns the position and fills `settings`.

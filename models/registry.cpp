@@ -8,6 +8,8 @@
 #include "models/lenet.h"
 #include "models/resnet.h"
 #include "models/vgg.h"
+#include "models/row_lstm.h"
+#include "models/text_dataset.h"
 
 namespace kiln {
 
@@ -24,6 +26,10 @@ const std::vector<ModelInfo>& model_infos() {
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
       {"gan", "MLP GAN (G 100-256-784, D 784-256-1) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
       {"dcgan", "DCGAN (transposed convolutions, batch norm) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
+      {"row-lstm", "bidirectional LSTM (128 per direction) over the 28 rows of an image, last states to a linear head",
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"char-lstm", "character-level language model: embedding, LSTM or tanh RNN layers, linear head (96 characters)",
+       ModelTask::language_model, Shape{}, kVocabulary},
   };
   return infos;
 }
@@ -44,6 +50,7 @@ std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
   if (name == "vgg") return std::make_unique<Vgg>(rng);
   if (name == "alexnet") return std::make_unique<AlexNet>(rng);
   if (name == "inception") return std::make_unique<Inception>(rng);
+  if (name == "row-lstm") return std::make_unique<RowLstm>(rng);
   KILN_ASSERT(false, "model {} is listed but has no builder", name);
 }
 

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
   clang-14 libclang-rt-14-dev
 )
 

@@ -73,6 +73,38 @@ TEST_CASE("gradients of overlapping slices are summed") {
   for (std::int64_t i = 0; i < 5; ++i) CHECK(d.at(i) == expected[static_cast<std::size_t>(i)]);
 }
 
+TEST_CASE("the gradient of a weight shared by several matmuls is one matmul of concatenated operands") {
+  Graph g;
+  const Value w = g.input("w", {3, 4}, DType::f64);
+  Value h = g.input("h0", {2, 3}, DType::f64);
+  Value loss = sum_all(h) * 0.0;
+  for (int t = 0; t < 3; ++t) {  // a tiny recurrence: h <- tanh(h w[:, :3]) and a readout
+    const Value pre = matmul(h, w);
+    loss = loss + sum_all(pre * pre);
+    h = tanh(slice(pre, 1, 0, 3));
+  }
+  const Value dw = grad(loss, {w})[0];
+  g.output("dw", dw);
+  g.output("loss", loss);
+  const Node& n = g.node(dw.ref().node);
+  REQUIRE(n.op->name == "matmul");
+  CHECK(g.node(n.inputs[0].node).op->name == "concat");
+  CHECK(g.node(n.inputs[1].node).op->name == "concat");
+  Tensor wv = test::random_tensor({3, 4}, DType::f64, 8);
+  const Tensor h0 = test::random_tensor({2, 3}, DType::f64, 9);
+  auto program = compile(g);
+  const Tensor analytic = program->run({{"w", wv}, {"h0", h0}}).at("dw");
+  for (std::int64_t k = 0; k < 12; ++k) {
+    const double saved = wv.data<double>()[k];
+    wv.data<double>()[k] = saved + 1e-6;
+    const double up = program->run({{"w", wv}, {"h0", h0}}).at("loss").item();
+    wv.data<double>()[k] = saved - 1e-6;
+    const double down = program->run({{"w", wv}, {"h0", h0}}).at("loss").item();
+    wv.data<double>()[k] = saved;
+    CHECK(analytic.at(k) == doctest::Approx((up - down) / 2e-6).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("grad rejects a loss with more than one element") {
   Graph g;
   const Value x = g.input("x", {3});

@@ -245,4 +245,51 @@ expect_rc 1
 expect_error "--samples-dir" "$TMP/nosuch"
 ok
 
+# char-lstm: a short text, a few steps, then a sample from the checkpoint.
+for i in $(seq 1 120); do echo "the cat sees the dog, and the dog sees the cat $i."; done > "$TMP/text.txt"
+run "char-lstm on a text file, with a checkpoint" --model char-lstm --text "$TMP/text.txt" --hidden 32 --embedding 8 --seq-len 16 \
+  --batch-size 8 --max-steps 5 --checkpoint "$TMP/lm.safetensors" --metrics "$TMP/lm.jsonl" --no-progress
+expect_rc 0
+expect_output "validation"
+expect_output "bits/char"
+[ -f "$TMP/lm.safetensors" ] || fail "no checkpoint was written"
+grep -q '"validation_bits_per_char"' "$TMP/lm.jsonl" || fail "no validation bits per character in the metrics"
+ok
+
+run "char-lstm --sample from the checkpoint" --model char-lstm --resume "$TMP/lm.safetensors" --sample 50 --prime "the " --temperature 0.5
+expect_rc 0
+expect_output "the "
+ok
+
+run "char-lstm --sample without --resume" --model char-lstm --sample 10
+expect_rc 1
+expect_error "--sample needs --resume"
+ok
+
+run "--sample for an image classifier" --model lenet --sample 10
+expect_rc 1
+expect_error "model lenet is not a language model"
+ok
+
+run "char-lstm on a missing text" --model char-lstm --text /nonexistent/text.txt
+expect_rc 1
+expect_error "text file /nonexistent/text.txt does not exist"
+ok
+
+printf '\x01\x02' > "$TMP/empty.txt"
+run "char-lstm on a text with no vocabulary characters" --model char-lstm --text "$TMP/empty.txt"
+expect_rc 1
+expect_error "empty.txt is empty"
+ok
+
+run "char-lstm --checkpoint into a missing directory" --model char-lstm --text "$TMP/text.txt" --checkpoint /nonexistent/dir/c.safetensors
+expect_rc 1
+expect_error "the directory /nonexistent/dir does not exist"
+ok
+
+run "row-lstm trains a step" --model row-lstm --synthetic --max-steps 2 --epochs 1 --no-progress
+expect_rc 0
+expect_output "test accuracy"
+ok
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

@@ -24,6 +24,7 @@
 #include "models/gan_steps.h"
 #include "models/registry.h"
 #include "models/step_graph.h"
+#include "models/train_lm.h"
 #include "tools/cli.h"
 #ifdef KILN_HAVE_CUDA
 #include "tools/bench_cuda.h"
@@ -69,10 +70,32 @@ nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t 
           {"device_median_ms", t.device_median_ms}};
 }
 
-// Times training steps of `model` at `batch` (SGD with momentum) on random data.
-nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse, int warmup, int steps) {
+// A training step to time: its graph, random inputs of the right shape, and what it is.
+struct BenchStep {
+  std::unique_ptr<kiln::Graph> graph;
+  std::vector<kiln::Feed> feeds;
+  std::string label;
+  std::int64_t items;  // examples (characters for a language model) per step
+};
+
+// Image classifiers with SGD and momentum; char-lstm with Adam at its defaults (sequence 64).
+BenchStep training_step(const std::string& model_name, std::int64_t batch) {
   const kiln::ModelInfo& info = kiln::model_info(model_name);
+  if (info.task == kiln::ModelTask::language_model) {
+    kiln::TrainConfig c;
+    c.batch_size = batch;
+    return {kiln::char_lstm_graph(c, true), kiln::random_text_feeds(c, 1),
+            fmt::format("{} training step, batch {}, sequence {}, Adam", model_name, batch, c.seq_len), batch * c.seq_len};
+  }
   kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9});
+  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
+  return {std::move(m.graph), {{"x", data.images}, {"y", data.labels}},
+          fmt::format("{} training step, batch {}, SGD momentum", model_name, batch), batch};
+}
+
+// Times training steps of `model` at `batch` on random data.
+nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse, int warmup, int steps) {
+  BenchStep m = training_step(model_name, batch);
 #ifdef KILN_HAVE_CUDA
   if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
 #endif
@@ -81,9 +104,7 @@ nlohmann::json bench_training_step(const std::string& model_name, std::int64_t b
   options.fuse = fuse;
   auto step = kiln::compile(*m.graph, options);
   const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
-  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
-  nlohmann::json r = result(fmt::format("{} training step, batch {}, SGD momentum{}", model_name, batch, fuse ? "" : " (unfused)"),
-                            time_runs(*step, {{"x", data.images}, {"y", data.labels}}, warmup, steps), batch);
+  nlohmann::json r = result(m.label + (fuse ? "" : " (unfused)"), time_runs(*step, m.feeds, warmup, steps), m.items);
   r["compile_ms"] = compile_ms;
   r["streams"] = g_options.device.is_cpu() ? 1 : g_options.cuda_streams;
   r["planned_bytes"] = step->planned_bytes();
@@ -175,15 +196,11 @@ nlohmann::json bench_startup(const std::string& model_name, std::int64_t batch) 
 #ifdef KILN_HAVE_CUDA
   if (!g_options.device.is_cpu()) r["context_ms"] = kiln::tools::cuda_context_ms();
 #endif
-  const kiln::ModelInfo& info = kiln::model_info(model_name);
-  std::unique_ptr<kiln::ModelGraph> m;
-  r["graph_ms"] = phase([&] {
-    m = std::make_unique<kiln::ModelGraph>(kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}));
-  });
+  BenchStep m;
+  r["graph_ms"] = phase([&] { m = training_step(model_name, batch); });
   std::unique_ptr<kiln::Program> step;
-  r["compile_ms"] = phase([&] { step = kiln::compile(*m->graph, g_options); });
-  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
-  r["first_step_ms"] = phase([&] { step->run({{"x", data.images}, {"y", data.labels}}); });
+  r["compile_ms"] = phase([&] { step = kiln::compile(*m.graph, g_options); });
+  r["first_step_ms"] = phase([&] { step->run(m.feeds); });
   r["process_to_first_step_ms"] = ms_since_process_start();
   return r;
 }

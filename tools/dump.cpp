@@ -9,6 +9,7 @@
 
 #include "models/registry.h"
 #include "models/step_graph.h"
+#include "models/train_lm.h"
 #include "tools/graph_render.h"
 #include "tools/cli.h"
 
@@ -34,9 +35,17 @@ int main(int argc, char** argv) {
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
-    const kiln::ModelGraph m = kiln::build_model_graph(model, stage == "train" ? kiln::Stage::train : kiln::Stage::forward, batch,
-                                                       {.name = optimizer, .lr = 0.01});
-    kiln::tools::FusionView view = kiln::tools::fuse_for_view(*m.graph);
+    std::unique_ptr<kiln::Graph> graph;
+    if (kiln::model_info(model).task == kiln::ModelTask::language_model) {
+      kiln::TrainConfig config;  // char-lstm at its defaults (sequence 64)
+      config.batch_size = batch;
+      config.optimizer = optimizer;
+      graph = kiln::char_lstm_graph(config, stage == "train");
+    } else {
+      graph = std::move(kiln::build_model_graph(model, stage == "train" ? kiln::Stage::train : kiln::Stage::forward, batch,
+                                                {.name = optimizer, .lr = 0.01}).graph);
+    }
+    kiln::tools::FusionView view = kiln::tools::fuse_for_view(*graph);
     if (device == "cuda") kiln::tools::add_occupancy(view);
     const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch, stage == "train" ? ", " + optimizer : "");
     std::string text;

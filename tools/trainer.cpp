@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "models/train.h"
 #include "models/train_gan.h"
+#include "models/train_lm.h"
 #include "tools/cli.h"
 
 namespace {
@@ -46,6 +47,20 @@ CLI::Validator number_from(double low, bool inclusive) {
         return "";
       },
       description);
+}
+
+// char-lstm: trains, or with --sample prints text generated from the --resume checkpoint.
+int run_language_model(const kiln::TrainConfig& config) {
+  if (config.sample_chars > 0) {
+    fmt::print("{}\n", kiln::sample_language_model(config));
+    return 0;
+  }
+  kiln::train_language_model(config, [](const kiln::LmEpochResult& r) {
+    fmt::print("epoch {}: train {:.3f} bits/char, validation {:.3f} bits/char, {:.0f} chars/s, {:.1f} s ({} steps)\n", r.epoch,
+               r.train_bits_per_char, r.validation_bits_per_char, r.chars_per_second, r.seconds, r.steps);
+    std::fflush(stdout);
+  });
+  return 0;
 }
 
 std::vector<std::string> model_names() {
@@ -157,12 +172,16 @@ int main(int argc, char** argv) {
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
-    const bool gan = kiln::model_info(config.model).task == kiln::ModelTask::gan;
-    if (gan) apply_gan_defaults(app, config);
-    fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
-               config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
-    std::fflush(stdout);
-    if (gan) {
+    const kiln::ModelTask task = kiln::model_info(config.model).task;
+    KILN_CHECK(config.sample_chars == 0 || task == kiln::ModelTask::language_model, "--sample: model {} is not a language model", config.model);
+    if (task == kiln::ModelTask::gan) apply_gan_defaults(app, config);
+    if (config.sample_chars == 0) {
+      fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
+                 config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
+      std::fflush(stdout);
+    }
+    if (task == kiln::ModelTask::language_model) return run_language_model(config);
+    if (task == kiln::ModelTask::gan) {
       run_gan(config);
       return 0;
     }

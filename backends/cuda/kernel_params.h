@@ -59,4 +59,15 @@ struct TransposeShape {
 inline constexpr const char* kTransposeShapeStruct =
     "struct TransposeShape { long long dims[8]; long long src_strides[8]; int rank; };\n";
 
+// Up to kConcatPieces pieces of a concat, one launch: piece k fills columns [end[k-1], end[k])
+// (end[-1] = 0) of every row of its range of the output (concat kernel, layout_kernels.cpp).
+inline constexpr int kConcatPieces = 32;
+struct ConcatPieces {
+  const void* src[kConcatPieces];
+  std::int64_t end[kConcatPieces];
+  std::int32_t count;
+};
+inline constexpr const char* kConcatPiecesStruct =
+    "struct ConcatPieces { const void* src[32]; long long end[32]; int count; };\n";
+
 }  // namespace kiln::cuda

@@ -67,6 +67,7 @@ std::vector<jit::KernelSource> all_kernel_sources() {
     for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
   }
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(transpose_source(bytes));
+  for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(concat_source(bytes));
   for (DType label : {DType::i32, DType::i64, DType::u8}) {
     for (DType out : {DType::f32, DType::f64}) all.push_back(one_hot_source(label, out));
     all.push_back(one_hot_finish_source(label));

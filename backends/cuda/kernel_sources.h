@@ -59,6 +59,7 @@ jit::KernelSource avg_pool_source(bool grad, DType dtype);
 
 // layout_kernels.cpp
 jit::KernelSource transpose_source(std::size_t element_bytes);  // 1, 2, 4 or 8
+jit::KernelSource concat_source(std::size_t element_bytes);     // ConcatPieces (kernel_params.h)
 jit::KernelSource one_hot_source(DType label, DType out);
 jit::KernelSource one_hot_finish_source(DType label);
 jit::KernelSource fill_source(DType dtype);

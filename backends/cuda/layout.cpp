@@ -123,6 +123,27 @@ void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_
                                     cudaMemcpyDeviceToDevice, stream));
 }
 
+void concat(std::size_t element_bytes, const std::vector<const void*>& pieces, const std::vector<std::int64_t>& widths,
+            std::int64_t outer, void* out, jit::Stream stream) {
+  KILN_ASSERT(pieces.size() == widths.size(), "concat: {} pieces, {} widths", pieces.size(), widths.size());
+  long long row = 0;
+  for (std::int64_t w : widths) row += w;
+  const DeviceKernel& k = device_kernel("kiln_concat_b" + std::to_string(element_bytes), [&] { return concat_source(element_bytes); });
+  long long rows = outer, base = 0;
+  for (std::size_t first = 0; first < pieces.size(); first += kConcatPieces) {
+    ConcatPieces p{};
+    long long width = 0;
+    for (std::size_t j = first; j < pieces.size() && j < first + kConcatPieces; ++j) {
+      p.src[p.count] = pieces[j];
+      width += widths[j];
+      p.end[p.count++] = width;
+    }
+    void* args[] = {&p, &out, &rows, &row, &base, &width};
+    launch_items(k, rows * width, stream, args);
+    base += width;
+  }
+}
+
 void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream) {
   if (bytes > 0) KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<std::size_t>(bytes), stream));
 }

@@ -40,6 +40,10 @@ void check_one_hot_status(const OneHotStatus& status, std::int64_t classes);
 // `src_pitch` bytes to dst every `dst_pitch` bytes; one cudaMemcpy2DAsync, no kernel.
 void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch, std::int64_t rows,
                  std::int64_t bytes, jit::Stream stream);
+// concat: `outer` rows of `row` elements in out, each the pieces' rows side by side; piece k
+// is [outer, widths[k]] (widths in elements, sum = row). One kernel launch per 32 pieces.
+void concat(std::size_t element_bytes, const std::vector<const void*>& pieces, const std::vector<std::int64_t>& widths,
+            std::int64_t outer, void* out, jit::Stream stream);
 // out[0, bytes) = 0 (zero bits: 0 in every dtype).
 void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream);
 

@@ -1,5 +1,6 @@
 // CUDA C of the layout kernels: transpose (by element size, any permutation of rank <= 8),
-// one_hot with an out-of-range report, and fill.
+// concat (by element size, up to 32 pieces a launch), one_hot with an out-of-range report,
+// and fill.
 #include <fmt/format.h>
 
 #include "backends/cuda/kernel_params.h"
@@ -35,6 +36,32 @@ extern "C" __global__ void {0}(const U* __restrict__ x, U* __restrict__ y, Trans
       rest /= s.dims[d];
     }}
     y[i] = x[offset];
+  }}
+}}
+)",
+                      name, kGridStrideLoop);
+  return {name, code, {}};
+}
+
+// One thread per output element of the launch's columns [base, base + width) of each of
+// `outer` rows of `row` elements; the piece is found by binary search over the ends.
+jit::KernelSource concat_source(std::size_t element_bytes) {
+  const std::string name = fmt::format("kiln_concat_b{}", element_bytes);
+  std::string code = fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kConcatPiecesStruct);
+  code += fmt::format(R"(
+extern "C" __global__ void {0}(ConcatPieces p, U* __restrict__ out, long long outer, long long row, long long base,
+                               long long width) {{
+  const long long n = outer * width;
+  {1} {{
+    const long long r = i / width, col = i - r * width;
+    int lo = 0, hi = p.count - 1;
+    while (lo < hi) {{
+      const int mid = (lo + hi) / 2;
+      if (col < p.end[mid]) hi = mid; else lo = mid + 1;
+    }}
+    const long long start = lo > 0 ? p.end[lo - 1] : 0;
+    const U* src = (const U*)p.src[lo];
+    out[r * row + base + col] = src[r * (p.end[lo] - start) + (col - start)];
   }}
 }}
 )",

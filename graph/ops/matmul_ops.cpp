@@ -59,8 +59,10 @@ void matmul_kernel_typed(const KernelCall& call) {
   }
   // Threads share fixed blocks of output columns, each a single-threaded Eigen GEMM (Eigen
   // does not thread inside a parallel region): every element is summed in the same order
-  // whatever the thread count, so results are the same bits on any machine.
-  constexpr std::int64_t kColumns = 64;
+  // whatever the thread count, so results are the same bits on any machine. Blocks are 64
+  // columns wide, up to 256 where there are 4 such blocks (wider blocks repack the left
+  // operand less often: about 10% faster on an LSTM's GEMMs); the width depends on n only.
+  const std::int64_t kColumns = 64 * std::clamp<std::int64_t>(d.n / 256, 1, 4);
   const std::int64_t blocks = (d.n + kColumns - 1) / kColumns;
 #pragma omp parallel for schedule(static) if (d.batch * blocks > 1 && d.m * d.n * d.k > 32768)
   for (std::int64_t task = 0; task < d.batch * blocks; ++task) {
