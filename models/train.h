@@ -64,6 +64,8 @@ struct EpochResult {
   std::int64_t steps = 0;
   double train_loss = 0;     // mean over the epoch's steps
   double test_accuracy = 0;  // fraction in [0, 1]
+  double test_loss = 0;      // mean cross-entropy on the test set
+  double lr = 0;             // learning rate of the epoch's last step
   double seconds = 0;        // training time of the epoch (evaluation excluded)
   double images_per_second = 0;
 };

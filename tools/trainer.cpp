@@ -142,8 +142,8 @@ int main(int argc, char** argv) {
                config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
     std::fflush(stdout);
     kiln::train_classifier(config, [](const kiln::EpochResult& r) {
-      fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
-                 100.0 * r.test_accuracy, r.images_per_second, r.seconds);
+      fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch,
+                 r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.images_per_second, r.seconds);
       std::fflush(stdout);
     });
     return 0;
