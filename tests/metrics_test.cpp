@@ -1,4 +1,5 @@
-// trainer --metrics: JSON lines with the expected keys and counts.
+// trainer --metrics: JSON lines with the expected keys and counts; the learning rate the
+// schedule gives is the one the optimizer uses.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -8,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/safetensors.h"
+#include "models/lr_schedule.h"
 #include "models/train.h"
 
 namespace kiln {
@@ -96,6 +99,43 @@ TEST_CASE("--metrics: a step line every 50 steps and after the last, an epoch li
   REQUIRE(appended.size() == 6);
   CHECK(appended[4]["step"] == 2);
   CHECK(appended[5]["kind"] == "epoch");
+}
+
+TEST_CASE("the trainer applies the schedule: warm-up then step decay, in the metrics and in the optimizer's state") {
+  TempDir dir;
+  TrainConfig c = metrics_run(dir.path / "lr.jsonl", 8, 60);
+  c.lr = 0.01;
+  c.lr_schedule = "step";
+  c.warmup_steps = 20;
+  c.lr_step_size = 10;
+  c.lr_gamma = 0.5;
+  c.checkpoint_path = (dir.path / "c.safetensors").string();
+  const std::vector<EpochResult> results = train_classifier(c);
+  auto step_lrs = [](const std::string& path) {
+    std::vector<double> lrs;
+    for (const nlohmann::json& line : read_lines(path))
+      if (line["kind"] == "step") lrs.push_back(line["lr"].get<double>());
+    return lrs;
+  };
+  const std::vector<double> lrs = step_lrs(c.metrics_path);
+  REQUIRE(lrs.size() == 2);
+  CHECK(lrs[0] == doctest::Approx(0.01 * 0.25));   // step 50: 29 steps after the warm-up
+  CHECK(lrs[1] == doctest::Approx(0.01 * 0.125));  // step 60: 39 steps after
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].lr == doctest::Approx(lrs[1]));
+  // The rate the optimizer read at the last step is the schedule's.
+  const SafetensorsFile saved = load_safetensors(c.checkpoint_path);
+  CHECK(saved.tensors.at("state/optimizer.lr").item() == doctest::Approx(lrs[1]).epsilon(1e-6));
+
+  // Stopped during the warm-up: the last step's rate is base * 30 / 40.
+  TrainConfig warm = metrics_run(dir.path / "warm.jsonl", 8, 30);
+  warm.lr = 0.01;
+  warm.lr_schedule = "cosine";
+  warm.warmup_steps = 40;
+  train_classifier(warm);
+  const std::vector<double> warm_lrs = step_lrs(warm.metrics_path);
+  REQUIRE(warm_lrs.size() == 1);
+  CHECK(warm_lrs[0] == doctest::Approx(0.01 * 30 / 40));
 }
 
 TEST_CASE("--metrics into a directory that does not exist fails before training, naming the file") {
