@@ -16,6 +16,7 @@
 #include "models/metrics.h"
 #include "models/progress.h"
 #include "models/registry.h"
+#include "models/saved_classifier.h"
 #include "models/step_graph.h"
 
 namespace kiln {
@@ -141,16 +142,16 @@ class ClassifierTraining {
 
 void ClassifierTraining::resume() {
   if (c_.resume_path.empty()) return;
-  start_ = load_checkpoint(c_.resume_path, graph_.model->parameters(), graph_.optimizer->state());
+  const Checkpoint checkpoint(c_.resume_path);
+  check_resumable(c_, checkpoint);
+  checkpoint.restore(graph_.model->parameters(), graph_.optimizer->state());
+  start_ = checkpoint.position();
   log().info("resumed from {} at epoch {} batch {} (step {})", c_.resume_path, start_.epoch, start_.batch, start_.step);
 }
 
 void ClassifierTraining::save(const TrainingPosition& at) {
   if (c_.checkpoint_path.empty()) return;
-  const std::map<std::string, std::string> settings = {
-      {"model", c_.model}, {"batch_size", std::to_string(c_.batch_size)}, {"optimizer", c_.optimizer},
-      {"lr", fmt::format("{}", c_.lr)}, {"lr_schedule", c_.lr_schedule}, {"seed", std::to_string(c_.seed)}, {"epochs", std::to_string(c_.epochs)}};
-  save_checkpoint(c_.checkpoint_path, graph_.model->parameters(), graph_.optimizer->state(), at, settings);
+  save_checkpoint(c_.checkpoint_path, graph_.model->parameters(), graph_.optimizer->state(), at, training_metadata(c_));
 }
 
 // Runs batch `s` of the epoch (whose batches [first, steps) this run trains) and returns its loss.
