@@ -1,4 +1,4 @@
-// Training settings in checkpoint metadata, resume checks.
+// Training settings in checkpoint metadata, resume checks, loading trained classifiers.
 #include "models/saved_classifier.h"
 
 #include "models/config_file.h"
@@ -33,6 +33,23 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
   const std::string data_seed = checkpoint.metadata_value("kiln.data_seed");
   KILN_CHECK(data_seed.empty() || data_seed == std::to_string(c.seed),
              "--resume {}: the checkpoint's data order comes from seed {} but this run has --seed {}", path, data_seed, c.seed);
+}
+
+SavedClassifier load_classifier(const std::filesystem::path& path) {
+  const Checkpoint checkpoint(path);
+  SavedClassifier saved{checkpoint_config(checkpoint), nullptr, checkpoint.position().step};
+  const ModelInfo* info = nullptr;
+  try {
+    info = &model_info(saved.config.model);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path.string(), e.what()));
+  }
+  KILN_CHECK(info->task == ModelTask::image_classifier, "{}: a checkpoint of '{}', which is not an image classifier", path.string(),
+             saved.config.model);
+  Philox rng(saved.config.seed);
+  saved.model = make_model(saved.config.model, rng);
+  checkpoint.restore(saved.model->parameters(), {});
+  return saved;
 }
 
 }  // namespace kiln

@@ -1,9 +1,10 @@
 // The link between training settings and checkpoints: what train_classifier writes into a
-// checkpoint's metadata, and what a resume checks against it.
+// checkpoint's metadata, and loading a trained classifier back (trainer eval / predict).
 #pragma once
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "models/checkpoint.h"
@@ -24,5 +25,16 @@ TrainConfig checkpoint_config(const Checkpoint& checkpoint);
 // kiln::Error unless `config` can continue the run of `checkpoint`: the same model, batch
 // size, data (synthetic or not) and data seed, so that its position means the same batches.
 void check_resumable(const TrainConfig& config, const Checkpoint& checkpoint);
+
+struct SavedClassifier {
+  TrainConfig config;  // as trained
+  std::unique_ptr<nn::Layer> model;
+  std::int64_t step = 0;  // training steps done when it was saved
+};
+
+// Builds the image classifier named in the checkpoint and loads its parameters.
+// kiln::Error naming the file for a missing or corrupt file, an unknown model, a model that
+// is not an image classifier, or tensors that do not fit the model.
+SavedClassifier load_classifier(const std::filesystem::path& path);
 
 }  // namespace kiln

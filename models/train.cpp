@@ -43,13 +43,6 @@ void check_config(const TrainConfig& c) {
   KILN_CHECK(access(parent.c_str(), W_OK) == 0, "--checkpoint {}: the directory {} is not writable", c.checkpoint_path, parent.string());
 }
 
-Dataset load_split(const TrainConfig& c, const ModelInfo& info, Split split) {
-  if (c.synthetic)
-    return split == Split::train ? synthetic_images(4096, info.input_shape, info.classes, c.seed)
-                                 : synthetic_images(1000, info.input_shape, info.classes, c.seed + 1);
-  return load_fashion_mnist(c.data_dir.empty() ? kFashionMnistDir : c.data_dir, split);
-}
-
 // The "step" lines of --metrics: every kStepLineEvery steps and after the run's last step,
 // with the mean loss and the throughput over the steps since the previous line.
 class StepLines {
@@ -92,8 +85,8 @@ class ClassifierTraining {
   explicit ClassifierTraining(const TrainConfig& c)
       : c_(c),
         info_(model_info(c.model)),
-        train_(load_split(c, info_, Split::train)),
-        test_(load_split(c, info_, Split::test)),
+        train_(classifier_data(c, info_, Split::train)),
+        test_(classifier_data(c, info_, Split::test)),
         batcher_(train_, c.batch_size, true, c.seed),
         graph_(build_model_graph(c.model, Stage::train, c.batch_size,
                                  {.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}, c.seed,
@@ -227,6 +220,13 @@ std::vector<EpochResult> ClassifierTraining::run(const std::function<void(const 
 }
 
 }  // namespace
+
+Dataset classifier_data(const TrainConfig& c, const ModelInfo& info, Split split) {
+  if (c.synthetic)
+    return split == Split::train ? synthetic_images(4096, info.input_shape, info.classes, c.seed)
+                                 : synthetic_images(1000, info.input_shape, info.classes, c.seed + 1);
+  return load_fashion_mnist(c.data_dir.empty() ? kFashionMnistDir : c.data_dir, split);
+}
 
 std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch,
                                           const std::function<void(const std::vector<VariablePtr>&)>& on_finish) {

@@ -8,6 +8,8 @@
 
 #include "core/device.h"
 #include "graph/graph.h"
+#include "models/dataset.h"
+#include "models/registry.h"
 
 namespace kiln {
 
@@ -75,5 +77,9 @@ struct EpochResult {
 std::vector<EpochResult> train_classifier(const TrainConfig& config,
                                           const std::function<void(const EpochResult&)>& on_epoch = {},
                                           const std::function<void(const std::vector<VariablePtr>&)>& on_finish = {});
+
+// The training or test set a config trains on: Fashion-MNIST from data_dir, or synthetic
+// images of the model's input shape (from the config's seed).
+Dataset classifier_data(const TrainConfig& config, const ModelInfo& info, Split split);
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 // The training config in checkpoints: every key round-trips through JSON, checkpoints carry
-// it, and a resume with settings that would change the data order is refused.
+// it, a resume with settings that would change the data order is refused, and a saved
+// classifier loads back with the accuracy it was trained to.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/config_file.h"
+#include "models/evaluate.h"
 #include "models/saved_classifier.h"
 
 namespace kiln {
@@ -74,16 +76,27 @@ TEST_CASE("train_config_json writes every key, and parse_train_config reads the 
   CHECK_THROWS_WITH_AS(parse_train_config(R"({"epochs": null})", "c.json", c), doctest::Contains("'epochs' must be an integer, not null"), Error);
 }
 
-TEST_CASE("a checkpoint carries the full training config and the data seed") {
+TEST_CASE("a checkpoint carries the full training config and the data seed; load_classifier restores the trained model") {
   TempDir dir;
   const TrainConfig c = short_run(dir.path / "c.safetensors");
-  REQUIRE(train_classifier(c).size() == 1);
+  const std::vector<EpochResult> results = train_classifier(c);
+  REQUIRE(results.size() == 1);
   const Checkpoint checkpoint(c.checkpoint_path);
   CHECK(checkpoint.metadata_value("model") == "lenet");
   CHECK(checkpoint.metadata_value("kiln.data_seed") == "3");
   CHECK(checkpoint.metadata_value("kiln.config") == train_config_json(c));
   CHECK(checkpoint.position().step == 20);
   CHECK(checkpoint.position().batch == 20);
+
+  SavedClassifier saved = load_classifier(c.checkpoint_path);
+  CHECK(saved.step == 20);
+  CHECK(train_config_json(saved.config) == train_config_json(c));
+  const ModelInfo& info = model_info("lenet");
+  Evaluator evaluator(*saved.model, info.input_shape, 300, {});  // another batch size: a tail of 100
+  const EvalResult r = evaluator.evaluate(classifier_data(saved.config, info, Split::test));
+  CHECK(r.examples == 1000);
+  CHECK(r.accuracy == results[0].test_accuracy);
+  CHECK(r.loss == doctest::Approx(results[0].test_loss).epsilon(1e-5));
 }
 
 TEST_CASE("--resume with another batch size or seed is refused: the saved data position would mean other batches") {
@@ -102,6 +115,18 @@ TEST_CASE("--resume with another batch size or seed is refused: the saved data p
   other = resumed;
   other.seed = 4;
   CHECK_THROWS_WITH_AS(train_classifier(other), doctest::Contains("data order comes from seed 3 but this run has --seed 4"), Error);
+}
+
+TEST_CASE("load_classifier: clear errors for files that are not a classifier's checkpoint") {
+  TempDir dir;
+  const std::filesystem::path path = dir.path / "x.safetensors";
+  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains(path.string().c_str()), Error);
+  save_safetensors(path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}});
+  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("its metadata names no model"), Error);
+  save_safetensors(path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}, {"kiln.config", "{\"modle\": 1}"}});
+  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("metadata 'kiln.config': unknown key 'modle'"), Error);
+  save_safetensors(path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}, {"model", "lenet"}});
+  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("has no tensor 'param/conv1.weight'"), Error);
 }
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
-// trainer: trains a model from the command line.
-//   trainer --model lenet --epochs 2
+// trainer: trains a model from the command line; evaluates or applies a trained one.
+//   trainer --model lenet --epochs 2 --checkpoint c.safetensors
+//   trainer eval --checkpoint c.safetensors
+//   trainer predict --checkpoint c.safetensors --images t10k-images-idx3-ubyte.gz
 // Exit codes: 0 done, 1 a runtime error (bad data, divergence), 2 a bad flag or value.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include "models/registry.h"
 #include "models/train.h"
 #include "tools/cli.h"
+#include "tools/trainer_commands.h"
 
 namespace {
 
@@ -131,9 +134,21 @@ int main(int argc, char** argv) {
   app.add_option("--fid-classifier", config.fid_classifier, "GAN: a lenet checkpoint whose features the FID uses")->check(CLI::ExistingFile);
   app.add_flag("--tf32", config.tf32, "CUDA: allow TF32 tensor-core math in GEMMs (faster, about 3 fewer significant digits)");
 
+  kiln::tools::InferenceArgs inference;
+  CLI::App* eval = kiln::tools::add_eval_command(app, inference);
+  CLI::App* predict = kiln::tools::add_predict_command(app, inference);
+  app.require_subcommand(0, 1);
+
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
+    if (eval->parsed() || predict->parsed()) {
+      const kiln::Device inference_device = parse_device(inference.device);
+      if (inference.threads > 0) omp_set_num_threads(inference.threads);
+      if (eval->parsed()) kiln::tools::run_eval(inference, inference_device);
+      if (predict->parsed()) kiln::tools::run_predict(inference, inference_device);
+      return 0;
+    }
     config.device = parse_device(device);
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
