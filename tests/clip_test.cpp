@@ -130,7 +130,7 @@ std::vector<Tensor> lenet_after(int steps, double clip, std::vector<Tensor>* bef
 
 }  // namespace
 
-TEST_CASE("clip_grad_norm on LeNet (f32, fused): a tiny threshold makes the SGD step exactly lr * clip long; a huge one changes nothing") {
+TEST_CASE("clip_grad_norm on LeNet (f32, fused): a tiny threshold makes the SGD step exactly lr times clip long, a huge one changes nothing") {
   std::vector<Tensor> before;
   const std::vector<Tensor> clipped = lenet_after(1, 1e-2, &before);
   double update = 0;

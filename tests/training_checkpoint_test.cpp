@@ -76,7 +76,7 @@ TEST_CASE("train_config_json writes every key, and parse_train_config reads the 
   CHECK_THROWS_WITH_AS(parse_train_config(R"({"epochs": null})", "c.json", c), doctest::Contains("'epochs' must be an integer, not null"), Error);
 }
 
-TEST_CASE("a checkpoint carries the full training config and the data seed; load_classifier restores the trained model") {
+TEST_CASE("a checkpoint carries the full training config and the data seed, and load_classifier restores the trained model") {
   TempDir dir;
   const TrainConfig c = short_run(dir.path / "c.safetensors");
   const std::vector<EpochResult> results = train_classifier(c);
