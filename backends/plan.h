@@ -25,9 +25,16 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node = 
 
 // For each assignment of g, whether its new value can be written straight into the
 // variable's storage (no copy at the end of the step): the value is a full-shape output of a
-// fused group, nothing else reads it, and every other reader of the variable is an ancestor
-// of that group, so each element of the old value is read (by the group itself, at the same
-// index) before it is overwritten, whatever the stream schedule.
-std::vector<bool> in_place_updates(const Graph& g);
+// fused group and nothing else reads it, so each element of the old value is read by the
+// group itself, at the same index, right before it is overwritten. Every other reader of the
+// variable must have run before the group: an ancestor of it does anyway; any other reader
+// (an input-gradient GEMM reading a weight, say) must come earlier in node order and not
+// depend on the group, and is listed in `after`: the executor orders the group after it
+// (an event wait when they run on different streams).
+struct InPlaceUpdate {
+  bool in_place = false;
+  std::vector<std::int32_t> after;  // readers of the old value that are not ancestors
+};
+std::vector<InPlaceUpdate> in_place_updates(const Graph& g);
 
 }  // namespace kiln

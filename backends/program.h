@@ -37,6 +37,9 @@ class Program {
   // while it computes (CUDA), and the run given these same tensors then starts at once. The
   // tensors must not change until that run. Backends with nothing to overlap ignore it.
   virtual void prefetch(const std::vector<Feed>& next) { (void)next; }
+  // Device time of the last run's step in milliseconds, measured with events around the
+  // kernels (input copies and output reads excluded); negative where not measured (CPU).
+  virtual double last_step_device_ms() const { return -1; }
 };
 
 }  // namespace kiln

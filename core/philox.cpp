@@ -21,9 +21,9 @@ void mul_hi_lo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_
 
 }  // namespace
 
-std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter) {
+std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter, std::uint64_t high) {
   std::array<std::uint32_t, 4> c = {static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32),
-                                    0u, 0u};
+                                    static_cast<std::uint32_t>(high), static_cast<std::uint32_t>(high >> 32)};
   std::uint32_t k0 = static_cast<std::uint32_t>(seed);
   std::uint32_t k1 = static_cast<std::uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {

@@ -9,8 +9,8 @@
 
 namespace kiln {
 
-// One Philox block: four 32-bit words for (key = seed, counter).
-std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter);
+// One Philox block: four 32-bit words for (key = seed, 128-bit counter = (counter, high)).
+std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter, std::uint64_t high = 0);
 // Maps 32 random bits to a float in [0, 1) with 24 bits of resolution.
 inline float uniform_from_bits(std::uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1.0p-24f; }
 

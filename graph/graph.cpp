@@ -116,6 +116,24 @@ void Graph::assign(const VariablePtr& var, Value new_value) {
   assignments_.emplace_back(var, new_value.ref());
 }
 
+Value Graph::latest(const VariablePtr& var) {
+  for (const auto& [existing, ref] : assignments_)
+    if (existing == var) return value(ref);
+  return variable(var);
+}
+
+void Graph::assign_latest(const VariablePtr& var, Value new_value) {
+  for (auto& [existing, ref] : assignments_) {
+    if (existing != var) continue;
+    KILN_CHECK(&new_value.graph() == this, "update of '{}' belongs to another graph", var->name);
+    KILN_CHECK(new_value.type() == type(ref), "update of '{}': new value is {} but the variable is {}", var->name,
+               new_value.type().str(), type(ref).str());
+    ref = new_value.ref();
+    return;
+  }
+  assign(var, new_value);
+}
+
 const TensorType& Graph::type(ValueRef ref) const {
   const Node& n = node(ref.node);
   KILN_ASSERT(ref.index >= 0 && static_cast<std::size_t>(ref.index) < n.outputs.size(), "%{} has no output {}",

@@ -96,6 +96,13 @@ class Graph {
   // Step results: named outputs, and variables overwritten with new values after the step.
   void output(const std::string& name, Value value);
   void assign(const VariablePtr& var, Value new_value);
+  // State a layer updates each time it is applied (batch norm's running statistics, a
+  // dropout step counter), for a layer applied more than once in one step (a GAN's
+  // discriminator on real and fake batches): latest() is the value `var` holds after the
+  // updates recorded so far (its pending assignment, else the variable), and
+  // assign_latest() sets or replaces that pending assignment.
+  Value latest(const VariablePtr& var);
+  void assign_latest(const VariablePtr& var, Value new_value);
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const Node& node(std::int32_t id) const { return nodes_.at(static_cast<std::size_t>(id)); }

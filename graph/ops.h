@@ -65,4 +65,13 @@ Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0);
 Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride);
 Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride);
 
+// Random numbers: `shape` uniform values in [0, 1) (24 random bits each) from Philox with
+// key `seed`, at the step held in `step` (an i64 scalar, usually a variable); next_step is
+// step + 1, for the caller to assign back so that the next run draws fresh values. The
+// values are the same bits on the CPU and the GPU (graph/ops/random_ops.cpp).
+struct RandomUniform {
+  Value values, next_step;
+};
+RandomUniform random_uniform(Value step, const Shape& shape, std::uint64_t seed, DType dtype = DType::f32);
+
 }  // namespace kiln

@@ -36,10 +36,12 @@ Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix, co
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
-                     const TrainingPosition& position, const std::map<std::string, std::string>& settings) {
+                     const TrainingPosition& position, const std::map<std::string, std::string>& settings,
+                     const std::vector<VariablePtr>& buffers) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const VariablePtr& p : params) tensors.emplace_back("param/" + p->name, to_host(p->value));
   for (const VariablePtr& s : state) tensors.emplace_back("state/" + s->name, to_host(s->value));
+  for (const VariablePtr& b : buffers) tensors.emplace_back("buffer/" + b->name, to_host(b->value));
   std::map<std::string, std::string> metadata = settings;
   metadata["kiln.step"] = std::to_string(position.step);
   metadata["kiln.epoch"] = std::to_string(position.epoch);
@@ -57,17 +59,20 @@ std::string Checkpoint::metadata_value(const std::string& key) const {
   return it == file_.metadata.end() ? "" : it->second;
 }
 
-void Checkpoint::restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state) const {
+void Checkpoint::restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
+                         const std::vector<VariablePtr>& buffers) const {
   std::vector<std::pair<VariablePtr, Tensor>> loaded;
   for (const VariablePtr& p : params) loaded.emplace_back(p, checked_tensor(file_, "param/", p, path_));
   for (const VariablePtr& s : state) loaded.emplace_back(s, checked_tensor(file_, "state/", s, path_));
+  for (const VariablePtr& b : buffers) loaded.emplace_back(b, checked_tensor(file_, "buffer/", b, path_));
   for (auto& [var, tensor] : loaded) var->value = tensor;
 }
 
 TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
-                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings) {
+                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings,
+                                 const std::vector<VariablePtr>& buffers) {
   const Checkpoint checkpoint(path);
-  checkpoint.restore(params, state);
+  checkpoint.restore(params, state, buffers);
   if (settings) *settings = checkpoint.metadata();
   return checkpoint.position();
 }

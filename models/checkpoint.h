@@ -1,4 +1,4 @@
-// Training checkpoints: parameters, optimizer state and the position in the data, in one
+// Training checkpoints: parameters, optimizer state, model buffers and the position in the data, in one
 // safetensors file written atomically; the run's settings go in its __metadata__.
 #pragma once
 
@@ -19,10 +19,12 @@ struct TrainingPosition {
   std::int64_t batch = 0;
 };
 
-// Tensors are stored as "param/<name>" and "state/<name>"; device tensors are copied to the host.
+// Tensors are stored as "param/<name>", "state/<name>" (optimizer state) and
+// "buffer/<name>" (a model's non-trainable state: running statistics, RNG step counters);
+// device tensors are copied to the host.
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
                      const std::vector<VariablePtr>& state, const TrainingPosition& position,
-                     const std::map<std::string, std::string>& settings);
+                     const std::map<std::string, std::string>& settings, const std::vector<VariablePtr>& buffers = {});
 
 // A checkpoint file read and validated once: its metadata can be looked at (which model,
 // which settings) before its tensors are copied into a model's variables.
@@ -36,7 +38,8 @@ class Checkpoint {
   TrainingPosition position() const { return position_; }
   // Copies the tensors into the variables (see load_checkpoint); nothing is assigned unless
   // every variable has its tensor with the exact shape and dtype.
-  void restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state) const;
+  void restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
+               const std::vector<VariablePtr>& buffers = {}) const;
 
  private:
   std::filesystem::path path_;
@@ -48,6 +51,7 @@ class Checkpoint {
 // Every variable must be in the file with its exact shape and dtype: kiln::Error names the
 // file and the tensor otherwise. Returns the position and fills `settings`.
 TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
-                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings = nullptr);
+                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings = nullptr,
+                                 const std::vector<VariablePtr>& buffers = {});
 
 }  // namespace kiln

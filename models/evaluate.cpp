@@ -22,7 +22,10 @@ Program& Evaluator::program_for(std::int64_t count) {
   std::int64_t& compiled_for = full ? full_count_ : tail_count_;
   if (!slot || compiled_for != count) {
     Graph g;
+    const bool was_training = model_.training();
+    model_.set_training(false);  // batch norm on running statistics, no dropout
     g.output("logits", model_(g.input("x", batch_shape(count, input_shape_))));
+    model_.set_training(was_training);
     slot = compile(g, options_);
     compiled_for = count;
   }

@@ -18,7 +18,8 @@ struct EvalResult {
 };
 
 // Runs `model` forward in batches of at most `batch` (one program for full batches, one
-// for a smaller tail), compiled on first use. The model must outlive the evaluator.
+// for a smaller tail), compiled on first use and recorded in evaluation mode (batch norm on
+// its running statistics, no dropout). The model must outlive the evaluator.
 class Evaluator {
  public:
   Evaluator(nn::Layer& model, const Shape& input_shape, std::int64_t batch, const CompileOptions& options);

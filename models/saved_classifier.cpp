@@ -48,7 +48,7 @@ SavedClassifier load_classifier(const std::filesystem::path& path) {
              saved.config.model);
   Philox rng(saved.config.seed);
   saved.model = make_model(saved.config.model, rng);
-  checkpoint.restore(saved.model->parameters(), {});
+  checkpoint.restore(saved.model->parameters(), {}, saved.model->buffers());
   return saved;
 }
 

@@ -137,14 +137,15 @@ void ClassifierTraining::resume() {
   if (c_.resume_path.empty()) return;
   const Checkpoint checkpoint(c_.resume_path);
   check_resumable(c_, checkpoint);
-  checkpoint.restore(graph_.model->parameters(), graph_.optimizer->state());
+  checkpoint.restore(graph_.model->parameters(), graph_.optimizer->state(), graph_.model->buffers());
   start_ = checkpoint.position();
   log().info("resumed from {} at epoch {} batch {} (step {})", c_.resume_path, start_.epoch, start_.batch, start_.step);
 }
 
 void ClassifierTraining::save(const TrainingPosition& at) {
   if (c_.checkpoint_path.empty()) return;
-  save_checkpoint(c_.checkpoint_path, graph_.model->parameters(), graph_.optimizer->state(), at, training_metadata(c_));
+  save_checkpoint(c_.checkpoint_path, graph_.model->parameters(), graph_.optimizer->state(), at, training_metadata(c_),
+                  graph_.model->buffers());
 }
 
 // Runs batch `s` of the epoch (whose batches [first, steps) this run trains) and returns its loss.

@@ -53,6 +53,20 @@ TEST_CASE("philox matches the Random123 known-answer vector") {
   CHECK(block[3] == 0x9b00dbd8u);
 }
 
+TEST_CASE("philox: the full 128-bit counter matches the Random123 known answers") {
+  // Random123's kat_vectors for philox4x32_10: counter (c0, c1, c2, c3), key (k0, k1).
+  const auto ones = philox_block(~0ULL, ~0ULL, ~0ULL);
+  CHECK(ones[0] == 0x408f276du);
+  CHECK(ones[1] == 0x41c83b0eu);
+  CHECK(ones[2] == 0xa20bc7c6u);
+  CHECK(ones[3] == 0x6d5451fdu);
+  const auto pi = philox_block(0x299f31d0a4093822ULL, 0x85a308d3243f6a88ULL, 0x0370734413198a2eULL);
+  CHECK(pi[0] == 0xd16cfe09u);
+  CHECK(pi[1] == 0x94fdccebu);
+  CHECK(pi[2] == 0x5001e420u);
+  CHECK(pi[3] == 0x24126ea1u);
+}
+
 TEST_CASE("philox fills are reproducible, depend on the seed, and have the right moments") {
   Tensor a = Tensor::empty({10000}, DType::f32), b = Tensor::empty({10000}, DType::f32), c = Tensor::empty({10000}, DType::f32);
   Philox(7).fill_uniform(a, -1, 1);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "graph/autograd.h"
+#include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
 #include "graph/op.h"
 #include "graph/op_table.h"
@@ -133,6 +134,8 @@ std::vector<GradCase> structural_cases() {
       {"max_pool2d", "max_pool2d 3/1 (overlapping)", {{{1, 2, 5, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1); }},
       {"max_pool2d_grad", "max_pool2d_grad 3/1", {{{1, 2, 5, 5}}, {{1, 2, 3, 3}}},
        [](V v) { return max_pool2d_grad(v[0], v[1], 3, 1); }},
+      {"random_uniform", "random_uniform (a constant factor)", {{{3, 5}}},
+       [](V v) { return random_uniform(v[0].graph().constant(Tensor::from_vector<std::int64_t>({}, {3})), {3, 5}, 11, DType::f64).values * v[0]; }},
       {"max_pool2d_select", "max_pool2d_select 2/2", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
        [](V v) { return max_pool2d_select(v[0], v[1], 2, 2); }},
   };
@@ -147,6 +150,15 @@ std::vector<GradCase> composite_cases() {
       {"", "log_softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return log_softmax(v[0], 1); }},
       {"", "softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return softmax(v[0], 1); }},
       {"", "shared value (two consumers)", {{{4}}}, [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},
+      {"", "conv_transpose2d k3 s2 p1 output_padding 1", {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
+       [](V v) { return conv_transpose2d(v[0], v[1], 2, 1, 1); }},
+      {"", "conv_transpose2d k4 s2 p1 (DCGAN)", {{{1, 2, 3, 3}}, {{2, 3, 4, 4}}}, [](V v) { return conv_transpose2d(v[0], v[1], 2, 1); }},
+      {"", "batch_norm training [4,3,2,2] (x, gamma, beta)", {{{4, 3, 2, 2}, -2.0, 2.0}, {{3}, 0.5, 1.5}, {{3}}},
+       [](V v) { return batch_norm_training(v[0], v[1], v[2], 1e-5).y; }},
+      {"", "batch_norm training [5,4] (x, gamma, beta)", {{{5, 4}, -2.0, 2.0}, {{4}, 0.5, 1.5}, {{4}}},
+       [](V v) { return batch_norm_training(v[0], v[1], v[2], 1e-5).y; }},
+      {"", "batch_norm inference (x, gamma, beta, mean, var)", {{{3, 2, 2, 2}}, {{2}}, {{2}}, {{2}}, {{2}, 0.5, 2.0}},
+       [](V v) { return batch_norm_inference(v[0], v[1], v[2], v[3], v[4], 1e-5); }},
   };
 }
 

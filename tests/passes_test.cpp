@@ -91,11 +91,36 @@ TEST_CASE("in_place_updates: an optimizer update writes into its variable; a val
   g.output("q_new", q_new);     // read outside the step: must stay a separate buffer
   g.assign(make_variable("r", Tensor::zeros({4}, DType::f32)), x * 2.0);  // a variable nothing reads
   const Graph fused = fuse(eliminate_dead_code(g));
-  const std::vector<bool> in_place = in_place_updates(fused);
+  const std::vector<InPlaceUpdate> in_place = in_place_updates(fused);
   REQUIRE(in_place.size() == 3);
-  CHECK(in_place[0]);
-  CHECK_FALSE(in_place[1]);
-  CHECK(in_place[2]);
+  CHECK(in_place[0].in_place);
+  CHECK(in_place[0].after.empty());
+  CHECK_FALSE(in_place[1].in_place);
+  CHECK(in_place[2].in_place);
+}
+
+TEST_CASE("in_place_updates: other readers of the old value run first, or the update is not in place") {
+  auto build = [](bool read_after_update) {
+    VariablePtr w = make_variable("w", test::random_tensor({3, 3}, DType::f32, 1));
+    Graph g;
+    const Value x = g.input("x", {2, 3});
+    const Value wv = g.variable(w);
+    const Value other = matmul(g.input("z", {2, 3}), wv);  // reads w, and the update does not need it
+    g.output("other", other);
+    const Value loss = sum_all(matmul(x, wv));
+    g.output("loss", loss);
+    const Value w_new = wv - grad(loss, {wv})[0] * 0.1;
+    g.assign(w, w_new);
+    if (read_after_update) g.output("late", matmul(reshape(w_new, {3, 3}) * 1.0, wv));  // needs old w after the update
+    return fuse(eliminate_dead_code(g));
+  };
+  const Graph early = build(false);
+  const std::vector<InPlaceUpdate> u = in_place_updates(early);
+  REQUIRE(u.size() == 1);
+  CHECK(u[0].in_place);
+  REQUIRE(u[0].after.size() == 2);  // `other`, and the forward matmul (the gradient of a sum does not need it)
+  for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->name == "matmul");
+  CHECK(in_place_updates(build(true))[0].in_place == false);
 }
 
 }  // namespace kiln

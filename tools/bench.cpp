@@ -1,7 +1,9 @@
 // bench: times training steps (warm-up, then the median of many) and prints a table;
 // --json writes the figures. The speed targets of the issues are checked with this tool.
-// A step is timed from run() to run() returning: inputs copied in, the step, the loss
-// copied out and the stream synchronised (on the GPU: wall time of a synchronised step).
+// A step is timed two ways: wall time from run() to run() returning (inputs copied in, the
+// step, the loss copied out, synchronised) and, on the GPU, device time from CUDA events
+// around the step's kernels (Program::last_step_device_ms). Peak device memory is the
+// caching allocator's peak while the step's program lives.
 //   bench --model lenet --batch-size 64 --steps 100
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -10,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <sstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/compile.h"
@@ -17,21 +21,21 @@
 #include "models/dataset.h"
 #include "models/registry.h"
 #include "models/step_graph.h"
+#include "tools/cli.h"
 #ifdef KILN_HAVE_CUDA
 #include "tools/bench_cuda.h"
-#include "tools/cli.h"
 #endif
 
 namespace {
 
 struct StepTimes {
   double median_ms, p10_ms, p90_ms;
+  double device_median_ms = -1;  // CUDA events around the step (GPU only)
 };
 
-StepTimes summarise(std::vector<double> ms) {
+double quantile(std::vector<double> ms, double q) {
   std::sort(ms.begin(), ms.end());
-  auto at = [&](double q) { return ms[static_cast<std::size_t>(q * static_cast<double>(ms.size() - 1))]; };
-  return {at(0.5), at(0.1), at(0.9)};
+  return ms[static_cast<std::size_t>(q * static_cast<double>(ms.size() - 1))];
 }
 
 double run_ms(kiln::Program& p, const std::vector<kiln::Feed>& feeds) {
@@ -41,12 +45,16 @@ double run_ms(kiln::Program& p, const std::vector<kiln::Feed>& feeds) {
 }
 
 StepTimes time_runs(kiln::Program& p, const std::vector<kiln::Feed>& feeds, int warmup, int steps) {
-  std::vector<double> ms;
+  std::vector<double> ms, device_ms;
   for (int i = 0; i < warmup + steps; ++i) {
     const double elapsed = run_ms(p, feeds);
-    if (i >= warmup) ms.push_back(elapsed);
+    if (i < warmup) continue;
+    ms.push_back(elapsed);
+    if (p.last_step_device_ms() >= 0) device_ms.push_back(p.last_step_device_ms());
   }
-  return summarise(ms);
+  StepTimes t{quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
+  if (!device_ms.empty()) t.device_median_ms = quantile(device_ms, 0.5);
+  return t;
 }
 
 kiln::CompileOptions g_options;  // the device and CUDA settings of this run
@@ -54,13 +62,17 @@ kiln::CompileOptions g_options;  // the device and CUDA settings of this run
 nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t items) {
   return {{"name", name},         {"device", g_options.device.str()},   {"threads", omp_get_max_threads()},
           {"median_ms", t.median_ms}, {"p10_ms", t.p10_ms}, {"p90_ms", t.p90_ms},
-          {"items_per_second", static_cast<double>(items) * 1000.0 / t.median_ms}};
+          {"items_per_second", static_cast<double>(items) * 1000.0 / t.median_ms},
+          {"device_median_ms", t.device_median_ms}};
 }
 
 // Times training steps of `model` at `batch` (SGD with momentum) on random data.
 nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse, int warmup, int steps) {
   const kiln::ModelInfo& info = kiln::model_info(model_name);
   kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9});
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
+#endif
   const auto compile_start = std::chrono::steady_clock::now();
   kiln::CompileOptions options = g_options;
   options.fuse = fuse;
@@ -72,6 +84,9 @@ nlohmann::json bench_training_step(const std::string& model_name, std::int64_t b
   r["compile_ms"] = compile_ms;
   r["streams"] = g_options.device.is_cpu() ? 1 : g_options.cuda_streams;
   r["planned_bytes"] = step->planned_bytes();
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu()) r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
+#endif
   return r;
 }
 
@@ -93,6 +108,49 @@ nlohmann::json bench_chain(std::int64_t n, bool fuse, int warmup, int steps) {
   return r;
 }
 
+// Milliseconds from this process's start (by the kernel's clock) to now: the dynamic
+// loading of the shared libraries before main included. -1 if /proc says nothing.
+double ms_since_process_start() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  double up = 0;
+  if (!(uptime >> up)) return -1;
+  const std::size_t close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return (up - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK))) * 1000.0;
+  return -1;
+}
+
+// The start-up of a training process, phase by phase: context, graph, compile (fusion and
+// JIT, from the disk cache when warm), the first step. Run twice with an empty
+// KILN_CACHE_DIR to see a cold and then a warm start.
+nlohmann::json bench_startup(const std::string& model_name, std::int64_t batch) {
+  nlohmann::json r = {{"name", fmt::format("{} start-up to the first step, batch {}", model_name, batch)}, {"device", g_options.device.str()}};
+  r["before_main_ms"] = ms_since_process_start();
+  auto phase = [](auto&& work) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu()) r["context_ms"] = kiln::tools::cuda_context_ms();
+#endif
+  const kiln::ModelInfo& info = kiln::model_info(model_name);
+  std::unique_ptr<kiln::ModelGraph> m;
+  r["graph_ms"] = phase([&] {
+    m = std::make_unique<kiln::ModelGraph>(kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}));
+  });
+  std::unique_ptr<kiln::Program> step;
+  r["compile_ms"] = phase([&] { step = kiln::compile(*m->graph, g_options); });
+  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
+  r["first_step_ms"] = phase([&] { step->run({{"x", data.images}, {"y", data.labels}}); });
+  r["process_to_first_step_ms"] = ms_since_process_start();
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +160,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   bool unfused = false;
   std::int64_t chain = 0;
+  bool startup = false;
   CLI::App app{"kiln bench: times training steps on the CPU"};
   app.add_option("--model", model, "model")->capture_default_str();
   app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
@@ -120,16 +179,28 @@ int main(int argc, char** argv) {
   app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
+  app.add_flag("--startup", startup, "only time the start-up: context, graph, compile (JIT or disk cache), first step");
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   try {
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
     nlohmann::json results = nlohmann::json::array();
-    fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "items/s");
+    if (startup) {
+      const nlohmann::json r = bench_startup(model, batches.front());
+      fmt::print("{}\n", r.dump(2));
+      results.push_back(r);
+      if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+      return 0;
+    }
+    fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "items/s",
+               "device ms", "peak MiB");
     auto report = [&](const nlohmann::json& r) {
-      fmt::print("{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f}{}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
+      const double device_ms = r.value("device_median_ms", -1.0);
+      fmt::print("{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f} {:>10} {:>9}{}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
                  r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>(),
+                 device_ms >= 0 ? fmt::format("{:.3f}", device_ms) : "-",
+                 r.contains("peak_device_mib") ? fmt::format("{:.1f}", r["peak_device_mib"].get<double>()) : "-",
                  r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>()) : "");
       results.push_back(r);
     };

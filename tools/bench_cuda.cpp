@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "backends/cuda/device_allocator.h"
 #include "core/philox.h"
@@ -64,5 +65,15 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
           {"grid", shape.grid.x},
           {"occupancy", shape.occupancy}};
 }
+
+double cuda_context_ms() {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_CUDA_CHECK(cudaFree(nullptr));
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+void reset_device_peak() { cuda::device_allocator().reset_peak(); }
+
+std::size_t device_peak_bytes() { return cuda::device_allocator().stats().peak_in_use; }
 
 }  // namespace kiln::tools

@@ -9,4 +9,11 @@ namespace kiln::tools {
 // launches after `warmup`; reports the median time and TB/s counting 2 reads + 1 write.
 nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps);
 
+// The caching allocator's peak of bytes in use since the last reset (what kiln's tensors,
+// arenas and staging hold; cuBLAS's own workspace is not counted).
+void reset_device_peak();
+// Creates the CUDA context (cudaFree(0)) and returns how long it took, in milliseconds.
+double cuda_context_ms();
+std::size_t device_peak_bytes();
+
 }  // namespace kiln::tools

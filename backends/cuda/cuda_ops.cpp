@@ -5,9 +5,11 @@
 #include <map>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
+#include "backends/cuda/random.h"
 #include "graph/kernels/conv_cpu.h"
 
 namespace kiln::cuda {
@@ -104,6 +106,14 @@ const std::map<std::string, Preparer>& preparers() {
          void *out = s.outputs[0], *status = s.status;
          return [=](jit::Stream st) { one_hot(label, out_dtype, rows, classes, labels, out, status, st); };
        }},
+      {"random_uniform", [](const LaunchSetup& s) -> Launch {
+         const DType d = s.node.outputs[0].dtype;
+         const auto seed = static_cast<std::uint64_t>(s.node.attrs.integer("seed"));
+         const std::int64_t n = s.node.outputs[0].shape.numel();
+         const void* step = s.inputs[0];
+         void *out = s.outputs[0], *next = s.outputs[1];
+         return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
+       }},
   };
   return table;
 }
@@ -114,6 +124,53 @@ Launch prepare_launch(const LaunchSetup& setup) {
   auto it = preparers().find(setup.node.op->name);
   KILN_CHECK(it != preparers().end(), "the CUDA backend has no kernel for op '{}'", setup.node.op->name);
   return it->second(setup);
+}
+
+namespace {
+
+using SourceList = std::function<std::vector<jit::KernelSource>(const Node&, const std::vector<TensorType>&)>;
+
+std::vector<jit::KernelSource> conv_sources(IgemmMode mode, DType dtype) {
+  std::vector<jit::KernelSource> all = {im2col_source(dtype), col2im_source(dtype), conv_splitk_sum_source(dtype)};
+  for (IgemmTile tile : igemm_tiles(mode, dtype)) all.push_back(conv_igemm_source(mode, tile, dtype));
+  return all;
+}
+
+std::vector<jit::KernelSource> pool_sources(DType dtype) {
+  std::vector<jit::KernelSource> all;
+  for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select}) all.push_back(max_pool_source(p, dtype));
+  for (PoolFast p : {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any, PoolFast::grad_cells2,
+                     PoolFast::grad_cells, PoolFast::grad_overlap})
+    all.push_back(max_pool_fast_source(p, dtype));
+  return all;
+}
+
+const std::map<std::string, SourceList>& source_lists() {
+  static const std::map<std::string, SourceList> table = {
+      {"conv2d", [](const Node&, const std::vector<TensorType>& in) { return conv_sources(IgemmMode::forward, in[0].dtype); }},
+      {"conv2d_grad_input", [](const Node&, const std::vector<TensorType>& in) { return conv_sources(IgemmMode::grad_input, in[0].dtype); }},
+      {"conv2d_grad_weight", [](const Node&, const std::vector<TensorType>& in) { return conv_sources(IgemmMode::grad_weight, in[0].dtype); }},
+      {"max_pool2d", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
+      {"max_pool2d_grad", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
+      {"max_pool2d_select", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
+      {"transpose", [](const Node&, const std::vector<TensorType>& in) {
+         return std::vector<jit::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
+       }},
+      {"one_hot", [](const Node& n, const std::vector<TensorType>& in) {
+         return std::vector<jit::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype), one_hot_finish_source(in[0].dtype)};
+       }},
+      {"random_uniform", [](const Node& n, const std::vector<TensorType>&) {
+         return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<jit::KernelSource> kernel_sources_for(const Node& node, const std::vector<TensorType>& input_types) {
+  auto it = source_lists().find(node.op->name);
+  return it == source_lists().end() ? std::vector<jit::KernelSource>{} : it->second(node, input_types);
 }
 
 bool has_cuda_launcher(const std::string& op_name) { return preparers().count(op_name) != 0; }

@@ -1,5 +1,5 @@
 // The CUDA launchers of the ops that are not fused groups (matmul, convolution, pooling,
-// layout), one entry per op name of the table, each prepared once with fixed device
+// layout, random), one entry per op name of the table, each prepared once with fixed device
 // pointers so that a step can be captured into a CUDA graph.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fusion/jit/cuda_runtime.h"
+#include "fusion/jit/kernel_source.h"
 #include "graph/op.h"
 
 namespace kiln::cuda {
@@ -27,6 +28,10 @@ using Launch = std::function<void(jit::Stream)>;
 // The launch of `setup.node`; kiln::Error if the op has no CUDA kernel.
 Launch prepare_launch(const LaunchSetup& setup);
 bool has_cuda_launcher(const std::string& op_name);
+// The hand-written kernels the launch of `node` may use, so that a program compiles them
+// all in parallel up front instead of one by one at their first launch (none for ops
+// whose kernels come from cuBLAS or whose list is not known).
+std::vector<jit::KernelSource> kernel_sources_for(const Node& node, const std::vector<TensorType>& input_types);
 // Workspace bytes a node needs (convolutions), 0 for the others.
 std::size_t workspace_bytes_for(const Node& node, const std::vector<TensorType>& input_types);
 

@@ -7,10 +7,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <map>
+#include <set>
 
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_allocator.h"
+#include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/transfer.h"
 #include "backends/feeds.h"
@@ -39,6 +43,7 @@ class CudaProgram final : public Program {
   Device device() const override { return Device::cuda(); }
   std::size_t planned_bytes() const override { return arena_bytes_; }
   void trace_next_run(const std::string& path) override { trace_path_ = path; }
+  double last_step_device_ms() const override { return last_step_ms_; }
 
  private:
   // One launch of the step: on which stream, after which cross-stream events, and which
@@ -78,6 +83,7 @@ class CudaProgram final : public Program {
   std::vector<Step> steps_;
   std::vector<int> event_of_;                // node -> cross-stream event, or -1
   std::vector<std::size_t> producer_step_;   // node -> its step
+  std::map<std::int32_t, std::vector<std::int32_t>> run_after_;  // in-place update -> readers of the old value
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;          // cross-stream events, then fork and joins
   cudaStream_t copy_stream_ = nullptr;
@@ -92,6 +98,8 @@ class CudaProgram final : public Program {
   std::vector<void*> staged_pinned_;
   std::vector<const void*> staged_sources_;  // host pointers of the batch now in staged_
   cudaEvent_t staged_ready_ = nullptr, staged_consumed_ = nullptr;
+  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // timing events around the step's kernels
+  double last_step_ms_ = -1;
   std::string trace_path_;
   Tensor workspace_, side_workspace_, status_;
   bool has_one_hot_ = false;
@@ -110,6 +118,8 @@ CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_ready_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_consumed_, cudaEventDisableTiming));
+  KILN_CUDA_CHECK(cudaEventCreate(&step_begin_));
+  KILN_CUDA_CHECK(cudaEventCreate(&step_end_));
   joins_.resize(streams_.size(), nullptr);
   for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
   cuda::set_allow_tf32(options.tf32);
@@ -135,6 +145,8 @@ CudaProgram::~CudaProgram() {
   for (void* p : staged_pinned_) cudaFreeHost(p);
   if (staged_ready_) cudaEventDestroy(staged_ready_);
   if (staged_consumed_) cudaEventDestroy(staged_consumed_);
+  if (step_begin_) cudaEventDestroy(step_begin_);
+  if (step_end_) cudaEventDestroy(step_end_);
 }
 
 void CudaProgram::bind_buffers() {
@@ -174,30 +186,44 @@ void CudaProgram::bind_buffers() {
     }
   }
   // Updates that are safe in place write straight into the variables (no copy at the end).
-  const std::vector<bool> in_place = in_place_updates(graph_);
+  const std::vector<InPlaceUpdate> in_place = in_place_updates(graph_);
   for (std::size_t k = 0; k < in_place.size(); ++k) {
     const auto& [var, ref] = graph_.assignments()[k];
     // The group then reads the old value and writes the new one at the same element index
     // (its only access to both), so the __restrict__ on its parameters is never contradicted.
-    if (!in_place[k] || var->value.device().is_cpu()) continue;
+    if (!in_place[k].in_place || var->value.device().is_cpu()) continue;
     ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] = var->value.raw();
+    auto& after = run_after_[ref.node];
+    after.insert(after.end(), in_place[k].after.begin(), in_place[k].after.end());
   }
 }
 
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
+  std::vector<jit::KernelSource> sources;  // hand-written kernels the launches will use
+  std::set<std::string> source_names;
   std::size_t workspace = 0;
   for (const Node& n : graph_.nodes()) {
     if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
     std::vector<TensorType> types;
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
     workspace = std::max(workspace, cuda::workspace_bytes_for(n, types));
+    for (jit::KernelSource& source : cuda::kernel_sources_for(n, types))
+      if (source_names.insert(source.name).second) sources.push_back(std::move(source));
     if (n.op->name == "one_hot") {
       has_one_hot_ = true;
       one_hot_classes_ = n.attrs.integer("classes");
     }
   }
-  fused_ = compile_fused_kernels(groups);  // in parallel, through the kernel cache
+  // Both sets compile in parallel (through the kernel cache), side by side.
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  std::future<void> hand_written = std::async(std::launch::async, [&sources, device] {
+    KILN_CUDA_CHECK(cudaSetDevice(device));  // the current device is per thread
+    cuda::preload_kernels(sources);
+  });
+  fused_ = compile_fused_kernels(groups);
+  hand_written.get();
   if (workspace > 0) {
     workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
     if (streams_.size() > 1) side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
@@ -248,20 +274,24 @@ void CudaProgram::prepare_launches() {
 // A launch on its scheduled stream, waiting for the values it reads from other streams.
 void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch launch) {
   Step step{stream_of_[static_cast<std::size_t>(node)], node, {}, -1, std::move(label), std::move(launch)};
-  for (const ValueRef& in : graph_.node(node).inputs) {
-    ValueRef root = in;
-    while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
-    const Node& producer = graph_.node(root.node);
-    if (producer.op->kind == OpKind::source || stream_of_[static_cast<std::size_t>(root.node)] == step.stream) continue;
-    int& event = event_of_[static_cast<std::size_t>(root.node)];
+  auto wait_for = [&](std::int32_t producer) {  // a node launched earlier
+    if (graph_.node(producer).op->kind == OpKind::source || stream_of_[static_cast<std::size_t>(producer)] == step.stream) return;
+    int& event = event_of_[static_cast<std::size_t>(producer)];
     if (event < 0) {
       event = static_cast<int>(events_.size());
       events_.emplace_back();
       KILN_CUDA_CHECK(cudaEventCreateWithFlags(&events_.back(), cudaEventDisableTiming));
-      steps_[producer_step_[static_cast<std::size_t>(root.node)]].record = event;
+      steps_[producer_step_[static_cast<std::size_t>(producer)]].record = event;
     }
     if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end()) step.waits.push_back(event);
+  };
+  for (const ValueRef& in : graph_.node(node).inputs) {
+    ValueRef root = in;
+    while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
+    wait_for(root.node);
   }
+  if (auto after = run_after_.find(node); after != run_after_.end())
+    for (std::int32_t reader : after->second) wait_for(reader);  // in-place update: old value read first
   producer_step_[static_cast<std::size_t>(node)] = steps_.size();
   steps_.push_back(std::move(step));
 }
@@ -399,6 +429,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   if (!use_staged(feeds)) copy_inputs(feeds);
   adopt_variables(main);
   ++runs_;
+  KILN_CUDA_CHECK(cudaEventRecord(step_begin_, main));
   if (!trace_path_.empty()) {  // a traced step runs launch by launch, outside any graph
     std::vector<TraceEvent> trace;
     execute(&trace);
@@ -418,6 +449,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, main));
   }
+  KILN_CUDA_CHECK(cudaEventRecord(step_end_, main));
   stage_next();  // the next batch crosses the bus while this step computes
   Outputs outputs;
   for (const auto& [name, ref] : graph_.outputs()) {
@@ -427,6 +459,9 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
     outputs[name] = host;
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(main));
+  float step_ms = 0;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&step_ms, step_begin_, step_end_));
+  last_step_ms_ = step_ms;
   if (has_one_hot_) cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), main), one_hot_classes_);
   return outputs;
 }

@@ -59,6 +59,7 @@ std::vector<jit::KernelSource> all_kernel_sources() {
     for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight})
       for (IgemmTile tile : igemm_tiles(mode, t)) all.push_back(conv_igemm_source(mode, tile, t));
     all.push_back(conv_splitk_sum_source(t));
+    all.push_back(random_uniform_source(t));
     for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select}) all.push_back(max_pool_source(p, t));
     for (PoolFast p : {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
                        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})

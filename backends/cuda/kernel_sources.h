@@ -1,5 +1,5 @@
 // The CUDA C sources of every hand-written kernel (implicit-GEMM convolution, im2col,
-// col2im, pooling, transpose, one_hot, fill), one function per family; pure strings, so
+// col2im, pooling, transpose, one_hot, fill, random), one function per family; pure strings, so
 // they compile without a GPU.
 #pragma once
 
@@ -59,6 +59,9 @@ jit::KernelSource transpose_source(std::size_t element_bytes);  // 1, 2, 4 or 8
 jit::KernelSource one_hot_source(DType label, DType out);
 jit::KernelSource one_hot_finish_source(DType label);
 jit::KernelSource fill_source(DType dtype);
+
+// random.cpp: Philox uniform values (f32, f64) for random_uniform.
+jit::KernelSource random_uniform_source(DType dtype);
 
 // Every kernel the library can launch, for compile-only tests and preloading.
 std::vector<jit::KernelSource> all_kernel_sources();

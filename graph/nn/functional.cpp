@@ -37,4 +37,20 @@ Value cross_entropy(Value logits, Value labels) {
   return -mean_all(sum(targets * log_softmax(logits, 1), {1}));
 }
 
+Value conv_transpose2d(Value x, Value w, std::int64_t stride, std::int64_t padding, std::int64_t output_padding) {
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  KILN_CHECK(xs.rank() == 4, "conv_transpose2d: input must be [B, C, H, W] but is {}", x.type().str());
+  KILN_CHECK(ws.rank() == 4, "conv_transpose2d: weight must be [Cin, Cout, KH, KW] but is {}", w.type().str());
+  KILN_CHECK(xs[1] == ws[0], "conv_transpose2d: input has {} channels but weight {} expects {}", xs[1], ws.str(), ws[0]);
+  KILN_CHECK(stride >= 1 && padding >= 0 && output_padding >= 0 && output_padding < stride,
+             "conv_transpose2d: stride {}, padding {}, output_padding {} (stride >= 1, padding >= 0, 0 <= output_padding < stride)",
+             stride, padding, output_padding);
+  const std::int64_t oh = (xs[2] - 1) * stride - 2 * padding + ws[2] + output_padding;
+  const std::int64_t ow = (xs[3] - 1) * stride - 2 * padding + ws[3] + output_padding;
+  KILN_CHECK(oh >= 1 && ow >= 1, "conv_transpose2d: input {} with kernel {}x{}, stride {}, padding {} gives an empty output {}x{}",
+             xs.str(), ws[2], ws[3], stride, padding, oh, ow);
+  return conv2d_grad_input(x, w, {xs[0], ws[1], oh, ow}, stride, padding);
+}
+
 }  // namespace kiln

@@ -16,5 +16,9 @@ Value log_softmax(Value x, std::int64_t axis = -1);
 Value softmax(Value x, std::int64_t axis = -1);
 // Mean over the batch of -log p(label); logits: [N, C], labels: integer [N].
 Value cross_entropy(Value logits, Value labels);
+// Transposed convolution, the input gradient of conv2d: x: [B, Cin, H, W], w: [Cin, Cout, KH, KW]
+// (PyTorch's layout) -> [B, Cout, (H - 1) * stride - 2 * padding + KH + output_padding, ...],
+// output_padding < stride.
+Value conv_transpose2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0, std::int64_t output_padding = 0);
 
 }  // namespace kiln

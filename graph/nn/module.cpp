@@ -1,6 +1,7 @@
 // Parameter registration, initialisation and the standard layers.
 #include "graph/nn/module.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "graph/nn/functional.h"
@@ -26,13 +27,34 @@ std::vector<VariablePtr> Module::parameters() const {
   return all;
 }
 
+std::vector<VariablePtr> Module::buffers() const {
+  std::vector<VariablePtr> all = buffers_;
+  for (const Module* child : children_) {
+    std::vector<VariablePtr> sub = child->buffers();
+    all.insert(all.end(), sub.begin(), sub.end());
+  }
+  return all;
+}
+
+void Module::set_training(bool training) {
+  training_ = training;
+  for (Module* child : children_) child->set_training(training);
+}
+
 VariablePtr Module::register_parameter(const std::string& name, Tensor value) {
   params_.push_back(make_variable(name, std::move(value), true));
   return params_.back();
 }
 
+VariablePtr Module::register_buffer(const std::string& name, Tensor value) {
+  buffers_.push_back(make_variable(name, std::move(value), false));
+  return buffers_.back();
+}
+
 void Module::register_module(const std::string& name, Module& child) {
   for (const VariablePtr& p : child.parameters()) p->name = name + "." + p->name;
+  for (const VariablePtr& b : child.buffers()) b->name = name + "." + b->name;
+  child.set_training(training_);
   children_.push_back(&child);
 }
 
@@ -65,8 +87,36 @@ Value Conv2d::forward(Value x) {
   return y + reshape(g.variable(bias_), {1, options_.out_channels, 1, 1});
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options, Philox& rng) : options_(options) {
+  const std::int64_t k = options.kernel, s2 = options.stride * options.stride;
+  KILN_CHECK(options.in_channels >= 1 && options.out_channels >= 1 && k >= 1 && options.stride >= 1,
+             "ConvTranspose2d: {} -> {} channels, kernel {}, stride {} (all must be positive)", options.in_channels,
+             options.out_channels, k, options.stride);
+  const std::int64_t fan_in = std::max<std::int64_t>(1, options.in_channels * k * k / s2);
+  const std::int64_t fan_out = std::max<std::int64_t>(1, options.out_channels * k * k / s2);
+  weight_ = register_parameter("weight", init_weight({options.in_channels, options.out_channels, k, k}, fan_in, fan_out, options.init, rng));
+  if (options.bias) bias_ = register_parameter("bias", Tensor::zeros({options.out_channels}, DType::f32));
+}
+
+Value ConvTranspose2d::forward(Value x) {
+  Graph& g = x.graph();
+  KILN_CHECK(x.shape().rank() == 4 && x.shape()[1] == options_.in_channels,
+             "ConvTranspose2d({} -> {}): input is {} but [B, {}, H, W] was expected", options_.in_channels,
+             options_.out_channels, x.type().str(), options_.in_channels);
+  Value y = conv_transpose2d(x, g.variable(weight_), options_.stride, options_.padding, options_.output_padding);
+  if (!bias_) return y;
+  return y + reshape(g.variable(bias_), {1, options_.out_channels, 1, 1});
+}
+
 Value MaxPool2d::forward(Value x) { return max_pool2d(x, kernel_, stride_); }
 Value ReLU::forward(Value x) { return relu(x); }
+LeakyReLU::LeakyReLU(double slope) : slope_(slope) {
+  KILN_CHECK(slope >= 0 && slope <= 1, "LeakyReLU: slope {} must be in [0, 1]", slope);  // leaky_relu is max(x, slope * x)
+}
+
+Value LeakyReLU::forward(Value x) { return leaky_relu(x, slope_); }
+Value Sigmoid::forward(Value x) { return sigmoid(x); }
+Value Tanh::forward(Value x) { return tanh(x); }
 Value Flatten::forward(Value x) { return flatten(x); }
 
 Value Sequential::forward(Value x) {

@@ -28,15 +28,27 @@ class Module {
 
   // Parameters of this module and its children, in registration order, named "fc1.weight".
   std::vector<VariablePtr> parameters() const;
+  // Non-trainable state (batch norm's running statistics, dropout's step counter), named
+  // like parameters ("bn1.running_mean"). Checkpoints carry them; optimizers do not see them.
+  std::vector<VariablePtr> buffers() const;
+
+  // Training mode (the default) or evaluation mode, for this module and all its children.
+  // The mode is read when a graph is recorded: record the eval graph after set_training(false).
+  void set_training(bool training);
+  bool training() const { return training_; }
 
  protected:
   VariablePtr register_parameter(const std::string& name, Tensor value);
-  // `child` must outlive this module (a member, or owned by it); its parameters are renamed "name.*".
+  VariablePtr register_buffer(const std::string& name, Tensor value);
+  // `child` must outlive this module (a member, or owned by it); its parameters and buffers
+  // are renamed "name.*".
   void register_module(const std::string& name, Module& child);
 
  private:
   std::vector<VariablePtr> params_;
+  std::vector<VariablePtr> buffers_;
   std::vector<Module*> children_;
+  bool training_ = true;
 };
 
 // A module with one input and one output, so that it can sit in a Sequential.
@@ -77,6 +89,30 @@ class Conv2d : public Layer {
   VariablePtr weight_, bias_;  // [Cout, Cin, K, K], [Cout]
 };
 
+// The transpose of Conv2d (a "deconvolution", as in DCGAN's generator); weight [Cin, Cout, K, K]
+// as PyTorch. Kaiming/Xavier fans count the inputs that reach one output: Cin * K * K / stride^2.
+struct ConvTranspose2dOptions {
+  std::int64_t in_channels = 1;
+  std::int64_t out_channels = 1;
+  std::int64_t kernel = 4;
+  std::int64_t stride = 2;
+  std::int64_t padding = 1;
+  std::int64_t output_padding = 0;
+  bool bias = true;
+  Init init = Init::kaiming_uniform;
+};
+
+class ConvTranspose2d : public Layer {
+ public:
+  ConvTranspose2d(const ConvTranspose2dOptions& options, Philox& rng);
+  Value forward(Value x) override;  // x: [B, Cin, H, W] -> [B, Cout, (H - 1) * stride - 2 * padding + K + output_padding, ...]
+  const VariablePtr& weight() const { return weight_; }
+
+ private:
+  ConvTranspose2dOptions options_;
+  VariablePtr weight_, bias_;  // [Cin, Cout, K, K], [Cout]
+};
+
 class MaxPool2d : public Layer {
  public:
   explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0) : kernel_(kernel), stride_(stride) {}
@@ -87,6 +123,25 @@ class MaxPool2d : public Layer {
 };
 
 class ReLU : public Layer {
+ public:
+  Value forward(Value x) override;
+};
+
+class LeakyReLU : public Layer {
+ public:
+  explicit LeakyReLU(double slope = 0.01);  // slope in [0, 1]
+  Value forward(Value x) override;
+
+ private:
+  double slope_;
+};
+
+class Sigmoid : public Layer {
+ public:
+  Value forward(Value x) override;
+};
+
+class Tanh : public Layer {
  public:
   Value forward(Value x) override;
 };
