@@ -71,8 +71,8 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
 }
 
 std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
-                                          const CompileOptions& options) {
-  append_training_step(loss, params, optimizer);
+                                          const CompileOptions& options, const TrainStepOptions& step_options) {
+  append_training_step(loss, params, optimizer, step_options);
   return compile(loss.graph(), options);
 }
 

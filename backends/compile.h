@@ -5,6 +5,7 @@
 
 #include "backends/program.h"
 #include "graph/optim.h"
+#include "graph/train_step.h"
 
 namespace kiln {
 
@@ -26,9 +27,9 @@ struct CompileOptions {
 // for the device. KILN_DUMP=<pass name>[,...] (or "all") prints the graph after a pass.
 std::unique_ptr<Program> compile(const Graph& g, const CompileOptions& options = {});
 
-// The training step in loss's graph: appends the gradients of `params` and the
-// optimizer's update, names the loss output "loss", and compiles.
+// The training step in loss's graph: appends the gradients of `params` (clipped as
+// `step_options` says) and the optimizer's update, names the loss output "loss", and compiles.
 std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
-                                          const CompileOptions& options = {});
+                                          const CompileOptions& options = {}, const TrainStepOptions& step_options = {});
 
 }  // namespace kiln

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "backends/host_copy.h"
-#include "core/safetensors.h"
 
 namespace kiln {
 namespace {
@@ -57,19 +56,32 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
   save_safetensors(path, tensors, metadata);
 }
 
+Checkpoint::Checkpoint(const std::filesystem::path& path) : path_(path), file_(load_safetensors(path)) {
+  position_ = {metadata_integer(file_.metadata, "kiln.step", path), metadata_integer(file_.metadata, "kiln.epoch", path),
+               metadata_integer(file_.metadata, "kiln.batch", path)};
+}
+
+std::string Checkpoint::metadata_value(const std::string& key) const {
+  auto it = file_.metadata.find(key);
+  return it == file_.metadata.end() ? "" : it->second;
+}
+
+void Checkpoint::restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
+                         const std::vector<VariablePtr>& buffers) const {
+  std::vector<std::pair<VariablePtr, Tensor>> loaded;
+  for (const VariablePtr& p : params) loaded.emplace_back(p, checked_tensor(file_, "param/", p, path_));
+  for (const VariablePtr& s : state) loaded.emplace_back(s, checked_tensor(file_, "state/", s, path_));
+  for (const VariablePtr& b : buffers) loaded.emplace_back(b, checked_tensor(file_, "buffer/", b, path_));
+  for (auto& [var, tensor] : loaded) var->value = tensor;
+}
+
 TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
                                  const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings,
                                  const std::vector<VariablePtr>& buffers) {
-  const SafetensorsFile file = load_safetensors(path);
-  const TrainingPosition position{metadata_integer(file.metadata, "kiln.step", path), metadata_integer(file.metadata, "kiln.epoch", path),
-                                  metadata_integer(file.metadata, "kiln.batch", path)};
-  std::vector<std::pair<VariablePtr, Tensor>> loaded;
-  for (const VariablePtr& p : params) loaded.emplace_back(p, checked_tensor(file, "param/", p, path));
-  for (const VariablePtr& s : state) loaded.emplace_back(s, checked_tensor(file, "state/", s, path));
-  for (const VariablePtr& b : buffers) loaded.emplace_back(b, checked_tensor(file, "buffer/", b, path));
-  for (auto& [var, tensor] : loaded) var->value = tensor;
-  if (settings) *settings = file.metadata;
-  return position;
+  const Checkpoint checkpoint(path);
+  checkpoint.restore(params, state, buffers);
+  if (settings) *settings = checkpoint.metadata();
+  return checkpoint.position();
 }
 
 }  // namespace kiln

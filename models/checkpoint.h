@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "graph/graph.h"
 
 namespace kiln {
@@ -28,6 +29,27 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
 // kiln::Error unless the directory of `path` exists and is writable (checked before training,
 // so that a bad --checkpoint fails at once rather than after an epoch of work).
 void check_checkpoint_directory(const std::filesystem::path& path);
+
+// A checkpoint file read and validated once: its metadata can be looked at (which model,
+// which settings) before its tensors are copied into a model's variables.
+class Checkpoint {
+ public:
+  explicit Checkpoint(const std::filesystem::path& path);  // kiln::Error naming the file
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return file_.metadata; }
+  // The metadata value of `key`, or "" when there is none.
+  std::string metadata_value(const std::string& key) const;
+  TrainingPosition position() const { return position_; }
+  // Copies the tensors into the variables (see load_checkpoint); nothing is assigned unless
+  // every variable has its tensor with the exact shape and dtype.
+  void restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
+               const std::vector<VariablePtr>& buffers = {}) const;
+
+ private:
+  std::filesystem::path path_;
+  SafetensorsFile file_;
+  TrainingPosition position_;
+};
 
 // Loads into the variables (as host tensors; a GPU program uploads them at its next run).
 // Every variable must be in the file with its exact shape and dtype: kiln::Error names the

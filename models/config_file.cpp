@@ -9,51 +9,78 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 namespace kiln {
 namespace {
 
 using Setter = std::function<void(const nlohmann::json&, TrainConfig&, const std::string& where)>;
+using Getter = std::function<nlohmann::json(const TrainConfig&)>;
 
-Setter integer(std::int64_t TrainConfig::*field, std::int64_t minimum) {
-  return [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
-    KILN_CHECK(v.is_number_integer(), "{} must be an integer, not {}", where, v.dump());
+// A config key: how to check and apply a JSON value, and how to write the field back.
+struct Key {
+  Setter set;
+  Getter get;
+};
+
+// `off`, when given, is the field's "not set" value (e.g. max-steps -1): written and read as null.
+Key integer(std::int64_t TrainConfig::*field, std::int64_t minimum, std::optional<std::int64_t> off = std::nullopt) {
+  Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
+    if (off && v.is_null()) {
+      c.*field = *off;
+      return;
+    }
+    KILN_CHECK(v.is_number_integer(), "{} must be an integer{}, not {}", where, off ? " or null" : "", v.dump());
     const auto value = v.get<std::int64_t>();
     KILN_CHECK(value >= minimum, "{} is {} but must be at least {}", where, value, minimum);
     c.*field = value;
   };
+  Getter get = [=](const TrainConfig& c) { return off && c.*field == *off ? nlohmann::json(nullptr) : nlohmann::json(c.*field); };
+  return {set, get};
 }
 
-Setter real(double TrainConfig::*field, double minimum, bool strictly) {
-  return [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
+Key real(double TrainConfig::*field, double minimum, bool strictly) {
+  Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
     KILN_CHECK(v.is_number(), "{} must be a number, not {}", where, v.dump());
     const double value = v.get<double>();
     KILN_CHECK(std::isfinite(value) && (strictly ? value > minimum : value >= minimum), "{} is {} but must be {} {}", where,
                v.dump(), strictly ? ">" : ">=", minimum);
     c.*field = value;
   };
+  return {set, [=](const TrainConfig& c) { return nlohmann::json(c.*field); }};
 }
 
-Setter text(std::string TrainConfig::*field, std::vector<std::string> allowed) {
-  return [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
+Key text(std::string TrainConfig::*field, std::vector<std::string> allowed) {
+  Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
     KILN_CHECK(v.is_string(), "{} must be a string, not {}", where, v.dump());
     const auto value = v.get<std::string>();
     KILN_CHECK(allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end(), "{} is '{}' (one of: {})", where,
                value, fmt::join(allowed, ", "));
     c.*field = value;
   };
+  return {set, [=](const TrainConfig& c) { return nlohmann::json(c.*field); }};
 }
 
-Setter flag(bool TrainConfig::*field) {
-  return [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
+Key flag(bool TrainConfig::*field) {
+  Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
     KILN_CHECK(v.is_boolean(), "{} must be true or false, not {}", where, v.dump());
     c.*field = v.get<bool>();
   };
+  return {set, [=](const TrainConfig& c) { return nlohmann::json(c.*field); }};
 }
 
-const std::map<std::string, Setter>& setters() {
-  static const std::map<std::string, Setter> table = {
+Key seed() {
+  Setter set = [](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
+    KILN_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0), "{} must be a non-negative integer, not {}",
+               where, v.dump());
+    c.seed = v.get<std::uint64_t>();
+  };
+  return {set, [](const TrainConfig& c) { return nlohmann::json(c.seed); }};
+}
+
+const std::map<std::string, Key>& keys() {
+  static const std::map<std::string, Key> table = {
       {"model", text(&TrainConfig::model, {})},
       {"epochs", integer(&TrainConfig::epochs, 1)},
       {"batch-size", integer(&TrainConfig::batch_size, 1)},
@@ -81,20 +108,16 @@ const std::map<std::string, Setter>& setters() {
       {"weight-decay", real(&TrainConfig::weight_decay, 0, false)},
       {"data-dir", text(&TrainConfig::data_dir, {})},
       {"synthetic", flag(&TrainConfig::synthetic)},
-      {"max-steps", integer(&TrainConfig::max_steps, 1)},
+      {"max-steps", integer(&TrainConfig::max_steps, 1, -1)},
       {"eval-batch", integer(&TrainConfig::eval_batch, 1)},
       {"checkpoint", text(&TrainConfig::checkpoint_path, {})},
-      {"save-every", integer(&TrainConfig::save_every, 1)},
+      {"save-every", integer(&TrainConfig::save_every, 1, 0)},
       {"resume", text(&TrainConfig::resume_path, {})},
       {"check-numerics", flag(&TrainConfig::check_numerics)},
       {"deterministic", flag(&TrainConfig::deterministic)},
       {"tf32", flag(&TrainConfig::tf32)},
       {"trace", text(&TrainConfig::trace_path, {})},
-      {"seed", [](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
-         KILN_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0), "{} must be a non-negative integer, not {}",
-                    where, v.dump());
-         c.seed = v.get<std::uint64_t>();
-       }},
+      {"seed", seed()},
   };
   return table;
 }
@@ -110,13 +133,19 @@ TrainConfig parse_train_config(std::string_view json, const std::string& source,
   }
   KILN_CHECK(doc.is_object(), "{}: a config must be a JSON object of flag names and values, not {}", source, doc.type_name());
   std::vector<std::string> known;
-  for (const auto& [key, setter] : setters()) known.push_back(key);
+  for (const auto& [key, entry] : keys()) known.push_back(key);
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    auto setter = setters().find(it.key());
-    KILN_CHECK(setter != setters().end(), "{}: unknown key '{}' (known: {})", source, it.key(), fmt::join(known, ", "));
-    setter->second(it.value(), config, fmt::format("{}: '{}'", source, it.key()));
+    auto entry = keys().find(it.key());
+    KILN_CHECK(entry != keys().end(), "{}: unknown key '{}' (known: {})", source, it.key(), fmt::join(known, ", "));
+    entry->second.set(it.value(), config, fmt::format("{}: '{}'", source, it.key()));
   }
   return config;
+}
+
+std::string train_config_json(const TrainConfig& config) {
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& [key, entry] : keys()) doc[key] = entry.get(config);
+  return doc.dump();
 }
 
 TrainConfig read_train_config(const std::string& path, TrainConfig config) {

@@ -1,5 +1,6 @@
 // `trainer --config FILE`: a JSON object with the same keys as the trainer's flags
-// ("epochs", "batch-size", "lr", ...); flags given on the command line override it.
+// ("epochs", "batch-size", "lr", ...); flags given on the command line override it. The
+// same JSON goes into checkpoints' metadata.
 #pragma once
 
 #include <string>
@@ -14,5 +15,10 @@ namespace kiln {
 // out of range. Nothing is applied unless everything is valid.
 TrainConfig parse_train_config(std::string_view json, const std::string& source, TrainConfig config);
 TrainConfig read_train_config(const std::string& path, TrainConfig config);
+
+// Every config key with its value in `config`, as one JSON object (what checkpoints keep in
+// their metadata); parse_train_config of it gives the same settings back. Settings that are
+// "off" (max-steps -1, save-every 0) are null.
+std::string train_config_json(const TrainConfig& config);
 
 }  // namespace kiln

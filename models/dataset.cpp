@@ -20,7 +20,7 @@ std::string find_file(const std::string& dir, const std::string& stem) {
 
 Tensor normalised_images(const Tensor& raw, const std::string& path, PixelScale scale) {
   KILN_CHECK(raw.dtype() == DType::u8 && raw.shape().rank() == 3 && raw.shape()[1] == 28 && raw.shape()[2] == 28,
-             "{}: expected u8 images [N, 28, 28] but found {}{}", path, dtype_name(raw.dtype()), raw.shape().str());
+             "{}: expected u8 images [N, 28, 28] (28x28 Fashion-MNIST images) but found {}{}", path, dtype_name(raw.dtype()), raw.shape().str());
   Tensor out = Tensor::empty({raw.shape()[0], 1, 28, 28}, DType::f32);
   const std::uint8_t* in = raw.data<std::uint8_t>();
   float* o = out.data<float>();
@@ -57,6 +57,8 @@ Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale
              d.images.shape()[0], labels_path, d.labels.numel());
   return d;
 }
+
+Tensor load_images(const std::string& path) { return normalised_images(read_idx(path), path); }
 
 Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes, std::uint64_t seed) {
   std::vector<std::int64_t> dims = {n};

@@ -34,6 +34,10 @@ enum class PixelScale {
 // Throws kiln::Error naming the directory or file and the problem.
 Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale = PixelScale::standardised);
 
+// Images of an IDX file (u8 [N, 28, 28], gzip or plain), normalised as load_fashion_mnist
+// does: f32 [N, 1, 28, 28]. kiln::Error naming the file for another element type or size.
+Tensor load_images(const std::string& path);
+
 // Random labelled images of the right shape (benchmarks, tests); labels in [0, classes).
 Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes, std::uint64_t seed);
 

@@ -21,7 +21,7 @@ Shape batch_shape(std::int64_t batch, const Shape& example) {
 }
 
 ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch, const OptimizerConfig& optimizer,
-                             std::uint64_t seed) {
+                             std::uint64_t seed, const TrainStepOptions& step) {
   KILN_CHECK(batch >= 1, "batch size must be at least 1 (got {})", batch);
   const ModelInfo& info = model_info(name);
   Philox rng(seed);
@@ -33,7 +33,7 @@ ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t 
     return m;
   }
   m.optimizer = make_optimizer(optimizer);
-  append_training_step(cross_entropy(logits, g.input("y", {batch}, DType::i64)), m.model->parameters(), *m.optimizer);
+  append_training_step(cross_entropy(logits, g.input("y", {batch}, DType::i64)), m.model->parameters(), *m.optimizer, step);
   return m;
 }
 

@@ -7,6 +7,7 @@
 
 #include "graph/nn/module.h"
 #include "graph/optim.h"
+#include "graph/train_step.h"
 
 namespace kiln {
 
@@ -27,9 +28,10 @@ struct ModelGraph {
   std::unique_ptr<Graph> graph;          // inputs "x" (and "y"); output "logits" or "loss"
 };
 
-// Builds model `name` (initialised from `seed`) and records its graph for `stage`.
+// Builds model `name` (initialised from `seed`) and records its graph for `stage`; the
+// train stage clips gradients as `step` says.
 ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch, const OptimizerConfig& optimizer,
-                             std::uint64_t seed = 0);
+                             std::uint64_t seed = 0, const TrainStepOptions& step = {});
 
 // [batch, example...]
 Shape batch_shape(std::int64_t batch, const Shape& example);

@@ -8,6 +8,8 @@
 
 #include "core/device.h"
 #include "graph/graph.h"
+#include "models/dataset.h"
+#include "models/registry.h"
 
 namespace kiln {
 
@@ -64,6 +66,8 @@ struct EpochResult {
   std::int64_t steps = 0;
   double train_loss = 0;     // mean over the epoch's steps
   double test_accuracy = 0;  // fraction in [0, 1]
+  double test_loss = 0;      // mean cross-entropy on the test set
+  double lr = 0;             // learning rate of the epoch's last step
   double seconds = 0;        // training time of the epoch (evaluation excluded)
   double images_per_second = 0;
 };
@@ -73,5 +77,9 @@ struct EpochResult {
 std::vector<EpochResult> train_classifier(const TrainConfig& config,
                                           const std::function<void(const EpochResult&)>& on_epoch = {},
                                           const std::function<void(const std::vector<VariablePtr>&)>& on_finish = {});
+
+// The training or test set a config trains on: Fashion-MNIST from data_dir, or synthetic
+// images of the model's input shape (from the config's seed).
+Dataset classifier_data(const TrainConfig& config, const ModelInfo& info, Split split);
 
 }  // namespace kiln

@@ -169,6 +169,29 @@ TEST_CASE("GPU: LeNet training steps match the CPU step: the loss and every para
   }
 }
 
+TEST_CASE("GPU: LeNet steps with gradient clipping match the CPU step: the norm, the loss and every parameter") {
+  if (!have_gpu()) return;
+  // A threshold far below LeNet's gradient norm, so that every step is clipped.
+  const TrainStepOptions clip{.clip_grad_norm = 0.05};
+  ModelGraph cpu = build_model_graph("lenet", Stage::train, 64, {.name = "sgd", .lr = 0.1, .momentum = 0.9}, 4, clip);
+  ModelGraph gpu = build_model_graph("lenet", Stage::train, 64, {.name = "sgd", .lr = 0.1, .momentum = 0.9}, 4, clip);
+  auto cpu_step = compile(*cpu.graph);
+  auto gpu_step = compile(*gpu.graph, {.device = Device::cuda()});
+  for (int step = 0; step < 4; ++step) {  // the first run, the capture, then replays
+    CAPTURE(step);
+    const std::vector<Feed> feeds = random_feeds(*cpu.graph, 300 + static_cast<std::uint64_t>(step));
+    const Outputs c = cpu_step->run(feeds), g = gpu_step->run(feeds);
+    CHECK(c.at("grad_norm").item() > 0.05);
+    CHECK(g.at("grad_norm").item() == doctest::Approx(c.at("grad_norm").item()).epsilon(1e-4));
+    CHECK(g.at("loss").item() == doctest::Approx(c.at("loss").item()).epsilon(1e-4));
+    const auto cpu_params = cpu.model->parameters(), gpu_params = gpu.model->parameters();
+    for (std::size_t p = 0; p < cpu_params.size(); ++p) {
+      CAPTURE(cpu_params[p]->name);
+      CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 1e-5, 1e-3) <= 1.0);
+    }
+  }
+}
+
 TEST_CASE("GPU: two runs of the same steps give bitwise-identical parameters") {
   if (!have_gpu()) return;
   std::vector<std::vector<Tensor>> runs;

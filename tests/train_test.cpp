@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -133,7 +134,8 @@ TEST_CASE("the CPU training step gives the same bits for any number of threads")
 namespace kiln {
 
 TEST_CASE("save at step N, resume, train to 2N: the same bits as an uninterrupted run") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-resume-test";
+  // One directory per process: the same test may run beside this one (another checkout's ctest).
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln-resume-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainConfig base;
   base.synthetic = true;
@@ -168,7 +170,7 @@ TEST_CASE("save at step N, resume, train to 2N: the same bits as an uninterrupte
 }
 
 TEST_CASE("resuming from a checkpoint of another model is a clear error and changes nothing") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kiln-resume-bad";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln-resume-bad-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainConfig c;
   c.synthetic = true;

@@ -292,4 +292,130 @@ expect_rc 0
 expect_output "test accuracy"
 ok
 
+# --- trainer eval and trainer predict -------------------------------------------------------------
+
+# write_checkpoint FILE METADATA_JSON [TENSOR_NAME SHAPE_JSON]: a small valid safetensors file.
+write_checkpoint() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+path, metadata = sys.argv[1], json.loads(sys.argv[2])
+header, data = {'__metadata__': metadata}, b''
+if len(sys.argv) > 3:
+    shape = json.loads(sys.argv[4])
+    count = 1
+    for d in shape:
+        count *= d
+    header[sys.argv[3]] = {'dtype': 'F32', 'shape': shape, 'data_offsets': [0, 4 * count]}
+    data = b'\0' * (4 * count)
+text = json.dumps(header).encode()
+text += b' ' * (-len(text) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(text)) + text + data)
+PY
+}
+
+# The accuracy in "test accuracy 12.34%" of the last such line of stdout.
+printed_accuracy() { grep -o 'test accuracy [0-9.]*%' "$TMP/stdout" | tail -1; }
+
+run "train a synthetic checkpoint for eval" --synthetic --max-steps 30 --epochs 1 --checkpoint "$TMP/eval.safetensors" --no-progress
+expect_rc 0
+trained=$(printed_accuracy)
+[[ -n $trained ]] || fail "no test accuracy printed"
+ok
+
+run "eval: the same test accuracy as at the end of training" eval --checkpoint "$TMP/eval.safetensors"
+expect_rc 0
+expect_output "model lenet after 30 steps, synthetic test set of 1000 images"
+[[ $(printed_accuracy) == "$trained" ]] || fail "eval printed '$(printed_accuracy)', training '$trained'"
+expect_output "test loss"
+ok
+
+run "eval: a missing checkpoint" eval --checkpoint "$TMP/nonexistent.safetensors"
+expect_rc 2
+expect_output "nonexistent.safetensors"
+ok
+
+run "eval: --checkpoint is required" eval
+expect_rc 2
+expect_output "--checkpoint"
+ok
+
+run "eval: a corrupt checkpoint" eval --checkpoint "$TMP/broken.safetensors"
+expect_rc 1
+expect_error "$TMP/broken.safetensors"
+ok
+
+write_checkpoint "$TMP/plain.safetensors" '{}'
+run "eval: a safetensors file that is not a training checkpoint" eval --checkpoint "$TMP/plain.safetensors"
+expect_rc 1
+expect_error "$TMP/plain.safetensors" "not a kiln checkpoint"
+ok
+
+write_checkpoint "$TMP/other_model.safetensors" '{"model": "nosuchmodel", "kiln.step": "1", "kiln.epoch": "1", "kiln.batch": "1"}'
+run "eval: a checkpoint of a model this trainer does not know" eval --checkpoint "$TMP/other_model.safetensors"
+expect_rc 1
+expect_error "$TMP/other_model.safetensors" "unknown model 'nosuchmodel'"
+ok
+
+write_checkpoint "$TMP/wrong_shapes.safetensors" '{"model": "lenet", "kiln.step": "1", "kiln.epoch": "1", "kiln.batch": "1"}' \
+  param/conv1.weight '[16, 1, 5, 5]'
+run "eval: a checkpoint whose tensors are not the named model's" eval --checkpoint "$TMP/wrong_shapes.safetensors"
+expect_rc 1
+expect_error "$TMP/wrong_shapes.safetensors" "param/conv1.weight" "[16, 1, 5, 5]"
+ok
+
+# IDX images of the wrong size: u8 [2, 32, 32].
+{ printf '\000\000\010\003\000\000\000\002\000\000\000\040\000\000\000\040'; head -c 2048 /dev/zero; } >"$TMP/big-images-idx3-ubyte"
+run "predict: images of the wrong size" predict --checkpoint "$TMP/eval.safetensors" --images "$TMP/big-images-idx3-ubyte"
+expect_rc 1
+expect_error "$TMP/big-images-idx3-ubyte" "28, 28" "[2, 32, 32]"
+ok
+
+run "predict: a file that is not IDX" predict --checkpoint "$TMP/eval.safetensors" --images "$TMP/broken.safetensors"
+expect_rc 1
+expect_error "$TMP/broken.safetensors" "not an IDX file"
+ok
+
+run "predict: --images is required" predict --checkpoint "$TMP/eval.safetensors"
+expect_rc 2
+expect_output "--images"
+ok
+
+# Three images: one line each, "class<TAB>name".
+{ printf '\000\000\010\003\000\000\000\003\000\000\000\034\000\000\000\034'; head -c 2352 /dev/urandom; } >"$TMP/three-images-idx3-ubyte"
+run "predict: one line per image" predict --checkpoint "$TMP/eval.safetensors" --images "$TMP/three-images-idx3-ubyte"
+expect_rc 0
+(($(wc -l <"$TMP/stdout") == 3)) || fail "expected 3 lines"
+grep -qvP '^[0-9]\t(T-shirt/top|Trouser|Pullover|Dress|Coat|Sandal|Shirt|Sneaker|Bag|Ankle boot)$' "$TMP/stdout" && fail "a line is not 'class<TAB>name'"
+ok
+
+run "predict: --output into a missing directory" predict --checkpoint "$TMP/eval.safetensors" --images "$TMP/three-images-idx3-ubyte" \
+  --output /nonexistent/dir/p.txt
+expect_rc 1
+expect_error "--output /nonexistent/dir/p.txt"
+ok
+
+if [[ -f $DATA/t10k-images-idx3-ubyte.gz ]]; then
+  run "train LeNet briefly on Fashion-MNIST" --max-steps 150 --batch-size 32 --epochs 1 --checkpoint "$TMP/real.safetensors" --no-progress
+  expect_rc 0
+  ok
+
+  run "eval on Fashion-MNIST" eval --checkpoint "$TMP/real.safetensors"
+  expect_rc 0
+  correct=$(sed -n 's/^test accuracy [0-9.]*% (\([0-9]*\) of 10000).*/\1/p' "$TMP/stdout")
+  [[ -n $correct ]] && ((correct >= 6000)) || fail "expected at least 60% test accuracy after 150 steps, got '$correct' of 10000"
+  ok
+
+  run "predict on the test images agrees with eval" predict --checkpoint "$TMP/real.safetensors" \
+    --images "$DATA/t10k-images-idx3-ubyte.gz" --output "$TMP/predictions.tsv"
+  expect_rc 0
+  (($(wc -l <"$TMP/predictions.tsv") == 10000)) || fail "expected 10000 predictions"
+  # The labels: the bytes after the 8-byte IDX header, one per line.
+  gzip -dc "$DATA/t10k-labels-idx1-ubyte.gz" | tail -c +9 | od -An -v -tu1 -w1 | tr -d ' ' >"$TMP/labels.txt"
+  agree=$(paste <(cut -f1 "$TMP/predictions.tsv") "$TMP/labels.txt" | awk '$1 == $2' | wc -l)
+  ((agree == correct)) || fail "predict matches $agree labels but eval counted $correct correct"
+  ok
+else
+  skip "eval and predict on Fashion-MNIST" "$DATA is not installed"
+fi
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

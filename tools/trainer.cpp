@@ -1,5 +1,7 @@
-// trainer: trains a model from the command line.
-//   trainer --model lenet --epochs 2
+// trainer: trains a model from the command line; evaluates or applies a trained one.
+//   trainer --model lenet --epochs 2 --checkpoint c.safetensors
+//   trainer eval --checkpoint c.safetensors
+//   trainer predict --checkpoint c.safetensors --images t10k-images-idx3-ubyte.gz
 // Exit codes: 0 done, 1 a runtime error (bad data, divergence), 2 a bad flag or value.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include "models/train_gan.h"
 #include "models/train_lm.h"
 #include "tools/cli.h"
+#include "tools/trainer_commands.h"
 
 namespace {
 
@@ -165,9 +168,21 @@ int main(int argc, char** argv) {
   app.add_option("--fid-classifier", config.fid_classifier, "GAN: a lenet checkpoint whose features the FID uses")->check(CLI::ExistingFile);
   app.add_flag("--tf32", config.tf32, "CUDA: allow TF32 tensor-core math in GEMMs (faster, about 3 fewer significant digits)");
 
+  kiln::tools::InferenceArgs inference;
+  CLI::App* eval = kiln::tools::add_eval_command(app, inference);
+  CLI::App* predict = kiln::tools::add_predict_command(app, inference);
+  app.require_subcommand(0, 1);
+
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
+    if (eval->parsed() || predict->parsed()) {
+      const kiln::Device inference_device = parse_device(inference.device);
+      if (inference.threads > 0) omp_set_num_threads(inference.threads);
+      if (eval->parsed()) kiln::tools::run_eval(inference, inference_device);
+      if (predict->parsed()) kiln::tools::run_predict(inference, inference_device);
+      return 0;
+    }
     config.device = parse_device(device);
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
@@ -186,8 +201,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     kiln::train_classifier(config, [](const kiln::EpochResult& r) {
-      fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch, r.train_loss,
-                 100.0 * r.test_accuracy, r.images_per_second, r.seconds);
+      fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch,
+                 r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.images_per_second, r.seconds);
       std::fflush(stdout);
     });
     return 0;
