@@ -58,7 +58,7 @@ Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale
   return d;
 }
 
-Tensor load_images(const std::string& path) { return normalised_images(read_idx(path), path); }
+Tensor load_images(const std::string& path) { return normalised_images(read_idx(path), path, PixelScale::standardised); }
 
 Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes, std::uint64_t seed) {
   std::vector<std::int64_t> dims = {n};

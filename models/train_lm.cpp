@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
+#include "graph/train_step.h"
 #include "models/char_lstm.h"
 #include "models/checkpoint.h"
 #include "models/lr_schedule.h"
@@ -37,16 +38,6 @@ void check_lm_config(const TrainConfig& c) {
   nn::cell_kind_from_name(c.cell);
 }
 
-// Gradients scaled by min(1, max_norm / global L2 norm).
-std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm) {
-  Value squares = sum_all(grads[0] * grads[0]);
-  for (std::size_t i = 1; i < grads.size(); ++i) squares = squares + sum_all(grads[i] * grads[i]);
-  const Value scale = max_norm / maximum(sqrt(squares), scalar_like(squares, max_norm));
-  std::vector<Value> out;
-  for (const Value& g : grads) out.push_back(g * scale);
-  return out;
-}
-
 // Mean cross-entropy (nats) of next-character predictions: inputs "x", "y" i64 [T, B].
 Value lm_loss(CharLstm& model, Graph& g, std::int64_t batch, std::int64_t seq_len) {
   const Value x = g.input("x", {seq_len, batch}, DType::i64);
@@ -56,14 +47,8 @@ Value lm_loss(CharLstm& model, Graph& g, std::int64_t batch, std::int64_t seq_le
 
 // Appends the training step of `model` to `g`: gradients, clipping, the optimizer's update.
 void append_lm_step(Graph& g, CharLstm& model, Optimizer& optimizer, const TrainConfig& c) {
-  const Value loss = lm_loss(model, g, c.batch_size, c.seq_len);
-  const std::vector<VariablePtr> params = model.parameters();
-  std::vector<Value> wrt;
-  for (const VariablePtr& p : params) wrt.push_back(g.variable(p));
-  std::vector<Value> grads = grad(loss, wrt);
-  if (c.clip_grad_norm > 0) grads = clip_by_global_norm(grads, c.clip_grad_norm);
-  optimizer.append_update(g, params, grads);
-  g.output("loss", loss);
+  append_training_step(lm_loss(model, g, c.batch_size, c.seq_len), model.parameters(), optimizer,
+                       TrainStepOptions{.clip_grad_norm = c.clip_grad_norm});
 }
 
 // Bits per character over every validation window, `batch` windows per run.
