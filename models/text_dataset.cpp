@@ -85,7 +85,8 @@ std::string read_fortunes(const std::string& dir) {
 
 TextCorpus load_text_corpus(const std::string& path, std::int64_t min_part) {
   TextCorpus corpus{path.empty() ? kFortunesDir : path, {}, {}};
-  const std::string text = path.empty() ? read_fortunes() : read_text_file(path);
+  // A directory is read as a fortunes-style collection (entries between "%" lines).
+  const std::string text = path.empty() ? read_fortunes() : std::filesystem::is_directory(path) ? read_fortunes(path) : read_text_file(path);
   const auto size = static_cast<std::int64_t>(text.size());
   const std::int64_t validation = size / 20;
   KILN_CHECK(validation >= min_part && size - validation >= min_part,

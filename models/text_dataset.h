@@ -37,7 +37,7 @@ struct TextCorpus {
   std::vector<std::uint8_t> validation;
 };
 
-// `path` (a file, or empty for the fortunes corpus) split into the first 95% for training
+// `path` (a file, a directory of fortunes-style files, or empty for the fortunes corpus) split into the first 95% for training
 // and the last 5% for validation. Each part must hold at least `min_part` tokens (a window
 // of seq_len + 1): kiln::Error otherwise, naming the sizes.
 TextCorpus load_text_corpus(const std::string& path, std::int64_t min_part);

@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace", config.trace_path, "write a Chrome/Perfetto trace (JSON) of the 10th training step here");
   app.add_option("--streams", config.cuda_streams, "CUDA: streams of the schedule (1: one stream, 2: weight gradients beside)")
       ->check(CLI::Range(1, 2))->capture_default_str();
-  app.add_option("--text", config.text_path, "char-lstm: the training text (default: the fortunes corpus)");
+  app.add_option("--text", config.text_path, "char-lstm: the training text, a file or a directory of fortunes-style files (default: the fortunes corpus)");
   app.add_option("--seq-len", config.seq_len, "char-lstm: characters per sequence")->check(number_from(1, true))->capture_default_str();
   app.add_option("--embedding", config.embedding, "char-lstm: embedding width")->check(number_from(1, true))->capture_default_str();
   app.add_option("--hidden", config.hidden, "LSTM/RNN hidden width")->check(number_from(1, true))->capture_default_str();
