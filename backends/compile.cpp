@@ -15,6 +15,7 @@
 #include "graph/train_step.h"
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
+#include "graph/passes/fold_constants.h"
 #include "graph/passes/verify.h"
 
 namespace kiln {
@@ -47,6 +48,11 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   g = eliminate_dead_code(g);
   verify(g);
   dump_after("dead_code", g);
+  if (options.fuse) {  // the unfused baseline and check-numerics keep every op
+    g = eliminate_dead_code(fold_constants(g));
+    verify(g);
+    dump_after("fold_constants", g);
+  }
   // The CPU runs unfused ops with their own kernels; the GPU runs elementwise math only as
   // generated kernels, so its unfused baseline is one group per op.
   if (options.fuse || !options.device.is_cpu()) {

@@ -7,7 +7,9 @@
 #include "graph/op.h"
 #include "graph/op_table.h"
 #include "graph/ops.h"
+#include "backends/compile.h"
 #include "graph/passes/dead_code.h"
+#include "graph/passes/fold_constants.h"
 #include "graph/passes/verify.h"
 #include "tests/support.h"
 
@@ -121,6 +123,40 @@ TEST_CASE("in_place_updates: other readers of the old value run first, or the up
   REQUIRE(u[0].after.size() == 2);  // `other`, and the forward matmul (the gradient of a sum does not need it)
   for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->name == "matmul");
   CHECK(in_place_updates(build(true))[0].in_place == false);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("fold_constants: small all-constant ops become fills or tensor constants; the results do not change") {
+  Graph g;
+  const Value x = g.input("x", {4, 8});
+  const Value seed = -(g.fill(1.0, {}) / 64.0);                    // a mean loss's gradient seed: uniform
+  const Value spread = broadcast_to(reshape(seed, {1, 1}), {4, 8});  // still uniform, 32 elements
+  const Value ramp = exp(g.constant(test::random_tensor({8}, DType::f32, 3)));  // not uniform
+  const Value big = g.fill(2.0, {kMaxFoldedElements + 1}) * 3.0;  // too large to fold
+  g.output("y", x * spread + ramp);
+  g.output("big", big);
+  const Graph folded = eliminate_dead_code(fold_constants(eliminate_dead_code(g)));
+  verify(folded);
+  int ops = 0, fills = 0, constants = 0;
+  for (const Node& n : folded.nodes()) {
+    if (n.op->kind != OpKind::source) ++ops;
+    fills += n.op->name == "fill";
+    constants += n.op->name == "tensor_constant";
+  }
+  CHECK(ops == 3);  // x * spread, + ramp, and the big product
+  CHECK(fills == 3);  // spread (folded), and the big product's two operands
+  CHECK(constants == 1);  // ramp, evaluated
+  const Tensor xs = test::random_tensor({4, 8}, DType::f32, 4);
+  const Outputs want = compile(g, {.fuse = false})->run({{"x", xs}});
+  const Outputs got = compile(folded, {.fuse = false})->run({{"x", xs}});
+  for (const char* name : {"y", "big"}) {
+    CAPTURE(name);
+    REQUIRE(want.at(name).numel() == got.at(name).numel());
+    for (std::int64_t i = 0; i < want.at(name).numel(); ++i) CHECK(want.at(name).at(i) == got.at(name).at(i));  // bitwise
+  }
 }
 
 }  // namespace kiln

@@ -20,7 +20,7 @@ struct KernelOccupancy {
 };
 
 struct FusionView {
-  Graph before;  // after dead-code elimination, before fusion
+  Graph before;  // after dead-code elimination and constant folding, before fusion
   Graph after;   // after fusion
   FusionReport report;
   std::vector<CudaKernelSource> kernels;  // one per fused group, in report order
