@@ -291,6 +291,18 @@ std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pa
   return workspace_for(g, dtype, pass, std::max<std::int64_t>(images, 1));
 }
 
+std::vector<jit::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  if (!use_igemm(g, dtype, pass)) {
+    if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
+    return {pass == ConvPass::grad_input ? col2im_source(dtype) : im2col_source(dtype)};
+  }
+  const GemmDims d = dims_of(g, pass);
+  const IgemmTile tile = tile_for(d, dtype, pass);
+  std::vector<jit::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
+  if (splits_for(d, tile, pass).count > 1) sources.push_back(conv_splitk_sum_source(dtype));
+  return sources;
+}
+
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y, ConvWorkspace ws,
                     jit::Stream stream) {
   check_geometry(g, dtype, "conv2d");

@@ -6,6 +6,10 @@
 // results are bitwise repeatable.
 #pragma once
 
+#include "fusion/jit/kernel_source.h"
+
+#include <vector>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +36,10 @@ struct ConvWorkspace {
 };
 
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> y: [B, Cout, OH, OW].
+// The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and
+// its split-K sum, or im2col/col2im), so that a program can compile them up front.
+std::vector<jit::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
+
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w, void* y,
                     ConvWorkspace workspace, jit::Stream stream);
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W].

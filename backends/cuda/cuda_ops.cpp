@@ -201,10 +201,16 @@ namespace {
 
 using SourceList = std::function<std::vector<jit::KernelSource>(const Node&, const std::vector<TensorType>&)>;
 
-std::vector<jit::KernelSource> conv_sources(IgemmMode mode, DType dtype) {
-  std::vector<jit::KernelSource> all = {im2col_source(dtype), col2im_source(dtype), conv_splitk_sum_source(dtype)};
-  for (IgemmTile tile : igemm_tiles(mode, dtype)) all.push_back(conv_igemm_source(mode, tile, dtype));
-  return all;
+// The convolution a conv2d, conv2d_grad_input or conv2d_grad_weight node computes a pass of.
+kernels::ConvGeometry conv_geometry_of(const Node& node, const std::vector<TensorType>& in) {
+  const std::string& op = node.op->name;
+  const Shape& x = op == "conv2d_grad_input" ? node.outputs[0].shape : in[0].shape;
+  const Shape& w = op == "conv2d_grad_weight" ? node.outputs[0].shape : in[1].shape;
+  return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
+}
+
+ConvPass conv_pass_of(const std::string& op) {
+  return op == "conv2d" ? ConvPass::forward : op == "conv2d_grad_input" ? ConvPass::grad_input : ConvPass::grad_weight;
 }
 
 std::vector<jit::KernelSource> pool_sources(DType dtype) {
@@ -216,11 +222,15 @@ std::vector<jit::KernelSource> pool_sources(DType dtype) {
   return all;
 }
 
+std::vector<jit::KernelSource> conv_sources(const Node& n, const std::vector<TensorType>& in) {
+  return conv_kernel_sources(conv_geometry_of(n, in), in[0].dtype, conv_pass_of(n.op->name));
+}
+
 const std::map<std::string, SourceList>& source_lists() {
   static const std::map<std::string, SourceList> table = {
-      {"conv2d", [](const Node&, const std::vector<TensorType>& in) { return conv_sources(IgemmMode::forward, in[0].dtype); }},
-      {"conv2d_grad_input", [](const Node&, const std::vector<TensorType>& in) { return conv_sources(IgemmMode::grad_input, in[0].dtype); }},
-      {"conv2d_grad_weight", [](const Node&, const std::vector<TensorType>& in) { return conv_sources(IgemmMode::grad_weight, in[0].dtype); }},
+      {"conv2d", conv_sources},
+      {"conv2d_grad_input", conv_sources},
+      {"conv2d_grad_weight", conv_sources},
       {"max_pool2d", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
       {"max_pool2d_grad", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
       {"max_pool2d_select", [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
@@ -258,11 +268,7 @@ bool has_cuda_launcher(const std::string& op_name) { return preparers().count(op
 std::size_t workspace_bytes_for(const Node& node, const std::vector<TensorType>& in) {
   const std::string& op = node.op->name;
   if (op != "conv2d" && op != "conv2d_grad_input" && op != "conv2d_grad_weight") return 0;
-  const std::int64_t stride = node.attrs.integer("stride"), padding = node.attrs.integer("padding");
-  const Shape& x = op == "conv2d_grad_input" ? node.outputs[0].shape : in[0].shape;
-  const Shape& w = op == "conv2d" ? in[1].shape : op == "conv2d_grad_input" ? in[1].shape : node.outputs[0].shape;
-  const ConvPass pass = op == "conv2d" ? ConvPass::forward : op == "conv2d_grad_input" ? ConvPass::grad_input : ConvPass::grad_weight;
-  return conv_workspace_bytes(kernels::conv_geometry(x, w, stride, padding), in[0].dtype, pass);
+  return conv_workspace_bytes(conv_geometry_of(node, in), in[0].dtype, conv_pass_of(op));
 }
 
 }  // namespace kiln::cuda
