@@ -23,11 +23,7 @@
 namespace kiln {
 namespace {
 
-bool have_gpu() {
-  if (jit::cuda_device_count() > 0) return true;
-  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
-  return false;
-}
+using test::have_gpu;
 
 std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
   std::vector<Feed> feeds;

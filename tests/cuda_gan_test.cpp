@@ -16,11 +16,7 @@
 namespace kiln {
 namespace {
 
-bool have_gpu() {
-  if (jit::cuda_device_count() > 0) return true;
-  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
-  return false;
-}
+using test::have_gpu;
 
 }  // namespace
 

@@ -17,11 +17,7 @@
 namespace kiln {
 namespace {
 
-bool have_gpu() {
-  if (jit::cuda_device_count() > 0) return true;
-  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
-  return false;
-}
+using test::have_gpu;
 
 void check_identical(const Tensor& gpu, const Tensor& cpu) {
   REQUIRE(gpu.shape() == cpu.shape());

@@ -12,8 +12,16 @@
 
 #include "backends/compile.h"
 #include "core/philox.h"
+#include "fusion/jit/cuda_runtime.h"
 
 namespace kiln::test {
+
+// Whether a GPU is there; without one the calling GPU case says why it is skipped.
+inline bool have_gpu() {
+  if (jit::cuda_device_count() > 0) return true;
+  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
+  return false;
+}
 
 // A host tensor with uniform values in [low, high), from `seed`.
 inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double low = -1.0, double high = 1.0) {
