@@ -14,6 +14,7 @@
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_allocator.h"
+#include "backends/cuda/input_stager.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/transfer.h"
@@ -61,10 +62,7 @@ class CudaProgram final : public Program {
   void prepare_launches();
   void add_step(std::int32_t node, std::string label, cuda::Launch launch);
   void execute(std::vector<TraceEvent>* trace);
-  void copy_inputs(const std::vector<Feed>& feeds);
-  bool use_staged(const std::vector<Feed>& feeds);
-  void stage_next();
-  void prefetch(const std::vector<Feed>& next) override;
+  void prefetch(const std::vector<Feed>& next) override { stager_->announce(next); }
   void check_step(std::int32_t node, cudaStream_t stream) const;
   void adopt_variables(cudaStream_t stream);
   void* pointer(ValueRef ref) const { return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)]; }
@@ -75,7 +73,7 @@ class CudaProgram final : public Program {
   std::size_t arena_bytes_ = 0;
   std::shared_ptr<Storage> arena_;
   std::vector<std::vector<void*>> ptr_;              // device pointer of every value
-  std::vector<std::pair<std::int32_t, Tensor>> inputs_;  // input node -> its device buffer
+  std::unique_ptr<cuda::InputStager> stager_;        // the inputs' device buffers and their copies
   std::vector<Tensor> constants_;                    // fills and tensor constants, on the device
   std::vector<std::pair<VariablePtr, Tensor>> variables_;  // adopted device tensors
   std::vector<std::unique_ptr<CudaFusedKernel>> fused_;
@@ -86,18 +84,9 @@ class CudaProgram final : public Program {
   std::map<std::int32_t, std::vector<std::int32_t>> run_after_;  // in-place update -> readers of the old value
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;          // cross-stream events, then fork and joins
-  cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr;
   std::vector<cudaEvent_t> joins_;           // per side stream
   std::size_t first_update_ = 0;             // index of the first variable-update step
-  cudaEvent_t inputs_ready_ = nullptr;
-  std::vector<void*> pinned_;                // per input: pinned staging of the host batch
-  // Prefetch: the next batch, copied to `staged_` on the copy stream while a step runs.
-  std::vector<Feed> requested_;              // announced by prefetch(), copied by the next run
-  std::vector<Tensor> staged_;
-  std::vector<void*> staged_pinned_;
-  std::vector<const void*> staged_sources_;  // host pointers of the batch now in staged_
-  cudaEvent_t staged_ready_ = nullptr, staged_consumed_ = nullptr;
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // timing events around the step's kernels
   double last_step_ms_ = -1;
   std::string trace_path_;
@@ -113,11 +102,7 @@ CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
   plan_ = plan_memory(graph_, stream_of_);
   streams_.resize(static_cast<std::size_t>(*std::max_element(stream_of_.begin(), stream_of_.end()) + 1));
   for (cudaStream_t& s : streams_) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_ready_, cudaEventDisableTiming));
-  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_consumed_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreate(&step_begin_));
   KILN_CUDA_CHECK(cudaEventCreate(&step_end_));
   joins_.resize(streams_.size(), nullptr);
@@ -135,16 +120,10 @@ CudaProgram::~CudaProgram() {
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
-  if (copy_stream_) cudaStreamDestroy(copy_stream_);
-  if (inputs_ready_) cudaEventDestroy(inputs_ready_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : joins_)
     if (e) cudaEventDestroy(e);
   if (fork_) cudaEventDestroy(fork_);
-  for (void* p : pinned_) cudaFreeHost(p);
-  for (void* p : staged_pinned_) cudaFreeHost(p);
-  if (staged_ready_) cudaEventDestroy(staged_ready_);
-  if (staged_consumed_) cudaEventDestroy(staged_consumed_);
   if (step_begin_) cudaEventDestroy(step_begin_);
   if (step_end_) cudaEventDestroy(step_end_);
 }
@@ -158,19 +137,17 @@ void CudaProgram::bind_buffers() {
   arena_ = cuda::device_allocator().allocate(std::max<std::size_t>(arena_bytes_, kAlign));
   auto* base = static_cast<char*>(arena_->data());
   ptr_.resize(graph_.nodes().size());
+  std::vector<std::int32_t> input_nodes;
+  for (std::size_t id = 0; id < graph_.nodes().size(); ++id)
+    if (graph_.nodes()[id].op->name == "input") input_nodes.push_back(static_cast<std::int32_t>(id));
+  stager_ = std::make_unique<cuda::InputStager>(graph_, input_nodes);
+  std::size_t next_input = 0;
   for (std::size_t id = 0; id < graph_.nodes().size(); ++id) {
     const Node& n = graph_.nodes()[id];
     auto& out = ptr_[id];
     out.assign(n.outputs.size(), nullptr);
     if (n.op->name == "input") {
-      const std::size_t bytes = static_cast<std::size_t>(n.outputs[0].shape.numel()) * dtype_size(n.outputs[0].dtype);
-      inputs_.emplace_back(static_cast<std::int32_t>(id), Tensor(cuda::device_allocator().allocate(bytes), 0, n.outputs[0].shape, n.outputs[0].dtype));
-      pinned_.push_back(nullptr);
-      KILN_CUDA_CHECK(cudaMallocHost(&pinned_.back(), std::max<std::size_t>(bytes, 1)));
-      staged_pinned_.push_back(nullptr);
-      KILN_CUDA_CHECK(cudaMallocHost(&staged_pinned_.back(), std::max<std::size_t>(bytes, 1)));
-      staged_.emplace_back(cuda::device_allocator().allocate(bytes), 0, n.outputs[0].shape, n.outputs[0].dtype);
-      out[0] = inputs_.back().second.raw();
+      out[0] = stager_->buffer(next_input++);
     } else if (n.op->name == "variable") {
       if (n.variable->value.device().is_cpu()) n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
       variables_.emplace_back(n.variable, n.variable->value);
@@ -355,61 +332,6 @@ void CudaProgram::check_step(std::int32_t node, cudaStream_t stream) const {
   check_numerics(graph_, node, in, out, runs_);
 }
 
-// The host batch goes through pinned staging and a copy stream; the step waits for it.
-void CudaProgram::copy_inputs(const std::vector<Feed>& feeds) {
-  for (std::size_t k = 0; k < inputs_.size(); ++k) {
-    const auto& [node, buffer] = inputs_[k];
-    const Tensor& t = feed_for(graph_.node(node), feeds);
-    if (t.device().is_cpu()) {
-      std::memcpy(pinned_[k], t.raw(), t.nbytes());
-      KILN_CUDA_CHECK(cudaMemcpyAsync(buffer.raw(), pinned_[k], t.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
-    } else {
-      KILN_CUDA_CHECK(cudaMemcpyAsync(buffer.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, copy_stream_));
-    }
-  }
-  KILN_CUDA_CHECK(cudaEventRecord(inputs_ready_, copy_stream_));
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[0], inputs_ready_));
-}
-
-void CudaProgram::prefetch(const std::vector<Feed>& next) {
-  check_feed_names(graph_, next);
-  for (const auto& [node, buffer] : inputs_) feed_for(graph_.node(node), next);  // types checked now
-  requested_ = next;
-}
-
-// The batch a previous run copied ahead, if these feeds are it: copied device to device.
-bool CudaProgram::use_staged(const std::vector<Feed>& feeds) {
-  if (staged_sources_.empty()) return false;
-  for (std::size_t k = 0; k < inputs_.size(); ++k)
-    if (feed_for(graph_.node(inputs_[k].first), feeds).raw() != staged_sources_[k]) return false;
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[0], staged_ready_));
-  for (std::size_t k = 0; k < inputs_.size(); ++k)
-    KILN_CUDA_CHECK(cudaMemcpyAsync(inputs_[k].second.raw(), staged_[k].raw(), staged_[k].nbytes(), cudaMemcpyDeviceToDevice, streams_[0]));
-  KILN_CUDA_CHECK(cudaEventRecord(staged_consumed_, streams_[0]));
-  staged_sources_.clear();
-  return true;
-}
-
-// Copies the announced batch into staged_ on the copy stream, overlapping the step in flight.
-void CudaProgram::stage_next() {
-  if (requested_.empty()) return;
-  KILN_CUDA_CHECK(cudaEventSynchronize(staged_ready_));  // the previous staging copy has left the pinned buffers
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, staged_consumed_));  // and the step has taken its batch
-  staged_sources_.clear();
-  for (std::size_t k = 0; k < inputs_.size(); ++k) {
-    const Tensor& t = feed_for(graph_.node(inputs_[k].first), requested_);
-    if (t.device().is_cpu()) {
-      std::memcpy(staged_pinned_[k], t.raw(), t.nbytes());
-      KILN_CUDA_CHECK(cudaMemcpyAsync(staged_[k].raw(), staged_pinned_[k], t.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
-    } else {
-      KILN_CUDA_CHECK(cudaMemcpyAsync(staged_[k].raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, copy_stream_));
-    }
-    staged_sources_.push_back(t.raw());
-  }
-  KILN_CUDA_CHECK(cudaEventRecord(staged_ready_, copy_stream_));
-  requested_.clear();
-}
-
 // Variables are adopted by their device tensor; a host tensor the user assigned since
 // (a new learning rate, a loaded checkpoint) is uploaded into the adopted buffer.
 void CudaProgram::adopt_variables(cudaStream_t stream) {
@@ -426,7 +348,7 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
 Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   check_feed_names(graph_, feeds);
   cudaStream_t main = streams_[0];
-  if (!use_staged(feeds)) copy_inputs(feeds);
+  stager_->load(feeds, main);
   adopt_variables(main);
   ++runs_;
   KILN_CUDA_CHECK(cudaEventRecord(step_begin_, main));
@@ -450,7 +372,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
     KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, main));
   }
   KILN_CUDA_CHECK(cudaEventRecord(step_end_, main));
-  stage_next();  // the next batch crosses the bus while this step computes
+  stager_->stage();  // the next batch crosses the bus while this step computes
   Outputs outputs;
   for (const auto& [name, ref] : graph_.outputs()) {
     const TensorType& t = graph_.type(ref);
