@@ -76,4 +76,17 @@ Tensor gan_noise(std::int64_t batch, std::uint64_t seed, std::uint64_t step) {
   return z;
 }
 
+NoiseAhead::~NoiseAhead() {
+  if (next_.valid()) next_.wait();
+}
+
+Tensor NoiseAhead::take(std::uint64_t step) {
+  Tensor z = next_.valid() && next_step_ == step ? next_.get() : gan_noise(batch_, seed_, step);
+  if (next_.valid()) next_.wait();  // an unused draw (a step out of sequence) is dropped
+  if (!ahead_) return z;
+  next_step_ = step + 1;
+  next_ = std::async(std::launch::async, [batch = batch_, seed = seed_, step] { return gan_noise(batch, seed, step + 1); });
+  return z;
+}
+
 }  // namespace kiln

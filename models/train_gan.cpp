@@ -126,6 +126,7 @@ class GanRun {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<FidScorer> fid_;
   GaussianFit fid_reference_;
+  NoiseAhead noise_;
   TrainingPosition start_;
   std::int64_t planned_steps_ = 0;
 };
@@ -139,7 +140,7 @@ GanRun::GanRun(const TrainConfig& c)
     : c_(c), train_(load_split(c, Split::train)), test_(load_split(c, Split::test)), gan_(build_gan(c)),
       steps_(*gan_, c.batch_size, optimizer_config(c), compile_options(c)), sampler_(*gan_, compile_options(c)),
       batcher_(train_, c.batch_size, true, c.seed),
-      schedule_{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma} {
+      schedule_{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma}, noise_(c.batch_size, c.seed, !c.device.is_cpu()) {
   schedule_.validate();
   metrics_ = c.metrics_path.empty() ? std::make_unique<MetricsWriter>() : std::make_unique<MetricsWriter>(c.metrics_path);
   if (!c.fid_classifier.empty()) {  // the reference statistics first: a bad classifier fails before training
@@ -168,7 +169,7 @@ GanEpochResult GanRun::train_epoch(std::int64_t epoch, std::int64_t first, std::
     batcher_.fill(b, real, labels);
     GanStepResult s;
     try {
-      s = steps_.run(real, gan_noise(c_.batch_size, c_.seed, static_cast<std::uint64_t>(done)));
+      s = steps_.run(real, noise_.take(static_cast<std::uint64_t>(done)));
     } catch (const Error& e) {
       throw Error(fmt::format("epoch {} step {}: {}", epoch, b + 1, e.what()));
     }

@@ -242,3 +242,19 @@ TEST_CASE("DCGAN checkpoints carry batch norm's running statistics: a resumed ru
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("gan: noise drawn one step ahead is gan_noise of each step, in sequence and out of it") {
+  for (bool ahead : {true, false}) {
+    NoiseAhead noise(8, 3, ahead);
+    for (std::uint64_t step : {5u, 6u, 7u, 2u, 3u, 3u}) {
+      CAPTURE(step);
+      const Tensor want = gan_noise(8, 3, step), got = noise.take(step);
+      REQUIRE(got.numel() == want.numel());
+      CHECK(std::memcmp(got.raw(), want.raw(), want.nbytes()) == 0);
+    }
+  }
+}
+
+}  // namespace kiln
