@@ -76,16 +76,45 @@ Tensor gan_noise(std::int64_t batch, std::uint64_t seed, std::uint64_t step) {
   return z;
 }
 
+NoiseAhead::NoiseAhead(std::int64_t batch, std::uint64_t seed, bool ahead) : batch_(batch), seed_(seed) {
+  if (ahead) worker_ = std::thread([this] { work(); });
+}
+
 NoiseAhead::~NoiseAhead() {
-  if (next_.valid()) next_.wait();
+  if (!worker_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  worker_.join();
+}
+
+void NoiseAhead::work() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stop_ || requested_; });
+    if (stop_) return;
+    const std::uint64_t step = step_;
+    lock.unlock();
+    Tensor z = gan_noise(batch_, seed_, step);
+    lock.lock();
+    drawn_ = std::move(z);
+    requested_ = false;
+    ready_ = true;
+    changed_.notify_all();
+  }
 }
 
 Tensor NoiseAhead::take(std::uint64_t step) {
-  Tensor z = next_.valid() && next_step_ == step ? next_.get() : gan_noise(batch_, seed_, step);
-  if (next_.valid()) next_.wait();  // an unused draw (a step out of sequence) is dropped
-  if (!ahead_) return z;
-  next_step_ = step + 1;
-  next_ = std::async(std::launch::async, [batch = batch_, seed = seed_, step] { return gan_noise(batch, seed, step + 1); });
+  if (!worker_.joinable()) return gan_noise(batch_, seed_, step);
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return !requested_; });  // a draw in flight finishes first
+  Tensor z = ready_ && step_ == step ? std::move(drawn_) : gan_noise(batch_, seed_, step);
+  ready_ = false;
+  step_ = step + 1;
+  requested_ = true;
+  changed_.notify_all();
   return z;
 }
 

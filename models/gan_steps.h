@@ -3,7 +3,9 @@
 // 0; updates D only) and the generator step (D(G(z)) labelled 1; updates G only).
 #pragma once
 
-#include <future>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include <memory>
 #include <vector>
@@ -52,18 +54,23 @@ Tensor gan_noise(std::int64_t batch, std::uint64_t seed, std::uint64_t step);
 // of steps; a step out of sequence is drawn at once.
 class NoiseAhead {
  public:
-  NoiseAhead(std::int64_t batch, std::uint64_t seed, bool ahead) : batch_(batch), seed_(seed), ahead_(ahead) {}
+  NoiseAhead(std::int64_t batch, std::uint64_t seed, bool ahead);
   ~NoiseAhead();
   NoiseAhead(const NoiseAhead&) = delete;
   NoiseAhead& operator=(const NoiseAhead&) = delete;
   Tensor take(std::uint64_t step);  // the noise of `step`; starts drawing step + 1's
 
  private:
+  void work();  // the worker thread: draws each requested step
+
   std::int64_t batch_;
   std::uint64_t seed_;
-  bool ahead_;
-  std::future<Tensor> next_;
-  std::uint64_t next_step_ = 0;
+  std::thread worker_;  // only with `ahead`
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool requested_ = false, ready_ = false, stop_ = false;
+  std::uint64_t step_ = 0;  // requested or drawn
+  Tensor drawn_;
 };
 
 }  // namespace kiln
