@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
   bool unfused = false;
   std::int64_t chain = 0;
   bool startup = false;
+  std::string conv_algo = "auto";
   CLI::App app{"kiln bench: times training steps on the CPU"};
   app.add_option("--model", model, "model")->capture_default_str();
   app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
@@ -234,12 +235,17 @@ int main(int argc, char** argv) {
   app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
+  app.add_option("--conv-algo", conv_algo, "CUDA: auto, im2col (im2col + cuBLAS everywhere) or im2col-grad-weight")
+      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))->capture_default_str();
   app.add_flag("--startup", startup, "only time the start-up: context, graph, compile (JIT or disk cache), first step");
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   try {
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
+#ifdef KILN_HAVE_CUDA
+    if (!g_options.device.is_cpu()) kiln::tools::force_conv_algo(conv_algo);
+#endif
     nlohmann::json results = nlohmann::json::array();
     if (startup) {
       const nlohmann::json r = bench_startup(model, batches.front());

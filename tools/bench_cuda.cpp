@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backends/cuda/conv.h"
 #include "backends/cuda/device_allocator.h"
 #include "core/philox.h"
 #include "fusion/cuda_fused.h"
@@ -64,6 +65,14 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
           {"block", shape.block.x},
           {"grid", shape.grid.x},
           {"occupancy", shape.occupancy}};
+}
+
+void force_conv_algo(const std::string& name) {
+  using cuda::detail::ConvAlgo;
+  const ConvAlgo algo = name == "auto" ? ConvAlgo::automatic : name == "im2col" ? ConvAlgo::im2col_gemm
+                        : name == "im2col-grad-weight"     ? ConvAlgo::im2col_grad_weight
+                                                           : throw Error(fmt::format("unknown convolution algorithm '{}'", name));
+  cuda::detail::set_conv_algo_for_testing(algo);
 }
 
 double cuda_context_ms() {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace kiln::tools {
 
@@ -12,6 +13,9 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps);
 // The caching allocator's peak of bytes in use since the last reset (what kiln's tensors,
 // arenas and staging hold; cuBLAS's own workspace is not counted).
 void reset_device_peak();
+// Forces the convolution algorithm of the next programs: "auto", "im2col" (im2col + cuBLAS
+// everywhere) or "im2col-grad-weight" (only for weight gradients); kiln::Error otherwise.
+void force_conv_algo(const std::string& name);
 // Creates the CUDA context (cudaFree(0)) and returns how long it took, in milliseconds.
 double cuda_context_ms();
 std::size_t device_peak_bytes();

@@ -83,6 +83,7 @@ GemmDims dims_of(const ConvGeometry& g, ConvPass pass) {
 
 bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (detail::g_algo == detail::ConvAlgo::im2col_gemm) return false;
+  if (detail::g_algo == detail::ConvAlgo::im2col_grad_weight && pass == ConvPass::grad_weight) return false;
   if (dtype != DType::f32 && dtype != DType::f64) return false;
   if (pass == ConvPass::grad_input && g.stride != 1) return false;
   if (pass != ConvPass::grad_weight && pointwise(g)) return false;  // plain cuBLAS, no scratch either
