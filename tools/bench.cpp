@@ -124,6 +124,9 @@ double process_cpu_ms() {
 // with the noise drawn on the host, one step ahead on a worker thread, as the training loop does. Also reports the process CPU
 // time per step (all threads), which a loaded machine inflates less than wall time.
 nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch, int warmup, int steps) {
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
+#endif
   kiln::Philox rng(0);
   std::unique_ptr<kiln::Gan> gan = kiln::make_gan(model_name, rng);
   const auto compile_start = std::chrono::steady_clock::now();
@@ -131,7 +134,7 @@ nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch,
   const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
   kiln::Tensor real = kiln::Tensor::empty({batch, 1, 28, 28}, kiln::DType::f32);
   kiln::Philox(1).fill_uniform(real, -1, 1);
-  std::vector<double> ms;
+  std::vector<double> ms, device_ms;
   double cpu_ms = 0;
   kiln::NoiseAhead noise(batch, 0, !g_options.device.is_cpu());  // as train_gan draws it: one step ahead, on a worker thread
   for (int i = 0; i < warmup + steps; ++i) {
@@ -141,9 +144,15 @@ nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch,
     if (i < warmup) continue;
     cpu_ms += process_cpu_ms() - cpu_start;
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    const double d_ms = gan_steps.discriminator_step().last_step_device_ms(), g_ms = gan_steps.generator_step().last_step_device_ms();
+    if (d_ms >= 0 && g_ms >= 0) device_ms.push_back(d_ms + g_ms);
   }
-  nlohmann::json r = result(fmt::format("{} D step + G step, batch {}, Adam", model_name, batch),
-                            {quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)}, batch);
+  StepTimes times{quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
+  if (!device_ms.empty()) times.device_median_ms = quantile(device_ms, 0.5);
+  nlohmann::json r = result(fmt::format("{} D step + G step, batch {}, Adam", model_name, batch), times, batch);
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu()) r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
+#endif
   r["compile_ms"] = compile_ms;
   r["cpu_ms_per_step"] = cpu_ms / steps;
   return r;
