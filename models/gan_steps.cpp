@@ -24,25 +24,34 @@ std::int64_t count_correct(const Tensor& logits, bool real) {
 
 }  // namespace
 
+void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer) {
+  KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
+  const Value real = g.input("real", {batch, 1, 28, 28});
+  const Value fake = detach(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
+  const Value real_logits = gan.discriminator()(real);
+  const Value fake_logits = gan.discriminator()(fake);
+  g.output("real_logits", real_logits);
+  g.output("fake_logits", fake_logits);
+  append_training_step(bce_with_logits(real_logits, 1.0) + bce_with_logits(fake_logits, 0.0), gan.discriminator_parameters(),
+                       optimizer);
+}
+
+void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer) {
+  KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
+  const Value fake_logits = gan.discriminator()(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
+  append_training_step(bce_with_logits(fake_logits, 1.0), gan.generator_parameters(), optimizer);
+}
+
 GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer, const CompileOptions& options)
     : d_optimizer_(make_optimizer(optimizer)), g_optimizer_(make_optimizer(optimizer)) {
-  KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
   {
     Graph g;
-    const Value real = g.input("real", {batch, 1, 28, 28});
-    const Value fake = detach(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
-    const Value real_logits = gan.discriminator()(real);
-    const Value fake_logits = gan.discriminator()(fake);
-    g.output("real_logits", real_logits);
-    g.output("fake_logits", fake_logits);
-    append_training_step(bce_with_logits(real_logits, 1.0) + bce_with_logits(fake_logits, 0.0), gan.discriminator_parameters(),
-                         *d_optimizer_);
+    record_discriminator_step(g, gan, batch, *d_optimizer_);
     d_step_ = compile(g, options);
   }
   {
     Graph g;
-    const Value fake_logits = gan.discriminator()(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
-    append_training_step(bce_with_logits(fake_logits, 1.0), gan.generator_parameters(), *g_optimizer_);
+    record_generator_step(g, gan, batch, *g_optimizer_);
     g_step_ = compile(g, options);
   }
   rename_state(*d_optimizer_, "d_optimizer");

@@ -22,6 +22,12 @@ struct GanStepResult {
   double d_accuracy = 0;  // fraction of real and fake images D classified right (logit > 0: real)
 };
 
+// The two training steps recorded into `g` (GanSteps compiles them; dump shows them).
+// Discriminator: feeds "real" [B, 1, 28, 28] and "z" [B, 100], outputs "loss",
+// "real_logits", "fake_logits", updates D. Generator: feeds "z", outputs "loss", updates G.
+void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer);
+void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer);
+
 class GanSteps {
  public:
   // Records and compiles both steps at `batch` for `gan` (which must outlive this), each with

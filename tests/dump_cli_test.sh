@@ -33,6 +33,14 @@ if command -v dot > /dev/null; then
   dot -Tsvg "$tmp/lenet.dot" -o "$tmp/lenet.svg" || fail "Graphviz cannot render the DOT output"
 fi
 
+# GANs: two steps; the discriminator's by default, and only those two stages.
+"$dump" --model gan > "$tmp/gan" || fail "gan exited $?"
+grep -q "gan discriminator step, batch 64, adam" "$tmp/gan" || fail "gan: no discriminator step by default"
+"$dump" --model dcgan --stage generator > "$tmp/dcgan" || fail "dcgan generator exited $?"
+grep -q "dcgan generator step" "$tmp/dcgan" && grep -q "conv2d_grad_input" "$tmp/dcgan" || fail "dcgan generator: no transposed convolutions"
+"$dump" --model gan --stage train > /dev/null 2> "$tmp/err"; code=$?
+[ $code -eq 1 ] && grep -q "gan has the stages discriminator and generator" "$tmp/err" || fail "gan --stage train: exit $code, $(cat "$tmp/err")"
+
 "$dump" --format yaml > /dev/null 2>&1; [ $? -eq 2 ] || fail "--format yaml should exit 2"
 "$dump" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "--bogus should exit 2"
 "$dump" -o /nonexistent/dir/out.txt > /dev/null 2> "$tmp/err"; code=$?

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "models/gan.h"
+#include "models/gan_steps.h"
 #include "models/registry.h"
 #include "models/step_graph.h"
 #include "models/train_lm.h"
@@ -22,8 +24,9 @@ int main(int argc, char** argv) {
 
   CLI::App app{"kiln dump: a model's graph before and after fusion, with the generated kernels"};
   app.add_option("--model", model, "model")->check(CLI::IsMember(models))->capture_default_str();
-  app.add_option("--stage", stage, "forward (inference) or train (forward, backward, optimizer)")
-      ->check(CLI::IsMember({"forward", "train"}))->capture_default_str();
+  app.add_option("--stage", stage,
+                 "forward (inference) or train (forward, backward, optimizer); GANs: discriminator or generator (their two steps)")
+      ->check(CLI::IsMember({"forward", "train", "discriminator", "generator"}))->capture_default_str();
   app.add_option("--format", format, "text, dot (Graphviz) or json")->check(CLI::IsMember({"text", "dot", "json"}))->capture_default_str();
   app.add_flag("--kernels", kernels, "include each fused kernel's generated CUDA source");
   app.add_option("--batch-size", batch, "batch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
@@ -36,7 +39,24 @@ int main(int argc, char** argv) {
 
   try {
     std::unique_ptr<kiln::Graph> graph;
-    if (kiln::model_info(model).task == kiln::ModelTask::language_model) {
+    const kiln::ModelTask task = kiln::model_info(model).task;
+    if (task == kiln::ModelTask::gan) {  // GAN defaults: the discriminator step, Adam
+      if (app.count("--stage") == 0) stage = "discriminator";
+      if (app.count("--optimizer") == 0) optimizer = "adam";
+    }
+    KILN_CHECK((task == kiln::ModelTask::gan) == (stage == "discriminator" || stage == "generator"),
+               "--stage {}: {} has the stages {}", stage, model,
+               task == kiln::ModelTask::gan ? "discriminator and generator" : "forward and train");
+    std::unique_ptr<kiln::Gan> gan;  // owns the variables the GAN graph reads
+    std::unique_ptr<kiln::Optimizer> gan_optimizer;
+    if (task == kiln::ModelTask::gan) {
+      kiln::Philox rng(0);
+      gan = kiln::make_gan(model, rng);
+      gan_optimizer = kiln::make_optimizer({.name = optimizer, .lr = 2e-4, .beta1 = 0.5});
+      graph = std::make_unique<kiln::Graph>();
+      if (stage == "discriminator") kiln::record_discriminator_step(*graph, *gan, batch, *gan_optimizer);
+      else kiln::record_generator_step(*graph, *gan, batch, *gan_optimizer);
+    } else if (task == kiln::ModelTask::language_model) {
       kiln::TrainConfig config;  // char-lstm at its defaults (sequence 64)
       config.batch_size = batch;
       config.optimizer = optimizer;
@@ -47,7 +67,7 @@ int main(int argc, char** argv) {
     }
     kiln::tools::FusionView view = kiln::tools::fuse_for_view(*graph);
     if (device == "cuda") kiln::tools::add_occupancy(view);
-    const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch, stage == "train" ? ", " + optimizer : "");
+    const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch, stage == "forward" ? "" : ", " + optimizer);
     std::string text;
     if (format == "text") text = kiln::tools::render_text(view, title, kernels);
     if (format == "dot") text = kiln::tools::render_dot(view, title);
