@@ -155,4 +155,9 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
   write_file_atomically(path, [&](AtomicFileSink& sink) { sink.write(bytes); });
 }
 
+void check_writable_directory(const std::filesystem::path& dir, const std::string& what) {
+  KILN_CHECK(std::filesystem::is_directory(dir), "{}: the directory {} does not exist", what, dir.string());
+  KILN_CHECK(access(dir.c_str(), W_OK) == 0, "{}: the directory {} is not writable", what, dir.string());
+}
+
 }  // namespace kiln

@@ -44,4 +44,8 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
 // can find leftovers of a writer that was killed.
 std::string atomic_temp_prefix(const std::filesystem::path& path);
 
+// kiln::Error unless `dir` exists and is writable: "<what>: the directory <dir> does not
+// exist" (or "is not writable"). Run before long work whose results go there.
+void check_writable_directory(const std::filesystem::path& dir, const std::string& what);
+
 }  // namespace kiln

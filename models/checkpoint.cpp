@@ -2,9 +2,9 @@
 #include "models/checkpoint.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include "backends/host_copy.h"
+#include "core/atomic_file.h"
 
 namespace kiln {
 namespace {
@@ -37,9 +37,7 @@ Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix, co
 }  // namespace
 
 void check_checkpoint_directory(const std::filesystem::path& path) {
-  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
-  KILN_CHECK(std::filesystem::is_directory(parent), "--checkpoint {}: the directory {} does not exist", path.string(), parent.string());
-  KILN_CHECK(access(parent.c_str(), W_OK) == 0, "--checkpoint {}: the directory {} is not writable", path.string(), parent.string());
+  check_writable_directory(std::filesystem::absolute(path).parent_path(), "--checkpoint " + path.string());
 }
 
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,

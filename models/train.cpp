@@ -1,8 +1,6 @@
 // train_classifier: data, model, optimizer, compiled train and eval steps, the loop.
 #include "models/train.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -37,10 +35,7 @@ void check_config(const TrainConfig& c) {
   schedule_of(c).validate();
   KILN_CHECK(std::isfinite(c.clip_grad_norm) && c.clip_grad_norm >= 0, "--clip-grad-norm must be >= 0 (got {})", c.clip_grad_norm);
   if (c.checkpoint_path.empty()) return;
-  // Fail now, not after an epoch of work.
-  const std::filesystem::path parent = std::filesystem::absolute(c.checkpoint_path).parent_path();
-  KILN_CHECK(std::filesystem::is_directory(parent), "--checkpoint {}: the directory {} does not exist", c.checkpoint_path, parent.string());
-  KILN_CHECK(access(parent.c_str(), W_OK) == 0, "--checkpoint {}: the directory {} is not writable", c.checkpoint_path, parent.string());
+  check_checkpoint_directory(c.checkpoint_path);  // fail now, not after an epoch of work
 }
 
 // The "step" lines of --metrics: every kStepLineEvery steps and after the run's last step,

@@ -1,12 +1,11 @@
 // train_gan: data in [-1, 1], the GAN and its two steps, the loop, grids, FID, checkpoints.
 #include "models/train_gan.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 
+#include "core/atomic_file.h"
 #include "core/log.h"
 #include "models/checkpoint.h"
 #include "models/dataset.h"
@@ -35,11 +34,6 @@ Tensor fixed_noise(std::int64_t n, std::uint64_t seed) {
   Tensor z = Tensor::empty({n, kGanNoiseDim}, DType::f32);
   Philox(seed).fill_normal(z, 0.0, 1.0);
   return z;
-}
-
-void check_directory(const std::filesystem::path& dir, const char* flag, const std::string& value) {
-  KILN_CHECK(std::filesystem::is_directory(dir), "{} {}: the directory {} does not exist", flag, value, dir.string());
-  KILN_CHECK(access(dir.c_str(), W_OK) == 0, "{} {}: the directory {} is not writable", flag, value, dir.string());
 }
 
 // The generator alone (samples for grids and FID), compiled per batch size.
@@ -242,8 +236,8 @@ std::vector<GanEpochResult> train_gan(const TrainConfig& c, const std::function<
   KILN_CHECK(c.batch_size >= 1, "batch size must be at least 1 (got {})", c.batch_size);
   KILN_CHECK(std::isfinite(c.lr) && c.lr > 0, "learning rate must be positive (got {})", c.lr);
   if (!c.checkpoint_path.empty())  // fail now, not after an epoch of work
-    check_directory(std::filesystem::absolute(c.checkpoint_path).parent_path(), "--checkpoint", c.checkpoint_path);
-  check_directory(std::filesystem::absolute(c.samples_dir), "--samples-dir", c.samples_dir);
+    check_checkpoint_directory(c.checkpoint_path);
+  check_writable_directory(std::filesystem::absolute(c.samples_dir), "--samples-dir " + c.samples_dir);
   GanRun run(c);
   std::vector<GanEpochResult> results = run.run(on_epoch);
   if (on_finish) on_finish(run.variables());
