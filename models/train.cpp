@@ -24,15 +24,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-LrSchedule schedule_of(const TrainConfig& c) {
-  return {.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma};
-}
 
 void check_config(const TrainConfig& c) {
   KILN_CHECK(c.epochs >= 1, "epochs must be at least 1 (got {})", c.epochs);
   KILN_CHECK(c.batch_size >= 1, "batch size must be at least 1 (got {})", c.batch_size);
   KILN_CHECK(std::isfinite(c.lr) && c.lr > 0, "learning rate must be positive (got {})", c.lr);
-  schedule_of(c).validate();
+  lr_schedule_of(c).validate();
   KILN_CHECK(std::isfinite(c.clip_grad_norm) && c.clip_grad_norm >= 0, "--clip-grad-norm must be >= 0 (got {})", c.clip_grad_norm);
   if (c.checkpoint_path.empty()) return;
   check_checkpoint_directory(c.checkpoint_path);  // fail now, not after an epoch of work
@@ -90,7 +87,7 @@ class ClassifierTraining {
                  .check_numerics = c.check_numerics, .deterministic = c.deterministic},
         step_(compile(*graph_.graph, options_)),
         evaluator_(*graph_.model, info_.input_shape, c.eval_batch, options_),
-        schedule_(schedule_of(c)),
+        schedule_(lr_schedule_of(c)),
         metrics_(c.metrics_path.empty() ? std::make_unique<MetricsWriter>() : std::make_unique<MetricsWriter>(c.metrics_path)),
         step_lines_(*metrics_, c.batch_size) {
     for (Tensor* slot : {&images_[0], &images_[1]}) *slot = Tensor::empty(batch_shape(c.batch_size, info_.input_shape), DType::f32);
@@ -222,6 +219,10 @@ Dataset classifier_data(const TrainConfig& c, const ModelInfo& info, Split split
     return split == Split::train ? synthetic_images(4096, info.input_shape, info.classes, c.seed)
                                  : synthetic_images(1000, info.input_shape, info.classes, c.seed + 1);
   return load_fashion_mnist(c.data_dir.empty() ? kFashionMnistDir : c.data_dir, split);
+}
+
+LrSchedule lr_schedule_of(const TrainConfig& c) {
+  return {.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma};
 }
 
 std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch,

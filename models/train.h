@@ -8,6 +8,7 @@
 
 #include "core/device.h"
 #include "graph/graph.h"
+#include "models/lr_schedule.h"
 #include "models/dataset.h"
 #include "models/registry.h"
 
@@ -71,6 +72,9 @@ struct EpochResult {
   double seconds = 0;        // training time of the epoch (evaluation excluded)
   double images_per_second = 0;
 };
+
+// The learning-rate schedule the config asks for (every training loop uses this one).
+LrSchedule lr_schedule_of(const TrainConfig& config);
 
 // Trains and returns one result per epoch; `on_epoch` is called after each, `on_finish`
 // with the trained parameters.

@@ -134,7 +134,7 @@ GanRun::GanRun(const TrainConfig& c)
     : c_(c), train_(load_split(c, Split::train)), test_(load_split(c, Split::test)), gan_(build_gan(c)),
       steps_(*gan_, c.batch_size, optimizer_config(c), compile_options(c)), sampler_(*gan_, compile_options(c)),
       batcher_(train_, c.batch_size, true, c.seed),
-      schedule_{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma}, noise_(c.batch_size, c.seed, !c.device.is_cpu()) {
+      schedule_(lr_schedule_of(c)), noise_(c.batch_size, c.seed, !c.device.is_cpu()) {
   schedule_.validate();
   metrics_ = c.metrics_path.empty() ? std::make_unique<MetricsWriter>() : std::make_unique<MetricsWriter>(c.metrics_path);
   if (!c.fid_classifier.empty()) {  // the reference statistics first: a bad classifier fails before training

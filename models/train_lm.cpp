@@ -115,7 +115,7 @@ class LmRun {
 
 LmRun::LmRun(const TrainConfig& c)
     : c_(c),
-      schedule_{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma},
+      schedule_(lr_schedule_of(c)),
       corpus_(load_text_corpus(c.text_path, c.seq_len + 1)),
       rng_(c.seed),
       model_(lm_options(c), rng_),
@@ -215,7 +215,7 @@ std::int64_t lm_steps_per_epoch(std::int64_t train_tokens, std::int64_t batch, s
 std::vector<LmEpochResult> train_language_model(const TrainConfig& c, const std::function<void(const LmEpochResult&)>& on_epoch,
                                                 const std::function<void(const std::vector<VariablePtr>&)>& on_finish) {
   check_lm_config(c);
-  LrSchedule{.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma}.validate();
+  lr_schedule_of(c).validate();
   if (!c.checkpoint_path.empty()) check_checkpoint_directory(c.checkpoint_path);
   MetricsWriter metrics = c.metrics_path.empty() ? MetricsWriter() : MetricsWriter(c.metrics_path);
   LmRun run(c);
