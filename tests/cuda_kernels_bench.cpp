@@ -1,0 +1,205 @@
+// Timings of backends/cuda kernels for the report (skipped by default; not a check):
+//   ./cuda_kernels_tests -tc="benchmark*" --no-skip
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/conv.h"
+#include "backends/cuda/cublas_handle.h"
+#include "backends/cuda/kernel_registry.h"
+#include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/layout.h"
+#include "backends/cuda/matmul.h"
+#include "backends/cuda/pool.h"
+#include "core/philox.h"
+#include "fusion/jit/cuda_check.h"
+#include "fusion/jit/cuda_runtime.h"
+#include "fusion/jit/kernel_cache.h"
+#include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/pool_cpu.h"
+#include "graph/op_table.h"
+#include "tests/cuda_kernels_support.h"
+
+namespace kiln {
+using namespace cuda_test;  // NOLINT: the shared test helpers
+
+// Timings for the report, not a check: ./cuda_kernels_tests -tc="benchmark*" --no-skip
+// "events": one call between two CUDA events on the default stream (launch gaps included);
+// "graph": 20 calls captured in a CUDA graph on a stream and replayed, per call (what a
+// training step that replays its graph sees). Median of 50 (events) or 15 (graph) runs.
+namespace {
+
+struct BenchTimer {
+  cudaStream_t stream = nullptr;
+  BenchTimer() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~BenchTimer() { (void)cudaStreamDestroy(stream); }
+
+  static double median(std::vector<float> ms) {
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+  double events_us(const std::function<void(cudaStream_t)>& body) const {
+    cudaEvent_t start, stop;
+    KILN_CUDA_CHECK(cudaEventCreate(&start));
+    KILN_CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 5; ++i) body(nullptr);
+    std::vector<float> ms(50);
+    for (float& t : ms) {
+      KILN_CUDA_CHECK(cudaEventRecord(start, nullptr));
+      body(nullptr);
+      KILN_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+      KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    return 1000.0 * median(ms);
+  }
+  // -1 when the body cannot be captured.
+  double graph_us(const std::function<void(cudaStream_t)>& body) const {
+    constexpr int reps = 20;
+    body(stream);
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
+    try {
+      for (int i = 0; i < reps; ++i) body(stream);
+    } catch (const std::exception&) {
+      (void)cudaStreamEndCapture(stream, &graph);
+      if (graph) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return -1;
+    }
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      if (graph) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return -1;
+    }
+    cudaEvent_t start, stop;
+    KILN_CUDA_CHECK(cudaEventCreate(&start));
+    KILN_CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 2; ++i) KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    std::vector<float> ms(15);
+    for (float& t : ms) {
+      KILN_CUDA_CHECK(cudaEventRecord(start, stream));
+      KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      KILN_CUDA_CHECK(cudaEventRecord(stop, stream));
+      KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    return 1000.0 * median(ms) / reps;
+  }
+};
+
+}  // namespace
+
+// KILN-BENCH-BEGIN (public API only: also built against older trees for before/after tables)
+TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA events)" * doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
+  for (std::int64_t batch : {64, 256}) {
+    for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
+      const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
+      std::size_t bytes = 0;
+      for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+        bytes = std::max(bytes, cuda::conv_workspace_bytes(g, DType::f32, pass));
+      DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
+      DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
+      const cuda::ConvWorkspace ws{work.get(), bytes};
+      const auto pg = kernels::pool_geometry({batch, cout, hw, hw}, 2, 2);
+      DeviceBuffer pooled(random_tensor({batch, cout, hw / 2, hw / 2}, DType::f32, 6)), dpool(y.bytes());
+      const std::vector<std::pair<std::string, std::function<void(cudaStream_t)>>> ops = {
+          {"forward", [&](cudaStream_t st) { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st); }},
+          {"grad_input", [&](cudaStream_t st) { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st); }},
+          {"grad_weight", [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); }},
+          {"pool_forward", [&](cudaStream_t st) { cuda::max_pool2d_forward(DType::f32, pg, y.get(), pooled.get(), st); }},
+          {"pool_grad", [&](cudaStream_t st) { cuda::max_pool2d_grad(DType::f32, pg, y.get(), pooled.get(), dpool.get(), st); }},
+      };
+      for (const auto& [name, body] : ops)
+        MESSAGE("BENCH B=" << batch << " conv" << (cin == 1 ? 1 : 2) << " " << name << " events_us " << timer.events_us(body)
+                           << " graph_us " << timer.graph_us(body) << " workspace " << bytes);
+    }
+    DeviceBuffer a(random_tensor({batch, 3136}, DType::f32, 3)), b(random_tensor({128, 3136}, DType::f32, 4));
+    DeviceBuffer c(static_cast<std::size_t>(batch) * 128 * 4);
+    const auto fc1 = [&](cudaStream_t st) {
+      cuda::matmul({.m = batch, .n = 128, .k = 3136, .trans_b = true, .a = a.get(), .b = b.get(), .c = c.get()}, st);
+    };
+    MESSAGE("BENCH B=" << batch << " fc1 matmul events_us " << timer.events_us(fc1) << " graph_us " << timer.graph_us(fc1)
+                       << " workspace 0");
+  }
+}
+// KILN-BENCH-END
+
+// Tuning data: each pass of LeNet's convolutions at batch 64 with other tiles and splits.
+TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
+  using Tiling = cuda::detail::ConvTiling;
+  const std::int64_t batch = 64;
+  preload_tiles(tiles_to_test());
+  for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
+    const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
+    const std::size_t bytes = 64u << 20;
+    DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
+    DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
+    const cuda::ConvWorkspace ws{work.get(), bytes};
+    const std::vector<Tiling> fwd = {{64, 64, 1, 0, 16}, {64, 64, 1, 0, 32}, {32, 64, 1, 0, 16}, {32, 64, 1, 0, 32},
+                                     {32, 32, 2, 0, 16}, {32, 32, 1, 0, 32}, {64, 32, 1, 0, 32}, {64, 32, 2, 0, 16},
+                                     {32, 128, 1, 0, 16}, {16, 64, 1, 0, 16}};
+    const std::vector<Tiling> wgrad =
+        cin == 1 ? std::vector<Tiling>{{32, 16, 4, 0, 16}, {32, 16, 4, 131, 16}, {32, 16, 4, 392, 16}, {32, 16, 2, 0, 32},
+                                       {32, 16, 2, 0, 16}, {32, 16, 2, 392, 32}}
+                 : std::vector<Tiling>{{64, 32, 2, 0, 16},  {64, 32, 2, 14, 16}, {64, 32, 2, 56, 16}, {64, 32, 1, 0, 32},
+                                       {64, 32, 1, 56, 32}, {32, 32, 2, 0, 16},  {32, 32, 1, 0, 32},  {64, 64, 1, 0, 32},
+                                       {32, 64, 1, 0, 32},  {64, 64, 1, 0, 16}};
+    auto run = [&](cuda::ConvPass pass, const Tiling& t) {
+      const std::string name = pass == cuda::ConvPass::forward      ? "forward"
+                               : pass == cuda::ConvPass::grad_input ? "grad_input"
+                                                                    : "grad_weight";
+      std::function<void(cudaStream_t)> body;
+      if (pass == cuda::ConvPass::forward)
+        body = [&](cudaStream_t st) { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st); };
+      else if (pass == cuda::ConvPass::grad_input)
+        body = [&](cudaStream_t st) { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st); };
+      else
+        body = [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); };
+      std::ostringstream line;
+      line << "conv" << (cin == 1 ? 1 : 2) << " " << name << " " << t.bm << "x" << t.bn << "x" << t.kg << "k" << t.ks
+           << " splits " << t.splits;
+      if (!cuda::igemm_tile_valid({t.bm, t.bn, t.kg, t.ks}, DType::f32)) return;
+      cuda::detail::set_conv_tiling_for_testing(pass, t);
+      try {
+        const double graph = timer.graph_us(body);
+        line << " graph_us " << graph << " events_us " << timer.events_us(body);
+      } catch (const std::exception& e) {
+        line << " failed: " << e.what();
+      }
+      cuda::detail::set_conv_tiling_for_testing(pass, {});
+      MESSAGE("VARIANT " << line.str());
+    };
+    for (const Tiling& t : fwd) run(cuda::ConvPass::forward, t);
+    if (cin > 1)
+      for (const Tiling& t : fwd) run(cuda::ConvPass::grad_input, t);
+    for (const Tiling& t : wgrad) run(cuda::ConvPass::grad_weight, t);
+  }
+}
+
+}  // namespace kiln
