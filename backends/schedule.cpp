@@ -33,8 +33,10 @@ std::vector<int> assign_streams(const Graph& g, int streams) {
       if (next < 0 || depth[static_cast<std::size_t>(in.node)] > depth[static_cast<std::size_t>(next)]) next = in.node;
     at = next;
   }
-  for (std::int32_t id = 0; id < count; ++id)
-    if (is_kernel(g.node(id)) && !critical[static_cast<std::size_t>(id)]) stream[static_cast<std::size_t>(id)] = 1;
+  for (std::int32_t id = 0; id < count; ++id) {
+    if (g.node(id).op->name == "all_reduce_mean") stream[static_cast<std::size_t>(id)] = streams;  // the communication stream
+    else if (is_kernel(g.node(id)) && !critical[static_cast<std::size_t>(id)]) stream[static_cast<std::size_t>(id)] = 1;
+  }
   return stream;
 }
 

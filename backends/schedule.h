@@ -1,7 +1,9 @@
 // assign_streams: the stream schedule of a compiled step. The critical path (the longest
 // chain of kernels) runs on stream 0; kernels off it (weight gradients, bias reductions,
 // the optimizer updates they feed) run on stream 1, overlapping the critical path, joined
-// by events where a value crosses streams.
+// by events where a value crosses streams. Collectives (all_reduce_mean: gradient buckets
+// of data-parallel training) run on a stream of their own, index `streams`, so that a
+// bucket's communication overlaps the rest of the backward.
 //
 // Pre: verify(g) holds. Post: one stream index per node (sources and views: that of their
 // first reader, which they do not launch on anyway); with streams == 1, all zeros.

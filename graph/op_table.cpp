@@ -34,6 +34,7 @@ const Table& table() {
     ops::register_conv_ops(built.entries);
     ops::register_pool_ops(built.entries);
     ops::register_random_ops(built.entries);
+    ops::register_collective_ops(built.entries);
     for (const OpDef& op : built.entries) {
       check_entry(op);
       KILN_ASSERT(built.by_name.emplace(op.name, &op).second, "op {} is declared twice", op.name);

@@ -85,4 +85,9 @@ struct RandomUniform {
 };
 RandomUniform random_uniform(Value step, const Shape& shape, std::uint64_t seed, DType dtype = DType::f32);
 
+// Data parallelism: each value replaced by its mean over the ranks of collective group
+// `group` (graph/collective.h), as one op, so the ranks' gradients are averaged in one
+// group of calls. Group 0 is this process alone (the identity).
+std::vector<Value> all_reduce_mean(const std::vector<Value>& values, int group);
+
 }  // namespace kiln

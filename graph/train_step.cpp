@@ -1,6 +1,7 @@
 // Autograd, gradient clipping and the optimizer, in one graph.
 #include "graph/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "graph/autograd.h"
@@ -27,6 +28,49 @@ std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double m
   return clipped;
 }
 
+std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group, std::size_t bucket_bytes, Value* loss) {
+  std::vector<Value> averaged(grads.size());
+  std::vector<std::size_t> bucket;  // indices into grads
+  std::size_t bytes = 0;
+  auto flush = [&](bool last) {
+    std::vector<Value> values;
+    for (std::size_t i : bucket) values.push_back(grads[i]);
+    if (last && loss != nullptr) values.push_back(*loss);
+    if (values.empty()) return;
+    const std::vector<Value> means = all_reduce_mean(values, group);
+    for (std::size_t k = 0; k < bucket.size(); ++k) averaged[bucket[k]] = means[k];
+    if (last && loss != nullptr) *loss = means.back();
+    bucket.clear();
+    bytes = 0;
+  };
+  for (std::size_t i = grads.size(); i-- > 0;) {
+    bucket.push_back(i);
+    bytes += static_cast<std::size_t>(grads[i].shape().numel()) * dtype_size(grads[i].dtype());
+    if (bytes >= bucket_bytes && i > 0) flush(false);
+  }
+  flush(true);
+  return averaged;
+}
+
+namespace {
+
+// The forward's pending floating-point buffer updates (batch norm's running statistics)
+// replaced by their mean over the ranks, so every replica keeps the same buffers.
+void average_buffer_updates(Graph& g, const std::vector<VariablePtr>& params, int group) {
+  std::vector<VariablePtr> vars;
+  std::vector<Value> values;
+  for (const auto& [var, ref] : g.assignments()) {
+    if (!is_floating(var->value.dtype()) || std::find(params.begin(), params.end(), var) != params.end()) continue;
+    vars.push_back(var);
+    values.push_back(g.value(ref));
+  }
+  if (values.empty()) return;
+  const std::vector<Value> means = all_reduce_mean(values, group);
+  for (std::size_t i = 0; i < vars.size(); ++i) g.assign_latest(vars[i], means[i]);
+}
+
+}  // namespace
+
 void append_training_step(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer, const TrainStepOptions& options) {
   Graph& g = loss.graph();
   std::vector<Value> wrt;
@@ -35,6 +79,11 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
     wrt.push_back(g.variable(p));
   }
   std::vector<Value> grads = grad(loss, wrt);
+  if (options.data_parallel_group >= 0) {
+    KILN_CHECK(options.bucket_bytes > 0, "training step: the all-reduce bucket size must be positive");
+    average_buffer_updates(g, params, options.data_parallel_group);
+    grads = average_over_ranks(grads, options.data_parallel_group, options.bucket_bytes, &loss);
+  }
   KILN_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0,
              "training step: clip_grad_norm must be >= 0 (got {})", options.clip_grad_norm);
   if (options.clip_grad_norm > 0) {

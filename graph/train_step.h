@@ -12,12 +12,25 @@ struct TrainStepOptions {
   // > 0: before the update every gradient is multiplied by min(1, clip / (norm + 1e-6)),
   // norm = sqrt(sum over params of sum(g * g)) (PyTorch's clip_grad_norm_). 0: off.
   double clip_grad_norm = 0;
+  // Data parallelism: >= 0 names the collective group (graph/collective.h) whose ranks
+  // train replicas of this step. The gradients are then averaged over the ranks by
+  // all_reduce_mean ops, in buckets of about `bucket_bytes` taken from the last parameter
+  // backwards (the order the backward finishes them), so a bucket's communication overlaps
+  // the rest of the backward; the forward's buffer updates (batch norm's running
+  // statistics) and the "loss" output are averaged too, so replicas stay identical and the
+  // loss is that of the global batch. -1: one process.
+  int data_parallel_group = -1;
+  std::size_t bucket_bytes = std::size_t{4} << 20;
 };
 
 // The gradients scaled to a global L2 norm of at most `max_norm` (> 0), as graph ops that
 // fuse like any other; `norm`, when given, receives the global norm before scaling ([]).
 // Below the threshold the scale is exactly 1, so the gradients are unchanged.
 std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm, Value* norm = nullptr);
+
+// The gradients averaged over the ranks of `group` in buckets of about `bucket_bytes`
+// (see TrainStepOptions::data_parallel_group); `loss`, when given, is averaged in the last.
+std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group, std::size_t bucket_bytes, Value* loss = nullptr);
 
 // Appends to loss's graph the gradients of `params`, the optimizer update (as
 // assignments) and the output "loss" (and "grad_norm", the norm before clipping, when

@@ -92,6 +92,7 @@ const std::map<std::string, Key>& keys() {
       {"lr-gamma", real(&TrainConfig::lr_gamma, 0, true)},
       {"clip-grad-norm", real(&TrainConfig::clip_grad_norm, 0, false)},
       {"metrics", text(&TrainConfig::metrics_path, {})},
+      {"metrics-every", integer(&TrainConfig::metrics_every, 1)},
       {"text", text(&TrainConfig::text_path, {})},
       {"seq-len", integer(&TrainConfig::seq_len, 1)},
       {"embedding", integer(&TrainConfig::embedding, 1)},

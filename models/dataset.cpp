@@ -70,10 +70,12 @@ Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t 
   return d;
 }
 
-Batcher::Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed)
-    : data_(data), batch_size_(batch_size), shuffle_(shuffle), seed_(seed) {
+Batcher::Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed, int rank, int ranks)
+    : data_(data), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), rank_(rank), ranks_(ranks) {
   KILN_CHECK(batch_size > 0, "batch size {} must be positive", batch_size);
-  KILN_CHECK(batch_size <= data.size(), "batch size {} is larger than the dataset ({} examples)", batch_size, data.size());
+  KILN_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "batcher: rank {} of {} ranks", rank, ranks);
+  KILN_CHECK(batch_size * ranks <= data.size(), "batch size {}{} is larger than the dataset ({} examples)", batch_size * ranks,
+             ranks > 1 ? fmt::format(" ({} x {} ranks)", batch_size, ranks) : "", data.size());
   order_.resize(static_cast<std::size_t>(data.size()));
   std::iota(order_.begin(), order_.end(), 0);
 }
@@ -95,7 +97,7 @@ void Batcher::fill(std::int64_t index, Tensor& images, Tensor& labels) const {
   const float* src = data_.images.data<float>();
   const std::int64_t* src_labels = data_.labels.data<std::int64_t>();
   for (std::int64_t b = 0; b < batch_size_; ++b) {
-    const std::int64_t item = order_[static_cast<std::size_t>(index * batch_size_ + b)];
+    const std::int64_t item = order_[static_cast<std::size_t>((index * ranks_ + rank_) * batch_size_ + b)];
     std::memcpy(images.data<float>() + b * per_image, src + item * per_image, static_cast<std::size_t>(per_image) * sizeof(float));
     labels.data<std::int64_t>()[b] = src_labels[item];
   }

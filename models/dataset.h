@@ -44,11 +44,14 @@ Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t 
 // Mini-batches over a dataset. Each epoch is a fresh permutation drawn from (seed, epoch),
 // so a run is reproducible and can resume at any epoch. The last partial batch is dropped
 // for training; `batches_per_epoch` says how many full batches an epoch has.
+// Data parallelism: with `ranks` > 1 a step's global batch is batch_size * ranks examples
+// of the one permutation, and rank `rank` gets its batch_size-example share of each, so
+// the ranks together see exactly the batches a single process with the global batch would.
 class Batcher {
  public:
-  Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed);
+  Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed, int rank = 0, int ranks = 1);
 
-  std::int64_t batches_per_epoch() const { return data_.size() / batch_size_; }
+  std::int64_t batches_per_epoch() const { return data_.size() / (batch_size_ * ranks_); }
   // Starts epoch `epoch` (shuffles if enabled).
   void start_epoch(std::int64_t epoch);
   // Copies batch `index` of the current epoch into images [B, ...] and labels [B].
@@ -59,6 +62,7 @@ class Batcher {
   std::int64_t batch_size_;
   bool shuffle_;
   std::uint64_t seed_;
+  int rank_, ranks_;
   std::vector<std::int64_t> order_;
 };
 

@@ -6,7 +6,10 @@
 namespace kiln {
 
 std::map<std::string, std::string> training_metadata(const TrainConfig& config) {
-  return {{"model", config.model}, {"kiln.config", train_config_json(config)}, {"kiln.data_seed", std::to_string(config.seed)}};
+  return {{"model", config.model},
+          {"kiln.config", train_config_json(config)},
+          {"kiln.data_seed", std::to_string(config.seed)},
+          {"kiln.world_size", std::to_string(config.world_size)}};
 }
 
 TrainConfig checkpoint_config(const Checkpoint& checkpoint) {
@@ -25,9 +28,24 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
   KILN_CHECK(model.empty() || model == c.model, "--resume {}: a checkpoint of model '{}', but this run trains '{}'", path, model, c.model);
   if (checkpoint.metadata_value("kiln.config").empty()) return;  // older checkpoints: the tensors are checked on restore
   const TrainConfig saved = checkpoint_config(checkpoint);
-  KILN_CHECK(saved.batch_size == c.batch_size,
-             "--resume {}: the checkpoint was written with batch size {} but this run has {} (its data position would not match)", path,
-             saved.batch_size, c.batch_size);
+  // A run on N ranks trains on the global batch batch_size * N: a checkpoint resumes on any
+  // number of ranks (or the CPU) whose global batch is the same.
+  const std::string ranks = checkpoint.metadata_value("kiln.world_size");
+  std::int64_t saved_world = 1;
+  if (!ranks.empty()) {
+    std::size_t used = 0;
+    try {
+      saved_world = std::stoll(ranks, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KILN_CHECK(used == ranks.size() && saved_world >= 1, "--resume {}: metadata 'kiln.world_size' is '{}', not a rank count", path, ranks);
+  }
+  const std::int64_t saved_global = saved.batch_size * saved_world, global = c.batch_size * c.world_size;
+  KILN_CHECK(saved_global == global,
+             "--resume {}: the checkpoint was written with a global batch of {} ({} x {} ranks) but this run has {} ({} x {} ranks): "
+             "its data position would not match",
+             path, saved_global, saved.batch_size, saved_world, global, c.batch_size, c.world_size);
   KILN_CHECK(saved.synthetic == c.synthetic, "--resume {}: the checkpoint was trained on {} data but this run uses {}", path,
              saved.synthetic ? "synthetic" : "real", c.synthetic ? "synthetic" : "real");
   const std::string data_seed = checkpoint.metadata_value("kiln.data_seed");

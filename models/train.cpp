@@ -7,6 +7,7 @@
 
 #include "backends/compile.h"
 #include "core/log.h"
+#include "dist/data_parallel.h"
 #include "models/checkpoint.h"
 #include "models/dataset.h"
 #include "models/evaluate.h"
@@ -31,17 +32,18 @@ void check_config(const TrainConfig& c) {
   KILN_CHECK(std::isfinite(c.lr) && c.lr > 0, "learning rate must be positive (got {})", c.lr);
   lr_schedule_of(c).validate();
   KILN_CHECK(std::isfinite(c.clip_grad_norm) && c.clip_grad_norm >= 0, "--clip-grad-norm must be >= 0 (got {})", c.clip_grad_norm);
-  if (c.checkpoint_path.empty()) return;
+  KILN_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, "--rank {} is not a rank of --world-size {}", c.rank, c.world_size);
+  KILN_CHECK(c.bucket_kib >= 1, "--bucket-kib must be at least 1 (got {})", c.bucket_kib);
+  KILN_CHECK(c.check_replicas >= 0, "--check-replicas must be >= 0 (got {})", c.check_replicas);
+  if (c.checkpoint_path.empty() || c.rank != 0) return;
   check_checkpoint_directory(c.checkpoint_path);  // fail now, not after an epoch of work
 }
 
-// The "step" lines of --metrics: every kStepLineEvery steps and after the run's last step,
-// with the mean loss and the throughput over the steps since the previous line.
+// The "step" lines of --metrics: every `every` steps and after the run's last step, with
+// the mean loss and the throughput over the steps since the previous line.
 class StepLines {
  public:
-  static constexpr std::int64_t kStepLineEvery = 50;
-
-  StepLines(MetricsWriter& writer, std::int64_t batch_size) : writer_(writer), batch_size_(batch_size) {}
+  StepLines(MetricsWriter& writer, std::int64_t batch_size, std::int64_t every) : writer_(writer), batch_size_(batch_size), every_(every) {}
   // Evaluation between epochs does not count as training time.
   void restart_clock() {
     since_ = Clock::now();
@@ -52,7 +54,7 @@ class StepLines {
     loss_sum_ += loss;
     ++losses_;
     images_ += batch_size_;
-    if (!writer_.enabled() || (step % kStepLineEvery != 0 && !last)) return;
+    if (!writer_.enabled() || (step % every_ != 0 && !last)) return;
     writer_.write("step", {{"step", step},
                            {"epoch", epoch},
                            {"loss", loss_sum_ / static_cast<double>(losses_)},
@@ -65,7 +67,7 @@ class StepLines {
 
  private:
   MetricsWriter& writer_;
-  std::int64_t batch_size_;
+  std::int64_t batch_size_, every_;
   double loss_sum_ = 0;
   std::int64_t losses_ = 0, images_ = 0;
   Clock::time_point since_ = Clock::now();
@@ -74,22 +76,27 @@ class StepLines {
 // One training run: everything the epochs share.
 class ClassifierTraining {
  public:
-  explicit ClassifierTraining(const TrainConfig& c)
+  // `parallel`: this rank's data-parallel job, or null for one process.
+  ClassifierTraining(const TrainConfig& c, dist::DataParallel* parallel)
       : c_(c),
+        parallel_(parallel),
+        leader_(c.rank == 0),
         info_(model_info(c.model)),
         train_(classifier_data(c, info_, Split::train)),
         test_(classifier_data(c, info_, Split::test)),
-        batcher_(train_, c.batch_size, true, c.seed),
+        batcher_(train_, c.batch_size, true, c.seed, c.rank, c.world_size),
         graph_(build_model_graph(c.model, Stage::train, c.batch_size,
                                  {.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}, c.seed,
-                                 {.clip_grad_norm = c.clip_grad_norm})),
+                                 {.clip_grad_norm = c.clip_grad_norm,
+                                  .data_parallel_group = parallel ? parallel->collective_group() : -1,
+                                  .bucket_bytes = static_cast<std::size_t>(c.bucket_kib) * 1024})),
         options_{.device = c.device, .cuda_graphs = c.cuda_graphs, .tf32 = c.tf32, .cuda_streams = c.cuda_streams,
                  .check_numerics = c.check_numerics, .deterministic = c.deterministic},
         step_(compile(*graph_.graph, options_)),
         evaluator_(*graph_.model, info_.input_shape, c.eval_batch, options_),
         schedule_(lr_schedule_of(c)),
-        metrics_(c.metrics_path.empty() ? std::make_unique<MetricsWriter>() : std::make_unique<MetricsWriter>(c.metrics_path)),
-        step_lines_(*metrics_, c.batch_size) {
+        metrics_(c.metrics_path.empty() || !leader_ ? std::make_unique<MetricsWriter>() : std::make_unique<MetricsWriter>(c.metrics_path)),
+        step_lines_(*metrics_, c.batch_size * c.world_size, c.metrics_every) {
     for (Tensor* slot : {&images_[0], &images_[1]}) *slot = Tensor::empty(batch_shape(c.batch_size, info_.input_shape), DType::f32);
     for (Tensor* slot : {&labels_[0], &labels_[1]}) *slot = Tensor::empty({c.batch_size}, DType::i64);
     const std::int64_t all = c.epochs * batcher_.batches_per_epoch();
@@ -104,8 +111,11 @@ class ClassifierTraining {
   void save(const TrainingPosition& at);
   double train_step(std::int64_t epoch, std::int64_t s, std::int64_t steps, std::int64_t first);
   EpochResult run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t steps);
+  void check_replicas(std::int64_t step);
 
   const TrainConfig& c_;
+  dist::DataParallel* parallel_;
+  bool leader_;  // rank 0: saves, evaluates, reports
   const ModelInfo& info_;
   Dataset train_, test_;
   Batcher batcher_;
@@ -135,9 +145,17 @@ void ClassifierTraining::resume() {
 }
 
 void ClassifierTraining::save(const TrainingPosition& at) {
-  if (c_.checkpoint_path.empty()) return;
+  if (c_.checkpoint_path.empty() || !leader_) return;  // the replicas are identical: rank 0 writes
   save_checkpoint(c_.checkpoint_path, graph_.model->parameters(), graph_.optimizer->state(), at, training_metadata(c_),
                   graph_.model->buffers());
+}
+
+// Data parallelism: every variable (parameters, optimizer state, buffers) equal on all ranks.
+void ClassifierTraining::check_replicas(std::int64_t step) {
+  if (parallel_ == nullptr) return;
+  std::vector<VariablePtr> vars = graph_.model->parameters();
+  for (const std::vector<VariablePtr>& more : {graph_.optimizer->state(), graph_.model->buffers()}) vars.insert(vars.end(), more.begin(), more.end());
+  parallel_->check_replicas(vars, step);
 }
 
 // Runs batch `s` of the epoch (whose batches [first, steps) this run trains) and returns its loss.
@@ -160,6 +178,7 @@ double ClassifierTraining::train_step(std::int64_t epoch, std::int64_t s, std::i
   }
   KILN_CHECK(std::isfinite(loss), "training diverged: loss is {} at epoch {} step {} (lower the learning rate)", loss, epoch, s + 1);
   step_lines_.record(done + 1, epoch, loss, lr_, done + 1 == planned_steps_);
+  if (c_.check_replicas > 0 && (done + 1) % c_.check_replicas == 0) check_replicas(done + 1);
   return loss;
 }
 
@@ -170,7 +189,9 @@ EpochResult ClassifierTraining::run_epoch(std::int64_t epoch, std::int64_t first
   auto after = [&](std::int64_t b, std::int64_t done_steps) {
     return b == batcher_.batches_per_epoch() ? TrainingPosition{done_steps, epoch + 1, 0} : TrainingPosition{done_steps, epoch, b};
   };
-  Progress progress(fmt::format("epoch {}/{}", epoch, c_.epochs), ran, c_.progress && stderr_is_terminal());
+  const bool show_progress = c_.progress && leader_;
+  const std::int64_t global_batch = c_.batch_size * c_.world_size;
+  Progress progress(fmt::format("epoch {}/{}", epoch, c_.epochs), ran, show_progress && stderr_is_terminal());
   EpochResult r{.epoch = epoch, .steps = ran};
   double loss_sum = 0;
   const auto clock_start = Clock::now();
@@ -178,15 +199,20 @@ EpochResult ClassifierTraining::run_epoch(std::int64_t epoch, std::int64_t first
   for (std::int64_t s = first; s < steps; ++s) {
     loss_sum += train_step(epoch, s, steps, first);
     const std::int64_t in_epoch = s + 1 - first, done = total_steps_ + in_epoch;
-    if (c_.progress) progress.update(in_epoch, loss_sum / static_cast<double>(in_epoch), static_cast<double>(in_epoch * c_.batch_size) / seconds_since(clock_start));
+    if (show_progress) progress.update(in_epoch, loss_sum / static_cast<double>(in_epoch), static_cast<double>(in_epoch * global_batch) / seconds_since(clock_start));
     if (c_.save_every > 0 && done % c_.save_every == 0) save(after(s + 1, done));
   }
-  if (c_.progress) progress.finish();
+  if (show_progress) progress.finish();
   r.seconds = seconds_since(clock_start);
-  r.images_per_second = static_cast<double>(ran * c_.batch_size) / r.seconds;
+  r.images_per_second = static_cast<double>(ran * global_batch) / r.seconds;
   r.train_loss = loss_sum / static_cast<double>(ran);
   total_steps_ += ran;
   save(after(steps, total_steps_));
+  r.lr = lr_;
+  if (!leader_) {  // rank 0 evaluates the (identical) model
+    r.test_accuracy = r.test_loss = std::nan("");
+    return r;
+  }
   const EvalResult eval = evaluator_.evaluate(test_);
   r.test_accuracy = eval.accuracy;
   r.test_loss = eval.loss;
@@ -199,6 +225,7 @@ EpochResult ClassifierTraining::run_epoch(std::int64_t epoch, std::int64_t first
 std::vector<EpochResult> ClassifierTraining::run(const std::function<void(const EpochResult&)>& on_epoch) {
   resume();
   total_steps_ = start_.step;
+  check_replicas(total_steps_);  // the same initialisation (or checkpoint) on every rank
   std::vector<EpochResult> results;
   for (std::int64_t epoch = start_.epoch; epoch <= c_.epochs; ++epoch) {
     batcher_.start_epoch(epoch);
@@ -221,6 +248,14 @@ Dataset classifier_data(const TrainConfig& c, const ModelInfo& info, Split split
   return load_fashion_mnist(c.data_dir.empty() ? kFashionMnistDir : c.data_dir, split);
 }
 
+std::unique_ptr<dist::DataParallel> join_data_parallel(const TrainConfig& c) {
+  if (c.world_size <= 1) return nullptr;
+  dist::ProcessGroupOptions options{.rank = c.rank, .world_size = c.world_size, .address = c.init,
+                                    .connect_timeout = std::chrono::milliseconds(c.init_timeout_ms)};
+  options.peer_timeout = std::min(options.peer_timeout, options.connect_timeout);
+  return std::make_unique<dist::DataParallel>(options, c.device);
+}
+
 LrSchedule lr_schedule_of(const TrainConfig& c) {
   return {.kind = c.lr_schedule, .base_lr = c.lr, .warmup_steps = c.warmup_steps, .step_size = c.lr_step_size, .gamma = c.lr_gamma};
 }
@@ -228,10 +263,17 @@ LrSchedule lr_schedule_of(const TrainConfig& c) {
 std::vector<EpochResult> train_classifier(const TrainConfig& c, const std::function<void(const EpochResult&)>& on_epoch,
                                           const std::function<void(const std::vector<VariablePtr>&)>& on_finish) {
   check_config(c);
-  ClassifierTraining training(c);
-  std::vector<EpochResult> results = training.run(on_epoch);
-  if (on_finish) on_finish(training.model().parameters());
-  return results;
+  std::unique_ptr<dist::DataParallel> parallel = join_data_parallel(c);
+  try {
+    ClassifierTraining training(c, parallel.get());
+    std::vector<EpochResult> results = training.run(on_epoch);
+    if (on_finish) on_finish(training.model().parameters());
+    if (parallel) parallel->finish();
+    return results;
+  } catch (const std::exception& e) {
+    if (parallel) parallel->report_error(e.what());  // the other ranks end with this rank's reason
+    throw;
+  }
 }
 
 }  // namespace kiln

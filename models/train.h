@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,18 @@ struct TrainConfig {
   std::int64_t save_every = 0;  // steps between checkpoints; 0: at the end of each epoch only
   std::string resume_path;      // non-empty: continue from this checkpoint
   std::string metrics_path;      // non-empty: JSON lines of metrics go here (models/metrics.h)
+  std::int64_t metrics_every = 50;  // steps per "step" line of the metrics (mean loss over them)
   bool progress = true;
+
+  // Data parallelism (dist/): this process is rank `rank` of `world_size`, joined through
+  // rank 0's address `init` (HOST:PORT). batch_size is per rank; each step trains on the
+  // global batch batch_size * world_size, sharded by rank from the one seed.
+  int rank = 0;
+  int world_size = 1;
+  std::string init = "127.0.0.1:29500";
+  std::int64_t init_timeout_ms = 60'000;  // connecting, and a silent rank's heartbeat
+  std::int64_t bucket_kib = 4096;         // gradient all-reduce buckets
+  std::int64_t check_replicas = 0;        // > 0: compare the replicas' variables every this many steps
 
   // Language models (char-lstm).
   std::string text_path;          // the corpus; empty: Debian's fortunes (kFortunesDir)
@@ -66,12 +78,19 @@ struct EpochResult {
   std::int64_t epoch = 0;
   std::int64_t steps = 0;
   double train_loss = 0;     // mean over the epoch's steps
-  double test_accuracy = 0;  // fraction in [0, 1]
+  double test_accuracy = 0;  // fraction in [0, 1] (data parallelism: rank 0 only, NaN elsewhere)
   double test_loss = 0;      // mean cross-entropy on the test set
   double lr = 0;             // learning rate of the epoch's last step
   double seconds = 0;        // training time of the epoch (evaluation excluded)
   double images_per_second = 0;
 };
+
+namespace dist {
+class DataParallel;
+}
+
+// This process's place in the config's data-parallel job (joined now), or null for one process.
+std::unique_ptr<dist::DataParallel> join_data_parallel(const TrainConfig& config);
 
 // The learning-rate schedule the config asks for (every training loop uses this one).
 LrSchedule lr_schedule_of(const TrainConfig& config);

@@ -146,6 +146,11 @@ std::vector<GradCase> structural_cases() {
        [](V v) { return max_pool2d_grad(v[0], v[1], 3, 1); }},
       {"random_uniform", "random_uniform (a constant factor)", {{{3, 5}}},
        [](V v) { return random_uniform(v[0].graph().constant(Tensor::from_vector<std::int64_t>({}, {3})), {3, 5}, 11, DType::f64).values * v[0]; }},
+      {"all_reduce_mean", "all_reduce_mean over one process (group 0)", {{{3, 4}}, {{5}}},
+       [](V v) {
+         const std::vector<Value> means = all_reduce_mean({v[0] * v[0], v[1]}, 0);
+         return means[0] * sum_all(means[1]);
+       }},
       {"max_pool2d_select", "max_pool2d_select 2/2", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
        [](V v) { return max_pool2d_select(v[0], v[1], 2, 2); }},
       {"max_pool2d", "max_pool2d 3/1 pad 1 (Inception)", {{{1, 2, 4, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1, 1); }},

@@ -25,6 +25,8 @@
 #include "models/registry.h"
 #include "models/step_graph.h"
 #include "models/train_lm.h"
+#include "tools/bench_parallel.h"
+#include "tools/bench_timing.h"
 #include "tools/cli.h"
 #ifdef KILN_HAVE_CUDA
 #include "tools/bench_cuda.h"
@@ -32,34 +34,9 @@
 
 namespace {
 
-struct StepTimes {
-  double median_ms, p10_ms, p90_ms;
-  double device_median_ms = -1;  // CUDA events around the step (GPU only)
-};
-
-double quantile(std::vector<double> ms, double q) {
-  std::sort(ms.begin(), ms.end());
-  return ms[static_cast<std::size_t>(q * static_cast<double>(ms.size() - 1))];
-}
-
-double run_ms(kiln::Program& p, const std::vector<kiln::Feed>& feeds) {
-  const auto start = std::chrono::steady_clock::now();
-  p.run(feeds);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-StepTimes time_runs(kiln::Program& p, const std::vector<kiln::Feed>& feeds, int warmup, int steps) {
-  std::vector<double> ms, device_ms;
-  for (int i = 0; i < warmup + steps; ++i) {
-    const double elapsed = run_ms(p, feeds);
-    if (i < warmup) continue;
-    ms.push_back(elapsed);
-    if (p.last_step_device_ms() >= 0) device_ms.push_back(p.last_step_device_ms());
-  }
-  StepTimes t{quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
-  if (!device_ms.empty()) t.device_median_ms = quantile(device_ms, 0.5);
-  return t;
-}
+using kiln::tools::quantile;
+using kiln::tools::StepTimes;
+using kiln::tools::time_runs;
 
 kiln::CompileOptions g_options;  // the device and CUDA settings of this run
 
@@ -247,11 +224,24 @@ int main(int argc, char** argv) {
   app.add_option("--conv-algo", conv_algo, "CUDA: auto, im2col (im2col + cuBLAS everywhere) or im2col-grad-weight")
       ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))->capture_default_str();
   app.add_flag("--startup", startup, "only time the start-up: context, graph, compile (JIT or disk cache), first step");
+  int gpus = 0, rank = 0, world_size = 1;
+  std::string init, rank_json;
+  app.add_option("--gpus", gpus, "also time the data-parallel step on N GPUs of this host (NCCL) and its scaling efficiency")
+      ->check(CLI::Range(2, 1024));
+  app.add_option("--ranks", gpus, "as --gpus, with N processes on --device (the CPU: TCP)")->check(CLI::Range(2, 1024));
+  app.add_option("--rank", rank, "(set by --gpus) this process's rank");
+  app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job");
+  app.add_option("--init", init, "(set by --gpus) rank 0's HOST:PORT");
+  app.add_option("--rank-json", rank_json, "(set by --gpus) where rank 0 writes its figures");
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   try {
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
+    auto scaling = [&](std::int64_t batch) {
+      return kiln::tools::ScalingRun{.ranks = gpus, .model = model, .batch = batch, .warmup = warmup, .steps = steps, .options = g_options};
+    };
+    if (world_size > 1) return kiln::tools::bench_rank(scaling(batches.front()), rank, world_size, init, rank_json);
 #ifdef KILN_HAVE_CUDA
     if (!g_options.device.is_cpu()) kiln::tools::force_conv_algo(conv_algo);
 #endif
@@ -271,7 +261,8 @@ int main(int argc, char** argv) {
                  r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>(),
                  device_ms >= 0 ? fmt::format("{:.3f}", device_ms) : "-",
                  r.contains("peak_device_mib") ? fmt::format("{:.1f}", r["peak_device_mib"].get<double>()) : "-",
-                 r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>())
+                 r.contains("scaling_efficiency") ? fmt::format("  scaling efficiency {:.3f}", r["scaling_efficiency"].get<double>())
+                 : r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>())
                  : r.contains("cpu_ms_per_step") ? fmt::format("  {:.3f} CPU ms/step", r["cpu_ms_per_step"].get<double>()) : "");
       results.push_back(r);
     };
@@ -282,6 +273,7 @@ int main(int argc, char** argv) {
         continue;
       }
       report(bench_training_step(model, batch, true, warmup, steps));
+      if (gpus > 1) report(kiln::tools::bench_scaling(scaling(batch), results.back()));
       if (unfused) report(bench_training_step(model, batch, false, warmup, steps));
       if (numerics) {
         g_options.check_numerics = true;

@@ -19,6 +19,7 @@
 #include "models/train_lm.h"
 #include "tools/cli.h"
 #include "tools/trainer_commands.h"
+#include "tools/trainer_parallel.h"
 
 namespace {
 
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
   app.add_option("--clip-grad-norm", config.clip_grad_norm, "scale gradients to a global L2 norm of at most this (0: off)")
       ->check(number_from(0, true));
   app.add_option("--metrics", config.metrics_path, "append metrics as JSON lines (step, epoch, loss, accuracy, throughput, lr) here");
+  app.add_option("--metrics-every", config.metrics_every, "steps per 'step' line of --metrics")->check(number_from(1, true))->capture_default_str();
   app.add_option("--momentum", config.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--weight-decay", config.weight_decay, "weight decay")->check(number_from(0, true))->capture_default_str();
   app.add_option("--seed", config.seed, "seed of initialisation and shuffling")->capture_default_str();
@@ -168,6 +170,9 @@ int main(int argc, char** argv) {
   app.add_option("--fid-classifier", config.fid_classifier, "GAN: a lenet checkpoint whose features the FID uses")->check(CLI::ExistingFile);
   app.add_flag("--tf32", config.tf32, "CUDA: allow TF32 tensor-core math in GEMMs (faster, about 3 fewer significant digits)");
 
+  kiln::tools::ParallelArgs parallel;
+  kiln::tools::add_parallel_options(app, config, parallel);
+
   kiln::tools::InferenceArgs inference;
   CLI::App* eval = kiln::tools::add_eval_command(app, inference);
   CLI::App* predict = kiln::tools::add_predict_command(app, inference);
@@ -183,6 +188,7 @@ int main(int argc, char** argv) {
       if (predict->parsed()) kiln::tools::run_predict(inference, inference_device);
       return 0;
     }
+    if (const auto code = kiln::tools::launch_ranks_if_asked(parallel, config, argc, argv)) return *code;
     config.device = parse_device(device);
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
@@ -190,9 +196,10 @@ int main(int argc, char** argv) {
     const kiln::ModelTask task = kiln::model_info(config.model).task;
     KILN_CHECK(config.sample_chars == 0 || task == kiln::ModelTask::language_model, "--sample: model {} is not a language model", config.model);
     if (task == kiln::ModelTask::gan) apply_gan_defaults(app, config);
-    if (config.sample_chars == 0) {
-      fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}, {} lr {}, {} threads\n", config.model,
-                 config.device.str(), config.epochs, config.batch_size, config.optimizer, config.lr, omp_get_max_threads());
+    if (config.sample_chars == 0 && config.rank == 0) {
+      const std::string ranks = config.world_size > 1 ? fmt::format(" x {} ranks", config.world_size) : "";
+      fmt::print("kiln trainer: model {} on {}, {} epochs, batch {}{}, {} lr {}, {} threads\n", config.model, config.device.str(),
+                 config.epochs, config.batch_size, ranks, config.optimizer, config.lr, omp_get_max_threads());
       std::fflush(stdout);
     }
     if (task == kiln::ModelTask::language_model) return run_language_model(config);
@@ -200,7 +207,8 @@ int main(int argc, char** argv) {
       run_gan(config);
       return 0;
     }
-    kiln::train_classifier(config, [](const kiln::EpochResult& r) {
+    kiln::train_classifier(config, [&config](const kiln::EpochResult& r) {
+      if (config.rank != 0) return;  // rank 0 evaluates and reports
       fmt::print("epoch {}: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}%, {:.0f} images/s, {:.1f} s\n", r.epoch,
                  r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.images_per_second, r.seconds);
       std::fflush(stdout);

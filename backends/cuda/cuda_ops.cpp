@@ -2,6 +2,8 @@
 // its pointers; the returned closure only launches.
 #include "backends/cuda/cuda_ops.h"
 
+#include <cuda_runtime_api.h>
+
 #include <map>
 
 #include "backends/cuda/conv.h"
@@ -10,6 +12,8 @@
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
 #include "backends/cuda/random.h"
+#include "fusion/jit/cuda_check.h"
+#include "graph/collective.h"
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/pool_cpu.h"
 
@@ -95,6 +99,22 @@ Launch prepare_pad(const LaunchSetup& s) {
     zero_bytes(y, total, st);
     copy_blocks(x, bytes, at, out.dim * out.inner_bytes, out.outer, bytes, st);
   };
+}
+
+// The group's device path (NCCL) on the step's stream; a group of one rank only copies.
+Launch prepare_all_reduce(const LaunchSetup& s) {
+  Collective& group = collective(static_cast<int>(s.node.attrs.integer("group")));
+  std::vector<Collective::DeviceBuffer> buffers;
+  for (std::size_t i = 0; i < s.inputs.size(); ++i)
+    buffers.push_back({s.inputs[i], s.outputs[i], s.input_types[i].shape.numel(), s.input_types[i].dtype});
+  if (group.world_size() == 1)
+    return [buffers](jit::Stream st) {
+      for (const Collective::DeviceBuffer& b : buffers)
+        if (b.in != b.out && b.count > 0)
+          KILN_CUDA_CHECK(cudaMemcpyAsync(b.out, b.in, static_cast<std::size_t>(b.count) * dtype_size(b.dtype), cudaMemcpyDeviceToDevice,
+                                          static_cast<cudaStream_t>(st)));
+    };
+  return [&group, buffers](jit::Stream st) { group.all_reduce_mean_device(buffers, st); };
 }
 
 const std::map<std::string, Preparer>& preparers() {
@@ -185,6 +205,7 @@ const std::map<std::string, Preparer>& preparers() {
          void *out = s.outputs[0], *next = s.outputs[1];
          return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
        }},
+      {"all_reduce_mean", prepare_all_reduce},
   };
   return table;
 }

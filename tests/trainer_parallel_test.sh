@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Data-parallel training through the trainer, with real processes on the CPU (ranks joined
+# over TCP on loopback, the path several hosts use): two ranks at half the batch train as
+# one process on the whole batch (the loss of every step, the test accuracy), a checkpoint
+# of two ranks resumes on one, replicas stay identical, and failures end the job with a
+# message naming the rank: a killed rank, a wrong address, contradictory flags.
+#   bash tests/trainer_parallel_test.sh build/tools/trainer
+set -u
+
+TRAINER=${1:?usage: trainer_parallel_test.sh TRAINER_BINARY}
+[[ -x $TRAINER ]] || { echo "trainer_parallel_test: '$TRAINER' is not an executable" >&2; exit 1; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln_parallel.XXXXXX") || exit 1
+trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
+SCENARIO=""
+RC=0
+
+fail() {
+  echo "FAIL [$SCENARIO]: $*" >&2
+  echo "--- exit code: $RC" >&2
+  echo "--- stdout:" >&2; head -c 3000 "$TMP/stdout" >&2
+  echo "--- stderr:" >&2; head -c 3000 "$TMP/stderr" >&2
+  exit 1
+}
+run() {  # run NAME ARGS...: the trainer on the CPU, one thread per rank
+  SCENARIO=$1
+  shift
+  timeout 300 "$TRAINER" --device cpu --threads 1 --no-progress "$@" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null
+  RC=$?
+  ((RC == 124)) && fail "timed out"
+  ((RC >= 128)) && fail "crashed (signal $((RC - 128)))"
+  return 0
+}
+common=(--model lenet --synthetic --epochs 1 --max-steps 40 --lr 0.01 --metrics-every 1)
+
+run "one process, batch 32" "${common[@]}" --batch-size 32 --metrics "$TMP/one.jsonl"
+((RC == 0)) || fail "exit code $RC"
+run "two ranks, batch 16 each" "${common[@]}" --batch-size 16 --ranks 2 --check-replicas 10 --metrics "$TMP/two.jsonl" \
+  --checkpoint "$TMP/two.safetensors"
+((RC == 0)) || fail "exit code $RC"
+grep -q "starting 2 ranks" "$TMP/stdout" || fail "no launcher line"
+python3 - "$TMP/one.jsonl" "$TMP/two.jsonl" <<'PY' || { SCENARIO="same losses"; fail "the two runs differ"; }
+import json, sys
+def read(path):
+    lines = [json.loads(l) for l in open(path)]
+    return [l["loss"] for l in lines if l["kind"] == "step"], [l["test_accuracy"] for l in lines if l["kind"] == "epoch"]
+(one, acc1), (two, acc2) = read(sys.argv[1]), read(sys.argv[2])
+assert len(one) == len(two) == 40, (len(one), len(two))
+worst = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(one, two))
+print(f"40 steps: largest relative loss difference {worst:.2e}; accuracy {acc1} vs {acc2}")
+assert worst < 1e-4, worst
+assert one[-1] < one[0], "the loss did not fall"
+assert len(acc1) == len(acc2) == 1 and abs(acc1[0] - acc2[0]) <= 0.002
+PY
+
+run "a checkpoint of two ranks resumes on one process (same global batch)" "${common[@]}" --batch-size 32 --max-steps 60 \
+  --resume "$TMP/two.safetensors"
+((RC == 0)) || fail "exit code $RC"
+run "another global batch is refused" "${common[@]}" --batch-size 16 --max-steps 60 --resume "$TMP/two.safetensors"
+((RC == 1)) && grep -q "global batch of 32 (16 x 2 ranks)" "$TMP/stderr" || fail "no clear refusal"
+
+SCENARIO="a killed rank ends the job"
+timeout 200 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --epochs 50 --batch-size 16 --ranks 2 \
+  --init-timeout 20 --metrics "$TMP/kill.jsonl" --metrics-every 1 >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
+launcher=$!
+for _ in $(seq 300); do  # until both ranks train (rank 0 has written step lines)
+  victim=$(pgrep -f -- "--rank 1 --world-size 2" | head -1)
+  [[ -n $victim && -f $TMP/kill.jsonl ]] && (($(wc -l <"$TMP/kill.jsonl") >= 3)) && break
+  sleep 0.2
+done
+[[ -n ${victim:-} && -f $TMP/kill.jsonl ]] || fail "the two ranks never trained"
+start=$(date +%s)
+kill -9 "$victim"
+wait "$launcher"
+RC=$?
+elapsed=$(($(date +%s) - start))
+((RC != 0 && RC != 124)) || fail "the launcher exited with $RC"
+((elapsed < 60)) || fail "the job took ${elapsed}s to end"
+grep -q "rank 1" "$TMP/stderr" || fail "no message names rank 1"
+grep -qi "signal 9\|killed\|died" "$TMP/stderr" || fail "no cause given"
+echo "killed rank 1: the job ended in ${elapsed}s with exit code $RC"
+
+run "nobody at the address" --model lenet --synthetic --rank 1 --world-size 2 --init 127.0.0.1:9 --init-timeout 1
+((RC == 1)) && grep -q "127.0.0.1:9" "$TMP/stderr" || fail "no clear error"
+run "--gpus and --ranks together" --model lenet --synthetic --gpus 2 --ranks 2
+((RC == 1)) && grep -q "one of them" "$TMP/stderr" || fail "no clear error"
+run "a rank outside the world" --model lenet --synthetic --rank 2 --world-size 2
+((RC == 1)) && grep -q "rank 2" "$TMP/stderr" || fail "no clear error"
+run "a GAN is not data parallel" --model gan --ranks 2
+((RC == 1)) && grep -q "one process" "$TMP/stderr" || fail "no clear error"
+echo "trainer_parallel_test: all scenarios passed"
