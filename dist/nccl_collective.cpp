@@ -27,9 +27,21 @@ ncclDataType_t nccl_type(DType dtype) {
   throw Error(fmt::format("all_reduce_mean: NCCL cannot average {} buffers", dtype_name(dtype)));
 }
 
+// The communicator, shared with the ProcessGroup's failure hook, which may outlive the
+// collective: the hook aborts it (unblocking any NCCL call), the collective destroys it.
+struct Communicator {
+  std::mutex mutex;
+  ncclComm_t comm = nullptr;
+  void abort() {
+    std::lock_guard lock(mutex);
+    if (comm != nullptr) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+};
+
 class NcclCollective final : public Collective {
  public:
-  explicit NcclCollective(ProcessGroup& group) : group_(group), host_(make_host_collective(group)) {
+  explicit NcclCollective(ProcessGroup& group) : group_(group), host_(make_host_collective(group)), state_(std::make_shared<Communicator>()) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off (the device machines require it)
     ncclUniqueId id{};
     if (group.rank() == 0) check_nccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
@@ -37,14 +49,16 @@ class NcclCollective final : public Collective {
     KILN_ASSERT(blob.size() == sizeof id.internal, "NCCL id of {} bytes", blob.size());
     std::memcpy(id.internal, blob.data(), sizeof id.internal);
     check_nccl(ncclCommInitRank(&comm_, group.world_size(), id, group.rank()), nullptr, "ncclCommInitRank");
-    group.on_peer_failure([this](const std::string&) { abort(); });
+    state_->comm = comm_;
+    group.on_peer_failure([state = state_](const std::string&) { state->abort(); });
     int device = 0;
     cudaGetDevice(&device);
     log().info("rank {}: NCCL communicator of {} ranks on CUDA device {}", group.rank(), group.world_size(), device);
   }
   ~NcclCollective() override {
-    std::lock_guard lock(mutex_);
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    std::lock_guard lock(state_->mutex);
+    if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
+    state_->comm = nullptr;
   }
 
   int rank() const override { return group_.rank(); }
@@ -59,16 +73,10 @@ class NcclCollective final : public Collective {
   }
 
  private:
-  void abort() {  // on the watcher thread: unblocks any NCCL call of this rank
-    std::lock_guard lock(mutex_);
-    if (comm_ != nullptr) ncclCommAbort(comm_);
-    comm_ = nullptr;
-  }
-
   ProcessGroup& group_;
   std::shared_ptr<Collective> host_;
-  std::mutex mutex_;
-  ncclComm_t comm_ = nullptr;
+  std::shared_ptr<Communicator> state_;
+  ncclComm_t comm_ = nullptr;  // the calls' handle (the state's copy is the one the hook aborts)
 };
 
 }  // namespace

@@ -101,13 +101,14 @@ Launch prepare_pad(const LaunchSetup& s) {
   };
 }
 
-// The group's device path (NCCL) on the step's stream; a group of one rank only copies.
+// The group's device path (NCCL) on the step's stream; group 0 (this process) only copies.
 Launch prepare_all_reduce(const LaunchSetup& s) {
-  Collective& group = collective(static_cast<int>(s.node.attrs.integer("group")));
+  const int id = static_cast<int>(s.node.attrs.integer("group"));
+  Collective& group = collective(id);
   std::vector<Collective::DeviceBuffer> buffers;
   for (std::size_t i = 0; i < s.inputs.size(); ++i)
     buffers.push_back({s.inputs[i], s.outputs[i], s.input_types[i].shape.numel(), s.input_types[i].dtype});
-  if (group.world_size() == 1)
+  if (id == 0)
     return [buffers](jit::Stream st) {
       for (const Collective::DeviceBuffer& b : buffers)
         if (b.in != b.out && b.count > 0)
