@@ -148,7 +148,7 @@ Socket connect_channel(const ProcessGroupOptions& options, std::uint32_t channel
   try {
     socket = connect_with_retry(options.address, deadline, between_attempts);
   } catch (const Error& e) {
-    throw Error(fmt::format("rank {}: {} of {}", options.rank, e.what(), seconds_text(options.connect_timeout)));
+    throw Error(fmt::format("rank {}: {} (retried for {})", options.rank, e.what(), seconds_text(options.connect_timeout)));
   }
   const Deadline answer_deadline = deadline_after(options.connect_timeout + kHelloWait);
   send_frame(socket, MessageType::hello, hello_payload(options, channel), answer_deadline);
@@ -171,7 +171,14 @@ PeerConnections connect_to_rank0(const ProcessGroupOptions& options) {
   const auto check_data = [&] {
     if (wait_readable(data, Clock::now())) expect_answer(options, data, MessageType::welcome, deadline_after(kHelloWait));
   };
-  connections.control.push_back(connect_channel(options, kControlChannel, deadline, check_data));
+  try {
+    connections.control.push_back(connect_channel(options, kControlChannel, deadline, check_data));
+  } catch (const Error&) {
+    // Rank 0 may have refused the job (and closed everything) while this channel connected.
+    if (wait_readable(data, deadline_after(std::chrono::seconds(1))))
+      expect_answer(options, data, MessageType::welcome, deadline_after(kHelloWait));
+    throw;
+  }
   // Rank 0 was listening when this rank connected: it ends its own wait before this one.
   expect_answer(options, data, MessageType::welcome, deadline_after(options.connect_timeout + kHelloWait));
   return connections;

@@ -161,8 +161,7 @@ Socket connect_with_retry(const std::string& address, Deadline deadline,
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (between_attempts) between_attempts();
   }
-  throw Error(fmt::format("cannot connect to rank 0 at '{}': {} (retried until the connect timeout)", address,
-                          cause));
+  throw Error(fmt::format("cannot connect to rank 0 at '{}': {}", address, cause));
 }
 
 IoResult send_all(const Socket& socket, const void* data, std::size_t size, Deadline deadline) {

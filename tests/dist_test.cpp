@@ -146,7 +146,7 @@ TEST_CASE("joining fails within the connect timeout when nobody answers, naming 
   options.connect_timeout = 500ms;
   auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(ProcessGroup::join(options),
-                       doctest::Contains(fmt::format("rank 1: cannot connect to rank 0 at '127.0.0.1:{}'", port)), Error);
+                       doctest::Contains(fmt::format("rank 1: cannot connect to rank 0 at '127.0.0.1:{}'", port).c_str()), Error);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(seconds >= 0.4);
   CHECK(seconds < 2.0);
