@@ -9,6 +9,7 @@ namespace kiln::dist {
 namespace {
 
 constexpr std::size_t kReduceMetaBytes = 12;  // u32 dtype, u64 element count
+constexpr auto kVerdictWait = std::chrono::seconds(2);
 
 template <typename T>
 constexpr std::uint32_t dtype_code() {
@@ -41,6 +42,9 @@ void TcpProcessGroup::begin(MessageType op) const {
 Deadline TcpProcessGroup::collective_deadline() const { return deadline_after(options_.collective_timeout); }
 
 void TcpProcessGroup::connection_failed(MessageType op, int peer, const IoResult& result) {
+  // The peer ended: its control connection says why, and the watcher ends this process with
+  // that cause; this error is for when it does not (it is stopped, or the cause is unclear).
+  if (result.status != IoStatus::timed_out) watcher_->wait_for_verdict(kVerdictWait);
   const std::string what = result.status == IoStatus::timed_out
                                ? fmt::format("did not answer within {:g} s", options_.collective_timeout.count() / 1e3)
                                : describe(result);

@@ -55,9 +55,15 @@ void Watcher::stop() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
+  changed_.notify_all();
   const char byte = 1;
   [[maybe_unused]] const ssize_t written = ::write(wake_write_, &byte, 1);  // a full pipe already wakes it
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void Watcher::wait_for_verdict(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, limit, [&] { return stopping_; });
 }
 
 void Watcher::run() {

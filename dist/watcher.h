@@ -30,6 +30,10 @@ class Watcher {
   // The goodbye: every rank sends done, rank 0 answers all once it has them all. kiln::Error
   // if that takes past `deadline`. Stops the watcher: closed connections are then normal.
   void finish(Deadline deadline);
+  // For the caller's thread when a peer's data connection closed: waits up to `limit` so that
+  // this watcher, which learns the cause (an error report, a failure notice), ends the job
+  // first with that cause. Returns at once when the watcher is stopped.
+  void wait_for_verdict(std::chrono::milliseconds limit);
   // Stops the thread (it acts on no failure from then on); idempotent, never blocks long.
   void stop();
 

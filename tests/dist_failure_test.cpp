@@ -30,7 +30,7 @@ int wait_to_be_ended(std::chrono::milliseconds limit = 8s) {
 
 }  // namespace
 
-TEST_CASE("a rank killed with SIGKILL ends every other rank with kPeerFailedExitCode and names it") {
+TEST_CASE("dist: a rank killed with SIGKILL ends every other rank with kPeerFailedExitCode and names it") {
   const auto outcomes = run_children(3, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 3, port));
     group->barrier();
@@ -47,11 +47,12 @@ TEST_CASE("a rank killed with SIGKILL ends every other rank with kPeerFailedExit
   }
 }
 
-TEST_CASE("a collective blocked on a rank that dies throws kiln::Error naming that rank") {
+TEST_CASE("dist: a collective blocked on a rank that dies throws kiln::Error naming that rank") {
   const auto outcomes = run_children(2, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 2, port));
-    // The hook holds the watcher back, so this thread sees the closed data connection first.
-    group->on_peer_failure([](const std::string&) { std::this_thread::sleep_for(1s); });
+    // The hook holds the watcher back (longer than a collective waits for its verdict), so
+    // this thread throws for the closed data connection.
+    group->on_peer_failure([](const std::string&) { std::this_thread::sleep_for(3s); });
     if (rank == 0) {
       std::this_thread::sleep_for(200ms);
       ::raise(SIGKILL);
@@ -69,10 +70,10 @@ TEST_CASE("a collective blocked on a rank that dies throws kiln::Error naming th
   CHECK(outcomes[0].code == 128 + SIGKILL);
   CHECK(outcomes[1].code == kPeerFailedExitCode);
   CHECK(contains(outcomes[1].log, "caught: rank 1: all_reduce_mean: rank 0 closed the connection"));
-  CHECK(outcomes[1].seconds < 3.0);
+  CHECK(outcomes[1].seconds < 5.0);
 }
 
-TEST_CASE("a rank that falls silent for peer_timeout is a failure") {
+TEST_CASE("dist: a rank that falls silent for peer_timeout is a failure") {
   const auto outcomes = run_children(
       2,
       [](int rank, int port) {
@@ -88,7 +89,7 @@ TEST_CASE("a rank that falls silent for peer_timeout is a failure") {
   CHECK(outcomes[1].code == -2);  // stopped until the test killed it
 }
 
-TEST_CASE("report_error's message reaches every other rank, whose failure hooks run before it exits") {
+TEST_CASE("dist: report_error's message reaches every other rank and its failure hooks before it exits") {
   for (int reporter : {0, 2}) {
     const auto outcomes = run_children(3, [reporter](int rank, int port) {
       const auto group = ProcessGroup::join(test_options(rank, 3, port));
@@ -115,7 +116,7 @@ TEST_CASE("report_error's message reaches every other rank, whose failure hooks 
   }
 }
 
-TEST_CASE("finish() then exit is a normal end on every rank, whatever the order of the exits") {
+TEST_CASE("dist: finish() then exit is a normal end on every rank whatever the order of the exits") {
   const auto outcomes = run_children(3, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 3, port));
     std::vector<double> data(5, rank);
@@ -139,7 +140,7 @@ TEST_CASE("finish() then exit is a normal end on every rank, whatever the order 
   }
 }
 
-TEST_CASE("a group destroyed without finish() (an exception unwinding) does not hang, and the others end") {
+TEST_CASE("dist: a group destroyed without finish() (an exception unwinding) does not hang and the others end") {
   const auto outcomes = run_children(2, [](int rank, int port) {
     try {
       const auto group = ProcessGroup::join(test_options(rank, 2, port));
@@ -154,8 +155,9 @@ TEST_CASE("a group destroyed without finish() (an exception unwinding) does not 
   INFO(testing::describe(outcomes));
   CHECK(outcomes[1].code == 5);
   CHECK(outcomes[1].seconds < 2.0);
-  // Rank 0 learns through its watcher (exit 3) or its blocked barrier (kiln::Error, then fail()).
-  CHECK(outcomes[0].code != 0);
+  // Rank 0's blocked barrier leaves the end to its watcher, which names the cause.
+  CHECK(outcomes[0].code == kPeerFailedExitCode);
+  CHECK(contains(outcomes[0].log, "rank 0: ending the job: rank 1 failed: closed its connection without finishing"));
   CHECK(outcomes[0].seconds < 3.0);
 }
 

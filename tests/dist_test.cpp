@@ -70,7 +70,7 @@ int run_collectives(int rank, int world, int port) {
 
 }  // namespace
 
-TEST_CASE("broadcast, all_gather and all_reduce_mean give every rank the same, rank-order bits (2 and 3 ranks)") {
+TEST_CASE("dist: broadcast / all_gather / all_reduce_mean give every rank the same rank-order bits (2 and 3 ranks)") {
   for (int world : {2, 3}) {
     const auto outcomes = run_children(world, [world](int rank, int port) { return run_collectives(rank, world, port); });
     INFO(testing::describe(outcomes));
@@ -78,7 +78,7 @@ TEST_CASE("broadcast, all_gather and all_reduce_mean give every rank the same, r
   }
 }
 
-TEST_CASE("the expected mean depends on the summation order (the bitwise check can fail)") {
+TEST_CASE("dist: the expected mean depends on the summation order (the bitwise check can fail)") {
   std::vector<float> reversed = rank_values<float>(2, 1000);
   for (int r = 1; r >= 0; --r) {
     const std::vector<float> part = rank_values<float>(r, 1000);
@@ -88,7 +88,7 @@ TEST_CASE("the expected mean depends on the summation order (the bitwise check c
   CHECK(std::memcmp(reversed.data(), expected_mean<float>(3, 1000).data(), 1000 * sizeof(float)) != 0);
 }
 
-TEST_CASE("a world of one opens no socket and its collectives are identities") {
+TEST_CASE("dist: a world of one opens no socket and its collectives are identities") {
   ProcessGroupOptions options;
   options.address = "no-such-host.invalid:1";
   const auto group = ProcessGroup::join(options);
@@ -102,7 +102,7 @@ TEST_CASE("a world of one opens no socket and its collectives are identities") {
   group->finish();
 }
 
-TEST_CASE("bad options are kiln::Errors that say what is wrong") {
+TEST_CASE("dist: bad options are kiln::Errors that say what is wrong") {
   ProcessGroupOptions options;
   options.world_size = 2;
   options.rank = 2;
@@ -117,7 +117,7 @@ TEST_CASE("bad options are kiln::Errors that say what is wrong") {
   CHECK_THROWS_WITH_AS(ProcessGroup::join(options), doctest::Contains("'70000' is not a number in 1..65535"), Error);
 }
 
-TEST_CASE("mismatched sizes or collectives throw kiln::Error on every rank and leave the group usable") {
+TEST_CASE("dist: mismatched sizes or collectives throw kiln::Error on every rank and leave the group usable") {
   const auto outcomes = run_children(3, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 3, port));
     std::vector<float> data(4 + (rank == 1 ? 1 : 0), 1.0f);
@@ -140,7 +140,7 @@ TEST_CASE("mismatched sizes or collectives throw kiln::Error on every rank and l
   for (const auto& outcome : outcomes) CHECK(outcome.code == 0);
 }
 
-TEST_CASE("joining fails within the connect timeout when nobody answers, naming the address and missing ranks") {
+TEST_CASE("dist: joining fails within the connect timeout when nobody answers and names the address and missing ranks") {
   const int port = free_local_port();
   ProcessGroupOptions options = test_options(1, 3, port);
   options.connect_timeout = 500ms;
@@ -158,7 +158,7 @@ TEST_CASE("joining fails within the connect timeout when nobody answers, naming 
   CHECK(seconds < 2.0);
 }
 
-TEST_CASE("a duplicate rank or a different world size is rejected on every rank with the reason") {
+TEST_CASE("dist: a duplicate rank or a different world size is rejected on every rank with the reason") {
   // Children: rank 0, rank 1, rank 1 again.
   auto outcomes = run_children(3, [](int index, int port) {
     ProcessGroup::join(test_options(index == 0 ? 0 : 1, 3, port));

@@ -83,7 +83,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TEST_CASE("launch_local gives each rank its arguments and environment and returns the failed rank's code") {
+TEST_CASE("dist: launch_local gives each rank its arguments and environment and returns the failed rank's code") {
   CHECK(launch_sh("exit 0", options_for(2)) == 0);
   CHECK(launch_sh("if [ \"$1\" = 1 ]; then exit 5; fi; exit 0", options_for(2)) == 5);
   const std::string checks =
@@ -98,7 +98,7 @@ TEST_CASE("launch_local gives each rank its arguments and environment and return
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
-TEST_CASE("launch_local kills the ranks still running after the grace and reports the first failure") {
+TEST_CASE("dist: launch_local kills the ranks still running after the grace and reports the first failure") {
   const auto start = std::chrono::steady_clock::now();
   CHECK(launch_sh("if [ \"$1\" = 1 ]; then kill -9 $$; fi; exec sleep 30", options_for(2, 300ms)) == 128 + SIGKILL);
   CHECK(seconds_since(start) < 3.0);
@@ -107,12 +107,12 @@ TEST_CASE("launch_local kills the ranks still running after the grace and report
   CHECK(launch_sh("exit 3", options_for(2)) == kPeerFailedExitCode);
 }
 
-TEST_CASE("launch_local throws kiln::Error for an executable it cannot start") {
+TEST_CASE("dist: launch_local throws kiln::Error for an executable it cannot start") {
   CHECK_THROWS_WITH_AS(launch_local("/nonexistent/trainer", {}, options_for(2)),
                        doctest::Contains("cannot start rank 0 as '/nonexistent/trainer'"), Error);
 }
 
-TEST_CASE("SIGTERM sent to the launcher reaches every rank") {
+TEST_CASE("dist: SIGTERM sent to the launcher reaches every rank") {
   const auto outcomes = testing::run_children(1, [](int, int) {
     std::thread([] {
       std::this_thread::sleep_for(300ms);
@@ -125,7 +125,7 @@ TEST_CASE("SIGTERM sent to the launcher reaches every rank") {
   CHECK(outcomes[0].seconds < 3.0);
 }
 
-TEST_CASE("launch_local runs a real job of this binary through the process group") {
+TEST_CASE("dist: launch_local runs a real job of this binary through the process group") {
   CHECK(self_executable().ends_with("dist_tests"));
   const int port = free_local_port();
   CHECK(port >= 1);
