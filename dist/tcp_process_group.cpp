@@ -174,11 +174,12 @@ void TcpProcessGroup::all_reduce_mean_impl(std::span<T> data) {
   check_sent(op, 0, receive_all(data_[0], data.data(), data.size_bytes(), collective_deadline()));
 }
 
-// Sums every rank's part into `data` in rank order (data already holds rank 0's), then
-// divides by the world size. Parts that do not fit are read and dropped.
+// Sums every rank's part in rank order (rank 0's, in `data`, first), then divides by the
+// world size into `data`. Parts that do not fit are read and dropped; `data` then stays as it was.
 template <typename T>
 std::string TcpProcessGroup::reduce_rank0(std::span<T> data) {
   constexpr MessageType op = MessageType::all_reduce_mean;
+  std::vector<T> sum(data.begin(), data.end());
   std::vector<T> part(data.size());
   std::string problem;
   for (std::size_t r = 1; r < data_.size(); ++r) {
@@ -206,11 +207,11 @@ std::string TcpProcessGroup::reduce_rank0(std::span<T> data) {
       continue;
     }
     check_sent(op, peer, receive_all(data_[r], part.data(), data.size_bytes(), collective_deadline()));
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] += part[i];
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
   }
   const T world = static_cast<T>(options_.world_size);
   if (problem.empty())
-    for (T& x : data) x /= world;
+    for (std::size_t i = 0; i < sum.size(); ++i) data[i] = sum[i] / world;
   return problem;
 }
 

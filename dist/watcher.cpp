@@ -235,6 +235,10 @@ std::vector<int> Watcher::ranks_not_done() const {
 }
 
 void Watcher::finish(Deadline deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    KILN_CHECK(!stopping_, "rank {}: finish() after report_error(): this rank already failed", options_.rank);
+  }
   if (options_.rank == 0) {
     finish_as_rank0(deadline);
   } else {

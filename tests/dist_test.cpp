@@ -120,13 +120,14 @@ TEST_CASE("dist: bad options are kiln::Errors that say what is wrong") {
 TEST_CASE("dist: mismatched sizes or collectives throw kiln::Error on every rank and leave the group usable") {
   const auto outcomes = run_children(3, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 3, port));
-    std::vector<float> data(4 + (rank == 1 ? 1 : 0), 1.0f);
+    std::vector<float> data(4 + (rank == 1 ? 1 : 0), 1.0f + rank);
     try {
       group->all_reduce_mean(std::span<float>(data));
       return fail(20, "no error for mismatched sizes");
     } catch (const Error& e) {
       if (!std::strstr(e.what(), "rank 1 passed 5 float32 elements, rank 0 passed 4")) return fail(21, e.what());
     }
+    if (data[0] != 1.0f + rank) return fail(25, "a failed all_reduce_mean changed the data");
     try {
       if (rank == 2) group->broadcast("x");
       else group->barrier();
