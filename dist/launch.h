@@ -24,7 +24,11 @@ int free_local_port();
 // 127.0.0.1:PORT", with NCCL_NVLS_ENABLE=0 in their environment, and waits for all of them.
 // Returns 0 when every rank exited with 0; otherwise logs each rank that failed and how
 // (exit code, or the signal that killed it) and returns the first failure's exit code
-// (128 + signal for a signal). Throws kiln::Error if a process cannot be started.
+// (128 + signal for a signal; ranks that ended with kPeerFailedExitCode because another
+// failed, or were killed after the grace, count only when no rank failed by itself).
+// SIGINT and SIGTERM sent to the launcher are forwarded to every rank. With
+// one_gpu_per_rank and an inherited CUDA_VISIBLE_DEVICES list, rank r gets its r-th entry.
+// Throws kiln::Error if a process cannot be started (after killing those already started).
 int launch_local(const std::string& executable, const std::vector<std::string>& args, const LaunchOptions& options);
 
 // This process's executable (/proc/self/exe), for launch_local.

@@ -26,6 +26,9 @@ struct ProcessGroupOptions {
   // `peer_timeout` counts as failed. A closed connection counts at once.
   std::chrono::milliseconds heartbeat{1'000};
   std::chrono::milliseconds peer_timeout{30'000};
+  // A collective or finish() that waits longer than this for the other ranks throws
+  // kiln::Error (ranks that disagree on what to call next would otherwise wait forever).
+  std::chrono::milliseconds collective_timeout{30 * 60'000};
 };
 
 // The process exit code of a rank that ended because another rank failed.
