@@ -253,6 +253,7 @@ std::unique_ptr<dist::DataParallel> join_data_parallel(const TrainConfig& c) {
   dist::ProcessGroupOptions options{.rank = c.rank, .world_size = c.world_size, .address = c.init,
                                     .connect_timeout = std::chrono::milliseconds(c.init_timeout_ms)};
   options.peer_timeout = std::min(options.peer_timeout, options.connect_timeout);
+  options.heartbeat = std::min(options.heartbeat, options.peer_timeout / 4);
   return std::make_unique<dist::DataParallel>(options, c.device);
 }
 

@@ -4,6 +4,7 @@
 // all_reduce_mean op's buckets, schedule and errors.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -81,28 +82,38 @@ class ThreadRank final : public Collective {
   int rank_;
 };
 
-// A small classifier with batch norm, trained by Adam: one replica (or the reference).
-struct Replica {
+// A small classifier with batch norm.
+struct Net : nn::Module {
   Philox rng{11};
   nn::Linear fc1{6, 12, rng};
   nn::BatchNorm1d bn{12};
   nn::Linear fc2{12, 3, rng};
+  Net() {
+    register_module("fc1", fc1);
+    register_module("bn", bn);
+    register_module("fc2", fc2);
+  }
+};
+
+// The net trained by Adam: one replica (or the reference), with or without batch norm.
+struct Replica {
+  Net net;
   Adam adam{{.lr = 0.02}};
   std::unique_ptr<Program> step;
 
-  Replica(std::int64_t batch, const TrainStepOptions& options) {
+  Replica(std::int64_t batch, bool batch_norm, const TrainStepOptions& options) {
     Graph g;
-    const Value logits = fc2(tanh(bn(fc1(g.input("x", {batch, 6})))));
-    step = compile_training(cross_entropy(logits, g.input("y", {batch}, DType::i64)), params(), adam, {}, options);
-  }
-  std::vector<VariablePtr> params() const {
-    std::vector<VariablePtr> p = fc1.parameters();
-    for (const auto& more : {bn.parameters(), fc2.parameters()}) p.insert(p.end(), more.begin(), more.end());
-    return p;
+    Value h = net.fc1(g.input("x", {batch, 6}));
+    if (batch_norm) h = net.bn(h);
+    const Value loss = cross_entropy(net.fc2(tanh(h)), g.input("y", {batch}, DType::i64));
+    std::vector<VariablePtr> params = net.fc1.parameters();
+    for (const auto& more : {batch_norm ? net.bn.parameters() : std::vector<VariablePtr>{}, net.fc2.parameters()})
+      params.insert(params.end(), more.begin(), more.end());
+    step = compile_training(loss, params, adam, {}, options);
   }
   std::vector<VariablePtr> state() const {
-    std::vector<VariablePtr> s = params();
-    const std::vector<VariablePtr> b = bn.buffers();
+    std::vector<VariablePtr> s = net.parameters();
+    const std::vector<VariablePtr> b = net.buffers();
     s.insert(s.end(), b.begin(), b.end());
     return s;
   }
@@ -110,35 +121,62 @@ struct Replica {
 
 Tensor rows(const Tensor& t, std::int64_t first, std::int64_t count) { return t.narrow_rows(first, count).clone(); }
 
-}  // namespace
-
-TEST_CASE("data parallel: two replicas on half batches train exactly as one process on the whole batch") {
-  constexpr std::int64_t kGlobal = 16, kSteps = 6;
-  SharedRanks shared(2);
-  auto rank0 = std::make_shared<ThreadRank>(shared, 0), rank1 = std::make_shared<ThreadRank>(shared, 1);
-  const int ids[2] = {register_collective(rank0), register_collective(rank1)};
-  Replica reference(kGlobal, {});
-  Replica replicas[2] = {Replica(kGlobal / 2, {.data_parallel_group = ids[0], .bucket_bytes = 200}),
-                         Replica(kGlobal / 2, {.data_parallel_group = ids[1], .bucket_bytes = 200})};
-  int reduces = 0;
-  for (const Node& n : replicas[0].step->graph().nodes()) reduces += n.op->name == "all_reduce_mean";
-  CHECK(reduces >= 3);  // several gradient buckets, and the running statistics
-  for (std::int64_t s = 0; s < kSteps; ++s) {
+// One process on the global batch of 16 beside two replicas in threads on 8 examples each.
+class SideBySide {
+ public:
+  static constexpr std::int64_t kGlobal = 16;
+  explicit SideBySide(bool batch_norm)
+      : ids_{register_collective(ranks_[0]), register_collective(ranks_[1])},
+        reference(kGlobal, batch_norm, {}),
+        replicas{Replica(kGlobal / 2, batch_norm, {.data_parallel_group = ids_[0], .bucket_bytes = 200}),
+                 Replica(kGlobal / 2, batch_norm, {.data_parallel_group = ids_[1], .bucket_bytes = 200})} {}
+  ~SideBySide() {
+    for (int id : ids_) unregister_collective(id);
+  }
+  // Step `s` on fresh data: the reference's loss, then each replica's.
+  std::array<double, 3> step(std::int64_t s) {
     const Tensor x = test::random_tensor({kGlobal, 6}, DType::f32, 100 + static_cast<std::uint64_t>(s), -2, 2);
     std::vector<std::int64_t> labels;
     for (std::int64_t i = 0; i < kGlobal; ++i) labels.push_back((i * 7 + s) % 3);
     const Tensor y = Tensor::from_vector<std::int64_t>({kGlobal}, labels);
-    const double expected = reference.step->run({{"x", x}, {"y", y}}).at("loss").item();
-    double losses[2] = {0, 0};
-    std::thread other([&] { losses[1] = replicas[1].step->run({{"x", rows(x, 8, 8)}, {"y", rows(y, 8, 8)}}).at("loss").item(); });
-    losses[0] = replicas[0].step->run({{"x", rows(x, 0, 8)}, {"y", rows(y, 0, 8)}}).at("loss").item();
+    std::array<double, 3> loss{};
+    loss[0] = reference.step->run({{"x", x}, {"y", y}}).at("loss").item();
+    std::thread other([&] { loss[2] = replicas[1].step->run({{"x", rows(x, 8, 8)}, {"y", rows(y, 8, 8)}}).at("loss").item(); });
+    loss[1] = replicas[0].step->run({{"x", rows(x, 0, 8)}, {"y", rows(y, 0, 8)}}).at("loss").item();
     other.join();
-    CAPTURE(s);
-    CHECK(losses[0] == losses[1]);  // the loss output is the global batch's mean on every rank
-    CHECK(losses[0] == doctest::Approx(expected).epsilon(1e-5));
+    return loss;
   }
-  CHECK(rank0->calls == reduces * kSteps);
-  const std::vector<VariablePtr> ref = reference.state(), a = replicas[0].state(), b = replicas[1].state();
+  int reduces() const {
+    int n = 0;
+    for (const Node& node : replicas[0].step->graph().nodes()) n += node.op->name == "all_reduce_mean";
+    return n;
+  }
+
+ private:
+  SharedRanks shared_{2};
+  std::shared_ptr<ThreadRank> ranks_[2] = {std::make_shared<ThreadRank>(shared_, 0), std::make_shared<ThreadRank>(shared_, 1)};
+  int ids_[2];
+
+ public:
+  Replica reference;
+  Replica replicas[2];
+  int calls() const { return ranks_[0]->calls; }
+};
+
+}  // namespace
+
+TEST_CASE("data parallel: two replicas on half batches train exactly as one process on the whole batch") {
+  constexpr std::int64_t kSteps = 6;
+  SideBySide run(false);
+  CHECK(run.reduces() >= 2);  // several gradient buckets
+  for (std::int64_t s = 0; s < kSteps; ++s) {
+    const std::array<double, 3> loss = run.step(s);
+    CAPTURE(s);
+    CHECK(loss[1] == loss[2]);  // the loss output is the global batch's mean on every rank
+    CHECK(loss[1] == doctest::Approx(loss[0]).epsilon(1e-5));
+  }
+  CHECK(run.calls() == run.reduces() * kSteps);
+  const std::vector<VariablePtr> ref = run.reference.state(), a = run.replicas[0].state(), b = run.replicas[1].state();
   for (std::size_t v = 0; v < ref.size(); ++v) {
     CAPTURE(ref[v]->name);
     for (std::int64_t i = 0; i < ref[v]->value.numel(); ++i) {
@@ -146,7 +184,24 @@ TEST_CASE("data parallel: two replicas on half batches train exactly as one proc
       CHECK(a[v]->value.at(i) == doctest::Approx(ref[v]->value.at(i)).epsilon(1e-4).scale(1));
     }
   }
-  for (int id : ids) unregister_collective(id);
+}
+
+// Batch norm normalises by each rank's own batch (as PyTorch's DistributedDataParallel
+// without SyncBatchNorm does), so the losses differ slightly; the running statistics are
+// averaged over the ranks, so the replicas stay identical, and after the first step the
+// running mean is exactly the global batch's (the mean of equal shards' means).
+TEST_CASE("data parallel: batch norm's running statistics are averaged, so replicas stay identical") {
+  SideBySide run(true);
+  run.step(0);
+  const VariablePtr ref_mean = run.reference.net.bn.buffers()[0], mean = run.replicas[0].net.bn.buffers()[0];
+  REQUIRE(mean->name.find("running_mean") != std::string::npos);
+  for (std::int64_t i = 0; i < mean->value.numel(); ++i) CHECK(mean->value.at(i) == doctest::Approx(ref_mean->value.at(i)).epsilon(1e-5));
+  for (std::int64_t s = 1; s < 4; ++s) run.step(s);
+  const std::vector<VariablePtr> a = run.replicas[0].state(), b = run.replicas[1].state();
+  for (std::size_t v = 0; v < a.size(); ++v) {
+    CAPTURE(a[v]->name);
+    for (std::int64_t i = 0; i < a[v]->value.numel(); ++i) REQUIRE(a[v]->value.at(i) == b[v]->value.at(i));
+  }
 }
 
 TEST_CASE("data parallel: buckets are taken from the last parameter back, and run on the communication stream") {

@@ -8,23 +8,30 @@
 #include "graph/collective.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/module.h"
+#include "graph/op.h"
 #include "graph/ops.h"
 #include "tests/support.h"
 
 namespace kiln {
 namespace {
 
-struct SmallStep {
+struct SmallNet : nn::Module {
   Philox rng{3};
   nn::Linear fc1{10, 32, rng}, fc2{32, 5, rng};
+  SmallNet() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+};
+
+struct SmallStep {
+  SmallNet net;
   Adam adam{{.lr = 0.01}};
   std::unique_ptr<Program> step;
   SmallStep(Device device, int group) {
     Graph g;
-    const Value loss = cross_entropy(fc2(relu(fc1(g.input("x", {24, 10})))), g.input("y", {24}, DType::i64));
-    std::vector<VariablePtr> params = fc1.parameters();
-    for (const VariablePtr& p : fc2.parameters()) params.push_back(p);
-    step = compile_training(loss, params, adam, {.device = device}, {.data_parallel_group = group, .bucket_bytes = 512});
+    const Value loss = cross_entropy(net.fc2(relu(net.fc1(g.input("x", {24, 10})))), g.input("y", {24}, DType::i64));
+    step = compile_training(loss, net.parameters(), adam, {.device = device}, {.data_parallel_group = group, .bucket_bytes = 512});
   }
 };
 

@@ -30,11 +30,11 @@ run() {  # run NAME ARGS...: the trainer on the CPU, one thread per rank
   ((RC >= 128)) && fail "crashed (signal $((RC - 128)))"
   return 0
 }
-common=(--model lenet --synthetic --epochs 1 --max-steps 40 --lr 0.01 --metrics-every 1)
+common=(--model lenet --synthetic --epochs 1 --lr 0.01 --metrics-every 1)
 
-run "one process, batch 32" "${common[@]}" --batch-size 32 --metrics "$TMP/one.jsonl"
+run "one process, batch 32" "${common[@]}" --max-steps 40 --batch-size 32 --metrics "$TMP/one.jsonl"
 ((RC == 0)) || fail "exit code $RC"
-run "two ranks, batch 16 each" "${common[@]}" --batch-size 16 --ranks 2 --check-replicas 10 --metrics "$TMP/two.jsonl" \
+run "two ranks, batch 16 each" "${common[@]}" --max-steps 40 --batch-size 16 --ranks 2 --check-replicas 10 --metrics "$TMP/two.jsonl" \
   --checkpoint "$TMP/two.safetensors"
 ((RC == 0)) || fail "exit code $RC"
 grep -q "starting 2 ranks" "$TMP/stdout" || fail "no launcher line"
@@ -77,7 +77,7 @@ elapsed=$(($(date +%s) - start))
 ((elapsed < 60)) || fail "the job took ${elapsed}s to end"
 grep -q "rank 1" "$TMP/stderr" || fail "no message names rank 1"
 grep -qi "signal 9\|killed\|died" "$TMP/stderr" || fail "no cause given"
-echo "killed rank 1: the job ended in ${elapsed}s with exit code $RC"
+echo "killed rank 1: the job ended in ${elapsed}s with exit code $RC:"; cat "$TMP/stderr"
 
 run "nobody at the address" --model lenet --synthetic --rank 1 --world-size 2 --init 127.0.0.1:9 --init-timeout 1
 ((RC == 1)) && grep -q "127.0.0.1:9" "$TMP/stderr" || fail "no clear error"
