@@ -40,7 +40,7 @@ class DataParallel {
   int collective_id_ = -1;
 };
 
-// FNV-1a over a tensor's bytes (host copy where it lives on a GPU).
+// FNV-1a over a tensor's bytes as 64-bit words (a host copy where it lives on a GPU).
 std::uint64_t tensor_checksum(const Tensor& t);
 
 }  // namespace kiln::dist

@@ -87,6 +87,14 @@ std::vector<std::string> rank_environment(int rank, const LaunchOptions& options
   }
   env.push_back("NCCL_NVLS_ENABLE=0");  // NVLink multicast stays off (the device README)
   if (options.one_gpu_per_rank) env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(rank));
+  // N ranks share the host's cores: unless told otherwise, each gets its share of OpenMP
+  // threads, which sleep rather than spin while they wait (spinning threads of one rank
+  // would starve another's host work).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1u, cores / static_cast<unsigned>(options.world_size))));
+  }
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) env.push_back("OMP_WAIT_POLICY=passive");
   return env;
 }
 

@@ -4,9 +4,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -50,7 +53,14 @@ class NcclCollective final : public Collective {
     std::memcpy(id.internal, blob.data(), sizeof id.internal);
     check_nccl(ncclCommInitRank(&comm_, group.world_size(), id, group.rank()), nullptr, "ncclCommInitRank");
     state_->comm = comm_;
-    group.on_peer_failure([state = state_](const std::string&) { state->abort(); });
+    group.on_peer_failure([state = state_](const std::string&) {  // the process exits after this: at most 3 s
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      std::thread([state, done] {
+        state->abort();
+        *done = true;
+      }).detach();
+      for (int i = 0; i < 30 && !*done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    });
     int device = 0;
     cudaGetDevice(&device);
     log().info("rank {}: NCCL communicator of {} ranks on CUDA device {}", group.rank(), group.world_size(), device);
