@@ -42,6 +42,10 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
     KILN_CHECK(used == ranks.size() && saved_world >= 1, "--resume {}: metadata 'kiln.world_size' is '{}', not a rank count", path, ranks);
   }
   const std::int64_t saved_global = saved.batch_size * saved_world, global = c.batch_size * c.world_size;
+  if (saved_world == 1 && c.world_size == 1)
+    KILN_CHECK(saved.batch_size == c.batch_size,
+               "--resume {}: the checkpoint was written with batch size {} but this run has {} (its data position would not match)", path,
+               saved.batch_size, c.batch_size);
   KILN_CHECK(saved_global == global,
              "--resume {}: the checkpoint was written with a global batch of {} ({} x {} ranks) but this run has {} ({} x {} ranks): "
              "its data position would not match",

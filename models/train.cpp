@@ -163,7 +163,7 @@ double ClassifierTraining::train_step(std::int64_t epoch, std::int64_t s, std::i
   const std::int64_t done = total_steps_ + (s - first);  // steps before this one
   lr_ = schedule_.at(done, planned_steps_);
   graph_.optimizer->set_lr(lr_);
-  if (!c_.trace_path.empty() && done == std::min<std::int64_t>(9, planned_steps_ - 1)) step_->trace_next_run(c_.trace_path);
+  if (!c_.trace_path.empty() && leader_ && done == std::min<std::int64_t>(9, planned_steps_ - 1)) step_->trace_next_run(c_.trace_path);
   const int slot = static_cast<int>(s % 2);
   if (s == first) batcher_.fill(s, images_[slot], labels_[slot]);  // later batches were filled a step ahead
   if (s + 1 < steps) {

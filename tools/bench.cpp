@@ -225,10 +225,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))->capture_default_str();
   app.add_flag("--startup", startup, "only time the start-up: context, graph, compile (JIT or disk cache), first step");
   int gpus = 0, rank = 0, world_size = 1;
+  std::int64_t bucket_kib = 4096;
   std::string init, rank_json;
   app.add_option("--gpus", gpus, "also time the data-parallel step on N GPUs of this host (NCCL) and its scaling efficiency")
       ->check(CLI::Range(2, 1024));
   app.add_option("--ranks", gpus, "as --gpus, with N processes on --device (the CPU: TCP)")->check(CLI::Range(2, 1024));
+  app.add_option("--bucket-kib", bucket_kib, "--gpus: KiB of gradients per all-reduce")->check(CLI::Range(1, 1 << 22))->capture_default_str();
   app.add_option("--rank", rank, "(set by --gpus) this process's rank");
   app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job");
   app.add_option("--init", init, "(set by --gpus) rank 0's HOST:PORT");
@@ -239,7 +241,7 @@ int main(int argc, char** argv) {
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
     auto scaling = [&](std::int64_t batch) {
-      return kiln::tools::ScalingRun{.ranks = gpus, .model = model, .batch = batch, .warmup = warmup, .steps = steps, .options = g_options};
+      return kiln::tools::ScalingRun{.ranks = gpus, .model = model, .batch = batch, .bucket_kib = bucket_kib, .warmup = warmup, .steps = steps, .options = g_options};
     };
     if (world_size > 1) return kiln::tools::bench_rank(scaling(batches.front()), rank, world_size, init, rank_json);
 #ifdef KILN_HAVE_CUDA
