@@ -85,6 +85,10 @@ run "--gpus and --ranks together" --model lenet --synthetic --gpus 2 --ranks 2
 ((RC == 1)) && grep -q "one of them" "$TMP/stderr" || fail "no clear error"
 run "a rank outside the world" --model lenet --synthetic --rank 2 --world-size 2
 ((RC == 1)) && grep -q "rank 2" "$TMP/stderr" || fail "no clear error"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  run "--gpus without a GPU" --model lenet --synthetic --gpus 1
+  ((RC == 1)) && grep -q "device cuda" "$TMP/stderr" || fail "no clear error"
+fi
 run "a GAN is not data parallel" --model gan --ranks 2
 ((RC == 1)) && grep -q "one process" "$TMP/stderr" || fail "no clear error"
 echo "trainer_parallel_test: all scenarios passed"

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (const auto code = kiln::tools::launch_ranks_if_asked(parallel, config, argc, argv)) return *code;
-    config.device = parse_device(device);
+    config.device = parse_device(parallel.gpus > 0 ? "cuda" : device);  // --gpus 1: this process, on the GPU
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
