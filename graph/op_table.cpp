@@ -35,6 +35,7 @@ const Table& table() {
     ops::register_pool_ops(built.entries);
     ops::register_random_ops(built.entries);
     ops::register_collective_ops(built.entries);
+    ops::register_recurrent_ops(built.entries);
     for (const OpDef& op : built.entries) {
       check_entry(op);
       KILN_ASSERT(built.by_name.emplace(op.name, &op).second, "op {} is declared twice", op.name);

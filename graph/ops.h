@@ -76,6 +76,23 @@ Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int
 Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, std::int64_t stride,
                       std::int64_t padding = 0);
 
+// The recurrence of one LSTM direction as one op (notes/lstm_spec.md). projected [T*B, 4H]:
+// x W + b of every time step, rows time-major; u [H, 4H]: recurrent weights, gate columns
+// [i | f | g | o]; h0, c0 [B, H]. Steps run t = 0 .. T-1, or T-1 .. 0 when `reverse`.
+// hs, cs [T*B, H]: h and c after each time, rows in time order whatever the direction;
+// acts [T*B, 4H]: the activated gates, saved for the gradient (which must not reach them).
+struct LstmSequence {
+  Value hs, cs, acts;
+};
+LstmSequence lstm_sequence(Value projected, Value u, Value h0, Value c0, std::int64_t steps, bool reverse);
+// lstm_sequence's backward recurrence: from the gradients at hs and cs (d_hs, d_cs [T*B, H])
+// and the saved cs and acts, the gradients of projected, h0 and c0 (u's is one GEMM more).
+struct LstmSequenceGrad {
+  Value d_projected, dh0, dc0;
+};
+LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, Value cs, Value acts, std::int64_t steps,
+                                    bool reverse);
+
 // Random numbers: `shape` uniform values in [0, 1) (24 random bits each) from Philox with
 // key `seed`, at the step held in `step` (an i64 scalar, usually a variable); next_step is
 // step + 1, for the caller to assign back so that the next run draws fresh values. The

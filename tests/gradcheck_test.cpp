@@ -89,6 +89,18 @@ void check_case(const GradCase& c) {
 
 Value pick(const std::vector<Value>& v, std::size_t i) { return v[i]; }
 
+// lstm_sequence's inputs projected [T*B, 4H], u [H, 4H], h0 and c0 [B, H] (nonzero).
+std::vector<InputSpec> lstm_inputs(std::int64_t steps, std::int64_t batch, std::int64_t hidden) {
+  return {{{steps * batch, 4 * hidden}, -2.0, 2.0}, {{hidden, 4 * hidden}}, {{batch, hidden}}, {{batch, hidden}, -1.5, 1.5}};
+}
+
+// hs and the c after the last processed time (a slice of cs), stacked: [(T + 1) * B, H].
+Value lstm_loss_terms(const std::vector<Value>& v, std::int64_t steps, bool reverse) {
+  const LstmSequence s = lstm_sequence(v[0], v[1], v[2], v[3], steps, reverse);
+  const std::int64_t batch = v[2].shape()[0];
+  return concat({s.hs, slice(s.cs, 0, reverse ? 0 : (steps - 1) * batch, batch)}, 0);
+}
+
 std::vector<GradCase> elementwise_cases() {
   using V = const std::vector<Value>&;
   return {
@@ -167,6 +179,12 @@ std::vector<GradCase> structural_cases() {
        [](V v) { return avg_pool2d_grad(v[0], {1, 2, 5, 6}, 3, 2, 1); }},
       {"avg_pool2d_grad", "avg_pool2d_grad 3/1 pad 1", {{{2, 1, 4, 4}}},
        [](V v) { return avg_pool2d_grad(v[0], {2, 1, 4, 4}, 3, 1, 1); }},
+      {"lstm_sequence", "lstm_sequence T=3 B=2 H=3 forward (hs and the final c)", lstm_inputs(3, 2, 3),
+       [](V v) { return lstm_loss_terms(v, 3, false); }},
+      {"lstm_sequence", "lstm_sequence T=3 B=2 H=3 reverse (hs and the final c)", lstm_inputs(3, 2, 3),
+       [](V v) { return lstm_loss_terms(v, 3, true); }},
+      {"lstm_sequence", "lstm_sequence T=1 B=3 H=1 (one step)", lstm_inputs(1, 3, 1),
+       [](V v) { return lstm_loss_terms(v, 1, false); }},
   };
 }
 
@@ -276,6 +294,7 @@ TEST_CASE("detach passes the value and cuts the gradient") {
 
 TEST_CASE("every op of the table has a gradient check") {
   std::set<std::string> checked = {"one_hot", "detach"};  // the two tests above
+  checked.insert("lstm_sequence_grad");  // no gradient of its own: lstm_sequence's cases check it
   for (const auto& cases : {elementwise_cases(), structural_cases()})
     for (const GradCase& c : cases) checked.insert(c.op);
   for (const OpDef* op : all_ops()) {

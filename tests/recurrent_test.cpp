@@ -3,6 +3,7 @@
 // and the mistakes they reject.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "graph/autograd.h"
@@ -144,20 +145,26 @@ TEST_CASE("gradients of a tiny tanh RNN match finite differences (f64, T = 3)") 
   check_recurrent_gradients({.input_size = 2, .hidden_size = 3, .layers = 1, .bidirectional = true, .cell = nn::CellKind::rnn}, true);
 }
 
-TEST_CASE("an LSTM's weight gradients are one GEMM each, and both read the same concat of step gradients") {
+TEST_CASE("an LSTM direction is one lstm_sequence op; its weight gradients are one GEMM each, reading the same d_projected") {
   Philox rng(4);
   nn::Recurrent lstm({.input_size = 3, .hidden_size = 4}, rng);
   Graph g;
   const nn::RecurrentOutput out = lstm.forward_time_major(g.input("x", {6, 2, 3}));
   const std::vector<VariablePtr> params = lstm.parameters();  // weight_ih, weight_hh, bias
   const std::vector<Value> grads = grad(sum_all(out.outputs * out.outputs), {g.variable(params[0]), g.variable(params[1])});
+  auto count = [&](const std::string& op) {
+    return std::count_if(g.nodes().begin(), g.nodes().end(), [&](const Node& n) { return n.op->name == op; });
+  };
+  CHECK(count("lstm_sequence") == 1);
+  CHECK(count("lstm_sequence_grad") == 1);
+  CHECK(count("matmul") == 3);  // x W, and the two weight gradients
   const Node& d_input = g.node(grads[0].ref().node);
   const Node& d_recurrent = g.node(grads[1].ref().node);
   REQUIRE(d_input.op->name == "matmul");
   REQUIRE(d_recurrent.op->name == "matmul");
-  CHECK(g.node(d_input.inputs[1].node).op->name == "concat");
-  CHECK(g.node(d_input.inputs[1].node).inputs.size() == 6);  // one [B, 4H] piece per step
-  CHECK(d_recurrent.inputs[1] == d_input.inputs[1]);          // shared, not copied again
+  CHECK(g.node(d_input.inputs[1].node).op->name == "lstm_sequence_grad");
+  CHECK(d_input.inputs[1].index == 0);                // d_projected [T*B, 4H]
+  CHECK(d_recurrent.inputs[1] == d_input.inputs[1]);  // shared, not copied
 }
 
 TEST_CASE("Embedding rows are the weight's rows, and its gradient sums them per token") {

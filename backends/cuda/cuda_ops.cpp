@@ -9,6 +9,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
+#include "backends/cuda/lstm.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
 #include "backends/cuda/random.h"
@@ -118,6 +119,31 @@ Launch prepare_all_reduce(const LaunchSetup& s) {
   return [&group, buffers](jit::Stream st) { group.all_reduce_mean_device(buffers, st); };
 }
 
+// The direction an lstm_sequence(_grad) node runs: u [H, 4H] and h0 or c0 [B, H] are
+// inputs u_input and batch_input (notes/lstm_spec.md).
+LstmShape lstm_shape(const LaunchSetup& s, std::size_t u_input, std::size_t batch_input) {
+  return {.dtype = s.input_types[u_input].dtype,
+          .steps = s.node.attrs.integer("steps"),
+          .batch = s.input_types[batch_input].shape[0],
+          .hidden = s.input_types[u_input].shape[0],
+          .reverse = s.node.attrs.integer("reverse") != 0};
+}
+
+Launch prepare_lstm_sequence(const LaunchSetup& s) {
+  const LstmShape shape = lstm_shape(s, 1, 2);
+  const LstmForwardArgs args{.projected = s.inputs[0], .u = s.inputs[1], .h0 = s.inputs[2], .c0 = s.inputs[3],
+                             .hs = s.outputs[0], .cs = s.outputs[1], .acts = s.outputs[2]};
+  return [shape, args](jit::Stream st) { lstm_sequence_forward(shape, args, st); };
+}
+
+Launch prepare_lstm_sequence_grad(const LaunchSetup& s) {
+  const LstmShape shape = lstm_shape(s, 2, 3);
+  const LstmBackwardArgs args{.d_hs = s.inputs[0], .d_cs = s.inputs[1], .u = s.inputs[2], .c0 = s.inputs[3],
+                              .cs = s.inputs[4], .acts = s.inputs[5],
+                              .d_projected = s.outputs[0], .dh0 = s.outputs[1], .dc0 = s.outputs[2]};
+  return [shape, args](jit::Stream st) { lstm_sequence_backward(shape, args, st); };
+}
+
 const std::map<std::string, Preparer>& preparers() {
   static const std::map<std::string, Preparer> table = {
       {"matmul", prepare_matmul},
@@ -207,6 +233,8 @@ const std::map<std::string, Preparer>& preparers() {
          return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
        }},
       {"all_reduce_mean", prepare_all_reduce},
+      {"lstm_sequence", prepare_lstm_sequence},
+      {"lstm_sequence_grad", prepare_lstm_sequence_grad},
   };
   return table;
 }
@@ -274,6 +302,8 @@ const std::map<std::string, SourceList>& source_lists() {
       {"random_uniform", [](const Node& n, const std::vector<TensorType>&) {
          return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
        }},
+      {"lstm_sequence", [](const Node&, const std::vector<TensorType>& in) { return lstm_kernel_sources(in[1].dtype); }},
+      {"lstm_sequence_grad", [](const Node&, const std::vector<TensorType>& in) { return lstm_kernel_sources(in[2].dtype); }},
   };
   return table;
 }

@@ -1,5 +1,5 @@
 // The CUDA launchers of the ops that are not fused groups (matmul, convolution, pooling,
-// layout, random), one entry per op name of the table, each prepared once with fixed device
+// layout, random, the LSTM recurrence), one entry per op name of the table, each prepared once with fixed device
 // pointers so that a step can be captured into a CUDA graph.
 #pragma once
 

@@ -65,6 +65,7 @@ std::vector<jit::KernelSource> all_kernel_sources() {
                        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
       all.push_back(max_pool_fast_source(p, t));
     for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
+    for (bool backward : {false, true}) all.push_back(lstm_step_source(backward, t));
   }
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(transpose_source(bytes));
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(concat_source(bytes));

@@ -1,6 +1,6 @@
 // The CUDA C sources of every hand-written kernel (implicit-GEMM convolution, im2col,
-// col2im, pooling, transpose, one_hot, fill, random), one function per family; pure strings, so
-// they compile without a GPU.
+// col2im, pooling, transpose, one_hot, fill, random, LSTM steps), one function per family;
+// pure strings, so they compile without a GPU.
 #pragma once
 
 #include <cstddef>
@@ -66,6 +66,11 @@ jit::KernelSource fill_source(DType dtype);
 
 // random.cpp: Philox uniform values (f32, f64) for random_uniform.
 jit::KernelSource random_uniform_source(DType dtype);
+
+// lstm_kernels.cpp: one time step of lstm_sequence (forward) or lstm_sequence_grad
+// (backward), the recurrent GEMM fused with the cell (backends/cuda/lstm.h).
+std::string lstm_step_name(bool backward, DType dtype);
+jit::KernelSource lstm_step_source(bool backward, DType dtype);  // f32 or f64
 
 // Every kernel the library can launch, for compile-only tests and preloading.
 std::vector<jit::KernelSource> all_kernel_sources();

@@ -1,4 +1,4 @@
-// Embedding and the unrolled recurrent layers.
+// Embedding and the recurrent layers: an LSTM direction is one lstm_sequence op, an RNN is unrolled.
 #include "graph/nn/recurrent.h"
 
 #include <cmath>
@@ -56,32 +56,28 @@ Recurrent::Recurrent(const RecurrentOptions& options, Philox& rng) : options_(op
 }
 
 // One direction of one layer over x_rows [T*B, F] (time-major rows). The projection of all
-// steps plus the bias is one GEMM and one elementwise pass; step t adds its rows of that to
-// the recurrent GEMM gate by gate, each gate a column slice that the cell's fused kernel
-// reads in place. Kernels per step: the recurrent GEMM and the cell, forward; the cell's
-// gradient, the gates' concat and the recurrent GEMM's input gradient, backward.
+// steps plus the bias is one GEMM and one elementwise pass. An LSTM's recurrence is then one
+// op, lstm_sequence (its gradient: one lstm_sequence_grad and one GEMM for U); the RNN is
+// unrolled: per step the recurrent GEMM and the cell, which adds its rows of the projection.
 Recurrent::Pass Recurrent::run_direction(const Weights& w, Value x_rows, std::int64_t steps, bool reverse, Value h, Value c) {
   Graph& g = x_rows.graph();
   const std::int64_t batch = x_rows.shape()[0] / steps, hidden = options_.hidden_size;
   const Value projected = matmul(x_rows, g.variable(w.input)) + g.variable(w.bias);  // [T*B, G*H]
   const Value u = g.variable(w.recurrent);
-  // A zero initial state is still multiplied: then every step uses all gates the same way,
-  // the recurrent weight's gradient terms line up with the rows of the projection's
-  // gradient, and the joined gradient GEMM reads that concat instead of a copy (grad_sum.h).
   if (!h.valid()) h = g.fill(0.0, {batch, hidden}, x_rows.dtype());
-  if (!c.valid() && options_.cell == CellKind::lstm) c = g.fill(0.0, {batch, hidden}, x_rows.dtype());
+  if (options_.cell == CellKind::lstm) {
+    if (!c.valid()) c = g.fill(0.0, {batch, hidden}, x_rows.dtype());
+    const LstmSequence s = lstm_sequence(projected, u, h, c, steps, reverse);
+    const std::int64_t last = (reverse ? 0 : steps - 1) * batch;  // rows of the last processed time
+    return {s.hs, slice(s.hs, 0, last, batch), slice(s.cs, 0, last, batch)};
+  }
+  // A zero initial state is still multiplied: then every step uses the same ops, the
+  // recurrent weight's gradient terms line up with the rows of the projection's gradient,
+  // and the joined gradient GEMM reads that concat instead of a copy (grad_sum.h).
   std::vector<Value> outputs(static_cast<std::size_t>(steps));
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::int64_t t = reverse ? steps - 1 - s : s;
-    const Value rows = slice(projected, 0, t * batch, batch), recurrent = matmul(h, u);  // [B, G*H] each
-    auto gate = [&](std::int64_t k) { return slice(rows, 1, k * hidden, hidden) + slice(recurrent, 1, k * hidden, hidden); };
-    if (options_.cell == CellKind::rnn) {
-      h = tanh(gate(0));
-    } else {
-      const Value in = sigmoid(gate(0)), forget = sigmoid(gate(1)), cell = tanh(gate(2)), out = sigmoid(gate(3));
-      c = forget * c + in * cell;
-      h = out * tanh(c);
-    }
+    h = tanh(slice(projected, 0, t * batch, batch) + matmul(h, u));  // [B, H]
     outputs[static_cast<std::size_t>(t)] = h;
   }
   return {concat(outputs, 0), h, c};

@@ -1,7 +1,7 @@
-// Embedding and recurrent layers (LSTM, tanh RNN; stacked, optionally bidirectional),
-// unrolled over the sequence in the graph: per layer and direction, the input projection
-// of all time steps is one GEMM, each step adds one recurrent GEMM, and the gates are
-// slices of one pre-activation whose elementwise math the fusion pass fuses per step.
+// Embedding and recurrent layers (LSTM, tanh RNN; stacked, optionally bidirectional): per
+// layer and direction, the input projection of all time steps is one GEMM; an LSTM's
+// recurrence is then one lstm_sequence op (graph/ops.h), an RNN's is unrolled in the graph
+// (per step one recurrent GEMM and a cell that the fusion pass fuses).
 #pragma once
 
 #include <vector>

@@ -1,0 +1,90 @@
+// Host side of the fused LSTM recurrence: picks each step's time and the rows it reads
+// (h_prev/c_prev in the forward; d_next/c_prev in the backward), one launch per step. The
+// grid: one block per 8 hidden units x 16 batch rows, 256 threads (lstm_kernels.cpp).
+#include "backends/cuda/lstm.h"
+
+#include <limits>
+
+#include "backends/cuda/kernel_registry.h"
+#include "backends/cuda/kernel_sources.h"
+#include "core/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr std::int64_t kUnitsPerBlock = 8, kRowsPerBlock = 16;
+constexpr unsigned kThreads = 256;
+
+void check_shape(const LstmShape& s) {
+  KILN_CHECK(s.dtype == DType::f32 || s.dtype == DType::f64, "lstm_sequence: dtype {} (f32 or f64 expected)",
+             dtype_name(s.dtype));
+  KILN_CHECK(s.steps >= 1 && s.batch >= 0 && s.hidden >= 0, "lstm_sequence: {} steps of batch {}, hidden {}", s.steps,
+             s.batch, s.hidden);
+  constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
+  KILN_CHECK(4 * s.hidden <= kMaxInt && s.steps * s.batch <= kMaxInt && (s.batch + kRowsPerBlock - 1) / kRowsPerBlock <= 65535,
+             "lstm_sequence: {} steps of batch {}, hidden {} exceed the CUDA kernel's index range", s.steps, s.batch, s.hidden);
+}
+
+// The time of the `k`-th processed step.
+std::int64_t time_of(const LstmShape& s, std::int64_t k) { return s.reverse ? s.steps - 1 - k : k; }
+
+// Byte offset of time t's rows in a [T*B, width] tensor.
+const char* rows_at(const void* base, const LstmShape& s, std::int64_t t, std::int64_t width) {
+  return static_cast<const char*>(base) + static_cast<std::size_t>(t * s.batch * width) * dtype_size(s.dtype);
+}
+
+const DeviceKernel& step_kernel(bool backward, DType dtype) {
+  return device_kernel(lstm_step_name(backward, dtype), [&] { return lstm_step_source(backward, dtype); });
+}
+
+jit::Dim3 grid_of(const LstmShape& s) {
+  return {static_cast<unsigned>((s.hidden + kUnitsPerBlock - 1) / kUnitsPerBlock),
+          static_cast<unsigned>((s.batch + kRowsPerBlock - 1) / kRowsPerBlock), 1};
+}
+
+}  // namespace
+
+void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, jit::Stream stream) {
+  check_shape(shape);
+  if (shape.batch == 0 || shape.hidden == 0) return;
+  const DeviceKernel& k = step_kernel(false, shape.dtype);
+  const jit::Dim3 grid = grid_of(shape);
+  int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
+  const void *projected = args.projected, *u = args.u;
+  void *hs = args.hs, *cs = args.cs, *acts = args.acts;
+  for (std::int64_t step = 0; step < shape.steps; ++step) {
+    int t = static_cast<int>(time_of(shape, step));
+    const std::int64_t before = step == 0 ? -1 : time_of(shape, step - 1);
+    const void* h_prev = before < 0 ? args.h0 : rows_at(hs, shape, before, shape.hidden);
+    const void* c_prev = before < 0 ? args.c0 : rows_at(cs, shape, before, shape.hidden);
+    void* params[] = {&projected, &u, &h_prev, &c_prev, &hs, &cs, &acts, &batch, &hidden, &t};
+    k.kernel.launch(grid, {kThreads, 1, 1}, 0, stream, params);
+  }
+}
+
+// Steps in the reverse of the processing order; step k's c_prev is c0 for k = 0, else the
+// cs rows of step k - 1; its d_next the d_projected rows of step k + 1 (none for the last).
+void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args, jit::Stream stream) {
+  check_shape(shape);
+  if (shape.batch == 0 || shape.hidden == 0) return;
+  const DeviceKernel& k = step_kernel(true, shape.dtype);
+  const jit::Dim3 grid = grid_of(shape);
+  int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
+  const void *u = args.u, *d_hs = args.d_hs, *d_cs = args.d_cs, *cs = args.cs, *acts = args.acts;
+  void *dc_carry = args.dc0, *d_projected = args.d_projected;
+  for (std::int64_t step = shape.steps - 1; step >= -1; --step) {
+    const bool last = step < 0;  // dh0 from the d_projected rows of step 0
+    int t = last ? 0 : static_cast<int>(time_of(shape, step));
+    const void* d_next = step + 1 < shape.steps ? rows_at(d_projected, shape, time_of(shape, step + 1), 4 * shape.hidden) : nullptr;
+    const void* c_prev = step <= 0 ? args.c0 : rows_at(cs, shape, time_of(shape, step - 1), shape.hidden);
+    void* dh0 = last ? args.dh0 : nullptr;  // non-null: the launch only writes dh0
+    void* params[] = {&d_next, &u, &d_hs, &d_cs, &cs, &acts, &c_prev, &dc_carry, &d_projected, &dh0, &batch, &hidden, &t};
+    k.kernel.launch(grid, {kThreads, 1, 1}, 0, stream, params);
+  }
+}
+
+std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype) {
+  return {lstm_step_source(false, dtype), lstm_step_source(true, dtype)};
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,179 @@
+// The fused LSTM recurrence on the CPU (lstm_cpu.h). Hidden units are split into fixed
+// blocks of kUnits; a task owns one block for every batch row and all four gates, so each
+// GEMM and each cell element depends on the block only, never on the thread count.
+#include "graph/kernels/lstm_cpu.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/dispatch.h"
+
+namespace kiln::kernels {
+namespace {
+
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using MutMap = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
+
+constexpr std::int64_t kUnits = 32;  // hidden units per task (a function of nothing but H)
+
+struct Block {
+  std::int64_t first, width;  // hidden units [first, first + width)
+};
+Block unit_block(std::int64_t index, std::int64_t hidden) {
+  const std::int64_t first = index * kUnits;
+  return {first, std::min(kUnits, hidden - first)};
+}
+std::int64_t block_count(std::int64_t hidden) { return (hidden + kUnits - 1) / kUnits; }
+
+// The time processed at step n of the processing order.
+std::int64_t time_at(const LstmDims& d, std::int64_t n) { return d.reverse ? d.steps - 1 - n : n; }
+
+template <class T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// u [H, 4H] regrouped by block: block q's columns [4 first, 4 (first + width)) hold its
+// i, f, g, o columns side by side, so that one GEMM computes all of a block's gates.
+template <class T>
+std::vector<T> gates_by_block(const T* u, std::int64_t hidden) {
+  const std::int64_t g = 4 * hidden;
+  std::vector<T> out(static_cast<std::size_t>(hidden * g));
+  for (std::int64_t q = 0; q < block_count(hidden); ++q) {
+    const Block b = unit_block(q, hidden);
+    for (std::int64_t r = 0; r < hidden; ++r)
+      for (std::int64_t k = 0; k < 4; ++k)
+        std::copy_n(u + r * g + k * hidden + b.first, b.width, out.data() + r * g + 4 * b.first + k * b.width);
+  }
+  return out;
+}
+
+template <class T>
+struct Forward {
+  const T *projected, *u_blocked, *h0, *c0;
+  T *hs, *cs, *acts;
+  LstmDims d;
+
+  // Step n for block b: z = h_prev u (the block's gate columns, [B, 4w] in scratch), then
+  // the cell on projected + z.
+  void step(std::int64_t n, Block b, T* scratch) const {
+    const std::int64_t B = d.batch, H = d.hidden, G = 4 * H, w = b.width, t = time_at(d, n);
+    const T* h_prev = n == 0 ? h0 : hs + time_at(d, n - 1) * B * H;
+    const T* c_prev = n == 0 ? c0 : cs + time_at(d, n - 1) * B * H;
+    const ConstMap<T> hm(h_prev, B, H, Eigen::OuterStride<>(H));
+    const ConstMap<T> um(u_blocked + 4 * b.first, H, 4 * w, Eigen::OuterStride<>(G));
+    MutMap<T> zm(scratch, B, 4 * w, Eigen::OuterStride<>(4 * w));
+    zm.noalias() = hm * um;
+    for (std::int64_t r = 0; r < B; ++r) {
+      const T* p = projected + (t * B + r) * G + b.first;
+      const T* z = scratch + r * 4 * w;
+      T* a = acts + (t * B + r) * G + b.first;
+      const std::int64_t at = (t * B + r) * H + b.first, prev_at = r * H + b.first;
+      for (std::int64_t j = 0; j < w; ++j) {
+        const T i = sigmoid(p[j] + z[j]), f = sigmoid(p[H + j] + z[w + j]);
+        const T g = std::tanh(p[2 * H + j] + z[2 * w + j]), o = sigmoid(p[3 * H + j] + z[3 * w + j]);
+        const T c = f * c_prev[prev_at + j] + i * g;
+        cs[at + j] = c;
+        hs[at + j] = o * std::tanh(c);
+        a[j] = i;
+        a[H + j] = f;
+        a[2 * H + j] = g;
+        a[3 * H + j] = o;
+      }
+    }
+  }
+};
+
+template <class T>
+void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs,
+                   Tensor& acts, const LstmDims& d) {
+  const std::vector<T> u_blocked = gates_by_block(u.data<T>(), d.hidden);
+  const Forward<T> f{projected.data<T>(), u_blocked.data(), h0.data<T>(), c0.data<T>(),
+                     hs.data<T>(),        cs.data<T>(),     acts.data<T>(), d};
+  const std::int64_t blocks = block_count(d.hidden);
+  // Always a team (even for one block): Eigen then keeps each GEMM single-threaded.
+#pragma omp parallel
+  {
+    std::vector<T> scratch(static_cast<std::size_t>(d.batch * 4 * kUnits));
+    for (std::int64_t n = 0; n < d.steps; ++n) {
+#pragma omp for schedule(static)
+      for (std::int64_t q = 0; q < blocks; ++q) f.step(n, unit_block(q, d.hidden), scratch.data());
+    }
+  }
+}
+
+template <class T>
+struct Backward {
+  const T *d_hs, *d_cs, *u, *c0, *cs, *acts;
+  T *d_projected, *dh, *dc;  // dh, dc [B, H]: the gradients flowing to the previous step
+  LstmDims d;
+
+  // Backward step k (k = 0: the last processed step) for block b: first dh = d_projected of
+  // the step processed after this one, times u^T (zero for k = 0), then the cell's gradient.
+  // k = steps only does the GEMM: dh = dh0.
+  void step(std::int64_t k, Block b) const {
+    const std::int64_t B = d.batch, H = d.hidden, G = 4 * H, n = d.steps - 1 - k;
+    if (k > 0) {
+      const ConstMap<T> dp(d_projected + time_at(d, n + 1) * B * G, B, G, Eigen::OuterStride<>(G));
+      const ConstMap<T> ub(u + b.first * G, b.width, G, Eigen::OuterStride<>(G));
+      MutMap<T> dhm(dh + b.first, B, b.width, Eigen::OuterStride<>(H));
+      dhm.noalias() = dp * ub.transpose();
+    }
+    if (n < 0) return;
+    const std::int64_t t = time_at(d, n);
+    const T* c_prev = n == 0 ? c0 : cs + time_at(d, n - 1) * B * H;
+    for (std::int64_t r = 0; r < B; ++r) {
+      const T* a = acts + (t * B + r) * G + b.first;
+      T* da = d_projected + (t * B + r) * G + b.first;
+      const std::int64_t at = (t * B + r) * H + b.first, state = r * H + b.first;
+      for (std::int64_t j = 0; j < b.width; ++j) {
+        const T i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+        const T dh_t = d_hs[at + j] + dh[state + j], tc = std::tanh(cs[at + j]);
+        const T dc_t = d_cs[at + j] + dc[state + j] + dh_t * o * (T(1) - tc * tc);
+        da[j] = dc_t * g * i * (T(1) - i);
+        da[H + j] = dc_t * c_prev[state + j] * f * (T(1) - f);
+        da[2 * H + j] = dc_t * i * (T(1) - g * g);
+        da[3 * H + j] = dh_t * tc * o * (T(1) - o);
+        dc[state + j] = dc_t * f;
+      }
+    }
+  }
+};
+
+template <class T>
+void backward_typed(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, Tensor& dc0, const LstmDims& d) {
+  // dh0 and dc0 carry the running dh_next and dc_next; they start at zero.
+  std::fill_n(dh0.data<T>(), dh0.numel(), T(0));
+  std::fill_n(dc0.data<T>(), dc0.numel(), T(0));
+  const Backward<T> bw{in.d_hs.data<T>(), in.d_cs.data<T>(), in.u.data<T>(),         in.c0.data<T>(), in.cs.data<T>(),
+                       in.acts.data<T>(), d_projected.data<T>(), dh0.data<T>(), dc0.data<T>(), d};
+  const std::int64_t blocks = block_count(d.hidden);
+#pragma omp parallel
+  for (std::int64_t k = 0; k <= d.steps; ++k) {
+#pragma omp for schedule(static)
+    for (std::int64_t q = 0; q < blocks; ++q) bw.step(k, unit_block(q, d.hidden));
+  }
+}
+
+}  // namespace
+
+void lstm_forward(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs,
+                  Tensor& acts, const LstmDims& d) {
+  visit_floating(projected.dtype(), "lstm_sequence", [&](auto zero) {
+    forward_typed<decltype(zero)>(projected, u, h0, c0, hs, cs, acts, d);
+  });
+}
+
+void lstm_backward(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, Tensor& dc0, const LstmDims& d) {
+  visit_floating(in.u.dtype(), "lstm_sequence_grad", [&](auto zero) {
+    backward_typed<decltype(zero)>(in, d_projected, dh0, dc0, d);
+  });
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,118 @@
+// The fused LSTM recurrence on the GPU (backends/cuda/lstm.h) against the CPU backend:
+// lstm_sequence's outputs and the gradients of a small loss through autograd, both
+// directions, f32 and f64, odd sizes and the char-lstm size. GPU cases skip without a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/compile.h"
+#include "graph/autograd.h"
+#include "graph/ops.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+using test::have_gpu;
+
+struct LstmCase {
+  std::int64_t steps, batch, hidden;
+  bool reverse;
+  DType dtype;
+  double tolerance;  // atol and rtol of test::closeness
+  bool weigh_all_cs = true;  // the loss reads every cs row, not only the final c
+};
+
+// loss = sum(hs * w_h) + sum(final c * w_c) (+ sum(cs * w_cs)); outputs hs, cs, acts, the
+// loss and its gradients with respect to projected, u, h0 and c0.
+Graph lstm_graph(const LstmCase& c) {
+  const std::int64_t t = c.steps, b = c.batch, h = c.hidden;
+  Graph g;
+  const Value projected = g.input("projected", {t * b, 4 * h}, c.dtype);
+  const Value u = g.input("u", {h, 4 * h}, c.dtype);
+  const Value h0 = g.input("h0", {b, h}, c.dtype);
+  const Value c0 = g.input("c0", {b, h}, c.dtype);
+  const LstmSequence seq = lstm_sequence(projected, u, h0, c0, t, c.reverse);
+  const Value final_c = slice(seq.cs, 0, (c.reverse ? 0 : t - 1) * b, b);
+  Value loss = sum_all(seq.hs * g.constant(test::random_tensor({t * b, h}, c.dtype, 101))) +
+               sum_all(final_c * g.constant(test::random_tensor({b, h}, c.dtype, 102)));
+  if (c.weigh_all_cs) loss = loss + sum_all(seq.cs * g.constant(test::random_tensor({t * b, h}, c.dtype, 103, -0.5, 0.5)));
+  g.output("hs", seq.hs);
+  g.output("cs", seq.cs);
+  g.output("acts", seq.acts);
+  g.output("loss", loss);
+  const std::vector<Value> wrt = {projected, u, h0, c0};
+  const std::vector<Value> grads = grad(loss, wrt);
+  const char* names[] = {"d_projected", "d_u", "d_h0", "d_c0"};
+  for (std::size_t i = 0; i < grads.size(); ++i) g.output(names[i], grads[i]);
+  return g;
+}
+
+// Fresh random inputs; u scaled by 1/sqrt(H) so that the gates do not saturate.
+std::vector<Feed> lstm_feeds(const LstmCase& c, std::uint64_t seed) {
+  const std::int64_t t = c.steps, b = c.batch, h = c.hidden;
+  const double scale = 1.5 / std::sqrt(static_cast<double>(h));
+  return {{"projected", test::random_tensor({t * b, 4 * h}, c.dtype, seed, -1, 1)},
+          {"u", test::random_tensor({h, 4 * h}, c.dtype, seed + 1, -scale, scale)},
+          {"h0", test::random_tensor({b, h}, c.dtype, seed + 2, -1, 1)},
+          {"c0", test::random_tensor({b, h}, c.dtype, seed + 3, -1, 1)}};
+}
+
+// Runs the case on the CPU and on the GPU (three runs: the CUDA-graph replays must not
+// depend on what the previous run left in the carried dc).
+void check_lstm(const LstmCase& c) {
+  CAPTURE(c.steps);
+  CAPTURE(c.batch);
+  CAPTURE(c.hidden);
+  CAPTURE(c.reverse);
+  CAPTURE(dtype_name(c.dtype));
+  const Graph g = lstm_graph(c);
+  const std::vector<Feed> feeds = lstm_feeds(c, 7 + static_cast<std::uint64_t>(c.hidden));
+  const Outputs cpu = compile(g)->run(feeds);
+  auto gpu_program = compile(g, {.device = Device::cuda()});
+  for (int run = 0; run < 3; ++run) {
+    const Outputs gpu = gpu_program->run(feeds);
+    for (const auto& [name, tensor] : cpu) {
+      CAPTURE(name);
+      CAPTURE(run);
+      CHECK(test::closeness(gpu.at(name), tensor, c.tolerance, c.tolerance) <= 1.0);
+    }
+  }
+}
+
+constexpr double kF32 = 1e-4, kF64 = 1e-10;
+
+}  // namespace
+
+TEST_CASE("GPU lstm_sequence: odd sizes (B = 3, H = 5, T = 4), both directions, f32 and f64") {
+  if (!have_gpu()) return;
+  for (bool reverse : {false, true}) {
+    check_lstm({4, 3, 5, reverse, DType::f32, kF32});
+    check_lstm({4, 3, 5, reverse, DType::f64, kF64});
+  }
+}
+
+TEST_CASE("GPU lstm_sequence: a single step, one row, one unit") {
+  if (!have_gpu()) return;
+  for (bool reverse : {false, true}) check_lstm({1, 1, 1, reverse, DType::f64, kF64});
+}
+
+// B = 33 spans three row blocks of 16, H = 130 seventeen unit blocks of 8 (the last one
+// partial) and several K tiles: forward K = 130 (tiles of 128 in f32, 64 in f64), backward
+// K = 520 (tiles of 256 in f32, 128 in f64).
+TEST_CASE("GPU lstm_sequence: partial blocks and several K tiles (B = 33, H = 130, T = 5)") {
+  if (!have_gpu()) return;
+  for (bool reverse : {false, true}) {
+    check_lstm({5, 33, 130, reverse, DType::f32, kF32});
+    check_lstm({5, 33, 130, reverse, DType::f64, kF64});
+  }
+}
+
+TEST_CASE("GPU lstm_sequence: the char-lstm size (T = 64, B = 64, H = 256, f32)") {
+  if (!have_gpu()) return;
+  for (bool reverse : {false, true}) check_lstm({64, 64, 256, reverse, DType::f32, kF32, false});
+}
+
+}  // namespace kiln
