@@ -91,9 +91,17 @@ class Writer {
     std::string body, extra;
     if (k.reduction) {
       k.reduced_outputs = g_.reduction->type.shape.numel();
-      k.splits = reduction_splits(k.reduced_outputs, g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs));
-      k.work_items = k.reduced_outputs * k.splits;
-      body = reduction_body(k.splits);
+      const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
+      if (columns_reduced()) {  // blocks of 32 adjacent outputs, so that a warp's loads are one row segment
+        const std::int64_t tiles = (k.reduced_outputs + 31) / 32;
+        k.splits = reduction_splits(tiles, per_output * 32);
+        k.work_items = tiles * k.splits;
+        body = column_reduction_body(k.splits);
+      } else {
+        k.splits = reduction_splits(k.reduced_outputs, per_output);
+        k.work_items = k.reduced_outputs * k.splits;
+        body = reduction_body(k.splits);
+      }
       if (k.splits > 1) extra = finish_kernel(k.reduced_outputs, k.splits);
     } else {
       body = elementwise_body(k.vector_width);
@@ -228,7 +236,9 @@ class Writer {
   }
 
   std::string reduction_body(std::int64_t splits) const;
+  std::string column_reduction_body(std::int64_t splits) const;
   std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
+  bool columns_reduced() const;
 
  private:
   const FusedGroup& g_;
@@ -309,6 +319,50 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   out += "    if ((threadIdx.x & 31u) == 0u) warp_acc[threadIdx.x >> 5] = acc;\n    __syncthreads();\n";
   out += fmt::format("    if (threadIdx.x < 32u) {{\n      acc = threadIdx.x < (blockDim.x >> 5) ? warp_acc[threadIdx.x] : {};\n", init);
   out += "      " + shuffle + "\n      if (threadIdx.x == 0u) reduced[job] = acc;\n    }\n    __syncthreads();\n  }\n";
+  return out;
+}
+
+// The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
+// value over its rows): element (r, o) is at r * n + o, so threads of a warp that take
+// adjacent outputs read adjacent elements. The row-by-row body would read them n apart.
+bool Writer::columns_reduced() const {
+  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
+  return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 && axes.red_strides[0] == axes.kept_sizes[0] &&
+         axes.kept_sizes[0] >= 32;
+}
+
+// One block per (tile of 32 outputs, split of the rows): lane x takes output tile * 32 + x,
+// the block's warps take every (blockDim.x / 32)-th row of the split; the warps' sums are
+// then added in warp order (deterministic). Partial results land where the finisher of
+// the row-by-row body expects them: reduced[o * splits + split].
+std::string Writer::column_reduction_body(std::int64_t splits) const {
+  const FusedReduction& red = *g_.reduction;
+  const ReductionAxes axes = split_axes(g_.shape, red.axes);
+  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0], chunk = (n_red + splits - 1) / splits;
+  const bool is_max = red.op->name == "reduce_max";
+  const std::string init = is_max ? literal(-INFINITY, g_.dtype) : literal(0.0, g_.dtype);
+  auto combine = [&](const std::string& a, const std::string& b) {
+    return is_max ? fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", a, b) : fmt::format("({} + {})", a, b);
+  };
+  std::string out = fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
+  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits, chunk);
+  out += "  __shared__ T warp_acc[32][33];\n  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;\n";
+  out += hoisted_scalars();
+  out += "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) {\n";
+  out += "    const long long o = (job / splits) * 32 + lane;\n";
+  out += "    const long long r_first = (job % splits) * chunk;\n";
+  out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
+  out += fmt::format("    T acc = {};\n", init);
+  out += "    if (o < n_out) {\n      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
+  out += "        const long long i = r * n_out + o;\n";
+  out += scalar_loads("        ", "i");
+  out += compute("        ", "");
+  for (std::size_t k = 0; k < g_.outputs.size(); ++k) out += fmt::format("        out{}[i] = {};\n", k, operand(g_.outputs[k], ""));
+  out += fmt::format("        acc = {};\n      }}\n    }}\n", combine("acc", operand(red.value, "")));
+  out += "    warp_acc[warp][lane] = acc;\n    __syncthreads();\n";
+  out += "    if (warp == 0u && o < n_out) {\n";
+  out += fmt::format("      for (unsigned w = 1; w < warps; ++w) acc = {};\n", combine("acc", "warp_acc[w][lane]"));
+  out += "      reduced[o * splits + job % splits] = acc;\n    }\n    __syncthreads();\n  }\n";
   return out;
 }
 

@@ -129,6 +129,31 @@ TEST_CASE("golden: a bias gradient over [64, 32, 28, 28] is split across blocks 
   CHECK(contains(k.source, "for (long long c = 1; c < splits; ++c) { const T v = partial[o * splits + c]; acc = (acc + v); }"));
 }
 
+TEST_CASE("golden: a column sum (a linear layer's bias gradient) gives a warp adjacent outputs, rows split") {
+  Graph g;
+  const Value dy = g.input("dy", {4096, 1024});
+  g.output("db", sum(dy * 2.0, {0}));
+  const CudaKernelSource k = generate_cuda(*single_group(g));
+  CAPTURE(k.source);
+  CHECK(k.splits == 32);  // 32 tiles of 32 outputs, 4096 rows in 32 splits of 128: 1024 blocks
+  CHECK(k.work_items == 32 * 32);
+  CHECK(contains(k.source, "const long long o = (job / splits) * 32 + lane;"));
+  CHECK(contains(k.source, "const long long i = r * n_out + o;"));
+  CHECK(contains(k.source, "const long long chunk = 128LL;"));
+  CHECK(contains(k.source, "reduced[o * splits + job % splits] = acc;"));
+  CHECK(k.finish_name == k.name + "_finish");
+  Graph narrow;  // fewer than 32 outputs, or a kept axis before a reduced one: the row-by-row body
+  narrow.output("s", sum(narrow.input("x", {512, 16}), {0}));
+  CHECK(!contains(generate_cuda(*single_group(narrow)).source, "lane;"));
+#ifdef KILN_HAVE_CUDA
+  Graph f64;
+  f64.output("m", max(exp(f64.input("x", {300, 70}, DType::f64)), {0}, true));
+  const CudaKernelSource d = generate_cuda(*single_group(f64));
+  CHECK(contains(d.source, "lane;"));
+  for (const CudaKernelSource& source : {k, d}) CHECK(jit::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
+#endif
+}
+
 TEST_CASE("golden: the same group gives the same kernel name; another group another") {
   Graph g1, g2;
   g1.output("y", tanh(g1.input("x", {64})));

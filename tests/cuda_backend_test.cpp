@@ -95,6 +95,12 @@ TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   check_op("elementwise chain", {{4, 8}, {8}}, [](V v) { return tanh(relu(v[0] * v[1] + 1.0)) * 0.5 - exp(-v[0] * v[0]) + sqrt(v[1] * v[1] + 1.0); });
   check_op("maximum, div, log", {{3, 5}, {3, 1}}, [](V v) { return maximum(v[0], v[1]) / (v[1] * v[1] + 1.0) + log(v[0] * v[0] + 0.5); });
   check_op("reductions", {{4, 6, 5}}, [](V v) { return sum(v[0], {0, 2}, true) * max(v[0], {1}, true); });
+  // Leading axes reduced, trailing kept (bias gradients): the column body, with and without
+  // splits of the rows, a partial tile of 32 outputs, a max, and a full-shape output beside.
+  check_op("column sums", {{300, 70}}, [](V v) { return sum(v[0] * v[0], {0}); });
+  check_op("column sums, split rows", {{4096, 40}}, [](V v) { return sum(tanh(v[0]), {0}, true) * 2.0; });
+  check_op("column sums over two leading axes", {{8, 50, 33}}, [](V v) { return sum(v[0], {0, 1}); });
+  check_op("column max beside an output", {{513, 96}}, [](V v) { return max(exp(v[0]), {0}, true) + exp(v[0]); });
   check_op("matmul", {{6, 5}, {5, 7}}, [](V v) { return matmul(v[0], v[1]); });
   check_op("matmul transposed, batched", {{2, 5, 6}, {2, 7, 5}}, [](V v) { return matmul(v[0], v[1], true, true); });
   check_op("conv2d stride 1 pad 1", {{3, 2, 7, 5}, {4, 2, 3, 3}}, [](V v) { return conv2d(v[0], v[1], 1, 1); });
