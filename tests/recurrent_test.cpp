@@ -145,7 +145,7 @@ TEST_CASE("gradients of a tiny tanh RNN match finite differences (f64, T = 3)") 
   check_recurrent_gradients({.input_size = 2, .hidden_size = 3, .layers = 1, .bidirectional = true, .cell = nn::CellKind::rnn}, true);
 }
 
-TEST_CASE("an LSTM direction is one lstm_sequence op; its weight gradients are one GEMM each, reading the same d_projected") {
+TEST_CASE("an LSTM direction is one lstm_sequence op, and its weight gradients are one GEMM each reading the same d_projected") {
   Philox rng(4);
   nn::Recurrent lstm({.input_size = 3, .hidden_size = 4}, rng);
   Graph g;

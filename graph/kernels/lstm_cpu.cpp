@@ -1,6 +1,7 @@
 // The fused LSTM recurrence on the CPU (lstm_cpu.h). Hidden units are split into fixed
 // blocks of kUnits; a task owns one block for every batch row and all four gates, so each
-// GEMM and each cell element depends on the block only, never on the thread count.
+// GEMM and each cell element depends on the block only, never on the thread count. The
+// cell's exp and tanh are Eigen's SIMD functions, as in the elementwise ops.
 #include "graph/kernels/lstm_cpu.h"
 
 #include <Eigen/Core>
@@ -19,32 +20,33 @@ template <class T>
 using ConstMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 using MutMap = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-constexpr std::int64_t kUnits = 32;  // hidden units per task (a function of nothing but H)
+constexpr int kUnits = 64;  // hidden units per task (the blocks depend on H only)
 
 struct Block {
   std::int64_t first, width;  // hidden units [first, first + width)
 };
 Block unit_block(std::int64_t index, std::int64_t hidden) {
   const std::int64_t first = index * kUnits;
-  return {first, std::min(kUnits, hidden - first)};
+  return {first, std::min<std::int64_t>(kUnits, hidden - first)};
 }
 std::int64_t block_count(std::int64_t hidden) { return (hidden + kUnits - 1) / kUnits; }
 
 // The time processed at step n of the processing order.
 std::int64_t time_at(const LstmDims& d, std::int64_t n) { return d.reverse ? d.steps - 1 - n : n; }
 
-template <class T>
-T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
-
 // u [H, 4H] regrouped by block: block q's columns [4 first, 4 (first + width)) hold its
-// i, f, g, o columns side by side, so that one GEMM computes all of a block's gates.
+// i, f, g, o columns side by side, so that one GEMM computes all of a block's gates. The
+// buffer is kept per thread: a fresh one would cost page faults at every call.
 template <class T>
-std::vector<T> gates_by_block(const T* u, std::int64_t hidden) {
+const std::vector<T>& gates_by_block(const T* u, std::int64_t hidden) {
   const std::int64_t g = 4 * hidden;
-  std::vector<T> out(static_cast<std::size_t>(hidden * g));
+  static thread_local std::vector<T> out;
+  out.resize(static_cast<std::size_t>(hidden * g));
   for (std::int64_t q = 0; q < block_count(hidden); ++q) {
     const Block b = unit_block(q, hidden);
     for (std::int64_t r = 0; r < hidden; ++r)
@@ -74,18 +76,14 @@ struct Forward {
       const T* p = projected + (t * B + r) * G + b.first;
       const T* z = scratch + r * 4 * w;
       T* a = acts + (t * B + r) * G + b.first;
-      const std::int64_t at = (t * B + r) * H + b.first, prev_at = r * H + b.first;
-      for (std::int64_t j = 0; j < w; ++j) {
-        const T i = sigmoid(p[j] + z[j]), f = sigmoid(p[H + j] + z[w + j]);
-        const T g = std::tanh(p[2 * H + j] + z[2 * w + j]), o = sigmoid(p[3 * H + j] + z[3 * w + j]);
-        const T c = f * c_prev[prev_at + j] + i * g;
-        cs[at + j] = c;
-        hs[at + j] = o * std::tanh(c);
-        a[j] = i;
-        a[H + j] = f;
-        a[2 * H + j] = g;
-        a[3 * H + j] = o;
-      }
+      const std::int64_t at = (t * B + r) * H + b.first;
+      ArrayMap<T> i(a, w), f(a + H, w), g(a + 2 * H, w), o(a + 3 * H, w), c(cs + at, w);
+      i = (T(1) + (-(ConstArrayMap<T>(p, w) + ConstArrayMap<T>(z, w))).exp()).inverse();
+      f = (T(1) + (-(ConstArrayMap<T>(p + H, w) + ConstArrayMap<T>(z + w, w))).exp()).inverse();
+      g = (ConstArrayMap<T>(p + 2 * H, w) + ConstArrayMap<T>(z + 2 * w, w)).tanh();
+      o = (T(1) + (-(ConstArrayMap<T>(p + 3 * H, w) + ConstArrayMap<T>(z + 3 * w, w))).exp()).inverse();
+      c = f * ConstArrayMap<T>(c_prev + r * H + b.first, w) + i * g;
+      ArrayMap<T>(hs + at, w) = o * c.tanh();
     }
   }
 };
@@ -93,7 +91,7 @@ struct Forward {
 template <class T>
 void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs,
                    Tensor& acts, const LstmDims& d) {
-  const std::vector<T> u_blocked = gates_by_block(u.data<T>(), d.hidden);
+  const std::vector<T>& u_blocked = gates_by_block(u.data<T>(), d.hidden);
   const Forward<T> f{projected.data<T>(), u_blocked.data(), h0.data<T>(), c0.data<T>(),
                      hs.data<T>(),        cs.data<T>(),     acts.data<T>(), d};
   const std::int64_t blocks = block_count(d.hidden);
@@ -128,21 +126,27 @@ struct Backward {
     if (n < 0) return;
     const std::int64_t t = time_at(d, n);
     const T* c_prev = n == 0 ? c0 : cs + time_at(d, n - 1) * B * H;
-    for (std::int64_t r = 0; r < B; ++r) {
-      const T* a = acts + (t * B + r) * G + b.first;
-      T* da = d_projected + (t * B + r) * G + b.first;
-      const std::int64_t at = (t * B + r) * H + b.first, state = r * H + b.first;
-      for (std::int64_t j = 0; j < b.width; ++j) {
-        const T i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
-        const T dh_t = d_hs[at + j] + dh[state + j], tc = std::tanh(cs[at + j]);
-        const T dc_t = d_cs[at + j] + dc[state + j] + dh_t * o * (T(1) - tc * tc);
-        da[j] = dc_t * g * i * (T(1) - i);
-        da[H + j] = dc_t * c_prev[state + j] * f * (T(1) - f);
-        da[2 * H + j] = dc_t * i * (T(1) - g * g);
-        da[3 * H + j] = dh_t * tc * o * (T(1) - o);
-        dc[state + j] = dc_t * f;
-      }
-    }
+    for (std::int64_t r = 0; r < B; ++r) cell_gradient(t * B + r, r * H + b.first, c_prev + r * H + b.first, b);
+  }
+
+  // The cell's gradient for block b's units of `row` of the [T*B, .] tensors; `state` is
+  // the offset of the same units in dh, dc [B, H], c_prev points to their c_prev.
+  void cell_gradient(std::int64_t row, std::int64_t state, const T* c_prev, Block b) const {
+    const std::int64_t H = d.hidden, G = 4 * H, first = b.first, w = b.width, at = row * H + first;
+    const T* a = acts + row * G + first;
+    T* da = d_projected + row * G + first;
+    const ConstArrayMap<T> i(a, w), f(a + H, w), g(a + 2 * H, w), o(a + 3 * H, w);
+    Eigen::Array<T, kUnits, 1> tc_buffer, dh_buffer, dc_buffer;
+    auto tc = tc_buffer.head(w), dh_t = dh_buffer.head(w), dc_t = dc_buffer.head(w);
+    ArrayMap<T> dc_next(dc + state, w);
+    tc = ConstArrayMap<T>(cs + at, w).tanh();
+    dh_t = ConstArrayMap<T>(d_hs + at, w) + ConstArrayMap<T>(dh + state, w);
+    dc_t = ConstArrayMap<T>(d_cs + at, w) + dc_next + dh_t * o * (T(1) - tc * tc);
+    ArrayMap<T>(da, w) = dc_t * g * i * (T(1) - i);
+    ArrayMap<T>(da + H, w) = dc_t * ConstArrayMap<T>(c_prev, w) * f * (T(1) - f);
+    ArrayMap<T>(da + 2 * H, w) = dc_t * i * (T(1) - g * g);
+    ArrayMap<T>(da + 3 * H, w) = dh_t * tc * o * (T(1) - o);
+    dc_next = dc_t * f;
   }
 };
 

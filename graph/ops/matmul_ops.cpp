@@ -43,6 +43,22 @@ std::vector<TensorType> infer_matmul(std::span<const TensorType> in, const Attrs
   return {{Shape(dims), in[0].dtype}};
 }
 
+struct MatmulBlocks {
+  std::int64_t row_size, column_size, rows, columns;  // block sizes and counts
+};
+
+// Columns in blocks 64 wide, up to 256 where there are 4 such blocks (wider blocks repack
+// the left operand less often: about 10% faster on an LSTM's GEMMs); rows in blocks of 256.
+// Where that leaves one block (few rows, at most 64 columns: a one-hot embedding's weight
+// gradient), columns 16 wide instead.
+MatmulBlocks matmul_blocks(const MatmulDims& d) {
+  constexpr std::int64_t kRows = 256;
+  std::int64_t columns = 64 * std::clamp<std::int64_t>(d.n / 256, 1, 4);
+  const std::int64_t row_blocks = std::max<std::int64_t>((d.m + kRows - 1) / kRows, 1);
+  if (row_blocks == 1 && d.n <= columns) columns = 16;
+  return {kRows, columns, row_blocks, std::max<std::int64_t>((d.n + columns - 1) / columns, 1)};
+}
+
 template <class T>
 void matmul_kernel_typed(const KernelCall& call) {
   using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -57,24 +73,26 @@ void matmul_kernel_typed(const KernelCall& call) {
     std::fill_n(call.outputs[0].data<T>(), call.outputs[0].numel(), T(0));
     return;
   }
-  // Threads share fixed blocks of output columns, each a single-threaded Eigen GEMM (Eigen
-  // does not thread inside a parallel region): every element is summed in the same order
-  // whatever the thread count, so results are the same bits on any machine. Blocks are 64
-  // columns wide, up to 256 where there are 4 such blocks (wider blocks repack the left
-  // operand less often: about 10% faster on an LSTM's GEMMs); the width depends on n only.
-  const std::int64_t kColumns = 64 * std::clamp<std::int64_t>(d.n / 256, 1, 4);
-  const std::int64_t blocks = (d.n + kColumns - 1) / kColumns;
-#pragma omp parallel for schedule(static) if (d.batch * blocks > 1 && d.m * d.n * d.k > 32768)
-  for (std::int64_t task = 0; task < d.batch * blocks; ++task) {
-    const std::int64_t i = task / blocks, c0 = task % blocks * kColumns, w = std::min(kColumns, d.n - c0);
+  // Threads share fixed blocks of output rows and columns, each a single-threaded Eigen GEMM
+  // (Eigen does not thread inside an active parallel region): every element is summed in the
+  // same order whatever the thread count, so results are the same bits on any machine. The
+  // block sizes depend on the shapes only (matmul_blocks). A lone task would run inside an
+  // inactive region, where Eigen starts a nested team of fresh threads: far slower.
+  const MatmulBlocks blocks = matmul_blocks(d);
+  const std::int64_t tasks = d.batch * blocks.rows * blocks.columns;
+#pragma omp parallel for schedule(static) if (tasks > 1 && d.m * d.n * d.k > 32768)
+  for (std::int64_t task = 0; task < tasks; ++task) {
+    const std::int64_t i = task / (blocks.rows * blocks.columns), rest = task % (blocks.rows * blocks.columns);
+    const std::int64_t r0 = rest / blocks.columns * blocks.row_size, h = std::min(blocks.row_size, d.m - r0);
+    const std::int64_t c0 = rest % blocks.columns * blocks.column_size, w = std::min(blocks.column_size, d.n - c0);
     Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
     Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
     Eigen::Map<Matrix> mc(call.outputs[0].data<T>() + i * d.m * d.n, d.m, d.n);
-    auto out = mc.middleCols(c0, w);
-    if (!ta && !tb) out.noalias() = ma * mb.middleCols(c0, w);
-    if (ta && !tb) out.noalias() = ma.transpose() * mb.middleCols(c0, w);
-    if (!ta && tb) out.noalias() = ma * mb.middleRows(c0, w).transpose();
-    if (ta && tb) out.noalias() = ma.transpose() * mb.middleRows(c0, w).transpose();
+    auto out = mc.block(r0, c0, h, w);
+    if (!ta && !tb) out.noalias() = ma.middleRows(r0, h) * mb.middleCols(c0, w);
+    if (ta && !tb) out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleCols(c0, w);
+    if (!ta && tb) out.noalias() = ma.middleRows(r0, h) * mb.middleRows(c0, w).transpose();
+    if (ta && tb) out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleRows(c0, w).transpose();
   }
 }
 
