@@ -39,39 +39,24 @@ std::int64_t block_count(std::int64_t hidden) { return (hidden + kUnits - 1) / k
 // The time processed at step n of the processing order.
 std::int64_t time_at(const LstmDims& d, std::int64_t n) { return d.reverse ? d.steps - 1 - n : n; }
 
-// u [H, 4H] regrouped by block: block q's columns [4 first, 4 (first + width)) hold its
-// i, f, g, o columns side by side, so that one GEMM computes all of a block's gates. The
-// buffer is kept per thread: a fresh one would cost page faults at every call.
-template <class T>
-const std::vector<T>& gates_by_block(const T* u, std::int64_t hidden) {
-  const std::int64_t g = 4 * hidden;
-  static thread_local std::vector<T> out;
-  out.resize(static_cast<std::size_t>(hidden * g));
-  for (std::int64_t q = 0; q < block_count(hidden); ++q) {
-    const Block b = unit_block(q, hidden);
-    for (std::int64_t r = 0; r < hidden; ++r)
-      for (std::int64_t k = 0; k < 4; ++k)
-        std::copy_n(u + r * g + k * hidden + b.first, b.width, out.data() + r * g + 4 * b.first + k * b.width);
-  }
-  return out;
-}
-
 template <class T>
 struct Forward {
-  const T *projected, *u_blocked, *h0, *c0;
+  const T *projected, *u, *h0, *c0;
   T *hs, *cs, *acts;
   LstmDims d;
 
-  // Step n for block b: z = h_prev u (the block's gate columns, [B, 4w] in scratch), then
-  // the cell on projected + z.
+  // Step n for block b: z = h_prev u for the block's columns of each gate ([B, 4w] in
+  // scratch, gates side by side), then the cell on projected + z.
   void step(std::int64_t n, Block b, T* scratch) const {
     const std::int64_t B = d.batch, H = d.hidden, G = 4 * H, w = b.width, t = time_at(d, n);
     const T* h_prev = n == 0 ? h0 : hs + time_at(d, n - 1) * B * H;
     const T* c_prev = n == 0 ? c0 : cs + time_at(d, n - 1) * B * H;
     const ConstMap<T> hm(h_prev, B, H, Eigen::OuterStride<>(H));
-    const ConstMap<T> um(u_blocked + 4 * b.first, H, 4 * w, Eigen::OuterStride<>(G));
-    MutMap<T> zm(scratch, B, 4 * w, Eigen::OuterStride<>(4 * w));
-    zm.noalias() = hm * um;
+    for (std::int64_t k = 0; k < 4; ++k) {  // gate k's columns of u for this block
+      const ConstMap<T> um(u + k * H + b.first, H, w, Eigen::OuterStride<>(G));
+      MutMap<T> zm(scratch + k * w, B, w, Eigen::OuterStride<>(4 * w));
+      zm.noalias() = hm * um;
+    }
     for (std::int64_t r = 0; r < B; ++r) {
       const T* p = projected + (t * B + r) * G + b.first;
       const T* z = scratch + r * 4 * w;
@@ -91,8 +76,7 @@ struct Forward {
 template <class T>
 void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs,
                    Tensor& acts, const LstmDims& d) {
-  const std::vector<T>& u_blocked = gates_by_block(u.data<T>(), d.hidden);
-  const Forward<T> f{projected.data<T>(), u_blocked.data(), h0.data<T>(), c0.data<T>(),
+  const Forward<T> f{projected.data<T>(), u.data<T>(), h0.data<T>(), c0.data<T>(),
                      hs.data<T>(),        cs.data<T>(),     acts.data<T>(), d};
   const std::int64_t blocks = block_count(d.hidden);
   // Always a team (even for one block): Eigen then keeps each GEMM single-threaded.
