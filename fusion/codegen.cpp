@@ -324,11 +324,13 @@ std::string Writer::reduction_body(std::int64_t splits) const {
 
 // The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
 // value over its rows): element (r, o) is at r * n + o, so threads of a warp that take
-// adjacent outputs read adjacent elements. The row-by-row body would read them n apart.
+// adjacent outputs read adjacent elements, where the row-by-row body reads them n apart.
+// Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
+// output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
 bool Writer::columns_reduced() const {
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 && axes.red_strides[0] == axes.kept_sizes[0] &&
-         axes.kept_sizes[0] >= 32;
+         axes.kept_sizes[0] >= 32 && axes.red_sizes[0] >= 512;
 }
 
 // One block per (tile of 32 outputs, split of the rows): lane x takes output tile * 32 + x,

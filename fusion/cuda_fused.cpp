@@ -64,7 +64,8 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const jit::CompiledKer
   finish_ = std::make_unique<jit::LoadedKernel>(compiled.cubin, source_.finish_name);
   finish_shape_ = choose_launch(*finish_, source_.finish_name, source_.reduced_outputs, 1);
   const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
-  KILN_CUDA_CHECK(cudaMalloc(&partial_, static_cast<std::size_t>(source_.work_items) * element));
+  // One partial result per output and split (work_items counts jobs: a column job covers 32 outputs).
+  KILN_CUDA_CHECK(cudaMalloc(&partial_, static_cast<std::size_t>(source_.reduced_outputs * source_.splits) * element));
 }
 
 CudaFusedKernel::~CudaFusedKernel() {

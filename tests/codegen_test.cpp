@@ -142,12 +142,14 @@ TEST_CASE("golden: a column sum (a linear layer's bias gradient) gives a warp ad
   CHECK(contains(k.source, "const long long chunk = 128LL;"));
   CHECK(contains(k.source, "reduced[o * splits + job % splits] = acc;"));
   CHECK(k.finish_name == k.name + "_finish");
-  Graph narrow;  // fewer than 32 outputs, or a kept axis before a reduced one: the row-by-row body
+  Graph narrow, short_columns;  // fewer than 32 outputs, or fewer than 512 rows: the row-by-row body
   narrow.output("s", sum(narrow.input("x", {512, 16}), {0}));
   CHECK(!contains(generate_cuda(*single_group(narrow)).source, "lane;"));
+  short_columns.output("s", sum(short_columns.input("x", {64, 256}), {0}));
+  CHECK(!contains(generate_cuda(*single_group(short_columns)).source, "lane;"));
 #ifdef KILN_HAVE_CUDA
   Graph f64;
-  f64.output("m", max(exp(f64.input("x", {300, 70}, DType::f64)), {0}, true));
+  f64.output("m", max(exp(f64.input("x", {600, 70}, DType::f64)), {0}, true));
   const CudaKernelSource d = generate_cuda(*single_group(f64));
   CHECK(contains(d.source, "lane;"));
   for (const CudaKernelSource& source : {k, d}) CHECK(jit::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
