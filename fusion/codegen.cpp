@@ -78,6 +78,16 @@ std::string expand(const std::string& snippet, const std::vector<std::string>& a
   return out;
 }
 
+// The reduction's start value and its combination of an accumulator with a value (a max
+// keeps NaN, as the CPU's does).
+std::string reduction_identity(const FusedReduction& red, DType dtype) {
+  return red.op->name == "reduce_max" ? literal(-INFINITY, dtype) : literal(0.0, dtype);
+}
+std::string reduction_combine(const FusedReduction& red, const std::string& acc, const std::string& value) {
+  if (red.op->name == "reduce_max") return fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", acc, value);
+  return fmt::format("({} + {})", acc, value);
+}
+
 class Writer {
  public:
   explicit Writer(const FusedGroup& g) : g_(g), t_(type_name(g.dtype)) {
@@ -292,11 +302,8 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   const ReductionAxes axes = split_axes(g_.shape, red.axes);
   std::int64_t n_red = 1;
   for (std::int64_t s : axes.red_sizes) n_red *= s;
-  const bool is_max = red.op->name == "reduce_max";
-  const std::string init = is_max ? literal(-INFINITY, g_.dtype) : literal(0.0, g_.dtype);
-  auto combine = [&](const std::string& a, const std::string& b) {
-    return is_max ? fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", a, b) : fmt::format("({} + {})", a, b);
-  };
+  const std::string init = reduction_identity(red, g_.dtype);
+  auto combine = [&](const std::string& a, const std::string& b) { return reduction_combine(red, a, b); };
   const std::int64_t chunk = (n_red + splits - 1) / splits;
   std::string out = fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", red.type.shape.numel(), n_red);
   out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits, chunk);
@@ -341,11 +348,8 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   const FusedReduction& red = *g_.reduction;
   const ReductionAxes axes = split_axes(g_.shape, red.axes);
   const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0], chunk = (n_red + splits - 1) / splits;
-  const bool is_max = red.op->name == "reduce_max";
-  const std::string init = is_max ? literal(-INFINITY, g_.dtype) : literal(0.0, g_.dtype);
-  auto combine = [&](const std::string& a, const std::string& b) {
-    return is_max ? fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", a, b) : fmt::format("({} + {})", a, b);
-  };
+  const std::string init = reduction_identity(red, g_.dtype);
+  auto combine = [&](const std::string& a, const std::string& b) { return reduction_combine(red, a, b); };
   std::string out = fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
   out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits, chunk);
   out += "  __shared__ T warp_acc[32][33];\n  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;\n";
@@ -370,8 +374,7 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
 
 // Combines each output's partial results in split order (deterministic: no atomics).
 std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) const {
-  const bool is_max = g_.reduction->op->name == "reduce_max";
-  const std::string combine = is_max ? "((v) > (acc) || (v) != (v) ? (v) : (acc))" : "(acc + v)";
+  const std::string combine = reduction_combine(*g_.reduction, "acc", "v");
   std::string out = "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial, T* __restrict__ reduced) {\n";
   out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs, splits);
   out += "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += (long long)gridDim.x * blockDim.x) {\n";

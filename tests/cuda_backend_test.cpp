@@ -42,19 +42,9 @@ std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
   return feeds;
 }
 
-// Runs g on the CPU and on the GPU (twice, so the CUDA-graph replay is checked too).
+// Runs g on the CPU and on the GPU with random feeds (test::check_gpu_matches_cpu).
 void check_gpu_matches_cpu(const Graph& g, std::uint64_t seed, double tolerance) {
-  const std::vector<Feed> feeds = random_feeds(g, seed);
-  const Outputs cpu = compile(g)->run(feeds);
-  auto gpu_program = compile(g, {.device = Device::cuda()});
-  for (int run = 0; run < 3; ++run) {
-    const Outputs gpu = gpu_program->run(feeds);
-    for (const auto& [name, tensor] : cpu) {
-      CAPTURE(name);
-      CAPTURE(run);
-      CHECK(test::closeness(gpu.at(name), tensor, tolerance, tolerance) <= 1.0);
-    }
-  }
+  test::check_gpu_matches_cpu(g, random_feeds(g, seed), tolerance);
 }
 
 // One op (by its builder) on random inputs: its value and the gradients of a weighted sum.

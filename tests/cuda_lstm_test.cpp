@@ -69,17 +69,7 @@ void check_lstm(const LstmCase& c) {
   CAPTURE(c.reverse);
   CAPTURE(dtype_name(c.dtype));
   const Graph g = lstm_graph(c);
-  const std::vector<Feed> feeds = lstm_feeds(c, 7 + static_cast<std::uint64_t>(c.hidden));
-  const Outputs cpu = compile(g)->run(feeds);
-  auto gpu_program = compile(g, {.device = Device::cuda()});
-  for (int run = 0; run < 3; ++run) {
-    const Outputs gpu = gpu_program->run(feeds);
-    for (const auto& [name, tensor] : cpu) {
-      CAPTURE(name);
-      CAPTURE(run);
-      CHECK(test::closeness(gpu.at(name), tensor, c.tolerance, c.tolerance) <= 1.0);
-    }
-  }
+  test::check_gpu_matches_cpu(g, lstm_feeds(c, 7 + static_cast<std::uint64_t>(c.hidden)), c.tolerance);
 }
 
 constexpr double kF32 = 1e-4, kF64 = 1e-10;

@@ -45,6 +45,22 @@ inline double closeness(const Tensor& a, const Tensor& b, double atol, double rt
   return worst;
 }
 
+// Runs g on the CPU once and on the GPU three times with the same feeds (the first run, then
+// CUDA-graph replays, which must not depend on what an earlier run left behind); every
+// output must be close to the CPU's.
+inline void check_gpu_matches_cpu(const Graph& g, const std::vector<Feed>& feeds, double tolerance) {
+  const Outputs cpu = compile(g)->run(feeds);
+  auto gpu_program = compile(g, {.device = Device::cuda()});
+  for (int run = 0; run < 3; ++run) {
+    const Outputs gpu = gpu_program->run(feeds);
+    for (const auto& [name, tensor] : cpu) {
+      CAPTURE(name);
+      CAPTURE(run);
+      CHECK(closeness(gpu.at(name), tensor, tolerance, tolerance) <= 1.0);
+    }
+  }
+}
+
 // A scratch directory "<name>-<pid>" under the system's temp directory (per process, so that
 // suites of several worktrees can run at once), removed with everything in it at the end.
 struct TempDir {
