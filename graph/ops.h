@@ -76,7 +76,7 @@ Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int
 Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, std::int64_t stride,
                       std::int64_t padding = 0);
 
-// The recurrence of one LSTM direction as one op (notes/lstm_spec.md). projected [T*B, 4H]:
+// The recurrence of one LSTM direction as one op (docs/lstm_ops.md). projected [T*B, 4H]:
 // x W + b of every time step, rows time-major; u [H, 4H]: recurrent weights, gate columns
 // [i | f | g | o]; h0, c0 [B, H]. Steps run t = 0 .. T-1, or T-1 .. 0 when `reverse`.
 // hs, cs [T*B, H]: h and c after each time, rows in time order whatever the direction;

@@ -120,7 +120,7 @@ Launch prepare_all_reduce(const LaunchSetup& s) {
 }
 
 // The direction an lstm_sequence(_grad) node runs: u [H, 4H] and h0 or c0 [B, H] are
-// inputs u_input and batch_input (notes/lstm_spec.md).
+// inputs u_input and batch_input (docs/lstm_ops.md).
 LstmShape lstm_shape(const LaunchSetup& s, std::size_t u_input, std::size_t batch_input) {
   return {.dtype = s.input_types[u_input].dtype,
           .steps = s.node.attrs.integer("steps"),

@@ -1,5 +1,5 @@
 // The fused LSTM recurrence on the GPU (ops lstm_sequence and lstm_sequence_grad,
-// notes/lstm_spec.md): one kernel launch per time step, the recurrent GEMM fused with the
+// docs/lstm_ops.md): one kernel launch per time step, the recurrent GEMM fused with the
 // cell; no scratch memory (the carried dc lives in dc0's buffer), so capturable as is.
 #pragma once
 

@@ -1,5 +1,5 @@
 // CPU kernels of the fused LSTM recurrence (ops lstm_sequence and lstm_sequence_grad,
-// graph/ops/recurrent_ops.cpp; the math is in notes/lstm_spec.md): per step one Eigen GEMM
+// graph/ops/recurrent_ops.cpp; the math is in docs/lstm_ops.md): per step one Eigen GEMM
 // and the cell, threads over fixed blocks of hidden units (the same bits for any thread count).
 #pragma once
 

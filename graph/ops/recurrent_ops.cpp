@@ -1,5 +1,5 @@
 // lstm_sequence and lstm_sequence_grad: a whole LSTM direction's recurrence as one op each
-// (notes/lstm_spec.md is the contract with the CUDA launchers). The gradient of
+// (docs/lstm_ops.md is the contract with the CUDA launchers). The gradient of
 // lstm_sequence is lstm_sequence_grad plus one GEMM for the recurrent weights.
 #include "graph/kernels/lstm_cpu.h"
 #include "graph/ops.h"
