@@ -148,28 +148,44 @@ TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA even
 }
 // KILN-BENCH-END
 
-// Tuning data: each pass of LeNet's convolutions at batch 64 with other tiles and splits.
+// Tuning data: each pass of LeNet's convolutions at batch 64 and 256 with other tiles
+// ({bm, bn, kg, splits, ks, tm, tn}) and splits.
 TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::skip()) {
   SKIP_WITHOUT_GPU();
   BenchTimer timer;
   using Tiling = cuda::detail::ConvTiling;
-  const std::int64_t batch = 64;
   preload_tiles(tiles_to_test());
-  for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
+  for (auto [batch, cin, cout, hw] : {std::tuple<std::int64_t, int, int, int>{64, 1, 32, 28}, {64, 32, 64, 14},
+                                      {256, 1, 32, 28}, {256, 32, 64, 14}}) {
     const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
     const std::size_t bytes = 64u << 20;
     DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
     DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
     const cuda::ConvWorkspace ws{work.get(), bytes};
-    const std::vector<Tiling> fwd = {{64, 64, 1, 0, 16}, {64, 64, 1, 0, 32}, {32, 64, 1, 0, 16}, {32, 64, 1, 0, 32},
-                                     {32, 32, 2, 0, 16}, {32, 32, 1, 0, 32}, {64, 32, 1, 0, 32}, {64, 32, 2, 0, 16},
-                                     {32, 128, 1, 0, 16}, {16, 64, 1, 0, 16}};
+    const std::vector<Tiling> fwd = {{},
+                                     {64, 64, 1, 0, 32},
+                                     {32, 64, 1, 0, 32},
+                                     {32, 128, 1, 0, 16},
+                                     {64, 64, 1, 0, 16, 8, 8},
+                                     {64, 128, 1, 0, 16, 8, 8},
+                                     {64, 64, 2, 0, 16, 8, 8},
+                                     {64, 32, 2, 0, 16, 8, 4},
+                                     {32, 64, 1, 0, 32, 4, 8},
+                                     {32, 64, 1, 0, 16, 4, 8},
+                                     {128, 64, 1, 0, 16, 8, 8},
+                                     {32, 32, 4, 0, 16, 8, 8}};
     const std::vector<Tiling> wgrad =
-        cin == 1 ? std::vector<Tiling>{{32, 16, 4, 0, 16}, {32, 16, 4, 131, 16}, {32, 16, 4, 392, 16}, {32, 16, 2, 0, 32},
-                                       {32, 16, 2, 0, 16}, {32, 16, 2, 392, 32}}
-                 : std::vector<Tiling>{{64, 32, 2, 0, 16},  {64, 32, 2, 14, 16}, {64, 32, 2, 56, 16}, {64, 32, 1, 0, 32},
-                                       {64, 32, 1, 56, 32}, {32, 32, 2, 0, 16},  {32, 32, 1, 0, 32},  {64, 64, 1, 0, 32},
-                                       {32, 64, 1, 0, 32},  {64, 64, 1, 0, 16}};
+        cin == 1 ? std::vector<Tiling>{{}, {32, 16, 4, 0, 16}, {32, 16, 2, 0, 32}, {32, 16, 4, 392, 16}}
+                 : std::vector<Tiling>{{},
+                                       {64, 32, 2, 0, 16},
+                                       {64, 64, 1, 0, 16, 8, 8},
+                                       {64, 64, 1, 18, 16, 8, 8},
+                                       {64, 64, 1, 54, 16, 8, 8},
+                                       {64, 64, 2, 0, 16, 8, 8},
+                                       {64, 32, 2, 0, 16, 8, 4},
+                                       {64, 32, 2, 60, 16, 8, 4},
+                                       {64, 128, 1, 0, 16, 8, 8},
+                                       {32, 32, 4, 0, 16, 8, 8}};
     auto run = [&](cuda::ConvPass pass, const Tiling& t) {
       const std::string name = pass == cuda::ConvPass::forward      ? "forward"
                                : pass == cuda::ConvPass::grad_input ? "grad_input"
@@ -182,9 +198,11 @@ TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::
       else
         body = [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); };
       std::ostringstream line;
-      line << "conv" << (cin == 1 ? 1 : 2) << " " << name << " " << t.bm << "x" << t.bn << "x" << t.kg << "k" << t.ks
-           << " splits " << t.splits;
-      if (!cuda::igemm_tile_valid({t.bm, t.bn, t.kg, t.ks}, DType::f32)) return;
+      line << "b" << batch << " conv" << (cin == 1 ? 1 : 2) << " " << name << " ";
+      if (t.bm == 0) line << "default";
+      else line << t.bm << "x" << t.bn << "x" << t.kg << "k" << t.ks << "t" << t.tm << "x" << t.tn;
+      line << " splits " << t.splits;
+      if (t.bm > 0 && !cuda::igemm_tile_valid({t.bm, t.bn, t.kg, t.ks, t.tm, t.tn}, DType::f32)) return;
       cuda::detail::set_conv_tiling_for_testing(pass, t);
       try {
         const double graph = timer.graph_us(body);

@@ -105,9 +105,12 @@ inline std::vector<std::pair<cuda::IgemmTile, DType>> tiles_to_test() {
   for (cuda::IgemmTile t : std::vector<cuda::IgemmTile>{{64, 64, 1, 16}, {64, 64, 1, 32}, {32, 64, 1, 16}, {32, 64, 1, 32},
                                                         {32, 32, 2, 16}, {32, 32, 1, 32}, {64, 32, 1, 32}, {64, 32, 2, 16},
                                                         {32, 128, 1, 16}, {32, 16, 4, 16}, {32, 16, 2, 32}, {32, 16, 2, 16},
-                                                        {16, 64, 1, 16}})
+                                                        {16, 64, 1, 16}, {64, 64, 1, 16, 8, 8}, {64, 128, 1, 16, 8, 8},
+                                                        {64, 64, 2, 16, 8, 8}, {64, 32, 2, 16, 8, 4}, {32, 64, 1, 32, 4, 8},
+                                                        {128, 64, 1, 16, 8, 8}, {32, 32, 4, 16, 8, 8}})
     tiles.emplace_back(t, DType::f32);
   tiles.emplace_back(cuda::IgemmTile{32, 32, 2, 16}, DType::f64);
+  tiles.emplace_back(cuda::IgemmTile{64, 64, 1, 16, 8, 8}, DType::f64);
   for (DType dtype : {DType::f32, DType::f64})
     for (auto mode : {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
       for (cuda::IgemmTile t : cuda::igemm_tiles(mode, dtype)) tiles.emplace_back(t, dtype);

@@ -90,10 +90,11 @@ struct ForceTiling {
 TEST_CASE("conv workspace sizes (no GPU needed)") {
   const auto g = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
   // Implicit GEMM: forward and grad_input need no scratch; grad_weight's K = 64*196 = 12544
-  // is split 28 ways (9 tiles of 64x32 columns, about 264 blocks), one [64, 288] partial each.
+  // (392 steps of 32) is split 49 ways (5 tiles of 64x64, 53 splits wanted for about 264
+  // blocks: 8 steps each), one [64, 288] partial each.
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 0);
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_input) == 0);
-  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 28u * 64 * 288 * 4);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 49u * 64 * 288 * 4);
   // Stride 2: grad_input is im2col + GEMM, one [P = 288, OH*OW = 49] patch matrix per image.
   const auto strided = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 2, 1);
   CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input) == 64u * 288 * 49 * 4);
@@ -271,7 +272,9 @@ TEST_CASE("conv2d: every implicit-GEMM tile, K past one table chunk, forced and 
     CAPTURE(tile.bn);
     CAPTURE(tile.kg);
     CAPTURE(tile.ks);
-    const cuda::detail::ConvTiling t{tile.bm, tile.bn, tile.kg, 0, tile.ks};
+    CAPTURE(tile.tm);
+    CAPTURE(tile.tn);
+    const cuda::detail::ConvTiling t{tile.bm, tile.bn, tile.kg, 0, tile.ks, tile.tm, tile.tn};
     ForceTiling force(t, t, t);
     check_conv({3, 16, 9, 7}, {20, 16, 3, 3}, 1, 1, dtype, seed += 3);
     check_conv({2, 17, 9, 6}, {70, 17, 3, 2}, 1, 2, dtype, seed += 3);  // grad_input's padding < 0

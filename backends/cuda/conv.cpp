@@ -103,12 +103,13 @@ bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
 IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
   const detail::ConvTiling& forced = detail::g_tiling[static_cast<int>(pass)];
   if (forced.bm > 0) {
-    const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16};
-    KILN_CHECK(igemm_tile_valid(tile, dtype), "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile (K step {})",
-               tile.bm, tile.bn, tile.kg, tile.ks);
+    const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16, forced.tm, forced.tn};
+    KILN_CHECK(igemm_tile_valid(tile, dtype),
+               "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile (K step {}, {}x{} per thread)", tile.bm,
+               tile.bn, tile.kg, tile.ks, tile.tm, tile.tn);
     return tile;
   }
-  return igemm_choose_tile(mode_of(pass), dtype, d.m, d.n, d.k);
+  return igemm_choose_tile(mode_of(pass), dtype, d.m, d.n);
 }
 
 // K splits of grad_weight and the K range of each (a multiple of the tile's K step).

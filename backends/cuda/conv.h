@@ -61,6 +61,7 @@ struct ConvTiling {
   int bm = 0, bn = 0, kg = 0;
   std::int64_t splits = 0;
   int ks = 16;
+  int tm = 4, tn = 4;
 };
 void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling);
 }  // namespace detail

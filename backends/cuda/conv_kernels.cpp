@@ -75,7 +75,9 @@ namespace {
 
 // The implicit GEMM C[M, N] = A[M, K] B[K, N] of one convolution pass (kernel_params.h,
 // ConvGemmShape). A block computes a BM x BN tile of C over its K range (blockIdx.z's
-// k_chunk), KG groups of (BM/4)(BN/4) threads, each thread a 4 x 4 sub-tile; a K step
+// k_chunk), KG groups of (BM/TM)(BN/TN) threads, each thread a TM x TN sub-tile (4 or 8 a
+// side: 8 is two runs of 4, BM/2 or BN/2 apart, so a warp's shared-memory reads stay
+// conflict-free and an 8 x 8 thread does 64 FMAs for 4 128-bit reads, not 16 for 2); a K step
 // loads BK = KS*KG rows of A and B into shared memory (double-buffered: the next step's
 // global loads are in flight while this step computes) and group q sums rows q*KS.. of it.
 // The groups' sums are added in group order at the end, so every result is deterministic.
@@ -136,13 +138,14 @@ __device__ __forceinline__ int4 n_entry(const ConvGemmShape& g, int j, int end) 
   return MODE == 2 ? patch_entry<MODE>(g, j, end) : spatial_entry(g, j, end);
 }
 
-template <int MODE, int BM, int BN, int KG, int KS, int TK>
+template <int MODE, int BM, int BN, int KG, int KS, int TK, int TM, int TN>
 __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T* __restrict__ img,
                                            T* __restrict__ out, const ConvGemmShape& g) {
-  constexpr int BK = KS * KG, CT = (BM / 4) * (BN / 4), NT = KG * CT, WARPS = NT / 32;
+  constexpr int BK = KS * KG, CT = (BM / TM) * (BN / TN), NT = KG * CT, WARPS = NT / 32;
+  constexpr int RM = TM / 4, RN = TN / 4;  // runs of 4 rows (columns) per thread, BM / RM (BN / RN) apart
   constexpr int A_PER = BM * BK / NT, B_PER = BK * BN / NT;
   constexpr bool K_FAST = MODE == 2;  // B's contiguous axis: K (grad_weight) or N
-  static_assert(BM % 16 == 0 && BN % 16 == 0 && KS % 16 == 0 && NT % 32 == 0 && NT % BN == 0 && TK % BK == 0,
+  static_assert((TM == 4 || TM == 8) && (TN == 4 || TN == 8) && BM % (4 * TM) == 0 && BN % (4 * TN) == 0 && KS % 16 == 0 && NT % 32 == 0 && NT % BN == 0 && TK % BK == 0,
                 "tile shape");
   static_assert(KG == 1 || (KG - 1) * BM * BN <= 2 * BK * (BM + 4), "group sums must fit in As");
   __shared__ __align__(16) T As[2][BK][BM + 4];
@@ -155,7 +158,10 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
   const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
   const int k_begin = blockIdx.z * g.k_chunk;
   const int k_end = min(g.k, k_begin + g.k_chunk);
-  const int grp = t / CT, tc = t - grp * CT, ty = tc / (BN / 4), tx = tc - ty * (BN / 4);
+  const int grp = t / CT, tc = t - grp * CT, ty = tc / (BN / TN), tx = tc - ty * (BN / TN);
+  // This thread's row i and column j of the tile.
+  auto row = [&](int i) { return (i / 4) * (BM / RM) + ty * 4 + (i & 3); };
+  auto col = [&](int j) { return (j / 4) * (BN / RN) + tx * 4 + (j & 3); };
   // Load j of this thread along K: row (k) and column (m or n) of the 8 x 4 block
   // warp + j * WARPS of the tile's (BK / 8) x (columns / 4) blocks.
   // (When the warps span whole rows of blocks, k does not depend on j: one table entry per step.)
@@ -175,11 +181,11 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 #pragma unroll
   for (int j = 0; j < B_PER; ++j) nent[j] = ntab[K_FAST ? col_of(j) : t % BN];
 
-  T acc[4][4];
+  T acc[TM][TN];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = T(0);
+    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
   T ra[A_PER], rb[B_PER];
 
   auto load_tiles = [&](int step) {
@@ -209,13 +215,15 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
   auto compute = [&](int buf) {
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-      T a[4], b[4];
-      load4(&As[buf][grp * KS + kk][ty * 4], a);
-      load4(&Bs[buf][grp * KS + kk][tx * 4], b);
+      T a[RM][4], b[RN][4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int r = 0; r < RM; ++r) load4(&As[buf][grp * KS + kk][r * (BM / RM) + ty * 4], a[r]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+      for (int r = 0; r < RN; ++r) load4(&Bs[buf][grp * KS + kk][r * (BN / RN) + tx * 4], b[r]);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i / 4][i & 3] * b[j / 4][j & 3];
     }
   };
 
@@ -241,34 +249,40 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
     __syncthreads();
     if (grp > 0)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) red[((grp - 1) * BM + ty * 4 + i) * BN + tx * 4 + j] = acc[i][j];
+        for (int j = 0; j < TN; ++j) red[((grp - 1) * BM + row(i)) * BN + col(j)] = acc[i][j];
     __syncthreads();
     if (grp == 0)
       for (int q = 1; q < KG; ++q)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < TM; ++i)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) acc[i][j] += red[((q - 1) * BM + ty * 4 + i) * BN + tx * 4 + j];
+          for (int j = 0; j < TN; ++j) acc[i][j] += red[((q - 1) * BM + row(i)) * BN + col(j)];
   }
   if (grp != 0) return;
   out += (size_t)blockIdx.z * (size_t)g.m * (size_t)g.n;
-  int4 ne[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) ne[j] = ntab[tx * 4 + j];
-  const bool run = ne[0].w >= 0 && ne[3].w == ne[0].w + 3 && ne[1].w == ne[0].w + 1 && ne[2].w == ne[0].w + 2;
+  for (int r = 0; r < RN; ++r) {  // each run of 4 columns: one 4-wide store per row where they are adjacent
+    int4 ne[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = m0 + ty * 4 + i;
-    if (m >= g.m) continue;
-    T* row = out + m * g.c_ms;
-    if (run && ((size_t)(row + ne[0].w) & 15) == 0) {
-      store4(row + ne[0].w, acc[i]);
-    } else {
+    for (int j = 0; j < 4; ++j) ne[j] = ntab[col(r * 4 + j)];
+    const bool run = ne[0].w >= 0 && ne[3].w == ne[0].w + 3 && ne[1].w == ne[0].w + 1 && ne[2].w == ne[0].w + 2;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (ne[j].w >= 0) row[ne[j].w] = acc[i][j];
+    for (int i = 0; i < TM; ++i) {
+      const int m = m0 + row(i);
+      if (m >= g.m) continue;
+      T* dst = out + m * g.c_ms;
+      T v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = acc[i][r * 4 + j];
+      if (run && ((size_t)(dst + ne[0].w) & 15) == 0) {
+        store4(dst + ne[0].w, v);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (ne[j].w >= 0) dst[ne[j].w] = v[j];
+      }
     }
   }
 }
@@ -286,11 +300,13 @@ const char* mode_name(IgemmMode mode) {
 }  // namespace
 
 std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype) {
-  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}_{}", mode_name(mode), tile.bm, tile.bn, tile.kg, tile.ks,
-                     dtype_name(dtype));
+  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}t{}x{}_{}", mode_name(mode), tile.bm, tile.bn, tile.kg, tile.ks,
+                     tile.tm, tile.tn, dtype_name(dtype));
 }
 
-int igemm_threads(IgemmTile tile) { return tile.kg * (tile.bm / 4) * (tile.bn / 4); }
+int igemm_threads(IgemmTile tile) {
+  return tile.tm > 0 && tile.tn > 0 ? tile.kg * (tile.bm / tile.tm) * (tile.bn / tile.tn) : 0;
+}
 
 namespace {
 
@@ -315,7 +331,9 @@ std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype) {
 }
 
 bool igemm_tile_valid(IgemmTile tile, DType dtype) {
-  if (tile.bm < 16 || tile.bn < 16 || tile.kg < 1 || tile.bm % 16 != 0 || tile.bn % 16 != 0) return false;
+  if ((tile.tm != 4 && tile.tm != 8) || (tile.tn != 4 && tile.tn != 8)) return false;
+  if (tile.bm < 16 || tile.bn < 16 || tile.kg < 1 || tile.bm % (4 * tile.tm) != 0 || tile.bn % (4 * tile.tn) != 0)
+    return false;
   if (tile.ks != 16 && tile.ks != 32) return false;
   const int threads = igemm_threads(tile);
   // 64 threads at least: the kernel registry sizes blocks from 64 up to the kernel's bound.
@@ -325,18 +343,19 @@ bool igemm_tile_valid(IgemmTile tile, DType dtype) {
 }
 
 jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
-  KILN_CHECK(igemm_tile_valid(tile, dtype), "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}) in {}",
-             tile.bm, tile.bn, tile.kg, tile.ks, dtype_name(dtype));
+  KILN_CHECK(igemm_tile_valid(tile, dtype),
+             "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}, {}x{} per thread) in {}", tile.bm, tile.bn,
+             tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype));
   const std::string name = conv_igemm_name(mode, tile, dtype);
   std::string code = fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kConvGemmShapeStruct, kConvIgemm);
   code += fmt::format(R"(
 extern "C" __global__ void __launch_bounds__({1}) {0}(const T* __restrict__ a, const T* __restrict__ img,
                                                      T* __restrict__ out, ConvGemmShape g) {{
-  conv_igemm<{2}, {3}, {4}, {5}, {6}, {7}>(a, img, out, g);
+  conv_igemm<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}>(a, img, out, g);
 }}
 )",
                       name, igemm_threads(tile), static_cast<int>(mode), tile.bm, tile.bn, tile.kg, tile.ks,
-                      igemm_table(tile, dtype));
+                      igemm_table(tile, dtype), tile.tm, tile.tn);
   return {name, code, {}};
 }
 

@@ -1,6 +1,8 @@
 // The list of every hand-written kernel, and the CUDA spelling of kiln's dtypes.
 #include "backends/cuda/kernel_sources.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -16,38 +18,46 @@ const char* cuda_type_name(DType dtype) {
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }
 
-// Tile choice, from LeNet's passes at batch 64 on an H200 (132 SMs; CUDA-graph time per call):
-//  - forward, grad_input: 32-row tiles for up to 64 channels (conv2 forward, 64 channels:
-//    32x64 21.5 us, 64x64 24.3 us); 64 columns while that gives at least 264 blocks, else 32
-//    columns with two thread groups (conv2 grad_input, 196 vs 392 blocks: 32 vs 23.9 us);
-//    32-row K steps when K is long enough to fill them (conv2 forward, K = 288: 21.5 vs 22.5
-//    us; conv1, K = 9: 16-row steps, 5.6 vs 8.3 us). f64 keeps 16-row steps (shared memory).
-//  - grad_weight: 32x16 with four groups for filters of at most 16 columns (conv1: 9.9 us),
-//    else 64x32 (conv2: 24.3 us; 64x64 and other split counts within 0.5 us).
-IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
-  const bool f64 = dtype == DType::f64;
-  if (mode == IgemmMode::grad_weight) {
-    if (n <= 16) return f64 ? IgemmTile{32, 16, 2, 16} : IgemmTile{32, 16, 4, 16};
-    return f64 ? IgemmTile{64, 32, 1, 16} : IgemmTile{64, 32, 2, 16};
+// Tile choice, from LeNet's passes at batch 64 and 256 on an H200 (132 SMs; CUDA-graph time
+// per call, `cuda_kernels_tests -tc="benchmark variants*" --no-skip`):
+//  - f32 forward, grad_input with at least 64 output rows: 64x128 tiles of 8x8 per thread
+//    while that gives at least 264 blocks (conv2 forward at batch 256: 53.9 us against 77.4
+//    for the 4x4 32x64), else 64x32 tiles of 8x4 in two thread groups while that gives 264
+//    (batch 64: 19.9 against 21.6 us). Fewer blocks than that (ResNet's 7x7 stage at batch
+//    64) keep the smaller 4x4 tiles below: more blocks to fill the SMs.
+//  - f32, at most 64 rows: 32x64 tiles of 4x8 while that gives 264 blocks (conv2 grad_input
+//    at batch 256: 68.8 against 79.1 us; conv1 forward, K = 9: 15.0 either way), else 32x32
+//    of 4x4 in two groups (conv2 grad_input at batch 64: 23.9 us, no 8-wide tile came closer
+//    than 32.5); more than 64 rows: 64x32 of 4x4 in two groups.
+//  - f32 grad_weight: 32x16 with four groups for filters of at most 16 columns (conv1: 9.9
+//    us at batch 64), 64x64 of 8x8 in two groups from 64 rows and 64 columns (conv2, 288
+//    columns: 68.6 against 109.7 us for the 4x4 64x32 at batch 256, 23.3 against 24.6 at
+//    64), else 64x32.
+//  - f64 keeps 4x4 threads and 16-row K steps (registers and shared memory).
+IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n) {
+  auto blocks = [&](std::int64_t bm, std::int64_t bn) { return (m + bm - 1) / bm * ((n + bn - 1) / bn); };
+  if (dtype == DType::f64) {
+    if (mode == IgemmMode::grad_weight) return n <= 16 ? IgemmTile{32, 16, 2, 16} : IgemmTile{64, 32, 1, 16};
+    const int bm = m > 64 ? 64 : 32;
+    if (blocks(bm, 64) >= 264) return {bm, 64, 1, 16};
+    return bm == 64 ? IgemmTile{64, 32, 1, 16} : IgemmTile{32, 32, 2, 16};
   }
-  const int bm = m > 64 ? 64 : 32;
-  const std::int64_t blocks = (m + bm - 1) / bm * ((n + 63) / 64);
-  if (blocks >= 264) return {bm, 64, 1, !f64 && k >= 128 ? 32 : 16};
-  if (f64 && bm == 64) return {64, 32, 1, 16};
-  return {bm, 32, 2, 16};
+  if (mode == IgemmMode::grad_weight) {
+    if (n <= 16) return {32, 16, 4, 16};
+    return m >= 64 && n >= 64 ? IgemmTile{64, 64, 2, 16, 8, 8} : IgemmTile{64, 32, 2, 16};
+  }
+  if (m >= 64 && blocks(64, 128) >= 264) return {64, 128, 1, 16, 8, 8};
+  if (m >= 64 && blocks(64, 32) >= 264) return {64, 32, 2, 16, 8, 4};
+  if (m <= 64 && blocks(32, 64) >= 264) return {32, 64, 1, 16, 4, 8};
+  return m > 64 ? IgemmTile{64, 32, 2, 16} : IgemmTile{32, 32, 2, 16};
 }
 
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
-  if (mode == IgemmMode::grad_weight) return {igemm_choose_tile(mode, dtype, 32, 16, 1), igemm_choose_tile(mode, dtype, 64, 64, 1)};
   std::vector<IgemmTile> tiles;
   for (std::int64_t m : {32, 128})
-    for (std::int64_t n : {64, 1 << 20})
-      for (std::int64_t k : {16, 256}) {
-        const IgemmTile t = igemm_choose_tile(mode, dtype, m, n, k);
-        bool seen = false;
-        for (const IgemmTile& u : tiles) seen = seen || (u.bm == t.bm && u.bn == t.bn && u.kg == t.kg && u.ks == t.ks);
-        if (!seen) tiles.push_back(t);
-      }
+    for (std::int64_t n : {16, 32, 64, 8192, 1 << 20})
+      if (const IgemmTile t = igemm_choose_tile(mode, dtype, m, n); std::find(tiles.begin(), tiles.end(), t) == tiles.end())
+        tiles.push_back(t);
   return tiles;
 }
 

@@ -29,6 +29,8 @@ jit::KernelSource col2im_source(DType dtype);
 enum class IgemmMode { forward = 0, grad_input = 1, grad_weight = 2 };
 struct IgemmTile {
   int bm = 64, bn = 64, kg = 1, ks = 16;
+  int tm = 4, tn = 4;  // each thread's sub-tile: 4 or 8 rows by 4 or 8 columns
+  bool operator==(const IgemmTile&) const = default;
 };
 // Whether a kernel exists for `tile` (shape rules, 64 to 1024 threads, 48 KiB of shared memory).
 bool igemm_tile_valid(IgemmTile tile, DType dtype);
@@ -38,7 +40,7 @@ std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype);
 jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype);
 // The tile for a pass whose GEMM is C[m, n] = A[m, k] B[k, n], and every tile that choice
 // can return for `mode` (the ones all_kernel_sources lists).
-IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k);
+IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n);
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype);
 // out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight).
 jit::KernelSource conv_splitk_sum_source(DType dtype);
