@@ -87,6 +87,51 @@ void absorb(Grouping& gr, int into, int from) {
   gr.members[static_cast<std::size_t>(from)].clear();
 }
 
+// Nodes computed where they are read instead of stored where their input is made: an
+// elementwise node whose one input (fills aside) is stored anyway (made outside any group,
+// read by a node that is neither elementwise nor a reduction, or a graph output), and whose
+// only reader is an elementwise node in another group of its shape. In its producer's group
+// it is one more output to store and load again (relu's mask greater(y, 0), made in the
+// forward for the backward); in its reader's group it costs only reading its input. The move
+// keeps the contracted graph acyclic: the reader's group already depended on that input.
+void move_to_readers(const Graph& g, Grouping& gr) {
+  const int count = static_cast<int>(g.nodes().size());
+  std::vector<std::vector<int>> readers(static_cast<std::size_t>(count));
+  for (int id = 0; id < count; ++id)
+    for (const ValueRef& in : g.node(id).inputs) {
+      auto& r = readers[static_cast<std::size_t>(in.node)];
+      if (r.empty() || r.back() != id) r.push_back(id);
+    }
+  std::vector<char> stored(static_cast<std::size_t>(count), 0);
+  for (const auto& [name, ref] : g.outputs()) stored[static_cast<std::size_t>(ref.node)] = 1;
+  for (const auto& [var, ref] : g.assignments()) stored[static_cast<std::size_t>(ref.node)] = 1;
+  for (int id = 0; id < count; ++id) {
+    if (!fusible(g.node(id)) && !is_fill(g.node(id))) stored[static_cast<std::size_t>(id)] = 1;
+    for (int r : readers[static_cast<std::size_t>(id)])
+      if (!fusible(g.node(r)) && !is_reduction(g.node(r))) stored[static_cast<std::size_t>(id)] = 1;
+  }
+  for (int id = 0; id < count; ++id) {
+    const Node& n = g.node(id);
+    const auto& mine = readers[static_cast<std::size_t>(id)];
+    if (!fusible(n) || stored[static_cast<std::size_t>(id)] || mine.size() != 1) continue;
+    const int from = gr.group_of[static_cast<std::size_t>(id)], to = gr.group_of[static_cast<std::size_t>(mine[0])];
+    if (to < 0 || to == from || gr.shape[static_cast<std::size_t>(to)] != n.outputs[0].shape) continue;
+    int inputs = 0;
+    bool inputs_stored = true;
+    for (const ValueRef& in : n.inputs) {
+      if (is_fill(g.node(in.node))) continue;
+      ++inputs;
+      inputs_stored = inputs_stored && g.node(in.node).outputs.size() == 1 && stored[static_cast<std::size_t>(in.node)];
+    }
+    if (inputs != 1 || !inputs_stored) continue;
+    auto& old_members = gr.members[static_cast<std::size_t>(from)];
+    old_members.erase(std::find(old_members.begin(), old_members.end(), id));
+    auto& new_members = gr.members[static_cast<std::size_t>(to)];
+    new_members.insert(std::upper_bound(new_members.begin(), new_members.end(), id), id);
+    gr.group_of[static_cast<std::size_t>(id)] = to;
+  }
+}
+
 Grouping group_nodes(const Graph& g, const FuseOptions& options) {
   Grouping gr;
   const int count = static_cast<int>(g.nodes().size());
@@ -114,6 +159,7 @@ Grouping group_nodes(const Graph& g, const FuseOptions& options) {
     gr.group_of[static_cast<std::size_t>(id)] = joined[0];
     gr.members[static_cast<std::size_t>(joined[0])].push_back(id);
   }
+  if (!options.single_ops) move_to_readers(g, gr);
   // Reduction tails: a reduction depends only on its input's group, so joining cannot cycle.
   // A reduction with no group to join becomes a group of its own (no instructions), so
   // that every reduction runs through the same generated code.

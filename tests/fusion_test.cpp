@@ -121,6 +121,42 @@ TEST_CASE("a reduction joins its producer's group as the tail") {
   check_fused_matches_unfused(g, 9);
 }
 
+TEST_CASE("relu's mask is computed in the backward's group from the stored output, not stored by the forward") {
+  // y = relu(x w + b) is stored anyway (the next matmul reads it); the gradient's mask
+  // greater(y, 0) moves to the group that multiplies it by dy, so no group outputs it.
+  Graph g;
+  const Value x = g.input("x", {6, 5}), w = g.input("w", {5, 7}), b = g.input("b", {7}), w2 = g.input("w2", {7, 3});
+  const Value y = relu(matmul(x, w) + broadcast_to(b, {6, 7}));
+  const Value loss = sum(tanh(matmul(y, w2)), {0, 1});
+  const std::vector<Value> grads = grad(loss, {w, b});
+  g.output("loss", loss);
+  g.output("dw", grads[0]);
+  g.output("db", grads[1]);
+  const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g)));
+  int relu_groups = 0, mask_groups = 0;
+  for (const Node& n : fused.nodes()) {
+    if (!n.body) continue;
+    bool relu = false, mask = false, mul = false;
+    for (const FusedInstr& i : dynamic_cast<const FusedGroup&>(*n.body).instrs) {
+      relu = relu || i.op->name == "relu";
+      mask = mask || i.op->name == "greater";
+      mul = mul || i.op->name == "mul";
+    }
+    if (relu) {
+      ++relu_groups;
+      CHECK_FALSE(mask);
+      CHECK(n.outputs.size() == 1);  // y alone
+    }
+    if (mask) {
+      ++mask_groups;
+      CHECK(mul);
+    }
+  }
+  CHECK(relu_groups == 1);
+  CHECK(mask_groups == 1);
+  check_fused_matches_unfused(g, 15);
+}
+
 TEST_CASE("slices feeding a group are read in place: LSTM gates cost no copies, fused equals unfused") {
   Graph g;
   testing::lstm_step_graph(g, 3, 5, 4, true);

@@ -150,8 +150,11 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   table.push_back(elementwise<Sqrt>("sqrt", 1, "sqrt({0})", [](const GradContext& c) {
     return Grads{dy(c) * 0.5 / out(c)};
   }));
+  // relu's mask from its output (x > 0 exactly where relu(x) > 0): the output is stored anyway
+  // when a non-elementwise op reads it (pooling, a GEMM), so the fuse pass computes the mask
+  // in the backward's kernel instead of storing it in the forward's.
   table.push_back(elementwise<Relu>("relu", 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
-    return Grads{dy(c) * greater(in(c, 0), scalar_like(in(c, 0), 0.0))};
+    return Grads{dy(c) * greater(out(c), scalar_like(out(c), 0.0))};
   }));
   table.push_back(elementwise<Tanh>("tanh", 1, "tanh({0})", [](const GradContext& c) {
     return Grads{dy(c) * (1.0 - out(c) * out(c))};
