@@ -16,6 +16,7 @@
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/pool_grad_masks.h"
 #include "graph/passes/verify.h"
 
 namespace kiln {
@@ -31,6 +32,14 @@ void dump_after(const char* pass, const Graph& g) {
 }
 
 }  // namespace
+
+Graph simplify_for_fusion(const Graph& recorded) {
+  Graph g = eliminate_dead_code(fold_constants(recorded));
+  dump_after("fold_constants", g);
+  g = eliminate_dead_code(apply_masks_before_pool_grads(g));
+  dump_after("pool_grad_masks", g);
+  return g;
+}
 
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   const Node& n = input.graph().node(input.ref().node);
@@ -49,9 +58,8 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   verify(g);
   dump_after("dead_code", g);
   if (options.fuse) {  // the unfused baseline and check-numerics keep every op
-    g = eliminate_dead_code(fold_constants(g));
+    g = simplify_for_fusion(g);
     verify(g);
-    dump_after("fold_constants", g);
   }
   // The CPU runs unfused ops with their own kernels; the GPU runs elementwise math only as
   // generated kernels, so its unfused baseline is one group per op.

@@ -23,6 +23,10 @@ struct CompileOptions {
   bool deterministic = false;
 };
 
+// The rewrites that run before fusion when fusing (constant folding, pool-gradient masks),
+// each followed by dead-code elimination; `dump` tools show the graph this returns.
+Graph simplify_for_fusion(const Graph& g);
+
 // Runs the passes (verify, dead-code elimination, fusion) and builds a Program
 // for the device. KILN_DUMP=<pass name>[,...] (or "all") prints the graph after a pass.
 std::unique_ptr<Program> compile(const Graph& g, const CompileOptions& options = {});

@@ -10,6 +10,7 @@
 #include "backends/compile.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/pool_grad_masks.h"
 #include "graph/passes/verify.h"
 #include "tests/support.h"
 
@@ -157,6 +158,68 @@ TEST_CASE("fold_constants: small all-constant ops become fills or tensor constan
     REQUIRE(want.at(name).numel() == got.at(name).numel());
     for (std::int64_t i = 0; i < want.at(name).numel(); ++i) CHECK(want.at(name).at(i) == got.at(name).at(i));  // bitwise
   }
+}
+
+TEST_CASE("apply_masks_before_pool_grads: relu's mask and the bias sum move to the pooled gradient, values unchanged") {
+  struct Window {
+    std::int64_t kernel, stride, padding;
+  };
+  std::uint64_t seed = 40;
+  for (const Window w : {Window{2, 2, 0}, Window{3, 1, 0}, Window{3, 2, 1}, Window{2, 1, 0}}) {
+    CAPTURE(w.kernel);
+    CAPTURE(w.stride);
+    CAPTURE(w.padding);
+    Graph g;
+    const Value x = g.input("x", {2, 3, 7, 7}), b = g.input("b", {3});
+    const Value y = relu(x + broadcast_to(reshape(b, {1, 3, 1, 1}), {2, 3, 7, 7}));
+    const Value p = max_pool2d(y, w.kernel, w.stride, w.padding);
+    const Value scale = g.input("scale", p.type().shape);
+    const Value loss = sum(tanh(p) * scale, {0, 1, 2, 3});
+    const std::vector<Value> grads = grad(loss, {x, b});
+    g.output("loss", loss);
+    g.output("dx", grads[0]);
+    g.output("db", grads[1]);
+    const Graph before = eliminate_dead_code(g);
+    const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
+    verify(after);
+    const Shape big = y.type().shape, pooled = p.type().shape;
+    int big_muls = 0, pooled_sums = 0, pool_grads = 0;
+    for (const Node& n : after.nodes()) {
+      big_muls += n.op->name == "mul" && n.outputs[0].shape == big;
+      pooled_sums += n.op->name == "reduce_sum" && after.type(n.inputs[0]).shape == pooled;
+      pool_grads += n.op->name == "max_pool2d_grad";
+    }
+    CHECK(big_muls == 0);     // the mask multiplies the pooled gradient
+    CHECK(pooled_sums == 2);  // the loss, and db summing the pooled gradient
+    CHECK(pool_grads == 1);
+    const std::vector<Feed> feeds = {{"x", test::random_tensor({2, 3, 7, 7}, DType::f32, seed++)},
+                                     {"b", test::random_tensor({3}, DType::f32, seed++)},
+                                     {"scale", test::random_tensor(pooled, DType::f32, seed++)}};
+    const Outputs want = compile(before, {.fuse = false})->run(feeds);
+    const Outputs got = compile(after, {.fuse = false})->run(feeds);
+    for (const char* name : {"loss", "dx"}) {  // the same products, routed the same way: bitwise
+      CAPTURE(name);
+      for (std::int64_t i = 0; i < want.at(name).numel(); ++i) CHECK(want.at(name).at(i) == got.at(name).at(i));
+    }
+    for (std::int64_t i = 0; i < 3; ++i)  // the same terms summed in another order
+      CHECK(got.at("db").at(i) == doctest::Approx(want.at("db").at(i)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("apply_masks_before_pool_grads leaves a pool gradient that is read twice, and its values, alone") {
+  Graph g;
+  const Value x = g.input("x", {1, 2, 4, 4});
+  const Value y = relu(x);
+  const Value dy = g.input("dy", {1, 2, 2, 2});
+  const Value routed = max_pool2d_grad(y, dy, 2, 2, 0);
+  (void)max_pool2d(y, 2);
+  g.output("routed", routed);  // a second reader
+  g.output("masked", routed * greater(y, g.fill(0.0)));
+  const Graph before = eliminate_dead_code(g);
+  const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
+  int muls = 0;
+  for (const Node& n : after.nodes()) muls += n.op->name == "mul" && n.outputs[0].shape == Shape{1, 2, 4, 4};
+  CHECK(muls == 1);
 }
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/compile.h"
 #include "backends/schedule.h"
 #include "fusion/fused_group.h"
 #ifdef KILN_HAVE_CUDA
@@ -11,7 +12,6 @@
 #endif
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
-#include "graph/passes/fold_constants.h"
 #include "graph/passes/verify.h"
 
 namespace kiln::tools {
@@ -47,7 +47,7 @@ nlohmann::json node_json(std::int32_t id, const Node& n) {
 FusionView fuse_for_view(const Graph& recorded) {
   FusionView v;
   verify(recorded);
-  v.before = eliminate_dead_code(fold_constants(eliminate_dead_code(recorded)));  // as compile() does
+  v.before = simplify_for_fusion(eliminate_dead_code(recorded));  // as compile() does
   v.after = fuse(v.before, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups) v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
