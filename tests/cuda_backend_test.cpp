@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/compile.h"
+#include "backends/device_warm_up.h"
 #include "fusion/jit/cuda_runtime.h"
 #include "graph/autograd.h"
 #include "graph/op_table.h"
@@ -237,5 +238,18 @@ TEST_CASE("GPU: the caching allocator makes no cudaMalloc in the steady state") 
   CHECK(cuda::device_allocator().stats().device_mallocs == mallocs);
 }
 #endif
+
+TEST_CASE("GPU: a program compiled and run while DeviceWarmUp's thread starts the device matches the CPU") {
+  if (!have_gpu()) return;
+  Graph g;
+  const Value x = g.input("x", {33, 20}), w = g.input("w", {20, 17});
+  g.output("y", tanh(matmul(x, w)) * 2.0);
+  const std::vector<Feed> feeds = {{"x", test::random_tensor({33, 20}, DType::f32, 70)},
+                                   {"w", test::random_tensor({20, 17}, DType::f32, 71)}};
+  for (int i = 0; i < 3; ++i) {  // the warm-up's GEMM and context calls race the program's own
+    const DeviceWarmUp warming(Device::cuda());
+    test::check_gpu_matches_cpu(g, feeds, 1e-5);
+  }
+}
 
 }  // namespace kiln

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "backends/device_warm_up.h"
 #include "core/log.h"
 #include "fusion/jit/cuda_runtime.h"
 #include "models/config_file.h"
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
     }
     if (const auto code = kiln::tools::launch_ranks_if_asked(parallel, config, argc, argv)) return *code;
     config.device = parse_device(parallel.gpus > 0 ? "cuda" : device);  // --gpus 1: this process, on the GPU
+    const kiln::DeviceWarmUp warm_up(config.device);  // the GPU's context and cuBLAS, while data loads
     config.progress = !no_progress;
     config.cuda_graphs = !no_graphs;
     if (threads > 0) omp_set_num_threads(threads);
