@@ -104,11 +104,11 @@ class Writer {
       const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
       if (columns_reduced()) {  // blocks of 32 adjacent outputs, so that a warp's loads are one row segment
         const std::int64_t tiles = (k.reduced_outputs + 31) / 32;
-        k.splits = reduction_splits(tiles, per_output * 32);
+        k.splits = reduction_splits(tiles, per_output * 32, 1024, 2048);
         k.work_items = tiles * k.splits;
         body = column_reduction_body(k.splits);
       } else {
-        k.splits = reduction_splits(k.reduced_outputs, per_output);
+        k.splits = reduction_splits(k.reduced_outputs, per_output, 2048, 512);
         k.work_items = k.reduced_outputs * k.splits;
         body = reduction_body(k.splits);
       }
@@ -125,10 +125,12 @@ class Writer {
   }
 
   // Few outputs over many elements would leave most SMs idle with one block per output:
-  // aim at about 1024 blocks, each reducing at least 2048 elements.
-  static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output) {
-    const std::int64_t by_blocks = (1024 + outputs - 1) / outputs;
-    const std::int64_t by_size = (per_output + 2047) / 2048;
+  // aim at about `blocks` blocks, each reducing at least `least` elements (the row body:
+  // 2048 and 512, so that a per-channel sum over [64, 32, 14, 14] runs 32 x 25 blocks, not
+  // 32 x 7 of 1792 elements each; the column body: 1024 and 2048).
+  static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output, std::int64_t blocks, std::int64_t least) {
+    const std::int64_t by_blocks = (blocks + outputs - 1) / outputs;
+    const std::int64_t by_size = (per_output + least - 1) / least;
     return std::max<std::int64_t>(1, std::min(by_blocks, by_size));
   }
 
@@ -282,17 +284,19 @@ ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& ax
   return r;
 }
 
-// sum_k ((index / inner_k) % size_k) * stride_k as C code.
-std::string coordinate_sum(const std::vector<std::int64_t>& sizes, const std::vector<std::int64_t>& strides, const std::string& index) {
+// sum_k ((index / inner_k) % size_k) * stride_k as C code, its constants with `suffix`
+// ("LL": 64-bit arithmetic; "": 32-bit, when every index fits, for cheaper divisions).
+std::string coordinate_sum(const std::vector<std::int64_t>& sizes, const std::vector<std::int64_t>& strides,
+                           const std::string& index, const char* suffix = "LL") {
   std::string expr;
   std::int64_t inner = 1;
   for (std::size_t k = sizes.size(); k-- > 0;) {
-    std::string coord = inner == 1 ? index : fmt::format("({} / {}LL)", index, inner);
-    if (k > 0) coord = fmt::format("({} % {}LL)", coord, sizes[k]);
-    expr += (expr.empty() ? "" : " + ") + fmt::format("{} * {}LL", coord, strides[k]);
+    std::string coord = inner == 1 ? index : fmt::format("({} / {}{})", index, inner, suffix);
+    if (k > 0) coord = fmt::format("({} % {}{})", coord, sizes[k], suffix);
+    expr += (expr.empty() ? "" : " + ") + fmt::format("{} * {}{}", coord, strides[k], suffix);
     inner *= sizes[k];
   }
-  return expr.empty() ? "0LL" : expr;
+  return expr.empty() ? fmt::format("0{}", suffix) : expr;
 }
 
 }  // namespace
@@ -313,10 +317,14 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   out += "    const long long o = job / splits;\n";
   out += "    const long long r_first = (job % splits) * chunk;\n";
   out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
-  out += fmt::format("    const long long base = {};\n", coordinate_sum(axes.kept_sizes, axes.kept_strides, "o"));
+  // Indices in 32 bits when they fit: the coordinates' divisions are the inner loop's cost.
+  const bool narrow = g_.shape.numel() < (std::int64_t{1} << 31);
+  const char* ix = narrow ? "int" : "long long";
+  const char* suffix = narrow ? "" : "LL";
+  out += fmt::format("    const {} base = {};\n", ix, coordinate_sum(axes.kept_sizes, axes.kept_strides, fmt::format("(({})o)", ix), suffix));
   out += fmt::format("    T acc = {};\n", init);
-  out += "    for (long long r = r_first + threadIdx.x; r < r_end; r += blockDim.x) {\n";
-  out += fmt::format("      const long long i = base + {};\n", coordinate_sum(axes.red_sizes, axes.red_strides, "r"));
+  out += fmt::format("#pragma unroll 4\n    for ({0} r = ({0})r_first + ({0})threadIdx.x; r < ({0})r_end; r += ({0})blockDim.x) {{\n", ix);
+  out += fmt::format("      const {} i = base + {};\n", ix, coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
   out += scalar_loads("      ", "i");
   out += compute("      ", "");
   for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("      out{}[i] = {};\n", o, operand(g_.outputs[o], ""));

@@ -108,11 +108,14 @@ TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle r
   CHECK(k.splits == 1);
   CHECK(contains(k.source, "const long long n_out = 6LL;"));
   CHECK(contains(k.source, "const long long n_red = 40LL;"));
-  CHECK(contains(k.source, "const long long base = o * 10LL;"));
-  CHECK(contains(k.source, "const long long i = base + (r % 10LL) * 1LL + (r / 10LL) * 60LL;"));
+  CHECK(contains(k.source, "const int base = ((int)o) * 10;"));  // 32-bit indices: 240 elements
+  CHECK(contains(k.source, "const int i = base + (r % 10) * 1 + (r / 10) * 60;"));
   CHECK(contains(k.source, "__shfl_down_sync(0xffffffffu, acc, off)"));
   CHECK(contains(k.source, "reduced[job] = acc;"));
   CHECK(k.finish_name.empty());
+  Graph big;  // 3 * 2^30 elements: 64-bit indices
+  big.output("s", sum(exp(big.input("x", {std::int64_t{1} << 30, 3})), {1}));
+  CHECK(contains(generate_cuda(*single_group(big)).source, "const long long i = base + r * 1LL;"));
 }
 
 TEST_CASE("golden: a bias gradient over [64, 32, 28, 28] is split across blocks and finished in order") {
@@ -121,10 +124,10 @@ TEST_CASE("golden: a bias gradient over [64, 32, 28, 28] is split across blocks 
   g.output("db", sum(dy * 2.0, {0, 2, 3}));
   const CudaKernelSource k = generate_cuda(*single_group(g));
   CAPTURE(k.source);
-  CHECK(k.splits == 25);  // 32 outputs of 50176 values: 25 blocks of <= 2048 values each
-  CHECK(k.work_items == 32 * 25);
+  CHECK(k.splits == 64);  // 32 outputs of 50176 values: 64 blocks each (2048 in all) of >= 512 values
+  CHECK(k.work_items == 32 * 64);
   CHECK(k.finish_name == k.name + "_finish");
-  CHECK(contains(k.source, "const long long chunk = 2008LL;"));
+  CHECK(contains(k.source, "const long long chunk = 784LL;"));
   CHECK(contains(k.source, "extern \"C\" __global__ void " + k.finish_name + "(const T* __restrict__ partial, T* __restrict__ reduced)"));
   CHECK(contains(k.source, "for (long long c = 1; c < splits; ++c) { const T v = partial[o * splits + c]; acc = (acc + v); }"));
 }
