@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "backends/compile.h"
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/lstm.h"
+#endif
 #include "graph/autograd.h"
 #include "graph/ops.h"
 #include "tests/support.h"
@@ -104,5 +107,26 @@ TEST_CASE("GPU lstm_sequence: the char-lstm size (T = 64, B = 64, H = 256, f32)"
   if (!have_gpu()) return;
   for (bool reverse : {false, true}) check_lstm({64, 64, 256, reverse, DType::f32, kF32, false});
 }
+
+#ifdef KILN_HAVE_CUDA
+// The persistent forward (one cooperative launch, barriers between steps) where it fits:
+// partial row blocks (B = 33), H = 128 and 64, both directions, f32 and f64; and the same
+// cases step by step, against the same CPU results. (A program's launches are fixed when it
+// is compiled, so the mode is set before check_lstm compiles.)
+TEST_CASE("GPU lstm_sequence: the persistent forward, and the same shapes step by step") {
+  if (!have_gpu()) return;
+  using cuda::detail::LstmPersistent;
+  for (LstmPersistent mode : {LstmPersistent::when_resident, LstmPersistent::never}) {
+    CAPTURE(static_cast<int>(mode));
+    cuda::detail::set_lstm_persistent_for_testing(mode);
+    for (bool reverse : {false, true}) {
+      check_lstm({5, 33, 128, reverse, DType::f32, kF32});
+      check_lstm({7, 20, 64, reverse, DType::f64, kF64});
+      check_lstm({3, 64, 256, reverse, DType::f32, kF32});
+    }
+  }
+  cuda::detail::set_lstm_persistent_for_testing(LstmPersistent::automatic);
+}
+#endif
 
 }  // namespace kiln

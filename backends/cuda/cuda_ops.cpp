@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
+#include <memory>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/device_allocator.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/lstm.h"
@@ -129,11 +131,20 @@ LstmShape lstm_shape(const LaunchSetup& s, std::size_t u_input, std::size_t batc
           .reverse = s.node.attrs.integer("reverse") != 0};
 }
 
+// Where the persistent forward fits, the node gets its own zeroed barrier counters.
 Launch prepare_lstm_sequence(const LaunchSetup& s) {
   const LstmShape shape = lstm_shape(s, 1, 2);
-  const LstmForwardArgs args{.projected = s.inputs[0], .u = s.inputs[1], .h0 = s.inputs[2], .c0 = s.inputs[3],
-                             .hs = s.outputs[0], .cs = s.outputs[1], .acts = s.outputs[2]};
-  return [shape, args](jit::Stream st) { lstm_sequence_forward(shape, args, st); };
+  LstmForwardArgs args{.projected = s.inputs[0], .u = s.inputs[1], .h0 = s.inputs[2], .c0 = s.inputs[3],
+                       .hs = s.outputs[0], .cs = s.outputs[1], .acts = s.outputs[2]};
+  std::shared_ptr<Storage> barrier;
+  if (lstm_persistent_forward_fits(shape)) {
+    const std::size_t bytes = 2 * sizeof(unsigned) * static_cast<std::size_t>(lstm_persistent_barriers(shape));
+    barrier = device_allocator().allocate(bytes);
+    KILN_CUDA_CHECK(cudaMemset(barrier->data(), 0, bytes));
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    args.barrier = static_cast<unsigned*>(barrier->data());
+  }
+  return [shape, args, barrier](jit::Stream st) { lstm_sequence_forward(shape, args, st); };
 }
 
 Launch prepare_lstm_sequence_grad(const LaunchSetup& s) {

@@ -76,6 +76,7 @@ std::vector<jit::KernelSource> all_kernel_sources() {
       all.push_back(max_pool_fast_source(p, t));
     for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
     for (bool backward : {false, true}) all.push_back(lstm_step_source(backward, t));
+    all.push_back(lstm_persistent_source(t));
   }
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(transpose_source(bytes));
   for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(concat_source(bytes));

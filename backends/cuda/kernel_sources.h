@@ -73,6 +73,8 @@ jit::KernelSource random_uniform_source(DType dtype);
 // (backward), the recurrent GEMM fused with the cell (backends/cuda/lstm.h).
 std::string lstm_step_name(bool backward, DType dtype);
 jit::KernelSource lstm_step_source(bool backward, DType dtype);  // f32 or f64
+std::string lstm_persistent_name(DType dtype);
+jit::KernelSource lstm_persistent_source(DType dtype);  // the forward, all steps in one launch
 
 // Every kernel the library can launch, for compile-only tests and preloading.
 std::vector<jit::KernelSource> all_kernel_sources();

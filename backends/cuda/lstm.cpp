@@ -3,11 +3,14 @@
 // grid: one block per 8 hidden units x 16 batch rows, 256 threads (lstm_kernels.cpp).
 #include "backends/cuda/lstm.h"
 
+#include <cuda_runtime_api.h>
+
 #include <limits>
 
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/error.h"
+#include "fusion/jit/cuda_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -37,6 +40,16 @@ const DeviceKernel& step_kernel(bool backward, DType dtype) {
   return device_kernel(lstm_step_name(backward, dtype), [&] { return lstm_step_source(backward, dtype); });
 }
 
+detail::LstmPersistent g_persistent = detail::LstmPersistent::automatic;
+
+const DeviceKernel& persistent_kernel(DType dtype) {
+  return device_kernel(lstm_persistent_name(dtype), [&] { return lstm_persistent_source(dtype); });
+}
+
+std::size_t persistent_shared_bytes(const LstmShape& s) {
+  return static_cast<std::size_t>(48 * s.hidden) * dtype_size(s.dtype);
+}
+
 jit::Dim3 grid_of(const LstmShape& s) {
   return {static_cast<unsigned>((s.hidden + kUnitsPerBlock - 1) / kUnitsPerBlock),
           static_cast<unsigned>((s.batch + kRowsPerBlock - 1) / kRowsPerBlock), 1};
@@ -44,14 +57,37 @@ jit::Dim3 grid_of(const LstmShape& s) {
 
 }  // namespace
 
+bool lstm_persistent_forward_fits(const LstmShape& s) {
+  if (g_persistent == detail::LstmPersistent::never || s.hidden < 64 || s.hidden % 32 != 0 || s.batch == 0) return false;
+  if (persistent_shared_bytes(s) > 48 * 1024) return false;
+  int device = 0, sms = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const jit::Dim3 grid = grid_of(s);
+  const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y;
+  const int per_sm = persistent_kernel(s.dtype).kernel.max_active_blocks_per_sm(static_cast<int>(kThreads), persistent_shared_bytes(s));
+  const bool fills = 4 * blocks >= 3 * sms || g_persistent == detail::LstmPersistent::when_resident;
+  return static_cast<std::int64_t>(per_sm) * sms >= blocks && fills;
+}
+
+std::int64_t lstm_persistent_barriers(const LstmShape& s) { return (s.batch + kRowsPerBlock - 1) / kRowsPerBlock; }
+
 void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, jit::Stream stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.hidden == 0) return;
-  const DeviceKernel& k = step_kernel(false, shape.dtype);
   const jit::Dim3 grid = grid_of(shape);
   int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
   const void *projected = args.projected, *u = args.u;
   void *hs = args.hs, *cs = args.cs, *acts = args.acts;
+  if (args.barrier != nullptr) {  // all steps in one cooperative launch
+    const void *h0 = args.h0, *c0 = args.c0;
+    unsigned* barrier = args.barrier;
+    int steps = static_cast<int>(shape.steps), reverse = shape.reverse ? 1 : 0;
+    void* params[] = {&projected, &u, &h0, &c0, &hs, &cs, &acts, &barrier, &batch, &hidden, &steps, &reverse};
+    persistent_kernel(shape.dtype).kernel.launch_cooperative(grid, {kThreads, 1, 1}, persistent_shared_bytes(shape), stream, params);
+    return;
+  }
+  const DeviceKernel& k = step_kernel(false, shape.dtype);
   for (std::int64_t step = 0; step < shape.steps; ++step) {
     int t = static_cast<int>(time_of(shape, step));
     const std::int64_t before = step == 0 ? -1 : time_of(shape, step - 1);
@@ -84,7 +120,11 @@ void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args
 }
 
 std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype) {
-  return {lstm_step_source(false, dtype), lstm_step_source(true, dtype)};
+  return {lstm_step_source(false, dtype), lstm_step_source(true, dtype), lstm_persistent_source(dtype)};
 }
+
+namespace detail {
+void set_lstm_persistent_for_testing(LstmPersistent mode) { g_persistent = mode; }
+}  // namespace detail
 
 }  // namespace kiln::cuda

@@ -1,6 +1,7 @@
 // The fused LSTM recurrence on the GPU (ops lstm_sequence and lstm_sequence_grad,
 // docs/lstm_ops.md): one kernel launch per time step, the recurrent GEMM fused with the
-// cell; no scratch memory (the carried dc lives in dc0's buffer), so capturable as is.
+// cell (the carried dc lives in dc0's buffer), or, for the forward where the shape fits,
+// one persistent cooperative launch for all steps (lstm_persistent_kernels.cpp).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,20 @@ struct LstmShape {
 struct LstmForwardArgs {
   const void *projected = nullptr, *u = nullptr, *h0 = nullptr, *c0 = nullptr;
   void *hs = nullptr, *cs = nullptr, *acts = nullptr;
+  // 2 * lstm_persistent_barriers(shape) zeroed counters of device memory, this op's own: when
+  // set (and the shape fits), the forward is one persistent cooperative launch whose
+  // barriers count in them.
+  unsigned* barrier = nullptr;
 };
+// Whether `shape`'s forward runs as the persistent kernel on the current device: H a
+// multiple of 32 from 64 up, (32 + 16) * H elements of shared memory within 48 KiB, and a
+// grid of (H / 8) x ceil(B / 16) blocks that is resident at once and fills at least 3/4 of
+// the SMs (a cooperative launch waits for the whole grid to fit, so a small one would stop
+// other work from running beside it: row-lstm's two directions, 64 blocks each, took 0.453
+// -> 0.503 ms as persistent kernels).
+bool lstm_persistent_forward_fits(const LstmShape& shape);
+// The barriers (row groups of 16) of the persistent forward, two counters each.
+std::int64_t lstm_persistent_barriers(const LstmShape& shape);
 void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, jit::Stream stream);
 
 // d_hs, d_cs [T*B, H], u [H, 4H], c0 [B, H], cs [T*B, H], acts [T*B, 4H] -> d_projected
@@ -35,7 +49,13 @@ struct LstmBackwardArgs {
 };
 void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args, jit::Stream stream);
 
-// Both step kernels of `dtype`, for kernel_sources_for.
+// The step kernels and the persistent forward of `dtype`, for kernel_sources_for.
 std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype);
+
+namespace detail {
+// Tests: `never` runs every forward step by step; `when_resident` drops the 3/4-of-the-SMs rule.
+enum class LstmPersistent { automatic, when_resident, never };
+void set_lstm_persistent_for_testing(LstmPersistent mode);
+}  // namespace detail
 
 }  // namespace kiln::cuda

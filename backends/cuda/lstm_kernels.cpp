@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/lstm_cell_math.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -26,7 +27,6 @@ constexpr const char* kTileGemm = R"(
 #define LSTM_ROWS 16
 #define LSTM_UNITS 8
 #define LSTM_THREADS 256
-struct __align__(4 * sizeof(T)) Quad { T v[4]; };
 
 template <int NC, int S, int KT>
 struct TileGemm {
@@ -119,11 +119,6 @@ __device__ __forceinline__ T tile_sum(const T* red, int r, int c) {
   return sum;
 }
 
-__device__ __forceinline__ float lstm_exp(float x) { return expf(x); }
-__device__ __forceinline__ double lstm_exp(double x) { return exp(x); }
-__device__ __forceinline__ float lstm_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double lstm_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ T lstm_sigmoid(T x) { return T(1) / (T(1) + lstm_exp(-x)); }
 )";
 
 // Time t of lstm_sequence: gates = projected[t] + h_prev @ u for the block's units and
@@ -268,7 +263,7 @@ jit::KernelSource lstm_step_source(bool backward, DType dtype) {
   KILN_ASSERT(at != std::string::npos, "lstm kernel template lacks {}", token);
   body.replace(at, token.size(), name);
   std::string code = fmt::format("typedef {} T;\n#define GEMM_KT {}\n#define GEMM_S {}\n", cuda_type_name(dtype), tile.kt, tile.s);
-  return {name, code + kTileGemm + body, {}};
+  return {name, code + kLstmCellMath + kTileGemm + body, {}};
 }
 
 }  // namespace kiln::cuda

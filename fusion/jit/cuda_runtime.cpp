@@ -108,6 +108,26 @@ void LoadedKernel::launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Strea
                                  name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
 }
 
+void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const {
+  KILN_CHECK(kernel_ != nullptr, "launch of kernel '{}', which was moved from", name_);
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = to_dim3(grid);
+  config.blockDim = to_dim3(block);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelExC(&config, as_func(kernel_), args);
+  if (status != cudaSuccess)
+    throw_cuda_error(status, "cudaLaunchKernelExC (cooperative)", __FILE__, __LINE__,
+                     fmt::format("launching kernel '{}' with grid [{}, {}, {}], block [{}, {}, {}] and {} bytes of "
+                                 "dynamic shared memory",
+                                 name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
+}
+
 void LoadedKernel::set_max_dynamic_shared_bytes(int bytes) {
   KILN_CHECK(kernel_ != nullptr, "kernel '{}' was moved from", name_);
   KILN_CUDA_CHECK(cudaFuncSetAttribute(as_func(kernel_), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
