@@ -159,15 +159,7 @@ KERNEL_NAME(const T* __restrict__ projected, const T* __restrict__ u, const T* h
   tile_gemm<4 * LSTM_UNITS, GEMM_S, GEMM_KT>(ld, hidden, smem);
   if (!owner) return;
   for (int g = 0; g < 4; ++g) gate[g] += tile_sum<4 * LSTM_UNITS, GEMM_S>(smem, r, g * LSTM_UNITS + uu);
-  const T i = lstm_sigmoid(gate[0]), f = lstm_sigmoid(gate[1]), g = lstm_tanh(gate[2]), o = lstm_sigmoid(gate[3]);
-  const T c = f * c_old + i * g;
-  T* a = acts + row * 4 * hidden + j;
-  a[0] = i;
-  a[hidden] = f;
-  a[2 * hidden] = g;
-  a[3 * hidden] = o;
-  cs[row * hidden + j] = c;
-  hs[row * hidden + j] = o * lstm_tanh(c);
+  lstm_cell(gate, c_old, row, j, hidden, acts, cs, hs);
 }
 )";
 

@@ -134,15 +134,7 @@ KERNEL_NAME(const T* __restrict__ projected, const T* __restrict__ u, const T* _
     __syncthreads();
     if (owner) {
       for (int g = 0; g < 4; ++g) gate[g] += hsm[r_own * 32 + g * 8 + uu] + hsm[(16 + r_own) * 32 + g * 8 + uu];
-      const T i = lstm_sigmoid(gate[0]), f = lstm_sigmoid(gate[1]), g = lstm_tanh(gate[2]), o = lstm_sigmoid(gate[3]);
-      c_carry = f * c_carry + i * g;
-      T* a = acts + row * 4 * hidden + j;
-      a[0] = i;
-      a[hidden] = f;
-      a[2 * hidden] = g;
-      a[3 * hidden] = o;
-      cs[row * hidden + j] = c_carry;
-      hs[row * hidden + j] = o * lstm_tanh(c_carry);
+      c_carry = lstm_cell(gate, c_carry, row, j, hidden, acts, cs, hs);
     }
     if (s + 1 < steps) grid_arrive(bar);
   }
