@@ -79,13 +79,16 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
                                .check_numerics = options.check_numerics,
                                .deterministic = options.deterministic});
 #else
-  throw Error(fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not found at build time)",
-                          options.device.str()));
+  throw Error(
+      fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not "
+                  "found at build time)",
+                  options.device.str()));
 #endif
 }
 
-std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
-                                          const CompileOptions& options, const TrainStepOptions& step_options) {
+std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params,
+                                          Optimizer& optimizer, const CompileOptions& options,
+                                          const TrainStepOptions& step_options) {
   append_training_step(loss, params, optimizer, step_options);
   return compile(loss.graph(), options);
 }

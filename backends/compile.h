@@ -14,7 +14,8 @@ struct CompileOptions {
   bool fuse = true;         // false: every op runs as its own kernel (the unfused reference)
   bool cuda_graphs = true;  // CUDA: capture the step as a CUDA graph after the first run
   bool tf32 = false;        // CUDA: allow TF32 tensor-core math in GEMMs
-  int cuda_streams = 2;     // CUDA: 1 runs everything in order; 2 puts off-critical-path kernels on a side stream
+  int cuda_streams =
+      2;  // CUDA: 1 runs everything in order; 2 puts off-critical-path kernels on a side stream
   // Scan every op's outputs for NaN/Inf and stop at the first op that made one (also
   // KILN_CHECK_NUMERICS=1). Ops then run unfused, one kernel each, so the op is exact.
   bool check_numerics = false;
@@ -33,7 +34,8 @@ std::unique_ptr<Program> compile(const Graph& g, const CompileOptions& options =
 
 // The training step in loss's graph: appends the gradients of `params` (clipped as
 // `step_options` says) and the optimizer's update, names the loss output "loss", and compiles.
-std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
-                                          const CompileOptions& options = {}, const TrainStepOptions& step_options = {});
+std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params,
+                                          Optimizer& optimizer, const CompileOptions& options = {},
+                                          const TrainStepOptions& step_options = {});
 
 }  // namespace kiln

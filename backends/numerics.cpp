@@ -48,23 +48,27 @@ std::string range_of(const Tensor& t) {
     low = std::min(low, v);
     high = std::max(high, v);
   }
-  return fmt::format("range [{:.6g}, {:.6g}]{}", low, high, bad ? fmt::format(", {} non-finite", bad) : "");
+  return fmt::format("range [{:.6g}, {:.6g}]{}", low, high,
+                     bad ? fmt::format(", {} non-finite", bad) : "");
 }
 
 }  // namespace
 
-void check_numerics(const Graph& g, std::int32_t id, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-                    std::int64_t run) {
+void check_numerics(const Graph& g, std::int32_t id, std::span<const Tensor> inputs,
+                    std::span<const Tensor> outputs, std::int64_t run) {
   for (std::size_t o = 0; o < outputs.size(); ++o) {
     const std::int64_t at = first_non_finite(outputs[o]);
     if (at < 0) continue;
     const Node& n = g.node(id);
     std::string in;
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      in += fmt::format("\n  input {} (%{}, {}{}): {}", i, n.inputs[i].node, dtype_name(inputs[i].dtype()), inputs[i].shape().str(),
-                        range_of(inputs[i]));
-    throw Error(fmt::format("check-numerics: run {}: op '{}' (%{}) produced {} at element {} of its output {} ({}{}){}", run,
-                            op_label(n), id, outputs[o].at(at), at, o, dtype_name(outputs[o].dtype()), outputs[o].shape().str(), in));
+      in +=
+          fmt::format("\n  input {} (%{}, {}{}): {}", i, n.inputs[i].node,
+                      dtype_name(inputs[i].dtype()), inputs[i].shape().str(), range_of(inputs[i]));
+    throw Error(fmt::format(
+        "check-numerics: run {}: op '{}' (%{}) produced {} at element {} of its output {} ({}{}){}",
+        run, op_label(n), id, outputs[o].at(at), at, o, dtype_name(outputs[o].dtype()),
+        outputs[o].shape().str(), in));
   }
 }
 

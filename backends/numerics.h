@@ -10,8 +10,8 @@
 namespace kiln {
 
 // Throws kiln::Error when an output of node `id` holds a NaN or an Inf.
-void check_numerics(const Graph& g, std::int32_t id, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-                    std::int64_t run);
+void check_numerics(const Graph& g, std::int32_t id, std::span<const Tensor> inputs,
+                    std::span<const Tensor> outputs, std::int64_t run);
 
 // Whether KILN_CHECK_NUMERICS=1 is set.
 bool check_numerics_from_environment();

@@ -33,7 +33,9 @@ std::int32_t take_slot(MemoryPlan& plan, std::vector<std::int32_t>& free_slots, 
     const bool fits = size >= bytes;
     const bool best_fits = best >= 0 && best_size >= bytes;
     // Prefer the smallest slot that fits; otherwise the largest one, grown.
-    if (best < 0 || (fits && (!best_fits || size < best_size)) || (!fits && !best_fits && size > best_size)) best = s;
+    if (best < 0 || (fits && (!best_fits || size < best_size)) ||
+        (!fits && !best_fits && size > best_size))
+      best = s;
   }
   if (best < 0) {
     plan.slot_bytes.push_back(bytes);
@@ -74,19 +76,23 @@ std::vector<char> reachable(const Graph& g, std::int32_t from, bool forward) {
   return seen;
 }
 
-InPlaceUpdate in_place_update(const Graph& g, const VariablePtr& var, ValueRef ref, std::map<ValueRef, int>& readers) {
+InPlaceUpdate in_place_update(const Graph& g, const VariablePtr& var, ValueRef ref,
+                              std::map<ValueRef, int>& readers) {
   InPlaceUpdate u;
   const Node& producer = g.node(ref.node);
-  const bool full_output = producer.body != nullptr && producer.op->kind == OpKind::fused &&
-                           producer.outputs[static_cast<std::size_t>(ref.index)].shape == var->value.shape();
+  const bool full_output =
+      producer.body != nullptr && producer.op->kind == OpKind::fused &&
+      producer.outputs[static_cast<std::size_t>(ref.index)].shape == var->value.shape();
   if (!full_output || readers[ref] != 0) return u;
   for (const auto& [name, out] : g.outputs())
     if (g.node(alias_root(g, out).node).variable == var) return u;
-  const std::vector<char> ancestor = reachable(g, ref.node, false), descendant = reachable(g, ref.node, true);
+  const std::vector<char> ancestor = reachable(g, ref.node, false),
+                          descendant = reachable(g, ref.node, true);
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
     if (id == ref.node || ancestor[static_cast<std::size_t>(id)]) continue;
     bool reads = false;
-    for (const ValueRef& in : g.node(id).inputs) reads = reads || g.node(alias_root(g, in).node).variable == var;
+    for (const ValueRef& in : g.node(id).inputs)
+      reads = reads || g.node(alias_root(g, in).node).variable == var;
     if (!reads || g.node(id).op->alias) continue;  // a view is read by its own readers
     if (id > ref.node || descendant[static_cast<std::size_t>(id)]) return u;
     u.after.push_back(id);
@@ -103,11 +109,14 @@ std::vector<InPlaceUpdate> in_place_updates(const Graph& g) {
     for (const ValueRef& in : n.inputs) ++readers[alias_root(g, in)];
   for (const auto& [name, ref] : g.outputs()) ++readers[alias_root(g, ref)];
   std::vector<InPlaceUpdate> result;
-  for (const auto& [var, ref] : g.assignments()) result.push_back(in_place_update(g, var, ref, readers));
+  for (const auto& [var, ref] : g.assignments())
+    result.push_back(in_place_update(g, var, ref, readers));
   return result;
 }
 
-std::size_t MemoryPlan::total_bytes() const { return std::accumulate(slot_bytes.begin(), slot_bytes.end(), std::size_t{0}); }
+std::size_t MemoryPlan::total_bytes() const {
+  return std::accumulate(slot_bytes.begin(), slot_bytes.end(), std::size_t{0});
+}
 
 MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {
   MemoryPlan plan;
@@ -116,12 +125,14 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {
     const auto end = static_cast<std::int32_t>(g.nodes().size());
     for (std::int32_t id = 0; id < end; ++id) {
       const bool side = stream_of_node[static_cast<std::size_t>(id)] != 0;
-      for (std::size_t i = 0; side && i < g.node(id).outputs.size(); ++i) last[{id, static_cast<std::int32_t>(i)}] = end;
+      for (std::size_t i = 0; side && i < g.node(id).outputs.size(); ++i)
+        last[{id, static_cast<std::int32_t>(i)}] = end;
       for (const ValueRef& in : g.node(id).inputs)
         if (side) last[alias_root(g, in)] = end;
     }
   }
-  std::map<std::int32_t, std::vector<std::int32_t>> release_after;  // node -> slots freed after it runs
+  std::map<std::int32_t, std::vector<std::int32_t>>
+      release_after;  // node -> slots freed after it runs
   std::vector<std::int32_t> free_slots;
   plan.slot.resize(g.nodes().size());
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
@@ -134,7 +145,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {
         const std::size_t bytes = static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
         // A value written on a side stream gets a fresh slot: its writer is not ordered after
         // the earlier readers of a reused one.
-        const bool side = !stream_of_node.empty() && stream_of_node[static_cast<std::size_t>(id)] != 0;
+        const bool side =
+            !stream_of_node.empty() && stream_of_node[static_cast<std::size_t>(id)] != 0;
         std::vector<std::int32_t> none;
         slots[i] = take_slot(plan, side ? none : free_slots, bytes);
         auto it = last.find({id, static_cast<std::int32_t>(i)});

@@ -21,21 +21,27 @@ std::vector<int> assign_streams(const Graph& g, int streams) {
   std::int32_t deepest = 0;
   for (std::int32_t id = 0; id < count; ++id) {
     int d = 0;
-    for (const ValueRef& in : g.node(id).inputs) d = std::max(d, depth[static_cast<std::size_t>(in.node)]);
+    for (const ValueRef& in : g.node(id).inputs)
+      d = std::max(d, depth[static_cast<std::size_t>(in.node)]);
     depth[static_cast<std::size_t>(id)] = d + (is_kernel(g.node(id)) ? 1 : 0);
-    if (depth[static_cast<std::size_t>(id)] > depth[static_cast<std::size_t>(deepest)]) deepest = id;
+    if (depth[static_cast<std::size_t>(id)] > depth[static_cast<std::size_t>(deepest)])
+      deepest = id;
   }
   std::vector<char> critical(static_cast<std::size_t>(count), 0);
   for (std::int32_t at = deepest; at >= 0;) {
     critical[static_cast<std::size_t>(at)] = 1;
     std::int32_t next = -1;
     for (const ValueRef& in : g.node(at).inputs)
-      if (next < 0 || depth[static_cast<std::size_t>(in.node)] > depth[static_cast<std::size_t>(next)]) next = in.node;
+      if (next < 0 ||
+          depth[static_cast<std::size_t>(in.node)] > depth[static_cast<std::size_t>(next)])
+        next = in.node;
     at = next;
   }
   for (std::int32_t id = 0; id < count; ++id) {
-    if (g.node(id).op->name == "all_reduce_mean") stream[static_cast<std::size_t>(id)] = streams;  // the communication stream
-    else if (is_kernel(g.node(id)) && !critical[static_cast<std::size_t>(id)]) stream[static_cast<std::size_t>(id)] = 1;
+    if (g.node(id).op->name == "all_reduce_mean")
+      stream[static_cast<std::size_t>(id)] = streams;  // the communication stream
+    else if (is_kernel(g.node(id)) && !critical[static_cast<std::size_t>(id)])
+      stream[static_cast<std::size_t>(id)] = 1;
   }
   return stream;
 }

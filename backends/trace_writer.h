@@ -9,12 +9,13 @@ namespace kiln {
 
 struct TraceEvent {
   std::string name;
-  int track = 0;           // the stream (or thread)
-  double start_us = 0;     // from the start of the step
+  int track = 0;        // the stream (or thread)
+  double start_us = 0;  // from the start of the step
   double duration_us = 0;
 };
 
 // Writes the events; kiln::Error naming the file if it cannot be written.
-void write_trace(const std::string& path, const std::vector<TraceEvent>& events, const std::string& process_name);
+void write_trace(const std::string& path, const std::vector<TraceEvent>& events,
+                 const std::string& process_name);
 
 }  // namespace kiln

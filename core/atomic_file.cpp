@@ -51,14 +51,15 @@ class TempFile {
     static std::atomic<std::uint64_t> counter{0};
     const fs::path dir = directory_of(target);
     for (int attempt = 0; attempt < 100; ++attempt) {
-      path_ = dir / (atomic_temp_prefix(target) + std::to_string(::getpid()) + "." + std::to_string(counter++));
+      path_ = dir / (atomic_temp_prefix(target) + std::to_string(::getpid()) + "." +
+                     std::to_string(counter++));
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0) return;
       if (errno != EEXIST) break;
     }
     const int err = errno;
-    throw Error(fmt::format("{}: cannot create a temporary file in {} to write it ({})", target.string(), dir.string(),
-                            reason(err)));
+    throw Error(fmt::format("{}: cannot create a temporary file in {} to write it ({})",
+                            target.string(), dir.string(), reason(err)));
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -86,7 +87,8 @@ class TempFile {
 // Keeps the permission bits of a file being replaced (best effort: a new file keeps 0666 & ~umask).
 void copy_mode(const fs::path& target, int fd) {
   struct stat st {};
-  if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd, st.st_mode & 07777);
+  if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    (void)::fchmod(fd, st.st_mode & 07777);
 }
 
 // Makes the rename durable. Filesystems that cannot sync a directory say EINVAL; that is fine.
@@ -98,8 +100,8 @@ void sync_directory(const fs::path& target) {
     if (::fsync(fd) != 0 && errno != EINVAL) err = errno;
     ::close(fd);
   }
-  KILN_CHECK(err == 0, "{}: written, but its directory {} could not be synced to disk ({})", target.string(),
-             dir.string(), reason(err));
+  KILN_CHECK(err == 0, "{}: written, but its directory {} could not be synced to disk ({})",
+             target.string(), dir.string(), reason(err));
 }
 
 }  // namespace
@@ -107,7 +109,9 @@ void sync_directory(const fs::path& target) {
 AtomicFileSink::AtomicFileSink(int fd, std::string path_for_errors, std::uint64_t fake_capacity)
     : fd_(fd), path_(std::move(path_for_errors)), capacity_(fake_capacity) {}
 
-void AtomicFileSink::write(std::span<const std::uint8_t> bytes) { write(bytes.data(), bytes.size()); }
+void AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
+  write(bytes.data(), bytes.size());
+}
 
 void AtomicFileSink::write(const void* data, std::size_t bytes) {
   const auto* p = static_cast<const std::uint8_t*>(data);
@@ -116,21 +120,26 @@ void AtomicFileSink::write(const void* data, std::size_t bytes) {
     const std::uint64_t room = capacity_ - written_;  // written_ <= capacity_ always
     const int full = room == 0 ? ENOSPC : 0;          // the fake full disk of the test hook
     KILN_CHECK(full == 0, "{}: write failed after {} bytes ({})", path_, written_, reason(full));
-    const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>({left, std::uint64_t{1} << 30, room}));
+    const std::size_t chunk =
+        static_cast<std::size_t>(std::min<std::uint64_t>({left, std::uint64_t{1} << 30, room}));
     const ssize_t n = ::write(fd_, p, chunk);
     if (n < 0 && errno == EINTR) continue;
     const int err = n < 0 ? errno : 0;
     KILN_CHECK(err == 0, "{}: write failed after {} bytes ({})", path_, written_, reason(err));
-    KILN_CHECK(n > 0, "{}: write failed after {} bytes (the system wrote nothing)", path_, written_);
+    KILN_CHECK(n > 0, "{}: write failed after {} bytes (the system wrote nothing)", path_,
+               written_);
     p += n;
     left -= static_cast<std::size_t>(n);
     written_ += static_cast<std::uint64_t>(n);
   }
 }
 
-std::string atomic_temp_prefix(const std::filesystem::path& path) { return path.filename().string() + ".tmp."; }
+std::string atomic_temp_prefix(const std::filesystem::path& path) {
+  return path.filename().string() + ".tmp.";
+}
 
-void write_file_atomically(const std::filesystem::path& path, const std::function<void(AtomicFileSink&)>& write) {
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(AtomicFileSink&)>& write) {
   KILN_CHECK(path.has_filename(), "{}: not a file path (it names a directory)", path.string());
   const std::uint64_t capacity = fake_disk_capacity();
   TempFile temp(path);
@@ -139,13 +148,16 @@ void write_file_atomically(const std::filesystem::path& path, const std::functio
   write(sink);
   if (::fsync(temp.fd()) != 0) {
     const int err = errno;
-    throw Error(fmt::format("{}: could not sync the written data to disk ({})", path.string(), reason(err)));
+    throw Error(fmt::format("{}: could not sync the written data to disk ({})", path.string(),
+                            reason(err)));
   }
   const int close_err = temp.close();
-  KILN_CHECK(close_err == 0, "{}: closing the written file failed ({})", path.string(), reason(close_err));
+  KILN_CHECK(close_err == 0, "{}: closing the written file failed ({})", path.string(),
+             reason(close_err));
   if (::rename(temp.path().c_str(), path.c_str()) != 0) {
     const int err = errno;
-    throw Error(fmt::format("{}: could not replace it with the written file ({})", path.string(), reason(err)));
+    throw Error(fmt::format("{}: could not replace it with the written file ({})", path.string(),
+                            reason(err)));
   }
   temp.release();
   sync_directory(path);
@@ -156,8 +168,10 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
 }
 
 void check_writable_directory(const std::filesystem::path& dir, const std::string& what) {
-  KILN_CHECK(std::filesystem::is_directory(dir), "{}: the directory {} does not exist", what, dir.string());
-  KILN_CHECK(access(dir.c_str(), W_OK) == 0, "{}: the directory {} is not writable", what, dir.string());
+  KILN_CHECK(std::filesystem::is_directory(dir), "{}: the directory {} does not exist", what,
+             dir.string());
+  KILN_CHECK(access(dir.c_str(), W_OK) == 0, "{}: the directory {} is not writable", what,
+             dir.string());
 }
 
 }  // namespace kiln

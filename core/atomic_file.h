@@ -23,8 +23,8 @@ class AtomicFileSink {
 
  private:
   int fd_;
-  std::string path_;           // the target, for messages
-  std::uint64_t capacity_;     // KILN_FAKE_DISK_FULL_AFTER, or UINT64_MAX
+  std::string path_;        // the target, for messages
+  std::uint64_t capacity_;  // KILN_FAKE_DISK_FULL_AFTER, or UINT64_MAX
   std::uint64_t written_ = 0;
 };
 
@@ -37,7 +37,8 @@ class AtomicFileSink {
 // Test hook: when the environment variable KILN_FAKE_DISK_FULL_AFTER=<bytes> is set (read at
 // each call), the write that would take the temp file past that many bytes writes up to the
 // limit and then fails with ENOSPC, as a full disk does.
-void write_file_atomically(const std::filesystem::path& path, const std::function<void(AtomicFileSink&)>& write);
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(AtomicFileSink&)>& write);
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::uint8_t> bytes);
 
 // The prefix of temp file names for `path` ("<file name>.tmp."), so tests and cleanup tools

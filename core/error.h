@@ -27,13 +27,13 @@ class InternalError : public std::logic_error {
 }  // namespace kiln
 
 // Throws kiln::Error with a fmt-formatted message when `cond` is false.
-#define KILN_CHECK(cond, ...)                                  \
-  do {                                                         \
+#define KILN_CHECK(cond, ...)                                   \
+  do {                                                          \
     if (!(cond)) throw ::kiln::Error(fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // Internal invariant; always on (the cost is a predictable branch).
-#define KILN_ASSERT(cond, ...)                                                        \
-  do {                                                                                \
+#define KILN_ASSERT(cond, ...)                                                                \
+  do {                                                                                        \
     if (!(cond)) ::kiln::throw_internal(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -21,9 +21,11 @@ void mul_hi_lo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_
 
 }  // namespace
 
-std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter, std::uint64_t high) {
-  std::array<std::uint32_t, 4> c = {static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32),
-                                    static_cast<std::uint32_t>(high), static_cast<std::uint32_t>(high >> 32)};
+std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter,
+                                          std::uint64_t high) {
+  std::array<std::uint32_t, 4> c = {
+      static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32),
+      static_cast<std::uint32_t>(high), static_cast<std::uint32_t>(high >> 32)};
   std::uint32_t k0 = static_cast<std::uint32_t>(seed);
   std::uint32_t k1 = static_cast<std::uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
@@ -73,7 +75,8 @@ void Philox::fill_normal(Tensor& t, double mean, double stddev) {
       const double radius = std::sqrt(-2.0 * std::log(u1));
       const double angle = 2.0 * M_PI * u2;
       out[2 * p] = static_cast<T>(mean + stddev * (radius * std::cos(angle)));
-      if (2 * p + 1 < n) out[2 * p + 1] = static_cast<T>(mean + stddev * (radius * std::sin(angle)));
+      if (2 * p + 1 < n)
+        out[2 * p + 1] = static_cast<T>(mean + stddev * (radius * std::sin(angle)));
     }
   });
 }

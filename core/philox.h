@@ -10,9 +10,12 @@
 namespace kiln {
 
 // One Philox block: four 32-bit words for (key = seed, 128-bit counter = (counter, high)).
-std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter, std::uint64_t high = 0);
+std::array<std::uint32_t, 4> philox_block(std::uint64_t seed, std::uint64_t counter,
+                                          std::uint64_t high = 0);
 // Maps 32 random bits to a float in [0, 1) with 24 bits of resolution.
-inline float uniform_from_bits(std::uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1.0p-24f; }
+inline float uniform_from_bits(std::uint32_t bits) {
+  return static_cast<float>(bits >> 8) * 0x1.0p-24f;
+}
 
 // A stream of blocks: (seed, offset) is its whole state, so it checkpoints as two integers.
 // Each fill takes ceil(n / 4) blocks from the stream; element i of a fill uses block

@@ -20,7 +20,7 @@ inline constexpr std::uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 inline constexpr std::size_t kSafetensorsMaxRank = 8;
 
 struct SafetensorsFile {
-  std::map<std::string, Tensor> tensors;  // host tensors, each in its own storage
+  std::map<std::string, Tensor> tensors;        // host tensors, each in its own storage
   std::map<std::string, std::string> metadata;  // the header's "__metadata__"
 };
 
@@ -29,7 +29,8 @@ struct SafetensorsFile {
 // data order: sorted by element size, largest first, otherwise in the order given, so that
 // every tensor is aligned to its element size in the file (as the reference writer does);
 // it is padded with spaces to a multiple of 8 bytes. Throws kiln::Error naming the path.
-void save_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::filesystem::path& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // Reads and validates a safetensors file of dtypes F32, F64, I32, I64 and U8. Every problem
@@ -38,6 +39,7 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<std::
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
 // The same validation over bytes in memory; `name_for_errors` starts every message.
-SafetensorsFile parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& name_for_errors);
+SafetensorsFile parse_safetensors(std::span<const std::uint8_t> bytes,
+                                  const std::string& name_for_errors);
 
 }  // namespace kiln

@@ -13,16 +13,19 @@ namespace kiln {
 Shape::Shape(std::initializer_list<std::int64_t> dims) : Shape(std::vector<std::int64_t>(dims)) {}
 
 Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {
-  for (std::int64_t d : dims_) KILN_CHECK(d >= 0, "shape {} has a negative dimension", fmt::join(dims_, ", "));
+  for (std::int64_t d : dims_)
+    KILN_CHECK(d >= 0, "shape {} has a negative dimension", fmt::join(dims_, ", "));
 }
 
-std::int64_t Shape::dim(std::int64_t axis) const { return dims_[normalize_axis(axis, rank(), "Shape::dim")]; }
+std::int64_t Shape::dim(std::int64_t axis) const {
+  return dims_[normalize_axis(axis, rank(), "Shape::dim")];
+}
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
   for (std::int64_t d : dims_) {
-    KILN_CHECK(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d, "shape {} has too many elements",
-               str());
+    KILN_CHECK(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d,
+               "shape {} has too many elements", str());
     n *= d;
   }
   return n;
@@ -46,8 +49,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (std::size_t i = 0; i < rank; ++i) {
     const std::int64_t da = i < rank - a.rank() ? 1 : a[i - (rank - a.rank())];
     const std::int64_t db = i < rank - b.rank() ? 1 : b[i - (rank - b.rank())];
-    KILN_CHECK(da == db || da == 1 || db == 1, "{}: shapes {} and {} do not broadcast (axis {}: {} vs {})", op,
-               a.str(), b.str(), i, da, db);
+    KILN_CHECK(da == db || da == 1 || db == 1,
+               "{}: shapes {} and {} do not broadcast (axis {}: {} vs {})", op, a.str(), b.str(), i,
+               da, db);
     out[i] = da == 1 ? db : da;
   }
   return Shape(std::move(out));
@@ -59,7 +63,8 @@ std::vector<std::int64_t> broadcast_strides(const Shape& in, const Shape& out) {
   const std::vector<std::int64_t> in_strides = in.strides();
   const std::size_t lead = out.rank() - in.rank();
   for (std::size_t i = 0; i < in.rank(); ++i) {
-    KILN_ASSERT(in[i] == out[lead + i] || in[i] == 1, "{} does not broadcast to {}", in.str(), out.str());
+    KILN_ASSERT(in[i] == out[lead + i] || in[i] == 1, "{} does not broadcast to {}", in.str(),
+                out.str());
     strides[lead + i] = in[i] == 1 ? 0 : in_strides[i];
   }
   return strides;
@@ -67,7 +72,8 @@ std::vector<std::int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 std::int64_t normalize_axis(std::int64_t axis, std::size_t rank, const char* op) {
   const auto r = static_cast<std::int64_t>(rank);
-  KILN_CHECK(axis >= -r && axis < r, "{}: axis {} is out of range for a tensor of rank {}", op, axis, rank);
+  KILN_CHECK(axis >= -r && axis < r, "{}: axis {} is out of range for a tensor of rank {}", op,
+             axis, rank);
   return axis < 0 ? axis + r : axis;
 }
 

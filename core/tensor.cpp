@@ -10,10 +10,14 @@
 namespace kiln {
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t byte_offset, Shape shape, DType dtype)
-    : storage_(std::move(storage)), byte_offset_(byte_offset), shape_(std::move(shape)), dtype_(dtype) {
+    : storage_(std::move(storage)),
+      byte_offset_(byte_offset),
+      shape_(std::move(shape)),
+      dtype_(dtype) {
   KILN_ASSERT(storage_ != nullptr, "tensor without storage");
-  KILN_ASSERT(byte_offset_ + nbytes() <= storage_->bytes(), "tensor {} {} at offset {} overruns {} bytes",
-              shape_.str(), dtype_name(dtype_), byte_offset_, storage_->bytes());
+  KILN_ASSERT(byte_offset_ + nbytes() <= storage_->bytes(),
+              "tensor {} {} at offset {} overruns {} bytes", shape_.str(), dtype_name(dtype_),
+              byte_offset_, storage_->bytes());
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
@@ -37,8 +41,8 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
 }
 
 Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, DType dtype) {
-  KILN_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(), "{} values given for shape {}",
-             values.size(), shape.str());
+  KILN_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(),
+             "{} values given for shape {}", values.size(), shape.str());
   Tensor t = empty(shape, dtype);
   visit_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -56,7 +60,8 @@ void* Tensor::raw() const {
 }
 
 void Tensor::check_host(const char* what) const {
-  KILN_CHECK(device().is_cpu(), "{}: the tensor is on {}; copy it to the host first", what, device().str());
+  KILN_CHECK(device().is_cpu(), "{}: the tensor is on {}; copy it to the host first", what,
+             device().str());
 }
 
 double Tensor::at(std::int64_t i) const {
@@ -80,18 +85,20 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
-  KILN_CHECK(shape.numel() == numel(), "cannot reshape {} ({} elements) to {} ({} elements)", shape_.str(),
-             numel(), shape.str(), shape.numel());
+  KILN_CHECK(shape.numel() == numel(), "cannot reshape {} ({} elements) to {} ({} elements)",
+             shape_.str(), numel(), shape.str(), shape.numel());
   return Tensor(storage_, byte_offset_, shape, dtype_);
 }
 
 Tensor Tensor::narrow_rows(std::int64_t begin, std::int64_t count) const {
   KILN_CHECK(shape_.rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= shape_[0],
-             "narrow_rows: rows [{}, {}) of a tensor of shape {}", begin, begin + count, shape_.str());
+             "narrow_rows: rows [{}, {}) of a tensor of shape {}", begin, begin + count,
+             shape_.str());
   std::vector<std::int64_t> dims = shape_.dims();
   dims[0] = count;
   const std::size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<std::size_t>(shape_[0]);
-  return Tensor(storage_, byte_offset_ + static_cast<std::size_t>(begin) * row_bytes, Shape(dims), dtype_);
+  return Tensor(storage_, byte_offset_ + static_cast<std::size_t>(begin) * row_bytes, Shape(dims),
+                dtype_);
 }
 
 Tensor Tensor::clone() const { return to(dtype_); }
@@ -116,8 +123,8 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  KILN_CHECK(src.shape() == shape_ && src.dtype() == dtype_, "copy_from: {} {} into {} {}", src.shape().str(),
-             dtype_name(src.dtype()), shape_.str(), dtype_name(dtype_));
+  KILN_CHECK(src.shape() == shape_ && src.dtype() == dtype_, "copy_from: {} {} into {} {}",
+             src.shape().str(), dtype_name(src.dtype()), shape_.str(), dtype_name(dtype_));
   check_host("copy_from");
   src.check_host("copy_from");
   std::memcpy(raw(), src.raw(), nbytes());

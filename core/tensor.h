@@ -71,8 +71,8 @@ class Tensor {
 
 template <class T>
 Tensor Tensor::from_vector(const Shape& shape, const std::vector<T>& values) {
-  KILN_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(), "{} values given for shape {}",
-             values.size(), shape.str());
+  KILN_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(),
+             "{} values given for shape {}", values.size(), shape.str());
   Tensor t = empty(shape, dtype_of<T>());
   std::copy(values.begin(), values.end(), t.data<T>());
   return t;

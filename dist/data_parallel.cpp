@@ -21,11 +21,14 @@ void pick_gpu(int rank) {
 #ifdef KILN_HAVE_CUDA
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  KILN_CHECK(status == cudaSuccess && count > 0, "rank {}: no CUDA device for data-parallel training on the GPU: {}", rank,
+  KILN_CHECK(status == cudaSuccess && count > 0,
+             "rank {}: no CUDA device for data-parallel training on the GPU: {}", rank,
              status == cudaSuccess ? "none visible" : cudaGetErrorString(status));
-  KILN_CHECK(cudaSetDevice(rank % count) == cudaSuccess, "rank {}: cannot use CUDA device {}", rank, rank % count);
+  KILN_CHECK(cudaSetDevice(rank % count) == cudaSuccess, "rank {}: cannot use CUDA device {}", rank,
+             rank % count);
 #else
-  throw Error(fmt::format("rank {}: data-parallel training on the GPU needs a kiln built with CUDA", rank));
+  throw Error(
+      fmt::format("rank {}: data-parallel training on the GPU needs a kiln built with CUDA", rank));
 #endif
 }
 
@@ -64,9 +67,11 @@ std::uint64_t tensor_checksum(const Tensor& t) {
 DataParallel::DataParallel(const ProcessGroupOptions& options, Device device) {
   if (!device.is_cpu()) pick_gpu(options.rank);
   group_ = ProcessGroup::join(options);
-  std::shared_ptr<Collective> collective = device.is_cpu() ? make_host_collective(*group_) : make_nccl_collective(*group_);
+  std::shared_ptr<Collective> collective =
+      device.is_cpu() ? make_host_collective(*group_) : make_nccl_collective(*group_);
   collective_id_ = register_collective(std::move(collective));
-  log().info("rank {} of {} joined at {} ({})", rank(), world_size(), options.address, device.is_cpu() ? "CPU, TCP" : "GPU, NCCL");
+  log().info("rank {} of {} joined at {} ({})", rank(), world_size(), options.address,
+             device.is_cpu() ? "CPU, TCP" : "GPU, NCCL");
 }
 
 DataParallel::~DataParallel() {
@@ -77,13 +82,17 @@ void DataParallel::check_replicas(const std::vector<VariablePtr>& vars, std::int
   const std::vector<std::string> all = group_->all_gather(pack_checksums(vars));
   for (std::size_t i = 0; i < vars.size(); ++i)
     for (std::size_t r = 1; r < all.size(); ++r) {
-      KILN_CHECK(all[r].size() == all[0].size(), "replica check at step {}: rank {} has {} variables but rank 0 has {}", step, r,
+      KILN_CHECK(all[r].size() == all[0].size(),
+                 "replica check at step {}: rank {} has {} variables but rank 0 has {}", step, r,
                  all[r].size() / 8, all[0].size() / 8);
       const std::uint64_t mine = checksum_at(all[r], i), first = checksum_at(all[0], i);
-      KILN_CHECK(mine == first, "replica check at step {}: '{}' differs between rank 0 (checksum {:016x}) and rank {} ({:016x})", step,
-                 vars[i]->name, first, r, mine);
+      KILN_CHECK(mine == first,
+                 "replica check at step {}: '{}' differs between rank 0 (checksum {:016x}) and "
+                 "rank {} ({:016x})",
+                 step, vars[i]->name, first, r, mine);
     }
-  log().debug("rank {}: replica check at step {}: {} variables identical", rank(), step, vars.size());
+  log().debug("rank {}: replica check at step {}: {} variables identical", rank(), step,
+              vars.size());
 }
 
 }  // namespace kiln::dist

@@ -31,12 +31,14 @@ class HostCollective final : public Collective {
   int world_size() const override { return group_.world_size(); }
   void all_reduce_mean_host(std::span<Tensor> tensors) override {
     for (const Tensor& t : tensors)
-      KILN_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, "all_reduce_mean: {} tensors cannot be averaged", dtype_name(t.dtype()));
+      KILN_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+                 "all_reduce_mean: {} tensors cannot be averaged", dtype_name(t.dtype()));
     average_packed<float>(group_, tensors, DType::f32);
     average_packed<double>(group_, tensors, DType::f64);
   }
   void all_reduce_mean_device(std::span<const DeviceBuffer>, void*) override {
-    throw Error("all_reduce_mean: this job's ranks train on the CPU (TCP); its steps cannot run on a GPU");
+    throw Error(
+        "all_reduce_mean: this job's ranks train on the CPU (TCP); its steps cannot run on a GPU");
   }
 
  private:
@@ -45,6 +47,8 @@ class HostCollective final : public Collective {
 
 }  // namespace
 
-std::shared_ptr<Collective> make_host_collective(ProcessGroup& group) { return std::make_shared<HostCollective>(group); }
+std::shared_ptr<Collective> make_host_collective(ProcessGroup& group) {
+  return std::make_shared<HostCollective>(group);
+}
 
 }  // namespace kiln::dist

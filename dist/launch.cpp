@@ -64,7 +64,8 @@ class SignalForwarding {
   struct sigaction old_term_ {};
 };
 
-// The device rank `rank` sees: the rank-th entry of an inherited CUDA_VISIBLE_DEVICES list, else `rank`.
+// The device rank `rank` sees: the rank-th entry of an inherited CUDA_VISIBLE_DEVICES list, else
+// `rank`.
 std::string visible_device(int rank) {
   const char* inherited = std::getenv("CUDA_VISIBLE_DEVICES");
   if (inherited == nullptr || *inherited == '\0') return std::to_string(rank);
@@ -92,7 +93,8 @@ std::vector<std::string> rank_environment(int rank, const LaunchOptions& options
   // would starve another's host work).
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1u, cores / static_cast<unsigned>(options.world_size))));
+    env.push_back("OMP_NUM_THREADS=" +
+                  std::to_string(std::max(1u, cores / static_cast<unsigned>(options.world_size))));
   }
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) env.push_back("OMP_WAIT_POLICY=passive");
   return env;
@@ -105,13 +107,13 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   return pointers;
 }
 
-pid_t spawn_rank(const std::string& executable, const std::vector<std::string>& args, int rank, int port,
-                 const LaunchOptions& options) {
+pid_t spawn_rank(const std::string& executable, const std::vector<std::string>& args, int rank,
+                 int port, const LaunchOptions& options) {
   std::vector<std::string> argv{executable};
   argv.insert(argv.end(), args.begin(), args.end());
-  for (const std::string& extra : {std::string("--rank"), std::to_string(rank), std::string("--world-size"),
-                                   std::to_string(options.world_size), std::string("--init"),
-                                   "127.0.0.1:" + std::to_string(port)})
+  for (const std::string& extra : {std::string("--rank"), std::to_string(rank),
+                                   std::string("--world-size"), std::to_string(options.world_size),
+                                   std::string("--init"), "127.0.0.1:" + std::to_string(port)})
     argv.push_back(extra);
   std::vector<std::string> env = rank_environment(rank, options);
   posix_spawnattr_t attributes;
@@ -124,16 +126,17 @@ pid_t spawn_rank(const std::string& executable, const std::vector<std::string>& 
   posix_spawnattr_setsigmask(&attributes, &empty);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, executable.c_str(), nullptr, &attributes, c_strings(argv).data(),
-                               c_strings(env).data());
+  const int rc = ::posix_spawn(&pid, executable.c_str(), nullptr, &attributes,
+                               c_strings(argv).data(), c_strings(env).data());
   posix_spawnattr_destroy(&attributes);
-  KILN_CHECK(rc == 0, "launch: cannot start rank {} as '{}': {}", rank, executable, std::strerror(rc));
+  KILN_CHECK(rc == 0, "launch: cannot start rank {} as '{}': {}", rank, executable,
+             std::strerror(rc));
   return pid;
 }
 
 struct RankExit {
   bool running = true;
-  int code = 0;              // the exit code, or 128 + signal
+  int code = 0;               // the exit code, or 128 + signal
   bool killed_by_us = false;  // after the grace
   Clock::time_point when{};
 };
@@ -182,7 +185,8 @@ int wait_for_ranks(std::atomic<pid_t>* pids, int count, std::chrono::millisecond
       for (int r = 0; r < count; ++r) {
         RankExit& e = exits[static_cast<std::size_t>(r)];
         if (!e.running || e.killed_by_us) continue;
-        log().error("rank {} still runs {} ms after the first failure: killing it", r, grace.count());
+        log().error("rank {} still runs {} ms after the first failure: killing it", r,
+                    grace.count());
         e.killed_by_us = true;
         ::kill(pids[r].load(), SIGKILL);
       }
@@ -211,14 +215,16 @@ int free_local_port() {
 std::string self_executable() {
   std::string path(4096, '\0');
   const ssize_t length = ::readlink("/proc/self/exe", path.data(), path.size());
-  KILN_CHECK(length > 0 && static_cast<std::size_t>(length) < path.size(), "cannot read /proc/self/exe: {}",
-             std::strerror(errno));
+  KILN_CHECK(length > 0 && static_cast<std::size_t>(length) < path.size(),
+             "cannot read /proc/self/exe: {}", std::strerror(errno));
   path.resize(static_cast<std::size_t>(length));
   return path;
 }
 
-int launch_local(const std::string& executable, const std::vector<std::string>& args, const LaunchOptions& options) {
-  KILN_CHECK(options.world_size >= 1, "launch: the world size is {}; it must be at least 1", options.world_size);
+int launch_local(const std::string& executable, const std::vector<std::string>& args,
+                 const LaunchOptions& options) {
+  KILN_CHECK(options.world_size >= 1, "launch: the world size is {}; it must be at least 1",
+             options.world_size);
   const int port = free_local_port();
   const int count = options.world_size;
   std::vector<std::atomic<pid_t>> pids(static_cast<std::size_t>(count));

@@ -29,7 +29,8 @@ int free_local_port();
 // SIGINT and SIGTERM sent to the launcher are forwarded to every rank. With
 // one_gpu_per_rank and an inherited CUDA_VISIBLE_DEVICES list, rank r gets its r-th entry.
 // Throws kiln::Error if a process cannot be started (after killing those already started).
-int launch_local(const std::string& executable, const std::vector<std::string>& args, const LaunchOptions& options);
+int launch_local(const std::string& executable, const std::vector<std::string>& args,
+                 const LaunchOptions& options);
 
 // This process's executable (/proc/self/exe), for launch_local.
 std::string self_executable();

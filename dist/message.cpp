@@ -10,8 +10,8 @@ namespace kiln::dist {
 
 namespace {
 
-constexpr std::size_t kHeaderBytes = 12;                     // u32 type, u64 size
-constexpr std::uint64_t kMaxPayloadBytes = 1ull << 40;       // a corrupt header, not a real size
+constexpr std::size_t kHeaderBytes = 12;                // u32 type, u64 size
+constexpr std::uint64_t kMaxPayloadBytes = 1ull << 40;  // a corrupt header, not a real size
 constexpr auto kLastType = static_cast<std::uint32_t>(MessageType::collective_error);
 
 void put_le(char* out, std::uint64_t value, int bytes) {
@@ -20,7 +20,8 @@ void put_le(char* out, std::uint64_t value, int bytes) {
 
 std::uint64_t get_le(const char* in, int bytes) {
   std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) value |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  for (int i = 0; i < bytes; ++i)
+    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
   return value;
 }
 
@@ -28,20 +29,34 @@ std::uint64_t get_le(const char* in, int bytes) {
 
 std::string_view message_type_name(MessageType type) {
   switch (type) {
-    case MessageType::hello: return "hello";
-    case MessageType::accepted: return "accepted";
-    case MessageType::welcome: return "welcome";
-    case MessageType::reject: return "reject";
-    case MessageType::ping: return "ping";
-    case MessageType::error: return "error";
-    case MessageType::failure: return "failure";
-    case MessageType::done: return "done";
-    case MessageType::finish_ack: return "finish_ack";
-    case MessageType::broadcast: return "broadcast";
-    case MessageType::all_gather: return "all_gather";
-    case MessageType::all_reduce_mean: return "all_reduce_mean";
-    case MessageType::barrier: return "barrier";
-    case MessageType::collective_error: return "collective error";
+    case MessageType::hello:
+      return "hello";
+    case MessageType::accepted:
+      return "accepted";
+    case MessageType::welcome:
+      return "welcome";
+    case MessageType::reject:
+      return "reject";
+    case MessageType::ping:
+      return "ping";
+    case MessageType::error:
+      return "error";
+    case MessageType::failure:
+      return "failure";
+    case MessageType::done:
+      return "done";
+    case MessageType::finish_ack:
+      return "finish_ack";
+    case MessageType::broadcast:
+      return "broadcast";
+    case MessageType::all_gather:
+      return "all_gather";
+    case MessageType::all_reduce_mean:
+      return "all_reduce_mean";
+    case MessageType::barrier:
+      return "barrier";
+    case MessageType::collective_error:
+      return "collective error";
   }
   return "unknown";
 }
@@ -57,7 +72,8 @@ IoResult send_frame(const Socket& socket, MessageType type, std::string_view hea
   return send_all(socket, body, body_size, deadline);
 }
 
-IoResult send_frame(const Socket& socket, MessageType type, std::string_view payload, Deadline deadline) {
+IoResult send_frame(const Socket& socket, MessageType type, std::string_view payload,
+                    Deadline deadline) {
   return send_frame(socket, type, payload, nullptr, 0, deadline);
 }
 
@@ -68,7 +84,8 @@ IoResult receive_header(const Socket& socket, FrameHeader& header, Deadline dead
   const auto type = static_cast<std::uint32_t>(get_le(bytes.data(), 4));
   header.size = get_le(bytes.data() + 4, 8);
   if (type < 1 || type > kLastType || header.size > kMaxPayloadBytes)
-    return {IoStatus::failed, fmt::format("corrupt message header (type {}, size {})", type, header.size)};
+    return {IoStatus::failed,
+            fmt::format("corrupt message header (type {}, size {})", type, header.size)};
   header.type = static_cast<MessageType>(type);
   return {};
 }
@@ -114,7 +131,8 @@ PayloadWriter& PayloadWriter::text(std::string_view value) {
 }
 
 std::string_view PayloadReader::take(std::size_t size) {
-  KILN_CHECK(bytes_.size() >= size, "malformed {} message: {} bytes left, {} needed", what_, bytes_.size(), size);
+  KILN_CHECK(bytes_.size() >= size, "malformed {} message: {} bytes left, {} needed", what_,
+             bytes_.size(), size);
   const std::string_view head = bytes_.substr(0, size);
   bytes_.remove_prefix(size);
   return head;
@@ -126,7 +144,8 @@ std::uint64_t PayloadReader::u64() { return get_le(take(8).data(), 8); }
 
 std::string PayloadReader::text() {
   const std::uint64_t size = u64();
-  KILN_CHECK(size <= bytes_.size(), "malformed {} message: a text of {} bytes, {} left", what_, size, bytes_.size());
+  KILN_CHECK(size <= bytes_.size(), "malformed {} message: a text of {} bytes, {} left", what_,
+             size, bytes_.size());
   return std::string(take(static_cast<std::size_t>(size)));
 }
 

@@ -47,7 +47,8 @@ struct Message {
 // Sends a header then a payload made of `head` followed by `body_size` bytes at `body`.
 IoResult send_frame(const Socket& socket, MessageType type, std::string_view head, const void* body,
                     std::size_t body_size, Deadline deadline);
-IoResult send_frame(const Socket& socket, MessageType type, std::string_view payload, Deadline deadline);
+IoResult send_frame(const Socket& socket, MessageType type, std::string_view payload,
+                    Deadline deadline);
 // Receives a header only (the payload follows on the socket); `failed` for a corrupt header.
 IoResult receive_header(const Socket& socket, FrameHeader& header, Deadline deadline);
 // Receives a whole frame into `message`.

@@ -21,7 +21,8 @@ namespace {
 void check_nccl(ncclResult_t result, ncclComm_t comm, const char* what) {
   if (result == ncclSuccess) return;
   const char* detail = comm != nullptr ? ncclGetLastError(comm) : nullptr;
-  throw Error(fmt::format("NCCL {} failed: {}{}{}", what, ncclGetErrorString(result), detail && *detail ? ": " : "", detail ? detail : ""));
+  throw Error(fmt::format("NCCL {} failed: {}{}{}", what, ncclGetErrorString(result),
+                          detail && *detail ? ": " : "", detail ? detail : ""));
 }
 
 ncclDataType_t nccl_type(DType dtype) {
@@ -44,26 +45,34 @@ struct Communicator {
 
 class NcclCollective final : public Collective {
  public:
-  explicit NcclCollective(ProcessGroup& group) : group_(group), host_(make_host_collective(group)), state_(std::make_shared<Communicator>()) {
-    setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off (the device machines require it)
+  explicit NcclCollective(ProcessGroup& group)
+      : group_(group),
+        host_(make_host_collective(group)),
+        state_(std::make_shared<Communicator>()) {
+    setenv("NCCL_NVLS_ENABLE", "0",
+           1);  // NVLink multicast stays off (the device machines require it)
     ncclUniqueId id{};
     if (group.rank() == 0) check_nccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
     const std::string blob = group.broadcast(std::string(id.internal, sizeof id.internal));
     KILN_ASSERT(blob.size() == sizeof id.internal, "NCCL id of {} bytes", blob.size());
     std::memcpy(id.internal, blob.data(), sizeof id.internal);
-    check_nccl(ncclCommInitRank(&comm_, group.world_size(), id, group.rank()), nullptr, "ncclCommInitRank");
+    check_nccl(ncclCommInitRank(&comm_, group.world_size(), id, group.rank()), nullptr,
+               "ncclCommInitRank");
     state_->comm = comm_;
-    group.on_peer_failure([state = state_](const std::string&) {  // the process exits after this: at most 3 s
-      auto done = std::make_shared<std::atomic<bool>>(false);
-      std::thread([state, done] {
-        state->abort();
-        *done = true;
-      }).detach();
-      for (int i = 0; i < 30 && !*done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    });
+    group.on_peer_failure(
+        [state = state_](const std::string&) {  // the process exits after this: at most 3 s
+          auto done = std::make_shared<std::atomic<bool>>(false);
+          std::thread([state, done] {
+            state->abort();
+            *done = true;
+          }).detach();
+          for (int i = 0; i < 30 && !*done; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        });
     int device = 0;
     cudaGetDevice(&device);
-    log().info("rank {}: NCCL communicator of {} ranks on CUDA device {}", group.rank(), group.world_size(), device);
+    log().info("rank {}: NCCL communicator of {} ranks on CUDA device {}", group.rank(),
+               group.world_size(), device);
   }
   ~NcclCollective() override {
     std::lock_guard lock(state_->mutex);
@@ -73,11 +82,14 @@ class NcclCollective final : public Collective {
 
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
-  void all_reduce_mean_host(std::span<Tensor> tensors) override { host_->all_reduce_mean_host(tensors); }
+  void all_reduce_mean_host(std::span<Tensor> tensors) override {
+    host_->all_reduce_mean_host(tensors);
+  }
   void all_reduce_mean_device(std::span<const DeviceBuffer> buffers, void* stream) override {
     check_nccl(ncclGroupStart(), comm_, "ncclGroupStart");
     for (const DeviceBuffer& b : buffers)
-      check_nccl(ncclAllReduce(b.in, b.out, static_cast<std::size_t>(b.count), nccl_type(b.dtype), ncclAvg, comm_, static_cast<cudaStream_t>(stream)),
+      check_nccl(ncclAllReduce(b.in, b.out, static_cast<std::size_t>(b.count), nccl_type(b.dtype),
+                               ncclAvg, comm_, static_cast<cudaStream_t>(stream)),
                  comm_, "ncclAllReduce");
     check_nccl(ncclGroupEnd(), comm_, "ncclGroupEnd");
   }
@@ -93,6 +105,8 @@ class NcclCollective final : public Collective {
 
 bool have_nccl() { return true; }
 
-std::shared_ptr<Collective> make_nccl_collective(ProcessGroup& group) { return std::make_shared<NcclCollective>(group); }
+std::shared_ptr<Collective> make_nccl_collective(ProcessGroup& group) {
+  return std::make_shared<NcclCollective>(group);
+}
 
 }  // namespace kiln::dist

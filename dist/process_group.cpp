@@ -27,15 +27,18 @@ class SingleProcessGroup final : public ProcessGroup {
 };
 
 void check_options(const ProcessGroupOptions& o) {
-  KILN_CHECK(o.world_size >= 1, "process group: the world size is {}; it must be at least 1", o.world_size);
-  KILN_CHECK(o.rank >= 0 && o.rank < o.world_size, "process group: rank {} is out of range for world size {} (ranks 0..{})",
-             o.rank, o.world_size, o.world_size - 1);
+  KILN_CHECK(o.world_size >= 1, "process group: the world size is {}; it must be at least 1",
+             o.world_size);
+  KILN_CHECK(o.rank >= 0 && o.rank < o.world_size,
+             "process group: rank {} is out of range for world size {} (ranks 0..{})", o.rank,
+             o.world_size, o.world_size - 1);
   parse_host_port(o.address);
   KILN_CHECK(o.connect_timeout.count() > 0 && o.collective_timeout.count() > 0,
              "process group: the connect and collective timeouts must be positive ({} ms, {} ms)",
              o.connect_timeout.count(), o.collective_timeout.count());
   KILN_CHECK(o.heartbeat.count() > 0 && o.peer_timeout > o.heartbeat,
-             "process group: the heartbeat ({} ms) must be positive and shorter than the peer timeout ({} ms)",
+             "process group: the heartbeat ({} ms) must be positive and shorter than the peer "
+             "timeout ({} ms)",
              o.heartbeat.count(), o.peer_timeout.count());
 }
 
@@ -44,7 +47,8 @@ void check_options(const ProcessGroupOptions& o) {
 std::unique_ptr<ProcessGroup> ProcessGroup::join(const ProcessGroupOptions& options) {
   check_options(options);
   if (options.world_size == 1) return std::make_unique<SingleProcessGroup>();
-  PeerConnections connections = options.rank == 0 ? accept_ranks(options) : connect_to_rank0(options);
+  PeerConnections connections =
+      options.rank == 0 ? accept_ranks(options) : connect_to_rank0(options);
   return std::make_unique<TcpProcessGroup>(options, std::move(connections));
 }
 

@@ -18,7 +18,8 @@ namespace kiln::dist {
 struct ProcessGroupOptions {
   int rank = 0;
   int world_size = 1;
-  std::string address = "127.0.0.1:29500";  // HOST:PORT where rank 0 listens (HOST: a name or an IPv4 address)
+  std::string address =
+      "127.0.0.1:29500";  // HOST:PORT where rank 0 listens (HOST: a name or an IPv4 address)
   // Rank 0 waits this long for every other rank to connect; the others retry connecting
   // this long. Then kiln::Error naming the address, the rank(s) missing and the cause.
   std::chrono::milliseconds connect_timeout{60'000};

@@ -25,7 +25,9 @@ struct Hello {
   std::uint32_t channel = 0;
 };
 
-std::string seconds_text(std::chrono::milliseconds ms) { return fmt::format("{:g} s", ms.count() / 1000.0); }
+std::string seconds_text(std::chrono::milliseconds ms) {
+  return fmt::format("{:g} s", ms.count() / 1000.0);
+}
 
 std::string hello_payload(const ProcessGroupOptions& options, std::uint32_t channel) {
   PayloadWriter writer;
@@ -60,8 +62,8 @@ class Acceptor {
     while (!missing_ranks().empty()) {
       std::optional<Socket> socket = accept_until(listener, deadline_);
       if (!socket)
-        fail(fmt::format("timed out after {} waiting for rank(s) {} to connect", seconds_text(options_.connect_timeout),
-                         rank_list(missing_ranks())));
+        fail(fmt::format("timed out after {} waiting for rank(s) {} to connect",
+                         seconds_text(options_.connect_timeout), rank_list(missing_ranks())));
       admit(std::move(*socket));
     }
     for (std::size_t r = 1; r < connections_.data.size(); ++r)
@@ -73,7 +75,8 @@ class Acceptor {
   void admit(Socket socket) {
     Message message;
     Hello hello;
-    const IoResult got = receive_frame(socket, message, std::min(deadline_, deadline_after(kHelloWait)));
+    const IoResult got =
+        receive_frame(socket, message, std::min(deadline_, deadline_after(kHelloWait)));
     if (!got.ok() || !parse_hello(message, hello)) {
       log().warn("rank 0 at '{}': dropped a connection that is no kiln rank ({})", options_.address,
                  got.ok() ? "not a kiln hello" : describe(got));
@@ -92,33 +95,41 @@ class Acceptor {
   std::string problem_with(const Hello& hello) const {
     const int world = options_.world_size;
     if (hello.version != kProtocolVersion)
-      return fmt::format("rank {} speaks protocol version {}, rank 0 version {} (different kiln builds)", hello.rank,
-                         hello.version, kProtocolVersion);
+      return fmt::format(
+          "rank {} speaks protocol version {}, rank 0 version {} (different kiln builds)",
+          hello.rank, hello.version, kProtocolVersion);
     if (hello.world_size != world)
-      return fmt::format("rank {} was started with world size {}, rank 0 with {}", hello.rank, hello.world_size, world);
-    if (hello.rank == 0) return "a second process connected as rank 0: two processes were started with --rank 0";
+      return fmt::format("rank {} was started with world size {}, rank 0 with {}", hello.rank,
+                         hello.world_size, world);
+    if (hello.rank == 0)
+      return "a second process connected as rank 0: two processes were started with --rank 0";
     if (hello.rank < 0 || hello.rank >= world)
-      return fmt::format("a process connected as rank {}, out of range for world size {} (ranks 0..{})", hello.rank,
-                         world, world - 1);
+      return fmt::format(
+          "a process connected as rank {}, out of range for world size {} (ranks 0..{})",
+          hello.rank, world, world - 1);
     if (hello.channel != kDataChannel && hello.channel != kControlChannel)
-      return fmt::format("rank {} sent a hello for an unknown channel {}", hello.rank, hello.channel);
+      return fmt::format("rank {} sent a hello for an unknown channel {}", hello.rank,
+                         hello.channel);
     const auto& slots = hello.channel == kDataChannel ? connections_.data : connections_.control;
     if (slots[static_cast<std::size_t>(hello.rank)].is_open())
-      return fmt::format("rank {} connected twice: two processes were started with --rank {}", hello.rank, hello.rank);
+      return fmt::format("rank {} connected twice: two processes were started with --rank {}",
+                         hello.rank, hello.rank);
     return {};
   }
 
   // Tells every connected rank why the job cannot start, then throws.
   [[noreturn]] void fail(const std::string& problem) {
     for (const Socket& socket : connections_.data)
-      if (socket.is_open()) send_frame(socket, MessageType::reject, problem, deadline_after(kHelloWait));
+      if (socket.is_open())
+        send_frame(socket, MessageType::reject, problem, deadline_after(kHelloWait));
     throw Error(fmt::format("rank 0: the job at '{}' cannot start: {}", options_.address, problem));
   }
 
   std::vector<int> missing_ranks() const {
     std::vector<int> missing;
     for (std::size_t r = 1; r < connections_.data.size(); ++r)
-      if (!connections_.data[r].is_open() || !connections_.control[r].is_open()) missing.push_back(static_cast<int>(r));
+      if (!connections_.data[r].is_open() || !connections_.control[r].is_open())
+        missing.push_back(static_cast<int>(r));
     return missing;
   }
 
@@ -128,16 +139,20 @@ class Acceptor {
 };
 
 // Rank > 0: reads rank 0's answer on `socket`; throws unless it is `expected`.
-void expect_answer(const ProcessGroupOptions& options, const Socket& socket, MessageType expected, Deadline deadline) {
+void expect_answer(const ProcessGroupOptions& options, const Socket& socket, MessageType expected,
+                   Deadline deadline) {
   Message message;
   const IoResult got = receive_frame(socket, message, deadline);
-  KILN_CHECK(got.status != IoStatus::timed_out, "rank {}: rank 0 at '{}' did not start the job within {}",
-             options.rank, options.address, seconds_text(options.connect_timeout));
-  KILN_CHECK(got.ok(), "rank {}: rank 0 at '{}' {} during the handshake (it failed, or it is no kiln rank 0)",
+  KILN_CHECK(got.status != IoStatus::timed_out,
+             "rank {}: rank 0 at '{}' did not start the job within {}", options.rank,
+             options.address, seconds_text(options.connect_timeout));
+  KILN_CHECK(got.ok(),
+             "rank {}: rank 0 at '{}' {} during the handshake (it failed, or it is no kiln rank 0)",
              options.rank, options.address, describe(got));
-  KILN_CHECK(message.type != MessageType::reject, "rank {}: rank 0 at '{}' refused the job: {}", options.rank,
-             options.address, message.payload);
-  KILN_CHECK(message.type == expected, "rank {}: rank 0 at '{}' answered '{}' where '{}' was expected", options.rank,
+  KILN_CHECK(message.type != MessageType::reject, "rank {}: rank 0 at '{}' refused the job: {}",
+             options.rank, options.address, message.payload);
+  KILN_CHECK(message.type == expected,
+             "rank {}: rank 0 at '{}' answered '{}' where '{}' was expected", options.rank,
              options.address, message_type_name(message.type), message_type_name(expected));
 }
 
@@ -148,7 +163,8 @@ Socket connect_channel(const ProcessGroupOptions& options, std::uint32_t channel
   try {
     socket = connect_with_retry(options.address, deadline, between_attempts);
   } catch (const Error& e) {
-    throw Error(fmt::format("rank {}: {} (retried for {})", options.rank, e.what(), seconds_text(options.connect_timeout)));
+    throw Error(fmt::format("rank {}: {} (retried for {})", options.rank, e.what(),
+                            seconds_text(options.connect_timeout)));
   }
   const Deadline answer_deadline = deadline_after(options.connect_timeout + kHelloWait);
   send_frame(socket, MessageType::hello, hello_payload(options, channel), answer_deadline);
@@ -158,7 +174,9 @@ Socket connect_channel(const ProcessGroupOptions& options, std::uint32_t channel
 
 }  // namespace
 
-std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
+std::string rank_list(const std::vector<int>& ranks) {
+  return fmt::format("{}", fmt::join(ranks, ", "));
+}
 
 PeerConnections accept_ranks(const ProcessGroupOptions& options) { return Acceptor(options).run(); }
 
@@ -169,7 +187,8 @@ PeerConnections connect_to_rank0(const ProcessGroupOptions& options) {
   // While the control connection is retried, a reject on the data connection ends the wait.
   const Socket& data = connections.data[0];
   const auto check_data = [&] {
-    if (wait_readable(data, Clock::now())) expect_answer(options, data, MessageType::welcome, deadline_after(kHelloWait));
+    if (wait_readable(data, Clock::now()))
+      expect_answer(options, data, MessageType::welcome, deadline_after(kHelloWait));
   };
   try {
     connections.control.push_back(connect_channel(options, kControlChannel, deadline, check_data));
@@ -180,7 +199,8 @@ PeerConnections connect_to_rank0(const ProcessGroupOptions& options) {
     throw;
   }
   // Rank 0 was listening when this rank connected: it ends its own wait before this one.
-  expect_answer(options, data, MessageType::welcome, deadline_after(options.connect_timeout + kHelloWait));
+  expect_answer(options, data, MessageType::welcome,
+                deadline_after(options.connect_timeout + kHelloWait));
   return connections;
 }
 

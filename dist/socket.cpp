@@ -51,11 +51,12 @@ HostPort parse_host_port(const std::string& address) {
   KILN_CHECK(colon != std::string::npos && colon > 0, "address '{}': expected HOST:PORT", address);
   const std::string port_text = address.substr(colon + 1);
   int port = 0;
-  const bool digits = !port_text.empty() && port_text.size() <= 5 &&
-                      std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const bool digits =
+      !port_text.empty() && port_text.size() <= 5 &&
+      std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (digits) port = std::stoi(port_text);
-  KILN_CHECK(digits && port >= 1 && port <= 65535, "address '{}': the port '{}' is not a number in 1..65535", address,
-             port_text);
+  KILN_CHECK(digits && port >= 1 && port <= 65535,
+             "address '{}': the port '{}' is not a number in 1..65535", address, port_text);
   return {address.substr(0, colon), port};
 }
 
@@ -70,7 +71,8 @@ sockaddr_in resolve(const std::string& address) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(hp.host.c_str(), nullptr, &hints, &found);
-  KILN_CHECK(rc == 0 && found, "address '{}': cannot resolve host '{}': {}", address, hp.host, ::gai_strerror(rc));
+  KILN_CHECK(rc == 0 && found, "address '{}': cannot resolve host '{}': {}", address, hp.host,
+             ::gai_strerror(rc));
   sockaddr_in result{};
   std::memcpy(&result, found->ai_addr, sizeof(result));
   ::freeaddrinfo(found);
@@ -122,13 +124,15 @@ int connect_once(const Socket& s, const sockaddr_in& target, Deadline deadline) 
 Socket listen_at(const std::string& address) {
   sockaddr_in local = resolve(address);
   const bool loopback = (ntohl(local.sin_addr.s_addr) >> 24) == 127;
-  if (!loopback) local.sin_addr.s_addr = htonl(INADDR_ANY);  // the name may map to another interface
+  if (!loopback)
+    local.sin_addr.s_addr = htonl(INADDR_ANY);  // the name may map to another interface
   Socket s = new_tcp_socket();
   const int one = 1;
   ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   KILN_CHECK(::bind(s.fd(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) == 0,
              "rank 0 cannot listen at '{}': bind: {}", address, errno_text(errno));
-  KILN_CHECK(::listen(s.fd(), 128) == 0, "rank 0 cannot listen at '{}': listen: {}", address, errno_text(errno));
+  KILN_CHECK(::listen(s.fd(), 128) == 0, "rank 0 cannot listen at '{}': listen: {}", address,
+             errno_text(errno));
   return s;
 }
 
@@ -199,14 +203,20 @@ IoResult receive_all(const Socket& socket, void* data, std::size_t size, Deadlin
   return {};
 }
 
-bool wait_readable(const Socket& socket, Deadline deadline) { return poll_until(socket.fd(), POLLIN, deadline) != 0; }
+bool wait_readable(const Socket& socket, Deadline deadline) {
+  return poll_until(socket.fd(), POLLIN, deadline) != 0;
+}
 
 std::string describe(const IoResult& result) {
   switch (result.status) {
-    case IoStatus::ok: return "ok";
-    case IoStatus::closed: return "closed the connection";
-    case IoStatus::timed_out: return "timed out";
-    case IoStatus::failed: return result.cause;
+    case IoStatus::ok:
+      return "ok";
+    case IoStatus::closed:
+      return "closed the connection";
+    case IoStatus::timed_out:
+      return "timed out";
+    case IoStatus::failed:
+      return result.cause;
   }
   return "unknown";
 }

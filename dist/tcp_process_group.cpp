@@ -16,7 +16,9 @@ constexpr std::uint32_t dtype_code() {
   return sizeof(T) == 4 ? 1 : 2;
 }
 
-std::string dtype_name(std::uint32_t code) { return code == 1 ? "float32" : code == 2 ? "float64" : "unknown"; }
+std::string dtype_name(std::uint32_t code) {
+  return code == 1 ? "float32" : code == 2 ? "float64" : "unknown";
+}
 
 std::string reduce_meta(std::uint32_t dtype, std::uint64_t count) {
   PayloadWriter writer;
@@ -35,20 +37,25 @@ TcpProcessGroup::~TcpProcessGroup() { watcher_.reset(); }
 
 void TcpProcessGroup::begin(MessageType op) const {
   KILN_CHECK(!finished_, "rank {}: {} called after finish()", options_.rank, message_type_name(op));
-  KILN_CHECK(broken_.empty(), "rank {}: {}: the process group is unusable after an earlier failure: {}", options_.rank,
-             message_type_name(op), broken_);
+  KILN_CHECK(broken_.empty(),
+             "rank {}: {}: the process group is unusable after an earlier failure: {}",
+             options_.rank, message_type_name(op), broken_);
 }
 
-Deadline TcpProcessGroup::collective_deadline() const { return deadline_after(options_.collective_timeout); }
+Deadline TcpProcessGroup::collective_deadline() const {
+  return deadline_after(options_.collective_timeout);
+}
 
 void TcpProcessGroup::connection_failed(MessageType op, int peer, const IoResult& result) {
   // The peer ended: its control connection says why, and the watcher ends this process with
   // that cause; this error is for when it does not (it is stopped, or the cause is unclear).
   if (result.status != IoStatus::timed_out) watcher_->wait_for_verdict(kVerdictWait);
-  const std::string what = result.status == IoStatus::timed_out
-                               ? fmt::format("did not answer within {:g} s", options_.collective_timeout.count() / 1e3)
-                               : describe(result);
-  broken_ = fmt::format("rank {}: {}: rank {} {}", options_.rank, message_type_name(op), peer, what);
+  const std::string what =
+      result.status == IoStatus::timed_out
+          ? fmt::format("did not answer within {:g} s", options_.collective_timeout.count() / 1e3)
+          : describe(result);
+  broken_ =
+      fmt::format("rank {}: {}: rank {} {}", options_.rank, message_type_name(op), peer, what);
   throw Error(broken_);
 }
 
@@ -65,8 +72,8 @@ std::vector<std::string> TcpProcessGroup::gather_parts(MessageType op, const std
     IoResult got = receive_header(data_[r], header, collective_deadline());
     if (got.ok() && header.type != op) {
       if (problem.empty())
-        problem = fmt::format("rank {} called {} while rank 0 called {}", r, message_type_name(header.type),
-                              message_type_name(op));
+        problem = fmt::format("rank {} called {} while rank 0 called {}", r,
+                              message_type_name(header.type), message_type_name(op));
       got = discard_bytes(data_[r], header.size, collective_deadline());
     } else if (got.ok()) {
       parts[r].resize(header.size);
@@ -78,9 +85,11 @@ std::vector<std::string> TcpProcessGroup::gather_parts(MessageType op, const std
   return parts;
 }
 
-void TcpProcessGroup::send_to_all(MessageType op, std::string_view head, const void* body, std::size_t body_size) {
+void TcpProcessGroup::send_to_all(MessageType op, std::string_view head, const void* body,
+                                  std::size_t body_size) {
   for (std::size_t r = 1; r < data_.size(); ++r)
-    check_sent(op, static_cast<int>(r), send_frame(data_[r], op, head, body, body_size, collective_deadline()));
+    check_sent(op, static_cast<int>(r),
+               send_frame(data_[r], op, head, body, body_size, collective_deadline()));
 }
 
 void TcpProcessGroup::fail_collective(MessageType op, const std::string& problem) {
@@ -135,8 +144,8 @@ std::vector<std::string> TcpProcessGroup::all_gather(const std::string& blob) {
   const std::string answer = exchange(MessageType::all_gather, blob);
   PayloadReader reader(answer, "all_gather result");
   const std::uint64_t count = reader.u64();
-  KILN_ASSERT(count == static_cast<std::uint64_t>(options_.world_size), "all_gather: {} blobs for world size {}",
-              count, options_.world_size);
+  KILN_ASSERT(count == static_cast<std::uint64_t>(options_.world_size),
+              "all_gather: {} blobs for world size {}", count, options_.world_size);
   for (std::uint64_t i = 0; i < count; ++i) blobs.push_back(reader.text());
   return blobs;
 }
@@ -166,11 +175,14 @@ void TcpProcessGroup::all_reduce_mean_impl(std::span<T> data) {
     send_to_all(op, meta, data.data(), data.size_bytes());
     return;
   }
-  check_sent(op, 0, send_frame(data_[0], op, meta, data.data(), data.size_bytes(), collective_deadline()));
+  check_sent(op, 0,
+             send_frame(data_[0], op, meta, data.data(), data.size_bytes(), collective_deadline()));
   const FrameHeader header = receive_answer_header(op);
-  KILN_ASSERT(header.size == kReduceMetaBytes + data.size_bytes(), "all_reduce_mean: answer of {} bytes", header.size);
+  KILN_ASSERT(header.size == kReduceMetaBytes + data.size_bytes(),
+              "all_reduce_mean: answer of {} bytes", header.size);
   std::string answer_meta(kReduceMetaBytes, '\0');
-  check_sent(op, 0, receive_all(data_[0], answer_meta.data(), answer_meta.size(), collective_deadline()));
+  check_sent(op, 0,
+             receive_all(data_[0], answer_meta.data(), answer_meta.size(), collective_deadline()));
   check_sent(op, 0, receive_all(data_[0], data.data(), data.size_bytes(), collective_deadline()));
 }
 
@@ -187,18 +199,20 @@ std::string TcpProcessGroup::reduce_rank0(std::span<T> data) {
     FrameHeader header;
     check_sent(op, peer, receive_header(data_[r], header, collective_deadline()));
     std::string meta(std::min<std::uint64_t>(header.size, kReduceMetaBytes), '\0');
-    if (header.type == op) check_sent(op, peer, receive_all(data_[r], meta.data(), meta.size(), collective_deadline()));
+    if (header.type == op)
+      check_sent(op, peer, receive_all(data_[r], meta.data(), meta.size(), collective_deadline()));
     std::string mismatch;
     if (header.type != op) {
-      mismatch = fmt::format("rank {} called {} while rank 0 called {}", r, message_type_name(header.type),
-                             message_type_name(op));
+      mismatch = fmt::format("rank {} called {} while rank 0 called {}", r,
+                             message_type_name(header.type), message_type_name(op));
     } else {
       PayloadReader reader(meta, "all_reduce_mean");
       const std::uint32_t dtype = reader.u32();
       const std::uint64_t count = reader.u64();
-      if (dtype != dtype_code<T>() || count != data.size() || header.size != kReduceMetaBytes + data.size_bytes())
-        mismatch = fmt::format("rank {} passed {} {} elements, rank 0 passed {} {} elements", r, count,
-                               dtype_name(dtype), data.size(), dtype_name(dtype_code<T>()));
+      if (dtype != dtype_code<T>() || count != data.size() ||
+          header.size != kReduceMetaBytes + data.size_bytes())
+        mismatch = fmt::format("rank {} passed {} {} elements, rank 0 passed {} {} elements", r,
+                               count, dtype_name(dtype), data.size(), dtype_name(dtype_code<T>()));
     }
     const std::uint64_t rest = header.size - (header.type == op ? meta.size() : 0);
     if (!mismatch.empty()) {
@@ -206,7 +220,8 @@ std::string TcpProcessGroup::reduce_rank0(std::span<T> data) {
       check_sent(op, peer, discard_bytes(data_[r], rest, collective_deadline()));
       continue;
     }
-    check_sent(op, peer, receive_all(data_[r], part.data(), data.size_bytes(), collective_deadline()));
+    check_sent(op, peer,
+               receive_all(data_[r], part.data(), data.size_bytes(), collective_deadline()));
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
   }
   const T world = static_cast<T>(options_.world_size);

@@ -48,8 +48,8 @@ class TcpProcessGroup final : public ProcessGroup {
   std::string reduce_rank0(std::span<T> data);  // the first problem, or ""
 
   const ProcessGroupOptions options_;
-  std::vector<Socket> data_;           // as PeerConnections::data
-  std::unique_ptr<Watcher> watcher_;   // declared after data_: stopped first
+  std::vector<Socket> data_;          // as PeerConnections::data
+  std::unique_ptr<Watcher> watcher_;  // declared after data_: stopped first
   bool finished_ = false;
   std::string broken_;  // why the data connections are out of step (then every call throws)
 };

@@ -20,19 +20,25 @@ namespace kiln::dist {
 
 namespace {
 
-constexpr auto kNoticeWait = std::chrono::seconds(2);  // for a failure notice or error report to go out
-constexpr const char* kClosedCause = "closed its connection without finishing (the process died or was killed)";
+constexpr auto kNoticeWait =
+    std::chrono::seconds(2);  // for a failure notice or error report to go out
+constexpr const char* kClosedCause =
+    "closed its connection without finishing (the process died or was killed)";
 
-std::string seconds_text(std::chrono::milliseconds ms) { return fmt::format("{:g} s", ms.count() / 1000.0); }
+std::string seconds_text(std::chrono::milliseconds ms) {
+  return fmt::format("{:g} s", ms.count() / 1000.0);
+}
 
 }  // namespace
 
-Watcher::Watcher(const ProcessGroupOptions& options, std::vector<Socket> control) : options_(options) {
+Watcher::Watcher(const ProcessGroupOptions& options, std::vector<Socket> control)
+    : options_(options) {
   for (std::size_t r = 0; r < control.size(); ++r)
-    if (control[r].is_open()) peers_.push_back(Peer{static_cast<int>(r), std::move(control[r]), Clock::now()});
+    if (control[r].is_open())
+      peers_.push_back(Peer{static_cast<int>(r), std::move(control[r]), Clock::now()});
   int fds[2];
-  KILN_CHECK(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0, "rank {}: cannot create the watcher's pipe: {}", options.rank,
-             std::strerror(errno));
+  KILN_CHECK(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0,
+             "rank {}: cannot create the watcher's pipe: {}", options.rank, std::strerror(errno));
   wake_read_ = fds[0];
   wake_write_ = fds[1];
   next_ping_ = Clock::now();
@@ -57,7 +63,8 @@ void Watcher::stop() {
   }
   changed_.notify_all();
   const char byte = 1;
-  [[maybe_unused]] const ssize_t written = ::write(wake_write_, &byte, 1);  // a full pipe already wakes it
+  [[maybe_unused]] const ssize_t written =
+      ::write(wake_write_, &byte, 1);  // a full pipe already wakes it
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
@@ -68,8 +75,7 @@ void Watcher::wait_for_verdict(std::chrono::milliseconds limit) {
 
 void Watcher::run() {
   try {
-    while (watch_once()) {
-    }
+    while (watch_once()) {}
   } catch (const std::exception& e) {
     log().error("rank {}: the failure watcher stopped: {}", options_.rank, e.what());
   }
@@ -127,7 +133,8 @@ bool Watcher::read_from(Peer& peer) {
 
 bool Watcher::handle(Peer& peer, const Message& message) {
   switch (message.type) {
-    case MessageType::ping: return true;
+    case MessageType::ping:
+      return true;
     case MessageType::error:
       peer_failed(peer.rank, message.payload.empty() ? "it reported an error" : message.payload);
       return false;
@@ -150,8 +157,9 @@ bool Watcher::handle(Peer& peer, const Message& message) {
       return false;  // the job ended normally: nothing left to watch
     }
     default:
-      peer_failed(peer.rank, fmt::format("it sent an unexpected '{}' message on its control connection",
-                                         message_type_name(message.type)));
+      peer_failed(peer.rank,
+                  fmt::format("it sent an unexpected '{}' message on its control connection",
+                              message_type_name(message.type)));
       return false;
   }
 }
@@ -172,7 +180,8 @@ void Watcher::check_silence() {
       done = peer.done;
     }
     if (!peer.closed && !done && now - peer.last_heard > options_.peer_timeout)
-      peer_failed(peer.rank, fmt::format("sent nothing for {}", seconds_text(options_.peer_timeout)));
+      peer_failed(peer.rank,
+                  fmt::format("sent nothing for {}", seconds_text(options_.peer_timeout)));
   }
 }
 
@@ -213,7 +222,8 @@ void Watcher::send_failure_notices(int failed_rank, const std::string& cause) {
       send_to(peer, MessageType::failure, notice.bytes(), deadline_after(kNoticeWait));
 }
 
-IoResult Watcher::send_to(const Peer& peer, MessageType type, const std::string& payload, Deadline deadline) {
+IoResult Watcher::send_to(const Peer& peer, MessageType type, const std::string& payload,
+                          Deadline deadline) {
   std::lock_guard lock(send_mutex_);
   return send_frame(peer.socket, type, payload, deadline);
 }
@@ -237,7 +247,8 @@ std::vector<int> Watcher::ranks_not_done() const {
 void Watcher::finish(Deadline deadline) {
   {
     std::lock_guard lock(mutex_);
-    KILN_CHECK(!stopping_, "rank {}: finish() after report_error(): this rank already failed", options_.rank);
+    KILN_CHECK(!stopping_, "rank {}: finish() after report_error(): this rank already failed",
+               options_.rank);
   }
   if (options_.rank == 0) {
     finish_as_rank0(deadline);
@@ -251,20 +262,22 @@ void Watcher::finish_as_rank0(Deadline deadline) {
   {
     std::unique_lock lock(mutex_);
     const bool all = changed_.wait_until(lock, deadline, [&] { return ranks_not_done().empty(); });
-    KILN_CHECK(all, "rank 0: finish(): rank(s) {} did not reach finish() in time", fmt::join(ranks_not_done(), ", "));
+    KILN_CHECK(all, "rank 0: finish(): rank(s) {} did not reach finish() in time",
+               fmt::join(ranks_not_done(), ", "));
   }
   stop();  // before the answers: ranks that got theirs may close at once
-  for (const Peer& peer : peers_) send_to(peer, MessageType::finish_ack, "", deadline_after(kNoticeWait));
+  for (const Peer& peer : peers_)
+    send_to(peer, MessageType::finish_ack, "", deadline_after(kNoticeWait));
 }
 
 void Watcher::finish_as_other_rank(Deadline deadline) {
   const IoResult sent = send_to(peers_.at(0), MessageType::done, "", deadline);
-  KILN_CHECK(sent.ok(), "rank {}: finish(): cannot tell rank 0 at '{}': {}", options_.rank, options_.address,
-             describe(sent));
+  KILN_CHECK(sent.ok(), "rank {}: finish(): cannot tell rank 0 at '{}': {}", options_.rank,
+             options_.address, describe(sent));
   std::unique_lock lock(mutex_);
   const bool acked = changed_.wait_until(lock, deadline, [&] { return finish_acked_; });
-  KILN_CHECK(acked, "rank {}: finish(): rank 0 at '{}' did not confirm the end of the job in time", options_.rank,
-             options_.address);
+  KILN_CHECK(acked, "rank {}: finish(): rank 0 at '{}' did not confirm the end of the job in time",
+             options_.rank, options_.address);
 }
 
 }  // namespace kiln::dist

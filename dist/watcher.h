@@ -57,17 +57,18 @@ class Watcher {
   void send_failure_notices(int failed_rank, const std::string& cause);
   Deadline next_wake() const;
   std::vector<int> ranks_not_done() const;  // mutex_ held
-  IoResult send_to(const Peer& peer, MessageType type, const std::string& payload, Deadline deadline);
+  IoResult send_to(const Peer& peer, MessageType type, const std::string& payload,
+                   Deadline deadline);
   void finish_as_rank0(Deadline deadline);
   void finish_as_other_rank(Deadline deadline);
 
   const ProcessGroupOptions options_;
   std::vector<Peer> peers_;
-  int wake_read_ = -1;   // stop() writes to wake_write_; the thread polls wake_read_
+  int wake_read_ = -1;  // stop() writes to wake_write_; the thread polls wake_read_
   int wake_write_ = -1;
   Clock::time_point next_ping_{};
 
-  std::mutex send_mutex_;  // sends on control sockets (the thread's pings, the caller's goodbye)
+  std::mutex send_mutex_;     // sends on control sockets (the thread's pings, the caller's goodbye)
   mutable std::mutex mutex_;  // what follows, and Peer::done
   std::condition_variable changed_;
   bool stopping_ = false;

@@ -11,7 +11,8 @@
 #include "models/dataset.h"
 #include "models/evaluate.h"
 
-// conv 3x3 1->8, ReLU, max-pool 2; conv 3x3 8->16, ReLU, max-pool 2; linear 784->64, ReLU; linear 64->10.
+// conv 3x3 1->8, ReLU, max-pool 2; conv 3x3 8->16, ReLU, max-pool 2; linear 784->64, ReLU; linear
+// 64->10.
 class TinyCnn : public kiln::nn::Layer {
  public:
   explicit TinyCnn(kiln::Philox& rng)
@@ -25,7 +26,7 @@ class TinyCnn : public kiln::nn::Layer {
     register_module("fc2", fc2_);
   }
 
-  kiln::Value forward(kiln::Value x) override {  // x: [B, 1, 28, 28]
+  kiln::Value forward(kiln::Value x) override {      // x: [B, 1, 28, 28]
     x = kiln::max_pool2d(kiln::relu(conv1_(x)), 2);  // [B, 8, 14, 14]
     x = kiln::max_pool2d(kiln::relu(conv2_(x)), 2);  // [B, 16, 7, 7]
     x = kiln::relu(fc1_(kiln::flatten(x)));          // [B, 64]
@@ -48,11 +49,17 @@ Args parse_args(int argc, char** argv) {
   Args args;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--max-steps") args.max_steps = std::stoll(value);
-    else if (flag == "--batch-size") args.batch_size = std::stoll(value);
-    else if (flag == "--data-dir") args.data_dir = value;
-    else if (flag == "--device") args.device = value == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
-    else throw kiln::Error("unknown flag " + flag + " (--max-steps, --batch-size, --data-dir, --device)");
+    if (flag == "--max-steps")
+      args.max_steps = std::stoll(value);
+    else if (flag == "--batch-size")
+      args.batch_size = std::stoll(value);
+    else if (flag == "--data-dir")
+      args.data_dir = value;
+    else if (flag == "--device")
+      args.device = value == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
+    else
+      throw kiln::Error("unknown flag " + flag +
+                        " (--max-steps, --batch-size, --data-dir, --device)");
   }
   if (argc % 2 == 0) throw kiln::Error(std::string("flag ") + argv[argc - 1] + " needs a value");
   return args;
@@ -69,7 +76,8 @@ int main(int argc, char** argv) try {
   const kiln::Value x = g.input("x", {args.batch_size, 1, 28, 28});
   const kiln::Value y = g.input("y", {args.batch_size}, kiln::DType::i64);
   kiln::Adam adam({.lr = 2e-3});
-  auto step = kiln::compile_training(kiln::cross_entropy(model(x), y), model.parameters(), adam, {.device = args.device});
+  auto step = kiln::compile_training(kiln::cross_entropy(model(x), y), model.parameters(), adam,
+                                     {.device = args.device});
 
   kiln::Batcher batcher(train, args.batch_size, /*shuffle=*/true, /*seed=*/1);
   kiln::Tensor images = kiln::Tensor::empty({args.batch_size, 1, 28, 28}, kiln::DType::f32);
@@ -81,15 +89,18 @@ int main(int argc, char** argv) try {
     if (batch == 0) batcher.start_epoch(s / batcher.batches_per_epoch() + 1);
     batcher.fill(batch, images, labels);
     loss = step->run({{x, images}, {y, labels}}).at("loss").item();
-    if ((s + 1) % 100 == 0) std::printf("step %lld: loss %.4f\n", static_cast<long long>(s + 1), loss);
+    if ((s + 1) % 100 == 0)
+      std::printf("step %lld: loss %.4f\n", static_cast<long long>(s + 1), loss);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   kiln::Evaluator evaluator(model, {1, 28, 28}, 1000, {.device = args.device});
   const kiln::EvalResult result = evaluator.evaluate(test);
-  std::printf("%lld steps in %.1f s, final loss %.4f\n", static_cast<long long>(args.max_steps), seconds, loss);
-  std::printf("test accuracy %.4f (%lld of %lld)\n", result.accuracy, static_cast<long long>(result.correct),
-              static_cast<long long>(result.examples));
+  std::printf("%lld steps in %.1f s, final loss %.4f\n", static_cast<long long>(args.max_steps),
+              seconds, loss);
+  std::printf("test accuracy %.4f (%lld of %lld)\n", result.accuracy,
+              static_cast<long long>(result.correct), static_cast<long long>(result.examples));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "tiny_cnn: error: %s\n", e.what());

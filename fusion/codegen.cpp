@@ -17,9 +17,12 @@ namespace {
 std::string type_name(DType d) { return d == DType::f64 ? "double" : "float"; }
 
 std::string literal(double v, DType d) {
-  if (std::isnan(v)) return d == DType::f64 ? "__longlong_as_double(0x7ff8000000000000LL)" : "__int_as_float(0x7fc00000)";
+  if (std::isnan(v))
+    return d == DType::f64 ? "__longlong_as_double(0x7ff8000000000000LL)"
+                           : "__int_as_float(0x7fc00000)";
   if (std::isinf(v)) {
-    const std::string inf = d == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
+    const std::string inf = d == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)"
+                                            : "__int_as_float(0x7f800000)";
     return v > 0 ? inf : "(-" + inf + ")";
   }
   std::string text = d == DType::f64 ? fmt::format("{:.17g}", v) : fmt::format("{:.9g}", v);
@@ -36,7 +39,8 @@ std::string offset_expr(const StridedWalk& walk, const std::string& index) {
     if (stride != 0 && walk.dims[d] > 1) {
       std::string coord = inner == 1 ? index : fmt::format("({} / {}LL)", index, inner);
       if (d > 0) coord = fmt::format("({} % {}LL)", coord, walk.dims[d]);
-      expr += (expr.empty() ? "" : " + ") + (stride == 1 ? coord : fmt::format("{} * {}LL", coord, stride));
+      expr += (expr.empty() ? "" : " + ") +
+              (stride == 1 ? coord : fmt::format("{} * {}LL", coord, stride));
     }
     inner *= walk.dims[d];
   }
@@ -48,18 +52,22 @@ enum class Access { contiguous, scalar, strided };
 struct InputPlan {
   Access access;
   StridedWalk walk;
-  bool vector_load;    // float4 load at offset(i) for lanes i..i+3
+  bool vector_load;     // float4 load at offset(i) for lanes i..i+3
   bool lane_invariant;  // the same element for lanes i..i+3
 };
 
 InputPlan plan_input(const FusedGroup& g, const FusedInput& in) {
   InputPlan p{Access::strided, StridedWalk(g.shape, in.strides), false, false};
-  if (in.contiguous(g.shape)) p.access = Access::contiguous;
-  else if (in.scalar()) p.access = Access::scalar;
+  if (in.contiguous(g.shape))
+    p.access = Access::contiguous;
+  else if (in.scalar())
+    p.access = Access::scalar;
   const std::int64_t inner = p.walk.dims.back(), inner_stride = p.walk.strides.back();
   bool outer_aligned = true;
-  for (std::size_t d = 0; d + 1 < p.walk.dims.size(); ++d) outer_aligned = outer_aligned && p.walk.strides[d] % 4 == 0;
-  p.vector_load = p.access == Access::contiguous || (inner_stride == 1 && inner % 4 == 0 && outer_aligned);
+  for (std::size_t d = 0; d + 1 < p.walk.dims.size(); ++d)
+    outer_aligned = outer_aligned && p.walk.strides[d] % 4 == 0;
+  p.vector_load =
+      p.access == Access::contiguous || (inner_stride == 1 && inner % 4 == 0 && outer_aligned);
   p.lane_invariant = p.access == Access::scalar || (inner_stride == 0 && inner % 4 == 0);
   return p;
 }
@@ -68,7 +76,8 @@ InputPlan plan_input(const FusedGroup& g, const FusedInput& in) {
 std::string expand(const std::string& snippet, const std::vector<std::string>& args) {
   std::string out;
   for (std::size_t i = 0; i < snippet.size(); ++i) {
-    if (snippet[i] == '{' && i + 2 < snippet.size() && snippet[i + 2] == '}' && std::isdigit(static_cast<unsigned char>(snippet[i + 1]))) {
+    if (snippet[i] == '{' && i + 2 < snippet.size() && snippet[i + 2] == '}' &&
+        std::isdigit(static_cast<unsigned char>(snippet[i + 1]))) {
       out += args.at(static_cast<std::size_t>(snippet[i + 1] - '0'));
       i += 2;
       continue;
@@ -83,8 +92,10 @@ std::string expand(const std::string& snippet, const std::vector<std::string>& a
 std::string reduction_identity(const FusedReduction& red, DType dtype) {
   return red.op->name == "reduce_max" ? literal(-INFINITY, dtype) : literal(0.0, dtype);
 }
-std::string reduction_combine(const FusedReduction& red, const std::string& acc, const std::string& value) {
-  if (red.op->name == "reduce_max") return fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", acc, value);
+std::string reduction_combine(const FusedReduction& red, const std::string& acc,
+                              const std::string& value) {
+  if (red.op->name == "reduce_max")
+    return fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", acc, value);
   return fmt::format("({} + {})", acc, value);
 }
 
@@ -101,8 +112,10 @@ class Writer {
     std::string body, extra;
     if (k.reduction) {
       k.reduced_outputs = g_.reduction->type.shape.numel();
-      const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
-      if (columns_reduced()) {  // blocks of 32 adjacent outputs, so that a warp's loads are one row segment
+      const std::int64_t per_output =
+          g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
+      if (columns_reduced()) {  // blocks of 32 adjacent outputs, so that a warp's loads are one row
+                                // segment
         const std::int64_t tiles = (k.reduced_outputs + 31) / 32;
         k.splits = reduction_splits(tiles, per_output * 32, 1024, 2048);
         k.work_items = tiles * k.splits;
@@ -116,11 +129,15 @@ class Writer {
     } else {
       body = elementwise_body(k.vector_width);
     }
-    const std::string text = fmt::format("typedef {} T;\nextern \"C\" __global__ void KERNEL({}) {{\n{}{}}}\n{}", t_, parameters(), offsets(), body, extra);
+    const std::string text =
+        fmt::format("typedef {} T;\nextern \"C\" __global__ void KERNEL({}) {{\n{}{}}}\n{}", t_,
+                    parameters(), offsets(), body, extra);
     k.name = fmt::format("kiln_{:016x}", std::hash<std::string>{}(text));
     if (k.splits > 1) k.finish_name = k.name + "_finish";
     k.source = "// generated by kiln: " + g_.summary() + "\n" + text;
-    for (std::size_t at = k.source.find("KERNEL"); at != std::string::npos; at = k.source.find("KERNEL", at)) k.source.replace(at, 6, k.name);
+    for (std::size_t at = k.source.find("KERNEL"); at != std::string::npos;
+         at = k.source.find("KERNEL", at))
+      k.source.replace(at, 6, k.name);
     return k;
   }
 
@@ -128,7 +145,8 @@ class Writer {
   // aim at about `blocks` blocks, each reducing at least `least` elements (the row body:
   // 2048 and 512, so that a per-channel sum over [64, 32, 14, 14] runs 32 x 25 blocks, not
   // 32 x 7 of 1792 elements each; the column body: 1024 and 2048).
-  static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output, std::int64_t blocks, std::int64_t least) {
+  static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output,
+                                       std::int64_t blocks, std::int64_t least) {
     const std::int64_t by_blocks = (blocks + outputs - 1) / outputs;
     const std::int64_t by_size = (per_output + least - 1) / least;
     return std::max<std::int64_t>(1, std::min(by_blocks, by_size));
@@ -137,8 +155,10 @@ class Writer {
  private:
   std::string parameters() const {
     std::string p;
-    for (std::size_t k = 0; k < g_.inputs.size(); ++k) p += fmt::format("{}const T* __restrict__ in{}", p.empty() ? "" : ", ", k);
-    for (std::size_t k = 0; k < g_.outputs.size(); ++k) p += fmt::format("{}T* __restrict__ out{}", p.empty() ? "" : ", ", k);
+    for (std::size_t k = 0; k < g_.inputs.size(); ++k)
+      p += fmt::format("{}const T* __restrict__ in{}", p.empty() ? "" : ", ", k);
+    for (std::size_t k = 0; k < g_.outputs.size(); ++k)
+      p += fmt::format("{}T* __restrict__ out{}", p.empty() ? "" : ", ", k);
     if (g_.reduction) p += fmt::format("{}T* __restrict__ reduced", p.empty() ? "" : ", ");
     return p;
   }
@@ -148,15 +168,19 @@ class Writer {
   std::string offsets() const {
     std::string out;
     for (std::size_t k = 0; k < g_.inputs.size(); ++k)
-      if (g_.inputs[k].offset != 0) out += fmt::format("  in{} += {}LL;  // a slice read in place\n", k, g_.inputs[k].offset);
+      if (g_.inputs[k].offset != 0)
+        out += fmt::format("  in{} += {}LL;  // a slice read in place\n", k, g_.inputs[k].offset);
     return out;
   }
 
   std::string operand(const Operand& op, const std::string& lane) const {
     switch (op.kind) {
-      case Operand::Kind::input: return fmt::format("x{}{}", op.index, lane);
-      case Operand::Kind::instr: return fmt::format("r{}", op.index);
-      case Operand::Kind::constant: return literal(op.constant, g_.dtype);
+      case Operand::Kind::input:
+        return fmt::format("x{}{}", op.index, lane);
+      case Operand::Kind::instr:
+        return fmt::format("r{}", op.index);
+      case Operand::Kind::constant:
+        return literal(op.constant, g_.dtype);
     }
     return "?";
   }
@@ -167,10 +191,12 @@ class Writer {
     for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
       std::vector<std::string> args;
       for (const Operand& a : g_.instrs[i].args) {
-        const bool per_lane = a.kind == Operand::Kind::input && !plans_[static_cast<std::size_t>(a.index)].lane_invariant;
+        const bool per_lane = a.kind == Operand::Kind::input &&
+                              !plans_[static_cast<std::size_t>(a.index)].lane_invariant;
         args.push_back(operand(a, per_lane ? lane : ""));
       }
-      out += fmt::format("{}const T r{} = {};  // {}\n", indent, i, expand(g_.instrs[i].op->cuda, args), g_.instrs[i].op->name);
+      out += fmt::format("{}const T r{} = {};  // {}\n", indent, i,
+                         expand(g_.instrs[i].op->cuda, args), g_.instrs[i].op->name);
     }
     return out;
   }
@@ -179,7 +205,8 @@ class Writer {
     std::string out;
     for (std::size_t k = 0; k < plans_.size(); ++k) {
       if (plans_[k].access == Access::scalar) continue;  // hoisted
-      const std::string off = plans_[k].access == Access::contiguous ? index : offset_expr(plans_[k].walk, index);
+      const std::string off =
+          plans_[k].access == Access::contiguous ? index : offset_expr(plans_[k].walk, index);
       out += fmt::format("{}const T x{} = in{}[{}];\n", indent, k, k, off);
     }
     return out;
@@ -188,7 +215,8 @@ class Writer {
   std::string hoisted_scalars() const {
     std::string out;
     for (std::size_t k = 0; k < plans_.size(); ++k)
-      if (plans_[k].access == Access::scalar) out += fmt::format("  const T x{} = in{}[0];\n", k, k);
+      if (plans_[k].access == Access::scalar)
+        out += fmt::format("  const T x{} = in{}[0];\n", k, k);
     return out;
   }
 
@@ -205,7 +233,8 @@ class Writer {
     out += "  for (long long i = first; i < n; i += step) {\n";
     out += scalar_loads("    ", "i");
     out += compute("    ", "");
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("    out{}[i] = {};\n", o, operand(g_.outputs[o], ""));
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      out += fmt::format("    out{}[i] = {};\n", o, operand(g_.outputs[o], ""));
     out += "  }\n";
     return out;
   }
@@ -222,27 +251,36 @@ class Writer {
     std::string aligned;
     for (std::size_t k = 0; k < plans_.size(); ++k)
       if (!plans_[k].lane_invariant) aligned += fmt::format(" | (unsigned long long)in{}", k);
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o) aligned += fmt::format(" | (unsigned long long)out{}", o);
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      aligned += fmt::format(" | (unsigned long long)out{}", o);
     std::string out = fmt::format("  if (((0ULL{}) & 15ULL) == 0ULL) {{\n", aligned);
-    out += "    for (long long v = first; v < n / 4; v += step) {\n      const long long i = v * 4;\n";
+    out +=
+        "    for (long long v = first; v < n / 4; v += step) {\n      const long long i = v * 4;\n";
     for (std::size_t k = 0; k < plans_.size(); ++k) {
       const InputPlan& p = plans_[k];
       if (p.access == Access::scalar) continue;
       const std::string off = p.access == Access::contiguous ? "i" : offset_expr(p.walk, "i");
-      if (p.lane_invariant) out += fmt::format("      const T x{} = in{}[{}];\n", k, k, off);
-      else out += fmt::format("      const float4 x{} = *reinterpret_cast<const float4*>(in{} + {});\n", k, k, off);
+      if (p.lane_invariant)
+        out += fmt::format("      const T x{} = in{}[{}];\n", k, k, off);
+      else
+        out += fmt::format(
+            "      const float4 x{} = *reinterpret_cast<const float4*>(in{} + {});\n", k, k, off);
     }
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("      float4 o{};\n", o);
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      out += fmt::format("      float4 o{};\n", o);
     for (const char* lane : {"x", "y", "z", "w"}) {
       out += "      {\n" + compute("        ", std::string(".") + lane);
       for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
         const Operand& op = g_.outputs[o];
-        const bool per_lane = op.kind == Operand::Kind::input && !plans_[static_cast<std::size_t>(op.index)].lane_invariant;
-        out += fmt::format("        o{}.{} = {};\n", o, lane, operand(op, per_lane ? std::string(".") + lane : ""));
+        const bool per_lane = op.kind == Operand::Kind::input &&
+                              !plans_[static_cast<std::size_t>(op.index)].lane_invariant;
+        out += fmt::format("        o{}.{} = {};\n", o, lane,
+                           operand(op, per_lane ? std::string(".") + lane : ""));
       }
       out += "      }\n";
     }
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("      *reinterpret_cast<float4*>(out{} + i) = o{};\n", o, o);
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      out += fmt::format("      *reinterpret_cast<float4*>(out{} + i) = o{};\n", o, o);
     out += "    }\n    return;\n  }\n";
     return out;
   }
@@ -260,7 +298,8 @@ class Writer {
 
 // Merged axes of the iteration space, split into kept and reduced ones.
 struct ReductionAxes {
-  std::vector<std::int64_t> kept_sizes, kept_strides, red_sizes, red_strides;  // strides: dense, in elements
+  std::vector<std::int64_t> kept_sizes, kept_strides, red_sizes,
+      red_strides;  // strides: dense, in elements
 };
 
 ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes) {
@@ -269,7 +308,8 @@ ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& ax
   int last = -1;  // 0 kept, 1 reduced
   for (std::size_t d = 0; d < shape.rank(); ++d) {
     if (shape[d] == 1) continue;
-    const int kind = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end() ? 1 : 0;
+    const int kind =
+        std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end() ? 1 : 0;
     auto& sizes = kind ? r.red_sizes : r.kept_sizes;
     auto& strides = kind ? r.red_strides : r.kept_strides;
     if (kind == last) {
@@ -286,8 +326,9 @@ ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& ax
 
 // sum_k ((index / inner_k) % size_k) * stride_k as C code, its constants with `suffix`
 // ("LL": 64-bit arithmetic; "": 32-bit, when every index fits, for cheaper divisions).
-std::string coordinate_sum(const std::vector<std::int64_t>& sizes, const std::vector<std::int64_t>& strides,
-                           const std::string& index, const char* suffix = "LL") {
+std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
+                           const std::vector<std::int64_t>& strides, const std::string& index,
+                           const char* suffix = "LL") {
   std::string expr;
   std::int64_t inner = 1;
   for (std::size_t k = sizes.size(); k-- > 0;) {
@@ -307,10 +348,15 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   std::int64_t n_red = 1;
   for (std::int64_t s : axes.red_sizes) n_red *= s;
   const std::string init = reduction_identity(red, g_.dtype);
-  auto combine = [&](const std::string& a, const std::string& b) { return reduction_combine(red, a, b); };
+  auto combine = [&](const std::string& a, const std::string& b) {
+    return reduction_combine(red, a, b);
+  };
   const std::int64_t chunk = (n_red + splits - 1) / splits;
-  std::string out = fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", red.type.shape.numel(), n_red);
-  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits, chunk);
+  std::string out =
+      fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n",
+                  red.type.shape.numel(), n_red);
+  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
+                     chunk);
   out += "  __shared__ T warp_acc[32];\n";
   out += hoisted_scalars();
   out += "  for (long long job = blockIdx.x; job < n_out * splits; job += gridDim.x) {\n";
@@ -321,19 +367,35 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   const bool narrow = g_.shape.numel() < (std::int64_t{1} << 31);
   const char* ix = narrow ? "int" : "long long";
   const char* suffix = narrow ? "" : "LL";
-  out += fmt::format("    const {} base = {};\n", ix, coordinate_sum(axes.kept_sizes, axes.kept_strides, fmt::format("(({})o)", ix), suffix));
+  out += fmt::format(
+      "    const {} base = {};\n", ix,
+      coordinate_sum(axes.kept_sizes, axes.kept_strides, fmt::format("(({})o)", ix), suffix));
   out += fmt::format("    T acc = {};\n", init);
-  out += fmt::format("#pragma unroll 4\n    for ({0} r = ({0})r_first + ({0})threadIdx.x; r < ({0})r_end; r += ({0})blockDim.x) {{\n", ix);
-  out += fmt::format("      const {} i = base + {};\n", ix, coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
+  out += fmt::format(
+      "#pragma unroll 4\n    for ({0} r = ({0})r_first + ({0})threadIdx.x; r < ({0})r_end; r += "
+      "({0})blockDim.x) {{\n",
+      ix);
+  out += fmt::format("      const {} i = base + {};\n", ix,
+                     coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
   out += scalar_loads("      ", "i");
   out += compute("      ", "");
-  for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("      out{}[i] = {};\n", o, operand(g_.outputs[o], ""));
+  for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+    out += fmt::format("      out{}[i] = {};\n", o, operand(g_.outputs[o], ""));
   out += fmt::format("      acc = {};\n    }}\n", combine("acc", operand(red.value, "")));
-  const std::string shuffle = fmt::format("for (int off = 16; off > 0; off >>= 1) {{ const T other = __shfl_down_sync(0xffffffffu, acc, off); acc = {}; }}", combine("acc", "other"));
+  const std::string shuffle = fmt::format(
+      "for (int off = 16; off > 0; off >>= 1) {{ const T other = __shfl_down_sync(0xffffffffu, "
+      "acc, off); acc = {}; }}",
+      combine("acc", "other"));
   out += "    " + shuffle + "\n";
-  out += "    if ((threadIdx.x & 31u) == 0u) warp_acc[threadIdx.x >> 5] = acc;\n    __syncthreads();\n";
-  out += fmt::format("    if (threadIdx.x < 32u) {{\n      acc = threadIdx.x < (blockDim.x >> 5) ? warp_acc[threadIdx.x] : {};\n", init);
-  out += "      " + shuffle + "\n      if (threadIdx.x == 0u) reduced[job] = acc;\n    }\n    __syncthreads();\n  }\n";
+  out +=
+      "    if ((threadIdx.x & 31u) == 0u) warp_acc[threadIdx.x >> 5] = acc;\n    "
+      "__syncthreads();\n";
+  out += fmt::format(
+      "    if (threadIdx.x < 32u) {{\n      acc = threadIdx.x < (blockDim.x >> 5) ? "
+      "warp_acc[threadIdx.x] : {};\n",
+      init);
+  out += "      " + shuffle +
+         "\n      if (threadIdx.x == 0u) reduced[job] = acc;\n    }\n    __syncthreads();\n  }\n";
   return out;
 }
 
@@ -344,8 +406,9 @@ std::string Writer::reduction_body(std::int64_t splits) const {
 // output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
 bool Writer::columns_reduced() const {
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
-  return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 && axes.red_strides[0] == axes.kept_sizes[0] &&
-         axes.kept_sizes[0] >= 32 && axes.red_sizes[0] >= 512;
+  return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
+         axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
+         axes.red_sizes[0] >= 512;
 }
 
 // One block per (tile of 32 outputs, split of the rows): lane x takes output tile * 32 + x,
@@ -355,27 +418,40 @@ bool Writer::columns_reduced() const {
 std::string Writer::column_reduction_body(std::int64_t splits) const {
   const FusedReduction& red = *g_.reduction;
   const ReductionAxes axes = split_axes(g_.shape, red.axes);
-  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0], chunk = (n_red + splits - 1) / splits;
+  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
+                     chunk = (n_red + splits - 1) / splits;
   const std::string init = reduction_identity(red, g_.dtype);
-  auto combine = [&](const std::string& a, const std::string& b) { return reduction_combine(red, a, b); };
-  std::string out = fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
-  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits, chunk);
-  out += "  __shared__ T warp_acc[32][33];\n  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;\n";
+  auto combine = [&](const std::string& a, const std::string& b) {
+    return reduction_combine(red, a, b);
+  };
+  std::string out = fmt::format(
+      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
+  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
+                     chunk);
+  out +=
+      "  __shared__ T warp_acc[32][33];\n  const unsigned lane = threadIdx.x & 31u, warp = "
+      "threadIdx.x >> 5, warps = blockDim.x >> 5;\n";
   out += hoisted_scalars();
-  out += "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) {\n";
+  out +=
+      "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) "
+      "{\n";
   out += "    const long long o = (job / splits) * 32 + lane;\n";
   out += "    const long long r_first = (job % splits) * chunk;\n";
   out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
   out += fmt::format("    T acc = {};\n", init);
-  out += "    if (o < n_out) {\n      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
+  out +=
+      "    if (o < n_out) {\n      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
   out += "        const long long i = r * n_out + o;\n";
   out += scalar_loads("        ", "i");
   out += compute("        ", "");
-  for (std::size_t k = 0; k < g_.outputs.size(); ++k) out += fmt::format("        out{}[i] = {};\n", k, operand(g_.outputs[k], ""));
-  out += fmt::format("        acc = {};\n      }}\n    }}\n", combine("acc", operand(red.value, "")));
+  for (std::size_t k = 0; k < g_.outputs.size(); ++k)
+    out += fmt::format("        out{}[i] = {};\n", k, operand(g_.outputs[k], ""));
+  out +=
+      fmt::format("        acc = {};\n      }}\n    }}\n", combine("acc", operand(red.value, "")));
   out += "    warp_acc[warp][lane] = acc;\n    __syncthreads();\n";
   out += "    if (warp == 0u && o < n_out) {\n";
-  out += fmt::format("      for (unsigned w = 1; w < warps; ++w) acc = {};\n", combine("acc", "warp_acc[w][lane]"));
+  out += fmt::format("      for (unsigned w = 1; w < warps; ++w) acc = {};\n",
+                     combine("acc", "warp_acc[w][lane]"));
   out += "      reduced[o * splits + job % splits] = acc;\n    }\n    __syncthreads();\n  }\n";
   return out;
 }
@@ -383,11 +459,19 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
 // Combines each output's partial results in split order (deterministic: no atomics).
 std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) const {
   const std::string combine = reduction_combine(*g_.reduction, "acc", "v");
-  std::string out = "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial, T* __restrict__ reduced) {\n";
-  out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs, splits);
-  out += "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += (long long)gridDim.x * blockDim.x) {\n";
+  std::string out =
+      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial, T* __restrict__ "
+      "reduced) {\n";
+  out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs,
+                     splits);
+  out +=
+      "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += "
+      "(long long)gridDim.x * blockDim.x) {\n";
   out += "    T acc = partial[o * splits];\n";
-  out += fmt::format("    for (long long c = 1; c < splits; ++c) {{ const T v = partial[o * splits + c]; acc = {}; }}\n", combine);
+  out += fmt::format(
+      "    for (long long c = 1; c < splits; ++c) {{ const T v = partial[o * splits + c]; acc = "
+      "{}; }}\n",
+      combine);
   out += "    reduced[o] = acc;\n  }\n}\n";
   return out;
 }

@@ -13,10 +13,11 @@ struct CudaKernelSource {
   std::string name;    // extern "C" symbol: "kiln_" + a hash of the source
   std::string source;  // a complete CUDA C translation unit, no includes
   bool reduction = false;
-  std::int64_t work_items = 0;  // elements (elementwise) or reduction jobs (outputs x splits; tiles of 32 outputs x splits for columns)
+  std::int64_t work_items = 0;  // elements (elementwise) or reduction jobs (outputs x splits; tiles
+                                // of 32 outputs x splits for columns)
   int vector_width = 1;         // 4 when the float4 path exists
-  // A reduction with few outputs over many elements is split: `name` writes reduced_outputs x splits
-  // partial results (its last parameter is then a scratch buffer of that many values) and
+  // A reduction with few outputs over many elements is split: `name` writes reduced_outputs x
+  // splits partial results (its last parameter is then a scratch buffer of that many values) and
   // `finish_name` (partial, reduced) combines each output's partials in order.
   std::int64_t splits = 1;
   std::int64_t reduced_outputs = 0;

@@ -19,10 +19,12 @@ namespace {
 constexpr std::int64_t kTile = 1024;
 
 // Strides over the group's shape of the reduced output: 0 on reduced axes.
-std::vector<std::int64_t> reduction_strides(const Shape& shape, const std::vector<std::int64_t>& axes) {
+std::vector<std::int64_t> reduction_strides(const Shape& shape,
+                                            const std::vector<std::int64_t>& axes) {
   std::vector<std::int64_t> kept;
   for (std::size_t d = 0; d < shape.rank(); ++d)
-    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end()) kept.push_back(static_cast<std::int64_t>(d));
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
+      kept.push_back(static_cast<std::int64_t>(d));
   std::vector<std::int64_t> strides(shape.rank(), 0);
   std::int64_t step = 1;
   for (std::size_t k = kept.size(); k-- > 0;) {
@@ -34,8 +36,10 @@ std::vector<std::int64_t> reduction_strides(const Shape& shape, const std::vecto
 
 template <class T>
 ElementwiseLoop<T> loop_of(const OpDef& op) {
-  if constexpr (std::is_same_v<T, float>) return op.loops.f32;
-  else return op.loops.f64;
+  if constexpr (std::is_same_v<T, float>)
+    return op.loops.f32;
+  else
+    return op.loops.f64;
 }
 
 // Tile registers at 64-byte alignment: Eigen's SIMD loops split an array into a scalar head
@@ -44,7 +48,9 @@ ElementwiseLoop<T> loop_of(const OpDef& op) {
 template <class T>
 class AlignedBuffer {
  public:
-  explicit AlignedBuffer(std::size_t n) : data_(static_cast<T*>(std::aligned_alloc(64, std::max<std::size_t>(64, (n * sizeof(T) + 63) / 64 * 64)))) {
+  explicit AlignedBuffer(std::size_t n)
+      : data_(static_cast<T*>(
+            std::aligned_alloc(64, std::max<std::size_t>(64, (n * sizeof(T) + 63) / 64 * 64)))) {
     KILN_CHECK(data_ != nullptr, "out of host memory for fused tiles ({} values)", n);
   }
   ~AlignedBuffer() { std::free(data_); }
@@ -73,8 +79,9 @@ class TileEvaluator {
       const T* args[8];
       std::int64_t steps[8];
       T literals[8];
-      for (std::size_t a = 0; a < instr.args.size(); ++a) operand(instr.args[a], args[a], steps[a], literals[a]);
-      loop_of<T>(*instr.op)(args, steps, &regs_[i * kTile], count);
+      for (std::size_t a = 0; a < instr.args.size(); ++a)
+        operand(instr.args[a], args[a], steps[a], literals[a]);
+      loop_of<T> (*instr.op)(args, steps, &regs_[i * kTile], count);
     }
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       const T* src;
@@ -82,30 +89,39 @@ class TileEvaluator {
       T literal;
       operand(g_.outputs[o], src, step, literal);
       T* dst = call_.outputs[o].template data<T>() + start;
-      if (step == 1) std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
-      else std::fill_n(dst, count, src[0]);
+      if (step == 1)
+        std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
+      else
+        std::fill_n(dst, count, src[0]);
     }
   }
 
   // Adds the tile's values of the reduced operand into per-output accumulators.
-  void accumulate(std::int64_t start, std::int64_t count, const StridedWalk& out_walk, std::vector<double>& acc) {
+  void accumulate(std::int64_t start, std::int64_t count, const StridedWalk& out_walk,
+                  std::vector<double>& acc) {
     const FusedReduction& r = *g_.reduction;
     const T* src;
     std::int64_t step;
     T literal;
     operand(r.value, src, step, literal);
     const bool is_max = r.op->name == "reduce_max";
-    auto combine = [is_max](double& a, double v) { a = is_max ? ((v > a || v != v) ? v : a) : a + v; };
-    out_walk.runs(start, count, [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t out_step) {
-      if (out_step == 0) {  // the whole run reduces into one output
-        double run = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
-        for (std::int64_t j = 0; j < length; ++j) combine(run, static_cast<double>(src[(pos + j) * step]));
-        combine(acc[static_cast<std::size_t>(offset)], run);
-        return;
-      }
-      for (std::int64_t j = 0; j < length; ++j)
-        combine(acc[static_cast<std::size_t>(offset + j * out_step)], static_cast<double>(src[(pos + j) * step]));
-    });
+    auto combine = [is_max](double& a, double v) {
+      a = is_max ? ((v > a || v != v) ? v : a) : a + v;
+    };
+    out_walk.runs(
+        start, count,
+        [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t out_step) {
+          if (out_step == 0) {  // the whole run reduces into one output
+            double run = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+            for (std::int64_t j = 0; j < length; ++j)
+              combine(run, static_cast<double>(src[(pos + j) * step]));
+            combine(acc[static_cast<std::size_t>(offset)], run);
+            return;
+          }
+          for (std::int64_t j = 0; j < length; ++j)
+            combine(acc[static_cast<std::size_t>(offset + j * out_step)],
+                    static_cast<double>(src[(pos + j) * step]));
+        });
   }
 
  private:
@@ -120,10 +136,14 @@ class TileEvaluator {
         bound_[k] = {data, 0};
       } else {
         T* buf = &gathered_[k * kTile];
-        walks_[k].runs(start, count, [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
-          if (step == 0) std::fill_n(buf + pos, length, data[offset]);
-          else for (std::int64_t j = 0; j < length; ++j) buf[pos + j] = data[offset + j * step];
-        });
+        walks_[k].runs(
+            start, count,
+            [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
+              if (step == 0)
+                std::fill_n(buf + pos, length, data[offset]);
+              else
+                for (std::int64_t j = 0; j < length; ++j) buf[pos + j] = data[offset + j * step];
+            });
         bound_[k] = {buf, 1};
       }
     }
@@ -131,9 +151,19 @@ class TileEvaluator {
 
   void operand(const Operand& op, const T*& ptr, std::int64_t& step, T& literal) const {
     switch (op.kind) {
-      case Operand::Kind::input: ptr = bound_[static_cast<std::size_t>(op.index)].first; step = bound_[static_cast<std::size_t>(op.index)].second; return;
-      case Operand::Kind::instr: ptr = &regs_[static_cast<std::size_t>(op.index) * kTile]; step = 1; return;
-      case Operand::Kind::constant: literal = static_cast<T>(op.constant); ptr = &literal; step = 0; return;
+      case Operand::Kind::input:
+        ptr = bound_[static_cast<std::size_t>(op.index)].first;
+        step = bound_[static_cast<std::size_t>(op.index)].second;
+        return;
+      case Operand::Kind::instr:
+        ptr = &regs_[static_cast<std::size_t>(op.index) * kTile];
+        step = 1;
+        return;
+      case Operand::Kind::constant:
+        literal = static_cast<T>(op.constant);
+        ptr = &literal;
+        step = 0;
+        return;
     }
   }
 
@@ -151,20 +181,31 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   const int threads = n > 4 * kTile ? omp_get_max_threads() : 1;
   const bool reduces = g.reduction.has_value();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
-  const double init = reduces && g.reduction->op->name == "reduce_max" ? -std::numeric_limits<double>::infinity() : 0.0;
-  const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes) : std::vector<std::int64_t>(g.shape.rank(), 0));
+  const double init = reduces && g.reduction->op->name == "reduce_max"
+                          ? -std::numeric_limits<double>::infinity()
+                          : 0.0;
+  const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes)
+                                              : std::vector<std::int64_t>(g.shape.rank(), 0));
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
   // depends only on the shapes, so the result is the same bits for any number of threads.
-  const std::int64_t max_blocks = reduces ? std::max<std::int64_t>(1, (std::int64_t{1} << 22) / std::max<std::int64_t>(1, reduced)) : 1;
-  const std::int64_t blocks = reduces ? std::clamp<std::int64_t>(tiles / 64, 1, std::min<std::int64_t>(16, max_blocks)) : tiles;
+  const std::int64_t max_blocks =
+      reduces
+          ? std::max<std::int64_t>(1, (std::int64_t{1} << 22) / std::max<std::int64_t>(1, reduced))
+          : 1;
+  const std::int64_t blocks =
+      reduces ? std::clamp<std::int64_t>(tiles / 64, 1, std::min<std::int64_t>(16, max_blocks))
+              : tiles;
   const std::int64_t tiles_per_block = (tiles + blocks - 1) / blocks;
-  std::vector<std::vector<double>> partial(static_cast<std::size_t>(reduces ? blocks : 0), std::vector<double>(static_cast<std::size_t>(reduced), init));
+  std::vector<std::vector<double>> partial(
+      static_cast<std::size_t>(reduces ? blocks : 0),
+      std::vector<double>(static_cast<std::size_t>(reduced), init));
 #pragma omp parallel num_threads(threads)
   {
     TileEvaluator<T> eval(g, call);
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
-      for (std::int64_t t = b * tiles_per_block; t < std::min(tiles, (b + 1) * tiles_per_block); ++t) {
+      for (std::int64_t t = b * tiles_per_block; t < std::min(tiles, (b + 1) * tiles_per_block);
+           ++t) {
         const std::int64_t start = t * kTile;
         const std::int64_t count = std::min(kTile, n - start);
         eval.run(start, count);
@@ -188,7 +229,8 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
 }  // namespace
 
 void FusedGroup::run_cpu(const KernelCall& call) const {
-  KILN_ASSERT(call.inputs.size() == inputs.size(), "fused group: {} inputs bound, {} expected", call.inputs.size(), inputs.size());
+  KILN_ASSERT(call.inputs.size() == inputs.size(), "fused group: {} inputs bound, {} expected",
+              call.inputs.size(), inputs.size());
   visit_floating(dtype, "fused", [&](auto zero) { run_group<decltype(zero)>(*this, call); });
 }
 

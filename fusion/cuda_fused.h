@@ -25,7 +25,8 @@ class CudaFusedKernel {
   CudaFusedKernel& operator=(const CudaFusedKernel&) = delete;
 
   // Pointers: the group's inputs, then its outputs, then the reduction output (device memory).
-  void launch(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, jit::Stream stream) const;
+  void launch(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+              jit::Stream stream) const;
   const CudaKernelSource& source() const { return source_; }
   const LaunchShape& launch_shape() const { return shape_; }
   jit::KernelAttributes attributes() const { return kernel_.attributes(); }
@@ -41,6 +42,7 @@ class CudaFusedKernel {
 };
 
 // Generates, compiles (in parallel, through the kernel cache) and loads every group.
-std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(const std::vector<const FusedGroup*>& groups);
+std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(
+    const std::vector<const FusedGroup*>& groups);
 
 }  // namespace kiln

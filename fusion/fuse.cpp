@@ -15,22 +15,27 @@
 namespace kiln {
 namespace {
 
-bool fusible(const Node& n) { return n.op->kind == OpKind::elementwise && !n.op->alias && is_floating(n.outputs[0].dtype); }
+bool fusible(const Node& n) {
+  return n.op->kind == OpKind::elementwise && !n.op->alias && is_floating(n.outputs[0].dtype);
+}
 bool is_fill(const Node& n) { return n.op->name == "fill"; }
-bool is_reduction(const Node& n) { return n.op->name == "reduce_sum" || n.op->name == "reduce_max"; }
+bool is_reduction(const Node& n) {
+  return n.op->name == "reduce_sum" || n.op->name == "reduce_max";
+}
 
 struct Grouping {
-  std::vector<int> group_of;               // node -> group, or -1
-  std::vector<std::vector<int>> members;   // group -> elementwise members in node order
-  std::vector<int> tail;                   // group -> reduction node, or -1
-  std::vector<Shape> shape;                // group -> iteration shape
+  std::vector<int> group_of;              // node -> group, or -1
+  std::vector<std::vector<int>> members;  // group -> elementwise members in node order
+  std::vector<int> tail;                  // group -> reduction node, or -1
+  std::vector<Shape> shape;               // group -> iteration shape
 };
 
 // Whether `start` depends on group `target` once every group is contracted to one node.
 bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
   std::vector<char> seen(g.nodes().size(), 0), seen_group(gr.members.size(), 0);
   std::vector<int> stack = {start};
-  KILN_ASSERT(!gr.members[static_cast<std::size_t>(target)].empty(), "reaches_group: group {} was absorbed", target);
+  KILN_ASSERT(!gr.members[static_cast<std::size_t>(target)].empty(),
+              "reaches_group: group {} was absorbed", target);
   auto push_inputs = [&](int node) {
     for (const ValueRef& in : g.node(node).inputs) stack.push_back(in.node);
   };
@@ -59,7 +64,8 @@ bool reaches_group(const Graph& g, const Grouping& gr, int start, int target) {
 bool inputs_reach(const Graph& g, const Grouping& gr, int node, const std::vector<int>& joined) {
   for (const ValueRef& in : g.node(node).inputs) {
     const int h = gr.group_of[static_cast<std::size_t>(in.node)];
-    if (std::find(joined.begin(), joined.end(), h) != joined.end() || is_fill(g.node(in.node))) continue;
+    if (std::find(joined.begin(), joined.end(), h) != joined.end() || is_fill(g.node(in.node)))
+      continue;
     for (int target : joined)
       if (reaches_group(g, gr, in.node, target)) return true;
   }
@@ -114,14 +120,17 @@ void move_to_readers(const Graph& g, Grouping& gr) {
     const Node& n = g.node(id);
     const auto& mine = readers[static_cast<std::size_t>(id)];
     if (!fusible(n) || stored[static_cast<std::size_t>(id)] || mine.size() != 1) continue;
-    const int from = gr.group_of[static_cast<std::size_t>(id)], to = gr.group_of[static_cast<std::size_t>(mine[0])];
-    if (to < 0 || to == from || gr.shape[static_cast<std::size_t>(to)] != n.outputs[0].shape) continue;
+    const int from = gr.group_of[static_cast<std::size_t>(id)],
+              to = gr.group_of[static_cast<std::size_t>(mine[0])];
+    if (to < 0 || to == from || gr.shape[static_cast<std::size_t>(to)] != n.outputs[0].shape)
+      continue;
     int inputs = 0;
     bool inputs_stored = true;
     for (const ValueRef& in : n.inputs) {
       if (is_fill(g.node(in.node))) continue;
       ++inputs;
-      inputs_stored = inputs_stored && g.node(in.node).outputs.size() == 1 && stored[static_cast<std::size_t>(in.node)];
+      inputs_stored = inputs_stored && g.node(in.node).outputs.size() == 1 &&
+                      stored[static_cast<std::size_t>(in.node)];
     }
     if (inputs != 1 || !inputs_stored) continue;
     auto& old_members = gr.members[static_cast<std::size_t>(from)];
@@ -184,7 +193,9 @@ std::map<ValueRef, bool> used_outside(const Graph& g, const Grouping& gr) {
   std::map<ValueRef, bool> outside;
   for (int id = 0; id < static_cast<int>(g.nodes().size()); ++id)
     for (const ValueRef& in : g.node(id).inputs)
-      if (gr.group_of[static_cast<std::size_t>(id)] < 0 || gr.group_of[static_cast<std::size_t>(id)] != gr.group_of[static_cast<std::size_t>(in.node)])
+      if (gr.group_of[static_cast<std::size_t>(id)] < 0 ||
+          gr.group_of[static_cast<std::size_t>(id)] !=
+              gr.group_of[static_cast<std::size_t>(in.node)])
         outside[in] = true;
   for (const auto& [name, ref] : g.outputs()) outside[ref] = true;
   for (const auto& [var, ref] : g.assignments()) outside[ref] = true;
@@ -205,7 +216,8 @@ SliceView slice_view(const Graph& g, ValueRef ref) {
   std::vector<std::pair<std::size_t, std::int64_t>> starts;  // (axis, start) of each slice
   while (g.node(v.base.node).op->name == "slice") {
     const Node& s = g.node(v.base.node);
-    starts.emplace_back(static_cast<std::size_t>(s.attrs.integer("axis")), s.attrs.integer("start"));
+    starts.emplace_back(static_cast<std::size_t>(s.attrs.integer("axis")),
+                        s.attrs.integer("start"));
     v.base = s.inputs[0];
   }
   const std::vector<std::int64_t> strides = g.type(v.base).shape.strides();
@@ -224,13 +236,16 @@ std::vector<std::int64_t> view_strides(const Shape& shape, const Shape& base, co
 
 struct BuiltGroup {
   std::shared_ptr<FusedGroup> body;
-  std::vector<ValueRef> inputs;          // outer values, in the body's input order
-  std::map<ValueRef, int> output_slot;   // member value -> node output index
+  std::vector<ValueRef> inputs;         // outer values, in the body's input order
+  std::map<ValueRef, int> output_slot;  // member value -> node output index
 };
 
-BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std::map<ValueRef, bool>& outside) {
+BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
+                       const std::map<ValueRef, bool>& outside) {
   BuiltGroup b;
-  if (gr.members[static_cast<std::size_t>(group)].empty() && gr.tail[static_cast<std::size_t>(group)] < 0) return b;  // absorbed
+  if (gr.members[static_cast<std::size_t>(group)].empty() &&
+      gr.tail[static_cast<std::size_t>(group)] < 0)
+    return b;  // absorbed
   b.body = std::make_shared<FusedGroup>();
   FusedGroup& body = *b.body;
   body.shape = gr.shape[static_cast<std::size_t>(group)];
@@ -267,7 +282,8 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group, const std:
   if (const int t = gr.tail[static_cast<std::size_t>(group)]; t >= 0) {
     const Node& r = g.node(t);
     body.dtype = r.outputs[0].dtype;
-    body.reduction = FusedReduction{r.op, operand_for(r.inputs[0]), r.attrs.integers("axes"), r.attrs.integer("keepdims") != 0, r.outputs[0]};
+    body.reduction = FusedReduction{r.op, operand_for(r.inputs[0]), r.attrs.integers("axes"),
+                                    r.attrs.integer("keepdims") != 0, r.outputs[0]};
     b.output_slot[{t, 0}] = static_cast<int>(body.outputs.size());
   }
   return b;
@@ -279,14 +295,19 @@ Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
   const Grouping gr = group_nodes(g, options);
   const std::map<ValueRef, bool> outside = used_outside(g, gr);
   std::vector<BuiltGroup> built;
-  for (int h = 0; h < static_cast<int>(gr.members.size()); ++h) built.push_back(build_group(g, gr, h, outside));
+  for (int h = 0; h < static_cast<int>(gr.members.size()); ++h)
+    built.push_back(build_group(g, gr, h, outside));
 
   // Units to emit: groups (ids 0..G-1) and the other nodes (G + node id).
   const int groups = static_cast<int>(gr.members.size());
   const int count = static_cast<int>(g.nodes().size());
-  auto unit_of = [&](int node) { const int h = gr.group_of[static_cast<std::size_t>(node)]; return h >= 0 ? h : groups + node; };
+  auto unit_of = [&](int node) {
+    const int h = gr.group_of[static_cast<std::size_t>(node)];
+    return h >= 0 ? h : groups + node;
+  };
   std::vector<std::vector<int>> readers(static_cast<std::size_t>(groups + count));
-  std::vector<int> pending(static_cast<std::size_t>(groups + count), 0), first_node(static_cast<std::size_t>(groups + count), count);
+  std::vector<int> pending(static_cast<std::size_t>(groups + count), 0),
+      first_node(static_cast<std::size_t>(groups + count), count);
   std::vector<char> exists(static_cast<std::size_t>(groups + count), 0);
   for (int id = 0; id < count; ++id) {
     const int u = unit_of(id);
@@ -310,7 +331,8 @@ Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
   using Item = std::pair<int, int>;  // (first node, unit): emit in original order where possible
   std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
   for (int u = 0; u < groups + count; ++u)
-    if (exists[static_cast<std::size_t>(u)] && pending[static_cast<std::size_t>(u)] == 0) ready.emplace(first_node[static_cast<std::size_t>(u)], u);
+    if (exists[static_cast<std::size_t>(u)] && pending[static_cast<std::size_t>(u)] == 0)
+      ready.emplace(first_node[static_cast<std::size_t>(u)], u);
   int emitted = 0;
   while (!ready.empty()) {
     const int u = ready.top().second;
@@ -329,7 +351,8 @@ Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
       const int id = out.add_node(std::move(n)).node;
       if (report) {
         FusionReport::Group entry{gr.members[static_cast<std::size_t>(u)], id};
-        if (gr.tail[static_cast<std::size_t>(u)] >= 0) entry.members.push_back(gr.tail[static_cast<std::size_t>(u)]);
+        if (gr.tail[static_cast<std::size_t>(u)] >= 0)
+          entry.members.push_back(gr.tail[static_cast<std::size_t>(u)]);
         report->groups.push_back(std::move(entry));
       }
       for (const auto& [ref, slot] : b.output_slot) remap[ref] = {id, slot};
@@ -337,13 +360,16 @@ Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
       Node n = g.node(u - groups);
       for (ValueRef& in : n.inputs) in = new_ref(in);
       const int id = out.add_node(std::move(n)).node;
-      for (int i = 0; i < static_cast<int>(g.node(u - groups).outputs.size()); ++i) remap[{u - groups, i}] = {id, i};
+      for (int i = 0; i < static_cast<int>(g.node(u - groups).outputs.size()); ++i)
+        remap[{u - groups, i}] = {id, i};
     }
     for (int r : readers[static_cast<std::size_t>(u)])
-      if (--pending[static_cast<std::size_t>(r)] == 0) ready.emplace(first_node[static_cast<std::size_t>(r)], r);
+      if (--pending[static_cast<std::size_t>(r)] == 0)
+        ready.emplace(first_node[static_cast<std::size_t>(r)], r);
   }
   const int units = static_cast<int>(std::count(exists.begin(), exists.end(), 1));
-  KILN_ASSERT(emitted == units, "fuse: groups form a cycle ({} of {} units emitted)", emitted, units);
+  KILN_ASSERT(emitted == units, "fuse: groups form a cycle ({} of {} units emitted)", emitted,
+              units);
   for (const auto& [name, ref] : g.outputs()) out.output(name, out.value(new_ref(ref)));
   for (const auto& [var, ref] : g.assignments()) out.assign(var, out.value(new_ref(ref)));
   return out;

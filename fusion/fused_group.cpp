@@ -6,7 +6,9 @@
 namespace kiln {
 namespace {
 
-std::int64_t type_bytes(const TensorType& t) { return t.shape.numel() * static_cast<std::int64_t>(dtype_size(t.dtype)); }
+std::int64_t type_bytes(const TensorType& t) {
+  return t.shape.numel() * static_cast<std::int64_t>(dtype_size(t.dtype));
+}
 
 }  // namespace
 
@@ -31,9 +33,11 @@ std::int64_t FusedInput::elements_read(const Shape& group_shape) const {
 }
 
 std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const {
-  KILN_ASSERT(in.size() == inputs.size(), "fused group with {} inputs given {}", inputs.size(), in.size());
+  KILN_ASSERT(in.size() == inputs.size(), "fused group with {} inputs given {}", inputs.size(),
+              in.size());
   for (std::size_t i = 0; i < in.size(); ++i)
-    KILN_ASSERT(in[i] == inputs[i].type, "fused input {} is {} but the group reads {}", i, in[i].str(), inputs[i].type.str());
+    KILN_ASSERT(in[i] == inputs[i].type, "fused input {} is {} but the group reads {}", i,
+                in[i].str(), inputs[i].type.str());
   std::vector<TensorType> out(outputs.size(), TensorType{shape, dtype});
   if (reduction) out.push_back(reduction->type);
   return out;
@@ -41,7 +45,8 @@ std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const 
 
 std::string FusedGroup::summary() const {
   std::string ops;
-  for (std::size_t i = 0; i < instrs.size() && i < 6; ++i) ops += (i ? ", " : "") + instrs[i].op->name;
+  for (std::size_t i = 0; i < instrs.size() && i < 6; ++i)
+    ops += (i ? ", " : "") + instrs[i].op->name;
   if (instrs.size() > 6) ops += ", ...";
   if (reduction) ops += (ops.empty() ? "" : ", ") + reduction->op->name;
   return fmt::format("{} ops ({}) over {}", instrs.size() + (reduction ? 1 : 0), ops, shape.str());
@@ -49,7 +54,8 @@ std::string FusedGroup::summary() const {
 
 std::int64_t FusedGroup::bytes_read() const {
   std::int64_t total = 0;
-  for (const FusedInput& in : inputs) total += in.elements_read(shape) * static_cast<std::int64_t>(dtype_size(in.type.dtype));
+  for (const FusedInput& in : inputs)
+    total += in.elements_read(shape) * static_cast<std::int64_t>(dtype_size(in.type.dtype));
   return total;
 }
 

@@ -28,8 +28,8 @@ struct FusedInput {
   TensorType type;                    // the outer value's own type
   std::vector<std::int64_t> strides;  // element strides over the group's shape (0: broadcast)
   std::int64_t offset = 0;            // element of `type` read at index 0 (a slice read in place)
-  bool contiguous(const Shape& group_shape) const;  // reads element i at offset + i
-  bool scalar() const;                // every stride is 0
+  bool contiguous(const Shape& group_shape) const;             // reads element i at offset + i
+  bool scalar() const;                                         // every stride is 0
   std::int64_t elements_read(const Shape& group_shape) const;  // distinct elements the group reads
 };
 
@@ -44,16 +44,16 @@ struct FusedReduction {
   Operand value;
   std::vector<std::int64_t> axes;  // sorted
   bool keepdims = false;
-  TensorType type;                 // the reduced output's type
+  TensorType type;  // the reduced output's type
 };
 
 class FusedGroup final : public NodeBody {
  public:
   Shape shape;  // the iteration space
   DType dtype = DType::f32;
-  std::vector<FusedInput> inputs;     // node inputs, in order
+  std::vector<FusedInput> inputs;  // node inputs, in order
   std::vector<FusedInstr> instrs;
-  std::vector<Operand> outputs;       // node outputs 0..k-1, each of the group's shape
+  std::vector<Operand> outputs;             // node outputs 0..k-1, each of the group's shape
   std::optional<FusedReduction> reduction;  // node output k, when present
 
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;

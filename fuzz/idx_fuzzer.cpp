@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const kiln::Tensor t = kiln::read_idx(path);
     if (t.shape().rank() < 1 || t.shape().rank() > 8) std::abort();
   } catch (const kiln::Error& e) {
-    if (std::string(e.what()).rfind(path + ": ", 0) != 0) std::abort();  // every message names the file
+    if (std::string(e.what()).rfind(path + ": ", 0) != 0)
+      std::abort();  // every message names the file
   }
   return 0;
 }

@@ -34,7 +34,9 @@ Outcome parse(std::span<const std::uint8_t> bytes) {
 Outcome load(std::span<const std::uint8_t> bytes) {
   static const int fd = memfd_create("safetensors_fuzz", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, 0) != 0) std::abort();
-  if (!bytes.empty() && pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) std::abort();
+  if (!bytes.empty() &&
+      pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
+    std::abort();
   try {
     return {std::nullopt, kiln::load_safetensors("/proc/self/fd/" + std::to_string(fd))};
   } catch (const kiln::Error& e) {
@@ -45,7 +47,8 @@ Outcome load(std::span<const std::uint8_t> bytes) {
 // Invariants of a successful parse: tensors tile the data section exactly.
 void check(const Outcome& out, std::size_t size) {
   if (out.error) {
-    if (out.error->rfind("fuzz.safetensors: ", 0) != 0) std::abort();  // every message names the file
+    if (out.error->rfind("fuzz.safetensors: ", 0) != 0)
+      std::abort();  // every message names the file
     return;
   }
   std::uint64_t bytes = 0;
@@ -56,10 +59,13 @@ void check(const Outcome& out, std::size_t size) {
 bool same(const Outcome& a, const Outcome& b) {
   if (a.error.has_value() != b.error.has_value()) return false;
   if (a.error) return true;  // the two name the file differently
-  if (a.file.metadata != b.file.metadata || a.file.tensors.size() != b.file.tensors.size()) return false;
+  if (a.file.metadata != b.file.metadata || a.file.tensors.size() != b.file.tensors.size())
+    return false;
   for (const auto& [name, t] : a.file.tensors) {
     const auto it = b.file.tensors.find(name);
-    if (it == b.file.tensors.end() || it->second.shape() != t.shape() || it->second.dtype() != t.dtype()) return false;
+    if (it == b.file.tensors.end() || it->second.shape() != t.shape() ||
+        it->second.dtype() != t.dtype())
+      return false;
     if (t.nbytes() > 0 && std::memcmp(t.raw(), it->second.raw(), t.nbytes()) != 0) return false;
   }
   return true;
@@ -75,8 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!parsed.error || size % 8 == 3) {
     const Outcome loaded = load(bytes);
     if (!same(parsed, loaded)) {
-      std::fprintf(stderr, "parse and load disagree: %s vs %s\n", parsed.error.value_or("ok").c_str(),
-                   loaded.error.value_or("ok").c_str());
+      std::fprintf(stderr, "parse and load disagree: %s vs %s\n",
+                   parsed.error.value_or("ok").c_str(), loaded.error.value_or("ok").c_str());
       std::abort();
     }
   }

@@ -18,7 +18,8 @@ class Attrs {
 
   bool has(const std::string& name) const { return items_.count(name) != 0; }
   void set(const std::string& name, AttrValue value) { items_[name] = std::move(value); }
-  // Typed getters; a missing or mistyped attribute is an internal error (ops build their own attrs).
+  // Typed getters; a missing or mistyped attribute is an internal error (ops build their own
+  // attrs).
   std::int64_t integer(const std::string& name) const;
   double real(const std::string& name) const;
   const std::vector<std::int64_t>& integers(const std::string& name) const;

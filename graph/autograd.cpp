@@ -41,19 +41,24 @@ Value gradient_of(Terms& grads, ValueRef ref) {
 Value sum_to_shape(Value g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const Shape& from = g.shape();
-  KILN_ASSERT(from.rank() >= shape.rank(), "gradient {} cannot be summed to {}", from.str(), shape.str());
+  KILN_ASSERT(from.rank() >= shape.rank(), "gradient {} cannot be summed to {}", from.str(),
+              shape.str());
   const std::size_t lead = from.rank() - shape.rank();
   std::vector<std::int64_t> axes;
   for (std::size_t d = 0; d < from.rank(); ++d)
-    if (d < lead || (shape[d - lead] == 1 && from[d] != 1)) axes.push_back(static_cast<std::int64_t>(d));
+    if (d < lead || (shape[d - lead] == 1 && from[d] != 1))
+      axes.push_back(static_cast<std::int64_t>(d));
   return reshape(sum(g, axes), shape.dims());
 }
 
 std::vector<Value> grad(Value loss, const std::vector<Value>& wrt) {
   Graph& g = loss.graph();
-  KILN_CHECK(loss.shape().numel() == 1, "grad: loss must have one element but is {}", loss.type().str());
-  KILN_CHECK(is_floating(loss.dtype()), "grad: loss must be floating point but is {}", loss.type().str());
-  for (const Value& v : wrt) KILN_CHECK(&v.graph() == &g, "grad: a value belongs to another graph than the loss");
+  KILN_CHECK(loss.shape().numel() == 1, "grad: loss must have one element but is {}",
+             loss.type().str());
+  KILN_CHECK(is_floating(loss.dtype()), "grad: loss must be floating point but is {}",
+             loss.type().str());
+  for (const Value& v : wrt)
+    KILN_CHECK(&v.graph() == &g, "grad: a value belongs to another graph than the loss");
 
   const std::int32_t last = loss.ref().node;
   const std::vector<bool> needed = depends_on(g, wrt, last);
@@ -75,11 +80,13 @@ std::vector<Value> grad(Value loss, const std::vector<Value>& wrt) {
     if (!any) continue;
     for (const ValueRef& in : node.inputs) {
       ctx.inputs.push_back(g.value(in));
-      ctx.needs_grad.push_back(needed[static_cast<std::size_t>(in.node)] && is_floating(g.type(in).dtype));
+      ctx.needs_grad.push_back(needed[static_cast<std::size_t>(in.node)] &&
+                               is_floating(g.type(in).dtype));
     }
     const std::vector<Value> input_grads = node.op->grad(ctx);
-    KILN_ASSERT(input_grads.size() == node.inputs.size(), "{}: gradient gave {} values for {} inputs", node.op->name,
-                input_grads.size(), node.inputs.size());
+    KILN_ASSERT(input_grads.size() == node.inputs.size(),
+                "{}: gradient gave {} values for {} inputs", node.op->name, input_grads.size(),
+                node.inputs.size());
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       if (!ctx.needs_grad[i] || !input_grads[i].valid()) continue;
       grads[node.inputs[i]].push_back(sum_to_shape(input_grads[i], g.type(node.inputs[i]).shape));

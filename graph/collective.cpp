@@ -16,7 +16,8 @@ class SingleProcess final : public Collective {
   void all_reduce_mean_host(std::span<Tensor>) override {}  // the mean of one rank is itself
   void all_reduce_mean_device(std::span<const DeviceBuffer> buffers, void*) override {
     for (const DeviceBuffer& b : buffers)
-      KILN_CHECK(b.in == b.out, "all_reduce_mean: group 0 (one process) averages in place only on the device");
+      KILN_CHECK(b.in == b.out,
+                 "all_reduce_mean: group 0 (one process) averages in place only on the device");
   }
 };
 
@@ -52,7 +53,8 @@ Collective& collective(int id) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   auto it = r.groups.find(id);
-  KILN_CHECK(it != r.groups.end(), "all_reduce_mean: no collective group {} is registered in this process", id);
+  KILN_CHECK(it != r.groups.end(),
+             "all_reduce_mean: no collective group {} is registered in this process", id);
   return *it->second;
 }
 

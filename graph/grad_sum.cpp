@@ -14,13 +14,16 @@ namespace {
 // An existing concat along `axis` of exactly `values` (in any order, each once): the
 // positions of values in it, or nothing. Joined gradients share such a concat rather than
 // copying the same pieces again.
-std::optional<std::pair<Value, std::vector<std::size_t>>> existing_concat(Graph& g, const std::vector<Value>& values, std::int64_t axis) {
+std::optional<std::pair<Value, std::vector<std::size_t>>> existing_concat(
+    Graph& g, const std::vector<Value>& values, std::int64_t axis) {
   std::map<ValueRef, std::size_t> index;
   for (std::size_t i = 0; i < values.size(); ++i)
     if (!index.emplace(values[i].ref(), i).second) return std::nullopt;
   for (std::int32_t id = static_cast<std::int32_t>(g.nodes().size()) - 1; id >= 0; --id) {
     const Node& n = g.node(id);
-    if (n.op->name != "concat" || n.inputs.size() != values.size() || n.attrs.integer("axis") != axis) continue;
+    if (n.op->name != "concat" || n.inputs.size() != values.size() ||
+        n.attrs.integer("axis") != axis)
+      continue;
     std::vector<std::size_t> order;
     for (const ValueRef& in : n.inputs) {
       auto it = index.find(in);
@@ -49,11 +52,16 @@ std::optional<Value> join_padded(const std::vector<Value>& terms) {
     const std::int64_t before = n.attrs.integer("before");
     const Value inner = g.value(n.inputs[0]);  // n is not used past here: adding nodes moves it
     const std::int64_t length = inner.shape()[static_cast<std::size_t>(axis)];
-    auto same = std::find_if(ranges.begin(), ranges.end(), [&](const Range& r) { return r.before == before && r.length == length; });
-    if (same == ranges.end()) ranges.push_back({before, length, inner});
-    else same->inner = same->inner + inner;
+    auto same = std::find_if(ranges.begin(), ranges.end(), [&](const Range& r) {
+      return r.before == before && r.length == length;
+    });
+    if (same == ranges.end())
+      ranges.push_back({before, length, inner});
+    else
+      same->inner = same->inner + inner;
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.before < b.before; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.before < b.before; });
   for (std::size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i - 1].before + ranges[i - 1].length > ranges[i].before) return std::nullopt;
   const Shape full = terms[0].shape();
@@ -85,7 +93,9 @@ std::optional<Value> join_products(const std::vector<Value>& terms) {
   for (const Value& t : terms) {
     const Node& n = g.node(t.ref().node);
     if (n.op->name != "matmul" || t.shape().rank() != 2) return std::nullopt;
-    if (trans_a >= 0 && (n.attrs.integer("trans_a") != trans_a || n.attrs.integer("trans_b") != trans_b)) return std::nullopt;
+    if (trans_a >= 0 &&
+        (n.attrs.integer("trans_a") != trans_a || n.attrs.integer("trans_b") != trans_b))
+      return std::nullopt;
     trans_a = n.attrs.integer("trans_a");
     trans_b = n.attrs.integer("trans_b");
     lhs.push_back(g.value(n.inputs[0]));
@@ -93,7 +103,8 @@ std::optional<Value> join_products(const std::vector<Value>& terms) {
     copied += lhs.back().shape().numel() + rhs.back().shape().numel();
   }
   // The k - 1 extra outputs are each written once and read once by the additions.
-  const std::int64_t saved = 2 * static_cast<std::int64_t>(terms.size() - 1) * terms[0].shape().numel();
+  const std::int64_t saved =
+      2 * static_cast<std::int64_t>(terms.size() - 1) * terms[0].shape().numel();
   if (copied > saved) return std::nullopt;
   const std::int64_t lhs_axis = trans_a ? 0 : 1, rhs_axis = trans_b ? 1 : 0;
   Value rhs_joined;

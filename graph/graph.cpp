@@ -22,8 +22,8 @@ const TensorType& Value::type() const { return graph().type(ref_); }
 
 std::string Value::str() const {
   const Node& n = graph().node(ref_.node);
-  return fmt::format("%{}{} {} {}", ref_.node, ref_.index ? fmt::format(".{}", ref_.index) : "", n.op->name,
-                     type().str());
+  return fmt::format("%{}{} {} {}", ref_.node, ref_.index ? fmt::format(".{}", ref_.index) : "",
+                     n.op->name, type().str());
 }
 
 Graph& Graph::operator=(const Graph& other) {
@@ -36,7 +36,8 @@ Graph& Graph::operator=(const Graph& other) {
 
 Value Graph::input(const std::string& name, const Shape& shape, DType dtype) {
   for (const Node& n : nodes_)
-    KILN_CHECK(n.op->name != "input" || n.name != name, "graph already has an input named '{}'", name);
+    KILN_CHECK(n.op->name != "input" || n.name != name, "graph already has an input named '{}'",
+               name);
   Node n{.op = &op_def("input"), .outputs = {{shape, dtype}}, .name = name};
   return value(add_node(std::move(n)));
 }
@@ -45,7 +46,9 @@ Value Graph::variable(const VariablePtr& var) {
   KILN_CHECK(var && var->value.defined(), "variable is empty");
   auto it = variable_nodes_.find(var.get());
   if (it != variable_nodes_.end()) return value({it->second, 0});
-  Node n{.op = &op_def("variable"), .outputs = {{var->value.shape(), var->value.dtype()}}, .name = var->name};
+  Node n{.op = &op_def("variable"),
+         .outputs = {{var->value.shape(), var->value.dtype()}},
+         .name = var->name};
   n.variable = var;
   return value(add_node(std::move(n)));
 }
@@ -63,10 +66,11 @@ Value Graph::constant(const Tensor& tensor) {
   return value(add_node(std::move(n)));
 }
 
-std::vector<Value> Graph::apply(const std::string& op_name, const std::vector<Value>& inputs, Attrs attrs) {
+std::vector<Value> Graph::apply(const std::string& op_name, const std::vector<Value>& inputs,
+                                Attrs attrs) {
   const OpDef& op = op_def(op_name);
-  KILN_CHECK(op.arity < 0 || static_cast<std::size_t>(op.arity) == inputs.size(), "{}: takes {} inputs, got {}",
-             op.name, op.arity, inputs.size());
+  KILN_CHECK(op.arity < 0 || static_cast<std::size_t>(op.arity) == inputs.size(),
+             "{}: takes {} inputs, got {}", op.name, op.arity, inputs.size());
   Node n{.op = &op, .attrs = std::move(attrs)};
   std::vector<TensorType> in_types;
   for (const Value& v : inputs) {
@@ -74,7 +78,8 @@ std::vector<Value> Graph::apply(const std::string& op_name, const std::vector<Va
     n.inputs.push_back(v.ref());
     in_types.push_back(v.type());
   }
-  for (const std::string& attr : op.attrs) KILN_ASSERT(n.attrs.has(attr), "{}: attribute '{}' not set", op.name, attr);
+  for (const std::string& attr : op.attrs)
+    KILN_ASSERT(n.attrs.has(attr), "{}: attribute '{}' not set", op.name, attr);
   n.outputs = op.infer(in_types, n.attrs);
   const ValueRef first = add_node(std::move(n));
   std::vector<Value> out;
@@ -92,8 +97,8 @@ Value Graph::apply1(const std::string& op_name, const std::vector<Value>& inputs
 ValueRef Graph::add_node(Node node) {
   KILN_ASSERT(node.op != nullptr, "node without op");
   for (const ValueRef& in : node.inputs)
-    KILN_ASSERT(in.node >= 0 && static_cast<std::size_t>(in.node) < nodes_.size(), "input %{} does not exist yet",
-                in.node);
+    KILN_ASSERT(in.node >= 0 && static_cast<std::size_t>(in.node) < nodes_.size(),
+                "input %{} does not exist yet", in.node);
   const auto id = static_cast<std::int32_t>(nodes_.size());
   if (node.variable) variable_nodes_[node.variable.get()] = id;
   nodes_.push_back(std::move(node));
@@ -102,15 +107,16 @@ ValueRef Graph::add_node(Node node) {
 
 void Graph::output(const std::string& name, Value v) {
   KILN_CHECK(&v.graph() == this, "output '{}' belongs to another graph", name);
-  for (const auto& [existing, ref] : outputs_) KILN_CHECK(existing != name, "output '{}' is set twice", name);
+  for (const auto& [existing, ref] : outputs_)
+    KILN_CHECK(existing != name, "output '{}' is set twice", name);
   outputs_.emplace_back(name, v.ref());
 }
 
 void Graph::assign(const VariablePtr& var, Value new_value) {
   KILN_CHECK(&new_value.graph() == this, "update of '{}' belongs to another graph", var->name);
   KILN_CHECK(new_value.shape() == var->value.shape() && new_value.dtype() == var->value.dtype(),
-             "update of '{}': new value is {} but the variable is {}{}", var->name, new_value.type().str(),
-             dtype_name(var->value.dtype()), var->value.shape().str());
+             "update of '{}': new value is {} but the variable is {}{}", var->name,
+             new_value.type().str(), dtype_name(var->value.dtype()), var->value.shape().str());
   for (const auto& [existing, ref] : assignments_)
     KILN_CHECK(existing != var, "variable '{}' is updated twice in one step", var->name);
   assignments_.emplace_back(var, new_value.ref());
@@ -126,7 +132,8 @@ void Graph::assign_latest(const VariablePtr& var, Value new_value) {
   for (auto& [existing, ref] : assignments_) {
     if (existing != var) continue;
     KILN_CHECK(&new_value.graph() == this, "update of '{}' belongs to another graph", var->name);
-    KILN_CHECK(new_value.type() == type(ref), "update of '{}': new value is {} but the variable is {}", var->name,
+    KILN_CHECK(new_value.type() == type(ref),
+               "update of '{}': new value is {} but the variable is {}", var->name,
                new_value.type().str(), type(ref).str());
     ref = new_value.ref();
     return;
@@ -136,8 +143,8 @@ void Graph::assign_latest(const VariablePtr& var, Value new_value) {
 
 const TensorType& Graph::type(ValueRef ref) const {
   const Node& n = node(ref.node);
-  KILN_ASSERT(ref.index >= 0 && static_cast<std::size_t>(ref.index) < n.outputs.size(), "%{} has no output {}",
-              ref.node, ref.index);
+  KILN_ASSERT(ref.index >= 0 && static_cast<std::size_t>(ref.index) < n.outputs.size(),
+              "%{} has no output {}", ref.node, ref.index);
   return n.outputs[static_cast<std::size_t>(ref.index)];
 }
 

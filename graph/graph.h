@@ -67,9 +67,9 @@ struct Node {
   std::vector<ValueRef> inputs;
   Attrs attrs;
   std::vector<TensorType> outputs;
-  std::string name;      // set for inputs and variables, optional otherwise
-  VariablePtr variable;  // op "variable"
-  Tensor constant;       // op "tensor_constant"
+  std::string name;                      // set for inputs and variables, optional otherwise
+  VariablePtr variable;                  // op "variable"
+  Tensor constant;                       // op "tensor_constant"
   std::shared_ptr<const NodeBody> body;  // op "fused": the group's code
 };
 
@@ -88,7 +88,8 @@ class Graph {
   Value constant(const Tensor& tensor);
 
   // Records op `op_name` on `inputs`; infers and checks output types (kiln::Error on misuse).
-  std::vector<Value> apply(const std::string& op_name, const std::vector<Value>& inputs, Attrs attrs = {});
+  std::vector<Value> apply(const std::string& op_name, const std::vector<Value>& inputs,
+                           Attrs attrs = {});
   Value apply1(const std::string& op_name, const std::vector<Value>& inputs, Attrs attrs = {});
   // Appends a ready node (passes use this); its types must already be set.
   ValueRef add_node(Node node);

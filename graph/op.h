@@ -39,7 +39,8 @@ struct GradContext {
 using GradFn = std::function<std::vector<Value>(const GradContext&)>;
 
 // Infers output types from input types and attributes; throws kiln::Error naming the op.
-using InferFn = std::function<std::vector<TensorType>(std::span<const TensorType> inputs, const Attrs& attrs)>;
+using InferFn =
+    std::function<std::vector<TensorType>(std::span<const TensorType> inputs, const Attrs& attrs)>;
 
 // A reference CPU kernel: reads inputs, writes preallocated contiguous outputs.
 struct KernelCall {
@@ -53,7 +54,8 @@ using CpuKernel = std::function<void(const KernelCall&)>;
 // and 0 for one broadcast along the run. The CPU evaluator (and later the fused CPU
 // evaluator) calls these, so an elementwise op needs no kernel of its own.
 template <class T>
-using ElementwiseLoop = void (*)(const T* const* in, const std::int64_t* in_step, T* out, std::int64_t n);
+using ElementwiseLoop = void (*)(const T* const* in, const std::int64_t* in_step, T* out,
+                                 std::int64_t n);
 struct ElementwiseLoops {
   ElementwiseLoop<float> f32 = nullptr;
   ElementwiseLoop<double> f64 = nullptr;
@@ -67,7 +69,8 @@ class NodeBody {
   virtual ~NodeBody() = default;
   virtual std::vector<TensorType> infer(std::span<const TensorType> inputs) const = 0;
   virtual void run_cpu(const KernelCall& call) const = 0;
-  virtual std::string summary() const = 0;  // one line: "fused 7 ops (relu, mul, ...) -> f32[64, 10]"
+  virtual std::string summary()
+      const = 0;  // one line: "fused 7 ops (relu, mul, ...) -> f32[64, 10]"
 };
 
 struct OpDef {
@@ -76,11 +79,11 @@ struct OpDef {
   int arity = 0;                   // number of inputs, -1 for variadic
   std::vector<std::string> attrs;  // attribute names the op requires
   InferFn infer;
-  GradFn grad;                 // empty: the op has no gradient (integer or piecewise-constant output)
-  CpuKernel cpu;               // empty for sources and for elementwise ops (see loops)
-  ElementwiseLoops loops;      // elementwise ops only
-  std::string cuda;            // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
-  bool alias = false;          // output shares input 0's storage (reshape, detach)
+  GradFn grad;             // empty: the op has no gradient (integer or piecewise-constant output)
+  CpuKernel cpu;           // empty for sources and for elementwise ops (see loops)
+  ElementwiseLoops loops;  // elementwise ops only
+  std::string cuda;    // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
+  bool alias = false;  // output shares input 0's storage (reshape, detach)
 };
 
 }  // namespace kiln

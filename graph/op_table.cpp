@@ -16,7 +16,8 @@ struct Table {
 
 void check_entry(const OpDef& op) {
   KILN_ASSERT(!op.name.empty(), "op without a name");
-  KILN_ASSERT(op.kind == OpKind::source || op.kind == OpKind::fused || op.infer, "op {} has no type rule", op.name);
+  KILN_ASSERT(op.kind == OpKind::source || op.kind == OpKind::fused || op.infer,
+              "op {} has no type rule", op.name);
   KILN_ASSERT(op.kind == OpKind::source || op.alias || op.cpu, "op {} has no CPU kernel", op.name);
   KILN_ASSERT(op.kind != OpKind::elementwise || (op.loops.f32 && op.loops.f64) || op.alias,
               "elementwise op {} has no loops", op.name);
@@ -59,15 +60,24 @@ const std::vector<const OpDef*>& all_ops() { return table().pointers; }
 
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::source: return "source";
-    case OpKind::elementwise: return "elementwise";
-    case OpKind::reduction: return "reduction";
-    case OpKind::layout: return "layout";
-    case OpKind::matmul: return "matmul";
-    case OpKind::conv: return "conv";
-    case OpKind::pool: return "pool";
-    case OpKind::fused: return "fused";
-    case OpKind::other: return "other";
+    case OpKind::source:
+      return "source";
+    case OpKind::elementwise:
+      return "elementwise";
+    case OpKind::reduction:
+      return "reduction";
+    case OpKind::layout:
+      return "layout";
+    case OpKind::matmul:
+      return "matmul";
+    case OpKind::conv:
+      return "conv";
+    case OpKind::pool:
+      return "pool";
+    case OpKind::fused:
+      return "fused";
+    case OpKind::other:
+      return "other";
   }
   return "?";
 }

@@ -50,7 +50,8 @@ Value sum_all(Value x);
 // Layout.
 Value reshape(Value x, const std::vector<std::int64_t>& dims);  // one dimension may be -1
 Value transpose(Value x, const std::vector<std::int64_t>& perm);
-Value one_hot(Value labels, std::int64_t classes, DType dtype = DType::f32);  // labels: integer [N] -> [N, classes]
+Value one_hot(Value labels, std::int64_t classes,
+              DType dtype = DType::f32);  // labels: integer [N] -> [N, classes]
 // Indices [start, start + length) of `axis`; the whole axis returns x itself.
 Value slice(Value x, std::int64_t axis, std::int64_t start, std::int64_t length);
 // Values joined along `axis` (all other dimensions equal); one value returns itself.
@@ -64,14 +65,18 @@ Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
 // Convolution and pooling on NCHW tensors.
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> [B, Cout, OH, OW]
 Value conv2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0);
-Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride, std::int64_t padding);
-Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride, std::int64_t padding);
+Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
+                        std::int64_t padding);
+Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
+                         std::int64_t padding);
 // Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):
 // x: [B, C, H, W] -> [B, C, (H + 2p - k) / s + 1, (W + 2p - k) / s + 1]. Padded cells never
 // win a max and are not counted in an average (count_include_pad=false).
 Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
-Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride, std::int64_t padding = 0);
-Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride, std::int64_t padding = 0);
+Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride,
+                      std::int64_t padding = 0);
+Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,
+                        std::int64_t padding = 0);
 Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
 Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, std::int64_t stride,
                       std::int64_t padding = 0);
@@ -84,14 +89,15 @@ Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, s
 struct LstmSequence {
   Value hs, cs, acts;
 };
-LstmSequence lstm_sequence(Value projected, Value u, Value h0, Value c0, std::int64_t steps, bool reverse);
+LstmSequence lstm_sequence(Value projected, Value u, Value h0, Value c0, std::int64_t steps,
+                           bool reverse);
 // lstm_sequence's backward recurrence: from the gradients at hs and cs (d_hs, d_cs [T*B, H])
 // and the saved cs and acts, the gradients of projected, h0 and c0 (u's is one GEMM more).
 struct LstmSequenceGrad {
   Value d_projected, dh0, dc0;
 };
-LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, Value cs, Value acts, std::int64_t steps,
-                                    bool reverse);
+LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, Value cs, Value acts,
+                                    std::int64_t steps, bool reverse);
 
 // Random numbers: `shape` uniform values in [0, 1) (24 random bits each) from Philox with
 // key `seed`, at the step held in `step` (an i64 scalar, usually a variable); next_step is
@@ -100,7 +106,8 @@ LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, V
 struct RandomUniform {
   Value values, next_step;
 };
-RandomUniform random_uniform(Value step, const Shape& shape, std::uint64_t seed, DType dtype = DType::f32);
+RandomUniform random_uniform(Value step, const Shape& shape, std::uint64_t seed,
+                             DType dtype = DType::f32);
 
 // Data parallelism: each value replaced by its mean over the ranks of collective group
 // `group` (graph/collective.h), as one op, so the ranks' gradients are averaged in one

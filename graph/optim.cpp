@@ -34,20 +34,25 @@ VariablePtr Optimizer::buffer_for(const VariablePtr& param, const std::string& n
   const std::string key = param->name + "." + name;
   auto it = state_.find(key);
   if (it != state_.end()) return it->second;
-  VariablePtr var = make_variable("optimizer." + key, Tensor::zeros(param->value.shape(), param->value.dtype()), false);
+  VariablePtr var = make_variable("optimizer." + key,
+                                  Tensor::zeros(param->value.shape(), param->value.dtype()), false);
   state_.emplace(key, var);
   return var;
 }
 
-Value Optimizer::lr_value(Graph& g, DType dtype) { return g.variable(scalar_state("lr", initial_lr_, dtype)); }
+Value Optimizer::lr_value(Graph& g, DType dtype) {
+  return g.variable(scalar_state("lr", initial_lr_, dtype));
+}
 
 Sgd::Sgd(const SgdOptions& options) : Optimizer(options.lr), options_(options) {
-  KILN_CHECK(options.momentum >= 0 && options.weight_decay >= 0, "sgd: momentum {} and weight decay {} must be >= 0",
-             options.momentum, options.weight_decay);
+  KILN_CHECK(options.momentum >= 0 && options.weight_decay >= 0,
+             "sgd: momentum {} and weight decay {} must be >= 0", options.momentum,
+             options.weight_decay);
   KILN_CHECK(!options.nesterov || options.momentum > 0, "sgd: Nesterov needs momentum > 0");
 }
 
-void Sgd::append_update(Graph& g, const std::vector<VariablePtr>& params, const std::vector<Value>& grads) {
+void Sgd::append_update(Graph& g, const std::vector<VariablePtr>& params,
+                        const std::vector<Value>& grads) {
   KILN_ASSERT(params.size() == grads.size(), "{} params, {} grads", params.size(), grads.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Value p = g.variable(params[i]);
@@ -67,11 +72,13 @@ void Sgd::append_update(Graph& g, const std::vector<VariablePtr>& params, const 
 Adam::Adam(const AdamOptions& options) : Optimizer(options.lr), options_(options) {
   KILN_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
              "adam: betas ({}, {}) must lie in [0, 1)", options.beta1, options.beta2);
-  KILN_CHECK(options.eps > 0 && options.weight_decay >= 0, "adam: eps {} must be > 0 and weight decay {} >= 0",
-             options.eps, options.weight_decay);
+  KILN_CHECK(options.eps > 0 && options.weight_decay >= 0,
+             "adam: eps {} must be > 0 and weight decay {} >= 0", options.eps,
+             options.weight_decay);
 }
 
-void Adam::append_update(Graph& g, const std::vector<VariablePtr>& params, const std::vector<Value>& grads) {
+void Adam::append_update(Graph& g, const std::vector<VariablePtr>& params,
+                         const std::vector<Value>& grads) {
   KILN_ASSERT(params.size() == grads.size(), "{} params, {} grads", params.size(), grads.size());
   if (params.empty()) return;
   const DType dtype = params[0]->value.dtype();
@@ -85,7 +92,8 @@ void Adam::append_update(Graph& g, const std::vector<VariablePtr>& params, const
   for (std::size_t i = 0; i < params.size(); ++i) {
     Value p = g.variable(params[i]);
     Value grad = grads[i];
-    if (options_.weight_decay > 0 && !options_.decoupled_weight_decay) grad = grad + p * options_.weight_decay;
+    if (options_.weight_decay > 0 && !options_.decoupled_weight_decay)
+      grad = grad + p * options_.weight_decay;
     const VariablePtr m_var = buffer_for(params[i], "m");
     const VariablePtr v_var = buffer_for(params[i], "v");
     const Value m = g.variable(m_var) * options_.beta1 + grad * (1.0 - options_.beta1);

@@ -32,7 +32,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Appends the update of every parameter (given its gradient in `g`) as graph ops and
   // registers each new value as an assignment of the parameter.
-  virtual void append_update(Graph& g, const std::vector<VariablePtr>& params, const std::vector<Value>& grads) = 0;
+  virtual void append_update(Graph& g, const std::vector<VariablePtr>& params,
+                             const std::vector<Value>& grads) = 0;
   // Optimizer state (learning rate, step count, moment buffers), for checkpoints.
   std::vector<VariablePtr> state() const;
   // The learning rate is a variable the graph reads: changing it needs no recompilation.
@@ -55,7 +56,8 @@ class Optimizer {
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const SgdOptions& options);
-  void append_update(Graph& g, const std::vector<VariablePtr>& params, const std::vector<Value>& grads) override;
+  void append_update(Graph& g, const std::vector<VariablePtr>& params,
+                     const std::vector<Value>& grads) override;
 
  private:
   SgdOptions options_;
@@ -64,7 +66,8 @@ class Sgd : public Optimizer {
 class Adam : public Optimizer {
  public:
   explicit Adam(const AdamOptions& options);
-  void append_update(Graph& g, const std::vector<VariablePtr>& params, const std::vector<Value>& grads) override;
+  void append_update(Graph& g, const std::vector<VariablePtr>& params,
+                     const std::vector<Value>& grads) override;
 
  private:
   AdamOptions options_;

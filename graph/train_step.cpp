@@ -9,12 +9,15 @@
 
 namespace kiln {
 
-std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm, Value* norm) {
-  KILN_CHECK(std::isfinite(max_norm) && max_norm > 0, "gradient clipping: the maximum norm must be positive (got {})", max_norm);
+std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm,
+                                       Value* norm) {
+  KILN_CHECK(std::isfinite(max_norm) && max_norm > 0,
+             "gradient clipping: the maximum norm must be positive (got {})", max_norm);
   if (grads.empty()) return grads;
   Value squares;  // sum over params of sum(g * g): []
   for (const Value& g : grads) {
-    KILN_CHECK(g.dtype() == grads[0].dtype(), "gradient clipping: gradients of dtypes {} and {} cannot share one norm",
+    KILN_CHECK(g.dtype() == grads[0].dtype(),
+               "gradient clipping: gradients of dtypes {} and {} cannot share one norm",
                dtype_name(grads[0].dtype()), dtype_name(g.dtype()));
     const Value s = sum_all(g * g);
     squares = squares.valid() ? squares + s : s;
@@ -28,7 +31,8 @@ std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double m
   return clipped;
 }
 
-std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group, std::size_t bucket_bytes, Value* loss) {
+std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group,
+                                      std::size_t bucket_bytes, Value* loss) {
   std::vector<Value> averaged(grads.size());
   std::vector<std::size_t> bucket;  // indices into grads
   std::size_t bytes = 0;
@@ -60,7 +64,9 @@ void average_buffer_updates(Graph& g, const std::vector<VariablePtr>& params, in
   std::vector<VariablePtr> vars;
   std::vector<Value> values;
   for (const auto& [var, ref] : g.assignments()) {
-    if (!is_floating(var->value.dtype()) || std::find(params.begin(), params.end(), var) != params.end()) continue;
+    if (!is_floating(var->value.dtype()) ||
+        std::find(params.begin(), params.end(), var) != params.end())
+      continue;
     vars.push_back(var);
     values.push_back(g.value(ref));
   }
@@ -71,7 +77,8 @@ void average_buffer_updates(Graph& g, const std::vector<VariablePtr>& params, in
 
 }  // namespace
 
-void append_training_step(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer, const TrainStepOptions& options) {
+void append_training_step(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
+                          const TrainStepOptions& options) {
   Graph& g = loss.graph();
   std::vector<Value> wrt;
   for (const VariablePtr& p : params) {
@@ -80,7 +87,8 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
   }
   std::vector<Value> grads = grad(loss, wrt);
   if (options.data_parallel_group >= 0) {
-    KILN_CHECK(options.bucket_bytes > 0, "training step: the all-reduce bucket size must be positive");
+    KILN_CHECK(options.bucket_bytes > 0,
+               "training step: the all-reduce bucket size must be positive");
     average_buffer_updates(g, params, options.data_parallel_group);
     grads = average_over_ranks(grads, options.data_parallel_group, options.bucket_bytes, &loss);
   }

@@ -26,11 +26,13 @@ struct TrainStepOptions {
 // The gradients scaled to a global L2 norm of at most `max_norm` (> 0), as graph ops that
 // fuse like any other; `norm`, when given, receives the global norm before scaling ([]).
 // Below the threshold the scale is exactly 1, so the gradients are unchanged.
-std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm, Value* norm = nullptr);
+std::vector<Value> clip_by_global_norm(const std::vector<Value>& grads, double max_norm,
+                                       Value* norm = nullptr);
 
 // The gradients averaged over the ranks of `group` in buckets of about `bucket_bytes`
 // (see TrainStepOptions::data_parallel_group); `loss`, when given, is averaged in the last.
-std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group, std::size_t bucket_bytes, Value* loss = nullptr);
+std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group,
+                                      std::size_t bucket_bytes, Value* loss = nullptr);
 
 // Appends to loss's graph the gradients of `params`, the optimizer update (as
 // assignments) and the output "loss" (and "grad_norm", the norm before clipping, when

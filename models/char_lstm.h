@@ -18,8 +18,8 @@ class CharLstm : public nn::Module {
   CharLstm(const CharLstmOptions& options, Philox& rng);
 
   struct Result {
-    Value logits;               // [T*B, 96], rows time-major (row t*B + b)
-    nn::RecurrentState state;   // after the last step
+    Value logits;              // [T*B, 96], rows time-major (row t*B + b)
+    nn::RecurrentState state;  // after the last step
   };
   // tokens: integer [T, B]; `initial` empty: zero state.
   Result forward(Value tokens, const nn::RecurrentState& initial = {});

@@ -1,5 +1,5 @@
-// Training checkpoints: parameters, optimizer state, model buffers and the position in the data, in one
-// safetensors file written atomically; the run's settings go in its __metadata__.
+// Training checkpoints: parameters, optimizer state, model buffers and the position in the data, in
+// one safetensors file written atomically; the run's settings go in its __metadata__.
 #pragma once
 
 #include <filesystem>
@@ -14,7 +14,7 @@ namespace kiln {
 
 // Where training stands: the next step to run is batch `batch` of epoch `epoch`.
 struct TrainingPosition {
-  std::int64_t step = 0;   // steps done
+  std::int64_t step = 0;  // steps done
   std::int64_t epoch = 1;
   std::int64_t batch = 0;
 };
@@ -24,7 +24,8 @@ struct TrainingPosition {
 // device tensors are copied to the host.
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
                      const std::vector<VariablePtr>& state, const TrainingPosition& position,
-                     const std::map<std::string, std::string>& settings, const std::vector<VariablePtr>& buffers = {});
+                     const std::map<std::string, std::string>& settings,
+                     const std::vector<VariablePtr>& buffers = {});
 
 // kiln::Error unless the directory of `path` exists and is writable (checked before training,
 // so that a bad --checkpoint fails at once rather than after an epoch of work).
@@ -54,8 +55,10 @@ class Checkpoint {
 // Loads into the variables (as host tensors; a GPU program uploads them at its next run).
 // Every variable must be in the file with its exact shape and dtype: kiln::Error names the
 // file and the tensor otherwise. Returns the position and fills `settings`.
-TrainingPosition load_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,
-                                 const std::vector<VariablePtr>& state, std::map<std::string, std::string>* settings = nullptr,
+TrainingPosition load_checkpoint(const std::filesystem::path& path,
+                                 const std::vector<VariablePtr>& params,
+                                 const std::vector<VariablePtr>& state,
+                                 std::map<std::string, std::string>* settings = nullptr,
                                  const std::vector<VariablePtr>& buffers = {});
 
 }  // namespace kiln

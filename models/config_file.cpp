@@ -25,18 +25,22 @@ struct Key {
 };
 
 // `off`, when given, is the field's "not set" value (e.g. max-steps -1): written and read as null.
-Key integer(std::int64_t TrainConfig::*field, std::int64_t minimum, std::optional<std::int64_t> off = std::nullopt) {
+Key integer(std::int64_t TrainConfig::*field, std::int64_t minimum,
+            std::optional<std::int64_t> off = std::nullopt) {
   Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
     if (off && v.is_null()) {
       c.*field = *off;
       return;
     }
-    KILN_CHECK(v.is_number_integer(), "{} must be an integer{}, not {}", where, off ? " or null" : "", v.dump());
+    KILN_CHECK(v.is_number_integer(), "{} must be an integer{}, not {}", where,
+               off ? " or null" : "", v.dump());
     const auto value = v.get<std::int64_t>();
     KILN_CHECK(value >= minimum, "{} is {} but must be at least {}", where, value, minimum);
     c.*field = value;
   };
-  Getter get = [=](const TrainConfig& c) { return off && c.*field == *off ? nlohmann::json(nullptr) : nlohmann::json(c.*field); };
+  Getter get = [=](const TrainConfig& c) {
+    return off && c.*field == *off ? nlohmann::json(nullptr) : nlohmann::json(c.*field);
+  };
   return {set, get};
 }
 
@@ -44,8 +48,8 @@ Key real(double TrainConfig::*field, double minimum, bool strictly) {
   Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
     KILN_CHECK(v.is_number(), "{} must be a number, not {}", where, v.dump());
     const double value = v.get<double>();
-    KILN_CHECK(std::isfinite(value) && (strictly ? value > minimum : value >= minimum), "{} is {} but must be {} {}", where,
-               v.dump(), strictly ? ">" : ">=", minimum);
+    KILN_CHECK(std::isfinite(value) && (strictly ? value > minimum : value >= minimum),
+               "{} is {} but must be {} {}", where, v.dump(), strictly ? ">" : ">=", minimum);
     c.*field = value;
   };
   return {set, [=](const TrainConfig& c) { return nlohmann::json(c.*field); }};
@@ -55,8 +59,8 @@ Key text(std::string TrainConfig::*field, std::vector<std::string> allowed) {
   Setter set = [=](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
     KILN_CHECK(v.is_string(), "{} must be a string, not {}", where, v.dump());
     const auto value = v.get<std::string>();
-    KILN_CHECK(allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end(), "{} is '{}' (one of: {})", where,
-               value, fmt::join(allowed, ", "));
+    KILN_CHECK(allowed.empty() || std::find(allowed.begin(), allowed.end(), value) != allowed.end(),
+               "{} is '{}' (one of: {})", where, value, fmt::join(allowed, ", "));
     c.*field = value;
   };
   return {set, [=](const TrainConfig& c) { return nlohmann::json(c.*field); }};
@@ -72,8 +76,8 @@ Key flag(bool TrainConfig::*field) {
 
 Key seed() {
   Setter set = [](const nlohmann::json& v, TrainConfig& c, const std::string& where) {
-    KILN_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0), "{} must be a non-negative integer, not {}",
-               where, v.dump());
+    KILN_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0),
+               "{} must be a non-negative integer, not {}", where, v.dump());
     c.seed = v.get<std::uint64_t>();
   };
   return {set, [](const TrainConfig& c) { return nlohmann::json(c.seed); }};
@@ -125,19 +129,22 @@ const std::map<std::string, Key>& keys() {
 
 }  // namespace
 
-TrainConfig parse_train_config(std::string_view json, const std::string& source, TrainConfig config) {
+TrainConfig parse_train_config(std::string_view json, const std::string& source,
+                               TrainConfig config) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json.begin(), json.end());
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON ({})", source, e.what()));
   }
-  KILN_CHECK(doc.is_object(), "{}: a config must be a JSON object of flag names and values, not {}", source, doc.type_name());
+  KILN_CHECK(doc.is_object(), "{}: a config must be a JSON object of flag names and values, not {}",
+             source, doc.type_name());
   std::vector<std::string> known;
   for (const auto& [key, entry] : keys()) known.push_back(key);
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     auto entry = keys().find(it.key());
-    KILN_CHECK(entry != keys().end(), "{}: unknown key '{}' (known: {})", source, it.key(), fmt::join(known, ", "));
+    KILN_CHECK(entry != keys().end(), "{}: unknown key '{}' (known: {})", source, it.key(),
+               fmt::join(known, ", "));
     entry->second.set(it.value(), config, fmt::format("{}: '{}'", source, it.key()));
   }
   return config;

@@ -13,7 +13,8 @@ namespace kiln {
 // Applies the JSON text's settings to `config`. kiln::Error names `source` (the file) and
 // the problem: invalid JSON, not an object, an unknown key, a value of the wrong type or
 // out of range. Nothing is applied unless everything is valid.
-TrainConfig parse_train_config(std::string_view json, const std::string& source, TrainConfig config);
+TrainConfig parse_train_config(std::string_view json, const std::string& source,
+                               TrainConfig config);
 TrainConfig read_train_config(const std::string& path, TrainConfig config);
 
 // Every config key with its value in `config`, as one JSON object (what checkpoints keep in

@@ -32,14 +32,16 @@ enum class PixelScale {
 // Loads Fashion-MNIST (or MNIST) from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz],
 // images as [N, 1, 28, 28] scaled by `scale`.
 // Throws kiln::Error naming the directory or file and the problem.
-Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale = PixelScale::standardised);
+Dataset load_fashion_mnist(const std::string& dir, Split split,
+                           PixelScale scale = PixelScale::standardised);
 
 // Images of an IDX file (u8 [N, 28, 28], gzip or plain), normalised as load_fashion_mnist
 // does: f32 [N, 1, 28, 28]. kiln::Error naming the file for another element type or size.
 Tensor load_images(const std::string& path);
 
 // Random labelled images of the right shape (benchmarks, tests); labels in [0, classes).
-Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes, std::uint64_t seed);
+Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t classes,
+                         std::uint64_t seed);
 
 // Mini-batches over a dataset. Each epoch is a fresh permutation drawn from (seed, epoch),
 // so a run is reproducible and can resume at any epoch. The last partial batch is dropped
@@ -49,7 +51,8 @@ Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t 
 // the ranks together see exactly the batches a single process with the global batch would.
 class Batcher {
  public:
-  Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed, int rank = 0, int ranks = 1);
+  Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed,
+          int rank = 0, int ranks = 1);
 
   std::int64_t batches_per_epoch() const { return data_.size() / (batch_size_ * ranks_); }
   // Starts epoch `epoch` (shuffles if enabled).

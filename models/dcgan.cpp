@@ -8,7 +8,13 @@ namespace kiln {
 DcganGenerator::DcganGenerator(Philox& rng)
     : fc_(100, 128 * 7 * 7, rng, false),
       bn0_(128),
-      up1_({.in_channels = 128, .out_channels = 64, .kernel = 4, .stride = 2, .padding = 1, .bias = false}, rng),
+      up1_({.in_channels = 128,
+            .out_channels = 64,
+            .kernel = 4,
+            .stride = 2,
+            .padding = 1,
+            .bias = false},
+           rng),
       bn1_(64),
       up2_({.in_channels = 64, .out_channels = 1, .kernel = 4, .stride = 2, .padding = 1}, rng) {
   register_module("fc", fc_);
@@ -27,7 +33,13 @@ Value DcganGenerator::forward(Value z) {
 
 DcganDiscriminator::DcganDiscriminator(Philox& rng)
     : conv1_({.in_channels = 1, .out_channels = 64, .kernel = 4, .stride = 2, .padding = 1}, rng),
-      conv2_({.in_channels = 64, .out_channels = 128, .kernel = 4, .stride = 2, .padding = 1, .bias = false}, rng),
+      conv2_({.in_channels = 64,
+              .out_channels = 128,
+              .kernel = 4,
+              .stride = 2,
+              .padding = 1,
+              .bias = false},
+             rng),
       bn2_(128),
       fc_(128 * 7 * 7, 1, rng, true, nn::Init::xavier_uniform) {
   register_module("conv1", conv1_);

@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-Evaluator::Evaluator(nn::Layer& model, const Shape& input_shape, std::int64_t batch, const CompileOptions& options)
+Evaluator::Evaluator(nn::Layer& model, const Shape& input_shape, std::int64_t batch,
+                     const CompileOptions& options)
     : model_(model), input_shape_(input_shape), options_(options), batch_(batch) {
   KILN_CHECK(batch >= 1, "evaluation batch size must be at least 1 (got {})", batch);
 }
@@ -34,13 +35,14 @@ Program& Evaluator::program_for(std::int64_t count) {
 
 Tensor Evaluator::logits(const Tensor& images) {
   KILN_CHECK(images.dtype() == DType::f32 && images.shape().rank() == input_shape_.rank() + 1,
-             "evaluate: images are {}{} but f32 [N, {}] was expected", dtype_name(images.dtype()), images.shape().str(),
-             input_shape_.str());
+             "evaluate: images are {}{} but f32 [N, {}] was expected", dtype_name(images.dtype()),
+             images.shape().str(), input_shape_.str());
   const std::int64_t n = images.shape()[0];
   Tensor out;
   for (std::int64_t begin = 0; begin < n; begin += batch_) {
     const std::int64_t count = std::min(batch_, n - begin);
-    const Tensor batch_logits = program_for(count).run({{"x", images.narrow_rows(begin, count)}}).at("logits");
+    const Tensor batch_logits =
+        program_for(count).run({{"x", images.narrow_rows(begin, count)}}).at("logits");
     if (!out.defined()) out = Tensor::empty({n, batch_logits.shape()[1]}, DType::f32);
     out.narrow_rows(begin, count).copy_from(batch_logits);
   }
@@ -59,7 +61,8 @@ EvalResult Evaluator::evaluate(const Dataset& data) {
     const float* row = values + i * classes;
     const float* best = std::max_element(row, row + classes);
     double sum_exp = 0;
-    for (std::int64_t c = 0; c < classes; ++c) sum_exp += std::exp(static_cast<double>(row[c]) - *best);
+    for (std::int64_t c = 0; c < classes; ++c)
+      sum_exp += std::exp(static_cast<double>(row[c]) - *best);
     loss_sum += std::log(sum_exp) + *best - row[labels[i]];  // -log softmax(row)[label]
     r.correct += (best - row) == labels[i] ? 1 : 0;
   }
@@ -69,8 +72,9 @@ EvalResult Evaluator::evaluate(const Dataset& data) {
 }
 
 Tensor predicted_classes(const Tensor& logits) {
-  KILN_CHECK(logits.dtype() == DType::f32 && logits.shape().rank() == 2, "predicted_classes: logits are {}{}, not f32 [N, C]",
-             dtype_name(logits.dtype()), logits.shape().str());
+  KILN_CHECK(logits.dtype() == DType::f32 && logits.shape().rank() == 2,
+             "predicted_classes: logits are {}{}, not f32 [N, C]", dtype_name(logits.dtype()),
+             logits.shape().str());
   const std::int64_t n = logits.shape()[0], classes = logits.shape()[1];
   Tensor out = Tensor::empty({n}, DType::i64);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -81,8 +85,9 @@ Tensor predicted_classes(const Tensor& logits) {
 }
 
 const char* fashion_mnist_class_name(std::int64_t label) {
-  static constexpr std::array<const char*, 10> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                        "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  static constexpr std::array<const char*, 10> names = {
+      "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
   KILN_CHECK(label >= 0 && label < 10, "Fashion-MNIST has classes 0 to 9, not {}", label);
   return names[static_cast<std::size_t>(label)];
 }

@@ -11,8 +11,8 @@
 namespace kiln {
 
 struct EvalResult {
-  double accuracy = 0;  // fraction in [0, 1]
-  double loss = 0;      // mean cross-entropy
+  double accuracy = 0;       // fraction in [0, 1]
+  double loss = 0;           // mean cross-entropy
   std::int64_t correct = 0;  // examples whose largest logit is at the label
   std::int64_t examples = 0;
 };
@@ -22,7 +22,8 @@ struct EvalResult {
 // its running statistics, no dropout). The model must outlive the evaluator.
 class Evaluator {
  public:
-  Evaluator(nn::Layer& model, const Shape& input_shape, std::int64_t batch, const CompileOptions& options);
+  Evaluator(nn::Layer& model, const Shape& input_shape, std::int64_t batch,
+            const CompileOptions& options);
 
   // images: f32 [N, input_shape...] -> logits f32 [N, classes] (host)
   Tensor logits(const Tensor& images);

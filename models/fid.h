@@ -32,13 +32,16 @@ double frechet_distance(const GaussianFit& a, const GaussianFit& b);
 class FidScorer {
  public:
   // kiln::Error naming the file if it is not a lenet checkpoint.
-  FidScorer(const std::string& lenet_checkpoint, const CompileOptions& options, std::int64_t batch = 500);
+  FidScorer(const std::string& lenet_checkpoint, const CompileOptions& options,
+            std::int64_t batch = 500);
 
   // images [N, 1, 28, 28] with pixels in [-1, 1] (a GAN's range; standardised for the
   // classifier inside the graph) -> features f64 [N, 128].
   Tensor features(const Tensor& images);
   GaussianFit fit(const Tensor& images) { return fit_gaussian(features(images)); }
-  double score(const GaussianFit& reference, const Tensor& images) { return frechet_distance(reference, fit(images)); }
+  double score(const GaussianFit& reference, const Tensor& images) {
+    return frechet_distance(reference, fit(images));
+  }
 
  private:
   Program& program_for(std::int64_t count);

@@ -40,7 +40,8 @@ std::unique_ptr<Gan> make_gan(const std::string& name, Philox& rng) {
   }
   if (name == "dcgan") {
     auto generator = std::make_unique<DcganGenerator>(rng);
-    auto gan = std::make_unique<Gan>(std::move(generator), std::make_unique<DcganDiscriminator>(rng));
+    auto gan =
+        std::make_unique<Gan>(std::move(generator), std::make_unique<DcganDiscriminator>(rng));
     dcgan_init(*gan, rng);
     return gan;
   }

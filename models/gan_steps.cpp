@@ -11,7 +11,8 @@ namespace {
 void rename_state(const Optimizer& optimizer, const std::string& prefix) {
   const std::string old_prefix = "optimizer.";
   for (const VariablePtr& v : optimizer.state())
-    if (v->name.rfind(old_prefix, 0) == 0) v->name = prefix + "." + v->name.substr(old_prefix.size());
+    if (v->name.rfind(old_prefix, 0) == 0)
+      v->name = prefix + "." + v->name.substr(old_prefix.size());
 }
 
 // Logits [B, 1] on the host; counts entries on the side of 0 that `real` asks for.
@@ -32,17 +33,19 @@ void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer
   const Value fake_logits = gan.discriminator()(fake);
   g.output("real_logits", real_logits);
   g.output("fake_logits", fake_logits);
-  append_training_step(bce_with_logits(real_logits, 1.0) + bce_with_logits(fake_logits, 0.0), gan.discriminator_parameters(),
-                       optimizer);
+  append_training_step(bce_with_logits(real_logits, 1.0) + bce_with_logits(fake_logits, 0.0),
+                       gan.discriminator_parameters(), optimizer);
 }
 
 void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer) {
   KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
-  const Value fake_logits = gan.discriminator()(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
+  const Value fake_logits =
+      gan.discriminator()(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
   append_training_step(bce_with_logits(fake_logits, 1.0), gan.generator_parameters(), optimizer);
 }
 
-GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer, const CompileOptions& options)
+GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer,
+                   const CompileOptions& options)
     : d_optimizer_(make_optimizer(optimizer)), g_optimizer_(make_optimizer(optimizer)) {
   {
     Graph g;
@@ -64,8 +67,10 @@ GanStepResult GanSteps::run(const Tensor& real, const Tensor& z) {
   const Tensor& real_logits = d.at("real_logits");
   const Tensor& fake_logits = d.at("fake_logits");
   const std::int64_t correct = count_correct(real_logits, true) + count_correct(fake_logits, false);
-  return {.d_loss = d.at("loss").item(), .g_loss = g.at("loss").item(),
-          .d_accuracy = static_cast<double>(correct) / static_cast<double>(real_logits.numel() + fake_logits.numel())};
+  return {.d_loss = d.at("loss").item(),
+          .g_loss = g.at("loss").item(),
+          .d_accuracy = static_cast<double>(correct) /
+                        static_cast<double>(real_logits.numel() + fake_logits.numel())};
 }
 
 std::vector<VariablePtr> GanSteps::optimizer_state() const {
@@ -85,7 +90,8 @@ Tensor gan_noise(std::int64_t batch, std::uint64_t seed, std::uint64_t step) {
   return z;
 }
 
-NoiseAhead::NoiseAhead(std::int64_t batch, std::uint64_t seed, bool ahead) : batch_(batch), seed_(seed) {
+NoiseAhead::NoiseAhead(std::int64_t batch, std::uint64_t seed, bool ahead)
+    : batch_(batch), seed_(seed) {
   if (ahead) worker_ = std::thread([this] { work(); });
 }
 

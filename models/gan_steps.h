@@ -32,14 +32,17 @@ class GanSteps {
  public:
   // Records and compiles both steps at `batch` for `gan` (which must outlive this), each with
   // its own optimizer made from `optimizer`.
-  GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer, const CompileOptions& options);
+  GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer,
+           const CompileOptions& options);
 
   // One discriminator step on (real [B, 1, 28, 28], z [B, 100]), then one generator step on
   // the same z (the generator has not changed, so it sees the fakes D was just trained on).
   GanStepResult run(const Tensor& real, const Tensor& z);
 
-  Program& discriminator_step() { return *d_step_; }  // feeds "real", "z"; outputs "loss", "real_logits", "fake_logits"
-  Program& generator_step() { return *g_step_; }      // feeds "z"; outputs "loss"
+  Program& discriminator_step() {
+    return *d_step_;
+  }  // feeds "real", "z"; outputs "loss", "real_logits", "fake_logits"
+  Program& generator_step() { return *g_step_; }  // feeds "z"; outputs "loss"
   // Both optimizers' state, named "d_optimizer.*" and "g_optimizer.*" (for checkpoints).
   std::vector<VariablePtr> optimizer_state() const;
   void set_lr(double lr);

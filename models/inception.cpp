@@ -6,9 +6,12 @@
 namespace kiln {
 namespace {
 
-constexpr InceptionWidths k3a{.b1 = 16, .b3_reduce = 16, .b3 = 32, .b5_reduce = 8, .b5 = 16, .pool_proj = 16};   // 80
-constexpr InceptionWidths k3b{.b1 = 32, .b3_reduce = 32, .b3 = 48, .b5_reduce = 8, .b5 = 24, .pool_proj = 24};   // 128
-constexpr InceptionWidths k4a{.b1 = 48, .b3_reduce = 32, .b3 = 64, .b5_reduce = 8, .b5 = 24, .pool_proj = 24};   // 160
+constexpr InceptionWidths k3a{
+    .b1 = 16, .b3_reduce = 16, .b3 = 32, .b5_reduce = 8, .b5 = 16, .pool_proj = 16};  // 80
+constexpr InceptionWidths k3b{
+    .b1 = 32, .b3_reduce = 32, .b3 = 48, .b5_reduce = 8, .b5 = 24, .pool_proj = 24};  // 128
+constexpr InceptionWidths k4a{
+    .b1 = 48, .b3_reduce = 32, .b3 = 64, .b5_reduce = 8, .b5 = 24, .pool_proj = 24};  // 160
 
 ConvBnOptions conv(std::int64_t in, std::int64_t out, std::int64_t kernel) {
   return {.in_channels = in, .out_channels = out, .kernel = kernel};
@@ -50,9 +53,9 @@ Inception::Inception(Philox& rng)
 }
 
 Value Inception::forward(Value x) {
-  x = max_pool2d(stem_(x), 3, 2, 1);                           // [B, 32, 14, 14]
-  x = max_pool2d(inception3b_(inception3a_(x)), 3, 2, 1);     // [B, 128, 7, 7]
-  return fc_(dropout_(global_avg_pool(inception4a_(x))));     // [B, 160] -> [B, 10]
+  x = max_pool2d(stem_(x), 3, 2, 1);                       // [B, 32, 14, 14]
+  x = max_pool2d(inception3b_(inception3a_(x)), 3, 2, 1);  // [B, 128, 7, 7]
+  return fc_(dropout_(global_avg_pool(inception4a_(x))));  // [B, 160] -> [B, 10]
 }
 
 }  // namespace kiln

@@ -11,7 +11,8 @@ class LeNet : public nn::Layer {
  public:
   explicit LeNet(Philox& rng);
   Value forward(Value x) override;  // x: [B, 1, 28, 28] -> logits [B, 10]
-  Value features(Value x);          // x: [B, 1, 28, 28] -> [B, 128], the activations the last layer reads (FID)
+  Value features(
+      Value x);  // x: [B, 1, 28, 28] -> [B, 128], the activations the last layer reads (FID)
 
  private:
   nn::Conv2d conv1_, conv2_;

@@ -10,8 +10,10 @@
 
 namespace kiln {
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "a")) {
-  KILN_CHECK(file_ != nullptr, "--metrics {}: cannot open for writing: {}", path, std::strerror(errno));
+MetricsWriter::MetricsWriter(const std::string& path)
+    : path_(path), file_(std::fopen(path.c_str(), "a")) {
+  KILN_CHECK(file_ != nullptr, "--metrics {}: cannot open for writing: {}", path,
+             std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -34,8 +36,9 @@ void MetricsWriter::write(const std::string& kind, const std::map<std::string, F
         value);
   }
   const std::string text = line.dump() + "\n";
-  KILN_CHECK(std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0,
-             "--metrics {}: write failed: {}", path_, std::strerror(errno));
+  KILN_CHECK(
+      std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0,
+      "--metrics {}: write failed: {}", path_, std::strerror(errno));
 }
 
 }  // namespace kiln

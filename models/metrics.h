@@ -14,7 +14,7 @@ class MetricsWriter {
  public:
   using Field = std::variant<std::int64_t, double, std::string>;
 
-  MetricsWriter() = default;  // writes nothing
+  MetricsWriter() = default;                        // writes nothing
   explicit MetricsWriter(const std::string& path);  // kiln::Error if the file cannot be opened
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

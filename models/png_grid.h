@@ -15,7 +15,8 @@ inline constexpr std::int64_t kGridPadding = 2;  // black pixels between and aro
 // 8-bit pixels of the grid: images [N, 1, H, W] (f32, values in [-1, 1], clamped) in rows of
 // `columns` tiles, ceil(N / columns) rows, kGridPadding black pixels around each tile.
 // Pixel value round((x + 1) / 2 * 255). Returns the pixels row-major; sets *width, *height.
-std::vector<std::uint8_t> grid_pixels(const Tensor& images, std::int64_t columns, std::int64_t* width, std::int64_t* height);
+std::vector<std::uint8_t> grid_pixels(const Tensor& images, std::int64_t columns,
+                                      std::int64_t* width, std::int64_t* height);
 
 // The grid as PNG bytes.
 std::vector<std::uint8_t> encode_png_grid(const Tensor& images, std::int64_t columns);

@@ -21,7 +21,8 @@ void Progress::update(std::int64_t done, double loss, double images_per_second) 
     last_draw_ = now;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total_);
-    fmt::print(stderr, "\r{} [{}{}] {}/{}  {}  ", label_, std::string(static_cast<std::size_t>(filled), '#'),
+    fmt::print(stderr, "\r{} [{}{}] {}/{}  {}  ", label_,
+               std::string(static_cast<std::size_t>(filled), '#'),
                std::string(static_cast<std::size_t>(kWidth - filled), '.'), done, total_, stats);
     std::fflush(stderr);
     return;

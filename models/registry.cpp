@@ -15,20 +15,28 @@ namespace kiln {
 
 const std::vector<ModelInfo>& model_infos() {
   static const std::vector<ModelInfo> infos = {
-      {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier, Shape{1, 28, 28}, 10},
-      {"resnet", "ResNet-14 (3 stages of 2 basic blocks, batch norm, global average pooling, dropout)",
+      {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier,
+       Shape{1, 28, 28}, 10},
+      {"resnet",
+       "ResNet-14 (3 stages of 2 basic blocks, batch norm, global average pooling, dropout)",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
-      {"vgg", "VGG-style stacks of 3x3 conv + batch norm and 2x2 max pooling, dropout", ModelTask::image_classifier,
-       Shape{1, 28, 28}, 10},
-      {"alexnet", "AlexNet-style CNN (5x5 stride-2 first conv, overlapping pools, dropout)", ModelTask::image_classifier,
-       Shape{1, 28, 28}, 10},
+      {"vgg", "VGG-style stacks of 3x3 conv + batch norm and 2x2 max pooling, dropout",
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"alexnet", "AlexNet-style CNN (5x5 stride-2 first conv, overlapping pools, dropout)",
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
       {"inception", "small GoogLeNet: Inception modules (1x1, 3x3, 5x5, pool branches), batch norm",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
-      {"gan", "MLP GAN (G 100-256-784, D 784-256-1) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
-      {"dcgan", "DCGAN (transposed convolutions, batch norm) for 28x28 images", ModelTask::gan, Shape{1, 28, 28}, 0},
-      {"row-lstm", "bidirectional LSTM (128 per direction) over the 28 rows of an image, last states to a linear head",
+      {"gan", "MLP GAN (G 100-256-784, D 784-256-1) for 28x28 images", ModelTask::gan,
+       Shape{1, 28, 28}, 0},
+      {"dcgan", "DCGAN (transposed convolutions, batch norm) for 28x28 images", ModelTask::gan,
+       Shape{1, 28, 28}, 0},
+      {"row-lstm",
+       "bidirectional LSTM (128 per direction) over the 28 rows of an image, last states to a "
+       "linear head",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
-      {"char-lstm", "character-level language model: embedding, LSTM or tanh RNN layers, linear head (96 characters)",
+      {"char-lstm",
+       "character-level language model: embedding, LSTM or tanh RNN layers, linear head (96 "
+       "characters)",
        ModelTask::language_model, Shape{}, kVocabulary},
   };
   return infos;
@@ -44,7 +52,8 @@ const ModelInfo& model_info(const std::string& name) {
 }
 
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
-  KILN_CHECK(model_info(name).task == ModelTask::image_classifier, "model '{}' is not an image classifier", name);
+  KILN_CHECK(model_info(name).task == ModelTask::image_classifier,
+             "model '{}' is not an image classifier", name);
   if (name == "lenet") return std::make_unique<LeNet>(rng);
   if (name == "resnet") return std::make_unique<ResNet>(rng);
   if (name == "vgg") return std::make_unique<Vgg>(rng);

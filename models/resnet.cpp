@@ -10,15 +10,19 @@ constexpr std::int64_t kWidth = 16;  // channels of the stem and stage 1; stages
 
 }  // namespace
 
-BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride, Philox& rng)
+BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
+                       Philox& rng)
     : conv1_({.in_channels = in_channels, .out_channels = out_channels, .stride = stride}, rng),
       conv2_({.in_channels = out_channels, .out_channels = out_channels, .relu = false}, rng) {
   register_module("conv1", conv1_);
   register_module("conv2", conv2_);
   if (stride == 1 && in_channels == out_channels) return;
-  projection_ = std::make_unique<ConvBn>(
-      ConvBnOptions{.in_channels = in_channels, .out_channels = out_channels, .kernel = 1, .stride = stride, .relu = false},
-      rng);
+  projection_ = std::make_unique<ConvBn>(ConvBnOptions{.in_channels = in_channels,
+                                                       .out_channels = out_channels,
+                                                       .kernel = 1,
+                                                       .stride = stride,
+                                                       .relu = false},
+                                         rng);
   register_module("projection", *projection_);
 }
 

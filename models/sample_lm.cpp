@@ -13,7 +13,8 @@
 namespace kiln {
 namespace {
 
-std::int64_t setting(const std::map<std::string, std::string>& m, const std::string& key, std::int64_t fallback) {
+std::int64_t setting(const std::map<std::string, std::string>& m, const std::string& key,
+                     std::int64_t fallback) {
   auto it = m.find(key);
   if (it == m.end()) return fallback;
   try {
@@ -27,10 +28,13 @@ std::int64_t setting(const std::map<std::string, std::string>& m, const std::str
 CharLstmOptions checkpoint_options(const TrainConfig& c) {
   const std::map<std::string, std::string> m = load_safetensors(c.resume_path).metadata;
   auto model = m.find("model");
-  KILN_CHECK(model == m.end() || model->second == "char-lstm", "{} is a checkpoint of '{}', not of char-lstm", c.resume_path, model->second);
+  KILN_CHECK(model == m.end() || model->second == "char-lstm",
+             "{} is a checkpoint of '{}', not of char-lstm", c.resume_path, model->second);
   auto cell = m.find("cell");
-  return {.embedding = setting(m, "embedding", c.embedding), .hidden = setting(m, "hidden", c.hidden),
-          .layers = setting(m, "layers", c.layers), .cell = nn::cell_kind_from_name(cell == m.end() ? c.cell : cell->second)};
+  return {.embedding = setting(m, "embedding", c.embedding),
+          .hidden = setting(m, "hidden", c.hidden),
+          .layers = setting(m, "layers", c.layers),
+          .cell = nn::cell_kind_from_name(cell == m.end() ? c.cell : cell->second)};
 }
 
 // A token drawn from softmax(logits / temperature) with one Philox block.
@@ -41,8 +45,10 @@ std::int64_t draw(const Tensor& logits, double temperature, Philox& rng) {
   for (std::int64_t i = 1; i < n; ++i) top = std::max(top, static_cast<double>(l[i]));
   std::vector<double> weights(static_cast<std::size_t>(n));
   double total = 0;
-  for (std::int64_t i = 0; i < n; ++i) total += weights[static_cast<std::size_t>(i)] = std::exp((l[i] - top) / temperature);
-  const double u = static_cast<double>(rng.next_below(std::uint64_t{1} << 32)) / 4294967296.0 * total;
+  for (std::int64_t i = 0; i < n; ++i)
+    total += weights[static_cast<std::size_t>(i)] = std::exp((l[i] - top) / temperature);
+  const double u =
+      static_cast<double>(rng.next_below(std::uint64_t{1} << 32)) / 4294967296.0 * total;
   double sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     sum += weights[static_cast<std::size_t>(i)];
@@ -73,7 +79,8 @@ std::unique_ptr<Program> compile_sampler(CharLstm& model, const Device& device) 
 std::string sample_language_model(const TrainConfig& c) {
   KILN_CHECK(!c.resume_path.empty(), "--sample needs --resume CHECKPOINT (a trained char-lstm)");
   KILN_CHECK(c.sample_chars >= 1, "--sample {}: at least one character", c.sample_chars);
-  KILN_CHECK(std::isfinite(c.temperature) && c.temperature > 0, "--temperature must be positive (got {})", c.temperature);
+  KILN_CHECK(std::isfinite(c.temperature) && c.temperature > 0,
+             "--temperature must be positive (got {})", c.temperature);
   Philox init(c.seed);
   CharLstm model(checkpoint_options(c), init);
   load_checkpoint(c.resume_path, model.parameters(), {});
@@ -81,7 +88,8 @@ std::string sample_language_model(const TrainConfig& c) {
 
   std::vector<Feed> feeds;  // the state, then the token
   for (const Node& n : program->graph().nodes())
-    if (n.op->name == "input" && n.name != "x") feeds.emplace_back(n.name, Tensor::zeros(n.outputs[0].shape, DType::f32));
+    if (n.op->name == "input" && n.name != "x")
+      feeds.emplace_back(n.name, Tensor::zeros(n.outputs[0].shape, DType::f32));
   feeds.emplace_back("x", Tensor::zeros({1, 1}, DType::i64));
   auto step = [&](std::int64_t token) {
     feeds.back().tensor.data<std::int64_t>()[0] = token;

@@ -8,9 +8,14 @@
 namespace kiln {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
-  if (c.name == "sgd") return std::make_unique<Sgd>(SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  if (c.name == "sgd")
+    return std::make_unique<Sgd>(
+        SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
   if (c.name == "adam" || c.name == "adamw")
-    return std::make_unique<Adam>(AdamOptions{.lr = c.lr, .beta1 = c.beta1, .weight_decay = c.weight_decay, .decoupled_weight_decay = c.name == "adamw"});
+    return std::make_unique<Adam>(AdamOptions{.lr = c.lr,
+                                              .beta1 = c.beta1,
+                                              .weight_decay = c.weight_decay,
+                                              .decoupled_weight_decay = c.name == "adamw"});
   throw Error(fmt::format("unknown optimizer '{}' (sgd, adam, adamw)", c.name));
 }
 
@@ -20,8 +25,9 @@ Shape batch_shape(std::int64_t batch, const Shape& example) {
   return Shape(dims);
 }
 
-ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch, const OptimizerConfig& optimizer,
-                             std::uint64_t seed, const TrainStepOptions& step) {
+ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch,
+                             const OptimizerConfig& optimizer, std::uint64_t seed,
+                             const TrainStepOptions& step) {
   KILN_CHECK(batch >= 1, "batch size must be at least 1 (got {})", batch);
   const ModelInfo& info = model_info(name);
   Philox rng(seed);
@@ -33,7 +39,8 @@ ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t 
     return m;
   }
   m.optimizer = make_optimizer(optimizer);
-  append_training_step(cross_entropy(logits, g.input("y", {batch}, DType::i64)), m.model->parameters(), *m.optimizer, step);
+  append_training_step(cross_entropy(logits, g.input("y", {batch}, DType::i64)),
+                       m.model->parameters(), *m.optimizer, step);
   return m;
 }
 

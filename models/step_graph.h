@@ -14,9 +14,9 @@ namespace kiln {
 struct OptimizerConfig {
   std::string name = "adam";  // sgd, adam, adamw
   double lr = 1e-3;
-  double momentum = 0.9;      // sgd
+  double momentum = 0.9;  // sgd
   double weight_decay = 0.0;
-  double beta1 = 0.9;         // adam, adamw (GANs use 0.5)
+  double beta1 = 0.9;  // adam, adamw (GANs use 0.5)
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
 
@@ -30,8 +30,9 @@ struct ModelGraph {
 
 // Builds model `name` (initialised from `seed`) and records its graph for `stage`; the
 // train stage clips gradients as `step` says.
-ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch, const OptimizerConfig& optimizer,
-                             std::uint64_t seed = 0, const TrainStepOptions& step = {});
+ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch,
+                             const OptimizerConfig& optimizer, std::uint64_t seed = 0,
+                             const TrainStepOptions& step = {});
 
 // [batch, example...]
 Shape batch_shape(std::int64_t batch, const Shape& example);

@@ -17,7 +17,7 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 // a tab becomes a space and every other character (carriage returns, other control
 // characters, bytes of non-ASCII UTF-8 sequences) is dropped.
 inline constexpr std::int64_t kVocabulary = 96;
-std::uint8_t token_of(char c);  // a character of the vocabulary; KILN_ASSERT otherwise
+std::uint8_t token_of(char c);     // a character of the vocabulary; KILN_ASSERT otherwise
 char char_of(std::int64_t token);  // kiln::Error outside [0, 96)
 bool in_vocabulary(char c);
 // `text` with tabs as spaces and characters outside the vocabulary dropped.
@@ -32,14 +32,14 @@ std::string read_text_file(const std::string& path);
 std::string read_fortunes(const std::string& dir = kFortunesDir);
 
 struct TextCorpus {
-  std::string source;                // the file or directory read
-  std::vector<std::uint8_t> train;   // tokens
+  std::string source;               // the file or directory read
+  std::vector<std::uint8_t> train;  // tokens
   std::vector<std::uint8_t> validation;
 };
 
-// `path` (a file, a directory of fortunes-style files, or empty for the fortunes corpus) split into the first 95% for training
-// and the last 5% for validation. Each part must hold at least `min_part` tokens (a window
-// of seq_len + 1): kiln::Error otherwise, naming the sizes.
+// `path` (a file, a directory of fortunes-style files, or empty for the fortunes corpus) split into
+// the first 95% for training and the last 5% for validation. Each part must hold at least
+// `min_part` tokens (a window of seq_len + 1): kiln::Error otherwise, naming the sizes.
 TextCorpus load_text_corpus(const std::string& path, std::int64_t min_part);
 
 // Batches of random windows of seq_len + 1 tokens: inputs are tokens 0..seq_len-1 and
@@ -47,7 +47,8 @@ TextCorpus load_text_corpus(const std::string& path, std::int64_t min_part);
 // resumed run sees the same data. Tensors are i64 and time-major: [seq_len, batch].
 class TextBatcher {
  public:
-  TextBatcher(const std::vector<std::uint8_t>& tokens, std::int64_t batch, std::int64_t seq_len, std::uint64_t seed);
+  TextBatcher(const std::vector<std::uint8_t>& tokens, std::int64_t batch, std::int64_t seq_len,
+              std::uint64_t seed);
   void fill(std::int64_t step, Tensor& inputs, Tensor& targets) const;
 
  private:

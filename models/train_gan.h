@@ -22,12 +22,12 @@ inline constexpr std::int64_t kGridSamples = 64;
 
 struct GanEpochResult {
   std::int64_t epoch = 0;
-  std::int64_t steps = 0;   // (discriminator step + generator step) pairs
-  double d_loss = 0;        // means over the epoch's steps
+  std::int64_t steps = 0;  // (discriminator step + generator step) pairs
+  double d_loss = 0;       // means over the epoch's steps
   double g_loss = 0;
   double d_accuracy = 0;
   double fid = std::numeric_limits<double>::quiet_NaN();  // NaN without --fid-classifier
-  double seconds = 0;       // training time of the epoch (samples and FID excluded)
+  double seconds = 0;            // training time of the epoch (samples and FID excluded)
   double images_per_second = 0;  // real images through the discriminator step
   std::string samples_path;      // the epoch's PNG grid
 };
@@ -35,8 +35,9 @@ struct GanEpochResult {
 // Trains config.model (a GAN) and returns one result per epoch; `on_epoch` is called after
 // each, `on_finish` with the trained parameters (generator first, then discriminator), then
 // the buffers (batch norm's running statistics).
-std::vector<GanEpochResult> train_gan(const TrainConfig& config, const std::function<void(const GanEpochResult&)>& on_epoch = {},
-                                      const std::function<void(const std::vector<VariablePtr>&)>& on_finish = {});
+std::vector<GanEpochResult> train_gan(
+    const TrainConfig& config, const std::function<void(const GanEpochResult&)>& on_epoch = {},
+    const std::function<void(const std::vector<VariablePtr>&)>& on_finish = {});
 
 // The path of the grid of `epoch`: samples_dir/<model>-epoch-<epoch>.png.
 std::string gan_samples_path(const TrainConfig& config, std::int64_t epoch);

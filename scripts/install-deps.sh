@@ -8,6 +8,7 @@ packages=(
   dataset-fashion-mnist fortunes
   python3  # tests/checkpoint_format_test.py (standard library only)
   clang-14 libclang-rt-14-dev
+  clang-format-14  # scripts/check-source.sh (CI)
 )
 
 missing=()

@@ -18,7 +18,8 @@ TEST_CASE("gradients accumulate over every consumer of a value") {
   g.output("dx", grad(sum_all(y), {x})[0]);
   const Tensor xv = Tensor::from_vector<double>({4}, {0.5, -1.0, 2.0, 0.0});
   const Tensor dx = test::run_once(g, {{"x", xv}}).at("dx");
-  for (std::int64_t i = 0; i < 4; ++i) CHECK(dx.at(i) == doctest::Approx(18 * xv.at(i) + 3 + std::exp(xv.at(i))));
+  for (std::int64_t i = 0; i < 4; ++i)
+    CHECK(dx.at(i) == doctest::Approx(18 * xv.at(i) + 3 + std::exp(xv.at(i))));
 }
 
 TEST_CASE("a value the loss does not depend on gets a zero gradient") {
@@ -27,7 +28,9 @@ TEST_CASE("a value the loss does not depend on gets a zero gradient") {
   const Value unused = g.input("u", {2, 2}, DType::f64);
   const auto grads = grad(sum_all(x * x), {x, unused});
   g.output("du", grads[1]);
-  const Tensor du = test::run_once(g, {{"x", Tensor::zeros({3}, DType::f64)}, {"u", Tensor::zeros({2, 2}, DType::f64)}}).at("du");
+  const Tensor du = test::run_once(g, {{"x", Tensor::zeros({3}, DType::f64)},
+                                       {"u", Tensor::zeros({2, 2}, DType::f64)}})
+                        .at("du");
   CHECK(du.shape() == Shape{2, 2});
   for (std::int64_t i = 0; i < 4; ++i) CHECK(du.at(i) == 0.0);
 }
@@ -44,7 +47,8 @@ TEST_CASE("gradients of disjoint slices are joined by one concat, not summed as 
   Graph g;
   const Value x = g.input("x", {2, 8}, DType::f64);
   // Gates at [0,2), [2,4), [6,8) (the range [4,6) unused, so zeros), [0,2) read twice.
-  const Value y = tanh(slice(x, 1, 0, 2)) * slice(x, 1, 2, 2) + exp(slice(x, 1, 6, 2)) + slice(x, 1, 0, 2);
+  const Value y =
+      tanh(slice(x, 1, 0, 2)) * slice(x, 1, 2, 2) + exp(slice(x, 1, 6, 2)) + slice(x, 1, 0, 2);
   const Value dx = grad(sum_all(y), {x})[0];
   g.output("dx", dx);
   CHECK(g.node(dx.ref().node).op->name == "concat");
@@ -65,7 +69,8 @@ TEST_CASE("gradients of disjoint slices are joined by one concat, not summed as 
 TEST_CASE("gradients of overlapping slices are summed") {
   Graph g;
   const Value x = g.input("x", {5}, DType::f64);
-  const Value dx = grad(sum_all(slice(x, 0, 0, 3) * slice(x, 0, 2, 3)), {x})[0];  // x0 x2 + x1 x3 + x2 x4
+  const Value dx =
+      grad(sum_all(slice(x, 0, 0, 3) * slice(x, 0, 2, 3)), {x})[0];  // x0 x2 + x1 x3 + x2 x4
   g.output("dx", dx);
   const Tensor xv = Tensor::from_vector<double>({5}, {1, 2, 3, 4, 5});
   const Tensor d = test::run_once(g, {{"x", xv}}).at("dx");
@@ -73,7 +78,8 @@ TEST_CASE("gradients of overlapping slices are summed") {
   for (std::int64_t i = 0; i < 5; ++i) CHECK(d.at(i) == expected[static_cast<std::size_t>(i)]);
 }
 
-TEST_CASE("the gradient of a weight shared by several matmuls is one matmul of concatenated operands") {
+TEST_CASE(
+    "the gradient of a weight shared by several matmuls is one matmul of concatenated operands") {
   Graph g;
   const Value w = g.input("w", {3, 4}, DType::f64);
   Value h = g.input("h0", {2, 3}, DType::f64);
@@ -118,7 +124,8 @@ TEST_CASE("the gradient of a whole LeNet matches finite differences (f64, sample
   REQUIRE(params.size() == 8);
   for (const VariablePtr& p : params) {
     p->value = p->value.to(DType::f64);
-    if (p->name.ends_with("bias")) Philox(p->value.numel()).fill_uniform(p->value, -0.1, 0.1);  // non-zero biases
+    if (p->name.ends_with("bias"))
+      Philox(p->value.numel()).fill_uniform(p->value, -0.1, 0.1);  // non-zero biases
   }
   Graph g;
   const Value x = g.input("x", {2, 1, 28, 28}, DType::f64);
@@ -138,7 +145,8 @@ TEST_CASE("the gradient of a whole LeNet matches finite differences (f64, sample
   for (const VariablePtr& p : params) {
     CAPTURE(p->name);
     for (int sample = 0; sample < 12; ++sample) {
-      const auto k = static_cast<std::int64_t>(pick.next_below(static_cast<std::uint64_t>(p->value.numel())));
+      const auto k =
+          static_cast<std::int64_t>(pick.next_below(static_cast<std::uint64_t>(p->value.numel())));
       double& w = p->value.data<double>()[k];
       const double saved = w;
       w = saved + 1e-5;

@@ -11,10 +11,14 @@
 namespace kiln {
 
 TEST_CASE("checkpoint: buffers are saved as buffer/<name> and restored on load") {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("kiln-buffers-test-" + std::to_string(getpid()) + ".safetensors");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("kiln-buffers-test-" + std::to_string(getpid()) + ".safetensors");
   const VariablePtr weight = make_variable("fc.weight", Tensor::full({2, 3}, 0.5, DType::f32));
-  const VariablePtr mean = make_variable("bn.running_mean", Tensor::from_vector<float>({3}, {1, 2, 3}), false);
-  const VariablePtr counter = make_variable("drop.step", Tensor::from_vector<std::int64_t>({}, {41}), false);
+  const VariablePtr mean =
+      make_variable("bn.running_mean", Tensor::from_vector<float>({3}, {1, 2, 3}), false);
+  const VariablePtr counter =
+      make_variable("drop.step", Tensor::from_vector<std::int64_t>({}, {41}), false);
   save_checkpoint(path, {weight}, {}, {.step = 7, .epoch = 1, .batch = 7}, {}, {mean, counter});
 
   const SafetensorsFile file = load_safetensors(path);
@@ -29,8 +33,8 @@ TEST_CASE("checkpoint: buffers are saved as buffer/<name> and restored on load")
   CHECK(counter->value.at(0) == 41.0);
 
   const VariablePtr other = make_variable("bn.running_var", Tensor::zeros({3}, DType::f32), false);
-  CHECK_THROWS_WITH_AS(load_checkpoint(path, {weight}, {}, nullptr, {other}), doctest::Contains("has no tensor 'buffer/bn.running_var'"),
-                       Error);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, {weight}, {}, nullptr, {other}),
+                       doctest::Contains("has no tensor 'buffer/bn.running_var'"), Error);
   std::filesystem::remove(path);
 }
 

@@ -1,5 +1,6 @@
 // safetensors: round trips, the exact bytes written, every kind of malformed file, atomic saves
-// (full disk, a writer killed mid-write, unwritable places) and the fuzzers' inputs (safetensors, IDX).
+// (full disk, a writer killed mid-write, unwritable places) and the fuzzers' inputs (safetensors,
+// IDX).
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -40,7 +41,8 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     for (int attempt = 0;; ++attempt) {
-      path_ = fs::temp_directory_path() / fmt::format("kiln_checkpoint_test_{}_{}", ::getpid(), counter++);
+      path_ = fs::temp_directory_path() /
+              fmt::format("kiln_checkpoint_test_{}_{}", ::getpid(), counter++);
       if (fs::create_directory(path_)) break;
       REQUIRE(attempt < 100);
     }
@@ -69,7 +71,8 @@ class TempDir {
 
 void write_bytes(const fs::path& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out.good());
 }
 
@@ -92,11 +95,13 @@ Bytes st_bytes(const std::string& header, const Bytes& data = {}) {
 // One tensor entry of a header: "name":{"dtype":...,"shape":...,"data_offsets":...}.
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
                   const std::string& offsets) {
-  return fmt::format(R"("{}":{{"dtype":{},"shape":{},"data_offsets":{}}})", name, dtype, shape, offsets);
+  return fmt::format(R"("{}":{{"dtype":{},"shape":{},"data_offsets":{}}})", name, dtype, shape,
+                     offsets);
 }
 
 bool same_tensor(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 // Every tensor of `expected` is in `file`, bit for bit.
@@ -111,9 +116,11 @@ void check_contents(const SafetensorsFile& file, const Named& expected) {
 
 // A few tensors of every dtype, with the awkward values: NaN, infinities, -0, integer extremes.
 Named every_dtype() {
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN(),
+               inf = std::numeric_limits<double>::infinity();
   return {
-      {"conv.weight", Tensor::from_vector<float>({2, 3}, {1.5f, -0.0f, float(nan), float(inf), -float(inf), 1e-42f})},
+      {"conv.weight", Tensor::from_vector<float>(
+                          {2, 3}, {1.5f, -0.0f, float(nan), float(inf), -float(inf), 1e-42f})},
       {"f64", Tensor::from_vector<double>({4}, {nan, -inf, 0.1, -1e308})},
       {"i32", Tensor::from_vector<std::int32_t>({2, 2}, {INT32_MIN, INT32_MAX, -1, 0})},
       {"i64", Tensor::from_vector<std::int64_t>({3}, {INT64_MIN, INT64_MAX, 42})},
@@ -142,8 +149,7 @@ int in_child(const std::function<int()>& child) {
     int code = 99;
     try {
       code = child();
-    } catch (...) {
-    }
+    } catch (...) {}
     ::_exit(code);
   }
   int status = 0;
@@ -159,7 +165,9 @@ TEST_CASE("safetensors: every dtype and the metadata survive a round trip") {
   const fs::path path = dir.file("ckpt.safetensors");
   const Named tensors = every_dtype();
   const std::map<std::string, std::string> metadata = {
-      {"config", R"({"lr": 0.001, "model": "lenet"})"}, {"empty", ""}, {"unicode", "µ-step \u00e9 \U0001F600"}};
+      {"config", R"({"lr": 0.001, "model": "lenet"})"},
+      {"empty", ""},
+      {"unicode", "µ-step \u00e9 \U0001F600"}};
   save_safetensors(path, tensors, metadata);
 
   const SafetensorsFile file = load_safetensors(path);
@@ -184,7 +192,7 @@ TEST_CASE("safetensors: a saved file has exactly the reference layout") {
       R"({"__metadata__":{"step":"3"},"a":{"dtype":"F64","shape":[1,1],"data_offsets":[0,8]},)"
       R"("b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
-  const Bytes expected_data = {0, 0, 0, 0, 0, 0, 0xE0, 0x3F,  // 0.5 as a little-endian double
+  const Bytes expected_data = {0, 0, 0, 0, 0,    0,    0xE0, 0x3F,  // 0.5 as a little-endian double
                                1, 0, 0, 0, 0xFE, 0xFF, 0xFF, 0xFF};
   CHECK(read_bytes(path) == st_bytes(header, expected_data));
   CHECK(header.size() % 8 == 0);
@@ -243,7 +251,8 @@ assert list(tensors['w']['shape']) == [2, 2] and bytes(tensors['w']['data']) == 
 print('reference reader: ok')
 )";
   const fs::path out = dir.file("out.txt");
-  const int rc = std::system(fmt::format("python3 {} {} > {} 2>&1", script.string(), path.string(), out.string()).c_str());
+  const int rc = std::system(
+      fmt::format("python3 {} {} > {} 2>&1", script.string(), path.string(), out.string()).c_str());
   const Bytes printed = read_bytes(out);
   const std::string text(printed.begin(), printed.end());
   INFO(text);
@@ -251,20 +260,29 @@ print('reference reader: ok')
   CHECK(text.find("n I64 [3] 8\n") != std::string::npos);
   CHECK(text.find("w F32 [2, 2] 10.5\n") != std::string::npos);
   CHECK(text.find("u U8 [2] 203\n") != std::string::npos);
-  if (text.find("reference reader: ok") == std::string::npos) MESSAGE("Python's safetensors module not installed: only the independent reader ran");
+  if (text.find("reference reader: ok") == std::string::npos)
+    MESSAGE("Python's safetensors module not installed: only the independent reader ran");
 }
 
 TEST_CASE("safetensors: save refuses bad names and tensors before touching the file") {
   TempDir dir;
   const fs::path path = dir.file("bad.safetensors");
   const Tensor t = Tensor::zeros({2}, DType::f32);
-  CHECK(error_of([&] { save_safetensors(path, {{"a", t}, {"a", t}}); }) ==
-        path.string() + ": the tensor name 'a' is given twice");
-  CHECK(error_of([&] { save_safetensors(path, {{"", t}}); }) == path.string() + ": a tensor has an empty name");
-  CHECK(error_of([&] { save_safetensors(path, {{"__metadata__", t}}); }).find("reserved") != std::string::npos);
-  CHECK(error_of([&] { save_safetensors(path, {{"u", Tensor()}}); }) == path.string() + ": tensor 'u' is undefined");
-  CHECK(error_of([&] { save_safetensors(path, {{"a", t}}, {{"k", "\xff\xfe"}}); }).find("not valid UTF-8") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          save_safetensors(path, {{"a", t}, {"a", t}});
+        }) == path.string() + ": the tensor name 'a' is given twice");
+  CHECK(error_of([&] {
+          save_safetensors(path, {{"", t}});
+        }) == path.string() + ": a tensor has an empty name");
+  CHECK(error_of([&] {
+          save_safetensors(path, {{"__metadata__", t}});
+        }).find("reserved") != std::string::npos);
+  CHECK(error_of([&] {
+          save_safetensors(path, {{"u", Tensor()}});
+        }) == path.string() + ": tensor 'u' is undefined");
+  CHECK(error_of([&] {
+          save_safetensors(path, {{"a", t}}, {{"k", "\xff\xfe"}});
+        }).find("not valid UTF-8") != std::string::npos);
   CHECK(dir.others("").empty());
 }
 
@@ -278,42 +296,55 @@ struct Malformed {
 };
 
 std::vector<Malformed> malformed_files() {
-  const auto one = [](const std::string& dtype, const std::string& shape, const std::string& offsets) {
+  const auto one = [](const std::string& dtype, const std::string& shape,
+                      const std::string& offsets) {
     return "{" + entry("t", dtype, shape, offsets) + "}";
   };
   Bytes past_cap = st_bytes("{}");
   past_cap[3] = 0x10;  // 2^28 > 100 MB
   Bytes huge = st_bytes("{}");
   std::fill(huge.begin(), huge.begin() + 8, 0xFF);
-  std::string deep = R"({"t":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
+  std::string deep = R"({"t":{"dtype":"F32","shape":)" + std::string(100000, '[') +
+                     std::string(100000, ']') + "}}";
   return {
       {"empty file", {}, "0 bytes is too short for a safetensors file"},
-      {"truncated length", {8, 0, 0}, "3 bytes is too short for a safetensors file (the header length alone takes 8)"},
-      {"header past the end", {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'},
+      {"truncated length",
+       {8, 0, 0},
+       "3 bytes is too short for a safetensors file (the header length alone takes 8)"},
+      {"header past the end",
+       {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'},
        "header length 100 runs past the end of the file (2 bytes follow the length)"},
-      {"header over the cap", past_cap, "header length 268435458 exceeds the limit of 100000000 bytes"},
+      {"header over the cap", past_cap,
+       "header length 268435458 exceeds the limit of 100000000 bytes"},
       {"header length 2^64-1", huge, "header length 18446744073709551615 exceeds the limit"},
       {"not JSON", st_bytes("{\"t\": "), "the header is not valid JSON"},
       {"bad UTF-8", st_bytes("{\"\xc3\x28\":1}"), "the header is not valid JSON"},
       {"not an object", st_bytes("[1, 2]  "), "the header does not start with '{'"},
       {"leading space", st_bytes(" {}"), "the header does not start with '{'"},
       {"entry not an object", st_bytes(R"({"t":5})"), "tensor 't' is a JSON number, not an object"},
-      {"missing key", st_bytes(R"({"t":{"dtype":"F32","shape":[]}})"), "tensor 't' has no data_offsets"},
-      {"unknown key", st_bytes(R"({"t":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":1}})", {1}),
+      {"missing key", st_bytes(R"({"t":{"dtype":"F32","shape":[]}})"),
+       "tensor 't' has no data_offsets"},
+      {"unknown key",
+       st_bytes(R"({"t":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":1}})", {1}),
        "tensor 't' has the unknown key 'x' (expected dtype, shape and data_offsets)"},
-      {"dtype not a string", st_bytes(one("4", "[1]", "[0,4]"), Bytes(4)), "tensor 't': dtype is a JSON number"},
+      {"dtype not a string", st_bytes(one("4", "[1]", "[0,4]"), Bytes(4)),
+       "tensor 't': dtype is a JSON number"},
       {"unsupported dtype", st_bytes(one("\"BF16\"", "[2]", "[0,4]"), Bytes(4)),
        "tensor 't' has dtype BF16, which kiln does not support (F32, F64, I32, I64, U8)"},
-      {"unknown dtype", st_bytes(one("\"F33\"", "[1]", "[0,4]"), Bytes(4)), "tensor 't' has the unknown dtype 'F33'"},
+      {"unknown dtype", st_bytes(one("\"F33\"", "[1]", "[0,4]"), Bytes(4)),
+       "tensor 't' has the unknown dtype 'F33'"},
       {"shape not an array", st_bytes(one("\"U8\"", "\"2\"", "[0,2]"), Bytes(2)),
        "tensor 't': shape is a JSON string, not an array"},
-      {"negative dimension", st_bytes(one("\"U8\"", "[2,-3]", "[0,0]")), "tensor 't': shape dimension 1 is -3 (negative)"},
+      {"negative dimension", st_bytes(one("\"U8\"", "[2,-3]", "[0,0]")),
+       "tensor 't': shape dimension 1 is -3 (negative)"},
       {"fractional dimension", st_bytes(one("\"U8\"", "[2.5]", "[0,2]"), Bytes(2)),
        "tensor 't': shape dimension 0 is 2.5 (a non-negative integer is expected)"},
       {"dimension as string", st_bytes(one("\"U8\"", "[\"2\"]", "[0,2]"), Bytes(2)),
        "shape dimension 0 is the string '2'"},
-      {"rank 9", st_bytes(one("\"U8\"", "[1,1,1,1,1,1,1,1,1]", "[0,1]"), {1}), "tensor 't' has rank 9 (at most 8"},
-      {"element count overflow", st_bytes(one("\"F64\"", "[4294967296,4294967296]", "[0,8]"), Bytes(8)),
+      {"rank 9", st_bytes(one("\"U8\"", "[1,1,1,1,1,1,1,1,1]", "[0,1]"), {1}),
+       "tensor 't' has rank 9 (at most 8"},
+      {"element count overflow",
+       st_bytes(one("\"F64\"", "[4294967296,4294967296]", "[0,8]"), Bytes(8)),
        "tensor 't': shape [4294967296,4294967296] has more than 2^63 elements"},
       {"dimension past int64", st_bytes(one("\"U8\"", "[18446744073709551615]", "[0,1]"), {1}),
        "has more than 2^63 elements"},
@@ -321,27 +352,48 @@ std::vector<Malformed> malformed_files() {
        "(a non-negative integer is expected)"},
       {"size overflow", st_bytes(one("\"F64\"", "[4611686018427387904]", "[0,8]"), Bytes(8)),
        "needs 4611686018427387904 elements of 8 bytes but data_offsets [0, 8] hold 8 bytes"},
-      {"offsets not a pair", st_bytes(one("\"U8\"", "[1]", "[0,1,2]"), {1}), "data_offsets is [0,1,2] (expected [begin, end])"},
-      {"negative offset", st_bytes(one("\"U8\"", "[1]", "[-1,0]"), {1}), "tensor 't': data_offsets begin is -1 (negative)"},
-      {"reversed offsets", st_bytes(one("\"U8\"", "[1]", "[1,0]"), {1}), "data_offsets [1, 0] end before they begin"},
-      {"offsets past the data", st_bytes("{" + entry("fc1.weight", "\"F32\"", "[25]", "[0,100]") + "}", Bytes(64)),
+      {"offsets not a pair", st_bytes(one("\"U8\"", "[1]", "[0,1,2]"), {1}),
+       "data_offsets is [0,1,2] (expected [begin, end])"},
+      {"negative offset", st_bytes(one("\"U8\"", "[1]", "[-1,0]"), {1}),
+       "tensor 't': data_offsets begin is -1 (negative)"},
+      {"reversed offsets", st_bytes(one("\"U8\"", "[1]", "[1,0]"), {1}),
+       "data_offsets [1, 0] end before they begin"},
+      {"offsets past the data",
+       st_bytes("{" + entry("fc1.weight", "\"F32\"", "[25]", "[0,100]") + "}", Bytes(64)),
        "tensor 'fc1.weight' data_offsets [0, 100] run past the 64 bytes of data"},
-      {"offset near 2^64", st_bytes(one("\"U8\"", "[1]", "[18446744073709551615,18446744073709551615]"), {1}),
+      {"offset near 2^64",
+       st_bytes(one("\"U8\"", "[1]", "[18446744073709551615,18446744073709551615]"), {1}),
        "run past the 1 bytes of data"},
       {"size mismatch", st_bytes(one("\"F32\"", "[2,3]", "[0,20]"), Bytes(20)),
-       "tensor 't': shape [2, 3] of F32 needs 6 elements of 4 bytes but data_offsets [0, 20] hold 20 bytes"},
-      {"overlap", st_bytes("{" + entry("a", "\"F32\"", "[2]", "[0,8]") + "," + entry("b", "\"F32\"", "[2]", "[4,12]") + "}", Bytes(12)),
+       "tensor 't': shape [2, 3] of F32 needs 6 elements of 4 bytes but data_offsets [0, 20] hold "
+       "20 bytes"},
+      {"overlap",
+       st_bytes("{" + entry("a", "\"F32\"", "[2]", "[0,8]") + "," +
+                    entry("b", "\"F32\"", "[2]", "[4,12]") + "}",
+                Bytes(12)),
        "tensors 'a' (data_offsets [0, 8]) and 'b' ([4, 12]) overlap"},
-      {"same offsets", st_bytes("{" + entry("a", "\"U8\"", "[2]", "[0,2]") + "," + entry("b", "\"U8\"", "[2]", "[0,2]") + "}", Bytes(2)),
+      {"same offsets",
+       st_bytes("{" + entry("a", "\"U8\"", "[2]", "[0,2]") + "," +
+                    entry("b", "\"U8\"", "[2]", "[0,2]") + "}",
+                Bytes(2)),
        "tensors 'a' (data_offsets [0, 2]) and 'b' ([0, 2]) overlap"},
-      {"gap", st_bytes("{" + entry("a", "\"U8\"", "[2]", "[0,2]") + "," + entry("b", "\"U8\"", "[2]", "[4,6]") + "}", Bytes(6)),
+      {"gap",
+       st_bytes("{" + entry("a", "\"U8\"", "[2]", "[0,2]") + "," +
+                    entry("b", "\"U8\"", "[2]", "[4,6]") + "}",
+                Bytes(6)),
        "bytes [2, 4) of the data belong to no tensor (a gap before 'b')"},
-      {"trailing data", st_bytes(one("\"U8\"", "[2]", "[0,2]"), Bytes(5)), "the last 3 bytes of the 5 bytes of data belong to no tensor"},
-      {"duplicate tensor", st_bytes("{" + entry("a", "\"U8\"", "[1]", "[0,1]") + "," + entry("a", "\"U8\"", "[1]", "[1,2]") + "}", Bytes(2)),
+      {"trailing data", st_bytes(one("\"U8\"", "[2]", "[0,2]"), Bytes(5)),
+       "the last 3 bytes of the 5 bytes of data belong to no tensor"},
+      {"duplicate tensor",
+       st_bytes("{" + entry("a", "\"U8\"", "[1]", "[0,1]") + "," +
+                    entry("a", "\"U8\"", "[1]", "[1,2]") + "}",
+                Bytes(2)),
        "the header has the key 'a' twice in one object"},
-      {"duplicate field", st_bytes(R"({"t":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", {1}),
+      {"duplicate field",
+       st_bytes(R"({"t":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", {1}),
        "the header has the key 'dtype' twice"},
-      {"metadata not an object", st_bytes(R"({"__metadata__":["a"]})"), "__metadata__ is a JSON array, not an object of strings"},
+      {"metadata not an object", st_bytes(R"({"__metadata__":["a"]})"),
+       "__metadata__ is a JSON array, not an object of strings"},
       {"metadata value not a string", st_bytes(R"({"__metadata__":{"step":3}})"),
        "__metadata__ value of 'step' is a JSON number, not a string"},
       {"deep nesting", st_bytes(deep), "the header nests deeper than the safetensors format does"},
@@ -363,18 +415,23 @@ TEST_CASE("safetensors: every malformed file is a kiln::Error naming the file an
   }
 }
 
-TEST_CASE("safetensors: a missing file, a directory and every truncation or byte flip are clean errors") {
+TEST_CASE(
+    "safetensors: a missing file, a directory and every truncation or byte flip are clean errors") {
   TempDir dir;
   CHECK(error_of([&] { load_safetensors(dir.file("none.safetensors")); }) ==
-        dir.file("none.safetensors").string() + ": cannot open for reading (No such file or directory)");
-  CHECK(error_of([&] { load_safetensors(dir.path()); }).find("not a regular file") != std::string::npos);
+        dir.file("none.safetensors").string() +
+            ": cannot open for reading (No such file or directory)");
+  CHECK(error_of([&] { load_safetensors(dir.path()); }).find("not a regular file") !=
+        std::string::npos);
 
   const fs::path path = dir.file("good.safetensors");
   save_safetensors(path, every_dtype(), {{"k", "v"}});
   const Bytes good = read_bytes(path);
   for (std::size_t n = 0; n < good.size(); ++n) {
     INFO("truncated to ", n, " bytes");
-    CHECK(error_of([&] { parse_safetensors(std::span(good.data(), n), "cut"); }).starts_with("cut: "));
+    CHECK(error_of([&] {
+            parse_safetensors(std::span(good.data(), n), "cut");
+          }).starts_with("cut: "));
   }
   // Any single byte of the length or header changed: a valid file or a kiln::Error.
   const std::size_t header_end = 8 + (good[0] | good[1] << 8);
@@ -396,7 +453,8 @@ TEST_CASE("safetensors: a missing file, a directory and every truncation or byte
 
 // Loads every file of fuzz/{corpus,regressions}/<harness>/: "valid_*" seeds must load; the
 // other seeds and every input that once crashed a fuzzer must fail with a kiln::Error.
-int check_fuzz_inputs(const std::string& harness, const std::function<void(const fs::path&)>& load) {
+int check_fuzz_inputs(const std::string& harness,
+                      const std::function<void(const fs::path&)>& load) {
   const char* source = std::getenv("KILN_SOURCE_DIR");
   const fs::path root = source ? fs::path(source) : fs::path(__FILE__).parent_path().parent_path();
   int inputs = 0;
@@ -406,8 +464,10 @@ int check_fuzz_inputs(const std::string& harness, const std::function<void(const
     for (const auto& e : fs::directory_iterator(folder)) {
       INFO(e.path().string());
       const std::string error = error_of([&] { load(e.path()); });
-      if (e.path().filename().string().starts_with("valid_")) CHECK(error.empty());
-      else CHECK(error.starts_with(e.path().string() + ": "));
+      if (e.path().filename().string().starts_with("valid_"))
+        CHECK(error.empty());
+      else
+        CHECK(error.starts_with(e.path().string() + ": "));
       ++inputs;
     }
   }
@@ -429,7 +489,8 @@ TEST_CASE("fuzz inputs: the seed corpora and every input a fuzzer crashed on loa
 // Atomic saves
 
 Named checkpoint(float value, std::int64_t elements) {
-  return {{"w", Tensor::full({elements}, value, DType::f32)}, {"step", Tensor::full({1}, value, DType::i64)}};
+  return {{"w", Tensor::full({elements}, value, DType::f32)},
+          {"step", Tensor::full({1}, value, DType::i64)}};
 }
 
 TEST_CASE("atomic save: a full disk leaves the previous checkpoint and no temp file") {
@@ -443,14 +504,16 @@ TEST_CASE("atomic save: a full disk leaves the previous checkpoint and no temp f
     REQUIRE(::setenv("KILN_FAKE_DISK_FULL_AFTER", limit, 1) == 0);
     const std::string error = error_of([&] { save_safetensors(path, next, {{"step", "2"}}); });
     ::unsetenv("KILN_FAKE_DISK_FULL_AFTER");
-    CHECK(error == fmt::format("{}: write failed after {} bytes (No space left on device)", path.string(), limit));
+    CHECK(error == fmt::format("{}: write failed after {} bytes (No space left on device)",
+                               path.string(), limit));
     check_contents(load_safetensors(path), previous);
     CHECK(load_safetensors(path).metadata.at("step") == "1");
     CHECK(dir.others("ckpt.safetensors").empty());
   }
   // The hook refuses a value that is not a byte count; a large one lets the save through.
   ::setenv("KILN_FAKE_DISK_FULL_AFTER", "lots", 1);
-  CHECK(error_of([&] { save_safetensors(path, next); }) == "KILN_FAKE_DISK_FULL_AFTER='lots' is not a byte count");
+  CHECK(error_of([&] { save_safetensors(path, next); }) ==
+        "KILN_FAKE_DISK_FULL_AFTER='lots' is not a byte count");
   ::setenv("KILN_FAKE_DISK_FULL_AFTER", "1000000", 1);
   save_safetensors(path, next);
   ::unsetenv("KILN_FAKE_DISK_FULL_AFTER");
@@ -485,7 +548,8 @@ TEST_CASE("atomic save: a writer killed mid-write leaves the previous checkpoint
   constexpr std::int64_t kElements = 50'000'000;  // 200 MB of f32
   constexpr std::uintmax_t kBytes = kElements * 4;
   int killed_mid_write = 0;
-  // Kill as the temp file appears, part-way through, and once all the data is written (during fsync).
+  // Kill as the temp file appears, part-way through, and once all the data is written (during
+  // fsync).
   for (std::uintmax_t at : {std::uintmax_t{0}, kBytes / 4, kBytes / 2, kBytes}) {
     INFO("kill once the temp file holds ", at, " bytes");
     const pid_t pid = ::fork();
@@ -506,7 +570,8 @@ TEST_CASE("atomic save: a writer killed mid-write leaves the previous checkpoint
       for (const auto& e : fs::directory_iterator(dir.path())) {
         std::error_code ec;
         const std::uintmax_t size = fs::file_size(e.path(), ec);
-        if (!ec && e.path().filename().string().starts_with(prefix) && size >= std::max<std::uintmax_t>(at, 1)) {
+        if (!ec && e.path().filename().string().starts_with(prefix) &&
+            size >= std::max<std::uintmax_t>(at, 1)) {
           landed = ::kill(pid, SIGKILL) == 0;
           break;
         }
@@ -536,14 +601,17 @@ TEST_CASE("atomic save: an unwritable place is a kiln::Error and loses nothing")
   // No such directory; a path through a regular file; a directory as the target.
   const fs::path missing = dir.file("no_dir") / "ckpt.safetensors";
   CHECK(error_of([&] { save_safetensors(missing, previous); }) ==
-        fmt::format("{}: cannot create a temporary file in {} to write it (No such file or directory)",
-                    missing.string(), missing.parent_path().string()));
+        fmt::format(
+            "{}: cannot create a temporary file in {} to write it (No such file or directory)",
+            missing.string(), missing.parent_path().string()));
   write_bytes(dir.file("plain"), {1});
-  CHECK(error_of([&] { save_safetensors(dir.file("plain") / "x.safetensors", previous); }).find("(Not a directory)") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          save_safetensors(dir.file("plain") / "x.safetensors", previous);
+        }).find("(Not a directory)") != std::string::npos);
   fs::create_directory(dir.file("taken"));
   CHECK(error_of([&] { save_safetensors(dir.file("taken"), previous); }) ==
-        dir.file("taken").string() + ": could not replace it with the written file (Is a directory)");
+        dir.file("taken").string() +
+            ": could not replace it with the written file (Is a directory)");
   CHECK(dir.others("").size() == 2);  // "plain" and "taken": no temp file left
 
   // A read-only directory holding a good checkpoint. Root ignores permissions, so the save then
@@ -558,8 +626,9 @@ TEST_CASE("atomic save: an unwritable place is a kiln::Error and loses nothing")
   const int status = in_child([&] {
     if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 2;
     const std::string error = error_of([&] { save_safetensors(path, checkpoint(2.0f, 10)); });
-    return error == fmt::format("{}: cannot create a temporary file in {} to write it (Permission denied)",
-                                path.string(), ro.string())
+    return error == fmt::format(
+                        "{}: cannot create a temporary file in {} to write it (Permission denied)",
+                        path.string(), ro.string())
                ? 0
                : 1;
   });
@@ -567,10 +636,13 @@ TEST_CASE("atomic save: an unwritable place is a kiln::Error and loses nothing")
   CHECK(WEXITSTATUS(status) == 0);
   fs::permissions(ro, fs::perms::owner_all, fs::perm_options::add);
   check_contents(load_safetensors(path), previous);
-  CHECK(std::distance(fs::directory_iterator(ro), fs::directory_iterator()) == 1);  // no temp file left
+  CHECK(std::distance(fs::directory_iterator(ro), fs::directory_iterator()) ==
+        1);  // no temp file left
 }
 
-TEST_CASE("atomic save: a failing writer callback removes the temp file; the mode of the old file is kept") {
+TEST_CASE(
+    "atomic save: a failing writer callback removes the temp file; the mode of the old file is "
+    "kept") {
   TempDir dir;
   const fs::path path = dir.file("data.bin");
   const Bytes old = {1, 2, 3};

@@ -18,9 +18,11 @@ namespace {
 // Linear regression, loss = mean((x w^T + b - y)^2) over [4, 2]; its gradients are easy to
 // write down: r = x w^T + b - y, dw = 2/8 r^T x, db = 2/8 sum_rows(r).
 struct Regression {
-  std::vector<double> x = {0.5, -1.0, 2.0, 1.5, 0.25, -0.5, -2.0, 1.0, 0.75, 3.0, -1.5, 0.5};  // [4, 3]
-  std::vector<double> y = {1.0, -2.0, 0.5, 3.0, -1.0, 2.5, 4.0, 0.0};                         // [4, 2]
-  VariablePtr w = make_variable("w", Tensor::from_vector<double>({2, 3}, {0.3, -0.2, 0.8, 1.1, 0.4, -0.6}));
+  std::vector<double> x = {0.5,  -1.0, 2.0,  1.5, 0.25, -0.5,
+                           -2.0, 1.0,  0.75, 3.0, -1.5, 0.5};          // [4, 3]
+  std::vector<double> y = {1.0, -2.0, 0.5, 3.0, -1.0, 2.5, 4.0, 0.0};  // [4, 2]
+  VariablePtr w =
+      make_variable("w", Tensor::from_vector<double>({2, 3}, {0.3, -0.2, 0.8, 1.1, 0.4, -0.6}));
   VariablePtr b = make_variable("b", Tensor::from_vector<double>({2}, {0.1, -0.3}));
   Graph graph;
 
@@ -79,7 +81,8 @@ TEST_CASE("clip_grad_norm: the clipped SGD update equals the one computed by han
         CHECK(after[i] == doctest::Approx(before[i] - 0.1 * scale * g[i]).epsilon(1e-12));
         update_norm += (after[i] - before[i]) * (after[i] - before[i]);
       }
-      CHECK(std::sqrt(update_norm) == doctest::Approx(0.1 * clip).epsilon(1e-6));  // the step has the clipped length
+      CHECK(std::sqrt(update_norm) ==
+            doctest::Approx(0.1 * clip).epsilon(1e-6));  // the step has the clipped length
     }
   }
 }
@@ -97,31 +100,38 @@ TEST_CASE("clip_grad_norm: below the threshold the step is exactly the unclipped
     CHECK(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(double)) == 0);
   }
   CHECK(b->graph().output_ref("loss").node >= 0);
-  CHECK_THROWS_WITH_AS(b->graph().output_ref("grad_norm"), doctest::Contains("grad_norm"), Error);  // only when clipping
+  CHECK_THROWS_WITH_AS(b->graph().output_ref("grad_norm"), doctest::Contains("grad_norm"),
+                       Error);  // only when clipping
 }
 
 TEST_CASE("clip_grad_norm: bad thresholds and mixed dtypes are errors") {
   Regression m;
   Sgd opt({.lr = 0.1});
-  CHECK_THROWS_WITH_AS(m.step(opt, {.clip_grad_norm = -1}), doctest::Contains("clip_grad_norm must be >= 0 (got -1)"), Error);
+  CHECK_THROWS_WITH_AS(m.step(opt, {.clip_grad_norm = -1}),
+                       doctest::Contains("clip_grad_norm must be >= 0 (got -1)"), Error);
   Graph g;
   const Value a = g.input("a", {2}, DType::f32), b = g.input("b", {2}, DType::f64);
-  CHECK_THROWS_WITH_AS(clip_by_global_norm({a, b}, 1.0), doctest::Contains("dtypes f32 and f64"), Error);
-  CHECK_THROWS_WITH_AS(clip_by_global_norm({a}, 0.0), doctest::Contains("must be positive (got 0)"), Error);
+  CHECK_THROWS_WITH_AS(clip_by_global_norm({a, b}, 1.0), doctest::Contains("dtypes f32 and f64"),
+                       Error);
+  CHECK_THROWS_WITH_AS(clip_by_global_norm({a}, 0.0), doctest::Contains("must be positive (got 0)"),
+                       Error);
 }
 
 namespace {
 
 // The parameters of LeNet after `steps` SGD steps (lr 0.1) on fixed random batches of 16.
 std::vector<Tensor> lenet_after(int steps, double clip, std::vector<Tensor>* before = nullptr) {
-  ModelGraph m = build_model_graph("lenet", Stage::train, 16, {.name = "sgd", .lr = 0.1, .momentum = 0}, 5, {.clip_grad_norm = clip});
+  ModelGraph m =
+      build_model_graph("lenet", Stage::train, 16, {.name = "sgd", .lr = 0.1, .momentum = 0}, 5,
+                        {.clip_grad_norm = clip});
   if (before != nullptr)
     for (const VariablePtr& p : m.model->parameters()) before->push_back(p->value.clone());
   auto step = compile(*m.graph);
   std::vector<std::int64_t> labels(16);
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 7 % 10);
   for (int s = 0; s < steps; ++s)
-    step->run({{"x", test::random_tensor({16, 1, 28, 28}, DType::f32, 70 + static_cast<std::uint64_t>(s))},
+    step->run({{"x", test::random_tensor({16, 1, 28, 28}, DType::f32,
+                                         70 + static_cast<std::uint64_t>(s))},
                {"y", Tensor::from_vector<std::int64_t>({16}, labels)}});
   std::vector<Tensor> out;
   for (const VariablePtr& p : m.model->parameters()) out.push_back(p->value.clone());
@@ -130,12 +140,15 @@ std::vector<Tensor> lenet_after(int steps, double clip, std::vector<Tensor>* bef
 
 }  // namespace
 
-TEST_CASE("clip_grad_norm on LeNet (f32, fused): a tiny threshold makes the SGD step exactly lr times clip long, a huge one changes nothing") {
+TEST_CASE(
+    "clip_grad_norm on LeNet (f32, fused): a tiny threshold makes the SGD step exactly lr times "
+    "clip long, a huge one changes nothing") {
   std::vector<Tensor> before;
   const std::vector<Tensor> clipped = lenet_after(1, 1e-2, &before);
   double update = 0;
   for (std::size_t i = 0; i < before.size(); ++i)
-    for (std::int64_t k = 0; k < before[i].numel(); ++k) update += std::pow(clipped[i].at(k) - before[i].at(k), 2);
+    for (std::int64_t k = 0; k < before[i].numel(); ++k)
+      update += std::pow(clipped[i].at(k) - before[i].at(k), 2);
   CHECK(std::sqrt(update) == doctest::Approx(0.1 * 1e-2).epsilon(1e-3));
 
   const std::vector<Tensor> plain = lenet_after(3, 0), loose = lenet_after(3, 1e9);
@@ -145,7 +158,9 @@ TEST_CASE("clip_grad_norm on LeNet (f32, fused): a tiny threshold makes the SGD 
   }
 }
 
-TEST_CASE("TrainConfig.clip_grad_norm reaches the trainer's step: a tiny threshold changes the run, a huge one does not") {
+TEST_CASE(
+    "TrainConfig.clip_grad_norm reaches the trainer's step: a tiny threshold changes the run, a "
+    "huge one does not") {
   auto final_params = [](double clip) {
     TrainConfig c;
     c.synthetic = true;
@@ -161,11 +176,13 @@ TEST_CASE("TrainConfig.clip_grad_norm reaches the trainer's step: a tiny thresho
     });
     return out;
   };
-  const std::vector<Tensor> plain = final_params(0), loose = final_params(1e9), tight = final_params(1e-3);
+  const std::vector<Tensor> plain = final_params(0), loose = final_params(1e9),
+                            tight = final_params(1e-3);
   bool all_equal = true, any_differs = false;
   for (std::size_t i = 0; i < plain.size(); ++i) {
     all_equal = all_equal && std::memcmp(plain[i].raw(), loose[i].raw(), plain[i].nbytes()) == 0;
-    any_differs = any_differs || std::memcmp(plain[i].raw(), tight[i].raw(), plain[i].nbytes()) != 0;
+    any_differs =
+        any_differs || std::memcmp(plain[i].raw(), tight[i].raw(), plain[i].nbytes()) != 0;
   }
   CHECK(all_equal);
   CHECK(any_differs);

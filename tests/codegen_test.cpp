@@ -42,7 +42,8 @@ Graph lenet_step(std::int64_t batch) {
   Graph g;
   Philox rng(0);
   static LeNet model(rng);  // parameters outlive the graph's variable nodes
-  const Value loss = cross_entropy(model(g.input("x", {batch, 1, 28, 28})), g.input("y", {batch}, DType::i64));
+  const Value loss =
+      cross_entropy(model(g.input("x", {batch, 1, 28, 28})), g.input("y", {batch}, DType::i64));
   std::vector<Value> params;
   for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
   Sgd sgd({.lr = 0.01, .momentum = 0.9});
@@ -51,7 +52,9 @@ Graph lenet_step(std::int64_t batch) {
   return g;
 }
 
-bool contains(const std::string& text, const std::string& line) { return text.find(line) != std::string::npos; }
+bool contains(const std::string& text, const std::string& line) {
+  return text.find(line) != std::string::npos;
+}
 
 }  // namespace
 
@@ -63,13 +66,16 @@ TEST_CASE("golden: a bias-add + relu group over [8, 16] with a [16] bias") {
   const CudaKernelSource k = generate_cuda(*single_group(g));
   CAPTURE(k.source);
   CHECK(contains(k.source, "typedef float T;"));
-  CHECK(contains(k.source, "(const T* __restrict__ in0, const T* __restrict__ in1, T* __restrict__ out0)"));
+  CHECK(contains(k.source,
+                 "(const T* __restrict__ in0, const T* __restrict__ in1, T* __restrict__ out0)"));
   CHECK(contains(k.source, "const long long n = 128LL;"));
-  CHECK(contains(k.source, "const T x1 = in1[(i % 16LL)];"));  // the bias, read in place at broadcast strides
+  CHECK(contains(k.source,
+                 "const T x1 = in1[(i % 16LL)];"));  // the bias, read in place at broadcast strides
   CHECK(contains(k.source, "const T r0 = (x0 + x1);  // add"));
   CHECK(contains(k.source, "const T r1 = (r0 > T(0) ? r0 : T(0));  // relu"));
   CHECK(contains(k.source, "const T r2 = (r1 * 0.5f);  // mul"));
-  CHECK(contains(k.source, "const float4 x1 = *reinterpret_cast<const float4*>(in1 + (i % 16LL));"));
+  CHECK(
+      contains(k.source, "const float4 x1 = *reinterpret_cast<const float4*>(in1 + (i % 16LL));"));
   CHECK(contains(k.source, "*reinterpret_cast<float4*>(out0 + i) = o0;"));
   CHECK(k.vector_width == 4);
 }
@@ -94,7 +100,8 @@ TEST_CASE("golden: a gate slice of a [4, 32] GEMM output is read in place from a
   CHECK(contains(k.source, "in0 += 16LL;  // a slice read in place"));
   CHECK(contains(k.source, "const T x0 = in0[(i % 8LL) + (i / 8LL) * 32LL];"));
   CHECK(contains(k.source, "const T x1 = in1[(i % 8LL) + (i / 8LL) * 32LL];"));
-  CHECK(k.vector_width == 4);  // rows of 8 at a pitch of 32 allow float4 (alignment tested at run time)
+  CHECK(k.vector_width ==
+        4);  // rows of 8 at a pitch of 32 allow float4 (alignment tested at run time)
 }
 
 TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle reduction") {
@@ -118,21 +125,28 @@ TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle r
   CHECK(contains(generate_cuda(*single_group(big)).source, "const long long i = base + r * 1LL;"));
 }
 
-TEST_CASE("golden: a bias gradient over [64, 32, 28, 28] is split across blocks and finished in order") {
+TEST_CASE(
+    "golden: a bias gradient over [64, 32, 28, 28] is split across blocks and finished in order") {
   Graph g;
   const Value dy = g.input("dy", {64, 32, 28, 28});
   g.output("db", sum(dy * 2.0, {0, 2, 3}));
   const CudaKernelSource k = generate_cuda(*single_group(g));
   CAPTURE(k.source);
-  CHECK(k.splits == 64);  // 32 outputs of 50176 values: 64 blocks each (2048 in all) of >= 512 values
+  CHECK(k.splits ==
+        64);  // 32 outputs of 50176 values: 64 blocks each (2048 in all) of >= 512 values
   CHECK(k.work_items == 32 * 64);
   CHECK(k.finish_name == k.name + "_finish");
   CHECK(contains(k.source, "const long long chunk = 784LL;"));
-  CHECK(contains(k.source, "extern \"C\" __global__ void " + k.finish_name + "(const T* __restrict__ partial, T* __restrict__ reduced)"));
-  CHECK(contains(k.source, "for (long long c = 1; c < splits; ++c) { const T v = partial[o * splits + c]; acc = (acc + v); }"));
+  CHECK(contains(k.source, "extern \"C\" __global__ void " + k.finish_name +
+                               "(const T* __restrict__ partial, T* __restrict__ reduced)"));
+  CHECK(contains(k.source,
+                 "for (long long c = 1; c < splits; ++c) { const T v = partial[o * splits + c]; "
+                 "acc = (acc + v); }"));
 }
 
-TEST_CASE("golden: a column sum (a linear layer's bias gradient) gives a warp adjacent outputs, rows split") {
+TEST_CASE(
+    "golden: a column sum (a linear layer's bias gradient) gives a warp adjacent outputs, rows "
+    "split") {
   Graph g;
   const Value dy = g.input("dy", {4096, 1024});
   g.output("db", sum(dy * 2.0, {0}));
@@ -145,7 +159,8 @@ TEST_CASE("golden: a column sum (a linear layer's bias gradient) gives a warp ad
   CHECK(contains(k.source, "const long long chunk = 128LL;"));
   CHECK(contains(k.source, "reduced[o * splits + job % splits] = acc;"));
   CHECK(k.finish_name == k.name + "_finish");
-  Graph narrow, short_columns;  // fewer than 32 outputs, or fewer than 512 rows: the row-by-row body
+  Graph narrow,
+      short_columns;  // fewer than 32 outputs, or fewer than 512 rows: the row-by-row body
   narrow.output("s", sum(narrow.input("x", {512, 16}), {0}));
   CHECK(!contains(generate_cuda(*single_group(narrow)).source, "lane;"));
   short_columns.output("s", sum(short_columns.input("x", {64, 256}), {0}));
@@ -155,7 +170,8 @@ TEST_CASE("golden: a column sum (a linear layer's bias gradient) gives a warp ad
   f64.output("m", max(exp(f64.input("x", {600, 70}, DType::f64)), {0}, true));
   const CudaKernelSource d = generate_cuda(*single_group(f64));
   CHECK(contains(d.source, "lane;"));
-  for (const CudaKernelSource& source : {k, d}) CHECK(jit::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
+  for (const CudaKernelSource& source : {k, d})
+    CHECK(jit::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
 #endif
 }
 
@@ -169,7 +185,8 @@ TEST_CASE("golden: the same group gives the same kernel name; another group anot
 }
 
 #ifdef KILN_HAVE_CUDA
-TEST_CASE("every generated kernel of the LeNet step and of random DAGs compiles with NVRTC for sm_90") {
+TEST_CASE(
+    "every generated kernel of the LeNet step and of random DAGs compiles with NVRTC for sm_90") {
   std::vector<jit::KernelSource> sources;
   auto add = [&](const Graph& fused) {
     for (const auto& group : groups_of(fused)) {
@@ -185,7 +202,8 @@ TEST_CASE("every generated kernel of the LeNet step and of random DAGs compiles 
     Graph g;
     testing::RandomGraphBuilder builder(500 + static_cast<std::uint64_t>(s));
     const testing::RandomGraph r = builder.build(g, 12, s % 5 == 0 ? DType::f64 : DType::f32);
-    for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i)
+      g.output("o" + std::to_string(i), r.outputs[i]);
     add(fuse(eliminate_dead_code(g)));
   }
   jit::KernelCache cache(std::filesystem::temp_directory_path() / "kiln-codegen-test-cache");
@@ -199,16 +217,19 @@ namespace {
 
 // Runs one group on the GPU and on the CPU with the same random inputs; returns the worst
 // closeness over its outputs.
-double gpu_vs_cpu(const Node& node, const FusedGroup& group, const CudaFusedKernel& kernel, std::uint64_t seed) {
+double gpu_vs_cpu(const Node& node, const FusedGroup& group, const CudaFusedKernel& kernel,
+                  std::uint64_t seed) {
   std::vector<Tensor> inputs, cpu_outputs;
   std::vector<void*> device;
   std::vector<const void*> in_ptrs;
   std::vector<void*> out_ptrs;
   for (std::size_t k = 0; k < group.inputs.size(); ++k) {
-    inputs.push_back(test::random_tensor(group.inputs[k].type.shape, group.inputs[k].type.dtype, seed + k, -2, 2));
+    inputs.push_back(test::random_tensor(group.inputs[k].type.shape, group.inputs[k].type.dtype,
+                                         seed + k, -2, 2));
     void* p = nullptr;
     REQUIRE(cudaMalloc(&p, std::max<std::size_t>(inputs.back().nbytes(), 16)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(p, inputs.back().raw(), inputs.back().nbytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, inputs.back().raw(), inputs.back().nbytes(), cudaMemcpyHostToDevice) ==
+            cudaSuccess);
     device.push_back(p);
     in_ptrs.push_back(p);
   }
@@ -226,11 +247,15 @@ double gpu_vs_cpu(const Node& node, const FusedGroup& group, const CudaFusedKern
   double worst = 0;
   for (std::size_t o = 0; o < outs.size(); ++o) {
     Tensor gpu = Tensor::empty(outs[o].shape(), outs[o].dtype());
-    REQUIRE(cudaMemcpy(gpu.raw(), out_ptrs[o], gpu.nbytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    REQUIRE(cudaMemcpy(gpu.raw(), out_ptrs[o], gpu.nbytes(), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
     // A reduction of n values in float (GPU) against double (CPU) differs by about
     // sqrt(n) float roundings: the tolerance of the reduced output grows with sqrt(n).
     const bool reduced = group.reduction && o + 1 == outs.size();
-    const double n = reduced ? static_cast<double>(group.shape.numel() / std::max<std::int64_t>(1, outs[o].numel())) : 1.0;
+    const double n =
+        reduced
+            ? static_cast<double>(group.shape.numel() / std::max<std::int64_t>(1, outs[o].numel()))
+            : 1.0;
     const double tolerance = 1e-5 * std::sqrt(n);
     worst = std::max(worst, test::closeness(gpu, outs[o], tolerance, tolerance));
   }
@@ -257,7 +282,8 @@ void check_graph_on_gpu(const Graph& fused, std::uint64_t seed, int& kernels) {
 
 }  // namespace
 
-TEST_CASE("GPU: every fused kernel of the LeNet step and of random DAGs matches the CPU evaluator") {
+TEST_CASE(
+    "GPU: every fused kernel of the LeNet step and of random DAGs matches the CPU evaluator") {
   if (jit::cuda_device_count() == 0) {
     MESSAGE("skipped: " << jit::cuda_unavailable_reason());
     return;
@@ -273,8 +299,10 @@ TEST_CASE("GPU: every fused kernel of the LeNet step and of random DAGs matches 
   for (int s = 0; s < 200; ++s) {
     Graph g;
     testing::RandomGraphBuilder builder(9000 + static_cast<std::uint64_t>(s));
-    const testing::RandomGraph r = builder.build(g, 4 + s % 24, s % 7 == 0 ? DType::f64 : DType::f32);
-    for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
+    const testing::RandomGraph r =
+        builder.build(g, 4 + s % 24, s % 7 == 0 ? DType::f64 : DType::f32);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i)
+      g.output("o" + std::to_string(i), r.outputs[i]);
     check_graph_on_gpu(fuse(eliminate_dead_code(g)), 100 + static_cast<std::uint64_t>(s), kernels);
   }
   MESSAGE(kernels << " fused kernels matched the CPU evaluator on the GPU");

@@ -8,8 +8,10 @@ namespace kiln {
 TEST_CASE("a config file sets the keys it names and leaves the rest") {
   TrainConfig base;
   base.seed = 7;
-  const TrainConfig c = parse_train_config(R"({"epochs": 3, "batch-size": 32, "lr": 0.01, "optimizer": "sgd",
-    "lr-schedule": "constant", "synthetic": true, "seed": 11})", "c.json", base);
+  const TrainConfig c =
+      parse_train_config(R"({"epochs": 3, "batch-size": 32, "lr": 0.01, "optimizer": "sgd",
+    "lr-schedule": "constant", "synthetic": true, "seed": 11})",
+                         "c.json", base);
   CHECK(c.epochs == 3);
   CHECK(c.batch_size == 32);
   CHECK(c.lr == doctest::Approx(0.01));
@@ -28,7 +30,8 @@ TEST_CASE("a bad config names the file and the problem, and applies nothing") {
       {R"({"epochs": "two"})", "c.json: 'epochs' must be an integer, not \"two\""},
       {R"({"epochs": 0})", "c.json: 'epochs' is 0 but must be at least 1"},
       {R"({"lr": -1})", "c.json: 'lr' is -1 but must be > 0"},
-      {R"({"optimizer": "rmsprop"})", "c.json: 'optimizer' is 'rmsprop' (one of: sgd, adam, adamw)"},
+      {R"({"optimizer": "rmsprop"})",
+       "c.json: 'optimizer' is 'rmsprop' (one of: sgd, adam, adamw)"},
       {R"({"lrr": 0.1})", "c.json: unknown key 'lrr'"},
       {R"({"synthetic": 1})", "c.json: 'synthetic' must be true or false"},
       {R"({"seed": -3})", "c.json: 'seed' must be a non-negative integer"},
@@ -36,9 +39,11 @@ TEST_CASE("a bad config names the file and the problem, and applies nothing") {
   };
   for (const auto& [text, message] : cases) {
     CAPTURE(text);
-    CHECK_THROWS_WITH_AS(parse_train_config(text, "c.json", base), doctest::Contains(message.c_str()), Error);
+    CHECK_THROWS_WITH_AS(parse_train_config(text, "c.json", base),
+                         doctest::Contains(message.c_str()), Error);
   }
-  CHECK_THROWS_WITH_AS(read_train_config("/nonexistent/c.json", base), doctest::Contains("/nonexistent/c.json: cannot open"), Error);
+  CHECK_THROWS_WITH_AS(read_train_config("/nonexistent/c.json", base),
+                       doctest::Contains("/nonexistent/c.json: cannot open"), Error);
 }
 
 }  // namespace kiln

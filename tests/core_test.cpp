@@ -12,7 +12,8 @@ TEST_CASE("broadcast_shapes follows NumPy rules and names both shapes on failure
   CHECK(broadcast_shapes({64, 10}, {10}, "add") == Shape{64, 10});
   CHECK(broadcast_shapes({2, 1, 3}, {4, 1}, "add") == Shape{2, 4, 3});
   CHECK(broadcast_shapes({}, {3, 2}, "add") == Shape{3, 2});
-  CHECK_THROWS_WITH_AS(broadcast_shapes({3, 4}, {3}, "mul"), doctest::Contains("mul: shapes [3, 4] and [3]"), Error);
+  CHECK_THROWS_WITH_AS(broadcast_shapes({3, 4}, {3}, "mul"),
+                       doctest::Contains("mul: shapes [3, 4] and [3]"), Error);
 }
 
 TEST_CASE("broadcast_strides puts zeros on broadcast axes") {
@@ -22,7 +23,8 @@ TEST_CASE("broadcast_strides puts zeros on broadcast axes") {
 
 TEST_CASE("normalize_axis accepts negative axes and rejects out-of-range ones") {
   CHECK(normalize_axis(-1, 3, "sum") == 2);
-  CHECK_THROWS_WITH_AS(normalize_axis(3, 3, "sum"), doctest::Contains("axis 3 is out of range"), Error);
+  CHECK_THROWS_WITH_AS(normalize_axis(3, 3, "sum"), doctest::Contains("axis 3 is out of range"),
+                       Error);
 }
 
 TEST_CASE("tensors convert dtypes, reshape as views and narrow rows") {
@@ -40,7 +42,8 @@ TEST_CASE("tensors convert dtypes, reshape as views and narrow rows") {
 }
 
 TEST_CASE("dtype names round-trip") {
-  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) CHECK(dtype_from_name(dtype_name(d)) == d);
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
+    CHECK(dtype_from_name(dtype_name(d)) == d);
   CHECK_THROWS_AS(dtype_from_name("f16"), Error);
 }
 
@@ -68,7 +71,8 @@ TEST_CASE("philox: the full 128-bit counter matches the Random123 known answers"
 }
 
 TEST_CASE("philox fills are reproducible, depend on the seed, and have the right moments") {
-  Tensor a = Tensor::empty({10000}, DType::f32), b = Tensor::empty({10000}, DType::f32), c = Tensor::empty({10000}, DType::f32);
+  Tensor a = Tensor::empty({10000}, DType::f32), b = Tensor::empty({10000}, DType::f32),
+         c = Tensor::empty({10000}, DType::f32);
   Philox(7).fill_uniform(a, -1, 1);
   Philox(7).fill_uniform(b, -1, 1);
   Philox(8).fill_uniform(c, -1, 1);
@@ -95,7 +99,9 @@ TEST_CASE("philox fills are reproducible, depend on the seed, and have the right
   CHECK(std::sqrt(var) == doctest::Approx(0.5).epsilon(0.03));
 }
 
-TEST_CASE("philox fill_normal: element i is Box-Muller on words of block offset + i / 4 (odd sizes too)") {
+TEST_CASE(
+    "philox fill_normal: element i is Box-Muller on words of block offset + i / 4 (odd sizes "
+    "too)") {
   for (std::int64_t n : {1, 6, 7, 13}) {
     Tensor t = Tensor::empty({n}, DType::f32);
     Philox rng(5, 9);
@@ -104,7 +110,8 @@ TEST_CASE("philox fill_normal: element i is Box-Muller on words of block offset 
     for (std::int64_t i = 0; i < n; ++i) {  // the definition, element by element
       const auto block = philox_block(5, 9 + static_cast<std::uint64_t>(i / 4));
       const std::size_t pair = static_cast<std::size_t>(i % 4) / 2 * 2;
-      const double radius = std::sqrt(-2.0 * std::log(1.0 - static_cast<double>(uniform_from_bits(block[pair]))));
+      const double radius =
+          std::sqrt(-2.0 * std::log(1.0 - static_cast<double>(uniform_from_bits(block[pair]))));
       const double angle = 2.0 * M_PI * static_cast<double>(uniform_from_bits(block[pair + 1]));
       const double z = i % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle);
       CHECK(t.at(i) == static_cast<float>(1.0 + 2.0 * z));
@@ -112,7 +119,8 @@ TEST_CASE("philox fill_normal: element i is Box-Muller on words of block offset 
   }
 }
 
-TEST_CASE("a philox stream continues where a split stream would: (seed, offset) is the whole state") {
+TEST_CASE(
+    "a philox stream continues where a split stream would: (seed, offset) is the whole state") {
   Philox whole(11);
   Tensor all = Tensor::empty({16}, DType::f32);
   whole.fill_uniform(all, 0, 1);

@@ -37,7 +37,8 @@ std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
     }
     Tensor labels = Tensor::empty(t.shape, t.dtype);
     Philox rng(seed++);
-    for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = static_cast<std::int64_t>(rng.next_below(10));
+    for (std::int64_t i = 0; i < labels.numel(); ++i)
+      labels.data<std::int64_t>()[i] = static_cast<std::int64_t>(rng.next_below(10));
     feeds.emplace_back(n.name, labels);
   }
   return feeds;
@@ -49,14 +50,17 @@ void check_gpu_matches_cpu(const Graph& g, std::uint64_t seed, double tolerance)
 }
 
 // One op (by its builder) on random inputs: its value and the gradients of a weighted sum.
-void check_op(const std::string& label, const std::vector<Shape>& shapes, const std::function<Value(const std::vector<Value>&)>& build) {
+void check_op(const std::string& label, const std::vector<Shape>& shapes,
+              const std::function<Value(const std::vector<Value>&)>& build) {
   CAPTURE(label);
   Graph g;
   std::vector<Value> inputs;
-  for (std::size_t i = 0; i < shapes.size(); ++i) inputs.push_back(g.input("in" + std::to_string(i), shapes[i]));
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    inputs.push_back(g.input("in" + std::to_string(i), shapes[i]));
   const Value y = build(inputs);
   g.output("y", y);
-  const std::vector<Value> grads = grad(sum_all(y * g.constant(test::random_tensor(y.shape(), DType::f32, 77))), inputs);
+  const std::vector<Value> grads =
+      grad(sum_all(y * g.constant(test::random_tensor(y.shape(), DType::f32, 77))), inputs);
   for (std::size_t i = 0; i < grads.size(); ++i) g.output("grad" + std::to_string(i), grads[i]);
   check_gpu_matches_cpu(g, 11, 1e-4);
 }
@@ -67,13 +71,15 @@ TEST_CASE("without a GPU, --device cuda is a clear error") {
   if (jit::cuda_device_count() > 0) return;
   Graph g;
   g.output("y", g.input("x", {4}) * 2.0);
-  CHECK_THROWS_WITH_AS(compile(g, {.device = Device::cuda()}), doctest::Contains("device cuda"), Error);
+  CHECK_THROWS_WITH_AS(compile(g, {.device = Device::cuda()}), doctest::Contains("device cuda"),
+                       Error);
 }
 
 #ifdef KILN_HAVE_CUDA
 TEST_CASE("every op that is not a fused group has a CUDA launcher") {
   for (const OpDef* op : all_ops()) {
-    if (op->kind == OpKind::source || op->kind == OpKind::elementwise || op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias)
+    if (op->kind == OpKind::source || op->kind == OpKind::elementwise ||
+        op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias)
       continue;  // elementwise ops and reductions run as generated (fused) kernels
     CAPTURE(op->name);
     CHECK(cuda::has_cuda_launcher(op->name));
@@ -83,21 +89,34 @@ TEST_CASE("every op that is not a fused group has a CUDA launcher") {
 TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   if (!have_gpu()) return;
   using V = const std::vector<Value>&;
-  check_op("elementwise chain", {{4, 8}, {8}}, [](V v) { return tanh(relu(v[0] * v[1] + 1.0)) * 0.5 - exp(-v[0] * v[0]) + sqrt(v[1] * v[1] + 1.0); });
-  check_op("maximum, div, log", {{3, 5}, {3, 1}}, [](V v) { return maximum(v[0], v[1]) / (v[1] * v[1] + 1.0) + log(v[0] * v[0] + 0.5); });
-  check_op("reductions", {{4, 6, 5}}, [](V v) { return sum(v[0], {0, 2}, true) * max(v[0], {1}, true); });
+  check_op("elementwise chain", {{4, 8}, {8}}, [](V v) {
+    return tanh(relu(v[0] * v[1] + 1.0)) * 0.5 - exp(-v[0] * v[0]) + sqrt(v[1] * v[1] + 1.0);
+  });
+  check_op("maximum, div, log", {{3, 5}, {3, 1}},
+           [](V v) { return maximum(v[0], v[1]) / (v[1] * v[1] + 1.0) + log(v[0] * v[0] + 0.5); });
+  check_op("reductions", {{4, 6, 5}}, [](V v) {
+    return sum(v[0], {0, 2}, true) * max(v[0], {1}, true);
+  });
   // Leading axes reduced, trailing kept (bias gradients): the column body, with and without
   // splits of the rows, a partial tile of 32 outputs, a max, and a full-shape output beside.
   check_op("column sums", {{700, 70}}, [](V v) { return sum(v[0] * v[0], {0}); });
-  check_op("column sums, split rows", {{4096, 40}}, [](V v) { return sum(tanh(v[0]), {0}, true) * 2.0; });
-  check_op("column sums over two leading axes", {{8, 80, 33}}, [](V v) { return sum(v[0], {0, 1}); });
-  check_op("column max beside an output", {{513, 96}}, [](V v) { return max(exp(v[0]), {0}, true) + exp(v[0]); });
+  check_op("column sums, split rows", {{4096, 40}},
+           [](V v) { return sum(tanh(v[0]), {0}, true) * 2.0; });
+  check_op("column sums over two leading axes", {{8, 80, 33}}, [](V v) {
+    return sum(v[0], {0, 1});
+  });
+  check_op("column max beside an output", {{513, 96}},
+           [](V v) { return max(exp(v[0]), {0}, true) + exp(v[0]); });
   check_op("matmul", {{6, 5}, {5, 7}}, [](V v) { return matmul(v[0], v[1]); });
-  check_op("matmul transposed, batched", {{2, 5, 6}, {2, 7, 5}}, [](V v) { return matmul(v[0], v[1], true, true); });
-  check_op("conv2d stride 1 pad 1", {{3, 2, 7, 5}, {4, 2, 3, 3}}, [](V v) { return conv2d(v[0], v[1], 1, 1); });
-  check_op("conv2d stride 2 pad 0", {{2, 3, 9, 8}, {2, 3, 3, 3}}, [](V v) { return conv2d(v[0], v[1], 2, 0); });
+  check_op("matmul transposed, batched", {{2, 5, 6}, {2, 7, 5}},
+           [](V v) { return matmul(v[0], v[1], true, true); });
+  check_op("conv2d stride 1 pad 1", {{3, 2, 7, 5}, {4, 2, 3, 3}},
+           [](V v) { return conv2d(v[0], v[1], 1, 1); });
+  check_op("conv2d stride 2 pad 0", {{2, 3, 9, 8}, {2, 3, 3, 3}},
+           [](V v) { return conv2d(v[0], v[1], 2, 0); });
   check_op("max_pool2d 2", {{2, 3, 8, 6}}, [](V v) { return max_pool2d(v[0], 2); });
-  check_op("max_pool2d 3/1 overlapping", {{1, 2, 7, 7}}, [](V v) { return max_pool2d(v[0], 3, 1); });
+  check_op("max_pool2d 3/1 overlapping", {{1, 2, 7, 7}},
+           [](V v) { return max_pool2d(v[0], 3, 1); });
   check_op("max_pool2d 3/1 pad 1", {{2, 3, 6, 7}}, [](V v) { return max_pool2d(v[0], 3, 1, 1); });
   check_op("max_pool2d 3/2 pad 1", {{2, 3, 7, 6}}, [](V v) { return max_pool2d(v[0], 3, 2, 1); });
   check_op("avg_pool2d 2", {{2, 3, 8, 6}}, [](V v) { return avg_pool2d(v[0], 2); });
@@ -107,17 +126,23 @@ TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   check_op("transpose", {{2, 3, 4}}, [](V v) { return transpose(v[0], {2, 0, 1}); });
   check_op("log_softmax", {{5, 10}}, [](V v) { return log_softmax(v[0], 1); });
   check_op("slice axis 1", {{3, 7, 5}}, [](V v) { return slice(v[0], 1, 2, 4); });
-  check_op("slice axis 0 of a GEMM, unfused consumer", {{6, 4}, {4, 8}}, [](V v) { return matmul(slice(matmul(v[0], v[1]), 0, 2, 3), v[1], false, true); });
-  check_op("concat axis 1 (gradient: slices)", {{2, 3, 4}, {2, 1, 4}, {2, 5, 4}}, [](V v) { return concat({v[0], v[1], v[2]}, 1); });
+  check_op("slice axis 0 of a GEMM, unfused consumer", {{6, 4}, {4, 8}},
+           [](V v) { return matmul(slice(matmul(v[0], v[1]), 0, 2, 3), v[1], false, true); });
+  check_op("concat axis 1 (gradient: slices)", {{2, 3, 4}, {2, 1, 4}, {2, 5, 4}}, [](V v) {
+    return concat({v[0], v[1], v[2]}, 1);
+  });
   check_op("concat axis -1", {{3, 2}, {3, 5}}, [](V v) { return concat({v[0], v[1]}, -1); });
   check_op("pad axis 0", {{3, 5}}, [](V v) { return pad(v[0], 0, 2, 1); });
-  check_op("pad axis 1 of a GEMM", {{3, 5}, {5, 2}}, [](V v) { return pad(matmul(v[0], v[1]), 1, 1, 3); });
+  check_op("pad axis 1 of a GEMM", {{3, 5}, {5, 2}},
+           [](V v) { return pad(matmul(v[0], v[1]), 1, 1, 3); });
   Graph g;
   g.output("loss", cross_entropy(g.input("x", {8, 10}), g.input("y", {8}, DType::i64)));
   check_gpu_matches_cpu(g, 5, 1e-5);
 }
 
-TEST_CASE("GPU: two LSTM steps (gate slices read in place, gradients joined by concat) match the CPU backend") {
+TEST_CASE(
+    "GPU: two LSTM steps (gate slices read in place, gradients joined by concat) match the CPU "
+    "backend") {
   if (!have_gpu()) return;
   Graph g;
   testing::lstm_step_graph(g, 6, 10, 16, true);
@@ -131,7 +156,8 @@ TEST_CASE("GPU: random elementwise DAGs match the CPU backend") {
     Graph g;
     testing::RandomGraphBuilder builder(3000 + static_cast<std::uint64_t>(s));
     const testing::RandomGraph r = builder.build(g, 5 + s % 20);
-    for (std::size_t i = 0; i < r.outputs.size(); ++i) g.output("o" + std::to_string(i), r.outputs[i]);
+    for (std::size_t i = 0; i < r.outputs.size(); ++i)
+      g.output("o" + std::to_string(i), r.outputs[i]);
     check_gpu_matches_cpu(g, 20 + static_cast<std::uint64_t>(s), 2e-5);
   }
 }
@@ -140,12 +166,15 @@ TEST_CASE("GPU: LeNet training steps match the CPU step: the loss and every para
   if (!have_gpu()) return;
   for (const char* optimizer : {"sgd", "adam"}) {
     CAPTURE(optimizer);
-    ModelGraph cpu = build_model_graph("lenet", Stage::train, 64, {.name = optimizer, .lr = 0.01}, 3);
-    ModelGraph gpu = build_model_graph("lenet", Stage::train, 64, {.name = optimizer, .lr = 0.01}, 3);
+    ModelGraph cpu =
+        build_model_graph("lenet", Stage::train, 64, {.name = optimizer, .lr = 0.01}, 3);
+    ModelGraph gpu =
+        build_model_graph("lenet", Stage::train, 64, {.name = optimizer, .lr = 0.01}, 3);
     auto cpu_step = compile(*cpu.graph);
     auto gpu_step = compile(*gpu.graph, {.device = Device::cuda()});
     for (int step = 0; step < 4; ++step) {  // the first run, the capture, then replays
-      const std::vector<Feed> feeds = random_feeds(*cpu.graph, 100 + static_cast<std::uint64_t>(step));
+      const std::vector<Feed> feeds =
+          random_feeds(*cpu.graph, 100 + static_cast<std::uint64_t>(step));
       const double cpu_loss = cpu_step->run(feeds).at("loss").item();
       const double gpu_loss = gpu_step->run(feeds).at("loss").item();
       CAPTURE(step);
@@ -156,23 +185,29 @@ TEST_CASE("GPU: LeNet training steps match the CPU step: the loss and every para
         CHECK(gpu_params[p]->value.device() == Device::cuda());
         // Adam divides by sqrt(v): where a gradient is near zero, float rounding in the two
         // backends' sums moves the update by more than it moves the gradient.
-        CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 3e-4, 3e-3) <= 1.0);
+        CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 3e-4,
+                              3e-3) <= 1.0);
       }
     }
   }
 }
 
-TEST_CASE("GPU: LeNet steps with gradient clipping match the CPU step: the norm, the loss and every parameter") {
+TEST_CASE(
+    "GPU: LeNet steps with gradient clipping match the CPU step: the norm, the loss and every "
+    "parameter") {
   if (!have_gpu()) return;
   // A threshold far below LeNet's gradient norm, so that every step is clipped.
   const TrainStepOptions clip{.clip_grad_norm = 0.05};
-  ModelGraph cpu = build_model_graph("lenet", Stage::train, 64, {.name = "sgd", .lr = 0.1, .momentum = 0.9}, 4, clip);
-  ModelGraph gpu = build_model_graph("lenet", Stage::train, 64, {.name = "sgd", .lr = 0.1, .momentum = 0.9}, 4, clip);
+  ModelGraph cpu = build_model_graph("lenet", Stage::train, 64,
+                                     {.name = "sgd", .lr = 0.1, .momentum = 0.9}, 4, clip);
+  ModelGraph gpu = build_model_graph("lenet", Stage::train, 64,
+                                     {.name = "sgd", .lr = 0.1, .momentum = 0.9}, 4, clip);
   auto cpu_step = compile(*cpu.graph);
   auto gpu_step = compile(*gpu.graph, {.device = Device::cuda()});
   for (int step = 0; step < 4; ++step) {  // the first run, the capture, then replays
     CAPTURE(step);
-    const std::vector<Feed> feeds = random_feeds(*cpu.graph, 300 + static_cast<std::uint64_t>(step));
+    const std::vector<Feed> feeds =
+        random_feeds(*cpu.graph, 300 + static_cast<std::uint64_t>(step));
     const Outputs c = cpu_step->run(feeds), g = gpu_step->run(feeds);
     CHECK(c.at("grad_norm").item() > 0.05);
     CHECK(g.at("grad_norm").item() == doctest::Approx(c.at("grad_norm").item()).epsilon(1e-4));
@@ -180,7 +215,8 @@ TEST_CASE("GPU: LeNet steps with gradient clipping match the CPU step: the norm,
     const auto cpu_params = cpu.model->parameters(), gpu_params = gpu.model->parameters();
     for (std::size_t p = 0; p < cpu_params.size(); ++p) {
       CAPTURE(cpu_params[p]->name);
-      CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 1e-5, 1e-3) <= 1.0);
+      CHECK(test::closeness(cuda::to_host(gpu_params[p]->value), cpu_params[p]->value, 1e-5,
+                            1e-3) <= 1.0);
     }
   }
 }
@@ -191,7 +227,8 @@ TEST_CASE("GPU: two runs of the same steps give bitwise-identical parameters") {
   for (int run = 0; run < 2; ++run) {
     ModelGraph m = build_model_graph("lenet", Stage::train, 64, {.name = "adam", .lr = 0.01}, 9);
     auto step = compile(*m.graph, {.device = Device::cuda(), .deterministic = true});
-    for (int s = 0; s < 5; ++s) step->run(random_feeds(*m.graph, 40 + static_cast<std::uint64_t>(s)));
+    for (int s = 0; s < 5; ++s)
+      step->run(random_feeds(*m.graph, 40 + static_cast<std::uint64_t>(s)));
     std::vector<Tensor> params;
     for (const VariablePtr& p : m.model->parameters()) params.push_back(cuda::to_host(p->value));
     runs.push_back(params);
@@ -206,7 +243,8 @@ TEST_CASE("GPU: prefetched batches give the same steps as batches copied at run 
   if (!have_gpu()) return;
   std::vector<std::vector<Feed>> batches;
   ModelGraph probe = build_model_graph("lenet", Stage::train, 64, {.name = "sgd"}, 2);
-  for (int s = 0; s < 6; ++s) batches.push_back(random_feeds(*probe.graph, 300 + static_cast<std::uint64_t>(s)));
+  for (int s = 0; s < 6; ++s)
+    batches.push_back(random_feeds(*probe.graph, 300 + static_cast<std::uint64_t>(s)));
   std::vector<double> losses[2];
   for (int prefetch = 0; prefetch < 2; ++prefetch) {
     ModelGraph m = build_model_graph("lenet", Stage::train, 64, {.name = "sgd"}, 2);
@@ -221,7 +259,8 @@ TEST_CASE("GPU: prefetched batches give the same steps as batches copied at run 
 
 TEST_CASE("GPU: out of memory is a kiln::Error with the request and what is in use") {
   if (!have_gpu()) return;
-  CHECK_THROWS_WITH_AS(cuda::device_allocator().allocate(std::size_t{1} << 50), doctest::Contains("CUDA out of memory: a request of"), Error);
+  CHECK_THROWS_WITH_AS(cuda::device_allocator().allocate(std::size_t{1} << 50),
+                       doctest::Contains("CUDA out of memory: a request of"), Error);
   const auto small = cuda::device_allocator().allocate(1000);  // still usable afterwards
   CHECK(small->data() != nullptr);
 }
@@ -239,7 +278,9 @@ TEST_CASE("GPU: the caching allocator makes no cudaMalloc in the steady state") 
 }
 #endif
 
-TEST_CASE("GPU: a program compiled and run while DeviceWarmUp's thread starts the device matches the CPU") {
+TEST_CASE(
+    "GPU: a program compiled and run while DeviceWarmUp's thread starts the device matches the "
+    "CPU") {
   if (!have_gpu()) return;
   Graph g;
   const Value x = g.input("x", {33, 20}), w = g.input("w", {20, 17});

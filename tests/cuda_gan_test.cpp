@@ -20,7 +20,9 @@ using test::have_gpu;
 
 }  // namespace
 
-TEST_CASE("GPU: GAN steps (gan, dcgan) match the CPU's losses and parameters, through CUDA-graph replays") {
+TEST_CASE(
+    "GPU: GAN steps (gan, dcgan) match the CPU's losses and parameters, through CUDA-graph "
+    "replays") {
   if (!have_gpu()) return;
   for (const char* name : {"gan", "dcgan"}) {
     CAPTURE(name);

@@ -84,7 +84,8 @@ struct BenchTimer {
       (void)cudaGetLastError();
       return -1;
     }
-    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
       if (graph) (void)cudaGraphDestroy(graph);
       (void)cudaGetLastError();
       return -1;
@@ -112,38 +113,67 @@ struct BenchTimer {
 }  // namespace
 
 // KILN-BENCH-BEGIN (public API only: also built against older trees for before/after tables)
-TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA events)" * doctest::skip()) {
+TEST_CASE("benchmark: LeNet's conv, pool and fc1 passes (median of 50, CUDA events)" *
+          doctest::skip()) {
   SKIP_WITHOUT_GPU();
   BenchTimer timer;
   for (std::int64_t batch : {64, 256}) {
     for (auto [cin, cout, hw] : {std::tuple{1, 32, 28}, {32, 64, 14}}) {
       const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
       std::size_t bytes = 0;
-      for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+      for (auto pass :
+           {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
         bytes = std::max(bytes, cuda::conv_workspace_bytes(g, DType::f32, pass));
-      DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
-      DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
+      DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)),
+          w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
+      DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes),
+          dx(x.bytes()), dw(w.bytes());
       const cuda::ConvWorkspace ws{work.get(), bytes};
       const auto pg = kernels::pool_geometry({batch, cout, hw, hw}, 2, 2);
-      DeviceBuffer pooled(random_tensor({batch, cout, hw / 2, hw / 2}, DType::f32, 6)), dpool(y.bytes());
+      DeviceBuffer pooled(random_tensor({batch, cout, hw / 2, hw / 2}, DType::f32, 6)),
+          dpool(y.bytes());
       const std::vector<std::pair<std::string, std::function<void(cudaStream_t)>>> ops = {
-          {"forward", [&](cudaStream_t st) { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st); }},
-          {"grad_input", [&](cudaStream_t st) { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st); }},
-          {"grad_weight", [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); }},
-          {"pool_forward", [&](cudaStream_t st) { cuda::max_pool2d_forward(DType::f32, pg, y.get(), pooled.get(), st); }},
-          {"pool_grad", [&](cudaStream_t st) { cuda::max_pool2d_grad(DType::f32, pg, y.get(), pooled.get(), dpool.get(), st); }},
+          {"forward",
+           [&](cudaStream_t st) {
+             cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st);
+           }},
+          {"grad_input",
+           [&](cudaStream_t st) {
+             cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st);
+           }},
+          {"grad_weight",
+           [&](cudaStream_t st) {
+             cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st);
+           }},
+          {"pool_forward",
+           [&](cudaStream_t st) {
+             cuda::max_pool2d_forward(DType::f32, pg, y.get(), pooled.get(), st);
+           }},
+          {"pool_grad",
+           [&](cudaStream_t st) {
+             cuda::max_pool2d_grad(DType::f32, pg, y.get(), pooled.get(), dpool.get(), st);
+           }},
       };
       for (const auto& [name, body] : ops)
-        MESSAGE("BENCH B=" << batch << " conv" << (cin == 1 ? 1 : 2) << " " << name << " events_us " << timer.events_us(body)
-                           << " graph_us " << timer.graph_us(body) << " workspace " << bytes);
+        MESSAGE("BENCH B=" << batch << " conv" << (cin == 1 ? 1 : 2) << " " << name << " events_us "
+                           << timer.events_us(body) << " graph_us " << timer.graph_us(body)
+                           << " workspace " << bytes);
     }
-    DeviceBuffer a(random_tensor({batch, 3136}, DType::f32, 3)), b(random_tensor({128, 3136}, DType::f32, 4));
+    DeviceBuffer a(random_tensor({batch, 3136}, DType::f32, 3)),
+        b(random_tensor({128, 3136}, DType::f32, 4));
     DeviceBuffer c(static_cast<std::size_t>(batch) * 128 * 4);
     const auto fc1 = [&](cudaStream_t st) {
-      cuda::matmul({.m = batch, .n = 128, .k = 3136, .trans_b = true, .a = a.get(), .b = b.get(), .c = c.get()}, st);
+      cuda::matmul({.m = batch,
+                    .n = 128,
+                    .k = 3136,
+                    .trans_b = true,
+                    .a = a.get(),
+                    .b = b.get(),
+                    .c = c.get()},
+                   st);
     };
-    MESSAGE("BENCH B=" << batch << " fc1 matmul events_us " << timer.events_us(fc1) << " graph_us " << timer.graph_us(fc1)
-                       << " workspace 0");
+    MESSAGE("BENCH B=" << batch << " fc1 matmul events_us " << timer.events_us(fc1) << " graph_us "
+                       << timer.graph_us(fc1) << " workspace 0");
   }
 }
 // KILN-BENCH-END
@@ -155,12 +185,16 @@ TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::
   BenchTimer timer;
   using Tiling = cuda::detail::ConvTiling;
   preload_tiles(tiles_to_test());
-  for (auto [batch, cin, cout, hw] : {std::tuple<std::int64_t, int, int, int>{64, 1, 32, 28}, {64, 32, 64, 14},
-                                      {256, 1, 32, 28}, {256, 32, 64, 14}}) {
+  for (auto [batch, cin, cout, hw] : {std::tuple<std::int64_t, int, int, int>{64, 1, 32, 28},
+                                      {64, 32, 64, 14},
+                                      {256, 1, 32, 28},
+                                      {256, 32, 64, 14}}) {
     const auto g = kernels::conv_geometry({batch, cin, hw, hw}, {cout, cin, 3, 3}, 1, 1);
     const std::size_t bytes = 64u << 20;
-    DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)), w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
-    DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()), dw(w.bytes());
+    DeviceBuffer x(random_tensor({batch, cin, hw, hw}, DType::f32, 1)),
+        w(random_tensor({cout, cin, 3, 3}, DType::f32, 2));
+    DeviceBuffer y(random_tensor({batch, cout, hw, hw}, DType::f32, 5)), work(bytes), dx(x.bytes()),
+        dw(w.bytes());
     const cuda::ConvWorkspace ws{work.get(), bytes};
     const std::vector<Tiling> fwd = {{},
                                      {64, 64, 1, 0, 32},
@@ -175,34 +209,44 @@ TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::
                                      {128, 64, 1, 0, 16, 8, 8},
                                      {32, 32, 4, 0, 16, 8, 8}};
     const std::vector<Tiling> wgrad =
-        cin == 1 ? std::vector<Tiling>{{}, {32, 16, 4, 0, 16}, {32, 16, 2, 0, 32}, {32, 16, 4, 392, 16}}
-                 : std::vector<Tiling>{{},
-                                       {64, 32, 2, 0, 16},
-                                       {64, 64, 1, 0, 16, 8, 8},
-                                       {64, 64, 1, 18, 16, 8, 8},
-                                       {64, 64, 1, 54, 16, 8, 8},
-                                       {64, 64, 2, 0, 16, 8, 8},
-                                       {64, 32, 2, 0, 16, 8, 4},
-                                       {64, 32, 2, 60, 16, 8, 4},
-                                       {64, 128, 1, 0, 16, 8, 8},
-                                       {32, 32, 4, 0, 16, 8, 8}};
+        cin == 1
+            ? std::vector<Tiling>{{}, {32, 16, 4, 0, 16}, {32, 16, 2, 0, 32}, {32, 16, 4, 392, 16}}
+            : std::vector<Tiling>{{},
+                                  {64, 32, 2, 0, 16},
+                                  {64, 64, 1, 0, 16, 8, 8},
+                                  {64, 64, 1, 18, 16, 8, 8},
+                                  {64, 64, 1, 54, 16, 8, 8},
+                                  {64, 64, 2, 0, 16, 8, 8},
+                                  {64, 32, 2, 0, 16, 8, 4},
+                                  {64, 32, 2, 60, 16, 8, 4},
+                                  {64, 128, 1, 0, 16, 8, 8},
+                                  {32, 32, 4, 0, 16, 8, 8}};
     auto run = [&](cuda::ConvPass pass, const Tiling& t) {
       const std::string name = pass == cuda::ConvPass::forward      ? "forward"
                                : pass == cuda::ConvPass::grad_input ? "grad_input"
                                                                     : "grad_weight";
       std::function<void(cudaStream_t)> body;
       if (pass == cuda::ConvPass::forward)
-        body = [&](cudaStream_t st) { cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st); };
+        body = [&](cudaStream_t st) {
+          cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), ws, st);
+        };
       else if (pass == cuda::ConvPass::grad_input)
-        body = [&](cudaStream_t st) { cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st); };
+        body = [&](cudaStream_t st) {
+          cuda::conv2d_grad_input(DType::f32, g, y.get(), w.get(), dx.get(), ws, st);
+        };
       else
-        body = [&](cudaStream_t st) { cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st); };
+        body = [&](cudaStream_t st) {
+          cuda::conv2d_grad_weight(DType::f32, g, x.get(), y.get(), dw.get(), ws, st);
+        };
       std::ostringstream line;
       line << "b" << batch << " conv" << (cin == 1 ? 1 : 2) << " " << name << " ";
-      if (t.bm == 0) line << "default";
-      else line << t.bm << "x" << t.bn << "x" << t.kg << "k" << t.ks << "t" << t.tm << "x" << t.tn;
+      if (t.bm == 0)
+        line << "default";
+      else
+        line << t.bm << "x" << t.bn << "x" << t.kg << "k" << t.ks << "t" << t.tm << "x" << t.tn;
       line << " splits " << t.splits;
-      if (t.bm > 0 && !cuda::igemm_tile_valid({t.bm, t.bn, t.kg, t.ks, t.tm, t.tn}, DType::f32)) return;
+      if (t.bm > 0 && !cuda::igemm_tile_valid({t.bm, t.bn, t.kg, t.ks, t.tm, t.tn}, DType::f32))
+        return;
       cuda::detail::set_conv_tiling_for_testing(pass, t);
       try {
         const double graph = timer.graph_us(body);

@@ -40,7 +40,8 @@ using namespace cuda_test;  // NOLINT: the shared test helpers
 TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU needed)") {
   const std::vector<jit::KernelSource> sources = cuda::all_kernel_sources();
   std::set<std::string> names;
-  for (const auto& s : sources) CHECK_MESSAGE(names.insert(s.name).second, "duplicate kernel " << s.name);
+  for (const auto& s : sources)
+    CHECK_MESSAGE(names.insert(s.name).second, "duplicate kernel " << s.name);
   const auto dir = std::filesystem::temp_directory_path() / "kiln-cuda-kernels-test-cache";
   std::filesystem::remove_all(dir);
   jit::KernelCache cache(dir);
@@ -55,7 +56,8 @@ TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU 
 }
 
 TEST_CASE("cuBLAS status names and the TF32 switch") {
-  CHECK(std::string(cuda::cublas_status_name(CUBLAS_STATUS_INVALID_VALUE)) == "CUBLAS_STATUS_INVALID_VALUE");
+  CHECK(std::string(cuda::cublas_status_name(CUBLAS_STATUS_INVALID_VALUE)) ==
+        "CUBLAS_STATUS_INVALID_VALUE");
   CHECK_FALSE(cuda::allow_tf32());
   try {
     KILN_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED);
@@ -80,7 +82,8 @@ struct ForceTiling {
     cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_weight, grad_weight);
   }
   ~ForceTiling() {
-    for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+    for (auto pass :
+         {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
       cuda::detail::set_conv_tiling_for_testing(pass, {});
   }
 };
@@ -94,31 +97,38 @@ TEST_CASE("conv workspace sizes (no GPU needed)") {
   // blocks: 8 steps each), one [64, 288] partial each.
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 0);
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_input) == 0);
-  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 49u * 64 * 288 * 4);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) ==
+        49u * 64 * 288 * 4);
   // Stride 2: grad_input is im2col + GEMM, one [P = 288, OH*OW = 49] patch matrix per image.
   const auto strided = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 2, 1);
-  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input) == 64u * 288 * 49 * 4);
-  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input, 1) == 288u * 49 * 4);
+  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input) ==
+        64u * 288 * 49 * 4);
+  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input, 1) ==
+        288u * 49 * 4);
   {
     ForceIm2col im2col;  // P = 288, OH*OW = 196: forward one [P, 196] f32 patch matrix per image
-    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 64u * 288 * 196 * 4);
+    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) ==
+          64u * 288 * 196 * 4);
     CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward, 1) == 288u * 196 * 4);
-    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) == 64u * (288 + 64) * 196 * 4);
+    CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) ==
+          64u * (288 + 64) * 196 * 4);
   }
   const auto pointwise = kernels::conv_geometry({8, 16, 5, 5}, {4, 16, 1, 1}, 1, 0);
   CHECK(cuda::conv_workspace_bytes(pointwise, DType::f32, cuda::ConvPass::forward) == 0);
   // Every tile the passes choose from has a kernel (shared memory, thread count).
   for (DType dtype : {DType::f32, DType::f64})
-    for (auto mode : {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
-      for (cuda::IgemmTile tile : cuda::igemm_tiles(mode, dtype)) CHECK(cuda::igemm_tile_valid(tile, dtype));
+    for (auto mode :
+         {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
+      for (cuda::IgemmTile tile : cuda::igemm_tiles(mode, dtype))
+        CHECK(cuda::igemm_tile_valid(tile, dtype));
 }
 
 // ---- GPU cases ----
 
 namespace {
 
-void check_matmul(std::vector<std::int64_t> batch_dims, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
-                  DType dtype, std::uint64_t seed) {
+void check_matmul(std::vector<std::int64_t> batch_dims, std::int64_t m, std::int64_t n,
+                  std::int64_t k, bool ta, bool tb, DType dtype, std::uint64_t seed) {
   CAPTURE(m);
   CAPTURE(n);
   CAPTURE(k);
@@ -132,12 +142,22 @@ void check_matmul(std::vector<std::int64_t> batch_dims, std::int64_t m, std::int
   };
   const Tensor a = random_tensor(ta ? dims(k, m) : dims(m, k), dtype, seed);
   const Tensor b = random_tensor(tb ? dims(n, k) : dims(k, n), dtype, seed + 1);
-  const Tensor ref = cpu_op("matmul", {{"trans_a", std::int64_t{ta}}, {"trans_b", std::int64_t{tb}}}, {a, b}, dims(m, n), dtype);
+  const Tensor ref =
+      cpu_op("matmul", {{"trans_a", std::int64_t{ta}}, {"trans_b", std::int64_t{tb}}}, {a, b},
+             dims(m, n), dtype);
   DeviceBuffer da(a), db(b), dc(ref.nbytes());
   std::int64_t batch = 1;
   for (std::int64_t d : batch_dims) batch *= d;
-  cuda::matmul({.dtype = dtype, .batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .a = da.get(),
-                .b = db.get(), .c = dc.get()},
+  cuda::matmul({.dtype = dtype,
+                .batch = batch,
+                .m = m,
+                .n = n,
+                .k = k,
+                .trans_a = ta,
+                .trans_b = tb,
+                .a = da.get(),
+                .b = db.get(),
+                .c = dc.get()},
                nullptr);
   CHECK(gemm_closeness(dc.download(ref.shape(), dtype), ref, rtol_of(dtype)) <= 1.0);
 }
@@ -170,10 +190,13 @@ TEST_CASE("matmul: K = 0 is an empty sum, all zeros") {
 TEST_CASE("matmul: TF32 when allowed stays within TF32's precision") {
   SKIP_WITHOUT_GPU();
   cuda::set_allow_tf32(true);
-  const Tensor a = random_tensor({256, 512}, DType::f32, 11), b = random_tensor({512, 128}, DType::f32, 12);
-  const Tensor ref = cpu_op("matmul", {{"trans_a", std::int64_t{0}}, {"trans_b", std::int64_t{0}}}, {a, b}, {256, 128}, DType::f32);
+  const Tensor a = random_tensor({256, 512}, DType::f32, 11),
+               b = random_tensor({512, 128}, DType::f32, 12);
+  const Tensor ref = cpu_op("matmul", {{"trans_a", std::int64_t{0}}, {"trans_b", std::int64_t{0}}},
+                            {a, b}, {256, 128}, DType::f32);
   DeviceBuffer da(a), db(b), dc(ref.nbytes());
-  cuda::matmul({.m = 256, .n = 128, .k = 512, .a = da.get(), .b = db.get(), .c = dc.get()}, nullptr);
+  cuda::matmul({.m = 256, .n = 128, .k = 512, .a = da.get(), .b = db.get(), .c = dc.get()},
+               nullptr);
   cuda::set_allow_tf32(false);
   CHECK(gemm_closeness(dc.download(ref.shape(), DType::f32), ref, 1e-2) <= 1.0);
 }
@@ -182,8 +205,9 @@ namespace {
 
 // Forward, grad_input and grad_weight of one convolution against conv_cpu; `chunk` limits
 // the workspace to that many images (0: the whole batch).
-void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int64_t padding, DType dtype,
-                std::uint64_t seed, std::int64_t chunk = 0, std::int64_t max_workspace = -1) {
+void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int64_t padding,
+                DType dtype, std::uint64_t seed, std::int64_t chunk = 0,
+                std::int64_t max_workspace = -1) {
   CAPTURE(xs.str());
   CAPTURE(ws.str());
   CAPTURE(stride);
@@ -193,16 +217,19 @@ void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int6
   const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
   const Tensor x = random_tensor(xs, dtype, seed), w = random_tensor(ws, dtype, seed + 1);
   const Tensor dy = random_tensor(ys, dtype, seed + 2);
-  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype), dw_ref = Tensor::empty(ws, dtype);
+  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype),
+         dw_ref = Tensor::empty(ws, dtype);
   kernels::conv2d_forward(x, w, y_ref, g);
   kernels::conv2d_backward_input(dy, w, dx_ref, g);
   kernels::conv2d_backward_weight(x, dy, dw_ref, g);
 
   std::size_t bytes = 0;
-  for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
+  for (auto pass :
+       {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight})
     bytes = std::max(bytes, cuda::conv_workspace_bytes(g, dtype, pass, chunk));
   if (max_workspace >= 0) bytes = std::min(bytes, static_cast<std::size_t>(max_workspace));
-  DeviceBuffer dx(x), dwt(w), ddy(dy), work(bytes), y(y_ref.nbytes()), dxo(dx_ref.nbytes()), dwo(dw_ref.nbytes());
+  DeviceBuffer dx(x), dwt(w), ddy(dy), work(bytes), y(y_ref.nbytes()), dxo(dx_ref.nbytes()),
+      dwo(dw_ref.nbytes());
   const cuda::ConvWorkspace workspace{work.get(), bytes};
   cuda::conv2d_forward(dtype, g, dx.get(), dwt.get(), y.get(), workspace, nullptr);
   cuda::conv2d_grad_input(dtype, g, ddy.get(), dwt.get(), dxo.get(), workspace, nullptr);
@@ -243,14 +270,18 @@ TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {
 
 TEST_CASE("conv2d: a workspace too small for one image is a kiln::Error (im2col passes)") {
   SKIP_WITHOUT_GPU();
-  const auto strided = kernels::conv_geometry({2, 3, 9, 8}, {4, 3, 3, 3}, 2, 1);  // dy: [2, 4, 5, 4]
+  const auto strided =
+      kernels::conv_geometry({2, 3, 9, 8}, {4, 3, 3, 3}, 2, 1);  // dy: [2, 4, 5, 4]
   DeviceBuffer dy(2 * 4 * 5 * 4 * 4), w(4 * 3 * 9 * 4), dx(2 * 3 * 9 * 8 * 4), work(256);
-  CHECK_THROWS_AS(cuda::conv2d_grad_input(DType::f32, strided, dy.get(), w.get(), dx.get(), {work.get(), 256}, nullptr),
+  CHECK_THROWS_AS(cuda::conv2d_grad_input(DType::f32, strided, dy.get(), w.get(), dx.get(),
+                                          {work.get(), 256}, nullptr),
                   Error);
   const auto g = kernels::conv_geometry({2, 3, 9, 8}, {4, 3, 3, 3}, 1, 1);
   DeviceBuffer x(2 * 3 * 9 * 8 * 4), y(2 * 4 * 9 * 8 * 4);
   ForceIm2col im2col;
-  CHECK_THROWS_AS(cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), {work.get(), 256}, nullptr), Error);
+  CHECK_THROWS_AS(
+      cuda::conv2d_forward(DType::f32, g, x.get(), w.get(), y.get(), {work.get(), 256}, nullptr),
+      Error);
 }
 
 TEST_CASE("conv2d: the im2col + cuBLAS fallback on LeNet's convolutions") {
@@ -261,7 +292,8 @@ TEST_CASE("conv2d: the im2col + cuBLAS fallback on LeNet's convolutions") {
   check_conv({3, 2, 7, 5}, {4, 2, 3, 3}, 2, 1, DType::f64, 47);
 }
 
-TEST_CASE("conv2d: every implicit-GEMM tile, K past one table chunk, forced and scratch-limited splits") {
+TEST_CASE(
+    "conv2d: every implicit-GEMM tile, K past one table chunk, forced and scratch-limited splits") {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 900;
   const auto tiles = tiles_to_test();
@@ -286,24 +318,30 @@ TEST_CASE("conv2d: every implicit-GEMM tile, K past one table chunk, forced and 
   for (std::int64_t splits : {1, 2, 7, 1000}) {  // grad_weight's K = 3*20*20 = 1200, 38 steps of 32
     CAPTURE(splits);
     ForceTiling force({}, {}, {0, 0, 0, splits});
-    check_conv({3, 16, 20, 20}, {16, 16, 3, 3}, 1, 1, DType::f32, 960 + static_cast<std::uint64_t>(splits));
+    check_conv({3, 16, 20, 20}, {16, 16, 3, 3}, 1, 1, DType::f32,
+               960 + static_cast<std::uint64_t>(splits));
   }
   // Less scratch than the 38 wanted [16, 144] partials (9216 bytes each) need: 0 and 5000
-  // bytes mean one split straight into dW; 40000 bytes hold 4 partials, 200000 bytes 21 (19 splits).
+  // bytes mean one split straight into dW; 40000 bytes hold 4 partials, 200000 bytes 21 (19
+  // splits).
   for (std::int64_t bytes : {0, 5000, 40000, 200000}) {
     CAPTURE(bytes);
-    check_conv({3, 16, 20, 20}, {16, 16, 3, 3}, 1, 1, DType::f32, 970 + static_cast<std::uint64_t>(bytes), 0, bytes);
+    check_conv({3, 16, 20, 20}, {16, 16, 3, 3}, 1, 1, DType::f32,
+               970 + static_cast<std::uint64_t>(bytes), 0, bytes);
   }
 }
 
 TEST_CASE("conv2d: the implicit GEMM is bitwise repeatable") {
   SKIP_WITHOUT_GPU();
   const auto g = kernels::conv_geometry({16, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
-  const Tensor x = random_tensor({16, 32, 14, 14}, DType::f32, 980), dy = random_tensor({16, 64, 14, 14}, DType::f32, 981);
+  const Tensor x = random_tensor({16, 32, 14, 14}, DType::f32, 980),
+               dy = random_tensor({16, 64, 14, 14}, DType::f32, 981);
   const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight);
   DeviceBuffer dx(x), ddy(dy), work(bytes), dw1(64 * 288 * 4), dw2(64 * 288 * 4);
-  cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), dw1.get(), {work.get(), bytes}, nullptr);
-  cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), dw2.get(), {work.get(), bytes}, nullptr);
+  cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), dw1.get(), {work.get(), bytes},
+                           nullptr);
+  cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), dw2.get(), {work.get(), bytes},
+                           nullptr);
   check_identical(dw2.download({64, 288}, DType::f32), dw1.download({64, 288}, DType::f32));
 }
 
@@ -316,14 +354,16 @@ Tensor pool_input(const Shape& shape, DType dtype, std::uint64_t seed, bool ties
     double v = x.at(i);
     if (ties) v = std::floor(v);
     if (nans && i % 37 == 5) v = NAN;
-    if (dtype == DType::f32) x.data<float>()[i] = static_cast<float>(v);
-    else x.data<double>()[i] = v;
+    if (dtype == DType::f32)
+      x.data<float>()[i] = static_cast<float>(v);
+    else
+      x.data<double>()[i] = v;
   }
   return x;
 }
 
-void check_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, DType dtype, std::uint64_t seed, bool ties,
-                bool nans, std::int64_t padding = 0) {
+void check_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, DType dtype,
+                std::uint64_t seed, bool ties, bool nans, std::int64_t padding = 0) {
   CAPTURE(xs.str());
   CAPTURE(kernel);
   CAPTURE(stride);
@@ -334,11 +374,13 @@ void check_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, DType
   const Shape ys{xs[0], xs[1], g.out_h, g.out_w};
   const Tensor x = pool_input(xs, dtype, seed, ties, nans);
   const Tensor dy = random_tensor(ys, dtype, seed + 1), gin = random_tensor(xs, dtype, seed + 2);
-  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype), sel_ref = Tensor::empty(ys, dtype);
+  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype),
+         sel_ref = Tensor::empty(ys, dtype);
   kernels::max_pool2d_forward(x, y_ref, g);
   kernels::max_pool2d_backward(x, dy, dx_ref, g);
   kernels::max_pool2d_select(x, gin, sel_ref, g);
-  DeviceBuffer dx(x), ddy(dy), dg(gin), y(y_ref.nbytes()), dxo(dx_ref.nbytes()), sel(sel_ref.nbytes());
+  DeviceBuffer dx(x), ddy(dy), dg(gin), y(y_ref.nbytes()), dxo(dx_ref.nbytes()),
+      sel(sel_ref.nbytes());
   cuda::max_pool2d_forward(dtype, g, dx.get(), y.get(), nullptr);
   cuda::max_pool2d_grad(dtype, g, dx.get(), ddy.get(), dxo.get(), nullptr);
   cuda::max_pool2d_select(dtype, g, dx.get(), dg.get(), sel.get(), nullptr);
@@ -369,16 +411,18 @@ TEST_CASE("max_pool2d with padding (padded cells never win), exactly as the CPU"
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 700;
   for (DType dtype : {DType::f32, DType::f64})
-    for (auto [kernel, stride, padding] : {std::tuple{3, 1, 1}, {3, 2, 1}, {2, 2, 1}, {5, 2, 2}, {4, 3, 2}, {2, 1, 1}})
+    for (auto [kernel, stride, padding] :
+         {std::tuple{3, 1, 1}, {3, 2, 1}, {2, 2, 1}, {5, 2, 2}, {4, 3, 2}, {2, 1, 1}})
       for (int variant = 0; variant < 3; ++variant)
-        check_pool({3, 2, 7, 5}, kernel, stride, dtype, seed += 3, variant >= 1, variant == 2, padding);
+        check_pool({3, 2, 7, 5}, kernel, stride, dtype, seed += 3, variant >= 1, variant == 2,
+                   padding);
   check_pool({64, 32, 14, 14}, 3, 1, DType::f32, 800, false, false, 1);  // Inception's pool branch
 }
 
 namespace {
 
-void check_avg_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, std::int64_t padding, DType dtype,
-                    std::uint64_t seed) {
+void check_avg_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
+                    DType dtype, std::uint64_t seed) {
   CAPTURE(xs.str());
   CAPTURE(kernel);
   CAPTURE(stride);
@@ -413,7 +457,8 @@ TEST_CASE("avg_pool2d forward and gradient match the CPU (padding, overlap, gaps
 
 namespace {
 
-void check_transpose(const Shape& xs, const std::vector<std::int64_t>& perm, DType dtype, std::uint64_t seed) {
+void check_transpose(const Shape& xs, const std::vector<std::int64_t>& perm, DType dtype,
+                     std::uint64_t seed) {
   CAPTURE(xs.str());
   CAPTURE(dtype_name(dtype));
   std::vector<std::int64_t> out;
@@ -453,8 +498,9 @@ TEST_CASE("one_hot: i32, i64 and u8 labels into f32 and f64 rows, exactly as the
       CAPTURE(dtype_name(out));
       const std::int64_t rows = 1000, classes = 10;
       const Tensor labels = random_tensor({rows}, DType::f64, 800, 0, classes).to(label);
-      const Tensor ref = cpu_op("one_hot", {{"classes", classes}, {"dtype", std::string(dtype_name(out))}}, {labels},
-                                {rows, classes}, out);
+      const Tensor ref =
+          cpu_op("one_hot", {{"classes", classes}, {"dtype", std::string(dtype_name(out))}},
+                 {labels}, {rows, classes}, out);
       DeviceBuffer dl(labels), dout(ref.nbytes());
       cuda::one_hot(label, out, rows, classes, dl.get(), dout.get(), status.get(), nullptr);
       const cuda::OneHotStatus s = cuda::read_one_hot_status(status.get(), nullptr);
@@ -471,7 +517,8 @@ TEST_CASE("one_hot: a label out of range is reported after sync, nothing written
   values[9] = -1;
   values[5] = 12;  // the first bad row
   const Tensor labels = Tensor::from_vector<std::int64_t>({rows}, values);
-  DeviceBuffer dl(labels), dout((rows * classes + guard) * sizeof(float)), status(cuda::kOneHotStatusBytes);
+  DeviceBuffer dl(labels), dout((rows * classes + guard) * sizeof(float)),
+      status(cuda::kOneHotStatusBytes);
   cuda::fill(DType::f32, 777.0, rows * classes + guard, dout.get(), nullptr);
   cuda::one_hot(DType::i64, DType::f32, rows, classes, dl.get(), dout.get(), status.get(), nullptr);
   const cuda::OneHotStatus s = cuda::read_one_hot_status(status.get(), nullptr);
@@ -484,7 +531,8 @@ TEST_CASE("one_hot: a label out of range is reported after sync, nothing written
     gpu_message = e.what();
   }
   try {
-    cpu_op("one_hot", {{"classes", classes}, {"dtype", std::string("f32")}}, {labels}, {rows, classes}, DType::f32);
+    cpu_op("one_hot", {{"classes", classes}, {"dtype", std::string("f32")}}, {labels},
+           {rows, classes}, DType::f32);
   } catch (const Error& e) {
     cpu_message = e.what();
   }
@@ -493,7 +541,8 @@ TEST_CASE("one_hot: a label out of range is reported after sync, nothing written
   const Tensor all = dout.download({rows * classes + guard}, DType::f32);
   for (std::int64_t i = 0; i < rows * classes + guard; ++i) {
     const std::int64_t row = i / classes;
-    const float expected = row >= rows ? 777.0f : (values[static_cast<std::size_t>(row)] == i % classes ? 1.0f : 0.0f);
+    const float expected =
+        row >= rows ? 777.0f : (values[static_cast<std::size_t>(row)] == i % classes ? 1.0f : 0.0f);
     if (all.data<float>()[i] != expected) {
       FAIL_CHECK("element " << i << " is " << all.data<float>()[i] << ", expected " << expected);
       break;
@@ -504,7 +553,8 @@ TEST_CASE("one_hot: a label out of range is reported after sync, nothing written
 namespace {
 
 // concat of `count` random pieces [outer, len_k, inner] along axis 1, GPU against the CPU kernel.
-void check_concat(std::int64_t outer, std::int64_t inner, std::int64_t count, DType dtype, std::uint64_t seed) {
+void check_concat(std::int64_t outer, std::int64_t inner, std::int64_t count, DType dtype,
+                  std::uint64_t seed) {
   CAPTURE(outer);
   CAPTURE(inner);
   CAPTURE(count);
@@ -515,14 +565,18 @@ void check_concat(std::int64_t outer, std::int64_t inner, std::int64_t count, DT
   std::vector<std::int64_t> widths;
   std::int64_t total = 0;
   for (std::int64_t k = 0; k < count; ++k) {
-    const std::int64_t len = static_cast<std::int64_t>((seed + static_cast<std::uint64_t>(k) * 7) % 5);  // 0 to 4: empty pieces too
-    pieces.push_back(random_tensor({outer, len, inner}, DType::f64, seed + static_cast<std::uint64_t>(k), 0, 100).to(dtype));
+    const std::int64_t len = static_cast<std::int64_t>((seed + static_cast<std::uint64_t>(k) * 7) %
+                                                       5);  // 0 to 4: empty pieces too
+    pieces.push_back(
+        random_tensor({outer, len, inner}, DType::f64, seed + static_cast<std::uint64_t>(k), 0, 100)
+            .to(dtype));
     device.push_back(std::make_unique<DeviceBuffer>(pieces.back()));
     pointers.push_back(device.back()->get());
     widths.push_back(len * inner);
     total += len;
   }
-  const Tensor ref = cpu_op("concat", {{"axis", std::int64_t{1}}}, pieces, {outer, total, inner}, dtype);
+  const Tensor ref =
+      cpu_op("concat", {{"axis", std::int64_t{1}}}, pieces, {outer, total, inner}, dtype);
   DeviceBuffer out(ref.nbytes());
   cuda::concat(dtype_size(dtype), pointers, widths, outer, out.get(), nullptr);
   check_identical(out.download(ref.shape(), dtype), ref);
@@ -530,7 +584,9 @@ void check_concat(std::int64_t outer, std::int64_t inner, std::int64_t count, DT
 
 }  // namespace
 
-TEST_CASE("concat: up to 70 pieces (three launches), empty pieces, every element size, exactly as the CPU") {
+TEST_CASE(
+    "concat: up to 70 pieces (three launches), empty pieces, every element size, exactly as the "
+    "CPU") {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 900;
   for (DType dtype : {DType::f32, DType::f64, DType::i64, DType::i32, DType::u8}) {

@@ -24,7 +24,7 @@ struct LstmCase {
   std::int64_t steps, batch, hidden;
   bool reverse;
   DType dtype;
-  double tolerance;  // atol and rtol of test::closeness
+  double tolerance;          // atol and rtol of test::closeness
   bool weigh_all_cs = true;  // the loss reads every cs row, not only the final c
 };
 
@@ -41,7 +41,9 @@ Graph lstm_graph(const LstmCase& c) {
   const Value final_c = slice(seq.cs, 0, (c.reverse ? 0 : t - 1) * b, b);
   Value loss = sum_all(seq.hs * g.constant(test::random_tensor({t * b, h}, c.dtype, 101))) +
                sum_all(final_c * g.constant(test::random_tensor({b, h}, c.dtype, 102)));
-  if (c.weigh_all_cs) loss = loss + sum_all(seq.cs * g.constant(test::random_tensor({t * b, h}, c.dtype, 103, -0.5, 0.5)));
+  if (c.weigh_all_cs)
+    loss = loss +
+           sum_all(seq.cs * g.constant(test::random_tensor({t * b, h}, c.dtype, 103, -0.5, 0.5)));
   g.output("hs", seq.hs);
   g.output("cs", seq.cs);
   g.output("acts", seq.acts);
@@ -72,7 +74,8 @@ void check_lstm(const LstmCase& c) {
   CAPTURE(c.reverse);
   CAPTURE(dtype_name(c.dtype));
   const Graph g = lstm_graph(c);
-  test::check_gpu_matches_cpu(g, lstm_feeds(c, 7 + static_cast<std::uint64_t>(c.hidden)), c.tolerance);
+  test::check_gpu_matches_cpu(g, lstm_feeds(c, 7 + static_cast<std::uint64_t>(c.hidden)),
+                              c.tolerance);
 }
 
 constexpr double kF32 = 1e-4, kF64 = 1e-10;

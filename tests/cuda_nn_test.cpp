@@ -42,7 +42,8 @@ TEST_CASE("GPU: random_uniform is bitwise the CPU's (f32, f64, partial blocks, s
       CAPTURE(dtype_name(dtype));
       CAPTURE(n);
       Graph g;
-      const RandomUniform r = random_uniform(g.input("step", {}, DType::i64), {n}, 0xfedcba9876543210ULL, dtype);
+      const RandomUniform r =
+          random_uniform(g.input("step", {}, DType::i64), {n}, 0xfedcba9876543210ULL, dtype);
       g.output("u", r.values);
       g.output("next", r.next_step);
       auto cpu = compile(g);
@@ -70,7 +71,8 @@ TEST_CASE("GPU: Dropout training steps draw the CPU's masks bitwise, through CUD
   Twin t = compile_twin(gc, gg);
   for (int run = 0; run < 4; ++run) {  // the first run, the capture, replays
     CAPTURE(run);
-    const std::vector<Feed> feeds = {{"x", test::random_tensor({64, 300}, DType::f32, 50 + static_cast<std::uint64_t>(run))}};
+    const std::vector<Feed> feeds = {
+        {"x", test::random_tensor({64, 300}, DType::f32, 50 + static_cast<std::uint64_t>(run))}};
     const Outputs c = t.cpu->run(feeds), d = t.gpu->run(feeds);
     check_identical(d.at("y"), c.at("y"));
     CHECK(test::closeness(d.at("dx"), c.at("dx"), 1e-6, 1e-6) <= 1.0);
@@ -79,7 +81,8 @@ TEST_CASE("GPU: Dropout training steps draw the CPU's masks bitwise, through CUD
   CHECK(cpu_drop.step()->value.item() == 8.0);
 }
 
-TEST_CASE("GPU: BatchNorm2d training (output, gradients, running statistics) and eval match the CPU") {
+TEST_CASE(
+    "GPU: BatchNorm2d training (output, gradients, running statistics) and eval match the CPU") {
   if (!have_gpu()) return;
   nn::BatchNorm2d cpu_bn(6), gpu_bn(6);
   Graph gc, gg;
@@ -94,14 +97,18 @@ TEST_CASE("GPU: BatchNorm2d training (output, gradients, running statistics) and
   Twin t = compile_twin(gc, gg);
   for (int run = 0; run < 3; ++run) {
     CAPTURE(run);
-    const std::vector<Feed> feeds = {{"x", test::random_tensor({16, 6, 9, 7}, DType::f32, 60 + static_cast<std::uint64_t>(run), -1, 3)}};
+    const std::vector<Feed> feeds = {
+        {"x", test::random_tensor({16, 6, 9, 7}, DType::f32, 60 + static_cast<std::uint64_t>(run),
+                                  -1, 3)}};
     const Outputs c = t.cpu->run(feeds), d = t.gpu->run(feeds);
     for (const auto& [name, tensor] : c) {
       CAPTURE(name);
       CHECK(test::closeness(d.at(name), tensor, 2e-4, 2e-4) <= 1.0);
     }
-    CHECK(test::closeness(to_host(gpu_bn.running_mean()->value), cpu_bn.running_mean()->value, 1e-5, 1e-5) <= 1.0);
-    CHECK(test::closeness(to_host(gpu_bn.running_var()->value), cpu_bn.running_var()->value, 1e-5, 1e-5) <= 1.0);
+    CHECK(test::closeness(to_host(gpu_bn.running_mean()->value), cpu_bn.running_mean()->value, 1e-5,
+                          1e-5) <= 1.0);
+    CHECK(test::closeness(to_host(gpu_bn.running_var()->value), cpu_bn.running_var()->value, 1e-5,
+                          1e-5) <= 1.0);
   }
   cpu_bn.set_training(false);
   gpu_bn.set_training(false);
@@ -109,7 +116,8 @@ TEST_CASE("GPU: BatchNorm2d training (output, gradients, running statistics) and
   ec.output("y", cpu_bn(ec.input("x", {2, 6, 4, 4})));
   eg.output("y", gpu_bn(eg.input("x", {2, 6, 4, 4})));
   const std::vector<Feed> feeds = {{"x", test::random_tensor({2, 6, 4, 4}, DType::f32, 70)}};
-  CHECK(test::closeness(compile(eg, {.device = Device::cuda()})->run(feeds).at("y"), compile(ec)->run(feeds).at("y"), 1e-5, 1e-5) <= 1.0);
+  CHECK(test::closeness(compile(eg, {.device = Device::cuda()})->run(feeds).at("y"),
+                        compile(ec)->run(feeds).at("y"), 1e-5, 1e-5) <= 1.0);
 }
 
 TEST_CASE("GPU: ConvTranspose2d forward and gradients match the CPU") {
@@ -117,11 +125,13 @@ TEST_CASE("GPU: ConvTranspose2d forward and gradients match the CPU") {
   Graph g;
   const Value x = g.input("x", {4, 8, 7, 7}), w = g.input("w", {8, 5, 4, 4});
   const Value y = conv_transpose2d(x, w, 2, 1);  // [4, 5, 14, 14]
-  const auto grads = grad(sum_all(y * g.constant(test::random_tensor({4, 5, 14, 14}, DType::f32, 8))), {x, w});
+  const auto grads =
+      grad(sum_all(y * g.constant(test::random_tensor({4, 5, 14, 14}, DType::f32, 8))), {x, w});
   g.output("y", y);
   g.output("dx", grads[0]);
   g.output("dw", grads[1]);
-  const std::vector<Feed> feeds = {{"x", test::random_tensor({4, 8, 7, 7}, DType::f32, 80)}, {"w", test::random_tensor({8, 5, 4, 4}, DType::f32, 81)}};
+  const std::vector<Feed> feeds = {{"x", test::random_tensor({4, 8, 7, 7}, DType::f32, 80)},
+                                   {"w", test::random_tensor({8, 5, 4, 4}, DType::f32, 81)}};
   const Outputs c = compile(g)->run(feeds);
   const Outputs d = compile(g, {.device = Device::cuda()})->run(feeds);
   for (const auto& [name, tensor] : c) {

@@ -33,8 +33,9 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     for (int attempt = 0;; ++attempt) {
-      path_ = fs::temp_directory_path() /
-              ("kiln_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" + std::to_string(attempt));
+      path_ =
+          fs::temp_directory_path() / ("kiln_data_test_" + std::to_string(::getpid()) + "_" +
+                                       std::to_string(counter++) + "_" + std::to_string(attempt));
       if (fs::create_directory(path_)) break;
       REQUIRE(attempt < 100);
     }
@@ -56,7 +57,8 @@ class TempDir {
 void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   REQUIRE(out.good());
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out.good());
 }
 
@@ -80,7 +82,8 @@ void write_gzip(const std::string& path, const Bytes& bytes) {
 Bytes idx_header(unsigned char code, const std::vector<std::uint32_t>& dims) {
   Bytes h = {0, 0, code, static_cast<unsigned char>(dims.size())};
   for (std::uint32_t d : dims)
-    for (int shift = 24; shift >= 0; shift -= 8) h.push_back(static_cast<unsigned char>(d >> shift));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      h.push_back(static_cast<unsigned char>(d >> shift));
   return h;
 }
 
@@ -93,7 +96,8 @@ Bytes idx_u8(const std::vector<std::uint32_t>& dims, const Bytes& data) {
 
 Bytes pattern(std::size_t n, unsigned seed = 7) {
   Bytes b(n);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>((i * 31u + seed * 17u + (i / 97u) * 5u) % 251u);
+  for (std::size_t i = 0; i < n; ++i)
+    b[i] = static_cast<unsigned char>((i * 31u + seed * 17u + (i / 97u) * 5u) % 251u);
   return b;
 }
 
@@ -163,7 +167,8 @@ std::vector<std::int64_t> epoch_order(Batcher& batcher, std::int64_t epoch, std:
     batcher.fill(b, images, labels);
     for (std::int64_t i = 0; i < batch; ++i) {
       const std::int64_t label = labels.data<std::int64_t>()[i];
-      for (std::int64_t j = 0; j < 6; ++j) REQUIRE(images.data<float>()[i * 6 + j] == static_cast<float>(label));
+      for (std::int64_t j = 0; j < 6; ++j)
+        REQUIRE(images.data<float>()[i * 6 + j] == static_cast<float>(label));
       order.push_back(label);
     }
   }
@@ -192,23 +197,38 @@ TEST_CASE("write_idx then read_idx round-trips u8, i32, f32 and f64 exactly") {
     check_identical(read_idx(dir.file("u8.idx")), t);
   }
   SUBCASE("i32 rank 1 with extremes") {
-    const std::vector<std::int32_t> v = {0, 1, -1, 0x01020304, std::numeric_limits<std::int32_t>::min(),
-                                         std::numeric_limits<std::int32_t>::max(), -123456789};
+    const std::vector<std::int32_t> v = {0,
+                                         1,
+                                         -1,
+                                         0x01020304,
+                                         std::numeric_limits<std::int32_t>::min(),
+                                         std::numeric_limits<std::int32_t>::max(),
+                                         -123456789};
     const Tensor t = Tensor::from_vector<std::int32_t>({static_cast<std::int64_t>(v.size())}, v);
     write_idx(dir.file("i32.idx"), t);
     check_identical(read_idx(dir.file("i32.idx")), t);
   }
   SUBCASE("f32 rank 2 with specials") {
-    const std::vector<float> v = {0.0f, -0.0f, 1.5f, -3.25e-38f, 1e-45f, std::numeric_limits<float>::infinity(),
-                                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                                  3.14159265f, std::numeric_limits<float>::max(), 1e30f, -7.0f};
+    const std::vector<float> v = {0.0f,
+                                  -0.0f,
+                                  1.5f,
+                                  -3.25e-38f,
+                                  1e-45f,
+                                  std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(),
+                                  std::numeric_limits<float>::quiet_NaN(),
+                                  3.14159265f,
+                                  std::numeric_limits<float>::max(),
+                                  1e30f,
+                                  -7.0f};
     const Tensor t = Tensor::from_vector<float>({3, 4}, v);
     write_idx(dir.file("f32.idx"), t);
     check_identical(read_idx(dir.file("f32.idx")), t);
   }
   SUBCASE("f64 rank 4") {
     std::vector<double> v(2 * 3 * 1 * 5);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::pow(-1.7, static_cast<double>(i)) / 3.0 + 1e-300 * static_cast<double>(i);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = std::pow(-1.7, static_cast<double>(i)) / 3.0 + 1e-300 * static_cast<double>(i);
     v[3] = std::numeric_limits<double>::denorm_min();
     const Tensor t = Tensor::from_vector<double>({2, 3, 1, 5}, v);
     write_idx(dir.file("f64.idx"), t);
@@ -220,10 +240,10 @@ TEST_CASE("write_idx writes the big-endian IDX layout") {
   TempDir dir;
   const Tensor t = Tensor::from_vector<std::int32_t>({1, 2}, {0x01020304, -2});
   write_idx(dir.file("i32.idx"), t);
-  const Bytes want = {0x00, 0x00, 0x0C, 0x02,  // magic: i32, rank 2
-                      0x00, 0x00, 0x00, 0x01,  // dim 0
-                      0x00, 0x00, 0x00, 0x02,  // dim 1
-                      0x01, 0x02, 0x03, 0x04,  // 0x01020304
+  const Bytes want = {0x00, 0x00, 0x0C, 0x02,   // magic: i32, rank 2
+                      0x00, 0x00, 0x00, 0x01,   // dim 0
+                      0x00, 0x00, 0x00, 0x02,   // dim 1
+                      0x01, 0x02, 0x03, 0x04,   // 0x01020304
                       0xFF, 0xFF, 0xFF, 0xFE};  // -2
   CHECK(read_bytes(dir.file("i32.idx")) == want);
 
@@ -239,7 +259,8 @@ TEST_CASE("write_idx writes the big-endian IDX layout") {
 
 TEST_CASE("write_idx rejects dtypes IDX cannot hold and unwritable paths") {
   TempDir dir;
-  const std::string i64_message = error_of([&] { write_idx(dir.file("i64.idx"), Tensor::zeros({2}, DType::i64)); });
+  const std::string i64_message =
+      error_of([&] { write_idx(dir.file("i64.idx"), Tensor::zeros({2}, DType::i64)); });
   CHECK(i64_message.find("i64") != std::string::npos);
   const std::string bad = dir.file("no/such/subdir/x.idx");
   const std::string open_message = error_of([&] { write_idx(bad, Tensor::zeros({2}, DType::u8)); });
@@ -431,13 +452,16 @@ TEST_CASE("read_idx: a corrupt gzip stream throws kiln::Error, never crashes") {
     }
   }
   SUBCASE("the compressed stream cut short inside the deflate data") {
-    for (std::size_t keep : {std::size_t{11}, std::size_t{40}, gz.size() / 3, gz.size() / 2, gz.size() - 64}) {
+    for (std::size_t keep :
+         {std::size_t{11}, std::size_t{40}, gz.size() / 3, gz.size() / 2, gz.size() - 64}) {
       CAPTURE(keep);
-      write_bytes(dir.file("cut.idx.gz"), Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(keep)));
+      write_bytes(dir.file("cut.idx.gz"),
+                  Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(keep)));
       const std::string message = error_of([&] { (void)read_idx(dir.file("cut.idx.gz")); });
       INFO(message);
       CHECK(message.find(dir.file("cut.idx.gz")) != std::string::npos);
-      CHECK((message.find("truncated") != std::string::npos || message.find("corrupt") != std::string::npos));
+      CHECK((message.find("truncated") != std::string::npos ||
+             message.find("corrupt") != std::string::npos));
     }
   }
 }
@@ -454,11 +478,13 @@ TEST_CASE("read_idx: a gzip stream missing its CRC-32 / length trailer is caught
   const Bytes gz = read_bytes(dir.file("good.idx.gz"));
   for (std::size_t cut : {1, 4, 8}) {
     CAPTURE(cut);
-    write_bytes(dir.file("cut.idx.gz"), Bytes(gz.begin(), gz.end() - static_cast<std::ptrdiff_t>(cut)));
+    write_bytes(dir.file("cut.idx.gz"),
+                Bytes(gz.begin(), gz.end() - static_cast<std::ptrdiff_t>(cut)));
     const std::string message = error_of([&] { (void)read_idx(dir.file("cut.idx.gz")); });
     INFO(message);
     CHECK(message.find(dir.file("cut.idx.gz")) != std::string::npos);
-    CHECK((message.find("truncated") != std::string::npos || message.find("corrupt") != std::string::npos));
+    CHECK((message.find("truncated") != std::string::npos ||
+           message.find("corrupt") != std::string::npos));
   }
 }
 
@@ -545,7 +571,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
 
   SUBCASE("only the images file: the error names the labels file") {
     write_bytes(images, idx_u8({3, 28, 28}, pixels));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
     INFO(message);
     CHECK(message.find("train-labels-idx1-ubyte") != std::string::npos);
     CHECK(message.find(dir.path().string()) != std::string::npos);
@@ -553,7 +580,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
   SUBCASE("only train files: the test split names the t10k images file") {
     write_bytes(images, idx_u8({3, 28, 28}, pixels));
     write_bytes(labels, idx_u8({3}, {0, 1, 2}));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::test); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::test); });
     INFO(message);
     CHECK(message.find("t10k-images-idx3-ubyte") != std::string::npos);
   }
@@ -583,7 +611,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
   SUBCASE("a label outside [0, 10)") {
     write_bytes(images, idx_u8({3, 28, 28}, pixels));
     write_bytes(labels, idx_u8({3}, {1, 12, 3}));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
     INFO(message);
     CHECK(message.find("label 12") != std::string::npos);
     CHECK(message.find(labels) != std::string::npos);
@@ -592,7 +621,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
   SUBCASE("images and labels disagree on the count") {
     write_bytes(images, idx_u8({3, 28, 28}, pixels));
     write_bytes(labels, idx_u8({2}, {1, 2}));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
     INFO(message);
     CHECK(message.find("3 images") != std::string::npos);
     CHECK(message.find("2 labels") != std::string::npos);
@@ -600,7 +630,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
   SUBCASE("images of the wrong size") {
     write_bytes(images, idx_u8({3, 28, 27}, pattern(3 * 28 * 27)));
     write_bytes(labels, idx_u8({3}, {1, 2, 3}));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
     INFO(message);
     CHECK(message.find(images) != std::string::npos);
     CHECK(message.find("[3, 28, 27]") != std::string::npos);
@@ -608,7 +639,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
   SUBCASE("labels of the wrong dtype") {
     write_bytes(images, idx_u8({3, 28, 28}, pixels));
     write_idx(labels, Tensor::from_vector<std::int32_t>({3}, {1, 2, 3}));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
     INFO(message);
     CHECK(message.find(labels) != std::string::npos);
     CHECK(message.find("i32") != std::string::npos);
@@ -616,7 +648,8 @@ TEST_CASE("load_fashion_mnist: small hand-made directories") {
   SUBCASE("a malformed images file is named") {
     write_bytes(images, {'g', 'a', 'r', 'b', 'a', 'g', 'e', '!', '!'});
     write_bytes(labels, idx_u8({3}, {1, 2, 3}));
-    const std::string message = error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
+    const std::string message =
+        error_of([&] { (void)load_fashion_mnist(dir.path().string(), Split::train); });
     INFO(message);
     CHECK(message.find(images) != std::string::npos);
     CHECK(message.find("not an IDX file") != std::string::npos);
@@ -656,7 +689,8 @@ TEST_CASE("Batcher: the same seed and epoch give the same batches") {
   Batcher sa(s, 16, true, 99), sb(s, 16, true, 99);
   sa.start_epoch(2);
   sb.start_epoch(2);
-  Tensor ia = Tensor::empty({16, 1, 28, 28}, DType::f32), ib = Tensor::empty({16, 1, 28, 28}, DType::f32);
+  Tensor ia = Tensor::empty({16, 1, 28, 28}, DType::f32),
+         ib = Tensor::empty({16, 1, 28, 28}, DType::f32);
   Tensor la = Tensor::empty({16}, DType::i64), lb = Tensor::empty({16}, DType::i64);
   for (std::int64_t i = 0; i < sa.batches_per_epoch(); ++i) {
     sa.fill(i, ia, la);

@@ -20,7 +20,9 @@ using testing::test_options;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // Waits for the watcher to end this process; returns 40 if it does not within `limit`.
 int wait_to_be_ended(std::chrono::milliseconds limit = 8s) {
@@ -30,7 +32,9 @@ int wait_to_be_ended(std::chrono::milliseconds limit = 8s) {
 
 }  // namespace
 
-TEST_CASE("dist: a rank killed with SIGKILL ends every other rank with kPeerFailedExitCode and names it") {
+TEST_CASE(
+    "dist: a rank killed with SIGKILL ends every other rank with kPeerFailedExitCode and names "
+    "it") {
   const auto outcomes = run_children(3, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 3, port));
     group->barrier();
@@ -42,8 +46,10 @@ TEST_CASE("dist: a rank killed with SIGKILL ends every other rank with kPeerFail
   for (int rank : {0, 2}) {
     CHECK(outcomes[rank].code == kPeerFailedExitCode);
     CHECK(outcomes[rank].seconds < 5.0);
-    CHECK(contains(outcomes[rank].log, fmt::format("rank {}: ending the job: rank 1 failed: closed its connection "
-                                                   "without finishing (the process died or was killed)", rank)));
+    CHECK(contains(outcomes[rank].log,
+                   fmt::format("rank {}: ending the job: rank 1 failed: closed its connection "
+                               "without finishing (the process died or was killed)",
+                               rank)));
   }
 }
 
@@ -89,11 +95,13 @@ TEST_CASE("dist: a rank that falls silent for peer_timeout is a failure") {
   CHECK(outcomes[1].code == -2);  // stopped until the test killed it
 }
 
-TEST_CASE("dist: report_error's message reaches every other rank and its failure hooks before it exits") {
+TEST_CASE(
+    "dist: report_error's message reaches every other rank and its failure hooks before it exits") {
   for (int reporter : {0, 2}) {
     const auto outcomes = run_children(3, [reporter](int rank, int port) {
       const auto group = ProcessGroup::join(test_options(rank, 3, port));
-      group->on_peer_failure([](const std::string& message) { std::fprintf(stderr, "hook: %s\n", message.c_str()); });
+      group->on_peer_failure(
+          [](const std::string& message) { std::fprintf(stderr, "hook: %s\n", message.c_str()); });
       if (rank == reporter) {
         group->report_error("data file /data/x is corrupt");
         std::this_thread::sleep_for(300ms);  // the others' ends must not end this rank
@@ -109,21 +117,26 @@ TEST_CASE("dist: report_error's message reaches every other rank and its failure
         continue;
       }
       CHECK(outcomes[rank].code == kPeerFailedExitCode);
-      CHECK(contains(outcomes[rank].log, fmt::format("rank {}: ending the job: rank {} failed: data file /data/x is "
-                                                     "corrupt", rank, reporter)));
-      CHECK(contains(outcomes[rank].log, fmt::format("hook: rank {} failed: data file /data/x is corrupt", reporter)));
+      CHECK(contains(outcomes[rank].log,
+                     fmt::format("rank {}: ending the job: rank {} failed: data file /data/x is "
+                                 "corrupt",
+                                 rank, reporter)));
+      CHECK(contains(outcomes[rank].log,
+                     fmt::format("hook: rank {} failed: data file /data/x is corrupt", reporter)));
     }
   }
 }
 
-TEST_CASE("dist: finish() then exit is a normal end on every rank whatever the order of the exits") {
+TEST_CASE(
+    "dist: finish() then exit is a normal end on every rank whatever the order of the exits") {
   const auto outcomes = run_children(3, [](int rank, int port) {
     const auto group = ProcessGroup::join(test_options(rank, 3, port));
     std::vector<double> data(5, rank);
     group->all_reduce_mean(std::span<double>(data));
     if (rank == 1) std::this_thread::sleep_for(300ms);  // the others wait in finish()
     group->finish();
-    if (rank == 2) std::this_thread::sleep_for(1500ms);  // longer than peer_timeout after the others left
+    if (rank == 2)
+      std::this_thread::sleep_for(1500ms);  // longer than peer_timeout after the others left
     if (rank == 0) std::this_thread::sleep_for(200ms);
     try {
       group->barrier();
@@ -140,14 +153,17 @@ TEST_CASE("dist: finish() then exit is a normal end on every rank whatever the o
   }
 }
 
-TEST_CASE("dist: a group destroyed without finish() (an exception unwinding) does not hang and the others end") {
+TEST_CASE(
+    "dist: a group destroyed without finish() (an exception unwinding) does not hang and the "
+    "others end") {
   const auto outcomes = run_children(2, [](int rank, int port) {
     try {
       const auto group = ProcessGroup::join(test_options(rank, 2, port));
       if (rank == 1) throw Error("out of memory at step 3");
       group->barrier();
     } catch (const Error& e) {
-      std::this_thread::sleep_for(300ms);  // this rank's end comes from the exception, not from its watcher
+      std::this_thread::sleep_for(
+          300ms);  // this rank's end comes from the exception, not from its watcher
       return contains(e.what(), "out of memory") ? 5 : fail(47, e.what());
     }
     return fail(48, "the barrier returned");
@@ -157,7 +173,8 @@ TEST_CASE("dist: a group destroyed without finish() (an exception unwinding) doe
   CHECK(outcomes[1].seconds < 2.0);
   // Rank 0's blocked barrier leaves the end to its watcher, which names the cause.
   CHECK(outcomes[0].code == kPeerFailedExitCode);
-  CHECK(contains(outcomes[0].log, "rank 0: ending the job: rank 1 failed: closed its connection without finishing"));
+  CHECK(contains(outcomes[0].log,
+                 "rank 0: ending the job: rank 1 failed: closed its connection without finishing"));
   CHECK(outcomes[0].seconds < 3.0);
 }
 

@@ -34,7 +34,9 @@ using Clock = std::chrono::steady_clock;
   ::_exit(code);
 }
 
-int exit_code(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
+int exit_code(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -109,8 +111,8 @@ int fail(int code, const std::string& what) {
 std::string describe(const std::vector<ChildOutcome>& outcomes) {
   std::string text;
   for (std::size_t i = 0; i < outcomes.size(); ++i)
-    text += fmt::format("child {}: code {} after {:.2f} s, log:\n{}\n", i, outcomes[i].code, outcomes[i].seconds,
-                        outcomes[i].log);
+    text += fmt::format("child {}: code {} after {:.2f} s, log:\n{}\n", i, outcomes[i].code,
+                        outcomes[i].seconds, outcomes[i].log);
   return text;
 }
 

@@ -19,7 +19,9 @@ namespace {
 std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
   std::vector<Feed> feeds;
   for (const Node& n : g.nodes())
-    if (n.op->name == "input") feeds.emplace_back(n.name, test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, seed++, -2, 2));
+    if (n.op->name == "input")
+      feeds.emplace_back(
+          n.name, test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, seed++, -2, 2));
   return feeds;
 }
 
@@ -50,8 +52,9 @@ TEST_CASE("every elementwise op fused alone and in a chain matches the unfused r
     const Value a = g.input("a", {3, 5});
     const Value b = g.input("b", {5});
     const Value safe = a * a + 0.5;  // log and sqrt need positive inputs
-    const Value y = op->arity == 1 ? g.apply1(op->name, {op->name == "log" || op->name == "sqrt" ? safe : a})
-                                   : g.apply1(op->name, {safe, b});
+    const Value y = op->arity == 1
+                        ? g.apply1(op->name, {op->name == "log" || op->name == "sqrt" ? safe : a})
+                        : g.apply1(op->name, {safe, b});
     g.output("y", tanh(y) * 0.5 + y);
     check_fused_matches_unfused(g, 1);
   }
@@ -69,7 +72,8 @@ TEST_CASE("random elementwise DAGs: fused equals unfused, values and gradients")
     for (const Node& n : fused.nodes()) groups += n.op->kind == OpKind::fused;
     check_fused_matches_unfused(g, 7 + static_cast<std::uint64_t>(s), 2e-5);
   }
-  MESSAGE(kGraphs << " random graphs, " << groups << " fused groups, all equal to the unfused reference");
+  MESSAGE(kGraphs << " random graphs, " << groups
+                  << " fused groups, all equal to the unfused reference");
 }
 
 TEST_CASE("a value used inside and outside a group is computed once and shared") {
@@ -96,7 +100,8 @@ TEST_CASE("fusion never creates a cycle through a node outside the group") {
   Graph g;
   const Value in = g.input("in", {16});
   const Value a = tanh(in);
-  const Value c = exp(matmul(reshape(in, {1, 16}), reshape(in, {16, 1})));  // not fusible into a's group
+  const Value c =
+      exp(matmul(reshape(in, {1, 16}), reshape(in, {16, 1})));  // not fusible into a's group
   const Value cz = reshape(c, {1});
   const Value z = broadcast_to(cz, {16}) * a;
   const Value x = a + broadcast_to(cz, {16});
@@ -121,11 +126,14 @@ TEST_CASE("a reduction joins its producer's group as the tail") {
   check_fused_matches_unfused(g, 9);
 }
 
-TEST_CASE("relu's mask is computed in the backward's group from the stored output, not stored by the forward") {
+TEST_CASE(
+    "relu's mask is computed in the backward's group from the stored output, not stored by the "
+    "forward") {
   // y = relu(x w + b) is stored anyway (the next matmul reads it); the gradient's mask
   // greater(y, 0) moves to the group that multiplies it by dy, so no group outputs it.
   Graph g;
-  const Value x = g.input("x", {6, 5}), w = g.input("w", {5, 7}), b = g.input("b", {7}), w2 = g.input("w2", {7, 3});
+  const Value x = g.input("x", {6, 5}), w = g.input("w", {5, 7}), b = g.input("b", {7}),
+              w2 = g.input("w2", {7, 3});
   const Value y = relu(matmul(x, w) + broadcast_to(b, {6, 7}));
   const Value loss = sum(tanh(matmul(y, w2)), {0, 1});
   const std::vector<Value> grads = grad(loss, {w, b});
@@ -157,7 +165,8 @@ TEST_CASE("relu's mask is computed in the backward's group from the stored outpu
   check_fused_matches_unfused(g, 15);
 }
 
-TEST_CASE("slices feeding a group are read in place: LSTM gates cost no copies, fused equals unfused") {
+TEST_CASE(
+    "slices feeding a group are read in place: LSTM gates cost no copies, fused equals unfused") {
   Graph g;
   testing::lstm_step_graph(g, 3, 5, 4, true);
   FusionReport report;
@@ -166,10 +175,11 @@ TEST_CASE("slices feeding a group are read in place: LSTM gates cost no copies, 
   for (const Node& n : fused.nodes()) {
     slices += n.op->name == "slice";
     if (n.body)
-      for (const FusedInput& in : dynamic_cast<const FusedGroup&>(*n.body).inputs) offset_inputs += in.offset != 0;
+      for (const FusedInput& in : dynamic_cast<const FusedGroup&>(*n.body).inputs)
+        offset_inputs += in.offset != 0;
   }
-  CHECK(slices == 0);           // every slice is read by a group in place
-  CHECK(offset_inputs >= 6);    // gates 1-3 of step 0, step 1's rows and its recurrent gates
+  CHECK(slices == 0);         // every slice is read by a group in place
+  CHECK(offset_inputs >= 6);  // gates 1-3 of step 0, step 1's rows and its recurrent gates
   check_fused_matches_unfused(g, 12);
   Graph g64;
   testing::lstm_step_graph(g64, 3, 5, 4, true, DType::f64);
@@ -180,7 +190,8 @@ TEST_CASE("a slice read in place over a broadcast, and a group reading two slice
   Graph g;
   const Value x = g.input("x", {6, 8});
   const Value b = g.input("b", {2, 10});
-  const Value rows = slice(slice(x, 1, 4, 4), 0, 2, 3);  // [3, 4] at offset 2*8 + 4 (column slice first)
+  const Value rows =
+      slice(slice(x, 1, 4, 4), 0, 2, 3);  // [3, 4] at offset 2*8 + 4 (column slice first)
   const Value bias = slice(slice(b, 0, 1, 1), 1, 3, 4);  // [1, 4], broadcast over rows
   g.output("y", exp(rows) * bias + tanh(slice(slice(x, 0, 0, 3), 1, 1, 4)));
   const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g)));
@@ -188,11 +199,13 @@ TEST_CASE("a slice read in place over a broadcast, and a group reading two slice
   check_fused_matches_unfused(g, 14, 1e-6);
 }
 
-TEST_CASE("the LeNet training step: far fewer kernels after fusion, optimizer one group per parameter") {
+TEST_CASE(
+    "the LeNet training step: far fewer kernels after fusion, optimizer one group per parameter") {
   Philox rng(0);
   LeNet model(rng);
   Graph g;
-  const Value loss = cross_entropy(model(g.input("x", {8, 1, 28, 28})), g.input("y", {8}, DType::i64));
+  const Value loss =
+      cross_entropy(model(g.input("x", {8, 1, 28, 28})), g.input("y", {8}, DType::i64));
   std::vector<Value> params;
   for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
   const std::vector<Value> grads = grad(loss, params);
@@ -202,7 +215,8 @@ TEST_CASE("the LeNet training step: far fewer kernels after fusion, optimizer on
   const Graph before = eliminate_dead_code(g);
   const Graph after = eliminate_dead_code(fuse(before));
   const int kernels_before = count_kernels(before), kernels_after = count_kernels(after);
-  MESSAGE("LeNet + Adam step: " << kernels_before << " kernels unfused, " << kernels_after << " fused");
+  MESSAGE("LeNet + Adam step: " << kernels_before << " kernels unfused, " << kernels_after
+                                << " fused");
   CHECK(kernels_after * 3 < kernels_before);
   // Every parameter's update (m, v and the parameter: three assignments) comes from one group.
   std::map<std::int32_t, int> assignments_per_node;
@@ -216,7 +230,8 @@ TEST_CASE("the LeNet training step: far fewer kernels after fusion, optimizer on
 
 namespace kiln {
 
-TEST_CASE("regressions found by fuzz_compiler: these graphs fuse without cycles and agree exactly") {
+TEST_CASE(
+    "regressions found by fuzz_compiler: these graphs fuse without cycles and agree exactly") {
   // 1004934: fuse pruned its cycle search at nodes older than the target group, missing a
   //   path through a group that also holds newer nodes.
   // 1081470: exp and tanh gave different last bits for a broadcast and a contiguous input,
@@ -230,7 +245,9 @@ TEST_CASE("regressions found by fuzz_compiler: these graphs fuse without cycles 
     std::vector<Feed> feeds;
     std::uint64_t s = seed * 7 + 1;
     for (const Node& n : g.nodes())
-      if (n.op->name == "input") feeds.emplace_back(n.name, test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, s++, -2, 2));
+      if (n.op->name == "input")
+        feeds.emplace_back(n.name,
+                           test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, s++, -2, 2));
     const Outputs reference = compile(g, {.fuse = false})->run(feeds);
     const Outputs fused = compile(g)->run(feeds);
     for (const auto& [name, tensor] : reference) {

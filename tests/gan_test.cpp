@@ -28,7 +28,8 @@ std::vector<Tensor> snapshot(const std::vector<VariablePtr>& vars) {
 bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].nbytes() != b[i].nbytes() || std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0) return false;
+    if (a[i].nbytes() != b[i].nbytes() || std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0)
+      return false;
   return true;
 }
 
@@ -54,7 +55,9 @@ std::vector<nlohmann::json> read_metrics(const std::filesystem::path& path) {
 
 }  // namespace
 
-TEST_CASE("the discriminator and generator steps share the parameter Variables: each sees the other's updates") {
+TEST_CASE(
+    "the discriminator and generator steps share the parameter Variables: each sees the other's "
+    "updates") {
   Philox rng(4);
   std::unique_ptr<Gan> gan = make_gan("gan", rng);
   const std::int64_t batch = 8;
@@ -65,7 +68,8 @@ TEST_CASE("the discriminator and generator steps share the parameter Variables: 
   const Tensor real = test::random_tensor({batch, 1, 28, 28}, DType::f32, 1);
   const Tensor z = gan_noise(batch, 0, 0);
 
-  const std::vector<Tensor> g0 = snapshot(gan->generator_parameters()), d0 = snapshot(gan->discriminator_parameters());
+  const std::vector<Tensor> g0 = snapshot(gan->generator_parameters()),
+                            d0 = snapshot(gan->discriminator_parameters());
   steps.discriminator_step().run({{"real", real}, {"z", z}});
   CHECK(same_bits(g0, snapshot(gan->generator_parameters())));  // D's step leaves G alone...
   CHECK_FALSE(same_bits(d0, snapshot(gan->discriminator_parameters())));
@@ -73,16 +77,20 @@ TEST_CASE("the discriminator and generator steps share the parameter Variables: 
 
   const std::vector<Tensor> d1 = snapshot(gan->discriminator_parameters());
   steps.generator_step().run({{"z", z}});
-  CHECK(same_bits(d1, snapshot(gan->discriminator_parameters())));  // ...and G's step leaves D alone
+  CHECK(
+      same_bits(d1, snapshot(gan->discriminator_parameters())));  // ...and G's step leaves D alone
   CHECK_FALSE(same_bits(g0, snapshot(gan->generator_parameters())));
   const Tensor after_g = d_of_g->run({{"z", z}}).at("logits");  // D1(G1(z))
-  CHECK(test::closeness(after_g, before_g, 1e-6, 0) > 1);  // the generator step moved D(G(z))
+  CHECK(test::closeness(after_g, before_g, 1e-6, 0) > 1);       // the generator step moved D(G(z))
   // The discriminator step's forward pass reads G1 and D1, as the third program does.
-  const Tensor fake_logits = steps.discriminator_step().run({{"real", real}, {"z", z}}).at("fake_logits");
+  const Tensor fake_logits =
+      steps.discriminator_step().run({{"real", real}, {"z", z}}).at("fake_logits");
   CHECK(test::closeness(fake_logits, after_g, 1e-5, 1e-5) <= 1);
 }
 
-TEST_CASE("the MLP GAN trains on Fashion-MNIST: finite losses, the discriminator neither lost nor perfect") {
+TEST_CASE(
+    "the MLP GAN trains on Fashion-MNIST: finite losses, the discriminator neither lost nor "
+    "perfect") {
   if (!std::filesystem::exists(kFashionMnistDir)) {
     MESSAGE("skipped: Fashion-MNIST is not installed at " << kFashionMnistDir);
     return;
@@ -94,14 +102,15 @@ TEST_CASE("the MLP GAN trains on Fashion-MNIST: finite losses, the discriminator
   const std::vector<GanEpochResult> results = train_gan(c);
   REQUIRE(results.size() == 1);
   const GanEpochResult& r = results[0];
-  MESSAGE("60 steps: D loss " << r.d_loss << ", G loss " << r.g_loss << ", D accuracy " << r.d_accuracy << ", "
-                              << r.seconds * 1e3 / 60 << " ms per D+G step");
+  MESSAGE("60 steps: D loss " << r.d_loss << ", G loss " << r.g_loss << ", D accuracy "
+                              << r.d_accuracy << ", " << r.seconds * 1e3 / 60
+                              << " ms per D+G step");
   CHECK(r.steps == 60);
   CHECK(std::isfinite(r.d_loss));
   CHECK(std::isfinite(r.g_loss));
   const std::vector<nlohmann::json> lines = read_metrics(c.metrics_path);
   REQUIRE(lines.size() == 61);  // 60 steps and the epoch
-  double late_accuracy = 0;  // the last 20 steps: D must not have won or lost outright
+  double late_accuracy = 0;     // the last 20 steps: D must not have won or lost outright
   for (std::size_t i = 40; i < 60; ++i) {
     CHECK(lines[i]["kind"] == "step");
     CHECK(lines[i]["g_loss"].is_number());
@@ -115,7 +124,8 @@ TEST_CASE("the MLP GAN trains on Fashion-MNIST: finite losses, the discriminator
   CHECK(std::filesystem::file_size(gan_samples_path(c, 1)) > 1000);
 }
 
-TEST_CASE("GAN checkpoints: save at step N, resume, train to 2N: the same bits as an uninterrupted run") {
+TEST_CASE(
+    "GAN checkpoints: save at step N, resume, train to 2N: the same bits as an uninterrupted run") {
   TempDir dir("kiln-gan-resume-test");
   TrainConfig base = gan_run(dir.path);
   base.synthetic = true;  // 4096 images: 64 steps of 64 per epoch
@@ -141,7 +151,8 @@ TEST_CASE("GAN checkpoints: save at step N, resume, train to 2N: the same bits a
   Philox rng(0);
   std::unique_ptr<Gan> gan = make_gan("gan", rng);
   GanSteps steps(*gan, 64, {.name = "adam"}, {});
-  const TrainingPosition at = load_checkpoint(first.checkpoint_path, gan->parameters(), steps.optimizer_state());
+  const TrainingPosition at =
+      load_checkpoint(first.checkpoint_path, gan->parameters(), steps.optimizer_state());
   CHECK(at.step == 40);
   CHECK(at.batch == 40);
   CHECK(same_bits(snapshot(gan->parameters()), halfway));
@@ -169,7 +180,9 @@ TEST_CASE("a GAN run writes a grid per epoch and, with --fid-classifier, the FID
   CHECK(std::filesystem::exists(gan_samples_path(c, 1)));
 }
 
-TEST_CASE("GAN settings errors name the value: a classifier name, a missing samples directory, a lenet checkpoint to resume") {
+TEST_CASE(
+    "GAN settings errors name the value: a classifier name, a missing samples directory, a lenet "
+    "checkpoint to resume") {
   TempDir dir("kiln-gan-errors-test");
   TrainConfig c = gan_run(dir.path);
   c.synthetic = true;
@@ -190,7 +203,9 @@ TEST_CASE("GAN settings errors name the value: a classifier name, a missing samp
 
 namespace kiln {
 
-TEST_CASE("DCGAN: 28x28 samples, finite losses over a few steps, running statistics updated and used for sampling") {
+TEST_CASE(
+    "DCGAN: 28x28 samples, finite losses over a few steps, running statistics updated and used for "
+    "sampling") {
   Philox rng(6);
   std::unique_ptr<Gan> gan = make_gan("dcgan", rng);
   const std::int64_t batch = 8;
@@ -214,11 +229,13 @@ TEST_CASE("DCGAN: 28x28 samples, finite losses over a few steps, running statist
   const Tensor train_images = test::run_once(train_graph, {{"z", z}}).at("images");
   const Tensor eval_images = test::run_once(eval_graph, {{"z", z}}).at("images");
   REQUIRE(eval_images.shape() == Shape{batch, 1, 28, 28});
-  for (std::int64_t i = 0; i < eval_images.numel(); ++i) REQUIRE(std::abs(eval_images.at(i)) <= 1.0);
+  for (std::int64_t i = 0; i < eval_images.numel(); ++i)
+    REQUIRE(std::abs(eval_images.at(i)) <= 1.0);
   CHECK(test::closeness(eval_images, train_images, 1e-4, 0) > 1);
 }
 
-TEST_CASE("DCGAN checkpoints carry batch norm's running statistics: a resumed run is bitwise equal") {
+TEST_CASE(
+    "DCGAN checkpoints carry batch norm's running statistics: a resumed run is bitwise equal") {
   TempDir dir("kiln-dcgan-resume-test");
   TrainConfig base = gan_run(dir.path);
   base.model = "dcgan";

@@ -41,7 +41,10 @@ Tensor spread_values(const InputSpec& spec, std::uint64_t seed) {
   const double width = spec.high - spec.low;
   for (std::int64_t i = 0; i < n; ++i)  // a shuffled grid with a small jitter: distinct values
     t.data<double>()[order[static_cast<std::size_t>(i)]] =
-        spec.low + width * (static_cast<double>(i) + 0.5 + 0.2 * (t.data<double>()[i] - spec.low) / width - 0.1) / static_cast<double>(n);
+        spec.low +
+        width *
+            (static_cast<double>(i) + 0.5 + 0.2 * (t.data<double>()[i] - spec.low) / width - 0.1) /
+            static_cast<double>(n);
   return t;
 }
 
@@ -65,7 +68,8 @@ void check_case(const GradCase& c) {
 
   auto feeds = [&] {
     std::vector<Feed> f;
-    for (std::size_t i = 0; i < values.size(); ++i) f.emplace_back("in" + std::to_string(i), values[i]);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      f.emplace_back("in" + std::to_string(i), values[i]);
     return f;
   };
   const Outputs analytic = program->run(feeds());
@@ -91,7 +95,10 @@ Value pick(const std::vector<Value>& v, std::size_t i) { return v[i]; }
 
 // lstm_sequence's inputs projected [T*B, 4H], u [H, 4H], h0 and c0 [B, H] (nonzero).
 std::vector<InputSpec> lstm_inputs(std::int64_t steps, std::int64_t batch, std::int64_t hidden) {
-  return {{{steps * batch, 4 * hidden}, -2.0, 2.0}, {{hidden, 4 * hidden}}, {{batch, hidden}}, {{batch, hidden}, -1.5, 1.5}};
+  return {{{steps * batch, 4 * hidden}, -2.0, 2.0},
+          {{hidden, 4 * hidden}},
+          {{batch, hidden}},
+          {{batch, hidden}, -1.5, 1.5}};
 }
 
 // hs and the c after the last processed time (a slice of cs), stacked: [(T + 1) * B, H].
@@ -105,21 +112,44 @@ std::vector<GradCase> elementwise_cases() {
   using V = const std::vector<Value>&;
   return {
       {"add", "add broadcast [3,4]+[4]", {{{3, 4}}, {{4}}}, [](V v) { return v[0] + v[1]; }},
-      {"add", "add broadcast [2,1,3]+[4,1]", {{{2, 1, 3}}, {{4, 1}}}, [](V v) { return v[0] + v[1]; }},
+      {"add",
+       "add broadcast [2,1,3]+[4,1]",
+       {{{2, 1, 3}}, {{4, 1}}},
+       [](V v) { return v[0] + v[1]; }},
       {"sub", "sub broadcast [3,1]-[1,3]", {{{3, 1}}, {{1, 3}}}, [](V v) { return v[0] - v[1]; }},
-      {"mul", "mul broadcast [2,3,1]*[1,4]", {{{2, 3, 1}}, {{1, 4}}}, [](V v) { return v[0] * v[1]; }},
+      {"mul",
+       "mul broadcast [2,3,1]*[1,4]",
+       {{{2, 3, 1}}, {{1, 4}}},
+       [](V v) { return v[0] * v[1]; }},
       {"mul", "mul by scalar constant", {{{5}}}, [](V v) { return v[0] * 3.0; }},
-      {"div", "div broadcast [3,4]/[3,1]", {{{3, 4}}, {{3, 1}, 0.5, 2.0}}, [](V v) { return v[0] / v[1]; }},
-      {"maximum", "maximum broadcast [3,4],[4]", {{{3, 4}}, {{4}}}, [](V v) { return maximum(v[0], v[1]); }},
-      {"greater", "greater (zero gradient)", {{{6}}, {{6}}}, [](V v) { return greater(v[0], v[1]) * v[0]; }},
-      {"equal", "equal (zero gradient)", {{{6}}}, [](V v) { return equal(v[0], v[0] * 2.0) + v[0]; }},
+      {"div",
+       "div broadcast [3,4]/[3,1]",
+       {{{3, 4}}, {{3, 1}, 0.5, 2.0}},
+       [](V v) { return v[0] / v[1]; }},
+      {"maximum",
+       "maximum broadcast [3,4],[4]",
+       {{{3, 4}}, {{4}}},
+       [](V v) { return maximum(v[0], v[1]); }},
+      {"greater",
+       "greater (zero gradient)",
+       {{{6}}, {{6}}},
+       [](V v) { return greater(v[0], v[1]) * v[0]; }},
+      {"equal",
+       "equal (zero gradient)",
+       {{{6}}},
+       [](V v) { return equal(v[0], v[0] * 2.0) + v[0]; }},
       {"neg", "neg", {{{7}}}, [](V v) { return -v[0]; }},
       {"exp", "exp", {{{2, 3}}}, [](V v) { return exp(v[0]); }},
       {"log", "log", {{{2, 3}, 0.2, 3.0}}, [](V v) { return log(v[0]); }},
       {"sqrt", "sqrt", {{{2, 3}, 0.2, 3.0}}, [](V v) { return sqrt(v[0]); }},
       {"relu", "relu", {{{3, 4}}}, [](V v) { return relu(v[0]); }},
       {"tanh", "tanh", {{{3, 4}, -2.0, 2.0}}, [](V v) { return tanh(v[0]); }},
-      {"broadcast_to", "broadcast_to [3,1]->[2,3,4]", {{{3, 1}}}, [](V v) { return broadcast_to(v[0], {2, 3, 4}); }},
+      {"broadcast_to",
+       "broadcast_to [3,1]->[2,3,4]",
+       {{{3, 1}}},
+       [](V v) {
+         return broadcast_to(v[0], {2, 3, 4});
+       }},
   };
 }
 
@@ -127,62 +157,169 @@ std::vector<GradCase> structural_cases() {
   using V = const std::vector<Value>&;
   return {
       {"reduce_sum", "sum axis 0", {{{3, 4}}}, [](V v) { return sum(v[0], {0}); }},
-      {"reduce_sum", "sum axes 0,2 keepdims", {{{2, 3, 4}}}, [](V v) { return sum(v[0], {0, 2}, true); }},
+      {"reduce_sum",
+       "sum axes 0,2 keepdims",
+       {{{2, 3, 4}}},
+       [](V v) {
+         return sum(v[0], {0, 2}, true);
+       }},
       {"reduce_max", "max axis -1", {{{3, 5}}}, [](V v) { return max(v[0], {-1}); }},
-      {"reduce_max", "max axes 1,2", {{{2, 3, 4}}}, [](V v) { return max(v[0], {1, 2}); }},
-      {"reshape", "reshape [2,6]->[3,-1]", {{{2, 6}}}, [](V v) { return reshape(v[0], {3, -1}) * v[0].graph().constant(test::random_tensor({3, 4}, DType::f64, 5)); }},
-      {"transpose", "transpose [2,3,4] perm 2,0,1", {{{2, 3, 4}}}, [](V v) { return transpose(v[0], {2, 0, 1}); }},
-      {"slice", "slice [3,5,2] axis 1 [1,4)", {{{3, 5, 2}}}, [](V v) { return slice(v[0], 1, 1, 3); }},
+      {"reduce_max",
+       "max axes 1,2",
+       {{{2, 3, 4}}},
+       [](V v) {
+         return max(v[0], {1, 2});
+       }},
+      {"reshape",
+       "reshape [2,6]->[3,-1]",
+       {{{2, 6}}},
+       [](V v) {
+         return reshape(v[0], {3, -1}) *
+                v[0].graph().constant(test::random_tensor({3, 4}, DType::f64, 5));
+       }},
+      {"transpose",
+       "transpose [2,3,4] perm 2,0,1",
+       {{{2, 3, 4}}},
+       [](V v) {
+         return transpose(v[0], {2, 0, 1});
+       }},
+      {"slice",
+       "slice [3,5,2] axis 1 [1,4)",
+       {{{3, 5, 2}}},
+       [](V v) { return slice(v[0], 1, 1, 3); }},
       {"slice", "slice [4,3] axis 0 [3,4)", {{{4, 3}}}, [](V v) { return slice(v[0], 0, 3, 1); }},
-      {"concat", "concat [2,1,3],[2,2,3],[2,3,3] axis 1", {{{2, 1, 3}}, {{2, 2, 3}}, {{2, 3, 3}}},
-       [](V v) { return concat({v[0], v[1], v[2]}, 1); }},
-      {"concat", "concat of a value with itself, axis -1", {{{3, 2}}}, [](V v) { return concat({v[0], v[0] * 2.0}, -1); }},
+      {"concat",
+       "concat [2,1,3],[2,2,3],[2,3,3] axis 1",
+       {{{2, 1, 3}}, {{2, 2, 3}}, {{2, 3, 3}}},
+       [](V v) {
+         return concat({v[0], v[1], v[2]}, 1);
+       }},
+      {"concat",
+       "concat of a value with itself, axis -1",
+       {{{3, 2}}},
+       [](V v) {
+         return concat({v[0], v[0] * 2.0}, -1);
+       }},
       {"pad", "pad [2,3] axis 1 by 1, 2", {{{2, 3}}}, [](V v) { return pad(v[0], 1, 1, 2); }},
       {"pad", "pad [3,2] axis 0 by 0, 1", {{{3, 2}}}, [](V v) { return pad(v[0], 0, 0, 1); }},
-      {"", "four gate slices of one value, recombined", {{{2, 8}}},
-       [](V v) { return tanh(slice(v[0], 1, 0, 2)) * slice(v[0], 1, 2, 2) + exp(slice(v[0], 1, 4, 2)) - slice(v[0], 1, 6, 2) * slice(v[0], 1, 0, 2); }},
+      {"",
+       "four gate slices of one value, recombined",
+       {{{2, 8}}},
+       [](V v) {
+         return tanh(slice(v[0], 1, 0, 2)) * slice(v[0], 1, 2, 2) + exp(slice(v[0], 1, 4, 2)) -
+                slice(v[0], 1, 6, 2) * slice(v[0], 1, 0, 2);
+       }},
       {"matmul", "matmul", {{{3, 4}}, {{4, 5}}}, [](V v) { return matmul(v[0], v[1]); }},
-      {"matmul", "matmul a^T", {{{4, 3}}, {{4, 5}}}, [](V v) { return matmul(v[0], v[1], true, false); }},
-      {"matmul", "matmul b^T", {{{3, 4}}, {{5, 4}}}, [](V v) { return matmul(v[0], v[1], false, true); }},
-      {"matmul", "matmul a^T b^T", {{{4, 3}}, {{5, 4}}}, [](V v) { return matmul(v[0], v[1], true, true); }},
-      {"matmul", "batched matmul", {{{2, 3, 4}}, {{2, 4, 2}}}, [](V v) { return matmul(v[0], v[1]); }},
-      {"conv2d", "conv2d stride 1 pad 1", {{{2, 2, 5, 4}}, {{3, 2, 3, 3}}}, [](V v) { return conv2d(v[0], v[1], 1, 1); }},
-      {"conv2d", "conv2d stride 2 pad 0", {{{1, 2, 7, 6}}, {{2, 2, 3, 3}}}, [](V v) { return conv2d(v[0], v[1], 2, 0); }},
-      {"conv2d_grad_input", "conv2d_grad_input", {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
-       [](V v) { return conv2d_grad_input(v[0], v[1], {2, 2, 5, 4}, 2, 1); }},
-      {"conv2d_grad_weight", "conv2d_grad_weight", {{{2, 2, 5, 4}}, {{2, 3, 3, 2}}},
-       [](V v) { return conv2d_grad_weight(v[0], v[1], {3, 2, 3, 3}, 2, 1); }},
+      {"matmul",
+       "matmul a^T",
+       {{{4, 3}}, {{4, 5}}},
+       [](V v) { return matmul(v[0], v[1], true, false); }},
+      {"matmul",
+       "matmul b^T",
+       {{{3, 4}}, {{5, 4}}},
+       [](V v) { return matmul(v[0], v[1], false, true); }},
+      {"matmul",
+       "matmul a^T b^T",
+       {{{4, 3}}, {{5, 4}}},
+       [](V v) { return matmul(v[0], v[1], true, true); }},
+      {"matmul",
+       "batched matmul",
+       {{{2, 3, 4}}, {{2, 4, 2}}},
+       [](V v) { return matmul(v[0], v[1]); }},
+      {"conv2d",
+       "conv2d stride 1 pad 1",
+       {{{2, 2, 5, 4}}, {{3, 2, 3, 3}}},
+       [](V v) { return conv2d(v[0], v[1], 1, 1); }},
+      {"conv2d",
+       "conv2d stride 2 pad 0",
+       {{{1, 2, 7, 6}}, {{2, 2, 3, 3}}},
+       [](V v) { return conv2d(v[0], v[1], 2, 0); }},
+      {"conv2d_grad_input",
+       "conv2d_grad_input",
+       {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
+       [](V v) {
+         return conv2d_grad_input(v[0], v[1], {2, 2, 5, 4}, 2, 1);
+       }},
+      {"conv2d_grad_weight",
+       "conv2d_grad_weight",
+       {{{2, 2, 5, 4}}, {{2, 3, 3, 2}}},
+       [](V v) {
+         return conv2d_grad_weight(v[0], v[1], {3, 2, 3, 3}, 2, 1);
+       }},
       {"max_pool2d", "max_pool2d 2/2", {{{2, 2, 4, 6}}}, [](V v) { return max_pool2d(v[0], 2); }},
-      {"max_pool2d", "max_pool2d 3/1 (overlapping)", {{{1, 2, 5, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1); }},
-      {"max_pool2d_grad", "max_pool2d_grad 3/1", {{{1, 2, 5, 5}}, {{1, 2, 3, 3}}},
+      {"max_pool2d",
+       "max_pool2d 3/1 (overlapping)",
+       {{{1, 2, 5, 5}}},
+       [](V v) { return max_pool2d(v[0], 3, 1); }},
+      {"max_pool2d_grad",
+       "max_pool2d_grad 3/1",
+       {{{1, 2, 5, 5}}, {{1, 2, 3, 3}}},
        [](V v) { return max_pool2d_grad(v[0], v[1], 3, 1); }},
-      {"random_uniform", "random_uniform (a constant factor)", {{{3, 5}}},
-       [](V v) { return random_uniform(v[0].graph().constant(Tensor::from_vector<std::int64_t>({}, {3})), {3, 5}, 11, DType::f64).values * v[0]; }},
-      {"all_reduce_mean", "all_reduce_mean over one process (group 0)", {{{3, 4}}, {{5}}},
+      {"random_uniform",
+       "random_uniform (a constant factor)",
+       {{{3, 5}}},
+       [](V v) {
+         return random_uniform(v[0].graph().constant(Tensor::from_vector<std::int64_t>({}, {3})),
+                               {3, 5}, 11, DType::f64)
+                    .values *
+                v[0];
+       }},
+      {"all_reduce_mean",
+       "all_reduce_mean over one process (group 0)",
+       {{{3, 4}}, {{5}}},
        [](V v) {
          const std::vector<Value> means = all_reduce_mean({v[0] * v[0], v[1]}, 0);
          return means[0] * sum_all(means[1]);
        }},
-      {"max_pool2d_select", "max_pool2d_select 2/2", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
+      {"max_pool2d_select",
+       "max_pool2d_select 2/2",
+       {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
        [](V v) { return max_pool2d_select(v[0], v[1], 2, 2); }},
-      {"max_pool2d", "max_pool2d 3/1 pad 1 (Inception)", {{{1, 2, 4, 5}}}, [](V v) { return max_pool2d(v[0], 3, 1, 1); }},
-      {"max_pool2d", "max_pool2d 3/2 pad 1", {{{2, 1, 5, 6}}}, [](V v) { return max_pool2d(v[0], 3, 2, 1); }},
-      {"max_pool2d_grad", "max_pool2d_grad 3/2 pad 1", {{{1, 2, 5, 6}}, {{1, 2, 3, 3}}},
+      {"max_pool2d",
+       "max_pool2d 3/1 pad 1 (Inception)",
+       {{{1, 2, 4, 5}}},
+       [](V v) { return max_pool2d(v[0], 3, 1, 1); }},
+      {"max_pool2d",
+       "max_pool2d 3/2 pad 1",
+       {{{2, 1, 5, 6}}},
+       [](V v) { return max_pool2d(v[0], 3, 2, 1); }},
+      {"max_pool2d_grad",
+       "max_pool2d_grad 3/2 pad 1",
+       {{{1, 2, 5, 6}}, {{1, 2, 3, 3}}},
        [](V v) { return max_pool2d_grad(v[0], v[1], 3, 2, 1); }},
-      {"max_pool2d_select", "max_pool2d_select 3/1 pad 1", {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
+      {"max_pool2d_select",
+       "max_pool2d_select 3/1 pad 1",
+       {{{1, 2, 4, 4}}, {{1, 2, 4, 4}}},
        [](V v) { return max_pool2d_select(v[0], v[1], 3, 1, 1); }},
       {"avg_pool2d", "avg_pool2d 2/2", {{{2, 2, 4, 6}}}, [](V v) { return avg_pool2d(v[0], 2); }},
-      {"avg_pool2d", "avg_pool2d 3/1 pad 1", {{{1, 2, 4, 5}}}, [](V v) { return avg_pool2d(v[0], 3, 1, 1); }},
-      {"avg_pool2d", "avg_pool2d 3/2 pad 1, odd sizes", {{{2, 1, 7, 5}}}, [](V v) { return avg_pool2d(v[0], 3, 2, 1); }},
-      {"avg_pool2d", "avg_pool2d 2/3 (gapped)", {{{1, 2, 7, 8}}}, [](V v) { return avg_pool2d(v[0], 2, 3); }},
-      {"avg_pool2d_grad", "avg_pool2d_grad 3/2 pad 1", {{{1, 2, 3, 3}}},
-       [](V v) { return avg_pool2d_grad(v[0], {1, 2, 5, 6}, 3, 2, 1); }},
-      {"avg_pool2d_grad", "avg_pool2d_grad 3/1 pad 1", {{{2, 1, 4, 4}}},
-       [](V v) { return avg_pool2d_grad(v[0], {2, 1, 4, 4}, 3, 1, 1); }},
-      {"lstm_sequence", "lstm_sequence T=3 B=2 H=3 forward (hs and the final c)", lstm_inputs(3, 2, 3),
-       [](V v) { return lstm_loss_terms(v, 3, false); }},
-      {"lstm_sequence", "lstm_sequence T=3 B=2 H=3 reverse (hs and the final c)", lstm_inputs(3, 2, 3),
-       [](V v) { return lstm_loss_terms(v, 3, true); }},
+      {"avg_pool2d",
+       "avg_pool2d 3/1 pad 1",
+       {{{1, 2, 4, 5}}},
+       [](V v) { return avg_pool2d(v[0], 3, 1, 1); }},
+      {"avg_pool2d",
+       "avg_pool2d 3/2 pad 1, odd sizes",
+       {{{2, 1, 7, 5}}},
+       [](V v) { return avg_pool2d(v[0], 3, 2, 1); }},
+      {"avg_pool2d",
+       "avg_pool2d 2/3 (gapped)",
+       {{{1, 2, 7, 8}}},
+       [](V v) { return avg_pool2d(v[0], 2, 3); }},
+      {"avg_pool2d_grad",
+       "avg_pool2d_grad 3/2 pad 1",
+       {{{1, 2, 3, 3}}},
+       [](V v) {
+         return avg_pool2d_grad(v[0], {1, 2, 5, 6}, 3, 2, 1);
+       }},
+      {"avg_pool2d_grad",
+       "avg_pool2d_grad 3/1 pad 1",
+       {{{2, 1, 4, 4}}},
+       [](V v) {
+         return avg_pool2d_grad(v[0], {2, 1, 4, 4}, 3, 1, 1);
+       }},
+      {"lstm_sequence", "lstm_sequence T=3 B=2 H=3 forward (hs and the final c)",
+       lstm_inputs(3, 2, 3), [](V v) { return lstm_loss_terms(v, 3, false); }},
+      {"lstm_sequence", "lstm_sequence T=3 B=2 H=3 reverse (hs and the final c)",
+       lstm_inputs(3, 2, 3), [](V v) { return lstm_loss_terms(v, 3, true); }},
       {"lstm_sequence", "lstm_sequence T=1 B=3 H=1 (one step)", lstm_inputs(1, 3, 1),
        [](V v) { return lstm_loss_terms(v, 1, false); }},
   };
@@ -197,17 +334,37 @@ std::vector<GradCase> composite_cases() {
       {"", "global_avg_pool", {{{2, 3, 4, 5}}}, [](V v) { return global_avg_pool(v[0]); }},
       {"", "log_softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return log_softmax(v[0], 1); }},
       {"", "softmax", {{{3, 5}, -3.0, 3.0}}, [](V v) { return softmax(v[0], 1); }},
-      {"", "bce_with_logits", {{{3, 4}, -4.0, 4.0}, {{3, 4}, 0.0, 1.0}}, [](V v) { return bce_with_logits(v[0], v[1]); }},
-      {"", "bce_with_logits (target 1)", {{{5, 1}, -4.0, 4.0}}, [](V v) { return bce_with_logits(v[0], 1.0); }},
-      {"", "shared value (two consumers)", {{{4}}}, [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},
-      {"", "conv_transpose2d k3 s2 p1 output_padding 1", {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
+      {"",
+       "bce_with_logits",
+       {{{3, 4}, -4.0, 4.0}, {{3, 4}, 0.0, 1.0}},
+       [](V v) { return bce_with_logits(v[0], v[1]); }},
+      {"",
+       "bce_with_logits (target 1)",
+       {{{5, 1}, -4.0, 4.0}},
+       [](V v) { return bce_with_logits(v[0], 1.0); }},
+      {"",
+       "shared value (two consumers)",
+       {{{4}}},
+       [](V v) { return v[0] * v[0] + exp(v[0]) * pick(v, 0); }},
+      {"",
+       "conv_transpose2d k3 s2 p1 output_padding 1",
+       {{{2, 3, 3, 2}}, {{3, 2, 3, 3}}},
        [](V v) { return conv_transpose2d(v[0], v[1], 2, 1, 1); }},
-      {"", "conv_transpose2d k4 s2 p1 (DCGAN)", {{{1, 2, 3, 3}}, {{2, 3, 4, 4}}}, [](V v) { return conv_transpose2d(v[0], v[1], 2, 1); }},
-      {"", "batch_norm training [4,3,2,2] (x, gamma, beta)", {{{4, 3, 2, 2}, -2.0, 2.0}, {{3}, 0.5, 1.5}, {{3}}},
+      {"",
+       "conv_transpose2d k4 s2 p1 (DCGAN)",
+       {{{1, 2, 3, 3}}, {{2, 3, 4, 4}}},
+       [](V v) { return conv_transpose2d(v[0], v[1], 2, 1); }},
+      {"",
+       "batch_norm training [4,3,2,2] (x, gamma, beta)",
+       {{{4, 3, 2, 2}, -2.0, 2.0}, {{3}, 0.5, 1.5}, {{3}}},
        [](V v) { return batch_norm_training(v[0], v[1], v[2], 1e-5).y; }},
-      {"", "batch_norm training [5,4] (x, gamma, beta)", {{{5, 4}, -2.0, 2.0}, {{4}, 0.5, 1.5}, {{4}}},
+      {"",
+       "batch_norm training [5,4] (x, gamma, beta)",
+       {{{5, 4}, -2.0, 2.0}, {{4}, 0.5, 1.5}, {{4}}},
        [](V v) { return batch_norm_training(v[0], v[1], v[2], 1e-5).y; }},
-      {"", "batch_norm inference (x, gamma, beta, mean, var)", {{{3, 2, 2, 2}}, {{2}}, {{2}}, {{2}}, {{2}, 0.5, 2.0}},
+      {"",
+       "batch_norm inference (x, gamma, beta, mean, var)",
+       {{{3, 2, 2, 2}}, {{2}}, {{2}}, {{2}}, {{2}, 0.5, 2.0}},
        [](V v) { return batch_norm_inference(v[0], v[1], v[2], v[3], v[4], 1e-5); }},
   };
 }
@@ -250,8 +407,10 @@ TEST_CASE("cross_entropy gradient matches finite differences (one_hot inside)") 
   CHECK(test::closeness(analytic, numeric, 1e-7, 1e-5) <= 1.0);
 }
 
-TEST_CASE("bce_with_logits stays finite and exact for large logits, with gradient (sigmoid(x) - t) / N") {
-  const std::vector<double> x = {-100.0, -3.0, 0.0, 2.0, 100.0, 30.0}, t = {0.0, 1.0, 0.5, 1.0, 1.0, 0.0};
+TEST_CASE(
+    "bce_with_logits stays finite and exact for large logits, with gradient (sigmoid(x) - t) / N") {
+  const std::vector<double> x = {-100.0, -3.0, 0.0, 2.0, 100.0, 30.0},
+                            t = {0.0, 1.0, 0.5, 1.0, 1.0, 0.0};
   Graph g;
   const Value logits = g.input("x", {6}, DType::f32);
   const Value loss = bce_with_logits(logits, g.constant(Tensor::from_values({6}, t, DType::f32)));
@@ -259,22 +418,28 @@ TEST_CASE("bce_with_logits stays finite and exact for large logits, with gradien
   g.output("grad", grad(loss, {logits})[0]);
   const Outputs out = test::run_once(g, {{"x", Tensor::from_values({6}, x, DType::f32)}});
   double expected = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {  // -t log s(x) - (1 - t) log(1 - s(x)), each log stably
+  for (std::size_t i = 0; i < x.size();
+       ++i) {  // -t log s(x) - (1 - t) log(1 - s(x)), each log stably
     const double log_s = -std::log1p(std::exp(-std::abs(x[i]))) + std::min(x[i], 0.0);
     const double log_not_s = log_s - x[i];
     expected += -(t[i] * log_s + (1 - t[i]) * log_not_s) / 6.0;
     const double sigmoid = 1.0 / (1.0 + std::exp(-x[i]));
-    CHECK(out.at("grad").at(static_cast<std::int64_t>(i)) == doctest::Approx((sigmoid - t[i]) / 6.0).epsilon(1e-5));
+    CHECK(out.at("grad").at(static_cast<std::int64_t>(i)) ==
+          doctest::Approx((sigmoid - t[i]) / 6.0).epsilon(1e-5));
   }
   CHECK(std::isfinite(out.at("loss").item()));
   CHECK(out.at("loss").item() == doctest::Approx(expected).epsilon(1e-5));
 }
 
-TEST_CASE("bce_with_logits rejects targets that would broadcast the logits, and targets outside [0, 1]") {
+TEST_CASE(
+    "bce_with_logits rejects targets that would broadcast the logits, and targets outside [0, 1]") {
   Graph g;
   const Value logits = g.input("x", {4, 1});
-  CHECK_THROWS_WITH_AS(bce_with_logits(logits, g.input("t", {4})), doctest::Contains("targets f32[4] do not broadcast to logits f32[4, 1]"), Error);
-  CHECK_THROWS_WITH_AS(bce_with_logits(logits, 1.5), doctest::Contains("target 1.5 is not in [0, 1]"), Error);
+  CHECK_THROWS_WITH_AS(bce_with_logits(logits, g.input("t", {4})),
+                       doctest::Contains("targets f32[4] do not broadcast to logits f32[4, 1]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(bce_with_logits(logits, 1.5),
+                       doctest::Contains("target 1.5 is not in [0, 1]"), Error);
 }
 
 TEST_CASE("detach passes the value and cuts the gradient") {
@@ -298,7 +463,8 @@ TEST_CASE("every op of the table has a gradient check") {
   for (const auto& cases : {elementwise_cases(), structural_cases()})
     for (const GradCase& c : cases) checked.insert(c.op);
   for (const OpDef* op : all_ops()) {
-    if (op->kind == OpKind::source || op->kind == OpKind::fused) continue;  // leaves; fusion runs after autograd
+    if (op->kind == OpKind::source || op->kind == OpKind::fused)
+      continue;  // leaves; fusion runs after autograd
     CAPTURE(op->name);
     CHECK(checked.count(op->name) == 1);
   }

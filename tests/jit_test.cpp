@@ -68,7 +68,9 @@ class ScopedEnv {
 // Records kiln's log at debug level for a scope; the other sinks keep showing warn and up.
 class LogCapture {
  public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096)), old_level_(kiln::log().level()) {
+  LogCapture()
+      : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096)),
+        old_level_(kiln::log().level()) {
     for (auto& sink : kiln::log().sinks()) {
       old_sink_levels_.push_back(sink->level());
       sink->set_level(std::max(sink->level(), old_level_));
@@ -78,12 +80,14 @@ class LogCapture {
   }
   ~LogCapture() {
     kiln::log().sinks().pop_back();
-    for (std::size_t i = 0; i < old_sink_levels_.size(); ++i) kiln::log().sinks()[i]->set_level(old_sink_levels_[i]);
+    for (std::size_t i = 0; i < old_sink_levels_.size(); ++i)
+      kiln::log().sinks()[i]->set_level(old_sink_levels_[i]);
     kiln::log().set_level(old_level_);
   }
   bool has(const std::string& level, const std::string& text) const {
     for (const std::string& line : sink_->last_formatted())
-      if (line.find("[" + level + "]") != std::string::npos && line.find(text) != std::string::npos) return true;
+      if (line.find("[" + level + "]") != std::string::npos && line.find(text) != std::string::npos)
+        return true;
     return false;
   }
 
@@ -99,7 +103,8 @@ std::vector<char> read_bytes(const fs::path& path) {
 }
 
 void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 [[maybe_unused]] bool contains(const std::vector<char>& bytes, const std::string& text) {
@@ -108,22 +113,26 @@ void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
 
 // A 64-bit little-endian ELF image for NVIDIA GPUs (e_machine EM_CUDA = 190).
 [[maybe_unused]] bool is_cubin(const std::vector<char>& b) {
-  return b.size() > 64 && b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F' && b[4] == 2 && b[5] == 1 &&
-         static_cast<unsigned char>(b[18]) == 190 && b[19] == 0;
+  return b.size() > 64 && b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F' && b[4] == 2 &&
+         b[5] == 1 && static_cast<unsigned char>(b[18]) == 190 && b[19] == 0;
 }
 
 // out = tanh(in) * 0.5 over n elements, in a grid-stride loop.
-KernelSource tanh_kernel(const std::string& name = "kiln_tanh_half", std::vector<std::string> options = {}) {
+KernelSource tanh_kernel(const std::string& name = "kiln_tanh_half",
+                         std::vector<std::string> options = {}) {
   return {name,
-          "extern \"C\" __global__ void " + name + "(const float* a, float* b, long long n) {\n"
-          "  for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x)\n"
-          "    b[i] = tanhf(a[i]) * 0.5f;\n"
-          "}\n",
+          "extern \"C\" __global__ void " + name +
+              "(const float* a, float* b, long long n) {\n"
+              "  for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long "
+              "long)blockDim.x * gridDim.x)\n"
+              "    b[i] = tanhf(a[i]) * 0.5f;\n"
+              "}\n",
           std::move(options)};
 }
 
 [[maybe_unused]] double elapsed_ms(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 }  // namespace
@@ -140,7 +149,8 @@ TEST_CASE("sha256 matches the FIPS 180-2 test vectors whole or in pieces") {
   for (std::size_t at = 0; at < million.size(); at += 777) pieces.update(million.substr(at, 777));
   CHECK(to_hex(pieces.finish()) == hex(million));
   // Length-prefixed fields: ("ab", "c") and ("a", "bc") must not collide.
-  CHECK(Sha256().update_field("ab").update_field("c").finish() != Sha256().update_field("a").update_field("bc").finish());
+  CHECK(Sha256().update_field("ab").update_field("c").finish() !=
+        Sha256().update_field("a").update_field("bc").finish());
 }
 
 TEST_CASE("a disk cache entry round-trips and every kind of damage is detected") {
@@ -170,7 +180,8 @@ TEST_CASE("a disk cache entry round-trips and every kind of damage is detected")
   CHECK(damaged([](auto& b) { b.push_back('x'); }).status == DiskCache::Status::invalid);
   CHECK(damaged([](auto& b) { b[0] = 'X'; }).problem.find("bad magic") == 0);
   CHECK(damaged([](auto& b) { b[8] = 2; }).problem.find("format version 2") == 0);
-  CHECK(damaged([](auto& b) { b[kEntryHeaderBytes + 5000] ^= 1; }).problem == "payload checksum mismatch");
+  CHECK(damaged([](auto& b) { b[kEntryHeaderBytes + 5000] ^= 1; }).problem ==
+        "payload checksum mismatch");
   CHECK(damaged([](auto& b) { b[30] ^= 1; }).problem == "payload checksum mismatch");
   write_bytes(path, encode_entry(other_key, payload));
   CHECK(disk.load(key).problem.find("key mismatch") == 0);
@@ -204,16 +215,19 @@ TEST_CASE("NVRTC compiles an elementwise kernel to an sm_90 CUBIN") {
   compile_to_cubin(tanh_kernel("kiln_warm_up"), JitTarget{90});  // loads NVRTC's builtins once
   const auto start = std::chrono::steady_clock::now();
   const std::vector<char> cubin = compile_to_cubin(tanh_kernel(), JitTarget{90});
-  MESSAGE("one NVRTC compile of the tanh kernel: " << elapsed_ms(start) << " ms, " << cubin.size() << " bytes");
+  MESSAGE("one NVRTC compile of the tanh kernel: " << elapsed_ms(start) << " ms, " << cubin.size()
+                                                   << " bytes");
   CHECK(is_cubin(cubin));
   CHECK(contains(cubin, "kiln_tanh_half"));
-  CHECK(compile_to_cubin(tanh_kernel(), JitTarget{90}) == cubin);  // deterministic: caching is sound
+  CHECK(compile_to_cubin(tanh_kernel(), JitTarget{90}) ==
+        cubin);  // deterministic: caching is sound
   const std::vector<char> sm80 = compile_to_cubin(tanh_kernel(), JitTarget{80});
   CHECK(is_cubin(sm80));
   CHECK(sm80 != cubin);
 }
 
-TEST_CASE("a compile error is a kiln::Error with the kernel name and NVRTC log and the numbered source") {
+TEST_CASE(
+    "a compile error is a kiln::Error with the kernel name and NVRTC log and the numbered source") {
   const KernelSource broken{"kiln_broken",
                             "extern \"C\" __global__ void kiln_broken(float* p) {\n"
                             "  float x = p[0];\n"
@@ -229,17 +243,20 @@ TEST_CASE("a compile error is a kiln::Error with the kernel name and NVRTC log a
   INFO(message);
   CHECK(message.find("kiln_broken") != std::string::npos);
   CHECK(message.find("NVRTC_ERROR_COMPILATION") != std::string::npos);
-  CHECK(message.find("kiln_broken.cu(3): error") != std::string::npos);  // the log, pointing at line 3
-  CHECK(message.find("    3 |   p[1] = x +* ;") != std::string::npos);   // the numbered source
+  CHECK(message.find("kiln_broken.cu(3): error") !=
+        std::string::npos);  // the log, pointing at line 3
+  CHECK(message.find("    3 |   p[1] = x +* ;") != std::string::npos);  // the numbered source
   CHECK(message.find("--gpu-architecture=sm_90") != std::string::npos);
 }
 
 TEST_CASE("bad options are kiln::Errors that name them") {
   CHECK_THROWS_WITH_AS(compile_to_cubin(tanh_kernel("k", {"--no-such-option"}), JitTarget{90}),
                        doctest::Contains("--no-such-option"), kiln::Error);
-  CHECK_THROWS_WITH_AS(compile_to_cubin(tanh_kernel("k", {"--gpu-architecture=sm_80"}), JitTarget{90}),
-                       doctest::Contains("not allowed"), kiln::Error);
-  CHECK_THROWS_WITH_AS(compile_to_cubin(tanh_kernel("k"), JitTarget{7}), doctest::Contains("sm_7"), kiln::Error);
+  CHECK_THROWS_WITH_AS(
+      compile_to_cubin(tanh_kernel("k", {"--gpu-architecture=sm_80"}), JitTarget{90}),
+      doctest::Contains("not allowed"), kiln::Error);
+  CHECK_THROWS_WITH_AS(compile_to_cubin(tanh_kernel("k"), JitTarget{7}), doctest::Contains("sm_7"),
+                       kiln::Error);
   // A -std in the options replaces the default -std=c++17 instead of clashing with it.
   CHECK(is_cubin(compile_to_cubin(tanh_kernel("k", {"-std=c++20"}), JitTarget{90})));
 }
@@ -278,31 +295,38 @@ TEST_CASE("the kernel cache looks in memory then on disk and never trusts a dama
     CHECK_MESSAGE(!again.from_disk, problem);
     CHECK_MESSAGE(again.cubin == compiled.cubin, problem);
     CHECK_MESSAGE(log.has("warning", problem), problem);
-    CHECK_MESSAGE(fs::file_size(path) == kEntryHeaderBytes + compiled.cubin.size(), problem);  // rewritten whole
+    CHECK_MESSAGE(fs::file_size(path) == kEntryHeaderBytes + compiled.cubin.size(),
+                  problem);  // rewritten whole
     CHECK_MESSAGE(fresh_lookup().from_disk, problem);
   };
   SUBCASE("truncated to half") {
     fs::resize_file(path, fs::file_size(path) / 2);
     recompiled_after("truncated", [](auto&) {});
   }
-  SUBCASE("empty") { recompiled_after("truncated", [](auto& b) { b.clear(); }); }
+  SUBCASE("empty") {
+    recompiled_after("truncated", [](auto& b) { b.clear(); });
+  }
   SUBCASE("flipped payload bytes") {
     recompiled_after("payload checksum mismatch", [](auto& b) { b[b.size() - 100] ^= 0x5a; });
   }
-  SUBCASE("bad magic") { recompiled_after("bad magic", [](auto& b) { b[3] = 'x'; }); }
+  SUBCASE("bad magic") {
+    recompiled_after("bad magic", [](auto& b) { b[3] = 'x'; });
+  }
   SUBCASE("another kernel's entry under this key") {
     KernelCache other_cache;
     const KernelSource other = tanh_kernel("kiln_cached_other");
     REQUIRE(other_cache.get_or_compile(other, sm90).cubin != compiled.cubin);
-    recompiled_after("key mismatch", [&](auto& b) { b = read_bytes(other_cache.entry_path(other, sm90)); });
+    recompiled_after("key mismatch",
+                     [&](auto& b) { b = read_bytes(other_cache.entry_path(other, sm90)); });
   }
   SUBCASE("keys differ by options, code, name and architecture, and the entries do not mix") {
     KernelSource fast = src, edited = src, renamed = src;
     fast.options = {"--use_fast_math"};
     edited.code += " ";
     renamed.name = "kiln_cached_renamed";
-    for (const fs::path& p : {first.entry_path(fast, sm90), first.entry_path(edited, sm90),
-                              first.entry_path(renamed, sm90), first.entry_path(src, JitTarget{80})})
+    for (const fs::path& p :
+         {first.entry_path(fast, sm90), first.entry_path(edited, sm90),
+          first.entry_path(renamed, sm90), first.entry_path(src, JitTarget{80})})
       CHECK(p != path);
     CHECK_FALSE(KernelCache().get_or_compile(fast, sm90).from_disk);
     // (--use_fast_math need not change this kernel's CUBIN: on the H200 host it did not.)
@@ -315,13 +339,17 @@ TEST_CASE("the kernel cache looks in memory then on disk and never trusts a dama
 
 TEST_CASE("the misses of one request are compiled in parallel and each keeps its name") {
   TempDir dir;
-  const char* exprs[] = {"tanhf(x)", "x * x", "expf(-x)", "fmaxf(x, 0.f)", "sinf(x) + cosf(x)", "1.f / (1.f + expf(-x))"};
+  const char* exprs[] = {"tanhf(x)",          "x * x",
+                         "expf(-x)",          "fmaxf(x, 0.f)",
+                         "sinf(x) + cosf(x)", "1.f / (1.f + expf(-x))"};
   std::vector<KernelSource> sources;
   for (int i = 0; i < 6; ++i) {
     const std::string name = "kiln_par_" + std::to_string(i);
     sources.push_back({name,
-                       "extern \"C\" __global__ void " + name + "(const float* a, float* b, int n) {\n" +
-                           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) { float x = a[i]; b[i] = " +
+                       "extern \"C\" __global__ void " + name +
+                           "(const float* a, float* b, int n) {\n" +
+                           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) { float "
+                           "x = a[i]; b[i] = " +
                            exprs[i] + "; }\n}\n",
                        {}});
   }
@@ -341,15 +369,19 @@ TEST_CASE("the misses of one request are compiled in parallel and each keeps its
     CHECK_FALSE(kernels[i].from_disk);
     CHECK(kernels[i].cubin == compile_to_cubin(sources[i], JitTarget{90}));
   }
-  MESSAGE("6 kernels: " << parallel_ms << " ms in parallel, " << elapsed_ms(start) << " ms one by one (7, checking)");
+  MESSAGE("6 kernels: " << parallel_ms << " ms in parallel, " << elapsed_ms(start)
+                        << " ms one by one (7, checking)");
   CHECK(kernels[6].cubin == kernels[2].cubin);
   CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 6);
-  for (const CompiledKernel& kernel : cache.get_or_compile(sources, JitTarget{90})) CHECK(kernel.from_memory);
+  for (const CompiledKernel& kernel : cache.get_or_compile(sources, JitTarget{90}))
+    CHECK(kernel.from_memory);
 
   SUBCASE("one broken kernel fails the request with its name; the others are still cached") {
-    std::vector<KernelSource> mixed = {tanh_kernel("kiln_good_a"), {"kiln_bad", "this is not CUDA", {}},
+    std::vector<KernelSource> mixed = {tanh_kernel("kiln_good_a"),
+                                       {"kiln_bad", "this is not CUDA", {}},
                                        tanh_kernel("kiln_good_b")};
-    CHECK_THROWS_WITH_AS(cache.get_or_compile(mixed, JitTarget{90}), doctest::Contains("kiln_bad"), kiln::Error);
+    CHECK_THROWS_WITH_AS(cache.get_or_compile(mixed, JitTarget{90}), doctest::Contains("kiln_bad"),
+                         kiln::Error);
     CHECK(cache.get_or_compile(mixed[0], JitTarget{90}).from_memory);
     CHECK(cache.get_or_compile(mixed[2], JitTarget{90}).from_memory);
   }
@@ -373,7 +405,8 @@ static int race_child(const fs::path& dir, int start_fd, char fill) {
       if (!disk.store(key, std::vector<char>(1 << 18, fill))) return 2;
       const DiskCache::Lookup lookup = disk.load(key);
       if (lookup.status != DiskCache::Status::hit || lookup.payload.size() != (1 << 18)) return 3;
-      if (std::count(lookup.payload.begin(), lookup.payload.end(), lookup.payload[0]) != (1 << 18)) return 4;
+      if (std::count(lookup.payload.begin(), lookup.payload.end(), lookup.payload[0]) != (1 << 18))
+        return 4;
     }
     return 0;
   } catch (...) {
@@ -443,9 +476,10 @@ TEST_CASE("an unusable cache directory leaves a working memory-only cache") {
 #else  // !KILN_HAVE_CUDA
 
 TEST_CASE("without the CUDA toolkit, compiling throws kiln::Error") {
-  CHECK_THROWS_WITH_AS(compile_to_cubin(tanh_kernel(), JitTarget{90}), doctest::Contains("without the CUDA toolkit"),
-                       kiln::Error);
-  CHECK_THROWS_AS(KernelCache(fs::path()).get_or_compile(tanh_kernel(), JitTarget{90}), kiln::Error);
+  CHECK_THROWS_WITH_AS(compile_to_cubin(tanh_kernel(), JitTarget{90}),
+                       doctest::Contains("without the CUDA toolkit"), kiln::Error);
+  CHECK_THROWS_AS(KernelCache(fs::path()).get_or_compile(tanh_kernel(), JitTarget{90}),
+                  kiln::Error);
 }
 
 #endif  // KILN_HAVE_CUDA
@@ -486,7 +520,8 @@ TEST_CASE("gpu: the elementwise kernel matches std::tanh(x) * 0.5 on 1<<20 rando
   }
   TempDir dir;
   const JitTarget target = current_target();
-  LoadedKernel kernel(KernelCache(dir.path()).get_or_compile(tanh_kernel(), target));  // the CUBIN is a temporary
+  LoadedKernel kernel(
+      KernelCache(dir.path()).get_or_compile(tanh_kernel(), target));  // the CUBIN is a temporary
   LoadedKernel moved = std::move(kernel);
 
   const long long n = 1 << 20;
@@ -497,7 +532,8 @@ TEST_CASE("gpu: the elementwise kernel matches std::tanh(x) * 0.5 on 1<<20 rando
   DeviceBuffer a(n * sizeof(float)), b(n * sizeof(float));
   KILN_CUDA_CHECK(cudaMemcpy(a.ptr, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   void* args[] = {&a.ptr, &b.ptr, const_cast<long long*>(&n)};
-  moved.launch(Dim3{512}, Dim3{256}, 0, nullptr, args);  // 131072 threads: the grid-stride loop runs 8 times
+  moved.launch(Dim3{512}, Dim3{256}, 0, nullptr,
+               args);  // 131072 threads: the grid-stride loop runs 8 times
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
   KILN_CUDA_CHECK(cudaMemcpy(y.data(), b.ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
   double worst = 0;
@@ -513,8 +549,8 @@ TEST_CASE("gpu: the elementwise kernel matches std::tanh(x) * 0.5 on 1<<20 rando
   CHECK(attributes.max_threads_per_block >= 256);
   CHECK(attributes.binary_version == target.sm);
   CHECK(moved.max_active_blocks_per_sm(256, 0) > 0);
-  CHECK_THROWS_WITH_AS(moved.launch(Dim3{1}, Dim3{4096}, 0, nullptr, args), doctest::Contains("kiln_tanh_half"),
-                       kiln::Error);
+  CHECK_THROWS_WITH_AS(moved.launch(Dim3{1}, Dim3{4096}, 0, nullptr, args),
+                       doctest::Contains("kiln_tanh_half"), kiln::Error);
   CHECK_THROWS_WITH_AS(LoadedKernel(compile_to_cubin(tanh_kernel(), target), "no_such_kernel"),
                        doctest::Contains("no_such_kernel"), kiln::Error);
   KILN_CUDA_CHECK(cudaDeviceSynchronize());  // the errors above left the context usable
@@ -526,14 +562,16 @@ TEST_CASE("gpu: an illegal address in a kernel is a kiln::Error at the next sync
     MESSAGE("skipped: " << cuda_unavailable_reason());
     return;
   }
-  const KernelSource bad{"kiln_bad_store", "extern \"C\" __global__ void kiln_bad_store(float* p) { p[threadIdx.x] = 1.f; }",
-                         {}};
+  const KernelSource bad{
+      "kiln_bad_store",
+      "extern \"C\" __global__ void kiln_bad_store(float* p) { p[threadIdx.x] = 1.f; }",
+      {}};
   LoadedKernel kernel(compile_to_cubin(bad, current_target()), bad.name);
   float* wild = reinterpret_cast<float*>(std::uintptr_t{0x10});
   void* args[] = {&wild};
   kernel.launch(Dim3{1}, Dim3{32}, 0, nullptr, args);
-  CHECK_THROWS_WITH_AS(KILN_CUDA_CHECK(cudaDeviceSynchronize()), doctest::Contains("cudaErrorIllegalAddress"),
-                       kiln::Error);
+  CHECK_THROWS_WITH_AS(KILN_CUDA_CHECK(cudaDeviceSynchronize()),
+                       doctest::Contains("cudaErrorIllegalAddress"), kiln::Error);
 }
 
 #endif  // KILN_HAVE_CUDA

@@ -19,7 +19,8 @@ Tensor run_unary(const Shape& in_shape, const std::function<Value(Value)>& build
   return test::run_once(g, {{"x", x}}).at("y");
 }
 
-Tensor run_binary(const Tensor& a, const Tensor& b, const std::function<Value(Value, Value)>& build) {
+Tensor run_binary(const Tensor& a, const Tensor& b,
+                  const std::function<Value(Value, Value)>& build) {
   Graph g;
   g.output("y", build(g.input("a", a.shape(), a.dtype()), g.input("b", b.shape(), b.dtype())));
   return test::run_once(g, {{"a", a}, {"b", b}}).at("y");
@@ -43,7 +44,8 @@ TEST_CASE("conv2d matches the direct definition (stride 2, padding 1)") {
               for (int kw = 0; kw < 3; ++kw) {
                 const int ih = oh * 2 - 1 + kh, iw = ow * 2 - 1 + kw;
                 if (ih < 0 || ih >= 7 || iw < 0 || iw >= 6) continue;
-                acc += x.at(((b * 2 + c) * 7 + ih) * 6 + iw) * w.at(((o * 2 + c) * 3 + kh) * 3 + kw);
+                acc +=
+                    x.at(((b * 2 + c) * 7 + ih) * 6 + iw) * w.at(((o * 2 + c) * 3 + kh) * 3 + kw);
               }
           ref.data<float>()[((b * 4 + o) * 4 + oh) * 3 + ow] = static_cast<float>(acc);
         }
@@ -53,7 +55,8 @@ TEST_CASE("conv2d matches the direct definition (stride 2, padding 1)") {
 TEST_CASE("matmul matches the definition, with transposes and a batch axis") {
   const Tensor a = test::random_tensor({2, 5, 3}, DType::f32, 3);
   const Tensor b = test::random_tensor({2, 4, 5}, DType::f32, 4);
-  const Tensor y = run_binary(a, b, [](Value p, Value q) { return matmul(p, q, true, true); });  // a^T b^T: [2, 3, 4]
+  const Tensor y = run_binary(
+      a, b, [](Value p, Value q) { return matmul(p, q, true, true); });  // a^T b^T: [2, 3, 4]
   REQUIRE(y.shape() == Shape{2, 3, 4});
   for (int n = 0; n < 2; ++n)
     for (int i = 0; i < 3; ++i)
@@ -68,19 +71,22 @@ TEST_CASE("matmul names both shapes when the inner dimensions differ") {
   Graph g;
   const Value a = g.input("a", {64, 3136});
   const Value b = g.input("b", {3316, 128});
-  CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains("lhs is [64, 3136] but rhs is [3316, 128]"), Error);
+  CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains("lhs is [64, 3136] but rhs is [3316, 128]"),
+                       Error);
 }
 
 TEST_CASE("max_pool2d matches the definition") {
   const Tensor x = test::random_tensor({2, 3, 6, 5}, DType::f32, 5);
-  const Tensor y = run_unary(x.shape(), [](Value v) { return max_pool2d(v, 2); }, x);
+  const Tensor y = run_unary(
+      x.shape(), [](Value v) { return max_pool2d(v, 2); }, x);
   REQUIRE(y.shape() == Shape{2, 3, 3, 2});
   for (int p = 0; p < 6; ++p)
     for (int oh = 0; oh < 3; ++oh)
       for (int ow = 0; ow < 2; ++ow) {
         double best = -1e30;
         for (int kh = 0; kh < 2; ++kh)
-          for (int kw = 0; kw < 2; ++kw) best = std::max(best, x.at((p * 6 + oh * 2 + kh) * 5 + ow * 2 + kw));
+          for (int kw = 0; kw < 2; ++kw)
+            best = std::max(best, x.at((p * 6 + oh * 2 + kh) * 5 + ow * 2 + kw));
         CHECK(y.at((p * 3 + oh) * 2 + ow) == best);
       }
 }
@@ -89,7 +95,8 @@ namespace {
 
 // Pooling by the definition: window (oh, ow) covers rows oh*s - p .. oh*s - p + k - 1 (and
 // the same for columns); cells outside the plane are skipped, neither maxima nor counted.
-Tensor pool_reference(const Tensor& x, std::int64_t k, std::int64_t s, std::int64_t p, bool average) {
+Tensor pool_reference(const Tensor& x, std::int64_t k, std::int64_t s, std::int64_t p,
+                      bool average) {
   const Shape& xs = x.shape();
   const std::int64_t oh_n = (xs[2] + 2 * p - k) / s + 1, ow_n = (xs[3] + 2 * p - k) / s + 1;
   Tensor y = Tensor::empty({xs[0], xs[1], oh_n, ow_n}, DType::f32);
@@ -106,7 +113,8 @@ Tensor pool_reference(const Tensor& x, std::int64_t k, std::int64_t s, std::int6
             total += v;
             ++cells;
           }
-        y.data<float>()[(plane * oh_n + oh) * ow_n + ow] = static_cast<float>(average ? total / cells : best);
+        y.data<float>()[(plane * oh_n + oh) * ow_n + ow] =
+            static_cast<float>(average ? total / cells : best);
       }
   return y;
 }
@@ -119,7 +127,8 @@ TEST_CASE("padded max_pool2d: padded cells never win, even over all-negative inp
     CAPTURE(k);
     CAPTURE(s);
     CAPTURE(p);
-    const Tensor y = run_unary(x.shape(), [&](Value v) { return max_pool2d(v, k, s, p); }, x);
+    const Tensor y = run_unary(
+        x.shape(), [&](Value v) { return max_pool2d(v, k, s, p); }, x);
     const Tensor ref = pool_reference(x, k, s, p, false);
     REQUIRE(y.shape() == ref.shape());
     CHECK(test::closeness(y, ref, 0, 0) == 0);
@@ -128,27 +137,34 @@ TEST_CASE("padded max_pool2d: padded cells never win, even over all-negative inp
 
 TEST_CASE("avg_pool2d matches the definition (padded cells not counted)") {
   const Tensor x = test::random_tensor({2, 3, 7, 6}, DType::f32, 22);
-  for (auto [k, s, p] : {std::tuple{2, 2, 0}, {3, 1, 1}, {3, 2, 1}, {2, 3, 0}, {5, 2, 2}, {6, 1, 0}}) {
+  for (auto [k, s, p] :
+       {std::tuple{2, 2, 0}, {3, 1, 1}, {3, 2, 1}, {2, 3, 0}, {5, 2, 2}, {6, 1, 0}}) {
     CAPTURE(k);
     CAPTURE(s);
     CAPTURE(p);
-    const Tensor y = run_unary(x.shape(), [&](Value v) { return avg_pool2d(v, k, s, p); }, x);
+    const Tensor y = run_unary(
+        x.shape(), [&](Value v) { return avg_pool2d(v, k, s, p); }, x);
     const Tensor ref = pool_reference(x, k, s, p, true);
     REQUIRE(y.shape() == ref.shape());
     CHECK(test::closeness(y, ref, 1e-6, 1e-5) <= 1.0);
   }
 }
 
-TEST_CASE("overlapping padded max_pool2d_grad: threads over planes give the serial reference's bits") {
+TEST_CASE(
+    "overlapping padded max_pool2d_grad: threads over planes give the serial reference's bits") {
   const Shape xs{8, 16, 14, 14};  // 25088 windows: the kernel runs threaded
-  const Tensor x = test::random_tensor(xs, DType::f32, 24), dy = test::random_tensor(xs, DType::f32, 25);
-  Tensor ref = Tensor::zeros(xs, DType::f32);  // dy routed to each 3x3 window's first maximum, in window order
+  const Tensor x = test::random_tensor(xs, DType::f32, 24),
+               dy = test::random_tensor(xs, DType::f32, 25);
+  Tensor ref = Tensor::zeros(
+      xs, DType::f32);  // dy routed to each 3x3 window's first maximum, in window order
   for (std::int64_t plane = 0; plane < 8 * 16; ++plane)
     for (std::int64_t oh = 0; oh < 14; ++oh)
       for (std::int64_t ow = 0; ow < 14; ++ow) {
         std::int64_t best = -1;
-        for (std::int64_t ih = std::max<std::int64_t>(oh - 1, 0); ih <= std::min<std::int64_t>(oh + 1, 13); ++ih)
-          for (std::int64_t iw = std::max<std::int64_t>(ow - 1, 0); iw <= std::min<std::int64_t>(ow + 1, 13); ++iw) {
+        for (std::int64_t ih = std::max<std::int64_t>(oh - 1, 0);
+             ih <= std::min<std::int64_t>(oh + 1, 13); ++ih)
+          for (std::int64_t iw = std::max<std::int64_t>(ow - 1, 0);
+               iw <= std::min<std::int64_t>(ow + 1, 13); ++iw) {
             const std::int64_t at = (plane * 14 + ih) * 14 + iw;
             if (best < 0 || x.at(at) > x.at(best)) best = at;
           }
@@ -157,7 +173,8 @@ TEST_CASE("overlapping padded max_pool2d_grad: threads over planes give the seri
   for (int threads : {1, 2, 3}) {
     CAPTURE(threads);
     omp_set_num_threads(threads);
-    const Tensor dx = run_binary(x, dy, [](Value a, Value b) { return max_pool2d_grad(a, b, 3, 1, 1); });
+    const Tensor dx =
+        run_binary(x, dy, [](Value a, Value b) { return max_pool2d_grad(a, b, 3, 1, 1); });
     CHECK(std::memcmp(dx.raw(), ref.raw(), ref.nbytes()) == 0);
   }
   omp_set_num_threads(omp_get_num_procs());
@@ -165,7 +182,8 @@ TEST_CASE("overlapping padded max_pool2d_grad: threads over planes give the seri
 
 TEST_CASE("global_avg_pool is the mean over H and W") {
   const Tensor x = test::random_tensor({2, 3, 5, 4}, DType::f32, 23);
-  const Tensor y = run_unary(x.shape(), [](Value v) { return global_avg_pool(v); }, x);
+  const Tensor y = run_unary(
+      x.shape(), [](Value v) { return global_avg_pool(v); }, x);
   REQUIRE(y.shape() == Shape{2, 3});
   for (std::int64_t plane = 0; plane < 6; ++plane) {
     double total = 0;
@@ -177,28 +195,42 @@ TEST_CASE("global_avg_pool is the mean over H and W") {
 TEST_CASE("pooling names the bad kernel, stride or padding") {
   Graph g;
   const Value x = g.input("x", {2, 3, 6, 6});
-  CHECK_THROWS_WITH_AS(max_pool2d(x, 3, 1, 2), doctest::Contains("max_pool2d: padding 2 must be between 0 and half the kernel 3"), Error);
+  CHECK_THROWS_WITH_AS(
+      max_pool2d(x, 3, 1, 2),
+      doctest::Contains("max_pool2d: padding 2 must be between 0 and half the kernel 3"), Error);
   CHECK_THROWS_WITH_AS(avg_pool2d(x, 2, 1, -1), doctest::Contains("avg_pool2d: padding -1"), Error);
-  CHECK_THROWS_WITH_AS(avg_pool2d(x, 9, 1, 1), doctest::Contains("window 9 is larger than the input [2, 3, 6, 6] padded by 1"), Error);
-  CHECK_THROWS_WITH_AS(max_pool2d(x, 2, -1), doctest::Contains("kernel 2 and stride -1 must be positive"), Error);
-  CHECK_THROWS_WITH_AS(avg_pool2d_grad(g.input("dy", {2, 3, 3, 3}), {2, 3, 6, 6}, 3, 1, 1),
-                       doctest::Contains("avg_pool2d_grad: dy is f32[2, 3, 3, 3] but the pooling output is [2, 3, 6, 6]"), Error);
-  CHECK_THROWS_WITH_AS(global_avg_pool(g.input("v", {2, 3})), doctest::Contains("global_avg_pool: input must be [B, C, H, W]"), Error);
+  CHECK_THROWS_WITH_AS(
+      avg_pool2d(x, 9, 1, 1),
+      doctest::Contains("window 9 is larger than the input [2, 3, 6, 6] padded by 1"), Error);
+  CHECK_THROWS_WITH_AS(max_pool2d(x, 2, -1),
+                       doctest::Contains("kernel 2 and stride -1 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(
+      avg_pool2d_grad(g.input("dy", {2, 3, 3, 3}), {2, 3, 6, 6}, 3, 1, 1),
+      doctest::Contains(
+          "avg_pool2d_grad: dy is f32[2, 3, 3, 3] but the pooling output is [2, 3, 6, 6]"),
+      Error);
+  CHECK_THROWS_WITH_AS(global_avg_pool(g.input("v", {2, 3})),
+                       doctest::Contains("global_avg_pool: input must be [B, C, H, W]"), Error);
 }
 
 TEST_CASE("reductions over every axis subset match the definition") {
   const Tensor x = test::random_tensor({3, 4, 5}, DType::f32, 6);
-  const std::vector<std::vector<std::int64_t>> subsets = {{0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}, {0, 1, 2}};
+  const std::vector<std::vector<std::int64_t>> subsets = {{0},    {1},    {2},      {0, 1},
+                                                          {0, 2}, {1, 2}, {0, 1, 2}};
   for (const auto& axes : subsets) {
     CAPTURE(axes.size());
-    const Tensor s = run_unary(x.shape(), [&](Value v) { return sum(v, axes, true); }, x);
-    const Tensor m = run_unary(x.shape(), [&](Value v) { return max(v, axes, true); }, x);
-    std::vector<double> ref_sum(static_cast<std::size_t>(s.numel()), 0), ref_max(static_cast<std::size_t>(s.numel()), -1e30);
+    const Tensor s = run_unary(
+        x.shape(), [&](Value v) { return sum(v, axes, true); }, x);
+    const Tensor m = run_unary(
+        x.shape(), [&](Value v) { return max(v, axes, true); }, x);
+    std::vector<double> ref_sum(static_cast<std::size_t>(s.numel()), 0),
+        ref_max(static_cast<std::size_t>(s.numel()), -1e30);
     const Shape& os = s.shape();
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 4; ++j)
         for (int k = 0; k < 5; ++k) {
-          const std::int64_t o = ((os[0] == 1 ? 0 : i) * os[1] + (os[1] == 1 ? 0 : j)) * os[2] + (os[2] == 1 ? 0 : k);
+          const std::int64_t o =
+              ((os[0] == 1 ? 0 : i) * os[1] + (os[1] == 1 ? 0 : j)) * os[2] + (os[2] == 1 ? 0 : k);
           const double v = x.at((i * 4 + j) * 5 + k);
           ref_sum[static_cast<std::size_t>(o)] += v;
           ref_max[static_cast<std::size_t>(o)] = std::max(ref_max[static_cast<std::size_t>(o)], v);
@@ -236,7 +268,12 @@ TEST_CASE("large elementwise chains split across threads give the serial answer"
 
 TEST_CASE("transpose matches the definition") {
   const Tensor x = test::random_tensor({2, 3, 4}, DType::f32, 11);
-  const Tensor y = run_unary(x.shape(), [](Value v) { return transpose(v, {2, 0, 1}); }, x);
+  const Tensor y = run_unary(
+      x.shape(),
+      [](Value v) {
+        return transpose(v, {2, 0, 1});
+      },
+      x);
   REQUIRE(y.shape() == Shape{4, 2, 3});
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
@@ -247,7 +284,8 @@ TEST_CASE("one_hot rejects a label outside the classes at run time") {
   Graph g;
   g.output("y", one_hot(g.input("labels", {3}, DType::i64), 4));
   const Tensor bad = Tensor::from_vector<std::int64_t>({3}, {0, 7, 1});
-  CHECK_THROWS_WITH_AS(test::run_once(g, {{"labels", bad}}), doctest::Contains("label 7 at index 1"), Error);
+  CHECK_THROWS_WITH_AS(test::run_once(g, {{"labels", bad}}),
+                       doctest::Contains("label 7 at index 1"), Error);
 }
 
 }  // namespace kiln
@@ -274,16 +312,24 @@ TEST_CASE("slice, concat and pad move exactly the elements of their definitions 
         CHECK(out.at("concat").at((i * 4 + j) * 8 + k) == expected);
       }
   for (int i = 0; i < 6; ++i)
-    for (int r = 0; r < 20; ++r) CHECK(out.at("pad").at(i * 20 + r) == (i >= 1 && i < 4 ? x.at((i - 1) * 20 + r) : 0.0));
+    for (int r = 0; r < 20; ++r)
+      CHECK(out.at("pad").at(i * 20 + r) == (i >= 1 && i < 4 ? x.at((i - 1) * 20 + r) : 0.0));
 }
 
 TEST_CASE("slice, concat and pad name the mistake") {
   Graph g;
   const Value x = g.input("x", {3, 4});
-  CHECK_THROWS_WITH_AS(slice(x, 1, 2, 3), doctest::Contains("slice: [2, 5) is outside axis 1 of f32[3, 4] (size 4)"), Error);
+  CHECK_THROWS_WITH_AS(slice(x, 1, 2, 3),
+                       doctest::Contains("slice: [2, 5) is outside axis 1 of f32[3, 4] (size 4)"),
+                       Error);
   CHECK_THROWS_WITH_AS(slice(x, 2, 0, 1), doctest::Contains("slice"), Error);
-  CHECK_THROWS_WITH_AS(concat({x, g.input("y", {3, 5})}, 0), doctest::Contains("concat: value 1 is f32[3, 5] but value 0 is f32[3, 4] (only axis 0 may differ)"), Error);
-  CHECK_THROWS_WITH_AS(concat({x, g.input("z", {3, 4}, DType::f64)}, 1), doctest::Contains("dtypes must match"), Error);
+  CHECK_THROWS_WITH_AS(
+      concat({x, g.input("y", {3, 5})}, 0),
+      doctest::Contains(
+          "concat: value 1 is f32[3, 5] but value 0 is f32[3, 4] (only axis 0 may differ)"),
+      Error);
+  CHECK_THROWS_WITH_AS(concat({x, g.input("z", {3, 4}, DType::f64)}, 1),
+                       doctest::Contains("dtypes must match"), Error);
   CHECK_THROWS_WITH_AS(concat({}, 0), doctest::Contains("concat: no values"), Error);
   CHECK_THROWS_WITH_AS(pad(x, 0, -1, 0), doctest::Contains("pad: negative padding"), Error);
 }

@@ -73,7 +73,8 @@ LaunchOptions options_for(int world_size, std::chrono::milliseconds grace = 5s) 
 }
 
 int launch_sh(const std::string& script, const LaunchOptions& options) {
-  // sh -c SCRIPT then the launcher's arguments: $0=--rank $1=R $2=--world-size $3=N $4=--init $5=ADDR
+  // sh -c SCRIPT then the launcher's arguments: $0=--rank $1=R $2=--world-size $3=N $4=--init
+  // $5=ADDR
   return launch_local("/bin/sh", {"-c", script}, options);
 }
 
@@ -83,12 +84,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TEST_CASE("dist: launch_local gives each rank its arguments and environment and returns the failed rank's code") {
+TEST_CASE(
+    "dist: launch_local gives each rank its arguments and environment and returns the failed "
+    "rank's code") {
   CHECK(launch_sh("exit 0", options_for(2)) == 0);
   CHECK(launch_sh("if [ \"$1\" = 1 ]; then exit 5; fi; exit 0", options_for(2)) == 5);
   const std::string checks =
-      "[ \"$0\" = --rank ] && [ \"$2\" = --world-size ] && [ \"$3\" = 3 ] && [ \"$4\" = --init ] && "
-      "[ \"${5%:*}\" = 127.0.0.1 ] && [ \"$NCCL_NVLS_ENABLE\" = 0 ] && [ \"$CUDA_VISIBLE_DEVICES\" = \"$1\" ] || exit 9";
+      "[ \"$0\" = --rank ] && [ \"$2\" = --world-size ] && [ \"$3\" = 3 ] && [ \"$4\" = --init ] "
+      "&& "
+      "[ \"${5%:*}\" = 127.0.0.1 ] && [ \"$NCCL_NVLS_ENABLE\" = 0 ] && [ \"$CUDA_VISIBLE_DEVICES\" "
+      "= \"$1\" ] || exit 9";
   CHECK(launch_sh(checks, options_for(3)) == 0);
   LaunchOptions all_gpus = options_for(2);
   all_gpus.one_gpu_per_rank = false;
@@ -98,9 +103,12 @@ TEST_CASE("dist: launch_local gives each rank its arguments and environment and 
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
-TEST_CASE("dist: launch_local kills the ranks still running after the grace and reports the first failure") {
+TEST_CASE(
+    "dist: launch_local kills the ranks still running after the grace and reports the first "
+    "failure") {
   const auto start = std::chrono::steady_clock::now();
-  CHECK(launch_sh("if [ \"$1\" = 1 ]; then kill -9 $$; fi; exec sleep 30", options_for(2, 300ms)) == 128 + SIGKILL);
+  CHECK(launch_sh("if [ \"$1\" = 1 ]; then kill -9 $$; fi; exec sleep 30", options_for(2, 300ms)) ==
+        128 + SIGKILL);
   CHECK(seconds_since(start) < 3.0);
   // Rank 0 ends first with kPeerFailedExitCode (a consequence); rank 1's own failure is the code.
   CHECK(launch_sh("if [ \"$1\" = 0 ]; then exit 3; fi; sleep 0.3; exit 4", options_for(2)) == 4);

@@ -33,11 +33,13 @@ fs::path small_text() {
   const fs::path path = temp_path("small.txt");
   const char* subjects[] = {"the cat", "a dog", "my friend", "the old man", "our teacher"};
   const char* verbs[] = {"sees", "likes", "finds", "wants", "takes"};
-  const char* objects[] = {"the ball.", "a red hat.", "the big house.", "some bread.", "the green tree."};
+  const char* objects[] = {"the ball.", "a red hat.", "the big house.", "some bread.",
+                           "the green tree."};
   std::string text;
   Philox rng(1);
   while (text.size() < 9000)
-    text += std::string(subjects[rng.next_below(5)]) + " " + verbs[rng.next_below(5)] + " " + objects[rng.next_below(5)] + "\n";
+    text += std::string(subjects[rng.next_below(5)]) + " " + verbs[rng.next_below(5)] + " " +
+            objects[rng.next_below(5)] + "\n";
   write_file(path, text);
   return path;
 }
@@ -63,16 +65,22 @@ std::vector<Tensor> snapshot(const std::vector<VariablePtr>& params) {
 
 }  // namespace
 
-TEST_CASE("the vocabulary: 95 printable characters and newline; tabs become spaces, the rest is dropped") {
+TEST_CASE(
+    "the vocabulary: 95 printable characters and newline; tabs become spaces, the rest is "
+    "dropped") {
   CHECK(kVocabulary == 96);
-  for (int c = 32; c <= 126; ++c) CHECK(char_of(token_of(static_cast<char>(c))) == static_cast<char>(c));
+  for (int c = 32; c <= 126; ++c)
+    CHECK(char_of(token_of(static_cast<char>(c))) == static_cast<char>(c));
   CHECK(token_of('\n') == 95);
   CHECK(char_of(95) == '\n');
   CHECK(normalize_text("a\tb\r\nc\x01 caf\xc3\xa9~") == "a b\nc caf~");
-  CHECK_THROWS_WITH_AS(char_of(96), doctest::Contains("token 96 is outside the vocabulary [0, 96)"), Error);
+  CHECK_THROWS_WITH_AS(char_of(96), doctest::Contains("token 96 is outside the vocabulary [0, 96)"),
+                       Error);
 }
 
-TEST_CASE("the fortunes reader: files without an extension, entries between % lines joined by a blank line") {
+TEST_CASE(
+    "the fortunes reader: files without an extension, entries between % lines joined by a blank "
+    "line") {
   const fs::path dir = temp_path("fortunes");
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -85,20 +93,23 @@ TEST_CASE("the fortunes reader: files without an extension, entries between % li
   CHECK_THROWS_WITH_AS(read_fortunes(dir.string()), doctest::Contains("does not exist"), Error);
   if (fs::is_directory(kFortunesDir)) {
     const TextCorpus corpus = load_text_corpus("", 65);
-    MESSAGE("fortunes: " << corpus.train.size() << " training and " << corpus.validation.size() << " validation characters");
+    MESSAGE("fortunes: " << corpus.train.size() << " training and " << corpus.validation.size()
+                         << " validation characters");
     CHECK(corpus.train.size() > 1000000);
     CHECK(corpus.validation.size() * 19 <= corpus.train.size() + 19);
   }
 }
 
 TEST_CASE("text files: missing, empty or too short is a clear error") {
-  CHECK_THROWS_WITH_AS(read_text_file("/nonexistent/kiln.txt"), doctest::Contains("text file /nonexistent/kiln.txt does not exist"), Error);
+  CHECK_THROWS_WITH_AS(read_text_file("/nonexistent/kiln.txt"),
+                       doctest::Contains("text file /nonexistent/kiln.txt does not exist"), Error);
   const fs::path empty = temp_path("empty.txt");
   write_file(empty, "\x01\x02\r");
   CHECK_THROWS_WITH_AS(read_text_file(empty.string()), doctest::Contains("is empty"), Error);
   const fs::path tiny = temp_path("tiny.txt");
   write_file(tiny, std::string(300, 'x'));
-  CHECK_THROWS_WITH_AS(load_text_corpus(tiny.string(), 65), doctest::Contains("has 300 characters: too few"), Error);
+  CHECK_THROWS_WITH_AS(load_text_corpus(tiny.string(), 65),
+                       doctest::Contains("has 300 characters: too few"), Error);
 }
 
 TEST_CASE("random windows depend only on (seed, step); targets are the inputs shifted by one") {
@@ -128,7 +139,9 @@ TEST_CASE("char-lstm learns: validation bits per character fall clearly over ~10
   c.epochs = 6;  // 8550 training characters / (16 x 24) = 22 steps per epoch
   const std::vector<LmEpochResult> r = train_language_model(c);
   REQUIRE(r.size() == 6);
-  for (const LmEpochResult& e : r) MESSAGE("epoch " << e.epoch << ": train " << e.train_bits_per_char << ", validation " << e.validation_bits_per_char);
+  for (const LmEpochResult& e : r)
+    MESSAGE("epoch " << e.epoch << ": train " << e.train_bits_per_char << ", validation "
+                     << e.validation_bits_per_char);
   CHECK(r.front().steps == 22);
   CHECK(r.front().validation_bits_per_char < 4.5);  // uniform guessing: log2(96) = 6.58
   CHECK(r.back().validation_bits_per_char < r.front().validation_bits_per_char - 1.0);
@@ -164,7 +177,8 @@ TEST_CASE("sampling: deterministic for a seed, only vocabulary characters, the p
   c.checkpoint_path = checkpoint.string();
   train_language_model(c);
   TrainConfig s;
-  s.resume_path = checkpoint.string();  // the architecture comes from the checkpoint, not these defaults
+  s.resume_path =
+      checkpoint.string();  // the architecture comes from the checkpoint, not these defaults
   s.sample_chars = 200;
   s.temperature = 0.8;
   s.prime = "the c";
@@ -178,16 +192,19 @@ TEST_CASE("sampling: deterministic for a seed, only vocabulary characters, the p
   s.seed = 6;
   CHECK(sample_language_model(s) != a);
   s.resume_path.clear();
-  CHECK_THROWS_WITH_AS(sample_language_model(s), doctest::Contains("--sample needs --resume"), Error);
+  CHECK_THROWS_WITH_AS(sample_language_model(s), doctest::Contains("--sample needs --resume"),
+                       Error);
 }
 
 TEST_CASE("char-lstm settings are checked") {
   TrainConfig c = small_lm(small_text());
   c.bidirectional = true;
-  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("cannot be bidirectional"), Error);
+  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("cannot be bidirectional"),
+                       Error);
   c.bidirectional = false;
   c.cell = "gru";
-  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("unknown recurrent cell 'gru'"), Error);
+  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("unknown recurrent cell 'gru'"),
+                       Error);
   c.cell = "rnn";
   c.text_path = "/nonexistent/corpus.txt";
   CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("does not exist"), Error);
@@ -198,7 +215,8 @@ TEST_CASE("a tanh-RNN char model learns too") {
   c.cell = "rnn";
   c.epochs = 3;
   const std::vector<LmEpochResult> r = train_language_model(c);
-  MESSAGE("rnn validation bits per char: " << r.front().validation_bits_per_char << " -> " << r.back().validation_bits_per_char);
+  MESSAGE("rnn validation bits per char: " << r.front().validation_bits_per_char << " -> "
+                                           << r.back().validation_bits_per_char);
   CHECK(r.back().validation_bits_per_char < 3.0);
 }
 
@@ -215,8 +233,9 @@ TEST_CASE("row-lstm learns Fashion-MNIST: 200 Adam steps reach 75% test accuracy
   c.progress = false;
   const std::vector<EpochResult> r = train_classifier(c);
   REQUIRE(r.size() == 1);
-  MESSAGE("row-lstm after 200 steps: accuracy " << r[0].test_accuracy << ", loss " << r[0].train_loss << ", "
-                                                << r[0].images_per_second << " images/s");
+  MESSAGE("row-lstm after 200 steps: accuracy " << r[0].test_accuracy << ", loss "
+                                                << r[0].train_loss << ", " << r[0].images_per_second
+                                                << " images/s");
   CHECK(r[0].test_accuracy >= 0.75);
 }
 

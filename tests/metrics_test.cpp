@@ -36,13 +36,15 @@ std::set<std::string> keys(const nlohmann::json& line) {
 }
 
 struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("kiln-metrics-" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("kiln-metrics-" + std::to_string(::getpid()));
   TempDir() { std::filesystem::create_directories(path); }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
 // Synthetic data (4096 examples), `batch` per step, `steps` in all.
-TrainConfig metrics_run(const std::filesystem::path& metrics, std::int64_t batch, std::int64_t steps) {
+TrainConfig metrics_run(const std::filesystem::path& metrics, std::int64_t batch,
+                        std::int64_t steps) {
   TrainConfig c;
   c.synthetic = true;
   c.progress = false;
@@ -55,15 +57,26 @@ TrainConfig metrics_run(const std::filesystem::path& metrics, std::int64_t batch
 
 }  // namespace
 
-TEST_CASE("--metrics: a step line every 50 steps and after the last, an epoch line per epoch, all valid JSON") {
+TEST_CASE(
+    "--metrics: a step line every 50 steps and after the last, an epoch line per epoch, all valid "
+    "JSON") {
   TempDir dir;
-  const TrainConfig c = metrics_run(dir.path / "m.jsonl", 64, 70);  // 64 steps per epoch: 70 cross into epoch 2
+  const TrainConfig c =
+      metrics_run(dir.path / "m.jsonl", 64, 70);  // 64 steps per epoch: 70 cross into epoch 2
   const std::vector<EpochResult> results = train_classifier(c);
   REQUIRE(results.size() == 2);
   const std::vector<nlohmann::json> lines = read_lines(c.metrics_path);
-  const std::set<std::string> step_keys = {"kind", "step", "epoch", "loss", "lr", "images_per_second"};
-  const std::set<std::string> epoch_keys = {"kind", "epoch", "step", "train_loss", "test_accuracy", "test_loss", "seconds",
-                                            "images_per_second", "lr"};
+  const std::set<std::string> step_keys = {"kind", "step", "epoch",
+                                           "loss", "lr",   "images_per_second"};
+  const std::set<std::string> epoch_keys = {"kind",
+                                            "epoch",
+                                            "step",
+                                            "train_loss",
+                                            "test_accuracy",
+                                            "test_loss",
+                                            "seconds",
+                                            "images_per_second",
+                                            "lr"};
   std::vector<std::int64_t> steps, epochs;
   for (const nlohmann::json& line : lines) {
     CAPTURE(line.dump());
@@ -93,7 +106,8 @@ TEST_CASE("--metrics: a step line every 50 steps and after the last, an epoch li
   CHECK(lines[1]["kind"] == "epoch");
   CHECK(lines[2]["kind"] == "step");
 
-  // A second run appends (a resumed run continues the same log): a step line after its last step, an epoch line.
+  // A second run appends (a resumed run continues the same log): a step line after its last step,
+  // an epoch line.
   train_classifier(metrics_run(c.metrics_path, 8, 2));
   const std::vector<nlohmann::json> appended = read_lines(c.metrics_path);
   REQUIRE(appended.size() == 6);
@@ -101,7 +115,9 @@ TEST_CASE("--metrics: a step line every 50 steps and after the last, an epoch li
   CHECK(appended[5]["kind"] == "epoch");
 }
 
-TEST_CASE("the trainer applies the schedule: warm-up then step decay, in the metrics and in the optimizer's state") {
+TEST_CASE(
+    "the trainer applies the schedule: warm-up then step decay, in the metrics and in the "
+    "optimizer's state") {
   TempDir dir;
   TrainConfig c = metrics_run(dir.path / "lr.jsonl", 8, 60);
   c.lr = 0.01;
@@ -140,7 +156,8 @@ TEST_CASE("the trainer applies the schedule: warm-up then step decay, in the met
 
 TEST_CASE("--metrics into a directory that does not exist fails before training, naming the file") {
   TrainConfig c = metrics_run("/nonexistent/dir/m.jsonl", 8, 2);
-  CHECK_THROWS_WITH_AS(train_classifier(c), doctest::Contains("--metrics /nonexistent/dir/m.jsonl: cannot open"), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(c),
+                       doctest::Contains("--metrics /nonexistent/dir/m.jsonl: cannot open"), Error);
 }
 
 }  // namespace kiln

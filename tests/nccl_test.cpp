@@ -30,8 +30,10 @@ struct SmallStep {
   std::unique_ptr<Program> step;
   SmallStep(Device device, int group) {
     Graph g;
-    const Value loss = cross_entropy(net.fc2(relu(net.fc1(g.input("x", {24, 10})))), g.input("y", {24}, DType::i64));
-    step = compile_training(loss, net.parameters(), adam, {.device = device}, {.data_parallel_group = group, .bucket_bytes = 512});
+    const Value loss = cross_entropy(net.fc2(relu(net.fc1(g.input("x", {24, 10})))),
+                                     g.input("y", {24}, DType::i64));
+    step = compile_training(loss, net.parameters(), adam, {.device = device},
+                            {.data_parallel_group = group, .bucket_bytes = 512});
   }
 };
 

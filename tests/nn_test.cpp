@@ -91,7 +91,8 @@ TEST_CASE("assign_latest rejects a value of the wrong type") {
   Graph g;
   g.output("y", layer(g.input("x", {2})));
   const VariablePtr count = layer.buffers()[0];
-  CHECK_THROWS_WITH_AS(g.assign_latest(count, g.fill(0.0, {3})), doctest::Contains("update of 'count'"), Error);
+  CHECK_THROWS_WITH_AS(g.assign_latest(count, g.fill(0.0, {3})),
+                       doctest::Contains("update of 'count'"), Error);
 }
 
 namespace {
@@ -106,7 +107,8 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(const Tensor& 
       for (std::int64_t k = 0; k < hw; ++k) sum += x.at((i * c + ch) * hw + k);
     const double m = sum / static_cast<double>(b * hw);
     for (std::int64_t i = 0; i < b; ++i)
-      for (std::int64_t k = 0; k < hw; ++k) sq += (x.at((i * c + ch) * hw + k) - m) * (x.at((i * c + ch) * hw + k) - m);
+      for (std::int64_t k = 0; k < hw; ++k)
+        sq += (x.at((i * c + ch) * hw + k) - m) * (x.at((i * c + ch) * hw + k) - m);
     mean[static_cast<std::size_t>(ch)] = m;
     var[static_cast<std::size_t>(ch)] = sq / static_cast<double>(b * hw);
   }
@@ -115,7 +117,9 @@ std::pair<std::vector<double>, std::vector<double>> channel_stats(const Tensor& 
 
 }  // namespace
 
-TEST_CASE("BatchNorm2d training: normalised output, running stats blended with momentum 0.1 (unbiased variance)") {
+TEST_CASE(
+    "BatchNorm2d training: normalised output, running stats blended with momentum 0.1 (unbiased "
+    "variance)") {
   nn::BatchNorm2d bn(3);
   CHECK(bn.parameters().size() == 2);
   REQUIRE(bn.buffers().size() == 2);
@@ -132,9 +136,12 @@ TEST_CASE("BatchNorm2d training: normalised output, running stats blended with m
   const double n = 40, unbiased = n / (n - 1);
   for (std::size_t c = 0; c < 3; ++c) {
     CAPTURE(c);
-    const double mean_after_1 = 0.9 * 0.0 + 0.1 * m1[c], var_after_1 = 0.9 * 1.0 + 0.1 * v1[c] * unbiased;
-    CHECK(bn.running_mean()->value.at(static_cast<std::int64_t>(c)) == doctest::Approx(0.9 * mean_after_1 + 0.1 * m2[c]).epsilon(1e-5));
-    CHECK(bn.running_var()->value.at(static_cast<std::int64_t>(c)) == doctest::Approx(0.9 * var_after_1 + 0.1 * v2[c] * unbiased).epsilon(1e-5));
+    const double mean_after_1 = 0.9 * 0.0 + 0.1 * m1[c],
+                 var_after_1 = 0.9 * 1.0 + 0.1 * v1[c] * unbiased;
+    CHECK(bn.running_mean()->value.at(static_cast<std::int64_t>(c)) ==
+          doctest::Approx(0.9 * mean_after_1 + 0.1 * m2[c]).epsilon(1e-5));
+    CHECK(bn.running_var()->value.at(static_cast<std::int64_t>(c)) ==
+          doctest::Approx(0.9 * var_after_1 + 0.1 * v2[c] * unbiased).epsilon(1e-5));
   }
   const auto [ym, yv] = channel_stats(y);  // gamma 1, beta 0: zero mean, unit variance
   for (std::size_t c = 0; c < 3; ++c) {
@@ -158,7 +165,9 @@ TEST_CASE("BatchNorm eval mode uses the running statistics, not the batch's") {
   const double mean[] = {0.5, -1.0}, var[] = {4.0, 0.25}, gamma[] = {2.0, 1.0}, beta[] = {0.0, 3.0};
   for (std::int64_t i = 0; i < 12; ++i) {
     const std::size_t c = static_cast<std::size_t>(i / 6);
-    CHECK(y.at(i) == doctest::Approx((x.at(i) - mean[c]) / std::sqrt(var[c] + 1e-5) * gamma[c] + beta[c]).epsilon(1e-5));
+    CHECK(y.at(i) ==
+          doctest::Approx((x.at(i) - mean[c]) / std::sqrt(var[c] + 1e-5) * gamma[c] + beta[c])
+              .epsilon(1e-5));
   }
   CHECK(bn.running_mean()->value.at(0) == 0.5);  // untouched
 }
@@ -172,12 +181,17 @@ TEST_CASE("BatchNorm1d: [B, F] statistics over the batch; bad inputs are clear e
   test::run_once(g, {{"x", xv}});
   CHECK(bn.running_mean()->value.at(0) == doctest::Approx(0.25));  // 0.1 * 2.5
   CHECK(bn.running_mean()->value.at(1) == doctest::Approx(2.5));
-  CHECK(bn.running_var()->value.at(0) == doctest::Approx(0.9 + 0.1 * 5.0 / 3.0));  // unbiased variance of 1..4
+  CHECK(bn.running_var()->value.at(0) ==
+        doctest::Approx(0.9 + 0.1 * 5.0 / 3.0));  // unbiased variance of 1..4
   Graph bad;
-  CHECK_THROWS_WITH_AS(bn(bad.input("x", {4, 5})), doctest::Contains("BatchNorm1d(3): input is f32[4, 5] but [B, 3] was expected"), Error);
-  CHECK_THROWS_WITH_AS(bn(bad.input("one", {1, 3})), doctest::Contains("more than one value per channel"), Error);
+  CHECK_THROWS_WITH_AS(
+      bn(bad.input("x", {4, 5})),
+      doctest::Contains("BatchNorm1d(3): input is f32[4, 5] but [B, 3] was expected"), Error);
+  CHECK_THROWS_WITH_AS(bn(bad.input("one", {1, 3})),
+                       doctest::Contains("more than one value per channel"), Error);
   nn::BatchNorm2d bn2(3);
-  CHECK_THROWS_WITH_AS(bn2(bad.input("x2", {4, 3})), doctest::Contains("[B, 3, H, W] was expected"), Error);
+  CHECK_THROWS_WITH_AS(bn2(bad.input("x2", {4, 3})), doctest::Contains("[B, 3, H, W] was expected"),
+                       Error);
 }
 
 TEST_CASE("BatchNorm applied twice in one step chains the running statistics") {
@@ -186,13 +200,22 @@ TEST_CASE("BatchNorm applied twice in one step chains the running statistics") {
   const Value a = g.input("a", {2, 1}), b = g.input("b", {2, 1});
   g.output("ya", bn(a));
   g.output("yb", bn(b));
-  test::run_once(g, {{"a", Tensor::from_vector<float>({2, 1}, {1, 3})}, {"b", Tensor::from_vector<float>({2, 1}, {10, 10})}});
+  test::run_once(g, {{"a", Tensor::from_vector<float>({2, 1}, {1, 3})},
+                     {"b", Tensor::from_vector<float>({2, 1}, {10, 10})}});
   CHECK(bn.running_mean()->value.at(0) == doctest::Approx(0.9 * 0.2 + 0.1 * 10));
 }
 
-TEST_CASE("ConvTranspose2d: each input pixel scatters weight * value into a stride-spaced window (direct loop)") {
+TEST_CASE(
+    "ConvTranspose2d: each input pixel scatters weight * value into a stride-spaced window (direct "
+    "loop)") {
   Philox rng(7);
-  nn::ConvTranspose2d up({.in_channels = 3, .out_channels = 2, .kernel = 3, .stride = 2, .padding = 1, .output_padding = 1}, rng);
+  nn::ConvTranspose2d up({.in_channels = 3,
+                          .out_channels = 2,
+                          .kernel = 3,
+                          .stride = 2,
+                          .padding = 1,
+                          .output_padding = 1},
+                         rng);
   const auto params = up.parameters();
   REQUIRE(params.size() == 2);
   CHECK(params[0]->value.shape() == Shape{3, 2, 3, 3});  // [Cin, Cout, K, K] as PyTorch
@@ -206,7 +229,8 @@ TEST_CASE("ConvTranspose2d: each input pixel scatters weight * value into a stri
   std::vector<double> expected(2 * 2 * 8 * 10);
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t co = 0; co < 2; ++co)
-      for (std::int64_t k = 0; k < 80; ++k) expected[static_cast<std::size_t>((b * 2 + co) * 80 + k)] = params[1]->value.at(co);
+      for (std::int64_t k = 0; k < 80; ++k)
+        expected[static_cast<std::size_t>((b * 2 + co) * 80 + k)] = params[1]->value.at(co);
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t ci = 0; ci < 3; ++ci)
       for (std::int64_t ih = 0; ih < 4; ++ih)
@@ -217,16 +241,21 @@ TEST_CASE("ConvTranspose2d: each input pixel scatters weight * value into a stri
                 const std::int64_t oh = ih * 2 - 1 + kh, ow = iw * 2 - 1 + kw;
                 if (oh < 0 || oh >= 8 || ow < 0 || ow >= 10) continue;
                 expected[static_cast<std::size_t>(((b * 2 + co) * 8 + oh) * 10 + ow)] +=
-                    x.at(((b * 3 + ci) * 4 + ih) * 5 + iw) * params[0]->value.at(((ci * 2 + co) * 3 + kh) * 3 + kw);
+                    x.at(((b * 3 + ci) * 4 + ih) * 5 + iw) *
+                    params[0]->value.at(((ci * 2 + co) * 3 + kh) * 3 + kw);
               }
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     CAPTURE(i);
-    CHECK(out.at(i) == doctest::Approx(expected[static_cast<std::size_t>(i)]).epsilon(1e-5).scale(1));
+    CHECK(out.at(i) ==
+          doctest::Approx(expected[static_cast<std::size_t>(i)]).epsilon(1e-5).scale(1));
   }
   Graph bad;
-  CHECK_THROWS_WITH_AS(up(bad.input("x", {2, 4, 4, 4})), doctest::Contains("ConvTranspose2d(3 -> 2): input is f32[2, 4, 4, 4]"), Error);
-  CHECK_THROWS_WITH_AS(conv_transpose2d(bad.input("a", {1, 3, 2, 2}), bad.input("w", {3, 2, 3, 3}), 2, 1, 2),
-                       doctest::Contains("output_padding 2"), Error);
+  CHECK_THROWS_WITH_AS(up(bad.input("x", {2, 4, 4, 4})),
+                       doctest::Contains("ConvTranspose2d(3 -> 2): input is f32[2, 4, 4, 4]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(
+      conv_transpose2d(bad.input("a", {1, 3, 2, 2}), bad.input("w", {3, 2, 3, 3}), 2, 1, 2),
+      doctest::Contains("output_padding 2"), Error);
 }
 
 TEST_CASE("LeakyReLU, Sigmoid and Tanh layers") {
@@ -246,7 +275,8 @@ TEST_CASE("LeakyReLU, Sigmoid and Tanh layers") {
     CHECK(out.at("sigmoid").at(i) == doctest::Approx(1 / (1 + std::exp(-v))));
     CHECK(out.at("tanh").at(i) == doctest::Approx(std::tanh(v)));
   }
-  CHECK_THROWS_WITH_AS(nn::LeakyReLU(1.5), doctest::Contains("LeakyReLU: slope 1.5 must be in [0, 1]"), Error);
+  CHECK_THROWS_WITH_AS(nn::LeakyReLU(1.5),
+                       doctest::Contains("LeakyReLU: slope 1.5 must be in [0, 1]"), Error);
 }
 
 }  // namespace kiln

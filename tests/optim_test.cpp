@@ -47,7 +47,12 @@ TEST_CASE("adam and adamw follow the PyTorch rule, bias correction included") {
   for (bool decoupled : {false, true}) {
     CAPTURE(decoupled);
     Quadratic q;
-    Adam opt({.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .decoupled_weight_decay = decoupled});
+    Adam opt({.lr = 0.01,
+              .beta1 = 0.8,
+              .beta2 = 0.95,
+              .eps = 1e-8,
+              .weight_decay = 0.1,
+              .decoupled_weight_decay = decoupled});
     auto step = q.step(opt);
     std::vector<double> p = {1.0, -2.0, 0.5}, m = {0, 0, 0}, v = {0, 0, 0};
     for (int t = 1; t <= 3; ++t) {

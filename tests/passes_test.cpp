@@ -64,23 +64,30 @@ TEST_CASE("run names the input when a feed is missing, misshapen or unknown") {
   auto p = compile(g);
   CHECK_THROWS_WITH_AS(p->run({}), doctest::Contains("input 'x' (f32[64, 10]) was not fed"), Error);
   CHECK_THROWS_WITH_AS(p->run({{"x", Tensor::zeros({32, 10}, DType::f32)}}),
-                       doctest::Contains("input 'x' expects f32[64, 10] but was fed f32[32, 10]"), Error);
-  CHECK_THROWS_WITH_AS(p->run({{"w", Tensor::zeros({1}, DType::f32)}}), doctest::Contains("'w' is not an input"), Error);
+                       doctest::Contains("input 'x' expects f32[64, 10] but was fed f32[32, 10]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(p->run({{"w", Tensor::zeros({1}, DType::f32)}}),
+                       doctest::Contains("'w' is not an input"), Error);
 }
 
 TEST_CASE("ops reject wrong shapes with both shapes and the op in the message") {
   Graph g;
   const Value x = g.input("x", {8, 3, 28, 28});
   const Value w = g.input("w", {32, 1, 3, 3});
-  CHECK_THROWS_WITH_AS(conv2d(x, w), doctest::Contains("conv2d: input has 3 channels but weight [32, 1, 3, 3] expects 1"), Error);
-  CHECK_THROWS_WITH_AS(g.input("a", {3, 4}) + g.input("b", {5}), doctest::Contains("add: shapes [3, 4] and [5]"), Error);
+  CHECK_THROWS_WITH_AS(
+      conv2d(x, w),
+      doctest::Contains("conv2d: input has 3 channels but weight [32, 1, 3, 3] expects 1"), Error);
+  CHECK_THROWS_WITH_AS(g.input("a", {3, 4}) + g.input("b", {5}),
+                       doctest::Contains("add: shapes [3, 4] and [5]"), Error);
 }
 
 }  // namespace kiln
 
 namespace kiln {
 
-TEST_CASE("in_place_updates: an optimizer update writes into its variable; a value read elsewhere does not") {
+TEST_CASE(
+    "in_place_updates: an optimizer update writes into its variable; a value read elsewhere does "
+    "not") {
   VariablePtr p = make_variable("p", Tensor::zeros({4}, DType::f32));
   VariablePtr q = make_variable("q", Tensor::zeros({4}, DType::f32));
   Graph g;
@@ -88,11 +95,13 @@ TEST_CASE("in_place_updates: an optimizer update writes into its variable; a val
   const Value pv = g.variable(p), qv = g.variable(q);
   const Value loss = sum_all(tanh(pv * x) + qv);
   g.output("loss", loss);
-  g.assign(p, pv - grad(loss, {pv})[0] * 0.1);  // after every other reader of p: the gradient needs tanh(p x)
+  g.assign(p, pv - grad(loss, {pv})[0] *
+                       0.1);  // after every other reader of p: the gradient needs tanh(p x)
   const Value q_new = qv + 1.0;
   g.assign(q, q_new);
-  g.output("q_new", q_new);     // read outside the step: must stay a separate buffer
-  g.assign(make_variable("r", Tensor::zeros({4}, DType::f32)), x * 2.0);  // a variable nothing reads
+  g.output("q_new", q_new);  // read outside the step: must stay a separate buffer
+  g.assign(make_variable("r", Tensor::zeros({4}, DType::f32)),
+           x * 2.0);  // a variable nothing reads
   const Graph fused = fuse(eliminate_dead_code(g));
   const std::vector<InPlaceUpdate> in_place = in_place_updates(fused);
   REQUIRE(in_place.size() == 3);
@@ -102,26 +111,30 @@ TEST_CASE("in_place_updates: an optimizer update writes into its variable; a val
   CHECK(in_place[2].in_place);
 }
 
-TEST_CASE("in_place_updates: other readers of the old value run first, or the update is not in place") {
+TEST_CASE(
+    "in_place_updates: other readers of the old value run first, or the update is not in place") {
   auto build = [](bool read_after_update) {
     VariablePtr w = make_variable("w", test::random_tensor({3, 3}, DType::f32, 1));
     Graph g;
     const Value x = g.input("x", {2, 3});
     const Value wv = g.variable(w);
-    const Value other = matmul(g.input("z", {2, 3}), wv);  // reads w, and the update does not need it
+    const Value other =
+        matmul(g.input("z", {2, 3}), wv);  // reads w, and the update does not need it
     g.output("other", other);
     const Value loss = sum_all(matmul(x, wv));
     g.output("loss", loss);
     const Value w_new = wv - grad(loss, {wv})[0] * 0.1;
     g.assign(w, w_new);
-    if (read_after_update) g.output("late", matmul(reshape(w_new, {3, 3}) * 1.0, wv));  // needs old w after the update
+    if (read_after_update)
+      g.output("late", matmul(reshape(w_new, {3, 3}) * 1.0, wv));  // needs old w after the update
     return fuse(eliminate_dead_code(g));
   };
   const Graph early = build(false);
   const std::vector<InPlaceUpdate> u = in_place_updates(early);
   REQUIRE(u.size() == 1);
   CHECK(u[0].in_place);
-  REQUIRE(u[0].after.size() == 2);  // `other`, and the forward matmul (the gradient of a sum does not need it)
+  REQUIRE(u[0].after.size() ==
+          2);  // `other`, and the forward matmul (the gradient of a sum does not need it)
   for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->name == "matmul");
   CHECK(in_place_updates(build(true))[0].in_place == false);
 }
@@ -130,13 +143,15 @@ TEST_CASE("in_place_updates: other readers of the old value run first, or the up
 
 namespace kiln {
 
-TEST_CASE("fold_constants: small all-constant ops become fills or tensor constants; the results do not change") {
+TEST_CASE(
+    "fold_constants: small all-constant ops become fills or tensor constants; the results do not "
+    "change") {
   Graph g;
   const Value x = g.input("x", {4, 8});
-  const Value seed = -(g.fill(1.0, {}) / 64.0);                    // a mean loss's gradient seed: uniform
+  const Value seed = -(g.fill(1.0, {}) / 64.0);  // a mean loss's gradient seed: uniform
   const Value spread = broadcast_to(reshape(seed, {1, 1}), {4, 8});  // still uniform, 32 elements
   const Value ramp = exp(g.constant(test::random_tensor({8}, DType::f32, 3)));  // not uniform
-  const Value big = g.fill(2.0, {kMaxFoldedElements + 1}) * 3.0;  // too large to fold
+  const Value big = g.fill(2.0, {kMaxFoldedElements + 1}) * 3.0;                // too large to fold
   g.output("y", x * spread + ramp);
   g.output("big", big);
   const Graph folded = eliminate_dead_code(fold_constants(eliminate_dead_code(g)));
@@ -147,8 +162,8 @@ TEST_CASE("fold_constants: small all-constant ops become fills or tensor constan
     fills += n.op->name == "fill";
     constants += n.op->name == "tensor_constant";
   }
-  CHECK(ops == 3);  // x * spread, + ramp, and the big product
-  CHECK(fills == 3);  // spread (folded), and the big product's two operands
+  CHECK(ops == 3);        // x * spread, + ramp, and the big product
+  CHECK(fills == 3);      // spread (folded), and the big product's two operands
   CHECK(constants == 1);  // ramp, evaluated
   const Tensor xs = test::random_tensor({4, 8}, DType::f32, 4);
   const Outputs want = compile(g, {.fuse = false})->run({{"x", xs}});
@@ -156,11 +171,14 @@ TEST_CASE("fold_constants: small all-constant ops become fills or tensor constan
   for (const char* name : {"y", "big"}) {
     CAPTURE(name);
     REQUIRE(want.at(name).numel() == got.at(name).numel());
-    for (std::int64_t i = 0; i < want.at(name).numel(); ++i) CHECK(want.at(name).at(i) == got.at(name).at(i));  // bitwise
+    for (std::int64_t i = 0; i < want.at(name).numel(); ++i)
+      CHECK(want.at(name).at(i) == got.at(name).at(i));  // bitwise
   }
 }
 
-TEST_CASE("apply_masks_before_pool_grads: relu's mask and the bias sum move to the pooled gradient, values unchanged") {
+TEST_CASE(
+    "apply_masks_before_pool_grads: relu's mask and the bias sum move to the pooled gradient, "
+    "values unchanged") {
   struct Window {
     std::int64_t kernel, stride, padding;
   };
@@ -199,14 +217,17 @@ TEST_CASE("apply_masks_before_pool_grads: relu's mask and the bias sum move to t
     const Outputs got = compile(after, {.fuse = false})->run(feeds);
     for (const char* name : {"loss", "dx"}) {  // the same products, routed the same way: bitwise
       CAPTURE(name);
-      for (std::int64_t i = 0; i < want.at(name).numel(); ++i) CHECK(want.at(name).at(i) == got.at(name).at(i));
+      for (std::int64_t i = 0; i < want.at(name).numel(); ++i)
+        CHECK(want.at(name).at(i) == got.at(name).at(i));
     }
     for (std::int64_t i = 0; i < 3; ++i)  // the same terms summed in another order
       CHECK(got.at("db").at(i) == doctest::Approx(want.at("db").at(i)).epsilon(1e-5));
   }
 }
 
-TEST_CASE("apply_masks_before_pool_grads leaves a pool gradient that is read twice, and its values, alone") {
+TEST_CASE(
+    "apply_masks_before_pool_grads leaves a pool gradient that is read twice, and its values, "
+    "alone") {
   Graph g;
   const Value x = g.input("x", {1, 2, 4, 4});
   const Value y = relu(x);
@@ -218,7 +239,8 @@ TEST_CASE("apply_masks_before_pool_grads leaves a pool gradient that is read twi
   const Graph before = eliminate_dead_code(g);
   const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
   int muls = 0;
-  for (const Node& n : after.nodes()) muls += n.op->name == "mul" && n.outputs[0].shape == Shape{1, 2, 4, 4};
+  for (const Node& n : after.nodes())
+    muls += n.op->name == "mul" && n.outputs[0].shape == Shape{1, 2, 4, 4};
   CHECK(muls == 1);
 }
 

@@ -22,7 +22,8 @@ struct Decoded {
 Decoded decode(const std::vector<std::uint8_t>& png) {
   Decoded d;
   int channels = 0;
-  stbi_uc* data = stbi_load_from_memory(png.data(), static_cast<int>(png.size()), &d.width, &d.height, &channels, 1);
+  stbi_uc* data = stbi_load_from_memory(png.data(), static_cast<int>(png.size()), &d.width,
+                                        &d.height, &channels, 1);
   REQUIRE(data != nullptr);
   CHECK(channels == 1);
   d.pixels.assign(data, data + static_cast<std::ptrdiff_t>(d.width) * d.height);
@@ -44,8 +45,10 @@ int expected_pixel(const Tensor& images, std::int64_t columns, std::int64_t x, s
 
 }  // namespace
 
-TEST_CASE("a PNG grid decodes to the tiles of the images, padded, with values mapped from [-1, 1]") {
-  Tensor images = test::random_tensor({5, 1, 4, 6}, DType::f32, 3, -1.2, 1.2);  // values beyond [-1, 1] clamp
+TEST_CASE(
+    "a PNG grid decodes to the tiles of the images, padded, with values mapped from [-1, 1]") {
+  Tensor images =
+      test::random_tensor({5, 1, 4, 6}, DType::f32, 3, -1.2, 1.2);  // values beyond [-1, 1] clamp
   images.data<float>()[0] = -1.0f;
   images.data<float>()[1] = 1.0f;
   const Decoded d = decode(encode_png_grid(images, 2));
@@ -55,7 +58,9 @@ TEST_CASE("a PNG grid decodes to the tiles of the images, padded, with values ma
   CHECK(d.pixels[static_cast<std::size_t>(kGridPadding * d.width + kGridPadding + 1)] == 255);
   int mismatches = 0;
   for (int y = 0; y < d.height; ++y)
-    for (int x = 0; x < d.width; ++x) mismatches += d.pixels[static_cast<std::size_t>(y * d.width + x)] != expected_pixel(images, 2, x, y);
+    for (int x = 0; x < d.width; ++x)
+      mismatches +=
+          d.pixels[static_cast<std::size_t>(y * d.width + x)] != expected_pixel(images, 2, x, y);
   CHECK(mismatches == 0);
 }
 
@@ -66,19 +71,24 @@ TEST_CASE("write_png_grid writes the file atomically and it decodes to the same 
   const std::filesystem::path path = dir / "grid.png";
   write_png_grid(path, images, 8);
   std::ifstream in(path, std::ios::binary);
-  const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                        std::istreambuf_iterator<char>());
   CHECK(bytes == encode_png_grid(images, 8));
   const Decoded d = decode(bytes);
   CHECK(d.width == 8 * 30 + 2);
   CHECK(d.height == 8 * 30 + 2);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) CHECK(entry.path().filename() == "grid.png");  // no temp left
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    CHECK(entry.path().filename() == "grid.png");  // no temp left
 }
 
 TEST_CASE("PNG grids reject images that are not [N, 1, H, W] and unwritable paths, naming them") {
-  CHECK_THROWS_WITH_AS(encode_png_grid(Tensor::zeros({4, 3, 8, 8}, DType::f32), 2), doctest::Contains("[N, 1, H, W]"), Error);
-  CHECK_THROWS_WITH_AS(encode_png_grid(Tensor::zeros({4, 1, 8, 8}, DType::f32), 0), doctest::Contains("columns must be at least 1"), Error);
-  CHECK_THROWS_WITH_AS(write_png_grid("/nonexistent-dir/grid.png", Tensor::zeros({1, 1, 8, 8}, DType::f32), 1),
-                       doctest::Contains("/nonexistent-dir/grid.png"), Error);
+  CHECK_THROWS_WITH_AS(encode_png_grid(Tensor::zeros({4, 3, 8, 8}, DType::f32), 2),
+                       doctest::Contains("[N, 1, H, W]"), Error);
+  CHECK_THROWS_WITH_AS(encode_png_grid(Tensor::zeros({4, 1, 8, 8}, DType::f32), 0),
+                       doctest::Contains("columns must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS(
+      write_png_grid("/nonexistent-dir/grid.png", Tensor::zeros({1, 1, 8, 8}, DType::f32), 1),
+      doctest::Contains("/nonexistent-dir/grid.png"), Error);
 }
 
 }  // namespace kiln

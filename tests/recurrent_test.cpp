@@ -23,11 +23,13 @@ void to_f64(const std::vector<VariablePtr>& params) {
 std::vector<double> reference_outputs(const nn::Recurrent& rnn, const Tensor& x, bool reverse) {
   const auto params = rnn.parameters();
   const std::size_t base = reverse ? 3 : 0;
-  const Tensor &wi = params[base]->value, &wh = params[base + 1]->value, &b = params[base + 2]->value;
+  const Tensor &wi = params[base]->value, &wh = params[base + 1]->value,
+               &b = params[base + 2]->value;
   const std::int64_t steps = x.shape()[0], batch = x.shape()[1], f = x.shape()[2];
   const std::int64_t h = rnn.options().hidden_size, gh = rnn.gates() * h;
   const bool lstm = rnn.options().cell == nn::CellKind::lstm;
-  std::vector<double> hs(static_cast<std::size_t>(batch * h), 0.0), cs = hs, out(static_cast<std::size_t>(steps * batch * h));
+  std::vector<double> hs(static_cast<std::size_t>(batch * h), 0.0),
+      cs = hs, out(static_cast<std::size_t>(steps * batch * h));
   auto sigm = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::int64_t t = reverse ? steps - 1 - s : s;
@@ -36,8 +38,10 @@ std::vector<double> reference_outputs(const nn::Recurrent& rnn, const Tensor& x,
       std::vector<double> pre(static_cast<std::size_t>(gh));
       for (std::int64_t j = 0; j < gh; ++j) {
         double acc = b.at(j);
-        for (std::int64_t k = 0; k < f; ++k) acc += x.at((t * batch + n) * f + k) * wi.at(k * gh + j);
-        for (std::int64_t k = 0; k < h; ++k) acc += hs[static_cast<std::size_t>(n * h + k)] * wh.at(k * gh + j);
+        for (std::int64_t k = 0; k < f; ++k)
+          acc += x.at((t * batch + n) * f + k) * wi.at(k * gh + j);
+        for (std::int64_t k = 0; k < h; ++k)
+          acc += hs[static_cast<std::size_t>(n * h + k)] * wh.at(k * gh + j);
         pre[static_cast<std::size_t>(j)] = acc;
       }
       for (std::int64_t j = 0; j < h; ++j) {
@@ -46,8 +50,10 @@ std::vector<double> reference_outputs(const nn::Recurrent& rnn, const Tensor& x,
           next[at] = std::tanh(pre[static_cast<std::size_t>(j)]);
           continue;
         }
-        const double i = sigm(pre[static_cast<std::size_t>(j)]), fg = sigm(pre[static_cast<std::size_t>(h + j)]);
-        const double g = std::tanh(pre[static_cast<std::size_t>(2 * h + j)]), o = sigm(pre[static_cast<std::size_t>(3 * h + j)]);
+        const double i = sigm(pre[static_cast<std::size_t>(j)]),
+                     fg = sigm(pre[static_cast<std::size_t>(h + j)]);
+        const double g = std::tanh(pre[static_cast<std::size_t>(2 * h + j)]),
+                     o = sigm(pre[static_cast<std::size_t>(3 * h + j)]);
         cs[at] = fg * cs[at] + i * g;
         next[at] = o * std::tanh(cs[at]);
       }
@@ -77,11 +83,14 @@ void check_recurrent_gradients(const nn::RecurrentOptions& options, bool with_in
     for (const char* kind : {"h", "c"}) {
       if (options.cell == nn::CellKind::rnn && kind[0] == 'c') continue;
       const std::string name = fmt::format("{}{}", kind, k);
-      (kind[0] == 'h' ? initial.h : initial.c).push_back(g.input(name, {batch, options.hidden_size}, DType::f64));
-      feeds.emplace_back(name, test::random_tensor({batch, options.hidden_size}, DType::f64, 10 + static_cast<std::uint64_t>(k)));
+      (kind[0] == 'h' ? initial.h : initial.c)
+          .push_back(g.input(name, {batch, options.hidden_size}, DType::f64));
+      feeds.emplace_back(name, test::random_tensor({batch, options.hidden_size}, DType::f64,
+                                                   10 + static_cast<std::uint64_t>(k)));
     }
   const nn::RecurrentOutput out = rnn.forward(x, initial);
-  Value loss = sum_all(out.outputs * g.constant(test::random_tensor(out.outputs.shape(), DType::f64, 5)));
+  Value loss =
+      sum_all(out.outputs * g.constant(test::random_tensor(out.outputs.shape(), DType::f64, 5)));
   for (const Value& h : out.final_state.h) loss = loss + sum_all(h * h);
   for (const Value& c : out.final_state.c) loss = loss + sum_all(c) * 0.5;
   std::vector<Value> wrt = {x};
@@ -115,7 +124,8 @@ void check_recurrent_gradients(const nn::RecurrentOptions& options, bool with_in
 TEST_CASE("LSTM and RNN outputs follow the cell equations, both directions") {
   for (const nn::CellKind cell : {nn::CellKind::lstm, nn::CellKind::rnn}) {
     Philox rng(1);
-    nn::Recurrent rnn({.input_size = 3, .hidden_size = 4, .layers = 1, .bidirectional = true, .cell = cell}, rng);
+    nn::Recurrent rnn(
+        {.input_size = 3, .hidden_size = 4, .layers = 1, .bidirectional = true, .cell = cell}, rng);
     to_f64(rnn.parameters());
     for (const VariablePtr& p : rnn.parameters())
       if (p->name.ends_with("bias")) Philox(7).fill_uniform(p->value, -0.5, 0.5);
@@ -125,35 +135,49 @@ TEST_CASE("LSTM and RNN outputs follow the cell equations, both directions") {
     g.output("y", out.outputs);
     const Tensor y = test::run_once(g, {{"x", xv}}).at("y");
     REQUIRE(y.shape() == Shape{5, 2, 8});
-    const std::vector<double> fwd = reference_outputs(rnn, xv, false), bwd = reference_outputs(rnn, xv, true);
+    const std::vector<double> fwd = reference_outputs(rnn, xv, false),
+                              bwd = reference_outputs(rnn, xv, true);
     for (std::int64_t r = 0; r < 10; ++r)
       for (std::int64_t j = 0; j < 4; ++j) {
-        CHECK(y.at(r * 8 + j) == doctest::Approx(fwd[static_cast<std::size_t>(r * 4 + j)]).epsilon(1e-12));
-        CHECK(y.at(r * 8 + 4 + j) == doctest::Approx(bwd[static_cast<std::size_t>(r * 4 + j)]).epsilon(1e-12));
+        CHECK(y.at(r * 8 + j) ==
+              doctest::Approx(fwd[static_cast<std::size_t>(r * 4 + j)]).epsilon(1e-12));
+        CHECK(y.at(r * 8 + 4 + j) ==
+              doctest::Approx(bwd[static_cast<std::size_t>(r * 4 + j)]).epsilon(1e-12));
       }
   }
 }
 
 TEST_CASE("gradients of a tiny LSTM match finite differences (f64, T = 3)") {
   check_recurrent_gradients({.input_size = 3, .hidden_size = 2, .layers = 1}, false);
-  check_recurrent_gradients({.input_size = 2, .hidden_size = 2, .layers = 2, .bidirectional = true}, false);
+  check_recurrent_gradients({.input_size = 2, .hidden_size = 2, .layers = 2, .bidirectional = true},
+                            false);
   check_recurrent_gradients({.input_size = 2, .hidden_size = 3, .layers = 1}, true);
 }
 
 TEST_CASE("gradients of a tiny tanh RNN match finite differences (f64, T = 3)") {
-  check_recurrent_gradients({.input_size = 3, .hidden_size = 2, .layers = 2, .cell = nn::CellKind::rnn}, false);
-  check_recurrent_gradients({.input_size = 2, .hidden_size = 3, .layers = 1, .bidirectional = true, .cell = nn::CellKind::rnn}, true);
+  check_recurrent_gradients(
+      {.input_size = 3, .hidden_size = 2, .layers = 2, .cell = nn::CellKind::rnn}, false);
+  check_recurrent_gradients({.input_size = 2,
+                             .hidden_size = 3,
+                             .layers = 1,
+                             .bidirectional = true,
+                             .cell = nn::CellKind::rnn},
+                            true);
 }
 
-TEST_CASE("an LSTM direction is one lstm_sequence op, and its weight gradients are one GEMM each reading the same d_projected") {
+TEST_CASE(
+    "an LSTM direction is one lstm_sequence op, and its weight gradients are one GEMM each reading "
+    "the same d_projected") {
   Philox rng(4);
   nn::Recurrent lstm({.input_size = 3, .hidden_size = 4}, rng);
   Graph g;
   const nn::RecurrentOutput out = lstm.forward_time_major(g.input("x", {6, 2, 3}));
   const std::vector<VariablePtr> params = lstm.parameters();  // weight_ih, weight_hh, bias
-  const std::vector<Value> grads = grad(sum_all(out.outputs * out.outputs), {g.variable(params[0]), g.variable(params[1])});
+  const std::vector<Value> grads =
+      grad(sum_all(out.outputs * out.outputs), {g.variable(params[0]), g.variable(params[1])});
   auto count = [&](const std::string& op) {
-    return std::count_if(g.nodes().begin(), g.nodes().end(), [&](const Node& n) { return n.op->name == op; });
+    return std::count_if(g.nodes().begin(), g.nodes().end(),
+                         [&](const Node& n) { return n.op->name == op; });
   };
   CHECK(count("lstm_sequence") == 1);
   CHECK(count("lstm_sequence_grad") == 1);
@@ -177,27 +201,36 @@ TEST_CASE("Embedding rows are the weight's rows, and its gradient sums them per 
   const Value dw = grad(sum_all(y), {g.variable(embed.parameters()[0])})[0];
   g.output("y", y);
   g.output("dw", dw);
-  const Outputs out = test::run_once(g, {{"t", Tensor::from_vector<std::int64_t>({2, 2}, {4, 0, 4, 2})}});
+  const Outputs out =
+      test::run_once(g, {{"t", Tensor::from_vector<std::int64_t>({2, 2}, {4, 0, 4, 2})}});
   const Tensor& w = embed.parameters()[0]->value;
   const std::vector<std::int64_t> ids = {4, 0, 4, 2};
   for (std::size_t i = 0; i < 4; ++i)
-    for (std::int64_t j = 0; j < 3; ++j) CHECK(out.at("y").at(static_cast<std::int64_t>(i) * 3 + j) == w.at(ids[i] * 3 + j));
+    for (std::int64_t j = 0; j < 3; ++j)
+      CHECK(out.at("y").at(static_cast<std::int64_t>(i) * 3 + j) == w.at(ids[i] * 3 + j));
   const std::vector<double> counts = {1, 0, 1, 0, 2};
   for (std::int64_t r = 0; r < 5; ++r)
-    for (std::int64_t j = 0; j < 3; ++j) CHECK(out.at("dw").at(r * 3 + j) == counts[static_cast<std::size_t>(r)]);
+    for (std::int64_t j = 0; j < 3; ++j)
+      CHECK(out.at("dw").at(r * 3 + j) == counts[static_cast<std::size_t>(r)]);
 }
 
 TEST_CASE("recurrent layers name the mistake") {
   Philox rng(0);
   nn::Recurrent lstm({.input_size = 3, .hidden_size = 2}, rng);
   Graph g;
-  CHECK_THROWS_WITH_AS(lstm.forward(g.input("x", {2, 5, 4})), doctest::Contains("input is f32[5, 2, 4] but [T, B, 3] (time-major) was expected"), Error);
-  CHECK_THROWS_WITH_AS(lstm.forward(g.input("y", {2, 5})), doctest::Contains("[B, T, F] was expected"), Error);
-  CHECK_THROWS_WITH_AS(lstm.forward(g.input("z", {2, 5, 3}), {.h = {g.input("h", {2, 2})}}), doctest::Contains("initial cell states"), Error);
-  CHECK_THROWS_WITH_AS(nn::cell_kind_from_name("gru"), doctest::Contains("unknown recurrent cell 'gru' (lstm or rnn)"), Error);
+  CHECK_THROWS_WITH_AS(
+      lstm.forward(g.input("x", {2, 5, 4})),
+      doctest::Contains("input is f32[5, 2, 4] but [T, B, 3] (time-major) was expected"), Error);
+  CHECK_THROWS_WITH_AS(lstm.forward(g.input("y", {2, 5})),
+                       doctest::Contains("[B, T, F] was expected"), Error);
+  CHECK_THROWS_WITH_AS(lstm.forward(g.input("z", {2, 5, 3}), {.h = {g.input("h", {2, 2})}}),
+                       doctest::Contains("initial cell states"), Error);
+  CHECK_THROWS_WITH_AS(nn::cell_kind_from_name("gru"),
+                       doctest::Contains("unknown recurrent cell 'gru' (lstm or rnn)"), Error);
   CHECK_THROWS_WITH_AS(nn::Embedding(0, 4, rng), doctest::Contains("vocabulary 0"), Error);
   nn::Embedding embed(4, 2, rng);
-  CHECK_THROWS_WITH_AS(embed(g.input("f", {3})), doctest::Contains("tokens must be integers"), Error);
+  CHECK_THROWS_WITH_AS(embed(g.input("f", {3})), doctest::Contains("tokens must be integers"),
+                       Error);
 }
 
 }  // namespace kiln

@@ -24,7 +24,8 @@ inline bool have_gpu() {
 }
 
 // A host tensor with uniform values in [low, high), from `seed`.
-inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double low = -1.0, double high = 1.0) {
+inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double low = -1.0,
+                            double high = 1.0) {
   Tensor t = Tensor::empty(shape, dtype);
   Philox rng(seed);
   rng.fill_uniform(t, low, high);
@@ -32,7 +33,9 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed,
 }
 
 // Compiles `g` for the CPU and runs it once.
-inline Outputs run_once(const Graph& g, const std::vector<Feed>& feeds = {}) { return compile(g)->run(feeds); }
+inline Outputs run_once(const Graph& g, const std::vector<Feed>& feeds = {}) {
+  return compile(g)->run(feeds);
+}
 
 // Largest |a - b| / (atol + rtol * |b|) over two tensors of the same shape; <= 1 means close.
 inline double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
@@ -48,7 +51,8 @@ inline double closeness(const Tensor& a, const Tensor& b, double atol, double rt
 // Runs g on the CPU once and on the GPU three times with the same feeds (the first run, then
 // CUDA-graph replays, which must not depend on what an earlier run left behind); every
 // output must be close to the CPU's.
-inline void check_gpu_matches_cpu(const Graph& g, const std::vector<Feed>& feeds, double tolerance) {
+inline void check_gpu_matches_cpu(const Graph& g, const std::vector<Feed>& feeds,
+                                  double tolerance) {
   const Outputs cpu = compile(g)->run(feeds);
   auto gpu_program = compile(g, {.device = Device::cuda()});
   for (int run = 0; run < 3; ++run) {

@@ -44,7 +44,8 @@ TEST_CASE("LeNet learns Fashion-MNIST: 300 Adam steps reach 80% test accuracy") 
   config.progress = false;
   const std::vector<EpochResult> results = train_classifier(config);
   REQUIRE(results.size() == 1);
-  MESSAGE("accuracy after 300 steps: " << results[0].test_accuracy << ", loss " << results[0].train_loss);
+  MESSAGE("accuracy after 300 steps: " << results[0].test_accuracy << ", loss "
+                                       << results[0].train_loss);
   CHECK(results[0].steps == 300);
   CHECK(results[0].train_loss < 0.9);
   CHECK(results[0].test_accuracy >= 0.80);
@@ -69,13 +70,16 @@ TEST_CASE("the same seed gives the same run; another seed a different one") {
 TEST_CASE("bad training settings are rejected with the value in the message") {
   TrainConfig config = synthetic_run();
   config.model = "resnet9000";
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown model 'resnet9000'"), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown model 'resnet9000'"),
+                       Error);
   config.model = "lenet";
   config.optimizer = "rmsprop";
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown optimizer 'rmsprop'"), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown optimizer 'rmsprop'"),
+                       Error);
   config.optimizer = "sgd";
   config.batch_size = 100000;
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("batch size 100000 is larger"), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("batch size 100000 is larger"),
+                       Error);
 }
 
 TEST_CASE("a diverging run stops with the step where the loss became non-finite") {
@@ -83,7 +87,9 @@ TEST_CASE("a diverging run stops with the step where the loss became non-finite"
   CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("training diverged"), Error);
 }
 
-TEST_CASE("--check-numerics stops a diverging run at the op that overflowed, with the step and input ranges") {
+TEST_CASE(
+    "--check-numerics stops a diverging run at the op that overflowed, with the step and input "
+    "ranges") {
   TrainConfig config = diverging_run(1e12);
   config.check_numerics = true;
   try {
@@ -95,13 +101,12 @@ TEST_CASE("--check-numerics stops a diverging run at the op that overflowed, wit
     CHECK(message.find("epoch 1 step ") == 0);
     CHECK(message.find("check-numerics: run ") != std::string::npos);
     CHECK(message.find("produced ") != std::string::npos);
-    CHECK(message.find("range [") != std::string::npos);  // the inputs' ranges
+    CHECK(message.find("range [") != std::string::npos);    // the inputs' ranges
     CHECK(message.find("op 'fused") == std::string::npos);  // a single op is named, not a group
   }
 }
 
 }  // namespace kiln
-
 
 namespace kiln {
 
@@ -135,14 +140,16 @@ namespace kiln {
 
 TEST_CASE("save at step N, resume, train to 2N: the same bits as an uninterrupted run") {
   // One directory per process: the same test may run beside this one (another checkout's ctest).
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln-resume-test-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln-resume-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainConfig base;
   base.synthetic = true;
   base.progress = false;
   base.epochs = 2;
   base.optimizer = "adam";
-  base.lr_schedule = "constant";  // the first run stops early by max_steps, which sets a cosine's horizon
+  base.lr_schedule =
+      "constant";  // the first run stops early by max_steps, which sets a cosine's horizon
   auto final_params = [](const TrainConfig& c) {
     std::vector<Tensor> out;
     train_classifier(c, {}, [&](const std::vector<VariablePtr>& p) {
@@ -170,7 +177,8 @@ TEST_CASE("save at step N, resume, train to 2N: the same bits as an uninterrupte
 }
 
 TEST_CASE("resuming from a checkpoint of another model is a clear error and changes nothing") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln-resume-bad-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln-resume-bad-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainConfig c;
   c.synthetic = true;
@@ -183,7 +191,8 @@ TEST_CASE("resuming from a checkpoint of another model is a clear error and chan
   other.optimizer = "adam";  // Adam's state (m, v, step) is not in an SGD checkpoint
   other.checkpoint_path.clear();
   other.resume_path = c.checkpoint_path;
-  CHECK_THROWS_WITH_AS(train_classifier(other), doctest::Contains("has no tensor 'state/optimizer."), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(other),
+                       doctest::Contains("has no tensor 'state/optimizer."), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -15,7 +15,8 @@ namespace kiln {
 namespace {
 
 struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("kiln-train-ckpt-" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("kiln-train-ckpt-" + std::to_string(::getpid()));
   TempDir() { std::filesystem::create_directories(path); }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
@@ -34,7 +35,8 @@ TrainConfig short_run(const std::filesystem::path& checkpoint) {
 
 }  // namespace
 
-TEST_CASE("train_config_json writes every key, and parse_train_config reads the same settings back") {
+TEST_CASE(
+    "train_config_json writes every key, and parse_train_config reads the same settings back") {
   TrainConfig c;
   c.model = "lenet";
   c.epochs = 7;
@@ -70,13 +72,17 @@ TEST_CASE("train_config_json writes every key, and parse_train_config reads the 
   const nlohmann::json defaults = nlohmann::json::parse(train_config_json(TrainConfig{}));
   CHECK(defaults["max-steps"].is_null());
   CHECK(defaults["save-every"].is_null());
-  const TrainConfig off = parse_train_config(R"({"max-steps": null, "save-every": null})", "c.json", c);
+  const TrainConfig off =
+      parse_train_config(R"({"max-steps": null, "save-every": null})", "c.json", c);
   CHECK(off.max_steps == -1);
   CHECK(off.save_every == 0);
-  CHECK_THROWS_WITH_AS(parse_train_config(R"({"epochs": null})", "c.json", c), doctest::Contains("'epochs' must be an integer, not null"), Error);
+  CHECK_THROWS_WITH_AS(parse_train_config(R"({"epochs": null})", "c.json", c),
+                       doctest::Contains("'epochs' must be an integer, not null"), Error);
 }
 
-TEST_CASE("a checkpoint carries the full training config and the data seed, and load_classifier restores the trained model") {
+TEST_CASE(
+    "a checkpoint carries the full training config and the data seed, and load_classifier restores "
+    "the trained model") {
   TempDir dir;
   const TrainConfig c = short_run(dir.path / "c.safetensors");
   const std::vector<EpochResult> results = train_classifier(c);
@@ -92,14 +98,17 @@ TEST_CASE("a checkpoint carries the full training config and the data seed, and 
   CHECK(saved.step == 20);
   CHECK(train_config_json(saved.config) == train_config_json(c));
   const ModelInfo& info = model_info("lenet");
-  Evaluator evaluator(*saved.model, info.input_shape, 300, {});  // another batch size: a tail of 100
+  Evaluator evaluator(*saved.model, info.input_shape, 300,
+                      {});  // another batch size: a tail of 100
   const EvalResult r = evaluator.evaluate(classifier_data(saved.config, info, Split::test));
   CHECK(r.examples == 1000);
   CHECK(r.accuracy == results[0].test_accuracy);
   CHECK(r.loss == doctest::Approx(results[0].test_loss).epsilon(1e-5));
 }
 
-TEST_CASE("--resume with another batch size or seed is refused: the saved data position would mean other batches") {
+TEST_CASE(
+    "--resume with another batch size or seed is refused: the saved data position would mean other "
+    "batches") {
   TempDir dir;
   const TrainConfig c = short_run(dir.path / "c.safetensors");
   train_classifier(c);
@@ -111,10 +120,13 @@ TEST_CASE("--resume with another batch size or seed is refused: the saved data p
 
   TrainConfig other = resumed;
   other.batch_size = 64;
-  CHECK_THROWS_WITH_AS(train_classifier(other), doctest::Contains("written with batch size 32 but this run has 64"), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(other),
+                       doctest::Contains("written with batch size 32 but this run has 64"), Error);
   other = resumed;
   other.seed = 4;
-  CHECK_THROWS_WITH_AS(train_classifier(other), doctest::Contains("data order comes from seed 3 but this run has --seed 4"), Error);
+  CHECK_THROWS_WITH_AS(train_classifier(other),
+                       doctest::Contains("data order comes from seed 3 but this run has --seed 4"),
+                       Error);
 }
 
 TEST_CASE("load_classifier: clear errors for files that are not a classifier's checkpoint") {
@@ -122,11 +134,19 @@ TEST_CASE("load_classifier: clear errors for files that are not a classifier's c
   const std::filesystem::path path = dir.path / "x.safetensors";
   CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains(path.string().c_str()), Error);
   save_safetensors(path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}});
-  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("its metadata names no model"), Error);
-  save_safetensors(path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}, {"kiln.config", "{\"modle\": 1}"}});
-  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("metadata 'kiln.config': unknown key 'modle'"), Error);
-  save_safetensors(path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}, {"model", "lenet"}});
-  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("has no tensor 'param/conv1.weight'"), Error);
+  CHECK_THROWS_WITH_AS(load_classifier(path), doctest::Contains("its metadata names no model"),
+                       Error);
+  save_safetensors(path, {},
+                   {{"kiln.step", "1"},
+                    {"kiln.epoch", "1"},
+                    {"kiln.batch", "0"},
+                    {"kiln.config", "{\"modle\": 1}"}});
+  CHECK_THROWS_WITH_AS(load_classifier(path),
+                       doctest::Contains("metadata 'kiln.config': unknown key 'modle'"), Error);
+  save_safetensors(
+      path, {}, {{"kiln.step", "1"}, {"kiln.epoch", "1"}, {"kiln.batch", "0"}, {"model", "lenet"}});
+  CHECK_THROWS_WITH_AS(load_classifier(path),
+                       doctest::Contains("has no tensor 'param/conv1.weight'"), Error);
 }
 
 }  // namespace kiln

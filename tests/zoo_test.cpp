@@ -27,18 +27,23 @@ std::int64_t parameter_count(const nn::Module& model) {
 }
 
 // Parameters of a conv without bias followed by batch norm (gamma, beta).
-constexpr std::int64_t conv_bn(std::int64_t in, std::int64_t out, std::int64_t k) { return in * out * k * k + 2 * out; }
-constexpr std::int64_t conv(std::int64_t in, std::int64_t out, std::int64_t k) { return in * out * k * k + out; }
+constexpr std::int64_t conv_bn(std::int64_t in, std::int64_t out, std::int64_t k) {
+  return in * out * k * k + 2 * out;
+}
+constexpr std::int64_t conv(std::int64_t in, std::int64_t out, std::int64_t k) {
+  return in * out * k * k + out;
+}
 constexpr std::int64_t linear(std::int64_t in, std::int64_t out) { return in * out + out; }
 
 constexpr std::int64_t basic_block(std::int64_t in, std::int64_t out) {
   return conv_bn(in, out, 3) + conv_bn(out, out, 3) + (in == out ? 0 : conv_bn(in, out, 1));
 }
 
-constexpr std::int64_t inception_module(std::int64_t in, std::int64_t b1, std::int64_t r3, std::int64_t b3, std::int64_t r5,
-                                        std::int64_t b5, std::int64_t pool) {
-  return conv_bn(in, b1, 1) + conv_bn(in, r3, 1) + conv_bn(r3, b3, 3) + conv_bn(in, r5, 1) + conv_bn(r5, b5, 5) +
-         conv_bn(in, pool, 1);
+constexpr std::int64_t inception_module(std::int64_t in, std::int64_t b1, std::int64_t r3,
+                                        std::int64_t b3, std::int64_t r5, std::int64_t b5,
+                                        std::int64_t pool) {
+  return conv_bn(in, b1, 1) + conv_bn(in, r3, 1) + conv_bn(r3, b3, 3) + conv_bn(in, r5, 1) +
+         conv_bn(r5, b5, 5) + conv_bn(in, pool, 1);
 }
 
 struct ZooCase {
@@ -47,15 +52,16 @@ struct ZooCase {
 };
 
 const ZooCase kZoo[] = {
-    {"resnet", conv_bn(1, 16, 3) + 2 * basic_block(16, 16) + basic_block(16, 32) + basic_block(32, 32) +
-                   basic_block(32, 64) + basic_block(64, 64) + linear(64, 10)},
-    {"vgg", conv_bn(1, 16, 3) + conv_bn(16, 16, 3) + conv_bn(16, 32, 3) + conv_bn(32, 32, 3) + conv_bn(32, 64, 3) +
-                conv_bn(64, 64, 3) + linear(576, 256) + linear(256, 10)},
-    {"alexnet", conv(1, 32, 5) + conv(32, 48, 3) + conv(48, 96, 3) + conv(96, 96, 3) + conv(96, 64, 3) +
-                    linear(1024, 512) + linear(512, 512) + linear(512, 10)},
+    {"resnet", conv_bn(1, 16, 3) + 2 * basic_block(16, 16) + basic_block(16, 32) +
+                   basic_block(32, 32) + basic_block(32, 64) + basic_block(64, 64) +
+                   linear(64, 10)},
+    {"vgg", conv_bn(1, 16, 3) + conv_bn(16, 16, 3) + conv_bn(16, 32, 3) + conv_bn(32, 32, 3) +
+                conv_bn(32, 64, 3) + conv_bn(64, 64, 3) + linear(576, 256) + linear(256, 10)},
+    {"alexnet", conv(1, 32, 5) + conv(32, 48, 3) + conv(48, 96, 3) + conv(96, 96, 3) +
+                    conv(96, 64, 3) + linear(1024, 512) + linear(512, 512) + linear(512, 10)},
     {"inception", conv_bn(1, 32, 3) + inception_module(32, 16, 16, 32, 8, 16, 16) +
-                      inception_module(80, 32, 32, 48, 8, 24, 24) + inception_module(128, 48, 32, 64, 8, 24, 24) +
-                      linear(160, 10)},
+                      inception_module(80, 32, 32, 48, 8, 24, 24) +
+                      inception_module(128, 48, 32, 64, 8, 24, 24) + linear(160, 10)},
 };
 
 // One batch of `n` examples: the first n training images of Fashion-MNIST, or synthetic.
@@ -78,7 +84,8 @@ TEST_CASE("zoo: every model maps [B, 1, 28, 28] to [B, 10] and has its layers' p
     CHECK(info.input_shape == Shape{1, 28, 28});
     CHECK(info.classes == 10);
     ModelGraph m = build_model_graph(c.name, Stage::forward, 3, {});
-    const Outputs out = compile(*m.graph)->run({{"x", synthetic_images(3, {1, 28, 28}, 10, 1).images}});
+    const Outputs out =
+        compile(*m.graph)->run({{"x", synthetic_images(3, {1, 28, 28}, 10, 1).images}});
     CHECK(out.at("logits").shape() == Shape{3, 10});
     MESSAGE(std::string(c.name) << ": " << parameter_count(*m.model) << " parameters");
     CHECK(parameter_count(*m.model) == c.parameters);
@@ -99,11 +106,13 @@ TEST_CASE("zoo: in eval mode an example's logits do not depend on the rest of it
     Tensor last = Tensor::empty({1, 1, 28, 28}, DType::f32);
     std::copy_n(images.data<float>() + 3 * 28 * 28, 28 * 28, last.data<float>());
     const Tensor alone = compile(single)->run({{"x", last}}).at("logits");
-    for (std::int64_t k = 0; k < 10; ++k) CHECK(alone.at(k) == doctest::Approx(all.at(30 + k)).epsilon(1e-4));
+    for (std::int64_t k = 0; k < 10; ++k)
+      CHECK(alone.at(k) == doctest::Approx(all.at(30 + k)).epsilon(1e-4));
   }
 }
 
-TEST_CASE("zoo: 25 Adam steps on one batch of 16 cut every model's loss by half and far below chance") {
+TEST_CASE(
+    "zoo: 25 Adam steps on one batch of 16 cut every model's loss by half and far below chance") {
   const Dataset batch = first_batch(16);
   for (const ZooCase& c : kZoo) {
     CAPTURE(c.name);
@@ -126,7 +135,9 @@ TEST_CASE("zoo: 25 Adam steps on one batch of 16 cut every model's loss by half 
 
 namespace kiln {
 
-TEST_CASE("zoo: the stream schedule runs some of inception's independent forward branches beside the critical path") {
+TEST_CASE(
+    "zoo: the stream schedule runs some of inception's independent forward branches beside the "
+    "critical path") {
   ModelGraph m = build_model_graph("inception", Stage::forward, 8, {});
   const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(*m.graph)));
   const std::vector<int> stream = assign_streams(fused, 2);

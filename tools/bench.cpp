@@ -43,8 +43,12 @@ using kiln::tools::time_runs;
 kiln::CompileOptions g_options;  // the device and CUDA settings of this run
 
 nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t items) {
-  return {{"name", name},         {"device", g_options.device.str()},   {"threads", omp_get_max_threads()},
-          {"median_ms", t.median_ms}, {"p10_ms", t.p10_ms}, {"p90_ms", t.p90_ms},
+  return {{"name", name},
+          {"device", g_options.device.str()},
+          {"threads", omp_get_max_threads()},
+          {"median_ms", t.median_ms},
+          {"p10_ms", t.p10_ms},
+          {"p90_ms", t.p90_ms},
           {"items_per_second", static_cast<double>(items) * 1000.0 / t.median_ms},
           {"device_median_ms", t.device_median_ms}};
 }
@@ -63,17 +67,23 @@ BenchStep training_step(const std::string& model_name, std::int64_t batch) {
   if (info.task == kiln::ModelTask::language_model) {
     kiln::TrainConfig c;
     c.batch_size = batch;
-    return {kiln::char_lstm_graph(c, true), kiln::random_text_feeds(c, 1),
-            fmt::format("{} training step, batch {}, sequence {}, Adam", model_name, batch, c.seq_len), batch * c.seq_len};
+    return {
+        kiln::char_lstm_graph(c, true), kiln::random_text_feeds(c, 1),
+        fmt::format("{} training step, batch {}, sequence {}, Adam", model_name, batch, c.seq_len),
+        batch * c.seq_len};
   }
-  kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9});
+  kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch,
+                                               {.name = "sgd", .lr = 0.01, .momentum = 0.9});
   const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
-  return {std::move(m.graph), {{"x", data.images}, {"y", data.labels}},
-          fmt::format("{} training step, batch {}, SGD momentum", model_name, batch), batch};
+  return {std::move(m.graph),
+          {{"x", data.images}, {"y", data.labels}},
+          fmt::format("{} training step, batch {}, SGD momentum", model_name, batch),
+          batch};
 }
 
 // Times training steps of `model` at `batch` on random data.
-nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse, int warmup, int steps) {
+nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse,
+                                   int warmup, int steps) {
   BenchStep m = training_step(model_name, batch);
 #ifdef KILN_HAVE_CUDA
   if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
@@ -82,13 +92,17 @@ nlohmann::json bench_training_step(const std::string& model_name, std::int64_t b
   kiln::CompileOptions options = g_options;
   options.fuse = fuse;
   auto step = kiln::compile(*m.graph, options);
-  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
-  nlohmann::json r = result(m.label + (fuse ? "" : " (unfused)"), time_runs(*step, m.feeds, warmup, steps), m.items);
+  const double compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start)
+          .count();
+  nlohmann::json r = result(m.label + (fuse ? "" : " (unfused)"),
+                            time_runs(*step, m.feeds, warmup, steps), m.items);
   r["compile_ms"] = compile_ms;
   r["streams"] = g_options.device.is_cpu() ? 1 : g_options.cuda_streams;
   r["planned_bytes"] = step->planned_bytes();
 #ifdef KILN_HAVE_CUDA
-  if (!g_options.device.is_cpu()) r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
+  if (!g_options.device.is_cpu())
+    r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
 #endif
   return r;
 }
@@ -100,9 +114,11 @@ double process_cpu_ms() {
 }
 
 // A GAN's training step: one discriminator step and one generator step (Adam, beta1 0.5),
-// with the noise drawn on the host, one step ahead on a worker thread, as the training loop does. Also reports the process CPU
-// time per step (all threads), which a loaded machine inflates less than wall time.
-nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch, int warmup, int steps) {
+// with the noise drawn on the host, one step ahead on a worker thread, as the training loop does.
+// Also reports the process CPU time per step (all threads), which a loaded machine inflates less
+// than wall time.
+nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch, int warmup,
+                              int steps) {
 #ifdef KILN_HAVE_CUDA
   if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
 #endif
@@ -110,27 +126,35 @@ nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch,
   std::unique_ptr<kiln::Gan> gan = kiln::make_gan(model_name, rng);
   const auto compile_start = std::chrono::steady_clock::now();
   kiln::GanSteps gan_steps(*gan, batch, {.name = "adam", .lr = 2e-4, .beta1 = 0.5}, g_options);
-  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
+  const double compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start)
+          .count();
   kiln::Tensor real = kiln::Tensor::empty({batch, 1, 28, 28}, kiln::DType::f32);
   kiln::Philox(1).fill_uniform(real, -1, 1);
   std::vector<double> ms, device_ms;
   double cpu_ms = 0;
-  kiln::NoiseAhead noise(batch, 0, !g_options.device.is_cpu());  // as train_gan draws it: one step ahead, on a worker thread
+  kiln::NoiseAhead noise(
+      batch, 0,
+      !g_options.device.is_cpu());  // as train_gan draws it: one step ahead, on a worker thread
   for (int i = 0; i < warmup + steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_ms();
     gan_steps.run(real, noise.take(static_cast<std::uint64_t>(i)));
     if (i < warmup) continue;
     cpu_ms += process_cpu_ms() - cpu_start;
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-    const double d_ms = gan_steps.discriminator_step().last_step_device_ms(), g_ms = gan_steps.generator_step().last_step_device_ms();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+    const double d_ms = gan_steps.discriminator_step().last_step_device_ms(),
+                 g_ms = gan_steps.generator_step().last_step_device_ms();
     if (d_ms >= 0 && g_ms >= 0) device_ms.push_back(d_ms + g_ms);
   }
   StepTimes times{quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
   if (!device_ms.empty()) times.device_median_ms = quantile(device_ms, 0.5);
-  nlohmann::json r = result(fmt::format("{} D step + G step, batch {}, Adam", model_name, batch), times, batch);
+  nlohmann::json r =
+      result(fmt::format("{} D step + G step, batch {}, Adam", model_name, batch), times, batch);
 #ifdef KILN_HAVE_CUDA
-  if (!g_options.device.is_cpu()) r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
+  if (!g_options.device.is_cpu())
+    r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
 #endif
   r["compile_ms"] = compile_ms;
   r["cpu_ms_per_step"] = cpu_ms / steps;
@@ -146,12 +170,15 @@ nlohmann::json bench_chain(std::int64_t n, bool fuse, int warmup, int steps) {
   kiln::CompileOptions options = g_options;
   options.fuse = fuse;
   auto p = kiln::compile(g, options);
-  kiln::Tensor ta = kiln::Tensor::empty({n}, kiln::DType::f32), tb = kiln::Tensor::empty({n}, kiln::DType::f32);
+  kiln::Tensor ta = kiln::Tensor::empty({n}, kiln::DType::f32),
+               tb = kiln::Tensor::empty({n}, kiln::DType::f32);
   kiln::Philox(1).fill_uniform(ta, -1, 1);
   kiln::Philox(2).fill_uniform(tb, -1, 1);
-  nlohmann::json r = result(fmt::format("tanh(relu(a*b+1))*0.5, {} floats{}", n, fuse ? "" : " (unfused)"),
-                            time_runs(*p, {{"a", ta}, {"b", tb}}, warmup, steps), n);
-  r["gb_per_second"] = static_cast<double>(n) * 12.0 / (r["median_ms"].get<double>() * 1e6);  // 2 reads + 1 write
+  nlohmann::json r =
+      result(fmt::format("tanh(relu(a*b+1))*0.5, {} floats{}", n, fuse ? "" : " (unfused)"),
+             time_runs(*p, {{"a", ta}, {"b", tb}}, warmup, steps), n);
+  r["gb_per_second"] =
+      static_cast<double>(n) * 12.0 / (r["median_ms"].get<double>() * 1e6);  // 2 reads + 1 write
   return r;
 }
 
@@ -167,7 +194,8 @@ double ms_since_process_start() {
   std::istringstream fields(text.substr(close + 2));
   std::string field;
   for (int i = 3; i <= 22 && fields >> field; ++i)
-    if (i == 22) return (up - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK))) * 1000.0;
+    if (i == 22)
+      return (up - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK))) * 1000.0;
   return -1;
 }
 
@@ -177,13 +205,16 @@ double ms_since_process_start() {
 // cuBLAS start on a thread of their own first and the phases overlap them; without it the
 // context is made first on this thread (context_ms) and cuBLAS starts in the first step.
 nlohmann::json bench_startup(const std::string& model_name, std::int64_t batch, bool warm_up) {
-  nlohmann::json r = {{"name", fmt::format("{} start-up to the first step, batch {}", model_name, batch)},
-                      {"device", g_options.device.str()}, {"warm_up_thread", warm_up}};
+  nlohmann::json r = {
+      {"name", fmt::format("{} start-up to the first step, batch {}", model_name, batch)},
+      {"device", g_options.device.str()},
+      {"warm_up_thread", warm_up}};
   r["before_main_ms"] = ms_since_process_start();
   auto phase = [](auto&& work) {
     const auto start = std::chrono::steady_clock::now();
     work();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
   };
   std::optional<kiln::DeviceWarmUp> warming;
   if (warm_up) warming.emplace(g_options.device);
@@ -214,33 +245,49 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "model")->capture_default_str();
   app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--steps", steps, "timed steps")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)");
   app.add_option("--json", json_path, "write the results as JSON here");
   std::string device = "cpu";
   bool no_graphs = false;
-  app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--device", device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_flag("--no-cuda-graphs", no_graphs, "CUDA: no graph capture");
   app.add_flag("--tf32", g_options.tf32, "CUDA: TF32 GEMMs");
   bool compare_streams = false;
   bool numerics = false;
-  app.add_flag("--check-numerics", numerics, "also time each step with --check-numerics, side by side (its overhead)");
-  app.add_flag("--compare-streams", compare_streams, "CUDA: also time each step on a single stream, side by side");
+  app.add_flag("--check-numerics", numerics,
+               "also time each step with --check-numerics, side by side (its overhead)");
+  app.add_flag("--compare-streams", compare_streams,
+               "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
-  app.add_option("--chain", chain, "also time the fused elementwise chain over this many floats (e.g. 4194304)");
-  app.add_option("--conv-algo", conv_algo, "CUDA: auto, im2col (im2col + cuBLAS everywhere) or im2col-grad-weight")
-      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))->capture_default_str();
-  app.add_flag("--startup", startup, "only time the start-up: context, graph, compile (JIT or disk cache), first step");
+  app.add_option("--chain", chain,
+                 "also time the fused elementwise chain over this many floats (e.g. 4194304)");
+  app.add_option("--conv-algo", conv_algo,
+                 "CUDA: auto, im2col (im2col + cuBLAS everywhere) or im2col-grad-weight")
+      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))
+      ->capture_default_str();
+  app.add_flag("--startup", startup,
+               "only time the start-up: context, graph, compile (JIT or disk cache), first step");
   bool no_warm_up = false;
   app.add_flag("--no-warm-up", no_warm_up,
-               "--startup: the CUDA context and cuBLAS start on the main thread when first needed, not on a thread started first");
+               "--startup: the CUDA context and cuBLAS start on the main thread when first needed, "
+               "not on a thread started first");
   int gpus = 0, rank = 0, world_size = 1;
   std::int64_t bucket_kib = 4096;
   std::string init, rank_json;
-  app.add_option("--gpus", gpus, "also time the data-parallel step on N GPUs of this host (NCCL) and its scaling efficiency")
+  app.add_option("--gpus", gpus,
+                 "also time the data-parallel step on N GPUs of this host (NCCL) and its scaling "
+                 "efficiency")
       ->check(CLI::Range(2, 1024));
-  app.add_option("--ranks", gpus, "as --gpus, with N processes on --device (the CPU: TCP)")->check(CLI::Range(2, 1024));
-  app.add_option("--bucket-kib", bucket_kib, "--gpus: KiB of gradients per all-reduce")->check(CLI::Range(1, 1 << 22))->capture_default_str();
+  app.add_option("--ranks", gpus, "as --gpus, with N processes on --device (the CPU: TCP)")
+      ->check(CLI::Range(2, 1024));
+  app.add_option("--bucket-kib", bucket_kib, "--gpus: KiB of gradients per all-reduce")
+      ->check(CLI::Range(1, 1 << 22))
+      ->capture_default_str();
   app.add_option("--rank", rank, "(set by --gpus) this process's rank");
   app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job");
   app.add_option("--init", init, "(set by --gpus) rank 0's HOST:PORT");
@@ -251,9 +298,16 @@ int main(int argc, char** argv) {
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
     auto scaling = [&](std::int64_t batch) {
-      return kiln::tools::ScalingRun{.ranks = gpus, .model = model, .batch = batch, .bucket_kib = bucket_kib, .warmup = warmup, .steps = steps, .options = g_options};
+      return kiln::tools::ScalingRun{.ranks = gpus,
+                                     .model = model,
+                                     .batch = batch,
+                                     .bucket_kib = bucket_kib,
+                                     .warmup = warmup,
+                                     .steps = steps,
+                                     .options = g_options};
     };
-    if (world_size > 1) return kiln::tools::bench_rank(scaling(batches.front()), rank, world_size, init, rank_json);
+    if (world_size > 1)
+      return kiln::tools::bench_rank(scaling(batches.front()), rank, world_size, init, rank_json);
 #ifdef KILN_HAVE_CUDA
     if (!g_options.device.is_cpu()) kiln::tools::force_conv_algo(conv_algo);
 #endif
@@ -265,17 +319,24 @@ int main(int argc, char** argv) {
       if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
       return 0;
     }
-    fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}\n", "benchmark", "median ms", "p10 ms", "p90 ms", "items/s",
-               "device ms", "peak MiB");
+    fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}\n", "benchmark", "median ms",
+               "p10 ms", "p90 ms", "items/s", "device ms", "peak MiB");
     auto report = [&](const nlohmann::json& r) {
       const double device_ms = r.value("device_median_ms", -1.0);
-      fmt::print("{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f} {:>10} {:>9}{}\n", r["name"].get<std::string>(), r["median_ms"].get<double>(),
-                 r["p10_ms"].get<double>(), r["p90_ms"].get<double>(), r["items_per_second"].get<double>(),
-                 device_ms >= 0 ? fmt::format("{:.3f}", device_ms) : "-",
-                 r.contains("peak_device_mib") ? fmt::format("{:.1f}", r["peak_device_mib"].get<double>()) : "-",
-                 r.contains("scaling_efficiency") ? fmt::format("  scaling efficiency {:.3f}", r["scaling_efficiency"].get<double>())
-                 : r.contains("tb_per_second") ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>())
-                 : r.contains("cpu_ms_per_step") ? fmt::format("  {:.3f} CPU ms/step", r["cpu_ms_per_step"].get<double>()) : "");
+      fmt::print(
+          "{:<58} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f} {:>10} {:>9}{}\n",
+          r["name"].get<std::string>(), r["median_ms"].get<double>(), r["p10_ms"].get<double>(),
+          r["p90_ms"].get<double>(), r["items_per_second"].get<double>(),
+          device_ms >= 0 ? fmt::format("{:.3f}", device_ms) : "-",
+          r.contains("peak_device_mib") ? fmt::format("{:.1f}", r["peak_device_mib"].get<double>())
+                                        : "-",
+          r.contains("scaling_efficiency")
+              ? fmt::format("  scaling efficiency {:.3f}", r["scaling_efficiency"].get<double>())
+          : r.contains("tb_per_second")
+              ? fmt::format("  {:.2f} TB/s", r["tb_per_second"].get<double>())
+          : r.contains("cpu_ms_per_step")
+              ? fmt::format("  {:.3f} CPU ms/step", r["cpu_ms_per_step"].get<double>())
+              : "");
       results.push_back(r);
     };
     const bool gan = kiln::model_info(model).task == kiln::ModelTask::gan;
@@ -307,7 +368,8 @@ int main(int argc, char** argv) {
       report(bench_chain(chain, false, warmup, steps));
     }
 #ifdef KILN_HAVE_CUDA
-    if (chain > 0 && !g_options.device.is_cpu()) report(kiln::tools::bench_fused_chain_cuda(chain, warmup, steps));
+    if (chain > 0 && !g_options.device.is_cpu())
+      report(kiln::tools::bench_fused_chain_cuda(chain, warmup, steps));
 #endif
     if (!json_path.empty()) {
       std::ofstream out(json_path);

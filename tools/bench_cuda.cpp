@@ -30,7 +30,8 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
   KILN_CHECK(groups.size() == 1, "the chain fused into {} groups, not one", groups.size());
   const auto kernels = compile_fused_kernels(groups);
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-  auto da = cuda::device_allocator().allocate(bytes), db = cuda::device_allocator().allocate(bytes), dy = cuda::device_allocator().allocate(bytes);
+  auto da = cuda::device_allocator().allocate(bytes), db = cuda::device_allocator().allocate(bytes),
+       dy = cuda::device_allocator().allocate(bytes);
   Tensor host = Tensor::empty({n}, DType::f32);
   Philox(1).fill_uniform(host, -1, 1);  // random data, never zeros
   KILN_CUDA_CHECK(cudaMemcpy(da->data(), host.raw(), bytes, cudaMemcpyHostToDevice));
@@ -52,7 +53,9 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
-  auto at = [&](double q) { return ms[static_cast<std::size_t>(q * static_cast<double>(ms.size() - 1))]; };
+  auto at = [&](double q) {
+    return ms[static_cast<std::size_t>(q * static_cast<double>(ms.size() - 1))];
+  };
   const double median = at(0.5);
   const LaunchShape& shape = kernels[0]->launch_shape();
   return {{"name", fmt::format("tanh(relu(a*b+1))*0.5, {} floats, one fused kernel", n)},
@@ -69,16 +72,19 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
 
 void force_conv_algo(const std::string& name) {
   using cuda::detail::ConvAlgo;
-  const ConvAlgo algo = name == "auto" ? ConvAlgo::automatic : name == "im2col" ? ConvAlgo::im2col_gemm
-                        : name == "im2col-grad-weight"     ? ConvAlgo::im2col_grad_weight
-                                                           : throw Error(fmt::format("unknown convolution algorithm '{}'", name));
+  const ConvAlgo algo = name == "auto"     ? ConvAlgo::automatic
+                        : name == "im2col" ? ConvAlgo::im2col_gemm
+                        : name == "im2col-grad-weight"
+                            ? ConvAlgo::im2col_grad_weight
+                            : throw Error(fmt::format("unknown convolution algorithm '{}'", name));
   cuda::detail::set_conv_algo_for_testing(algo);
 }
 
 double cuda_context_ms() {
   const auto start = std::chrono::steady_clock::now();
   KILN_CUDA_CHECK(cudaFree(nullptr));
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 void reset_device_peak() { cuda::device_allocator().reset_peak(); }

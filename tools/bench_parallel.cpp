@@ -20,13 +20,20 @@
 namespace kiln::tools {
 
 nlohmann::json bench_scaling(const ScalingRun& run, const nlohmann::json& one_rank) {
-  const std::filesystem::path report = std::filesystem::temp_directory_path() / fmt::format("kiln-bench-{}-{}.json", getpid(), run.batch);
-  std::vector<std::string> args = {"--model", run.model, "--batch-size", std::to_string(run.batch), "--warmup", std::to_string(run.warmup),
-                                   "--steps", std::to_string(run.steps), "--device", run.options.device.is_cpu() ? "cpu" : "cuda",
-                                   "--rank-json", report.string(), "--bucket-kib", std::to_string(run.bucket_kib)};
+  const std::filesystem::path report = std::filesystem::temp_directory_path() /
+                                       fmt::format("kiln-bench-{}-{}.json", getpid(), run.batch);
+  std::vector<std::string> args = {"--model",      run.model,
+                                   "--batch-size", std::to_string(run.batch),
+                                   "--warmup",     std::to_string(run.warmup),
+                                   "--steps",      std::to_string(run.steps),
+                                   "--device",     run.options.device.is_cpu() ? "cpu" : "cuda",
+                                   "--rank-json",  report.string(),
+                                   "--bucket-kib", std::to_string(run.bucket_kib)};
   if (run.options.tf32) args.push_back("--tf32");
   if (!run.options.cuda_graphs) args.push_back("--no-cuda-graphs");
-  const int code = dist::launch_local(dist::self_executable(), args, {.world_size = run.ranks, .one_gpu_per_rank = !run.options.device.is_cpu()});
+  const int code = dist::launch_local(
+      dist::self_executable(), args,
+      {.world_size = run.ranks, .one_gpu_per_rank = !run.options.device.is_cpu()});
   KILN_CHECK(code == 0, "bench: the {}-rank run failed (exit code {})", run.ranks, code);
   std::ifstream in(report);
   KILN_CHECK(in, "bench: rank 0 wrote no result to {}", report.string());
@@ -34,29 +41,41 @@ nlohmann::json bench_scaling(const ScalingRun& run, const nlohmann::json& one_ra
   std::filesystem::remove(report);
   const double global_items = static_cast<double>(run.batch * run.ranks);
   r["items_per_second"] = global_items * 1000.0 / r["median_ms"].get<double>();
-  r["scaling_efficiency"] = r["items_per_second"].get<double>() / (run.ranks * one_rank["items_per_second"].get<double>());
+  r["scaling_efficiency"] = r["items_per_second"].get<double>() /
+                            (run.ranks * one_rank["items_per_second"].get<double>());
   return r;
 }
 
-int bench_rank(const ScalingRun& run, int rank, int world_size, const std::string& init, const std::string& json_path) {
-  dist::DataParallel parallel({.rank = rank, .world_size = world_size, .address = init}, run.options.device);
+int bench_rank(const ScalingRun& run, int rank, int world_size, const std::string& init,
+               const std::string& json_path) {
+  dist::DataParallel parallel({.rank = rank, .world_size = world_size, .address = init},
+                              run.options.device);
   const ModelInfo& info = model_info(run.model);
-  KILN_CHECK(info.task == ModelTask::image_classifier, "bench --gpus: '{}' is not an image classifier", run.model);
-  ModelGraph m = build_model_graph(run.model, Stage::train, run.batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}, 0,
-                                   {.data_parallel_group = parallel.collective_group(),
-                                    .bucket_bytes = static_cast<std::size_t>(run.bucket_kib) * 1024});
-  const Dataset data = synthetic_images(run.batch, info.input_shape, info.classes, 1 + static_cast<std::uint64_t>(rank));
+  KILN_CHECK(info.task == ModelTask::image_classifier,
+             "bench --gpus: '{}' is not an image classifier", run.model);
+  ModelGraph m = build_model_graph(
+      run.model, Stage::train, run.batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}, 0,
+      {.data_parallel_group = parallel.collective_group(),
+       .bucket_bytes = static_cast<std::size_t>(run.bucket_kib) * 1024});
+  const Dataset data = synthetic_images(run.batch, info.input_shape, info.classes,
+                                        1 + static_cast<std::uint64_t>(rank));
   auto step = compile(*m.graph, run.options);
-  const StepTimes t = time_runs(*step, {{"x", data.images}, {"y", data.labels}}, run.warmup, run.steps);
+  const StepTimes t =
+      time_runs(*step, {{"x", data.images}, {"y", data.labels}}, run.warmup, run.steps);
   parallel.finish();
   if (rank != 0) return 0;
   const std::string device = run.options.device.is_cpu() ? "CPU ranks (TCP)" : "GPUs (NCCL)";
   int buckets = 0;
   for (const Node& n : step->graph().nodes()) buckets += n.op->name == "all_reduce_mean";
-  const nlohmann::json r = {{"name", fmt::format("{} step, batch {} per rank x {} {}", run.model, run.batch, world_size, device)},
-                            {"device", run.options.device.str()}, {"ranks", world_size}, {"bucket_kib", run.bucket_kib},
+  const nlohmann::json r = {{"name", fmt::format("{} step, batch {} per rank x {} {}", run.model,
+                                                 run.batch, world_size, device)},
+                            {"device", run.options.device.str()},
+                            {"ranks", world_size},
+                            {"bucket_kib", run.bucket_kib},
                             {"all_reduce_ops", buckets},
-                            {"median_ms", t.median_ms}, {"p10_ms", t.p10_ms}, {"p90_ms", t.p90_ms},
+                            {"median_ms", t.median_ms},
+                            {"p10_ms", t.p10_ms},
+                            {"p90_ms", t.p90_ms},
                             {"device_median_ms", t.device_median_ms}};
   std::ofstream out(json_path);
   KILN_CHECK(out, "bench: cannot write {}", json_path);

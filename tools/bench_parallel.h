@@ -13,7 +13,7 @@ namespace kiln::tools {
 struct ScalingRun {
   int ranks = 2;
   std::string model;
-  std::int64_t batch = 64;  // per rank
+  std::int64_t batch = 64;         // per rank
   std::int64_t bucket_kib = 4096;  // gradients per all-reduce
   int warmup = 5, steps = 50;
   CompileOptions options;
@@ -26,6 +26,7 @@ nlohmann::json bench_scaling(const ScalingRun& run, const nlohmann::json& one_ra
 
 // One rank of a scaling run (what bench_scaling starts): joins the job, times the
 // data-parallel step; rank 0 writes its figures as JSON to `json_path`. Returns the exit code.
-int bench_rank(const ScalingRun& run, int rank, int world_size, const std::string& init, const std::string& json_path);
+int bench_rank(const ScalingRun& run, int rank, int world_size, const std::string& init,
+               const std::string& json_path);
 
 }  // namespace kiln::tools

@@ -23,7 +23,8 @@ inline double quantile(std::vector<double> ms, double q) {
 inline double run_ms(Program& p, const std::vector<Feed>& feeds) {
   const auto start = std::chrono::steady_clock::now();
   p.run(feeds);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 inline StepTimes time_runs(Program& p, const std::vector<Feed>& feeds, int warmup, int steps) {

@@ -55,16 +55,19 @@ bool compares_values(const kiln::Graph& g) {
 }
 
 // Builds graph number `seed`, runs it every way, returns the first disagreement if any.
-std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, std::string& text, std::int64_t& gpu_checked) {
+std::optional<Mismatch> check_graph(std::uint64_t seed, int max_ops, bool gpu, std::string& text,
+                                    std::int64_t& gpu_checked) {
   kiln::Graph g;
-  kiln::testing::build_with_gradients(g, seed, 3 + static_cast<int>(seed % static_cast<std::uint64_t>(max_ops)));
+  kiln::testing::build_with_gradients(
+      g, seed, 3 + static_cast<int>(seed % static_cast<std::uint64_t>(max_ops)));
   text = g.str();
   const std::vector<kiln::Feed> feeds = random_feeds(g, seed * 7 + 1);
   const kiln::Outputs reference = kiln::compile(g, {.fuse = false})->run(feeds);
   // The fused CPU evaluation runs the same per-element math as the unfused one (only sums
   // are regrouped); the GPU's expf/tanhf/logf differ from the CPU's by an ulp or two, which
   // long gradient chains amplify, hence its looser tolerance.
-  std::vector<std::pair<kiln::Outputs, double>> candidates = {{kiln::compile(g, {.fuse = true})->run(feeds), 2e-5}};
+  std::vector<std::pair<kiln::Outputs, double>> candidates = {
+      {kiln::compile(g, {.fuse = true})->run(feeds), 2e-5}};
   if (gpu && !compares_values(g)) {
     candidates.emplace_back(kiln::compile(g, {.device = kiln::Device::cuda()})->run(feeds), 2e-4);
     ++gpu_checked;
@@ -85,10 +88,17 @@ int main(int argc, char** argv) {
   int max_ops = 24;
   std::string device = "cpu";
   CLI::App app{"kiln fuzz_compiler: random graphs compiled with and without fusion must agree"};
-  app.add_option("--graphs", graphs, "how many graphs")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
-  app.add_option("--seed", seed, "the first graph's seed (graph i uses seed + i)")->capture_default_str();
-  app.add_option("--max-ops", max_ops, "ops per graph at most")->check(CLI::Range(1, 1000))->capture_default_str();
-  app.add_option("--device", device, "cpu, or cuda to also run every graph fused on the GPU")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--graphs", graphs, "how many graphs")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--seed", seed, "the first graph's seed (graph i uses seed + i)")
+      ->capture_default_str();
+  app.add_option("--max-ops", max_ops, "ops per graph at most")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--device", device, "cpu, or cuda to also run every graph fused on the GPU")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   const auto start = std::chrono::steady_clock::now();
   std::int64_t gpu_checked = 0;
@@ -97,7 +107,8 @@ int main(int argc, char** argv) {
     std::string text;
     try {
       if (auto m = check_graph(s, max_ops, device == "cuda", text, gpu_checked)) {
-        fmt::print(stderr, "fuzz_compiler: graph seed {} disagrees on '{}' (distance {:.3g}):\n{}", s, m->output, m->worst, text);
+        fmt::print(stderr, "fuzz_compiler: graph seed {} disagrees on '{}' (distance {:.3g}):\n{}",
+                   s, m->output, m->worst, text);
         return 1;
       }
     } catch (const std::exception& e) {
@@ -106,9 +117,14 @@ int main(int argc, char** argv) {
     }
     if ((i + 1) % 1000 == 0) fmt::print("{} graphs agree\n", i + 1);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("fuzz_compiler: {} random graphs (seeds {}..{}), fused and unfused agree on values and gradients{}, {:.1f} s\n", graphs, seed,
-             seed + static_cast<std::uint64_t>(graphs) - 1,
-             device == "cuda" ? fmt::format("; the GPU agrees on the {} without comparisons", gpu_checked) : "", seconds);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(
+      "fuzz_compiler: {} random graphs (seeds {}..{}), fused and unfused agree on values and "
+      "gradients{}, {:.1f} s\n",
+      graphs, seed, seed + static_cast<std::uint64_t>(graphs) - 1,
+      device == "cuda" ? fmt::format("; the GPU agrees on the {} without comparisons", gpu_checked)
+                       : "",
+      seconds);
   return 0;
 }

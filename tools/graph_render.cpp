@@ -29,13 +29,19 @@ const FusedGroup& group_of(const Graph& g, const FusionReport::Group& entry) {
   return dynamic_cast<const FusedGroup&>(*g.node(entry.fused_node).body);
 }
 
-std::string ref_name(ValueRef r) { return r.index ? fmt::format("%{}.{}", r.node, r.index) : fmt::format("%{}", r.node); }
+std::string ref_name(ValueRef r) {
+  return r.index ? fmt::format("%{}.{}", r.node, r.index) : fmt::format("%{}", r.node);
+}
 
 nlohmann::json node_json(std::int32_t id, const Node& n) {
   nlohmann::json inputs = nlohmann::json::array(), outputs = nlohmann::json::array();
   for (const ValueRef& r : n.inputs) inputs.push_back(ref_name(r));
   for (const TensorType& t : n.outputs) outputs.push_back(t.str());
-  nlohmann::json j = {{"id", id}, {"op", n.op->name}, {"kind", op_kind_name(n.op->kind)}, {"inputs", inputs}, {"outputs", outputs}};
+  nlohmann::json j = {{"id", id},
+                      {"op", n.op->name},
+                      {"kind", op_kind_name(n.op->kind)},
+                      {"inputs", inputs},
+                      {"outputs", outputs}};
   if (!n.name.empty()) j["name"] = n.name;
   if (!n.attrs.items().empty()) j["attrs"] = n.attrs.str();
   if (n.body) j["body"] = n.body->summary();
@@ -50,7 +56,8 @@ FusionView fuse_for_view(const Graph& recorded) {
   v.before = simplify_for_fusion(eliminate_dead_code(recorded));  // as compile() does
   v.after = fuse(v.before, &v.report);
   verify(v.after);
-  for (const FusionReport::Group& entry : v.report.groups) v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
+  for (const FusionReport::Group& entry : v.report.groups)
+    v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
   v.streams = assign_streams(v.after, 2);
   return v;
 }
@@ -59,11 +66,13 @@ void add_occupancy(FusionView& v) {
 #ifdef KILN_HAVE_CUDA
   KILN_CHECK(jit::cuda_device_count() > 0, "--device cuda: {}", jit::cuda_unavailable_reason());
   std::vector<const FusedGroup*> groups;
-  for (const FusionReport::Group& entry : v.report.groups) groups.push_back(&group_of(v.after, entry));
+  for (const FusionReport::Group& entry : v.report.groups)
+    groups.push_back(&group_of(v.after, entry));
   for (const auto& kernel : compile_fused_kernels(groups)) {
     const jit::KernelAttributes a = kernel->attributes();
     v.occupancy.push_back({a.registers_per_thread, a.static_shared_bytes, a.local_bytes_per_thread,
-                           static_cast<int>(kernel->launch_shape().block.x), kernel->launch_shape().occupancy});
+                           static_cast<int>(kernel->launch_shape().block.x),
+                           kernel->launch_shape().occupancy});
   }
 #else
   (void)v;
@@ -72,7 +81,8 @@ void add_occupancy(FusionView& v) {
 }
 
 FusionSummary summarise(const FusionView& v) {
-  FusionSummary s{count_kernels(v.before), count_kernels(v.after), static_cast<int>(v.report.groups.size()), 0};
+  FusionSummary s{count_kernels(v.before), count_kernels(v.after),
+                  static_cast<int>(v.report.groups.size()), 0};
   for (const FusionReport::Group& entry : v.report.groups) {
     const FusedGroup& g = group_of(v.after, entry);
     s.bytes_saved += g.unfused_bytes() - g.bytes_read() - g.bytes_written();
@@ -82,46 +92,64 @@ FusionSummary summarise(const FusionView& v) {
 
 std::string render_text(const FusionView& v, const std::string& title, bool with_source) {
   const FusionSummary s = summarise(v);
-  std::string out = fmt::format("== {}: before fusion ({} ops) ==\n{}", title, s.ops_before, v.before.str());
-  out += fmt::format("\n== after fusion ({} kernels, {} of them fused) ==\n{}", s.kernels_after, s.fused_kernels, v.after.str());
+  std::string out =
+      fmt::format("== {}: before fusion ({} ops) ==\n{}", title, s.ops_before, v.before.str());
+  out += fmt::format("\n== after fusion ({} kernels, {} of them fused) ==\n{}", s.kernels_after,
+                     s.fused_kernels, v.after.str());
   out += "\n== fused kernels ==\n";
   for (std::size_t k = 0; k < v.report.groups.size(); ++k) {
     const FusionReport::Group& entry = v.report.groups[k];
     const FusedGroup& g = group_of(v.after, entry);
     std::string members;
-    for (std::int32_t m : entry.members) members += fmt::format("{}%{} {}", members.empty() ? "" : ", ", m, v.before.node(m).op->name);
-    out += fmt::format("{} (%{}): {}\n  members: {}\n  reads {} B, writes {} B, saves {} B against unfused\n", v.kernels[k].name,
-                       entry.fused_node, g.summary(), members, g.bytes_read(), g.bytes_written(),
-                       g.unfused_bytes() - g.bytes_read() - g.bytes_written());
+    for (std::int32_t m : entry.members)
+      members += fmt::format("{}%{} {}", members.empty() ? "" : ", ", m, v.before.node(m).op->name);
+    out += fmt::format(
+        "{} (%{}): {}\n  members: {}\n  reads {} B, writes {} B, saves {} B against unfused\n",
+        v.kernels[k].name, entry.fused_node, g.summary(), members, g.bytes_read(),
+        g.bytes_written(), g.unfused_bytes() - g.bytes_read() - g.bytes_written());
     if (k < v.occupancy.size()) {
       const KernelOccupancy& o = v.occupancy[k];
-      out += fmt::format("  cuda: {} registers/thread, {} B shared, {} B spilled/thread, block {}, occupancy {:.0f}%\n", o.registers,
-                         o.shared_bytes, o.spill_bytes, o.block, 100 * o.occupancy);
+      out += fmt::format(
+          "  cuda: {} registers/thread, {} B shared, {} B spilled/thread, block {}, occupancy "
+          "{:.0f}%\n",
+          o.registers, o.shared_bytes, o.spill_bytes, o.block, 100 * o.occupancy);
     }
     if (with_source) out += v.kernels[k].source + "\n";
   }
   out += "\n== stream schedule (critical path on stream 0, the rest on stream 1) ==\n";
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id) {
     const Node& n = v.after.node(id);
-    if (is_kernel(n)) out += fmt::format("%{} {} -> stream {}\n", id, n.body ? "fused" : n.op->name, v.streams[static_cast<std::size_t>(id)]);
+    if (is_kernel(n))
+      out += fmt::format("%{} {} -> stream {}\n", id, n.body ? "fused" : n.op->name,
+                         v.streams[static_cast<std::size_t>(id)]);
   }
-  out += fmt::format("\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n", s.ops_before, s.kernels_after, s.bytes_saved);
+  out +=
+      fmt::format("\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n",
+                  s.ops_before, s.kernels_after, s.bytes_saved);
   return out;
 }
 
 std::string render_dot(const FusionView& v, const std::string& title) {
-  std::string out = fmt::format("digraph kiln {{\n  label=\"{}\";\n  labelloc=t;\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n", title);
+  std::string out = fmt::format(
+      "digraph kiln {{\n  label=\"{}\";\n  labelloc=t;\n  rankdir=TB;\n  node [shape=box, "
+      "fontname=\"monospace\", fontsize=10];\n",
+      title);
   std::vector<int> cluster(v.before.nodes().size(), -1);
   for (std::size_t k = 0; k < v.report.groups.size(); ++k)
-    for (std::int32_t m : v.report.groups[k].members) cluster[static_cast<std::size_t>(m)] = static_cast<int>(k);
+    for (std::int32_t m : v.report.groups[k].members)
+      cluster[static_cast<std::size_t>(m)] = static_cast<int>(k);
   auto node_line = [&](std::int32_t id) {
     const Node& n = v.before.node(id);
     const std::string shape = n.op->kind == OpKind::source ? ", shape=ellipse" : "";
-    const std::string label = n.name.empty() ? n.op->name : fmt::format("{} \\\"{}\\\"", n.op->name, n.name);
-    return fmt::format("    n{} [label=\"%{} {}\\n{}\"{}];\n", id, id, label, n.outputs[0].str(), shape);
+    const std::string label =
+        n.name.empty() ? n.op->name : fmt::format("{} \\\"{}\\\"", n.op->name, n.name);
+    return fmt::format("    n{} [label=\"%{} {}\\n{}\"{}];\n", id, id, label, n.outputs[0].str(),
+                       shape);
   };
   for (std::size_t k = 0; k < v.report.groups.size(); ++k) {
-    out += fmt::format("  subgraph cluster_{} {{\n    label=\"{}\";\n    style=filled;\n    color=lightblue;\n", k, v.kernels[k].name);
+    out += fmt::format(
+        "  subgraph cluster_{} {{\n    label=\"{}\";\n    style=filled;\n    color=lightblue;\n", k,
+        v.kernels[k].name);
     for (std::int32_t m : v.report.groups[k].members) out += node_line(m);
     out += "  }\n";
   }
@@ -130,36 +158,54 @@ std::string render_dot(const FusionView& v, const std::string& title) {
     if (n.op->name == "fill") continue;  // folded into kernels as literals
     if (cluster[static_cast<std::size_t>(id)] < 0) out += node_line(id);
     for (const ValueRef& in : n.inputs)
-      if (v.before.node(in.node).op->name != "fill") out += fmt::format("  n{} -> n{};\n", in.node, id);
+      if (v.before.node(in.node).op->name != "fill")
+        out += fmt::format("  n{} -> n{};\n", in.node, id);
   }
   return out + "}\n";
 }
 
 nlohmann::json render_json(const FusionView& v, bool with_source) {
   const FusionSummary s = summarise(v);
-  nlohmann::json before = nlohmann::json::array(), after = nlohmann::json::array(), kernels = nlohmann::json::array();
-  for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.before.nodes().size()); ++id) before.push_back(node_json(id, v.before.node(id)));
-  for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id) after.push_back(node_json(id, v.after.node(id)));
+  nlohmann::json before = nlohmann::json::array(), after = nlohmann::json::array(),
+                 kernels = nlohmann::json::array();
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.before.nodes().size()); ++id)
+    before.push_back(node_json(id, v.before.node(id)));
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id)
+    after.push_back(node_json(id, v.after.node(id)));
   for (std::size_t k = 0; k < v.report.groups.size(); ++k) {
     const FusedGroup& g = group_of(v.after, v.report.groups[k]);
-    nlohmann::json kernel = {{"name", v.kernels[k].name}, {"node", v.report.groups[k].fused_node}, {"members", v.report.groups[k].members},
-                             {"summary", g.summary()}, {"bytes_read", g.bytes_read()}, {"bytes_written", g.bytes_written()},
-                             {"bytes_saved", g.unfused_bytes() - g.bytes_read() - g.bytes_written()}};
+    nlohmann::json kernel = {
+        {"name", v.kernels[k].name},
+        {"node", v.report.groups[k].fused_node},
+        {"members", v.report.groups[k].members},
+        {"summary", g.summary()},
+        {"bytes_read", g.bytes_read()},
+        {"bytes_written", g.bytes_written()},
+        {"bytes_saved", g.unfused_bytes() - g.bytes_read() - g.bytes_written()}};
     if (with_source) kernel["source"] = v.kernels[k].source;
     if (k < v.occupancy.size()) {
       const KernelOccupancy& o = v.occupancy[k];
-      kernel["cuda"] = {{"registers", o.registers}, {"shared_bytes", o.shared_bytes}, {"spill_bytes", o.spill_bytes}, {"block", o.block}, {"occupancy", o.occupancy}};
+      kernel["cuda"] = {{"registers", o.registers},
+                        {"shared_bytes", o.shared_bytes},
+                        {"spill_bytes", o.spill_bytes},
+                        {"block", o.block},
+                        {"occupancy", o.occupancy}};
     }
     kernels.push_back(kernel);
   }
   nlohmann::json schedule = nlohmann::json::array();
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id)
-    if (is_kernel(v.after.node(id))) schedule.push_back({{"node", id}, {"stream", v.streams[static_cast<std::size_t>(id)]}});
+    if (is_kernel(v.after.node(id)))
+      schedule.push_back({{"node", id}, {"stream", v.streams[static_cast<std::size_t>(id)]}});
   return {{"schedule", schedule},
           {"before", before},
           {"after", after},
           {"kernels", kernels},
-          {"summary", {{"ops_before", s.ops_before}, {"kernels_after", s.kernels_after}, {"fused_kernels", s.fused_kernels}, {"bytes_saved", s.bytes_saved}}}};
+          {"summary",
+           {{"ops_before", s.ops_before},
+            {"kernels_after", s.kernels_after},
+            {"fused_kernels", s.fused_kernels},
+            {"bytes_saved", s.bytes_saved}}}};
 }
 
 }  // namespace kiln::tools

@@ -23,8 +23,8 @@ struct FusionView {
   Graph before;  // after dead-code elimination and constant folding, before fusion
   Graph after;   // after fusion
   FusionReport report;
-  std::vector<CudaKernelSource> kernels;  // one per fused group, in report order
-  std::vector<int> streams;               // backends/schedule of `after`, two streams
+  std::vector<CudaKernelSource> kernels;   // one per fused group, in report order
+  std::vector<int> streams;                // backends/schedule of `after`, two streams
   std::vector<KernelOccupancy> occupancy;  // per kernel, filled by add_occupancy
 };
 

@@ -14,33 +14,48 @@ namespace kiln::tools {
 namespace {
 
 void add_common_options(CLI::App& command, InferenceArgs& args) {
-  command.add_option("--checkpoint", args.checkpoint, "a checkpoint written by trainer --checkpoint")->required()->check(CLI::ExistingFile);
-  command.add_option("--batch", args.batch, "images per forward step")->check(CLI::PositiveNumber)->capture_default_str();
-  command.add_option("--device", args.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
-  command.add_option("--threads", args.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  command
+      .add_option("--checkpoint", args.checkpoint, "a checkpoint written by trainer --checkpoint")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command.add_option("--batch", args.batch, "images per forward step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--device", args.device, "cpu, cuda or auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  command.add_option("--threads", args.threads, "CPU threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace
 
 CLI::App* add_eval_command(CLI::App& app, InferenceArgs& args) {
-  CLI::App* eval = app.add_subcommand("eval", "evaluate a checkpoint on the test set: accuracy and loss");
+  CLI::App* eval =
+      app.add_subcommand("eval", "evaluate a checkpoint on the test set: accuracy and loss");
   add_common_options(*eval, args);
-  eval->add_option("--data-dir", args.data_dir, "directory with the IDX files (default: the one the checkpoint was trained on)");
-  eval->add_flag("--synthetic", args.synthetic, "the synthetic test set (default when the checkpoint was trained on one)");
+  eval->add_option("--data-dir", args.data_dir,
+                   "directory with the IDX files (default: the one the checkpoint was trained on)");
+  eval->add_flag("--synthetic", args.synthetic,
+                 "the synthetic test set (default when the checkpoint was trained on one)");
   return eval;
 }
 
 CLI::App* add_predict_command(CLI::App& app, InferenceArgs& args) {
-  CLI::App* predict = app.add_subcommand("predict", "predict the class of every image of an IDX file, one line per image");
+  CLI::App* predict = app.add_subcommand(
+      "predict", "predict the class of every image of an IDX file, one line per image");
   add_common_options(*predict, args);
-  predict->add_option("--images", args.images, "an IDX image file, u8 [N, 28, 28], plain or .gz")->required()->check(CLI::ExistingFile);
+  predict->add_option("--images", args.images, "an IDX image file, u8 [N, 28, 28], plain or .gz")
+      ->required()
+      ->check(CLI::ExistingFile);
   predict->add_option("--output", args.output, "write the predictions here instead of stdout");
   return predict;
 }
 
 void run_eval(const InferenceArgs& args, Device device) {
   SavedClassifier saved = load_classifier(args.checkpoint);
-  TrainConfig data = saved.config;  // the test set it was trained against, unless the flags say otherwise
+  TrainConfig data =
+      saved.config;  // the test set it was trained against, unless the flags say otherwise
   if (!args.data_dir.empty()) {
     data.data_dir = args.data_dir;
     data.synthetic = false;
@@ -50,9 +65,11 @@ void run_eval(const InferenceArgs& args, Device device) {
   const Dataset test = classifier_data(data, info, Split::test);
   Evaluator evaluator(*saved.model, info.input_shape, args.batch, {.device = device});
   const EvalResult r = evaluator.evaluate(test);
-  fmt::print("{}: model {} after {} steps, {} test set of {} images on {}\n", args.checkpoint, saved.config.model, saved.step,
-             data.synthetic ? "synthetic" : "Fashion-MNIST", r.examples, device.str());
-  fmt::print("test accuracy {:.2f}% ({} of {}), test loss {:.4f}\n", 100.0 * r.accuracy, r.correct, r.examples, r.loss);
+  fmt::print("{}: model {} after {} steps, {} test set of {} images on {}\n", args.checkpoint,
+             saved.config.model, saved.step, data.synthetic ? "synthetic" : "Fashion-MNIST",
+             r.examples, device.str());
+  fmt::print("test accuracy {:.2f}% ({} of {}), test loss {:.4f}\n", 100.0 * r.accuracy, r.correct,
+             r.examples, r.loss);
 }
 
 void run_predict(const InferenceArgs& args, Device device) {
@@ -72,7 +89,8 @@ void run_predict(const InferenceArgs& args, Device device) {
     return;
   }
   std::FILE* file = std::fopen(args.output.c_str(), "w");
-  KILN_CHECK(file != nullptr, "--output {}: cannot open for writing: {}", args.output, std::strerror(errno));
+  KILN_CHECK(file != nullptr, "--output {}: cannot open for writing: {}", args.output,
+             std::strerror(errno));
   const bool written = std::fwrite(lines.data(), 1, lines.size(), file) == lines.size();
   const bool closed = std::fclose(file) == 0;
   KILN_CHECK(written && closed, "--output {}: write failed: {}", args.output, std::strerror(errno));

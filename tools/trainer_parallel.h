@@ -21,6 +21,7 @@ void add_parallel_options(CLI::App& app, TrainConfig& config, ParallelArgs& args
 
 // Checks the flags together; when they ask for ranks on this host (and this process is not
 // itself a rank), runs them and returns the job's exit code; nullopt: train in this process.
-std::optional<int> launch_ranks_if_asked(const ParallelArgs& args, TrainConfig& config, int argc, char** argv);
+std::optional<int> launch_ranks_if_asked(const ParallelArgs& args, TrainConfig& config, int argc,
+                                         char** argv);
 
 }  // namespace kiln::tools

@@ -20,9 +20,14 @@ namespace {
 class CpuProgram final : public Program {
  public:
   CpuProgram(const Graph& compiled, bool check_numerics)
-      : graph_(compiled), plan_(plan_memory(graph_)), profile_(std::getenv("KILN_PROFILE") != nullptr), check_numerics_(check_numerics) {
+      : graph_(compiled),
+        plan_(plan_memory(graph_)),
+        profile_(std::getenv("KILN_PROFILE") != nullptr),
+        check_numerics_(check_numerics) {
     for (const Node& n : graph_.nodes()) {
-      if (n.op->name == "fill") fills_.push_back(Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
+      if (n.op->name == "fill")
+        fills_.push_back(
+            Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
     }
   }
 
@@ -39,7 +44,7 @@ class CpuProgram final : public Program {
 
   Graph graph_;
   MemoryPlan plan_;
-  std::vector<Tensor> fills_;  // in node order
+  std::vector<Tensor> fills_;                      // in node order
   std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
   // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed.
   bool profile_;
@@ -57,10 +62,11 @@ void CpuProgram::print_profile() const {
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [name, entry] : op_seconds_) rows.emplace_back(entry.first, name);
   std::sort(rows.rbegin(), rows.rend());
-  fmt::print(stderr, "kiln CPU profile ({} nodes, {:.1f} ms in kernels):\n", graph_.nodes().size(), total * 1e3);
+  fmt::print(stderr, "kiln CPU profile ({} nodes, {:.1f} ms in kernels):\n", graph_.nodes().size(),
+             total * 1e3);
   for (const auto& [seconds, name] : rows)
-    fmt::print(stderr, "  {:<22} {:>9.2f} ms {:>5.1f}%  ({} calls)\n", name, seconds * 1e3, 100 * seconds / total,
-               op_seconds_.at(name).second);
+    fmt::print(stderr, "  {:<22} {:>9.2f} ms {:>5.1f}%  ({} calls)\n", name, seconds * 1e3,
+               100 * seconds / total, op_seconds_.at(name).second);
 }
 
 Tensor CpuProgram::planned_output(std::int32_t slot, const TensorType& type) {
@@ -73,7 +79,8 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
   check_feed_names(graph_, feeds);
   ++runs_;
   for (const Feed& f : feeds)
-    KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU", f.name, f.tensor.device().str());
+    KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU",
+               f.name, f.tensor.device().str());
   buffers_.resize(plan_.slot_bytes.size());
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());
   std::vector<TraceEvent> trace;
@@ -83,14 +90,16 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
     const Node& n = graph_.nodes()[id];
     std::vector<Tensor>& out = values[id];
     std::vector<Tensor> in;
-    for (const ValueRef& r : n.inputs) in.push_back(values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)]);
+    for (const ValueRef& r : n.inputs)
+      in.push_back(values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)]);
     if (n.op->name == "input") {
       out = {feed_for(n, feeds)};
     } else if (n.op->name == "variable") {
       const Tensor& v = n.variable->value;
-      KILN_CHECK(v.shape() == n.outputs[0].shape && v.dtype() == n.outputs[0].dtype && v.device().is_cpu(),
-                 "run: variable '{}' is now {}{} on {} but was compiled as {} on the CPU", n.name, dtype_name(v.dtype()),
-                 v.shape().str(), v.device().str(), n.outputs[0].str());
+      KILN_CHECK(
+          v.shape() == n.outputs[0].shape && v.dtype() == n.outputs[0].dtype && v.device().is_cpu(),
+          "run: variable '{}' is now {}{} on {} but was compiled as {} on the CPU", n.name,
+          dtype_name(v.dtype()), v.shape().str(), v.device().str(), n.outputs[0].str());
       out = {v};
     } else if (n.op->name == "fill") {
       out = {fills_[fill_index++]};
@@ -99,25 +108,31 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
     } else if (n.op->alias) {
       out = {in[0].reshape(n.outputs[0].shape)};
     } else {
-      for (std::size_t i = 0; i < n.outputs.size(); ++i) out.push_back(planned_output(plan_.slot[id][i], n.outputs[i]));
+      for (std::size_t i = 0; i < n.outputs.size(); ++i)
+        out.push_back(planned_output(plan_.slot[id][i], n.outputs[i]));
       const bool timed = profile_ || !trace_path_.empty();
-      const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      const auto start =
+          timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       n.op->cpu(KernelCall{n, in, out});
       if (check_numerics_) check_numerics(graph_, static_cast<std::int32_t>(id), in, out, runs_);
       if (!trace_path_.empty()) {
         const auto now = std::chrono::steady_clock::now();
-        trace.push_back({n.body ? n.body->summary() : n.op->name, 0, std::chrono::duration<double, std::micro>(start - run_start).count(),
+        trace.push_back({n.body ? n.body->summary() : n.op->name, 0,
+                         std::chrono::duration<double, std::micro>(start - run_start).count(),
                          std::chrono::duration<double, std::micro>(now - start).count()});
       }
       if (profile_) {
         auto& entry = op_seconds_[n.op->name];
-        entry.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        entry.first +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         entry.second += 1;
       }
     }
   }
 
-  auto value_of = [&](ValueRef r) { return values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)]; };
+  auto value_of = [&](ValueRef r) {
+    return values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)];
+  };
   Outputs outputs;
   for (const auto& [name, ref] : graph_.outputs()) outputs[name] = value_of(ref).clone();
   // New values are taken before any variable is overwritten, so an update that reads
@@ -125,10 +140,12 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
   std::vector<Tensor> updates;
   for (const auto& [var, ref] : graph_.assignments()) {
     Tensor t = value_of(ref);
-    const bool planned = plan_.slot[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] >= 0;
+    const bool planned =
+        plan_.slot[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] >= 0;
     updates.push_back(planned ? t : t.clone());
   }
-  for (std::size_t i = 0; i < updates.size(); ++i) graph_.assignments()[i].first->value.copy_from(updates[i]);
+  for (std::size_t i = 0; i < updates.size(); ++i)
+    graph_.assignments()[i].first->value.copy_from(updates[i]);
   if (!trace_path_.empty()) {
     write_trace(trace_path_, trace, "kiln cpu step");
     trace_path_.clear();

@@ -8,10 +8,11 @@
 // order (a second small kernel), so it stays deterministic.
 // Tiles: igemm_choose_tile (kernel_sources.cpp). The fallback (grad_input at stride > 1;
 // forward and grad_input with fewer than 16 output channels or a 1x1 filter; offsets past
-// 2^30 elements; image or filter sides past 4096) is im2col + cuBLAS: forward and grad_input use a per-image patch layout [b][P][OH*OW] (P =
-// Cin*KH*KW) and one strided-batched GEMM per chunk of images, whose per-image outputs land
-// directly in NCHW order. grad_weight folds the batch into the GEMM's K: patches as
-// [P][b][OH*OW] and dy transposed to [Cout][b][OH*OW], then one GEMM dW = dy^T col^T.
+// 2^30 elements; image or filter sides past 4096) is im2col + cuBLAS: forward and grad_input use a
+// per-image patch layout [b][P][OH*OW] (P = Cin*KH*KW) and one strided-batched GEMM per chunk of
+// images, whose per-image outputs land directly in NCHW order. grad_weight folds the batch into the
+// GEMM's K: patches as [P][b][OH*OW] and dy transposed to [Cout][b][OH*OW], then one GEMM dW = dy^T
+// col^T.
 #include "backends/cuda/conv.h"
 
 #include <fmt/format.h>
@@ -35,7 +36,9 @@ ConvAlgo g_algo = ConvAlgo::automatic;
 ConvTiling g_tiling[3];
 }  // namespace
 void set_conv_algo_for_testing(ConvAlgo algo) { g_algo = algo; }
-void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling) { g_tiling[static_cast<int>(pass)] = tiling; }
+void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling) {
+  g_tiling[static_cast<int>(pass)] = tiling;
+}
 }  // namespace detail
 
 namespace {
@@ -57,12 +60,14 @@ std::size_t col_bytes(const ConvGeometry& g, DType dtype, std::int64_t images) {
 
 // ---- implicit GEMM ----
 
-constexpr std::int64_t kGradWeightBlocks = 264;  // split-K target: two blocks per SM of an H100/H200
+constexpr std::int64_t kGradWeightBlocks =
+    264;  // split-K target: two blocks per SM of an H100/H200
 constexpr std::int64_t kMaxOffset = std::int64_t{1} << 30;
-constexpr std::int64_t kMaxExtent = 4096;  // image sides, kernel sides, padding, stride (table entries)
+constexpr std::int64_t kMaxExtent =
+    4096;  // image sides, kernel sides, padding, stride (table entries)
 
 IgemmMode mode_of(ConvPass pass) {
-  return pass == ConvPass::forward ? IgemmMode::forward
+  return pass == ConvPass::forward      ? IgemmMode::forward
          : pass == ConvPass::grad_input ? IgemmMode::grad_input
                                         : IgemmMode::grad_weight;
 }
@@ -74,19 +79,24 @@ struct GemmDims {
 GemmDims dims_of(const ConvGeometry& g, ConvPass pass) {
   const std::int64_t b = g.batch, kk = g.kernel_h * g.kernel_w;
   switch (pass) {
-    case ConvPass::forward: return {g.out_channels, b * g.out_h * g.out_w, g.in_channels * kk};
-    case ConvPass::grad_input: return {g.in_channels, b * g.height * g.width, g.out_channels * kk};
-    case ConvPass::grad_weight: return {g.out_channels, g.in_channels * kk, b * g.out_h * g.out_w};
+    case ConvPass::forward:
+      return {g.out_channels, b * g.out_h * g.out_w, g.in_channels * kk};
+    case ConvPass::grad_input:
+      return {g.in_channels, b * g.height * g.width, g.out_channels * kk};
+    case ConvPass::grad_weight:
+      return {g.out_channels, g.in_channels * kk, b * g.out_h * g.out_w};
   }
   return {0, 0, 0};
 }
 
 bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (detail::g_algo == detail::ConvAlgo::im2col_gemm) return false;
-  if (detail::g_algo == detail::ConvAlgo::im2col_grad_weight && pass == ConvPass::grad_weight) return false;
+  if (detail::g_algo == detail::ConvAlgo::im2col_grad_weight && pass == ConvPass::grad_weight)
+    return false;
   if (dtype != DType::f32 && dtype != DType::f64) return false;
   if (pass == ConvPass::grad_input && g.stride != 1) return false;
-  if (pass != ConvPass::grad_weight && pointwise(g)) return false;  // plain cuBLAS, no scratch either
+  if (pass != ConvPass::grad_weight && pointwise(g))
+    return false;  // plain cuBLAS, no scratch either
   // Fewer than 16 output channels (conv1's grad_input: 1) would leave most of a tile's rows
   // idle; cuBLAS's per-image GEMMs do better there.
   if (pass != ConvPass::grad_weight && dims_of(g, pass).m < 16) return false;
@@ -94,7 +104,8 @@ bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const std::int64_t y = g.batch * g.out_channels * g.out_h * g.out_w;
   const std::int64_t w = g.out_channels * patch_rows(g);
   if (x >= kMaxOffset || y >= kMaxOffset || w >= kMaxOffset) return false;
-  for (std::int64_t e : {g.height, g.width, g.out_h, g.out_w, g.kernel_h, g.kernel_w, g.stride, g.padding})
+  for (std::int64_t e :
+       {g.height, g.width, g.out_h, g.out_w, g.kernel_h, g.kernel_w, g.stride, g.padding})
     if (e > kMaxExtent) return false;
   const GemmDims d = dims_of(g, pass);
   return d.m / 16 < 65535;  // grid.y
@@ -103,10 +114,12 @@ bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
 IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
   const detail::ConvTiling& forced = detail::g_tiling[static_cast<int>(pass)];
   if (forced.bm > 0) {
-    const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16, forced.tm, forced.tn};
-    KILN_CHECK(igemm_tile_valid(tile, dtype),
-               "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile (K step {}, {}x{} per thread)", tile.bm,
-               tile.bn, tile.kg, tile.ks, tile.tm, tile.tn);
+    const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16,
+                         forced.tm, forced.tn};
+    KILN_CHECK(
+        igemm_tile_valid(tile, dtype),
+        "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile (K step {}, {}x{} per thread)",
+        tile.bm, tile.bn, tile.kg, tile.ks, tile.tm, tile.tn);
     return tile;
   }
   return igemm_choose_tile(mode_of(pass), dtype, d.m, d.n);
@@ -141,7 +154,8 @@ std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
 
 // The GEMM's description for the kernel: which tensor is the image, how its windows are
 // laid out, and the strides of A and C along M (kernel_params.h, ConvGemmShape).
-ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d, std::int64_t k_chunk) {
+ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,
+                         std::int64_t k_chunk) {
   ConvGemmShape s{};
   s.m = i32(d.m);
   s.n = i32(d.n);
@@ -177,83 +191,105 @@ ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d
 }
 
 // One implicit-GEMM pass: a = W (forward, grad_input) or dy; img = x or dy; out = y, dx or dW.
-void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img, void* out,
-               const ConvWorkspace& ws, jit::Stream stream) {
+void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
+               void* out, const ConvWorkspace& ws, jit::Stream stream) {
   const GemmDims d = dims_of(g, pass);
   if (d.m == 0 || d.n == 0) return;
   const IgemmTile tile = tile_for(d, dtype, pass);
   Splits splits = splits_for(d, tile, pass);
   const std::size_t partial_bytes = static_cast<std::size_t>(d.m * d.n) * dtype_size(dtype);
-  if (splits.count > 1 && ws.bytes < splits.count * partial_bytes)  // as many splits as the scratch holds
-    splits = splits_for(d, tile, pass, std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.bytes / partial_bytes)));
+  if (splits.count > 1 &&
+      ws.bytes < splits.count * partial_bytes)  // as many splits as the scratch holds
+    splits =
+        splits_for(d, tile, pass,
+                   std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.bytes / partial_bytes)));
   if (splits.count > 1)
-    KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0, "conv2d_grad_weight: the workspace is not 256-byte aligned");
+    KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0,
+               "conv2d_grad_weight: the workspace is not 256-byte aligned");
   ConvGemmShape shape = gemm_shape(g, pass, d, splits.chunk);
   const IgemmMode mode = mode_of(pass);
-  const DeviceKernel& k =
-      device_kernel(conv_igemm_name(mode, tile, dtype), [&] { return conv_igemm_source(mode, tile, dtype); });
+  const DeviceKernel& k = device_kernel(conv_igemm_name(mode, tile, dtype),
+                                        [&] { return conv_igemm_source(mode, tile, dtype); });
   void* target = splits.count > 1 ? ws.data : out;
   void* args[] = {&a, &img, &target, &shape};
   const jit::Dim3 grid{static_cast<unsigned>((d.n + tile.bn - 1) / tile.bn),
-                       static_cast<unsigned>((d.m + tile.bm - 1) / tile.bm), static_cast<unsigned>(splits.count)};
+                       static_cast<unsigned>((d.m + tile.bm - 1) / tile.bm),
+                       static_cast<unsigned>(splits.count)};
   k.kernel.launch(grid, {static_cast<unsigned>(igemm_threads(tile)), 1, 1}, 0, stream, args);
   if (splits.count == 1) return;
-  const DeviceKernel& sum =
-      device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)), [&] { return conv_splitk_sum_source(dtype); });
+  const DeviceKernel& sum = device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)),
+                                          [&] { return conv_splitk_sum_source(dtype); });
   const void* part = ws.data;
   int mn = i32(d.m * d.n), count = i32(splits.count);
   void* sum_args[] = {&part, &out, &mn, &count};
   const unsigned lanes = mn >= 4096 ? 8 : 32;  // more lanes per output when there are few outputs
-  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream, sum_args);
+  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream,
+                    sum_args);
 }
 
 // ---- im2col + cuBLAS ----
 
 std::size_t workspace_for(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images) {
   if (pass != ConvPass::grad_weight) return pointwise(g) ? 0 : col_bytes(g, dtype, images);
-  const auto dy_t = static_cast<std::size_t>(images * g.out_channels * patch_cols(g)) * dtype_size(dtype);
+  const auto dy_t =
+      static_cast<std::size_t>(images * g.out_channels * patch_cols(g)) * dtype_size(dtype);
   return round_up(col_bytes(g, dtype, images)) + dy_t;
 }
 
 // How many images one step of `pass` processes with `bytes` of scratch.
-std::int64_t chunk_images(const ConvGeometry& g, DType dtype, ConvPass pass, const ConvWorkspace& ws, const char* op) {
+std::int64_t chunk_images(const ConvGeometry& g, DType dtype, ConvPass pass,
+                          const ConvWorkspace& ws, const char* op) {
   const std::size_t one = workspace_for(g, dtype, pass, 1);
-  KILN_CHECK(ws.bytes >= one, "{}: the workspace of {} bytes is smaller than the {} bytes one image needs", op,
+  KILN_CHECK(ws.bytes >= one,
+             "{}: the workspace of {} bytes is smaller than the {} bytes one image needs", op,
              ws.bytes, one);
-  KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0, "{}: the workspace is not 256-byte aligned", op);
+  KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0,
+             "{}: the workspace is not 256-byte aligned", op);
   std::int64_t images = std::min<std::int64_t>(g.batch, static_cast<std::int64_t>(ws.bytes / one));
-  while (images > 1 && workspace_for(g, dtype, pass, images) > ws.bytes) --images;  // the alignment padding
-  if (pass == ConvPass::grad_weight) images = std::min<std::int64_t>(images, INT_MAX / patch_cols(g));  // GEMM's K
+  while (images > 1 && workspace_for(g, dtype, pass, images) > ws.bytes)
+    --images;  // the alignment padding
+  if (pass == ConvPass::grad_weight)
+    images = std::min<std::int64_t>(images, INT_MAX / patch_cols(g));  // GEMM's K
   return std::max<std::int64_t>(images, 1);
 }
 
 void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "{}: dtype {} is not supported (f32 or f64 expected)", op,
-             dtype_name(dtype));
+  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
+             "{}: dtype {} is not supported (f32 or f64 expected)", op, dtype_name(dtype));
   KILN_CHECK(g.batch >= 0 && g.stride >= 1 && g.padding >= 0 && g.out_h >= 1 && g.out_w >= 1,
-             "{}: batch {}, stride {}, padding {} give a {}x{} output", op, g.batch, g.stride, g.padding, g.out_h,
-             g.out_w);
+             "{}: batch {}, stride {}, padding {} give a {}x{} output", op, g.batch, g.stride,
+             g.padding, g.out_h, g.out_w);
 }
 
 ConvShape shape_of(const ConvGeometry& g, std::int64_t images, bool batch_folded) {
   const std::int64_t cols = patch_cols(g);
-  return {images,   g.in_channels, g.height, g.width,
-          g.kernel_h, g.kernel_w, g.stride, g.padding,
-          g.out_h,  g.out_w,      batch_folded ? images * cols : cols,
+  return {images,
+          g.in_channels,
+          g.height,
+          g.width,
+          g.kernel_h,
+          g.kernel_w,
+          g.stride,
+          g.padding,
+          g.out_h,
+          g.out_w,
+          batch_folded ? images * cols : cols,
           batch_folded ? cols : patch_rows(g) * cols};
 }
 
 void im2col(DType dtype, ConvShape shape, const void* x, void* col, jit::Stream stream) {
-  const DeviceKernel& k =
-      device_kernel(fmt::format("kiln_im2col_{}", dtype_name(dtype)), [&] { return im2col_source(dtype); });
+  const DeviceKernel& k = device_kernel(fmt::format("kiln_im2col_{}", dtype_name(dtype)),
+                                        [&] { return im2col_source(dtype); });
   void* args[] = {&x, &col, &shape};
-  launch_items(k, shape.images * shape.channels * shape.kernel_h * shape.kernel_w * shape.out_h * shape.out_w, stream,
-               args);
+  launch_items(
+      k,
+      shape.images * shape.channels * shape.kernel_h * shape.kernel_w * shape.out_h * shape.out_w,
+      stream, args);
 }
 
 void col2im(DType dtype, ConvShape shape, const void* col, void* x, jit::Stream stream) {
-  const DeviceKernel& k =
-      device_kernel(fmt::format("kiln_col2im_{}", dtype_name(dtype)), [&] { return col2im_source(dtype); });
+  const DeviceKernel& k = device_kernel(fmt::format("kiln_col2im_{}", dtype_name(dtype)),
+                                        [&] { return col2im_source(dtype); });
   void* args[] = {&col, &x, &shape};
   launch_items(k, shape.images * shape.channels * shape.height * shape.width, stream, args);
 }
@@ -266,8 +302,9 @@ char* at(void* base, std::int64_t elements, DType dtype) {
 }
 
 // Per image b of a chunk: out_b[M, OH*OW] = op(A)[M, K] in_b[K, OH*OW], A shared by all.
-void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, std::int64_t cols, const void* a,
-                    const void* in, void* out, std::int64_t images, jit::Stream stream) {
+void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, std::int64_t cols,
+                    const void* a, const void* in, void* out, std::int64_t images,
+                    jit::Stream stream) {
   RowMajorGemm gemm_args;
   gemm_args.trans_a = trans_a;
   gemm_args.m = m;
@@ -287,13 +324,15 @@ void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, s
 
 }  // namespace
 
-std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images_per_chunk) {
+std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
+                                 std::int64_t images_per_chunk) {
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
   return workspace_for(g, dtype, pass, std::max<std::int64_t>(images, 1));
 }
 
-std::vector<jit::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
+std::vector<jit::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
+                                                   ConvPass pass) {
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
     return {pass == ConvPass::grad_input ? col2im_source(dtype) : im2col_source(dtype)};
@@ -305,8 +344,8 @@ std::vector<jit::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
   return sources;
 }
 
-void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y, ConvWorkspace ws,
-                    jit::Stream stream) {
+void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
+                    ConvWorkspace ws, jit::Stream stream) {
   check_geometry(g, dtype, "conv2d");
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
@@ -316,7 +355,8 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
     return;
   }
   if (pointwise(g)) {  // y_b[Cout, HW] = W[Cout, Cin] x_b[Cin, HW]
-    per_image_gemm(dtype, false, g.out_channels, g.in_channels, patch_cols(g), w, x, y, g.batch, stream);
+    per_image_gemm(dtype, false, g.out_channels, g.in_channels, patch_cols(g), w, x, y, g.batch,
+                   stream);
     return;
   }
   const std::int64_t chunk = chunk_images(g, dtype, ConvPass::forward, ws, "conv2d");
@@ -324,13 +364,13 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
     const std::int64_t images = std::min(chunk, g.batch - b0);
     im2col(dtype, shape_of(g, images, false), at(x, b0 * in_size, dtype), ws.data, stream);
     // y_b[Cout, OH*OW] = W[Cout, P] col_b[P, OH*OW]
-    per_image_gemm(dtype, false, g.out_channels, patch_rows(g), patch_cols(g), w, ws.data, at(y, b0 * out_size, dtype),
-                   images, stream);
+    per_image_gemm(dtype, false, g.out_channels, patch_rows(g), patch_cols(g), w, ws.data,
+                   at(y, b0 * out_size, dtype), images, stream);
   }
 }
 
-void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const void* w, void* dx, ConvWorkspace ws,
-                       jit::Stream stream) {
+void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const void* w, void* dx,
+                       ConvWorkspace ws, jit::Stream stream) {
   check_geometry(g, dtype, "conv2d_grad_input");
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
@@ -340,21 +380,22 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
     return;
   }
   if (pointwise(g)) {  // dx_b[Cin, HW] = W^T[Cin, Cout] dy_b[Cout, HW]
-    per_image_gemm(dtype, true, g.in_channels, g.out_channels, patch_cols(g), w, dy, dx, g.batch, stream);
+    per_image_gemm(dtype, true, g.in_channels, g.out_channels, patch_cols(g), w, dy, dx, g.batch,
+                   stream);
     return;
   }
   const std::int64_t chunk = chunk_images(g, dtype, ConvPass::grad_input, ws, "conv2d_grad_input");
   for (std::int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
     const std::int64_t images = std::min(chunk, g.batch - b0);
     // col_b[P, OH*OW] = W^T[P, Cout] dy_b[Cout, OH*OW], then dx_b = col2im(col_b)
-    per_image_gemm(dtype, true, patch_rows(g), g.out_channels, patch_cols(g), w, at(dy, b0 * out_size, dtype), ws.data,
-                   images, stream);
+    per_image_gemm(dtype, true, patch_rows(g), g.out_channels, patch_cols(g), w,
+                   at(dy, b0 * out_size, dtype), ws.data, images, stream);
     col2im(dtype, shape_of(g, images, false), ws.data, at(dx, b0 * in_size, dtype), stream);
   }
 }
 
-void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const void* dy, void* dw, ConvWorkspace ws,
-                        jit::Stream stream) {
+void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const void* dy, void* dw,
+                        ConvWorkspace ws, jit::Stream stream) {
   check_geometry(g, dtype, "conv2d_grad_weight");
   if (g.batch == 0) {
     fill(dtype, 0.0, g.out_channels * patch_rows(g), dw, stream);
@@ -366,14 +407,17 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
   }
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
-  const std::int64_t chunk = chunk_images(g, dtype, ConvPass::grad_weight, ws, "conv2d_grad_weight");
+  const std::int64_t chunk =
+      chunk_images(g, dtype, ConvPass::grad_weight, ws, "conv2d_grad_weight");
   void* col = ws.data;
   void* dy_t = static_cast<char*>(ws.data) + round_up(col_bytes(g, dtype, chunk));
   for (std::int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
     const std::int64_t images = std::min(chunk, g.batch - b0);
     const std::int64_t k = images * patch_cols(g);
-    im2col(dtype, shape_of(g, images, true), at(x, b0 * in_size, dtype), col, stream);  // [P][b][OH*OW]
-    transpose(dtype, Shape{images, g.out_channels, patch_cols(g)}, {1, 0, 2}, at(dy, b0 * out_size, dtype), dy_t,
+    im2col(dtype, shape_of(g, images, true), at(x, b0 * in_size, dtype), col,
+           stream);  // [P][b][OH*OW]
+    transpose(dtype, Shape{images, g.out_channels, patch_cols(g)}, {1, 0, 2},
+              at(dy, b0 * out_size, dtype), dy_t,
               stream);  // [Cout][b][OH*OW]
     // dW[Cout, P] (+)= dy_t[Cout, K] col[P, K]^T with K = images * OH*OW
     RowMajorGemm gemm_args;

@@ -38,16 +38,17 @@ struct ConvWorkspace {
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> y: [B, Cout, OH, OW].
 // The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and
 // its split-K sum, or im2col/col2im), so that a program can compile them up front.
-std::vector<jit::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
+std::vector<jit::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
+                                                   ConvPass pass);
 
-void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w, void* y,
-                    ConvWorkspace workspace, jit::Stream stream);
+void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
+                    void* y, ConvWorkspace workspace, jit::Stream stream);
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W].
-void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w, void* dx,
-                       ConvWorkspace workspace, jit::Stream stream);
+void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w,
+                       void* dx, ConvWorkspace workspace, jit::Stream stream);
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
-void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy, void* dw,
-                        ConvWorkspace workspace, jit::Stream stream);
+void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy,
+                        void* dw, ConvWorkspace workspace, jit::Stream stream);
 
 namespace detail {
 // Test and benchmark hooks, not for production code (not thread-safe; take effect at the

@@ -290,9 +290,12 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 
 const char* mode_name(IgemmMode mode) {
   switch (mode) {
-    case IgemmMode::forward: return "fwd";
-    case IgemmMode::grad_input: return "dgrad";
-    case IgemmMode::grad_weight: return "wgrad";
+    case IgemmMode::forward:
+      return "fwd";
+    case IgemmMode::grad_input:
+      return "dgrad";
+    case IgemmMode::grad_weight:
+      return "wgrad";
   }
   return "?";
 }
@@ -300,8 +303,8 @@ const char* mode_name(IgemmMode mode) {
 }  // namespace
 
 std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype) {
-  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}t{}x{}_{}", mode_name(mode), tile.bm, tile.bn, tile.kg, tile.ks,
-                     tile.tm, tile.tn, dtype_name(dtype));
+  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}t{}x{}_{}", mode_name(mode), tile.bm, tile.bn,
+                     tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype));
 }
 
 int igemm_threads(IgemmTile tile) {
@@ -319,7 +322,8 @@ std::size_t igemm_shared(IgemmTile tile, DType dtype, std::size_t table) {
 // The K table's entries: the most of 1024, 512, 256 that fits 48 KiB (0: none fits).
 int igemm_table(IgemmTile tile, DType dtype) {
   for (int table : {1024, 512, 256})
-    if (igemm_shared(tile, dtype, table) <= 48 * 1024 && table % (tile.ks * tile.kg) == 0) return table;
+    if (igemm_shared(tile, dtype, table) <= 48 * 1024 && table % (tile.ks * tile.kg) == 0)
+      return table;
   return 0;
 }
 
@@ -332,30 +336,34 @@ std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype) {
 
 bool igemm_tile_valid(IgemmTile tile, DType dtype) {
   if ((tile.tm != 4 && tile.tm != 8) || (tile.tn != 4 && tile.tn != 8)) return false;
-  if (tile.bm < 16 || tile.bn < 16 || tile.kg < 1 || tile.bm % (4 * tile.tm) != 0 || tile.bn % (4 * tile.tn) != 0)
+  if (tile.bm < 16 || tile.bn < 16 || tile.kg < 1 || tile.bm % (4 * tile.tm) != 0 ||
+      tile.bn % (4 * tile.tn) != 0)
     return false;
   if (tile.ks != 16 && tile.ks != 32) return false;
   const int threads = igemm_threads(tile);
   // 64 threads at least: the kernel registry sizes blocks from 64 up to the kernel's bound.
   if (threads < 64 || threads > 1024 || threads % 32 != 0 || threads % tile.bn != 0) return false;
-  if (tile.kg > 1 && (tile.kg - 1) * tile.bm * tile.bn > 2 * tile.ks * tile.kg * (tile.bm + 4)) return false;
+  if (tile.kg > 1 && (tile.kg - 1) * tile.bm * tile.bn > 2 * tile.ks * tile.kg * (tile.bm + 4))
+    return false;
   return igemm_table(tile, dtype) > 0;
 }
 
 jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
-  KILN_CHECK(igemm_tile_valid(tile, dtype),
-             "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}, {}x{} per thread) in {}", tile.bm, tile.bn,
-             tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype));
+  KILN_CHECK(
+      igemm_tile_valid(tile, dtype),
+      "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}, {}x{} per thread) in {}",
+      tile.bm, tile.bn, tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype));
   const std::string name = conv_igemm_name(mode, tile, dtype);
-  std::string code = fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kConvGemmShapeStruct, kConvIgemm);
+  std::string code =
+      fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kConvGemmShapeStruct, kConvIgemm);
   code += fmt::format(R"(
 extern "C" __global__ void __launch_bounds__({1}) {0}(const T* __restrict__ a, const T* __restrict__ img,
                                                      T* __restrict__ out, ConvGemmShape g) {{
   conv_igemm<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}>(a, img, out, g);
 }}
 )",
-                      name, igemm_threads(tile), static_cast<int>(mode), tile.bm, tile.bn, tile.kg, tile.ks,
-                      igemm_table(tile, dtype), tile.tm, tile.tn);
+                      name, igemm_threads(tile), static_cast<int>(mode), tile.bm, tile.bn, tile.kg,
+                      tile.ks, igemm_table(tile, dtype), tile.tm, tile.tn);
   return {name, code, {}};
 }
 

@@ -22,14 +22,15 @@ bool allow_tf32();
 
 // "CUBLAS_STATUS_INVALID_VALUE", ... for messages.
 const char* cublas_status_name(cublasStatus_t status);
-[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
 
 }  // namespace kiln::cuda
 
 // A failed cuBLAS call throws kiln::Error with the call's text, file:line and the status name.
-#define KILN_CUBLAS_CHECK(expr)                                                        \
-  do {                                                                                 \
-    const cublasStatus_t kiln_cublas_status_ = (expr);                                 \
-    if (kiln_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                  \
+#define KILN_CUBLAS_CHECK(expr)                                                         \
+  do {                                                                                  \
+    const cublasStatus_t kiln_cublas_status_ = (expr);                                  \
+    if (kiln_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                   \
       ::kiln::cuda::throw_cublas_error(kiln_cublas_status_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -65,29 +65,33 @@ class CudaProgram final : public Program {
   void prefetch(const std::vector<Feed>& next) override { stager_->announce(next); }
   void check_step(std::int32_t node, cudaStream_t stream) const;
   void adopt_variables(cudaStream_t stream);
-  void* pointer(ValueRef ref) const { return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)]; }
+  void* pointer(ValueRef ref) const {
+    return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)];
+  }
 
   Graph graph_;
   CudaOptions options_;
   MemoryPlan plan_;
   std::size_t arena_bytes_ = 0;
   std::shared_ptr<Storage> arena_;
-  std::vector<std::vector<void*>> ptr_;              // device pointer of every value
-  std::unique_ptr<cuda::InputStager> stager_;        // the inputs' device buffers and their copies
-  std::vector<Tensor> constants_;                    // fills and tensor constants, on the device
+  std::vector<std::vector<void*>> ptr_;        // device pointer of every value
+  std::unique_ptr<cuda::InputStager> stager_;  // the inputs' device buffers and their copies
+  std::vector<Tensor> constants_;              // fills and tensor constants, on the device
   std::vector<std::pair<VariablePtr, Tensor>> variables_;  // adopted device tensors
   std::vector<std::unique_ptr<CudaFusedKernel>> fused_;
-  std::vector<int> stream_of_;               // backends/schedule
+  std::vector<int> stream_of_;  // backends/schedule
   std::vector<Step> steps_;
-  std::vector<int> event_of_;                // node -> cross-stream event, or -1
-  std::vector<std::size_t> producer_step_;   // node -> its step
-  std::map<std::int32_t, std::vector<std::int32_t>> run_after_;  // in-place update -> readers of the old value
+  std::vector<int> event_of_;               // node -> cross-stream event, or -1
+  std::vector<std::size_t> producer_step_;  // node -> its step
+  std::map<std::int32_t, std::vector<std::int32_t>>
+      run_after_;  // in-place update -> readers of the old value
   std::vector<cudaStream_t> streams_;
-  std::vector<cudaEvent_t> events_;          // cross-stream events, then fork and joins
+  std::vector<cudaEvent_t> events_;  // cross-stream events, then fork and joins
   cudaEvent_t fork_ = nullptr;
-  std::vector<cudaEvent_t> joins_;           // per side stream
-  std::size_t first_update_ = 0;             // index of the first variable-update step
-  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // timing events around the step's kernels
+  std::vector<cudaEvent_t> joins_;  // per side stream
+  std::size_t first_update_ = 0;    // index of the first variable-update step
+  cudaEvent_t step_begin_ = nullptr,
+              step_end_ = nullptr;  // timing events around the step's kernels
   double last_step_ms_ = -1;
   std::string trace_path_;
   Tensor workspace_, side_workspace_, status_;
@@ -98,18 +102,24 @@ class CudaProgram final : public Program {
 };
 
 CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
-    : graph_(compiled), options_(options), stream_of_(assign_streams(graph_, std::max(1, options.streams))) {
+    : graph_(compiled),
+      options_(options),
+      stream_of_(assign_streams(graph_, std::max(1, options.streams))) {
   plan_ = plan_memory(graph_, stream_of_);
-  streams_.resize(static_cast<std::size_t>(*std::max_element(stream_of_.begin(), stream_of_.end()) + 1));
-  for (cudaStream_t& s : streams_) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  streams_.resize(
+      static_cast<std::size_t>(*std::max_element(stream_of_.begin(), stream_of_.end()) + 1));
+  for (cudaStream_t& s : streams_)
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreate(&step_begin_));
   KILN_CUDA_CHECK(cudaEventCreate(&step_end_));
   joins_.resize(streams_.size(), nullptr);
-  for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
+  for (std::size_t s = 1; s < streams_.size(); ++s)
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
   cuda::set_allow_tf32(options.tf32);
   if (options.deterministic)
-    for (cudaStream_t s : streams_) KILN_CUBLAS_CHECK(cublasSetAtomicsMode(cuda::handle_for(s), CUBLAS_ATOMICS_NOT_ALLOWED));
+    for (cudaStream_t s : streams_)
+      KILN_CUBLAS_CHECK(cublasSetAtomicsMode(cuda::handle_for(s), CUBLAS_ATOMICS_NOT_ALLOWED));
   bind_buffers();
   prepare_launches();
 }
@@ -139,7 +149,8 @@ void CudaProgram::bind_buffers() {
   ptr_.resize(graph_.nodes().size());
   std::vector<std::int32_t> input_nodes;
   for (std::size_t id = 0; id < graph_.nodes().size(); ++id)
-    if (graph_.nodes()[id].op->name == "input") input_nodes.push_back(static_cast<std::int32_t>(id));
+    if (graph_.nodes()[id].op->name == "input")
+      input_nodes.push_back(static_cast<std::int32_t>(id));
   stager_ = std::make_unique<cuda::InputStager>(graph_, input_nodes);
   std::size_t next_input = 0;
   for (std::size_t id = 0; id < graph_.nodes().size(); ++id) {
@@ -149,17 +160,22 @@ void CudaProgram::bind_buffers() {
     if (n.op->name == "input") {
       out[0] = stager_->buffer(next_input++);
     } else if (n.op->name == "variable") {
-      if (n.variable->value.device().is_cpu()) n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
+      if (n.variable->value.device().is_cpu())
+        n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
       variables_.emplace_back(n.variable, n.variable->value);
       out[0] = n.variable->value.raw();
     } else if (n.op->name == "fill" || n.op->name == "tensor_constant") {
-      const Tensor host = n.op->name == "fill" ? Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype) : n.constant;
+      const Tensor host =
+          n.op->name == "fill"
+              ? Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype)
+              : n.constant;
       constants_.push_back(cuda::to_device(host));
       out[0] = constants_.back().raw();
     } else if (n.op->alias) {
       out[0] = pointer(n.inputs[0]);
     } else {
-      for (std::size_t i = 0; i < n.outputs.size(); ++i) out[i] = base + offset[static_cast<std::size_t>(plan_.slot[id][i])];
+      for (std::size_t i = 0; i < n.outputs.size(); ++i)
+        out[i] = base + offset[static_cast<std::size_t>(plan_.slot[id][i])];
     }
   }
   // Updates that are safe in place write straight into the variables (no copy at the end).
@@ -169,7 +185,8 @@ void CudaProgram::bind_buffers() {
     // The group then reads the old value and writes the new one at the same element index
     // (its only access to both), so the __restrict__ on its parameters is never contradicted.
     if (!in_place[k].in_place || var->value.device().is_cpu()) continue;
-    ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] = var->value.raw();
+    ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] =
+        var->value.raw();
     auto& after = run_after_[ref.node];
     after.insert(after.end(), in_place[k].after.begin(), in_place[k].after.end());
   }
@@ -202,12 +219,16 @@ void CudaProgram::prepare_launches() {
   fused_ = compile_fused_kernels(groups);
   hand_written.get();
   if (workspace > 0) {
-    workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
-    if (streams_.size() > 1) side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0, {static_cast<std::int64_t>(workspace)}, DType::u8);
+    workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
+                        {static_cast<std::int64_t>(workspace)}, DType::u8);
+    if (streams_.size() > 1)
+      side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
+                               {static_cast<std::int64_t>(workspace)}, DType::u8);
   }
   event_of_.assign(graph_.nodes().size(), -1);
   producer_step_.assign(graph_.nodes().size(), 0);
-  status_ = Tensor(cuda::device_allocator().allocate(cuda::kOneHotStatusBytes), 0, {static_cast<std::int64_t>(cuda::kOneHotStatusBytes)}, DType::u8);
+  status_ = Tensor(cuda::device_allocator().allocate(cuda::kOneHotStatusBytes), 0,
+                   {static_cast<std::int64_t>(cuda::kOneHotStatusBytes)}, DType::u8);
   std::size_t next_group = 0;
   for (const Node& n : graph_.nodes()) {
     if (n.op->kind == OpKind::source || n.op->alias) continue;
@@ -221,13 +242,16 @@ void CudaProgram::prepare_launches() {
     if (n.body) {
       const CudaFusedKernel* kernel = fused_[next_group++].get();
       std::vector<void*> out = ptr_[id];
-      add_step(static_cast<std::int32_t>(id), n.body->summary(), [kernel, in, out](jit::Stream s) { kernel->launch(in, out, s); });
+      add_step(static_cast<std::int32_t>(id), n.body->summary(),
+               [kernel, in, out](jit::Stream s) { kernel->launch(in, out, s); });
       continue;
     }
     // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
     // weight gradients on the side stream; the workspace then needs its own copy there).
     const bool side = stream_of_[id] != 0;
-    void* ws = workspace_.defined() ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw()) : nullptr;
+    void* ws = workspace_.defined()
+                   ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw())
+                   : nullptr;
     cuda::LaunchSetup setup{n, types, in, ptr_[id], ws, workspace, status_.raw()};
     add_step(static_cast<std::int32_t>(id), n.op->name, cuda::prepare_launch(setup));
   }
@@ -241,18 +265,29 @@ void CudaProgram::prepare_launches() {
     const void* src = pointer(ref);
     const std::size_t bytes = var->value.nbytes();
     if (src == dst) continue;
-    Step copy{0, -1, {}, -1, "update " + var->name, [=](jit::Stream s) { KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); }};
+    Step copy{0, -1, {}, -1, "update " + var->name, [=](jit::Stream s) {
+                KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+              }};
     steps_.push_back(std::move(copy));  // on stream 0, after the side streams have joined
   }
-  log().debug("cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} bytes", steps_.size(),
-              streams_.size(), fused_.size(), arena_bytes_, workspace);
+  log().debug(
+      "cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} "
+      "bytes",
+      steps_.size(), streams_.size(), fused_.size(), arena_bytes_, workspace);
 }
 
 // A launch on its scheduled stream, waiting for the values it reads from other streams.
 void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch launch) {
-  Step step{stream_of_[static_cast<std::size_t>(node)], node, {}, -1, std::move(label), std::move(launch)};
+  Step step{stream_of_[static_cast<std::size_t>(node)],
+            node,
+            {},
+            -1,
+            std::move(label),
+            std::move(launch)};
   auto wait_for = [&](std::int32_t producer) {  // a node launched earlier
-    if (graph_.node(producer).op->kind == OpKind::source || stream_of_[static_cast<std::size_t>(producer)] == step.stream) return;
+    if (graph_.node(producer).op->kind == OpKind::source ||
+        stream_of_[static_cast<std::size_t>(producer)] == step.stream)
+      return;
     int& event = event_of_[static_cast<std::size_t>(producer)];
     if (event < 0) {
       event = static_cast<int>(events_.size());
@@ -260,7 +295,8 @@ void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch la
       KILN_CUDA_CHECK(cudaEventCreateWithFlags(&events_.back(), cudaEventDisableTiming));
       steps_[producer_step_[static_cast<std::size_t>(producer)]].record = event;
     }
-    if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end()) step.waits.push_back(event);
+    if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end())
+      step.waits.push_back(event);
   };
   for (const ValueRef& in : graph_.node(node).inputs) {
     ValueRef root = in;
@@ -268,7 +304,8 @@ void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch la
     wait_for(root.node);
   }
   if (auto after = run_after_.find(node); after != run_after_.end())
-    for (std::int32_t reader : after->second) wait_for(reader);  // in-place update: old value read first
+    for (std::int32_t reader : after->second)
+      wait_for(reader);  // in-place update: old value read first
   producer_step_[static_cast<std::size_t>(node)] = steps_.size();
   steps_.push_back(std::move(step));
 }
@@ -286,7 +323,8 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
   if (trace) timing_event(main);  // the step's start
   if (streams_.size() > 1) {
     KILN_CUDA_CHECK(cudaEventRecord(fork_, main));
-    for (std::size_t s = 1; s < streams_.size(); ++s) KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[s], fork_));
+    for (std::size_t s = 1; s < streams_.size(); ++s)
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(streams_[s], fork_));
   }
   auto join = [&] {
     for (std::size_t s = 1; s < streams_.size(); ++s) {
@@ -298,12 +336,14 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
     const Step& step = steps_[k];
     cudaStream_t stream = streams_[static_cast<std::size_t>(step.stream)];
     if (k == first_update_) join();  // variable updates run after the side streams join
-    for (int e : step.waits) KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, events_[static_cast<std::size_t>(e)]));
+    for (int e : step.waits)
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, events_[static_cast<std::size_t>(e)]));
     if (trace) timing_event(stream);
     step.launch(stream);
     if (trace) timing_event(stream);
     if (options_.check_numerics && step.node >= 0) check_step(step.node, stream);
-    if (step.record >= 0) KILN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(step.record)], stream));
+    if (step.record >= 0)
+      KILN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(step.record)], stream));
   }
   if (first_update_ == steps_.size()) join();
   if (!trace) return;
@@ -328,7 +368,8 @@ void CudaProgram::check_step(std::int32_t node, cudaStream_t stream) const {
   };
   std::vector<Tensor> in, out;
   for (const ValueRef& r : n.inputs) in.push_back(host_copy(pointer(r), graph_.type(r)));
-  for (std::size_t i = 0; i < n.outputs.size(); ++i) out.push_back(host_copy(ptr_[static_cast<std::size_t>(node)][i], n.outputs[i]));
+  for (std::size_t i = 0; i < n.outputs.size(); ++i)
+    out.push_back(host_copy(ptr_[static_cast<std::size_t>(node)][i], n.outputs[i]));
   check_numerics(graph_, node, in, out, runs_);
 }
 
@@ -337,10 +378,14 @@ void CudaProgram::check_step(std::int32_t node, cudaStream_t stream) const {
 void CudaProgram::adopt_variables(cudaStream_t stream) {
   for (auto& [var, adopted] : variables_) {
     if (var->value.storage() == adopted.storage()) continue;
-    KILN_CHECK(var->value.shape() == adopted.shape() && var->value.dtype() == adopted.dtype(), "run: variable '{}' is now {}{} but was compiled as {}{}",
-               var->name, dtype_name(var->value.dtype()), var->value.shape().str(), dtype_name(adopted.dtype()), adopted.shape().str());
-    KILN_CUDA_CHECK(cudaMemcpyAsync(adopted.raw(), var->value.raw(), adopted.nbytes(), cudaMemcpyDefault, stream));
-    if (var->value.device().is_cpu()) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host tensor may go away
+    KILN_CHECK(var->value.shape() == adopted.shape() && var->value.dtype() == adopted.dtype(),
+               "run: variable '{}' is now {}{} but was compiled as {}{}", var->name,
+               dtype_name(var->value.dtype()), var->value.shape().str(),
+               dtype_name(adopted.dtype()), adopted.shape().str());
+    KILN_CUDA_CHECK(cudaMemcpyAsync(adopted.raw(), var->value.raw(), adopted.nbytes(),
+                                    cudaMemcpyDefault, stream));
+    if (var->value.device().is_cpu())
+      KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host tensor may go away
     var->value = adopted;
   }
 }
@@ -377,14 +422,16 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   for (const auto& [name, ref] : graph_.outputs()) {
     const TensorType& t = graph_.type(ref);
     Tensor host = Tensor::empty(t.shape, t.dtype);
-    KILN_CUDA_CHECK(cudaMemcpyAsync(host.raw(), pointer(ref), host.nbytes(), cudaMemcpyDeviceToHost, main));
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(host.raw(), pointer(ref), host.nbytes(), cudaMemcpyDeviceToHost, main));
     outputs[name] = host;
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(main));
   float step_ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&step_ms, step_begin_, step_end_));
   last_step_ms_ = step_ms;
-  if (has_one_hot_) cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), main), one_hot_classes_);
+  if (has_one_hot_)
+    cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), main), one_hot_classes_);
   return outputs;
 }
 

@@ -13,7 +13,8 @@ struct CudaOptions {
   bool graphs = true;  // capture the step as a CUDA graph after the first run
   bool tf32 = false;   // allow TF32 tensor-core math in cuBLAS GEMMs
   int streams = 2;     // 1: everything in order on one stream; 2: backends/schedule's split
-  bool check_numerics = false;  // after each launch: synchronise and scan its outputs (slow; debugging)
+  bool check_numerics =
+      false;  // after each launch: synchronise and scan its outputs (slow; debugging)
   // Every kernel of kiln's CUDA backend is deterministic already (no atomics on values;
   // split reductions finish in order); this also forbids cuBLAS algorithms that use atomics.
   bool deterministic = false;

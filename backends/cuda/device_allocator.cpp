@@ -18,7 +18,8 @@ std::size_t round_allocation(std::size_t bytes) {
 }
 
 DeviceAllocator& device_allocator() {
-  static DeviceAllocator* allocator = new DeviceAllocator();  // intentionally leaked: outlives every storage
+  static DeviceAllocator* allocator =
+      new DeviceAllocator();  // intentionally leaked: outlives every storage
   return *allocator;
 }
 
@@ -48,9 +49,11 @@ std::shared_ptr<Storage> DeviceAllocator::allocate(std::size_t bytes) {
       std::size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
       const AllocatorStats s = stats();
-      throw Error(fmt::format("CUDA out of memory: a request of {} bytes failed ({}); kiln has {} bytes in use and {} cached; "
-                              "the device has {} of {} bytes free",
-                              bytes, cudaGetErrorString(status), s.in_use, s.cached, free_bytes, total_bytes));
+      throw Error(fmt::format(
+          "CUDA out of memory: a request of {} bytes failed ({}); kiln has {} bytes in use and {} "
+          "cached; "
+          "the device has {} of {} bytes free",
+          bytes, cudaGetErrorString(status), s.in_use, s.cached, free_bytes, total_bytes));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.device_mallocs;
@@ -62,7 +65,8 @@ std::shared_ptr<Storage> DeviceAllocator::allocate(std::size_t bytes) {
   }
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
-  return std::make_shared<Storage>(ptr, bytes, Device::cuda(device), [this, block](void* p) { give_back(p, block); });
+  return std::make_shared<Storage>(ptr, bytes, Device::cuda(device),
+                                   [this, block](void* p) { give_back(p, block); });
 }
 
 void DeviceAllocator::give_back(void* ptr, std::size_t size) {

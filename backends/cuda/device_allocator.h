@@ -13,8 +13,8 @@
 namespace kiln::cuda {
 
 struct AllocatorStats {
-  std::size_t in_use = 0;     // bytes handed out and not yet returned
-  std::size_t cached = 0;     // bytes held in free lists
+  std::size_t in_use = 0;  // bytes handed out and not yet returned
+  std::size_t cached = 0;  // bytes held in free lists
   std::size_t peak_in_use = 0;
   std::size_t device_mallocs = 0;  // cudaMalloc calls so far
 };

@@ -15,7 +15,8 @@ namespace kiln::cuda {
 namespace {
 
 int to_int(std::int64_t v, const char* what) {
-  KILN_CHECK(v >= 0 && v <= INT_MAX, "gemm: {} = {} does not fit cuBLAS's 32-bit int arguments", what, v);
+  KILN_CHECK(v >= 0 && v <= INT_MAX, "gemm: {} = {} does not fit cuBLAS's 32-bit int arguments",
+             what, v);
   return static_cast<int>(v);
 }
 
@@ -24,11 +25,13 @@ cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 }  // namespace
 
 void gemm(DType dtype, const RowMajorGemm& g, jit::Stream stream) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "gemm: dtype {} is not supported (f32 or f64 expected)",
-             dtype_name(dtype));
+  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
+             "gemm: dtype {} is not supported (f32 or f64 expected)", dtype_name(dtype));
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-  if (g.k == 0 && g.beta == 0.0 && g.ld_c == g.n && g.stride_c == g.m * g.n) {  // an empty sum: C = 0
-    KILN_CUDA_CHECK(cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * dtype_size(dtype), stream));
+  if (g.k == 0 && g.beta == 0.0 && g.ld_c == g.n &&
+      g.stride_c == g.m * g.n) {  // an empty sum: C = 0
+    KILN_CUDA_CHECK(cudaMemsetAsync(
+        g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * dtype_size(dtype), stream));
     return;
   }
   // cuBLAS needs ld >= rows of the column-major view, i.e. >= the stored row length, and >= 1.
@@ -45,9 +48,10 @@ void gemm(DType dtype, const RowMajorGemm& g, jit::Stream stream) {
   const void* alpha = dtype == DType::f32 ? static_cast<const void*>(&alpha_f) : &g.alpha;
   const void* beta = dtype == DType::f32 ? static_cast<const void*>(&beta_f) : &g.beta;
   // Column-major: C^T[n, m] = op(B)^T[n, k] op(A)^T[k, m]; a row-major X is X^T column-major.
-  KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_for(stream), op(g.trans_b), op(g.trans_a), n, m, k, alpha, g.b,
-                                               type, ld_b, g.stride_b, g.a, type, ld_a, g.stride_a, beta, g.c, type,
-                                               ld_c, g.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
+  KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_for(stream), op(g.trans_b), op(g.trans_a), n,
+                                               m, k, alpha, g.b, type, ld_b, g.stride_b, g.a, type,
+                                               ld_a, g.stride_a, beta, g.c, type, ld_c, g.stride_c,
+                                               batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace kiln::cuda

@@ -10,7 +10,8 @@
 
 namespace kiln::cuda {
 
-InputStager::InputStager(const Graph& graph, std::vector<std::int32_t> input_nodes) : graph_(graph), nodes_(std::move(input_nodes)) {
+InputStager::InputStager(const Graph& graph, std::vector<std::int32_t> input_nodes)
+    : graph_(graph), nodes_(std::move(input_nodes)) {
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&loaded_, &staged_ready_, &staged_consumed_})
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -39,14 +40,17 @@ InputStager::~InputStager() {
 
 // Host tensors go through `pinned` (an asynchronous copy from pageable memory would not
 // overlap); device tensors are copied device to device. Both on the copy stream.
-void InputStager::copy(const std::vector<Feed>& feeds, const std::vector<Tensor>& into, const std::vector<void*>& pinned) {
+void InputStager::copy(const std::vector<Feed>& feeds, const std::vector<Tensor>& into,
+                       const std::vector<void*>& pinned) {
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     const Tensor& t = feed_for(graph_.node(nodes_[k]), feeds);
     if (t.device().is_cpu()) {
       std::memcpy(pinned[k], t.raw(), t.nbytes());
-      KILN_CUDA_CHECK(cudaMemcpyAsync(into[k].raw(), pinned[k], t.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
+      KILN_CUDA_CHECK(cudaMemcpyAsync(into[k].raw(), pinned[k], t.nbytes(), cudaMemcpyHostToDevice,
+                                      copy_stream_));
     } else {
-      KILN_CUDA_CHECK(cudaMemcpyAsync(into[k].raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, copy_stream_));
+      KILN_CUDA_CHECK(cudaMemcpyAsync(into[k].raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice,
+                                      copy_stream_));
     }
   }
 }
@@ -65,7 +69,8 @@ bool InputStager::load_staged(const std::vector<Feed>& feeds, cudaStream_t step_
     if (feed_for(graph_.node(nodes_[k]), feeds).raw() != staged_sources_[k]) return false;
   KILN_CUDA_CHECK(cudaStreamWaitEvent(step_stream, staged_ready_));
   for (std::size_t k = 0; k < nodes_.size(); ++k)
-    KILN_CUDA_CHECK(cudaMemcpyAsync(buffers_[k].raw(), staged_[k].raw(), staged_[k].nbytes(), cudaMemcpyDeviceToDevice, step_stream));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(buffers_[k].raw(), staged_[k].raw(), staged_[k].nbytes(),
+                                    cudaMemcpyDeviceToDevice, step_stream));
   KILN_CUDA_CHECK(cudaEventRecord(staged_consumed_, step_stream));
   staged_sources_.clear();
   return true;
@@ -79,11 +84,14 @@ void InputStager::announce(const std::vector<Feed>& next) {
 
 void InputStager::stage() {
   if (announced_.empty()) return;
-  KILN_CUDA_CHECK(cudaEventSynchronize(staged_ready_));  // the previous staging copy has left the pinned buffers
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, staged_consumed_));  // and the step has taken its batch
+  KILN_CUDA_CHECK(cudaEventSynchronize(
+      staged_ready_));  // the previous staging copy has left the pinned buffers
+  KILN_CUDA_CHECK(
+      cudaStreamWaitEvent(copy_stream_, staged_consumed_));  // and the step has taken its batch
   copy(announced_, staged_, staged_pinned_);
   staged_sources_.clear();
-  for (std::int32_t node : nodes_) staged_sources_.push_back(feed_for(graph_.node(node), announced_).raw());
+  for (std::int32_t node : nodes_)
+    staged_sources_.push_back(feed_for(graph_.node(node), announced_).raw());
   KILN_CUDA_CHECK(cudaEventRecord(staged_ready_, copy_stream_));
   announced_.clear();
 }

@@ -32,13 +32,14 @@ class InputStager {
 
  private:
   bool load_staged(const std::vector<Feed>& feeds, cudaStream_t step_stream);
-  void copy(const std::vector<Feed>& feeds, const std::vector<Tensor>& into, const std::vector<void*>& pinned);
+  void copy(const std::vector<Feed>& feeds, const std::vector<Tensor>& into,
+            const std::vector<void*>& pinned);
 
   const Graph& graph_;
   std::vector<std::int32_t> nodes_;
-  std::vector<Tensor> buffers_;              // what the step reads
-  std::vector<void*> pinned_;                // per input: pinned staging of the host batch
-  std::vector<Tensor> staged_;               // the next batch, copied ahead
+  std::vector<Tensor> buffers_;  // what the step reads
+  std::vector<void*> pinned_;    // per input: pinned staging of the host batch
+  std::vector<Tensor> staged_;   // the next batch, copied ahead
   std::vector<void*> staged_pinned_;
   std::vector<const void*> staged_sources_;  // host pointers of the batch now in staged_
   std::vector<Feed> announced_;

@@ -41,7 +41,8 @@ struct PoolShape {
   std::int64_t planes, height, width, kernel, stride, padding, out_h, out_w;
 };
 inline constexpr const char* kPoolShapeStruct =
-    "struct PoolShape { long long planes, height, width, kernel, stride, padding, out_h, out_w; };\n";
+    "struct PoolShape { long long planes, height, width, kernel, stride, padding, out_h, out_w; "
+    "};\n";
 // The same with 32-bit fields, for planes * H * W < 2^30 (the fast kernels).
 struct PoolShape32 {
   std::int32_t planes, height, width, kernel, stride, padding, out_h, out_w;

@@ -33,7 +33,9 @@ int current_device() {
   return device;
 }
 
-std::string key_of(const std::string& name, int device) { return name + "@" + std::to_string(device); }
+std::string key_of(const std::string& name, int device) {
+  return name + "@" + std::to_string(device);
+}
 
 // The block size (a power of two from 64 up) with the most resident threads per SM; the
 // smaller wins a tie (more blocks to spread a grid over).
@@ -51,15 +53,16 @@ std::unique_ptr<DeviceKernel> load(const jit::CompiledKernel& compiled, int devi
       k->block = static_cast<unsigned>(block);
     }
   }
-  KILN_CHECK(best_threads > 0, "kernel {} cannot run at any block size (max {} threads per block)", compiled.name,
-             max_block);
+  KILN_CHECK(best_threads > 0, "kernel {} cannot run at any block size (max {} threads per block)",
+             compiled.name, max_block);
   k->max_blocks = static_cast<std::int64_t>(sms) * best_blocks;
   return k;
 }
 
 }  // namespace
 
-const DeviceKernel& device_kernel(const std::string& name, const std::function<jit::KernelSource()>& make_source) {
+const DeviceKernel& device_kernel(const std::string& name,
+                                  const std::function<jit::KernelSource()>& make_source) {
   const int device = current_device();
   const std::string key = key_of(name, device);
   Registry& r = registry();
@@ -68,7 +71,8 @@ const DeviceKernel& device_kernel(const std::string& name, const std::function<j
   if (it != r.kernels.end()) return *it->second;
   const jit::KernelSource source = make_source();
   KILN_ASSERT(source.name == name, "kernel source for '{}' defines '{}'", name, source.name);
-  const jit::CompiledKernel compiled = jit::global_kernel_cache().get_or_compile(source, jit::current_target());
+  const jit::CompiledKernel compiled =
+      jit::global_kernel_cache().get_or_compile(source, jit::current_target());
   return *r.kernels.emplace(key, load(compiled, device)).first->second;
 }
 

@@ -21,7 +21,8 @@ struct DeviceKernel {
 // The kernel `name` for the current device; `make_source` is called only on the first
 // request (per device) and must return a source whose kernel is `name`. Thread-safe;
 // the returned reference lives until the process exits.
-const DeviceKernel& device_kernel(const std::string& name, const std::function<jit::KernelSource()>& make_source);
+const DeviceKernel& device_kernel(const std::string& name,
+                                  const std::function<jit::KernelSource()>& make_source);
 
 // Compiles (in parallel) and loads all of `sources` for the current device, so that the
 // first launches of a training step do not wait for NVRTC.

@@ -9,11 +9,16 @@ namespace kiln::cuda {
 
 const char* cuda_type_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::i32: return "int";
-    case DType::i64: return "long long";
-    case DType::u8: return "unsigned char";
+    case DType::f32:
+      return "float";
+    case DType::f64:
+      return "double";
+    case DType::i32:
+      return "int";
+    case DType::i64:
+      return "long long";
+    case DType::u8:
+      return "unsigned char";
   }
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }
@@ -35,9 +40,12 @@ const char* cuda_type_name(DType dtype) {
 //    64), else 64x32.
 //  - f64 keeps 4x4 threads and 16-row K steps (registers and shared memory).
 IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n) {
-  auto blocks = [&](std::int64_t bm, std::int64_t bn) { return (m + bm - 1) / bm * ((n + bn - 1) / bn); };
+  auto blocks = [&](std::int64_t bm, std::int64_t bn) {
+    return (m + bm - 1) / bm * ((n + bn - 1) / bn);
+  };
   if (dtype == DType::f64) {
-    if (mode == IgemmMode::grad_weight) return n <= 16 ? IgemmTile{32, 16, 2, 16} : IgemmTile{64, 32, 1, 16};
+    if (mode == IgemmMode::grad_weight)
+      return n <= 16 ? IgemmTile{32, 16, 2, 16} : IgemmTile{64, 32, 1, 16};
     const int bm = m > 64 ? 64 : 32;
     if (blocks(bm, 64) >= 264) return {bm, 64, 1, 16};
     return bm == 64 ? IgemmTile{64, 32, 1, 16} : IgemmTile{32, 32, 2, 16};
@@ -56,7 +64,8 @@ std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
   std::vector<IgemmTile> tiles;
   for (std::int64_t m : {32, 128})
     for (std::int64_t n : {16, 32, 64, 8192, 1 << 20})
-      if (const IgemmTile t = igemm_choose_tile(mode, dtype, m, n); std::find(tiles.begin(), tiles.end(), t) == tiles.end())
+      if (const IgemmTile t = igemm_choose_tile(mode, dtype, m, n);
+          std::find(tiles.begin(), tiles.end(), t) == tiles.end())
         tiles.push_back(t);
   return tiles;
 }
@@ -70,9 +79,11 @@ std::vector<jit::KernelSource> all_kernel_sources() {
       for (IgemmTile tile : igemm_tiles(mode, t)) all.push_back(conv_igemm_source(mode, tile, t));
     all.push_back(conv_splitk_sum_source(t));
     all.push_back(random_uniform_source(t));
-    for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select}) all.push_back(max_pool_source(p, t));
-    for (PoolFast p : {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
-                       PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
+    for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
+      all.push_back(max_pool_source(p, t));
+    for (PoolFast p :
+         {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
+          PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
       all.push_back(max_pool_fast_source(p, t));
     for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
     for (bool backward : {false, true}) all.push_back(lstm_step_source(backward, t));
@@ -84,7 +95,8 @@ std::vector<jit::KernelSource> all_kernel_sources() {
     for (DType out : {DType::f32, DType::f64}) all.push_back(one_hot_source(label, out));
     all.push_back(one_hot_finish_source(label));
   }
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) all.push_back(fill_source(t));
+  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
+    all.push_back(fill_source(t));
   return all;
 }
 

@@ -17,7 +17,8 @@ namespace kiln::cuda {
 const char* cuda_type_name(DType dtype);
 // The grid-stride loop over [0, n) with 64-bit indices that every kernel uses.
 inline constexpr const char* kGridStrideLoop =
-    "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)";
+    "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long "
+    "long)gridDim.x * blockDim.x)";
 
 // conv_kernels.cpp; x: [B, C, H, W] and col laid out as ConvShape (kernel_params.h) says.
 jit::KernelSource im2col_source(DType dtype);
@@ -52,7 +53,15 @@ jit::KernelSource max_pool_source(PoolKernel which, DType dtype);  // 64-bit ind
 // window size fixed at 2 (k2) or any; the gradient as one thread per cell of windows that
 // do not overlap (stride >= kernel; cells2: exact 2x2 cells, kernel = stride = 2, even H, W)
 // or as a gather per input element (overlap: stride < kernel).
-enum class PoolFast { forward_k2, forward_any, select_k2, select_any, grad_cells2, grad_cells, grad_overlap };
+enum class PoolFast {
+  forward_k2,
+  forward_any,
+  select_k2,
+  select_any,
+  grad_cells2,
+  grad_cells,
+  grad_overlap
+};
 std::string max_pool_fast_name(PoolFast which, DType dtype);
 jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype);
 // Average pooling (64-bit indices): forward per window, gradient (dy -> dx) per input element.

@@ -26,10 +26,12 @@ struct Simplified {
 Simplified simplify(const Shape& x_shape, const std::vector<std::int64_t>& perm) {
   const std::size_t rank = x_shape.rank();
   std::vector<int> seen(rank, 0);
-  KILN_CHECK(perm.size() == rank, "transpose: permutation [{}] for {}", fmt::join(perm, ", "), x_shape.str());
+  KILN_CHECK(perm.size() == rank, "transpose: permutation [{}] for {}", fmt::join(perm, ", "),
+             x_shape.str());
   for (std::int64_t p : perm)
-    KILN_CHECK(p >= 0 && p < static_cast<std::int64_t>(rank) && !seen[static_cast<std::size_t>(p)]++,
-               "transpose: [{}] is not a permutation", fmt::join(perm, ", "));
+    KILN_CHECK(
+        p >= 0 && p < static_cast<std::int64_t>(rank) && !seen[static_cast<std::size_t>(p)]++,
+        "transpose: [{}] is not a permutation", fmt::join(perm, ", "));
   const std::vector<std::int64_t> strides = x_shape.strides();
   std::vector<std::int64_t> rank_of(rank, -1);  // position of each kept x axis among the kept ones
   for (std::size_t a = 0, kept = 0; a < rank; ++a)
@@ -53,41 +55,46 @@ Simplified simplify(const Shape& x_shape, const std::vector<std::int64_t>& perm)
 
 }  // namespace
 
-void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm, const void* x, void* y,
-               jit::Stream stream) {
+void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm,
+               const void* x, void* y, jit::Stream stream) {
   const Simplified s = simplify(x_shape, perm);
   const std::int64_t n = x_shape.numel();
   if (n == 0) return;
   const std::size_t bytes = dtype_size(dtype);
   if (s.dims.size() <= 1) {  // the permutation moves nothing
-    KILN_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<std::size_t>(n) * bytes, cudaMemcpyDeviceToDevice, stream));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<std::size_t>(n) * bytes,
+                                    cudaMemcpyDeviceToDevice, stream));
     return;
   }
   KILN_CHECK(s.dims.size() <= kMaxTransposeRank,
-             "transpose: [{}] of {} moves {} separate axes; at most {} are supported on the GPU", fmt::join(perm, ", "),
-             x_shape.str(), s.dims.size(), kMaxTransposeRank);
+             "transpose: [{}] of {} moves {} separate axes; at most {} are supported on the GPU",
+             fmt::join(perm, ", "), x_shape.str(), s.dims.size(), kMaxTransposeRank);
   TransposeShape shape{};
   shape.rank = static_cast<std::int32_t>(s.dims.size());
   for (std::size_t d = 0; d < s.dims.size(); ++d) {
     shape.dims[d] = s.dims[d];
     shape.src_strides[d] = s.src_strides[d];
   }
-  const DeviceKernel& k = device_kernel("kiln_transpose_b" + std::to_string(bytes), [&] { return transpose_source(bytes); });
+  const DeviceKernel& k = device_kernel("kiln_transpose_b" + std::to_string(bytes),
+                                        [&] { return transpose_source(bytes); });
   long long count = n;
   void* args[] = {&x, &y, &shape, &count};
   launch_items(k, n, stream, args);
 }
 
-void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes, const void* labels,
-             void* out, void* device_status, jit::Stream stream) {
+void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes,
+             const void* labels, void* out, void* device_status, jit::Stream stream) {
   KILN_CHECK(label_dtype == DType::i32 || label_dtype == DType::i64 || label_dtype == DType::u8,
              "one_hot: labels must be i32, i64 or u8 but are {}", dtype_name(label_dtype));
-  KILN_CHECK(out_dtype == DType::f32 || out_dtype == DType::f64, "one_hot: output dtype {} (f32 or f64 expected)",
-             dtype_name(out_dtype));
+  KILN_CHECK(out_dtype == DType::f32 || out_dtype == DType::f64,
+             "one_hot: output dtype {} (f32 or f64 expected)", dtype_name(out_dtype));
   KILN_CHECK(rows >= 0 && classes > 0, "one_hot: {} rows of {} classes", rows, classes);
-  KILN_CUDA_CHECK(cudaMemsetAsync(device_status, 0xff, kOneHotStatusBytes, stream));  // bad_row = -1
-  const std::string name = fmt::format("kiln_one_hot_{}_{}", dtype_name(label_dtype), dtype_name(out_dtype));
-  const DeviceKernel& k = device_kernel(name, [&] { return one_hot_source(label_dtype, out_dtype); });
+  KILN_CUDA_CHECK(
+      cudaMemsetAsync(device_status, 0xff, kOneHotStatusBytes, stream));  // bad_row = -1
+  const std::string name =
+      fmt::format("kiln_one_hot_{}_{}", dtype_name(label_dtype), dtype_name(out_dtype));
+  const DeviceKernel& k =
+      device_kernel(name, [&] { return one_hot_source(label_dtype, out_dtype); });
   long long r = rows, c = classes;
   void* args[] = {&labels, &out, &r, &c, &device_status};
   launch_items(k, rows * classes, stream, args);
@@ -99,36 +106,43 @@ void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t
 
 OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream) {
   OneHotStatus status;
-  KILN_CUDA_CHECK(cudaMemcpyAsync(&status, device_status, kOneHotStatusBytes, cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(
+      cudaMemcpyAsync(&status, device_status, kOneHotStatusBytes, cudaMemcpyDeviceToHost, stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
   return status;
 }
 
 void check_one_hot_status(const OneHotStatus& status, std::int64_t classes) {
-  KILN_CHECK(status.bad_row < 0, "one_hot: label {} at index {} is outside [0, {})", status.bad_label,
-             status.bad_row, classes);
+  KILN_CHECK(status.bad_row < 0, "one_hot: label {} at index {} is outside [0, {})",
+             status.bad_label, status.bad_row, classes);
 }
 
-void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch, std::int64_t rows,
-                 std::int64_t bytes, jit::Stream stream) {
+void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch,
+                 std::int64_t rows, std::int64_t bytes, jit::Stream stream) {
   if (rows <= 0 || bytes <= 0) return;
-  KILN_ASSERT(src_pitch >= bytes && dst_pitch >= bytes, "copy_blocks: pitches {} and {} below the block size {}",
-              src_pitch, dst_pitch, bytes);
+  KILN_ASSERT(src_pitch >= bytes && dst_pitch >= bytes,
+              "copy_blocks: pitches {} and {} below the block size {}", src_pitch, dst_pitch,
+              bytes);
   if (rows == 1 || (src_pitch == bytes && dst_pitch == bytes)) {  // one contiguous range
-    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(rows * bytes), cudaMemcpyDeviceToDevice, stream));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(rows * bytes),
+                                    cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dst_pitch), src, static_cast<std::size_t>(src_pitch),
+  KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dst_pitch), src,
+                                    static_cast<std::size_t>(src_pitch),
                                     static_cast<std::size_t>(bytes), static_cast<std::size_t>(rows),
                                     cudaMemcpyDeviceToDevice, stream));
 }
 
-void concat(std::size_t element_bytes, const std::vector<const void*>& pieces, const std::vector<std::int64_t>& widths,
-            std::int64_t outer, void* out, jit::Stream stream) {
-  KILN_ASSERT(pieces.size() == widths.size(), "concat: {} pieces, {} widths", pieces.size(), widths.size());
+void concat(std::size_t element_bytes, const std::vector<const void*>& pieces,
+            const std::vector<std::int64_t>& widths, std::int64_t outer, void* out,
+            jit::Stream stream) {
+  KILN_ASSERT(pieces.size() == widths.size(), "concat: {} pieces, {} widths", pieces.size(),
+              widths.size());
   long long row = 0;
   for (std::int64_t w : widths) row += w;
-  const DeviceKernel& k = device_kernel("kiln_concat_b" + std::to_string(element_bytes), [&] { return concat_source(element_bytes); });
+  const DeviceKernel& k = device_kernel("kiln_concat_b" + std::to_string(element_bytes),
+                                        [&] { return concat_source(element_bytes); });
   long long rows = outer, base = 0;
   for (std::size_t first = 0; first < pieces.size(); first += kConcatPieces) {
     ConcatPieces p{};
@@ -150,7 +164,8 @@ void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream) {
 
 void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream) {
   if (n <= 0) return;
-  const DeviceKernel& k = device_kernel(fmt::format("kiln_fill_{}", dtype_name(dtype)), [&] { return fill_source(dtype); });
+  const DeviceKernel& k = device_kernel(fmt::format("kiln_fill_{}", dtype_name(dtype)),
+                                        [&] { return fill_source(dtype); });
   visit_dtype(dtype, [&](auto zero) {
     auto typed = static_cast<decltype(zero)>(value);
     long long count = n;

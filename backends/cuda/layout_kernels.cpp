@@ -12,11 +12,16 @@ namespace {
 
 const char* unsigned_of_size(std::size_t bytes) {
   switch (bytes) {
-    case 1: return "unsigned char";
-    case 2: return "unsigned short";
-    case 4: return "unsigned int";
-    case 8: return "unsigned long long";
-    default: break;
+    case 1:
+      return "unsigned char";
+    case 2:
+      return "unsigned short";
+    case 4:
+      return "unsigned int";
+    case 8:
+      return "unsigned long long";
+    default:
+      break;
   }
   KILN_ASSERT(false, "no transpose kernel for {}-byte elements", bytes);
 }
@@ -26,7 +31,8 @@ const char* unsigned_of_size(std::size_t bytes) {
 // One thread per output element: coalesced writes, gathered reads.
 jit::KernelSource transpose_source(std::size_t element_bytes) {
   const std::string name = fmt::format("kiln_transpose_b{}", element_bytes);
-  std::string code = fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kTransposeShapeStruct);
+  std::string code =
+      fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kTransposeShapeStruct);
   code += fmt::format(R"(
 extern "C" __global__ void {0}(const U* __restrict__ x, U* __restrict__ y, TransposeShape s, long long n) {{
   {1} {{
@@ -47,7 +53,8 @@ extern "C" __global__ void {0}(const U* __restrict__ x, U* __restrict__ y, Trans
 // `outer` rows of `row` elements; the piece is found by binary search over the ends.
 jit::KernelSource concat_source(std::size_t element_bytes) {
   const std::string name = fmt::format("kiln_concat_b{}", element_bytes);
-  std::string code = fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kConcatPiecesStruct);
+  std::string code =
+      fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kConcatPiecesStruct);
   code += fmt::format(R"(
 extern "C" __global__ void {0}(ConcatPieces p, U* __restrict__ out, long long outer, long long row, long long base,
                                long long width) {{
@@ -73,7 +80,8 @@ extern "C" __global__ void {0}(ConcatPieces p, U* __restrict__ out, long long ou
 // smallest such row index goes to status[0] (which the host set to all ones beforehand).
 jit::KernelSource one_hot_source(DType label, DType out) {
   const std::string name = fmt::format("kiln_one_hot_{}_{}", dtype_name(label), dtype_name(out));
-  const std::string code = fmt::format(R"(typedef {0} L;
+  const std::string code =
+      fmt::format(R"(typedef {0} L;
 typedef {1} T;
 extern "C" __global__ void {2}(const L* __restrict__ labels, T* __restrict__ out, long long rows, long long classes,
                                unsigned long long* __restrict__ status) {{
@@ -87,7 +95,7 @@ extern "C" __global__ void {2}(const L* __restrict__ labels, T* __restrict__ out
   }}
 }}
 )",
-                                       cuda_type_name(label), cuda_type_name(out), name, kGridStrideLoop);
+                  cuda_type_name(label), cuda_type_name(out), name, kGridStrideLoop);
   return {name, code, {}};
 }
 

@@ -19,13 +19,15 @@ constexpr std::int64_t kUnitsPerBlock = 8, kRowsPerBlock = 16;
 constexpr unsigned kThreads = 256;
 
 void check_shape(const LstmShape& s) {
-  KILN_CHECK(s.dtype == DType::f32 || s.dtype == DType::f64, "lstm_sequence: dtype {} (f32 or f64 expected)",
-             dtype_name(s.dtype));
-  KILN_CHECK(s.steps >= 1 && s.batch >= 0 && s.hidden >= 0, "lstm_sequence: {} steps of batch {}, hidden {}", s.steps,
-             s.batch, s.hidden);
+  KILN_CHECK(s.dtype == DType::f32 || s.dtype == DType::f64,
+             "lstm_sequence: dtype {} (f32 or f64 expected)", dtype_name(s.dtype));
+  KILN_CHECK(s.steps >= 1 && s.batch >= 0 && s.hidden >= 0,
+             "lstm_sequence: {} steps of batch {}, hidden {}", s.steps, s.batch, s.hidden);
   constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
-  KILN_CHECK(4 * s.hidden <= kMaxInt && s.steps * s.batch <= kMaxInt && (s.batch + kRowsPerBlock - 1) / kRowsPerBlock <= 65535,
-             "lstm_sequence: {} steps of batch {}, hidden {} exceed the CUDA kernel's index range", s.steps, s.batch, s.hidden);
+  KILN_CHECK(4 * s.hidden <= kMaxInt && s.steps * s.batch <= kMaxInt &&
+                 (s.batch + kRowsPerBlock - 1) / kRowsPerBlock <= 65535,
+             "lstm_sequence: {} steps of batch {}, hidden {} exceed the CUDA kernel's index range",
+             s.steps, s.batch, s.hidden);
 }
 
 // The time of the `k`-th processed step.
@@ -33,11 +35,13 @@ std::int64_t time_of(const LstmShape& s, std::int64_t k) { return s.reverse ? s.
 
 // Byte offset of time t's rows in a [T*B, width] tensor.
 const char* rows_at(const void* base, const LstmShape& s, std::int64_t t, std::int64_t width) {
-  return static_cast<const char*>(base) + static_cast<std::size_t>(t * s.batch * width) * dtype_size(s.dtype);
+  return static_cast<const char*>(base) +
+         static_cast<std::size_t>(t * s.batch * width) * dtype_size(s.dtype);
 }
 
 const DeviceKernel& step_kernel(bool backward, DType dtype) {
-  return device_kernel(lstm_step_name(backward, dtype), [&] { return lstm_step_source(backward, dtype); });
+  return device_kernel(lstm_step_name(backward, dtype),
+                       [&] { return lstm_step_source(backward, dtype); });
 }
 
 detail::LstmPersistent g_persistent = detail::LstmPersistent::automatic;
@@ -58,21 +62,27 @@ jit::Dim3 grid_of(const LstmShape& s) {
 }  // namespace
 
 bool lstm_persistent_forward_fits(const LstmShape& s) {
-  if (g_persistent == detail::LstmPersistent::never || s.hidden < 64 || s.hidden % 32 != 0 || s.batch == 0) return false;
+  if (g_persistent == detail::LstmPersistent::never || s.hidden < 64 || s.hidden % 32 != 0 ||
+      s.batch == 0)
+    return false;
   if (persistent_shared_bytes(s) > 48 * 1024) return false;
   int device = 0, sms = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const jit::Dim3 grid = grid_of(s);
   const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y;
-  const int per_sm = persistent_kernel(s.dtype).kernel.max_active_blocks_per_sm(static_cast<int>(kThreads), persistent_shared_bytes(s));
+  const int per_sm = persistent_kernel(s.dtype).kernel.max_active_blocks_per_sm(
+      static_cast<int>(kThreads), persistent_shared_bytes(s));
   const bool fills = 4 * blocks >= 3 * sms || g_persistent == detail::LstmPersistent::when_resident;
   return static_cast<std::int64_t>(per_sm) * sms >= blocks && fills;
 }
 
-std::int64_t lstm_persistent_barriers(const LstmShape& s) { return (s.batch + kRowsPerBlock - 1) / kRowsPerBlock; }
+std::int64_t lstm_persistent_barriers(const LstmShape& s) {
+  return (s.batch + kRowsPerBlock - 1) / kRowsPerBlock;
+}
 
-void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, jit::Stream stream) {
+void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args,
+                           jit::Stream stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.hidden == 0) return;
   const jit::Dim3 grid = grid_of(shape);
@@ -83,8 +93,11 @@ void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, 
     const void *h0 = args.h0, *c0 = args.c0;
     unsigned* barrier = args.barrier;
     int steps = static_cast<int>(shape.steps), reverse = shape.reverse ? 1 : 0;
-    void* params[] = {&projected, &u, &h0, &c0, &hs, &cs, &acts, &barrier, &batch, &hidden, &steps, &reverse};
-    persistent_kernel(shape.dtype).kernel.launch_cooperative(grid, {kThreads, 1, 1}, persistent_shared_bytes(shape), stream, params);
+    void* params[] = {&projected, &u,       &h0,    &c0,     &hs,    &cs,
+                      &acts,      &barrier, &batch, &hidden, &steps, &reverse};
+    persistent_kernel(shape.dtype)
+        .kernel.launch_cooperative(grid, {kThreads, 1, 1}, persistent_shared_bytes(shape), stream,
+                                   params);
     return;
   }
   const DeviceKernel& k = step_kernel(false, shape.dtype);
@@ -100,7 +113,8 @@ void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, 
 
 // Steps in the reverse of the processing order; step k's c_prev is c0 for k = 0, else the
 // cs rows of step k - 1; its d_next the d_projected rows of step k + 1 (none for the last).
-void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args, jit::Stream stream) {
+void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args,
+                            jit::Stream stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.hidden == 0) return;
   const DeviceKernel& k = step_kernel(true, shape.dtype);
@@ -111,16 +125,22 @@ void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args
   for (std::int64_t step = shape.steps - 1; step >= -1; --step) {
     const bool last = step < 0;  // dh0 from the d_projected rows of step 0
     int t = last ? 0 : static_cast<int>(time_of(shape, step));
-    const void* d_next = step + 1 < shape.steps ? rows_at(d_projected, shape, time_of(shape, step + 1), 4 * shape.hidden) : nullptr;
-    const void* c_prev = step <= 0 ? args.c0 : rows_at(cs, shape, time_of(shape, step - 1), shape.hidden);
+    const void* d_next =
+        step + 1 < shape.steps
+            ? rows_at(d_projected, shape, time_of(shape, step + 1), 4 * shape.hidden)
+            : nullptr;
+    const void* c_prev =
+        step <= 0 ? args.c0 : rows_at(cs, shape, time_of(shape, step - 1), shape.hidden);
     void* dh0 = last ? args.dh0 : nullptr;  // non-null: the launch only writes dh0
-    void* params[] = {&d_next, &u, &d_hs, &d_cs, &cs, &acts, &c_prev, &dc_carry, &d_projected, &dh0, &batch, &hidden, &t};
+    void* params[] = {&d_next,   &u,           &d_hs, &d_cs,  &cs,     &acts, &c_prev,
+                      &dc_carry, &d_projected, &dh0,  &batch, &hidden, &t};
     k.kernel.launch(grid, {kThreads, 1, 1}, 0, stream, params);
   }
 }
 
 std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype) {
-  return {lstm_step_source(false, dtype), lstm_step_source(true, dtype), lstm_persistent_source(dtype)};
+  return {lstm_step_source(false, dtype), lstm_step_source(true, dtype),
+          lstm_persistent_source(dtype)};
 }
 
 namespace detail {

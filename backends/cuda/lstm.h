@@ -44,10 +44,12 @@ void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, 
 // d_hs, d_cs [T*B, H], u [H, 4H], c0 [B, H], cs [T*B, H], acts [T*B, 4H] -> d_projected
 // [T*B, 4H], dh0, dc0 [B, H]; T + 1 launches on `stream` (the last one writes dh0).
 struct LstmBackwardArgs {
-  const void *d_hs = nullptr, *d_cs = nullptr, *u = nullptr, *c0 = nullptr, *cs = nullptr, *acts = nullptr;
+  const void *d_hs = nullptr, *d_cs = nullptr, *u = nullptr, *c0 = nullptr, *cs = nullptr,
+             *acts = nullptr;
   void *d_projected = nullptr, *dh0 = nullptr, *dc0 = nullptr;
 };
-void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args, jit::Stream stream);
+void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args,
+                            jit::Stream stream);
 
 // The step kernels and the persistent forward of `dtype`, for kernel_sources_for.
 std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype);

@@ -236,7 +236,8 @@ GemmTiling tiling(bool backward, DType dtype) {
 }
 
 void check_dtype(DType dtype) {
-  KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}", dtype_name(dtype));
+  KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}",
+              dtype_name(dtype));
 }
 
 }  // namespace
@@ -254,7 +255,8 @@ jit::KernelSource lstm_step_source(bool backward, DType dtype) {
   const std::size_t at = body.find(token);
   KILN_ASSERT(at != std::string::npos, "lstm kernel template lacks {}", token);
   body.replace(at, token.size(), name);
-  std::string code = fmt::format("typedef {} T;\n#define GEMM_KT {}\n#define GEMM_S {}\n", cuda_type_name(dtype), tile.kt, tile.s);
+  std::string code = fmt::format("typedef {} T;\n#define GEMM_KT {}\n#define GEMM_S {}\n",
+                                 cuda_type_name(dtype), tile.kt, tile.s);
   return {name, code + kLstmCellMath + kTileGemm + body, {}};
 }
 

@@ -144,15 +144,21 @@ KERNEL_NAME(const T* __restrict__ projected, const T* __restrict__ u, const T* _
 
 }  // namespace
 
-std::string lstm_persistent_name(DType dtype) { return fmt::format("kiln_lstm_persistent_forward_{}", dtype_name(dtype)); }
+std::string lstm_persistent_name(DType dtype) {
+  return fmt::format("kiln_lstm_persistent_forward_{}", dtype_name(dtype));
+}
 
 jit::KernelSource lstm_persistent_source(DType dtype) {
-  KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}", dtype_name(dtype));
+  KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}",
+              dtype_name(dtype));
   const std::string name = lstm_persistent_name(dtype);
   std::string body = kPersistentForward;
   const std::string token = "KERNEL_NAME";
   body.replace(body.find(token), token.size(), name);
-  return {name, fmt::format("typedef {} T;\n", cuda_type_name(dtype)) + kLstmCellMath + kGridBarrier + body, {}};
+  return {
+      name,
+      fmt::format("typedef {} T;\n", cuda_type_name(dtype)) + kLstmCellMath + kGridBarrier + body,
+      {}};
 }
 
 }  // namespace kiln::cuda

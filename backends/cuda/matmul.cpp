@@ -8,7 +8,8 @@ namespace kiln::cuda {
 
 void matmul(const MatmulArgs& args, jit::Stream stream) {
   KILN_CHECK(args.batch >= 0 && args.m >= 0 && args.n >= 0 && args.k >= 0,
-             "matmul: negative size (batch {}, M {}, N {}, K {})", args.batch, args.m, args.n, args.k);
+             "matmul: negative size (batch {}, M {}, N {}, K {})", args.batch, args.m, args.n,
+             args.k);
   RowMajorGemm g;
   g.trans_a = args.trans_a;
   g.trans_b = args.trans_b;

@@ -19,40 +19,47 @@ namespace {
 PoolShape shape_of(const kernels::PoolGeometry& g, const char* op = "max_pool2d") {
   KILN_CHECK(g.kernel >= 1 && g.stride >= 1 && g.padding >= 0 && 2 * g.padding <= g.kernel &&
                  g.height + 2 * g.padding >= g.kernel && g.width + 2 * g.padding >= g.kernel,
-             "{}: kernel {}, stride {} and padding {} on {}x{} planes", op, g.kernel, g.stride, g.padding, g.height,
-             g.width);
+             "{}: kernel {}, stride {} and padding {} on {}x{} planes", op, g.kernel, g.stride,
+             g.padding, g.height, g.width);
   return {g.planes, g.height, g.width, g.kernel, g.stride, g.padding, g.out_h, g.out_w};
 }
 
 void check_dtype(DType dtype, const char* op = "max_pool2d") {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "{}: dtype {} is not supported (f32 or f64 expected)", op,
-             dtype_name(dtype));
+  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
+             "{}: dtype {} is not supported (f32 or f64 expected)", op, dtype_name(dtype));
 }
 
 const DeviceKernel& pool_kernel(PoolKernel which, DType dtype) {
   check_dtype(dtype);
-  const char* suffix = which == PoolKernel::forward ? "forward" : which == PoolKernel::grad ? "grad" : "select";
+  const char* suffix = which == PoolKernel::forward ? "forward"
+                       : which == PoolKernel::grad  ? "grad"
+                                                    : "select";
   return device_kernel(fmt::format("kiln_max_pool2d_{}_{}", suffix, dtype_name(dtype)),
                        [&] { return max_pool_source(which, dtype); });
 }
 
 const DeviceKernel& fast_kernel(PoolFast which, DType dtype) {
   check_dtype(dtype);
-  return device_kernel(max_pool_fast_name(which, dtype), [&] { return max_pool_fast_source(which, dtype); });
+  return device_kernel(max_pool_fast_name(which, dtype),
+                       [&] { return max_pool_fast_source(which, dtype); });
 }
 
 // Whether the 32-bit kernels apply (every index and grid-stride step stays below 2^31).
-bool small(const kernels::PoolGeometry& g) { return g.planes * g.height * g.width < (std::int64_t{1} << 30); }
+bool small(const kernels::PoolGeometry& g) {
+  return g.planes * g.height * g.width < (std::int64_t{1} << 30);
+}
 
 PoolShape32 shape32_of(const PoolShape& s) {
-  return {static_cast<std::int32_t>(s.planes), static_cast<std::int32_t>(s.height), static_cast<std::int32_t>(s.width),
-          static_cast<std::int32_t>(s.kernel), static_cast<std::int32_t>(s.stride), static_cast<std::int32_t>(s.padding),
-          static_cast<std::int32_t>(s.out_h), static_cast<std::int32_t>(s.out_w)};
+  return {static_cast<std::int32_t>(s.planes), static_cast<std::int32_t>(s.height),
+          static_cast<std::int32_t>(s.width),  static_cast<std::int32_t>(s.kernel),
+          static_cast<std::int32_t>(s.stride), static_cast<std::int32_t>(s.padding),
+          static_cast<std::int32_t>(s.out_h),  static_cast<std::int32_t>(s.out_w)};
 }
 
 }  // namespace
 
-void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream) {
+void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
+                        jit::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -66,14 +73,15 @@ void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
   launch_items(pool_kernel(PoolKernel::forward, dtype), g.planes * g.out_h * g.out_w, stream, args);
 }
 
-void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy, void* dx,
-                     jit::Stream stream) {
+void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
+                     void* dx, jit::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
     void* args[] = {&x, &dy, &dx, &s};
     if (g.stride < g.kernel || g.padding > 0) {
-      launch_items(fast_kernel(PoolFast::grad_overlap, dtype), g.planes * g.height * g.width, stream, args);
+      launch_items(fast_kernel(PoolFast::grad_overlap, dtype), g.planes * g.height * g.width,
+                   stream, args);
       return;
     }
     const bool cells2 = g.kernel == 2 && g.stride == 2 && g.height % 2 == 0 && g.width % 2 == 0;
@@ -85,8 +93,8 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
   launch_items(pool_kernel(PoolKernel::grad, dtype), g.planes * g.height * g.width, stream, args);
 }
 
-void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in, void* out,
-                       jit::Stream stream) {
+void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in,
+                       void* out, jit::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -100,20 +108,24 @@ void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* 
   launch_items(pool_kernel(PoolKernel::select, dtype), g.planes * g.out_h * g.out_w, stream, args);
 }
 
-void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream) {
+void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
+                        jit::Stream stream) {
   PoolShape shape = shape_of(g, "avg_pool2d");
   check_dtype(dtype, "avg_pool2d");
   void* args[] = {&x, &y, &shape};
-  launch_items(device_kernel(avg_pool_name(false, dtype), [&] { return avg_pool_source(false, dtype); }),
-               g.planes * g.out_h * g.out_w, stream, args);
+  launch_items(
+      device_kernel(avg_pool_name(false, dtype), [&] { return avg_pool_source(false, dtype); }),
+      g.planes * g.out_h * g.out_w, stream, args);
 }
 
-void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx, jit::Stream stream) {
+void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx,
+                     jit::Stream stream) {
   PoolShape shape = shape_of(g, "avg_pool2d_grad");
   check_dtype(dtype, "avg_pool2d_grad");
   void* args[] = {&dy, &dx, &shape};
-  launch_items(device_kernel(avg_pool_name(true, dtype), [&] { return avg_pool_source(true, dtype); }),
-               g.planes * g.height * g.width, stream, args);
+  launch_items(
+      device_kernel(avg_pool_name(true, dtype), [&] { return avg_pool_source(true, dtype); }),
+      g.planes * g.height * g.width, stream, args);
 }
 
 }  // namespace kiln::cuda

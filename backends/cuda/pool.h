@@ -10,17 +10,20 @@
 namespace kiln::cuda {
 
 // x: [planes, H, W] -> y: [planes, OH, OW], f32 or f64.
-void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream);
+void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
+                        jit::Stream stream);
 // dx (x-shaped) = dy (y-shaped) routed to each window's maximum; overlapping windows sum.
-void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy, void* dx,
-                     jit::Stream stream);
+void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
+                     void* dx, jit::Stream stream);
 // out (y-shaped) = g_in (x-shaped) at each window's maximum.
-void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in, void* out,
-                       jit::Stream stream);
+void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in,
+                       void* out, jit::Stream stream);
 
 // y[window] = mean of x over the window's cells in the plane.
-void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y, jit::Stream stream);
+void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
+                        jit::Stream stream);
 // dx (x-shaped) = the adjoint of avg_pool2d_forward applied to dy (y-shaped).
-void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx, jit::Stream stream);
+void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx,
+                     jit::Stream stream);
 
 }  // namespace kiln::cuda

@@ -69,7 +69,8 @@ extern "C" __global__ void {0}(const T* __restrict__ x, {1}T* __restrict__ y, Po
   }}
 }}
 )",
-                     name, from_x ? "" : "const T* __restrict__ src, ", kGridStrideLoop, from_x ? "x" : "src");
+                     name, from_x ? "" : "const T* __restrict__ src, ", kGridStrideLoop,
+                     from_x ? "x" : "src");
 }
 
 // dx[e] = sum of dy over the windows containing e (in window order, as the CPU adds them)
@@ -99,9 +100,12 @@ extern "C" __global__ void {0}(const T* __restrict__ x, const T* __restrict__ dy
 
 const char* kernel_suffix(PoolKernel which) {
   switch (which) {
-    case PoolKernel::forward: return "forward";
-    case PoolKernel::grad: return "grad";
-    case PoolKernel::select: return "select";
+    case PoolKernel::forward:
+      return "forward";
+    case PoolKernel::grad:
+      return "grad";
+    case PoolKernel::select:
+      return "select";
   }
   KILN_ASSERT(false, "unknown pool kernel {}", static_cast<int>(which));
 }
@@ -298,7 +302,8 @@ extern "C" __global__ void NAME(const T* __restrict__ dy, T* __restrict__ dx, Po
 
 // `body` with NAME and LOOP substituted (it contains braces, so no fmt).
 std::string substitute(std::string body, const std::string& name) {
-  for (const auto& [key, value] : {std::pair<std::string, std::string>{"NAME", name}, {"LOOP", kGridStrideLoop}}) {
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"NAME", name}, {"LOOP", kGridStrideLoop}}) {
     const std::size_t at = body.find(key);
     KILN_ASSERT(at != std::string::npos, "pool kernel template lacks {}", key);
     body.replace(at, key.size(), value);
@@ -308,13 +313,20 @@ std::string substitute(std::string body, const std::string& name) {
 
 const char* fast_suffix(PoolFast which) {
   switch (which) {
-    case PoolFast::forward_k2: return "forward_k2";
-    case PoolFast::forward_any: return "forward";
-    case PoolFast::select_k2: return "select_k2";
-    case PoolFast::select_any: return "select";
-    case PoolFast::grad_cells2: return "grad_cells2";
-    case PoolFast::grad_cells: return "grad_cells";
-    case PoolFast::grad_overlap: return "grad_overlap";
+    case PoolFast::forward_k2:
+      return "forward_k2";
+    case PoolFast::forward_any:
+      return "forward";
+    case PoolFast::select_k2:
+      return "select_k2";
+    case PoolFast::select_any:
+      return "select";
+    case PoolFast::grad_cells2:
+      return "grad_cells2";
+    case PoolFast::grad_cells:
+      return "grad_cells";
+    case PoolFast::grad_overlap:
+      return "grad_overlap";
   }
   KILN_ASSERT(false, "unknown pool kernel {}", static_cast<int>(which));
 }
@@ -327,24 +339,41 @@ std::string max_pool_fast_name(PoolFast which, DType dtype) {
 
 jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
   const std::string name = max_pool_fast_name(which, dtype);
-  std::string code = fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kPoolShape32Struct, kWindowMax32);
+  std::string code =
+      fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kPoolShape32Struct, kWindowMax32);
   switch (which) {
-    case PoolFast::forward_k2: code += fast_gather_body(name, false, 2); break;
-    case PoolFast::forward_any: code += fast_gather_body(name, false, 0); break;
-    case PoolFast::select_k2: code += fast_gather_body(name, true, 2); break;
-    case PoolFast::select_any: code += fast_gather_body(name, true, 0); break;
-    case PoolFast::grad_cells2: code += fast_cells_body(name, true); break;
-    case PoolFast::grad_cells: code += fast_cells_body(name, false); break;
-    case PoolFast::grad_overlap: code += fast_overlap_body(name); break;
+    case PoolFast::forward_k2:
+      code += fast_gather_body(name, false, 2);
+      break;
+    case PoolFast::forward_any:
+      code += fast_gather_body(name, false, 0);
+      break;
+    case PoolFast::select_k2:
+      code += fast_gather_body(name, true, 2);
+      break;
+    case PoolFast::select_any:
+      code += fast_gather_body(name, true, 0);
+      break;
+    case PoolFast::grad_cells2:
+      code += fast_cells_body(name, true);
+      break;
+    case PoolFast::grad_cells:
+      code += fast_cells_body(name, false);
+      break;
+    case PoolFast::grad_overlap:
+      code += fast_overlap_body(name);
+      break;
   }
   return {name, code, {}};
 }
 
 jit::KernelSource max_pool_source(PoolKernel which, DType dtype) {
-  const std::string name = fmt::format("kiln_max_pool2d_{}_{}", kernel_suffix(which), dtype_name(dtype));
-  std::string code =
-      fmt::format("typedef {} T;\n{}{}{}", cuda_type_name(dtype), kPoolShapeStruct, kWindowRange, kWindowArgmax);
-  code += which == PoolKernel::grad ? grad_body(name) : gather_body(name, which == PoolKernel::forward);
+  const std::string name =
+      fmt::format("kiln_max_pool2d_{}_{}", kernel_suffix(which), dtype_name(dtype));
+  std::string code = fmt::format("typedef {} T;\n{}{}{}", cuda_type_name(dtype), kPoolShapeStruct,
+                                 kWindowRange, kWindowArgmax);
+  code +=
+      which == PoolKernel::grad ? grad_body(name) : gather_body(name, which == PoolKernel::forward);
   return {name, code, {}};
 }
 
@@ -354,7 +383,8 @@ std::string avg_pool_name(bool grad, DType dtype) {
 
 jit::KernelSource avg_pool_source(bool grad, DType dtype) {
   const std::string name = avg_pool_name(grad, dtype);
-  std::string code = fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kPoolShapeStruct, kWindowRange);
+  std::string code =
+      fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kPoolShapeStruct, kWindowRange);
   code += substitute(grad ? kAvgGrad : kAvgForward, name);
   return {name, code, {}};
 }

@@ -51,14 +51,17 @@ extern "C" __global__ void {1}(T* __restrict__ out, long long* __restrict__ next
   return {name, code, {}};
 }
 
-void random_uniform(DType dtype, std::uint64_t seed, std::int64_t n, const void* step, void* out, void* next_step,
-                    jit::Stream stream) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "random_uniform: dtype {} (f32 or f64 expected)", dtype_name(dtype));
-  const DeviceKernel& k = device_kernel(fmt::format("kiln_random_uniform_{}", dtype_name(dtype)), [&] { return random_uniform_source(dtype); });
+void random_uniform(DType dtype, std::uint64_t seed, std::int64_t n, const void* step, void* out,
+                    void* next_step, jit::Stream stream) {
+  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
+             "random_uniform: dtype {} (f32 or f64 expected)", dtype_name(dtype));
+  const DeviceKernel& k = device_kernel(fmt::format("kiln_random_uniform_{}", dtype_name(dtype)),
+                                        [&] { return random_uniform_source(dtype); });
   unsigned long long key = seed;
   long long count = n;
   void* args[] = {&out, &next_step, &step, &key, &count};
-  launch_items(k, std::max<std::int64_t>(1, (n + 3) / 4), stream, args);  // one item at least: next_step
+  launch_items(k, std::max<std::int64_t>(1, (n + 3) / 4), stream,
+               args);  // one item at least: next_step
 }
 
 }  // namespace kiln::cuda

@@ -23,8 +23,9 @@ Tensor to_host(const Tensor& device) {
 }
 
 void copy_tensor(const Tensor& src, Tensor& dst) {
-  KILN_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy: {} {} into {} {}", src.shape().str(),
-             dtype_name(src.dtype()), dst.shape().str(), dtype_name(dst.dtype()));
+  KILN_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy: {} {} into {} {}",
+             src.shape().str(), dtype_name(src.dtype()), dst.shape().str(),
+             dtype_name(dst.dtype()));
   KILN_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault));
 }
 

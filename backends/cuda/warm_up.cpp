@@ -17,10 +17,16 @@ void warm_up(int device) noexcept {
   float* buffer = nullptr;
   constexpr int kSide = 16;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
-      cudaMalloc(reinterpret_cast<void**>(&buffer), 3 * kSide * kSide * sizeof(float)) == cudaSuccess &&
+      cudaMalloc(reinterpret_cast<void**>(&buffer), 3 * kSide * kSide * sizeof(float)) ==
+          cudaSuccess &&
       cudaMemsetAsync(buffer, 0, 2 * kSide * kSide * sizeof(float), stream) == cudaSuccess) {
     try {
-      matmul({.m = kSide, .n = kSide, .k = kSide, .a = buffer, .b = buffer + kSide * kSide, .c = buffer + 2 * kSide * kSide},
+      matmul({.m = kSide,
+              .n = kSide,
+              .k = kSide,
+              .a = buffer,
+              .b = buffer + kSide * kSide,
+              .c = buffer + 2 * kSide * kSide},
              stream);
       (void)cudaStreamSynchronize(stream);
     } catch (const std::exception&) {  // the program's own first GEMM reports it

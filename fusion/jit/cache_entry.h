@@ -31,6 +31,7 @@ DecodedEntry decode_entry(const std::vector<char>& bytes, const Digest& key);
 // Writes `bytes` to a unique temporary file beside `path`, fsyncs it and renames it over
 // `path`, so that readers see the old file or the new one, never a part. Returns "" on
 // success, else what failed (with errno's text); never throws for I/O problems.
-std::string write_file_atomically(const std::filesystem::path& path, const std::vector<char>& bytes);
+std::string write_file_atomically(const std::filesystem::path& path,
+                                  const std::vector<char>& bytes);
 
 }  // namespace kiln::jit

@@ -19,9 +19,9 @@ namespace kiln::jit {
 
 }  // namespace kiln::jit
 
-#define KILN_CUDA_CHECK(expr)                                                       \
-  do {                                                                              \
-    const cudaError_t kiln_cuda_status_ = (expr);                                   \
-    if (kiln_cuda_status_ != cudaSuccess)                                           \
-      ::kiln::jit::throw_cuda_error(kiln_cuda_status_, #expr, __FILE__, __LINE__);  \
+#define KILN_CUDA_CHECK(expr)                                                      \
+  do {                                                                             \
+    const cudaError_t kiln_cuda_status_ = (expr);                                  \
+    if (kiln_cuda_status_ != cudaSuccess)                                          \
+      ::kiln::jit::throw_cuda_error(kiln_cuda_status_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -17,10 +17,12 @@ dim3 to_dim3(Dim3 d) { return dim3(d.x, d.y, d.z); }
 
 }  // namespace
 
-void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line, const std::string& context) {
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line,
+                      const std::string& context) {
   (void)cudaGetLastError();  // clears a non-sticky error so that later checks do not see it again
-  throw Error(fmt::format("{}{}CUDA error {} ({}) in `{}` at {}:{}", context, context.empty() ? "" : ": ",
-                          cudaGetErrorName(status), cudaGetErrorString(status), call, file, line));
+  throw Error(fmt::format("{}{}CUDA error {} ({}) in `{}` at {}:{}", context,
+                          context.empty() ? "" : ": ", cudaGetErrorName(status),
+                          cudaGetErrorString(status), call, file, line));
 }
 
 int cuda_device_count() {
@@ -37,7 +39,8 @@ std::string cuda_unavailable_reason() {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    return fmt::format("no CUDA driver/GPU: {} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+    return fmt::format("no CUDA driver/GPU: {} ({})", cudaGetErrorString(status),
+                       cudaGetErrorName(status));
   }
   return count == 0 ? "no CUDA driver/GPU: the driver reports no CUDA device" : "";
 }
@@ -54,7 +57,8 @@ JitTarget current_target() {
 LoadedKernel::LoadedKernel(const std::vector<char>& cubin, const std::string& name) : name_(name) {
   KILN_CHECK(!cubin.empty(), "cannot load kernel '{}': its CUBIN is empty", name);
   cudaLibrary_t library = nullptr;
-  cudaError_t status = cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  cudaError_t status =
+      cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (status != cudaSuccess)
     throw_cuda_error(status, "cudaLibraryLoadData", __FILE__, __LINE__,
                      fmt::format("loading kernel '{}' from {} bytes of CUBIN", name, cubin.size()));
@@ -63,8 +67,9 @@ LoadedKernel::LoadedKernel(const std::vector<char>& cubin, const std::string& na
   status = cudaLibraryGetKernel(&kernel, library, name.c_str());
   if (status != cudaSuccess) {
     unload();
-    throw_cuda_error(status, "cudaLibraryGetKernel", __FILE__, __LINE__,
-                     fmt::format("kernel '{}' is not in its CUBIN (is it declared extern \"C\"?)", name));
+    throw_cuda_error(
+        status, "cudaLibraryGetKernel", __FILE__, __LINE__,
+        fmt::format("kernel '{}' is not in its CUBIN (is it declared extern \"C\"?)", name));
   }
   kernel_ = kernel;
 }
@@ -92,23 +97,28 @@ void LoadedKernel::unload() noexcept {
   if (status == cudaSuccess || status == cudaErrorCudartUnloading) return;
   (void)cudaGetLastError();
   try {
-    log().warn("unloading kernel '{}': {} ({})", name_, cudaGetErrorName(status), cudaGetErrorString(status));
+    log().warn("unloading kernel '{}': {} ({})", name_, cudaGetErrorName(status),
+               cudaGetErrorString(status));
   } catch (...) {  // logging must not take down a destructor
   }
 }
 
-void LoadedKernel::launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const {
+void LoadedKernel::launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
+                          void** args) const {
   KILN_CHECK(kernel_ != nullptr, "launch of kernel '{}', which was moved from", name_);
   const cudaError_t status =
       cudaLaunchKernel(as_func(kernel_), to_dim3(grid), to_dim3(block), args, shared_bytes, stream);
   if (status != cudaSuccess)
-    throw_cuda_error(status, "cudaLaunchKernel", __FILE__, __LINE__,
-                     fmt::format("launching kernel '{}' with grid [{}, {}, {}], block [{}, {}, {}] and {} bytes of "
-                                 "dynamic shared memory",
-                                 name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
+    throw_cuda_error(
+        status, "cudaLaunchKernel", __FILE__, __LINE__,
+        fmt::format(
+            "launching kernel '{}' with grid [{}, {}, {}], block [{}, {}, {}] and {} bytes of "
+            "dynamic shared memory",
+            name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
 }
 
-void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const {
+void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes,
+                                      Stream stream, void** args) const {
   KILN_CHECK(kernel_ != nullptr, "launch of kernel '{}', which was moved from", name_);
   cudaLaunchAttribute cooperative{};
   cooperative.id = cudaLaunchAttributeCooperative;
@@ -122,21 +132,25 @@ void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_
   config.numAttrs = 1;
   const cudaError_t status = cudaLaunchKernelExC(&config, as_func(kernel_), args);
   if (status != cudaSuccess)
-    throw_cuda_error(status, "cudaLaunchKernelExC (cooperative)", __FILE__, __LINE__,
-                     fmt::format("launching kernel '{}' with grid [{}, {}, {}], block [{}, {}, {}] and {} bytes of "
-                                 "dynamic shared memory",
-                                 name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
+    throw_cuda_error(
+        status, "cudaLaunchKernelExC (cooperative)", __FILE__, __LINE__,
+        fmt::format(
+            "launching kernel '{}' with grid [{}, {}, {}], block [{}, {}, {}] and {} bytes of "
+            "dynamic shared memory",
+            name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
 }
 
 void LoadedKernel::set_max_dynamic_shared_bytes(int bytes) {
   KILN_CHECK(kernel_ != nullptr, "kernel '{}' was moved from", name_);
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(as_func(kernel_), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  KILN_CUDA_CHECK(
+      cudaFuncSetAttribute(as_func(kernel_), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 int LoadedKernel::max_active_blocks_per_sm(int block_size, std::size_t shared_bytes) const {
   KILN_CHECK(kernel_ != nullptr, "kernel '{}' was moved from", name_);
   int blocks = 0;
-  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, as_func(kernel_), block_size, shared_bytes));
+  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, as_func(kernel_),
+                                                                block_size, shared_bytes));
   return blocks;
 }
 

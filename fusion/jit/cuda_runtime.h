@@ -58,7 +58,8 @@ class LoadedKernel {
   void launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const;
   // As launch, but cooperative: every block is resident at once (or the launch fails), so
   // blocks may wait for each other (a grid-wide barrier). Capturable in a CUDA graph.
-  void launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const;
+  void launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
+                          void** args) const;
   // Lets launches use more than 48 KiB of dynamic shared memory (up to the device's limit).
   void set_max_dynamic_shared_bytes(int bytes);
   int max_active_blocks_per_sm(int block_size, std::size_t shared_bytes) const;

@@ -35,21 +35,26 @@ std::filesystem::path default_cache_dir() {
 
 DiskCache::DiskCache(std::filesystem::path dir) : dir_(std::move(dir)) {
   if (dir_.empty()) {
-    log().warn("kernel cache: no cache directory (KILN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); "
-               "compiled kernels are kept in memory only");
+    log().warn(
+        "kernel cache: no cache directory (KILN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); "
+        "compiled kernels are kept in memory only");
     return;
   }
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error || !std::filesystem::is_directory(dir_, error)) {
-    log().warn("kernel cache: cannot create the directory {} ({}); compiled kernels are kept in memory only",
-               dir_.string(), error ? error.message() : "not a directory");
+    log().warn(
+        "kernel cache: cannot create the directory {} ({}); compiled kernels are kept in memory "
+        "only",
+        dir_.string(), error ? error.message() : "not a directory");
     return;
   }
   enabled_ = true;
 }
 
-std::filesystem::path DiskCache::entry_path(const Digest& key) const { return dir_ / (to_hex(key) + ".kcubin"); }
+std::filesystem::path DiskCache::entry_path(const Digest& key) const {
+  return dir_ / (to_hex(key) + ".kcubin");
+}
 
 DiskCache::Lookup DiskCache::load(const Digest& key) const {
   if (!enabled_) return {};
@@ -58,8 +63,10 @@ DiskCache::Lookup DiskCache::load(const Digest& key) const {
   if (!read_file(path, bytes)) return {};
   DecodedEntry entry = decode_entry(bytes, key);
   if (!entry.problem.empty()) {
-    log().warn("kernel cache: ignoring invalid entry {} ({}); the kernel is recompiled and the entry rewritten",
-               path.string(), entry.problem);
+    log().warn(
+        "kernel cache: ignoring invalid entry {} ({}); the kernel is recompiled and the entry "
+        "rewritten",
+        path.string(), entry.problem);
     return {Status::invalid, {}, entry.problem};
   }
   return {Status::hit, std::move(entry.payload), ""};
@@ -70,7 +77,8 @@ bool DiskCache::store(const Digest& key, const std::vector<char>& payload) {
   const std::string problem = write_file_atomically(entry_path(key), encode_entry(key, payload));
   if (problem.empty()) return true;
   if (enabled_.exchange(false))
-    log().warn("kernel cache: {}; the disk cache in {} is off for the rest of this run", problem, dir_.string());
+    log().warn("kernel cache: {}; the disk cache in {} is off for the rest of this run", problem,
+               dir_.string());
   return false;
 }
 

@@ -43,7 +43,8 @@ void parallel_for(std::size_t count, const Body& body) {
     try {
       threads.emplace_back(work);
     } catch (const std::system_error& error) {  // out of threads: fewer workers do the same work
-      log().warn("kernel cache: cannot start a compile thread ({}); using {}", error.what(), threads.size() + 1);
+      log().warn("kernel cache: cannot start a compile thread ({}); using {}", error.what(),
+                 threads.size() + 1);
       break;
     }
   }
@@ -64,8 +65,8 @@ void rethrow_first(const std::vector<std::exception_ptr>& errors) {
   try {
     std::rethrow_exception(first);
   } catch (const Error& error) {
-    throw Error(fmt::format("{}\n({} other kernels of the same request failed to compile too)", error.what(),
-                            failed - 1));
+    throw Error(fmt::format("{}\n({} other kernels of the same request failed to compile too)",
+                            error.what(), failed - 1));
   }
 }
 
@@ -82,7 +83,8 @@ Digest kernel_cache_key(const KernelSource& src, const JitTarget& target) {
 
 KernelCache::KernelCache(std::filesystem::path disk_dir) : disk_(std::move(disk_dir)) {}
 
-std::filesystem::path KernelCache::entry_path(const KernelSource& src, const JitTarget& target) const {
+std::filesystem::path KernelCache::entry_path(const KernelSource& src,
+                                              const JitTarget& target) const {
   return disk_.entry_path(kernel_cache_key(src, target));
 }
 
@@ -111,8 +113,10 @@ bool KernelCache::find_on_disk(const Request& request, std::vector<char>& cubin)
 std::vector<char> KernelCache::compile_and_store(const Request& request, const JitTarget& target) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<char> cubin = compile_to_cubin(*request.source, target);
-  const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-  log().debug("kernel cache: miss, compiled {} in {:.1f} ms", request.source->name, elapsed.count());
+  const std::chrono::duration<double, std::milli> elapsed =
+      std::chrono::steady_clock::now() - start;
+  log().debug("kernel cache: miss, compiled {} in {:.1f} ms", request.source->name,
+              elapsed.count());
   disk_.store(request.key, cubin);
   std::lock_guard lock(mutex_);
   memory_.emplace(request.key, cubin);
@@ -162,7 +166,8 @@ std::vector<CompiledKernel> KernelCache::get_or_compile(const std::vector<Kernel
     }
   }
   // Source order, so that the error reported first is the first failing kernel of `sources`.
-  std::sort(misses.begin(), misses.end(), [](const Request* a, const Request* b) { return a->slots[0] < b->slots[0]; });
+  std::sort(misses.begin(), misses.end(),
+            [](const Request* a, const Request* b) { return a->slots[0] < b->slots[0]; });
   if (!misses.empty()) compile_in_parallel(misses, target, results);
   return results;
 }

@@ -27,7 +27,8 @@ class KernelCache {
   // min(hardware threads, 8, misses) threads; a compile error throws kiln::Error (the first
   // failing kernel's, noting how many others failed). Thread-safe; two concurrent requests
   // that miss the same kernel may both compile it (the results are identical).
-  std::vector<CompiledKernel> get_or_compile(const std::vector<KernelSource>& sources, const JitTarget& target);
+  std::vector<CompiledKernel> get_or_compile(const std::vector<KernelSource>& sources,
+                                             const JitTarget& target);
   CompiledKernel get_or_compile(const KernelSource& source, const JitTarget& target);
 
   // Where the disk entry of `src` for `target` is (or would be) stored.

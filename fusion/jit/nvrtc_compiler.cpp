@@ -13,17 +13,18 @@
 namespace kiln::jit {
 namespace {
 
-[[noreturn]] void throw_nvrtc_error(nvrtcResult result, const char* call, const char* file, int line) {
+[[noreturn]] void throw_nvrtc_error(nvrtcResult result, const char* call, const char* file,
+                                    int line) {
   throw Error(fmt::format("NVRTC error {} ({}) in `{}` at {}:{}", static_cast<int>(result),
                           nvrtcGetErrorString(result), call, file, line));
 }
 
 // Turns a failed NVRTC call into a kiln::Error naming the call.
-#define KILN_NVRTC_CHECK(expr)                                                  \
-  do {                                                                          \
-    const nvrtcResult kiln_nvrtc_result_ = (expr);                              \
-    if (kiln_nvrtc_result_ != NVRTC_SUCCESS)                                    \
-      throw_nvrtc_error(kiln_nvrtc_result_, #expr, __FILE__, __LINE__);         \
+#define KILN_NVRTC_CHECK(expr)                                          \
+  do {                                                                  \
+    const nvrtcResult kiln_nvrtc_result_ = (expr);                      \
+    if (kiln_nvrtc_result_ != NVRTC_SUCCESS)                            \
+      throw_nvrtc_error(kiln_nvrtc_result_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // Owns an nvrtcProgram; destroying it cannot fail in a way the caller could act on.
@@ -31,7 +32,8 @@ class Program {
  public:
   explicit Program(const KernelSource& src) {
     const std::string file_name = src.name + ".cu";
-    KILN_NVRTC_CHECK(nvrtcCreateProgram(&program_, src.code.c_str(), file_name.c_str(), 0, nullptr, nullptr));
+    KILN_NVRTC_CHECK(
+        nvrtcCreateProgram(&program_, src.code.c_str(), file_name.c_str(), 0, nullptr, nullptr));
   }
   ~Program() {
     if (program_ != nullptr && nvrtcDestroyProgram(&program_) != NVRTC_SUCCESS)
@@ -51,7 +53,8 @@ std::vector<std::string> nvrtc_options(const KernelSource& src, const JitTarget&
   bool has_std = false;
   for (const std::string& option : src.options) {
     KILN_CHECK(!starts_with(option, "--gpu-architecture") && !starts_with(option, "-arch"),
-               "kernel '{}': option '{}' is not allowed; the architecture comes from the JitTarget (sm_{})",
+               "kernel '{}': option '{}' is not allowed; the architecture comes from the JitTarget "
+               "(sm_{})",
                src.name, option, target.sm);
     has_std = has_std || starts_with(option, "-std") || starts_with(option, "--std");
   }
@@ -73,7 +76,8 @@ std::string program_log(nvrtcProgram program) {
 std::string numbered(const std::string& code) {
   std::istringstream lines(code);
   std::string out, line;
-  for (int number = 1; std::getline(lines, line); ++number) out += fmt::format("{:>5} | {}\n", number, line);
+  for (int number = 1; std::getline(lines, line); ++number)
+    out += fmt::format("{:>5} | {}\n", number, line);
   return out;
 }
 
@@ -86,9 +90,10 @@ std::string joined(const std::vector<std::string>& words) {
 }  // namespace
 
 std::vector<char> compile_to_cubin(const KernelSource& src, const JitTarget& target) {
-  KILN_CHECK(!src.name.empty(), "compile_to_cubin: the kernel has no name (source of {} bytes)", src.code.size());
-  KILN_CHECK(target.sm >= 10 && target.sm < 1000, "kernel '{}': sm_{} is not a GPU architecture", src.name,
-             target.sm);
+  KILN_CHECK(!src.name.empty(), "compile_to_cubin: the kernel has no name (source of {} bytes)",
+             src.code.size());
+  KILN_CHECK(target.sm >= 10 && target.sm < 1000, "kernel '{}': sm_{} is not a GPU architecture",
+             src.name, target.sm);
   const std::vector<std::string> options = nvrtc_options(src, target);
   std::vector<const char*> option_ptrs;
   for (const std::string& option : options) option_ptrs.push_back(option.c_str());
@@ -98,9 +103,11 @@ std::vector<char> compile_to_cubin(const KernelSource& src, const JitTarget& tar
       nvrtcCompileProgram(program.get(), static_cast<int>(option_ptrs.size()), option_ptrs.data());
   const std::string log_text = program_log(program.get());
   if (result != NVRTC_SUCCESS) {
-    throw Error(fmt::format("NVRTC failed to compile kernel '{}' for sm_{}: {}\noptions: {}\nlog:\n{}\nsource of '{}':\n{}",
-                            src.name, target.sm, nvrtcGetErrorString(result), joined(options), log_text,
-                            src.name, numbered(src.code)));
+    throw Error(
+        fmt::format("NVRTC failed to compile kernel '{}' for sm_{}: {}\noptions: "
+                    "{}\nlog:\n{}\nsource of '{}':\n{}",
+                    src.name, target.sm, nvrtcGetErrorString(result), joined(options), log_text,
+                    src.name, numbered(src.code)));
   }
   if (!log_text.empty()) log().debug("NVRTC log for kernel {}:\n{}", src.name, log_text);
 

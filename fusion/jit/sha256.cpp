@@ -20,13 +20,15 @@ constexpr std::array<std::uint32_t, 64> kRound = {
 std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 std::uint32_t load_be32(const std::uint8_t* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         p[3];
 }
 
 }  // namespace
 
 Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
 void Sha256::compress(const std::uint8_t* block) {
   std::array<std::uint32_t, 64> w;
@@ -38,8 +40,10 @@ void Sha256::compress(const std::uint8_t* block) {
   }
   auto [a, b, c, d, e, f, g, h] = state_;
   for (int i = 0; i < 64; ++i) {
-    const std::uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-    const std::uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    const std::uint32_t t1 =
+        h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
+    const std::uint32_t t2 =
+        (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
     h = g;
     g = f;
     f = e;
@@ -72,7 +76,8 @@ Sha256& Sha256::update(const void* data, std::size_t bytes) {
 
 Sha256& Sha256::update_field(std::string_view text) {
   std::array<std::uint8_t, 8> length;
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * i));
   update(length.data(), length.size());
   return update(text);
 }
@@ -88,7 +93,8 @@ Digest Sha256::finish() {
   update(length.data(), length.size());
   Digest out;
   for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<std::uint8_t>(state_[i] >> (24 - 8 * j));
+    for (int j = 0; j < 4; ++j)
+      out[4 * i + j] = static_cast<std::uint8_t>(state_[i] >> (24 - 8 * j));
   return out;
 }
 

@@ -9,7 +9,9 @@ namespace {
 
 constexpr const char* kNoCuda = "kiln was built without the CUDA toolkit (KILN_HAVE_CUDA is off)";
 
-[[noreturn]] void throw_no_cuda(const std::string& what) { throw Error(fmt::format("{}: {}", what, kNoCuda)); }
+[[noreturn]] void throw_no_cuda(const std::string& what) {
+  throw Error(fmt::format("{}: {}", what, kNoCuda));
+}
 
 }  // namespace
 
@@ -29,12 +31,16 @@ LoadedKernel::~LoadedKernel() = default;
 LoadedKernel::LoadedKernel(LoadedKernel&& other) noexcept = default;
 LoadedKernel& LoadedKernel::operator=(LoadedKernel&& other) noexcept = default;
 void LoadedKernel::unload() noexcept {}
-void LoadedKernel::launch(Dim3, Dim3, std::size_t, Stream, void**) const { throw_no_cuda("cannot launch " + name_); }
+void LoadedKernel::launch(Dim3, Dim3, std::size_t, Stream, void**) const {
+  throw_no_cuda("cannot launch " + name_);
+}
 void LoadedKernel::launch_cooperative(Dim3, Dim3, std::size_t, Stream, void**) const {
   throw_no_cuda("cannot launch " + name_);
 }
 void LoadedKernel::set_max_dynamic_shared_bytes(int) { throw_no_cuda("cannot configure " + name_); }
-int LoadedKernel::max_active_blocks_per_sm(int, std::size_t) const { throw_no_cuda("no occupancy for " + name_); }
+int LoadedKernel::max_active_blocks_per_sm(int, std::size_t) const {
+  throw_no_cuda("no occupancy for " + name_);
+}
 KernelAttributes LoadedKernel::attributes() const { throw_no_cuda("no attributes for " + name_); }
 
 }  // namespace kiln::jit

@@ -96,7 +96,8 @@ void backward_input_typed(const Tensor& dy, const Tensor& w, Tensor& dx, const C
     Matrix<T> col(patch_rows(g), patch_cols(g));
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < g.batch; ++b) {
-      col.noalias() = weight.transpose() * ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g));
+      col.noalias() = weight.transpose() *
+                      ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g));
       col2im(col.data(), dx.data<T>() + b * in_size, g);
     }
   }
@@ -119,8 +120,9 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
       partial = Matrix<T>::Zero(g.out_channels, patch_rows(g));
       for (std::int64_t b = c * g.batch / chunks; b < (c + 1) * g.batch / chunks; ++b) {
         im2col(x.data<T>() + b * in_size, col.data(), g);
-        partial.noalias() += ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g)) *
-                             ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g)).transpose();
+        partial.noalias() +=
+            ConstMatrixMap<T>(dy.data<T>() + b * out_size, g.out_channels, patch_cols(g)) *
+            ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g)).transpose();
       }
     }
   }
@@ -131,7 +133,8 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
 
 }  // namespace
 
-ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride, std::int64_t padding) {
+ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
+                           std::int64_t padding) {
   ConvGeometry g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], stride, padding, 0, 0};
   g.out_h = (g.height + 2 * padding - g.kernel_h) / stride + 1;
   g.out_w = (g.width + 2 * padding - g.kernel_w) / stride + 1;
@@ -139,15 +142,18 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride, 
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
-  visit_floating(x.dtype(), "conv2d", [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
+  visit_floating(x.dtype(), "conv2d",
+                 [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g) {
-  visit_floating(dy.dtype(), "conv2d_grad_input", [&](auto zero) { backward_input_typed<decltype(zero)>(dy, w, dx, g); });
+  visit_floating(dy.dtype(), "conv2d_grad_input",
+                 [&](auto zero) { backward_input_typed<decltype(zero)>(dy, w, dx, g); });
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
-  visit_floating(x.dtype(), "conv2d_grad_weight", [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
+  visit_floating(x.dtype(), "conv2d_grad_weight",
+                 [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
 }
 
 }  // namespace kiln::kernels

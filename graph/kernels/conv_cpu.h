@@ -12,7 +12,8 @@ struct ConvGeometry {
   std::int64_t out_h, out_w;
 };
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW]
-ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride, std::int64_t padding);
+ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
+                           std::int64_t padding);
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g);

@@ -66,7 +66,8 @@ struct Forward {
       i = (T(1) + (-(ConstArrayMap<T>(p, w) + ConstArrayMap<T>(z, w))).exp()).inverse();
       f = (T(1) + (-(ConstArrayMap<T>(p + H, w) + ConstArrayMap<T>(z + w, w))).exp()).inverse();
       g = (ConstArrayMap<T>(p + 2 * H, w) + ConstArrayMap<T>(z + 2 * w, w)).tanh();
-      o = (T(1) + (-(ConstArrayMap<T>(p + 3 * H, w) + ConstArrayMap<T>(z + 3 * w, w))).exp()).inverse();
+      o = (T(1) + (-(ConstArrayMap<T>(p + 3 * H, w) + ConstArrayMap<T>(z + 3 * w, w))).exp())
+              .inverse();
       c = f * ConstArrayMap<T>(c_prev + r * H + b.first, w) + i * g;
       ArrayMap<T>(hs + at, w) = o * c.tanh();
     }
@@ -74,10 +75,10 @@ struct Forward {
 };
 
 template <class T>
-void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs,
-                   Tensor& acts, const LstmDims& d) {
-  const Forward<T> f{projected.data<T>(), u.data<T>(), h0.data<T>(), c0.data<T>(),
-                     hs.data<T>(),        cs.data<T>(),     acts.data<T>(), d};
+void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0,
+                   Tensor& hs, Tensor& cs, Tensor& acts, const LstmDims& d) {
+  const Forward<T> f{projected.data<T>(), u.data<T>(),  h0.data<T>(),   c0.data<T>(),
+                     hs.data<T>(),        cs.data<T>(), acts.data<T>(), d};
   const std::int64_t blocks = block_count(d.hidden);
   // Always a team (even for one block): Eigen then keeps each GEMM single-threaded.
 #pragma omp parallel
@@ -110,7 +111,8 @@ struct Backward {
     if (n < 0) return;
     const std::int64_t t = time_at(d, n);
     const T* c_prev = n == 0 ? c0 : cs + time_at(d, n - 1) * B * H;
-    for (std::int64_t r = 0; r < B; ++r) cell_gradient(t * B + r, r * H + b.first, c_prev + r * H + b.first, b);
+    for (std::int64_t r = 0; r < B; ++r)
+      cell_gradient(t * B + r, r * H + b.first, c_prev + r * H + b.first, b);
   }
 
   // The cell's gradient for block b's units of `row` of the [T*B, .] tensors; `state` is
@@ -135,12 +137,14 @@ struct Backward {
 };
 
 template <class T>
-void backward_typed(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, Tensor& dc0, const LstmDims& d) {
+void backward_typed(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, Tensor& dc0,
+                    const LstmDims& d) {
   // dh0 and dc0 carry the running dh_next and dc_next; they start at zero.
   std::fill_n(dh0.data<T>(), dh0.numel(), T(0));
   std::fill_n(dc0.data<T>(), dc0.numel(), T(0));
-  const Backward<T> bw{in.d_hs.data<T>(), in.d_cs.data<T>(), in.u.data<T>(),         in.c0.data<T>(), in.cs.data<T>(),
-                       in.acts.data<T>(), d_projected.data<T>(), dh0.data<T>(), dc0.data<T>(), d};
+  const Backward<T> bw{
+      in.d_hs.data<T>(), in.d_cs.data<T>(),     in.u.data<T>(), in.c0.data<T>(), in.cs.data<T>(),
+      in.acts.data<T>(), d_projected.data<T>(), dh0.data<T>(),  dc0.data<T>(),   d};
   const std::int64_t blocks = block_count(d.hidden);
 #pragma omp parallel
   for (std::int64_t k = 0; k <= d.steps; ++k) {
@@ -151,17 +155,17 @@ void backward_typed(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, 
 
 }  // namespace
 
-void lstm_forward(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs,
-                  Tensor& acts, const LstmDims& d) {
+void lstm_forward(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0,
+                  Tensor& hs, Tensor& cs, Tensor& acts, const LstmDims& d) {
   visit_floating(projected.dtype(), "lstm_sequence", [&](auto zero) {
     forward_typed<decltype(zero)>(projected, u, h0, c0, hs, cs, acts, d);
   });
 }
 
-void lstm_backward(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, Tensor& dc0, const LstmDims& d) {
-  visit_floating(in.u.dtype(), "lstm_sequence_grad", [&](auto zero) {
-    backward_typed<decltype(zero)>(in, d_projected, dh0, dc0, d);
-  });
+void lstm_backward(const LstmGradInputs& in, Tensor& d_projected, Tensor& dh0, Tensor& dc0,
+                   const LstmDims& d) {
+  visit_floating(in.u.dtype(), "lstm_sequence_grad",
+                 [&](auto zero) { backward_typed<decltype(zero)>(in, d_projected, dh0, dc0, d); });
 }
 
 }  // namespace kiln::kernels

@@ -24,7 +24,8 @@ Span span_at(std::int64_t o, std::int64_t size, const PoolGeometry& g) {
 }
 
 // The windows containing input row (or column) i: [lo, hi], empty when lo > hi.
-std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t out, const PoolGeometry& g) {
+std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t out,
+                                                   const PoolGeometry& g) {
   const std::int64_t shifted = i + g.padding;
   const std::int64_t lo = shifted >= g.kernel ? (shifted - g.kernel + g.stride) / g.stride : 0;
   return {lo, std::min(shifted / g.stride, out - 1)};
@@ -106,7 +107,8 @@ void avg_backward_typed(const T* dy, T* dx, const PoolGeometry& g) {
         T sum = T(0);
         for (std::int64_t oh = oh_lo; oh <= oh_hi; ++oh)
           for (std::int64_t ow = ow_lo; ow <= ow_hi; ++ow)
-            sum += grad[oh * g.out_w + ow] / static_cast<T>(span_at(oh, g.height, g).cells() * span_at(ow, g.width, g).cells());
+            sum += grad[oh * g.out_w + ow] / static_cast<T>(span_at(oh, g.height, g).cells() *
+                                                            span_at(ow, g.width, g).cells());
         out[ih * g.width + iw] = sum;
       }
     }
@@ -115,7 +117,8 @@ void avg_backward_typed(const T* dy, T* dx, const PoolGeometry& g) {
 
 }  // namespace
 
-PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride,
+                           std::int64_t padding) {
   PoolGeometry g{x[0] * x[1], x[2], x[3], kernel, stride, padding, 0, 0};
   g.out_h = (g.height + 2 * padding - kernel) / stride + 1;
   g.out_w = (g.width + 2 * padding - kernel) / stride + 1;
@@ -137,7 +140,8 @@ void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const Po
     const T* grad = dy.data<T>();
     T* out = dx.data<T>();
     std::fill_n(out, dx.numel(), T(0));
-    for_each_window_max(x.data<T>(), g, [&](std::int64_t i, std::int64_t best) { out[best] += grad[i]; });
+    for_each_window_max(x.data<T>(), g,
+                        [&](std::int64_t i, std::int64_t best) { out[best] += grad[i]; });
   });
 }
 
@@ -146,7 +150,8 @@ void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const P
     using T = decltype(zero);
     const T* src = g_in.data<T>();
     T* dst = out.data<T>();
-    for_each_window_max(x.data<T>(), g, [&](std::int64_t i, std::int64_t best) { dst[i] = src[best]; });
+    for_each_window_max(x.data<T>(), g,
+                        [&](std::int64_t i, std::int64_t best) { dst[i] = src[best]; });
   });
 }
 

@@ -12,7 +12,8 @@ struct PoolGeometry {
   std::int64_t planes, height, width, kernel, stride, padding, out_h, out_w;
 };
 // OH = (H + 2*padding - kernel) / stride + 1, and the same for OW.
-PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding = 0);
+PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride,
+                           std::int64_t padding = 0);
 
 // y[window] = max of x over the window's cells inside the plane.
 void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g);

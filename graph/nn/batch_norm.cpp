@@ -24,7 +24,8 @@ Value per_channel(Value v, const Shape& x) {
 
 void check_channels(const char* op, const Shape& x, const Value& v, const char* what) {
   KILN_CHECK(x.rank() >= 2, "{}: input must be [B, C, ...] but is {}", op, x.str());
-  KILN_CHECK(v.shape() == Shape{x[1]}, "{}: {} is {} but the input {} has {} channels", op, what, v.type().str(), x.str(), x[1]);
+  KILN_CHECK(v.shape() == Shape{x[1]}, "{}: {} is {} but the input {} has {} channels", op, what,
+             v.type().str(), x.str(), x[1]);
 }
 
 }  // namespace
@@ -34,7 +35,7 @@ BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps
   check_channels("batch_norm", shape, gamma, "gamma");
   check_channels("batch_norm", shape, beta, "beta");
   const std::vector<std::int64_t> axes = reduced_axes(shape);
-  const Value mean_kept = mean(x, axes, true);           // [1, C, 1, 1]
+  const Value mean_kept = mean(x, axes, true);  // [1, C, 1, 1]
   const Value centered = x - mean_kept;
   const Value var_kept = mean(centered * centered, axes, true);
   const Value scale = per_channel(gamma, shape) / sqrt(var_kept + eps);  // small: [1, C, 1, 1]
@@ -55,11 +56,13 @@ Value batch_norm_inference(Value x, Value gamma, Value beta, Value mean, Value v
 
 namespace nn {
 
-BatchNorm::BatchNorm(const char* name, std::size_t rank, std::int64_t features, const BatchNormOptions& options)
+BatchNorm::BatchNorm(const char* name, std::size_t rank, std::int64_t features,
+                     const BatchNormOptions& options)
     : name_(name), rank_(rank), features_(features), options_(options) {
   KILN_CHECK(features >= 1, "{}: {} features (at least 1)", name, features);
   KILN_CHECK(options.eps > 0 && options.momentum >= 0 && options.momentum <= 1,
-             "{}: eps {} must be positive and momentum {} in [0, 1]", name, options.eps, options.momentum);
+             "{}: eps {} must be positive and momentum {} in [0, 1]", name, options.eps,
+             options.momentum);
   weight_ = register_parameter("weight", Tensor::full({features}, 1.0, DType::f32));
   bias_ = register_parameter("bias", Tensor::zeros({features}, DType::f32));
   running_mean_ = register_buffer("running_mean", Tensor::zeros({features}, DType::f32));
@@ -69,13 +72,17 @@ BatchNorm::BatchNorm(const char* name, std::size_t rank, std::int64_t features, 
 Value BatchNorm::forward(Value x) {
   Graph& g = x.graph();
   const Shape& shape = x.shape();
-  KILN_CHECK(shape.rank() == rank_ && shape[1] == features_, "{}({}): input is {} but [B, {}{}] was expected", name_, features_,
-             x.type().str(), features_, rank_ == 4 ? ", H, W" : "");
+  KILN_CHECK(shape.rank() == rank_ && shape[1] == features_,
+             "{}({}): input is {} but [B, {}{}] was expected", name_, features_, x.type().str(),
+             features_, rank_ == 4 ? ", H, W" : "");
   const Value gamma = g.variable(weight_), beta = g.variable(bias_);
-  if (!training()) return batch_norm_inference(x, gamma, beta, g.variable(running_mean_), g.variable(running_var_), options_.eps);
+  if (!training())
+    return batch_norm_inference(x, gamma, beta, g.variable(running_mean_), g.variable(running_var_),
+                                options_.eps);
   const std::int64_t count = shape.numel() / features_;  // values per channel
-  KILN_CHECK(count > 1, "{}({}): training needs more than one value per channel but the input is {}", name_, features_,
-             x.type().str());
+  KILN_CHECK(count > 1,
+             "{}({}): training needs more than one value per channel but the input is {}", name_,
+             features_, x.type().str());
   const BatchNormResult r = batch_norm_training(x, gamma, beta, options_.eps);
   const double m = options_.momentum;
   const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);

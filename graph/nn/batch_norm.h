@@ -34,7 +34,8 @@ class BatchNorm : public Layer {
   const VariablePtr& bias() const { return bias_; }      // beta, [C], initially 0
 
  protected:
-  BatchNorm(const char* name, std::size_t rank, std::int64_t features, const BatchNormOptions& options);
+  BatchNorm(const char* name, std::size_t rank, std::int64_t features,
+            const BatchNormOptions& options);
 
  private:
   const char* name_;

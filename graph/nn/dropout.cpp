@@ -7,7 +7,8 @@
 
 namespace kiln::nn {
 
-Dropout::Dropout(double p, Philox& rng) : p_(p), seed_(rng.next_below(std::numeric_limits<std::uint64_t>::max())) {
+Dropout::Dropout(double p, Philox& rng)
+    : p_(p), seed_(rng.next_below(std::numeric_limits<std::uint64_t>::max())) {
   KILN_CHECK(p >= 0 && p < 1, "Dropout: p is {} but must be in [0, 1)", p);
   step_ = register_buffer("step", Tensor::zeros({}, DType::i64));
 }

@@ -26,6 +26,7 @@ Value bce_with_logits(Value logits, double target);
 // Transposed convolution, the input gradient of conv2d: x: [B, Cin, H, W], w: [Cin, Cout, KH, KW]
 // (PyTorch's layout) -> [B, Cout, (H - 1) * stride - 2 * padding + KH + output_padding, ...],
 // output_padding < stride.
-Value conv_transpose2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0, std::int64_t output_padding = 0);
+Value conv_transpose2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0,
+                       std::int64_t output_padding = 0);
 
 }  // namespace kiln

@@ -15,9 +15,10 @@ namespace kiln::nn {
 
 enum class Init { kaiming_uniform, xavier_uniform };
 
-// U(-b, b) with b = sqrt(6 / fan_in) (Kaiming/He, for ReLU) or sqrt(6 / (fan_in + fan_out)) (Xavier).
-Tensor init_weight(const Shape& shape, std::int64_t fan_in, std::int64_t fan_out, Init init, Philox& rng,
-                   DType dtype = DType::f32);
+// U(-b, b) with b = sqrt(6 / fan_in) (Kaiming/He, for ReLU) or sqrt(6 / (fan_in + fan_out))
+// (Xavier).
+Tensor init_weight(const Shape& shape, std::int64_t fan_in, std::int64_t fan_out, Init init,
+                   Philox& rng, DType dtype = DType::f32);
 
 class Module {
  public:
@@ -62,7 +63,7 @@ class Linear : public Layer {
  public:
   Linear(std::int64_t in_features, std::int64_t out_features, Philox& rng, bool bias = true,
          Init init = Init::kaiming_uniform);
-  Value forward(Value x) override;  // x: [B, in] -> [B, out]
+  Value forward(Value x) override;                       // x: [B, in] -> [B, out]
   const VariablePtr& weight() const { return weight_; }  // [out, in]
 
  private:
@@ -105,7 +106,8 @@ struct ConvTranspose2dOptions {
 class ConvTranspose2d : public Layer {
  public:
   ConvTranspose2d(const ConvTranspose2dOptions& options, Philox& rng);
-  Value forward(Value x) override;  // x: [B, Cin, H, W] -> [B, Cout, (H - 1) * stride - 2 * padding + K + output_padding, ...]
+  Value forward(Value x) override;  // x: [B, Cin, H, W] -> [B, Cout, (H - 1) * stride - 2 * padding
+                                    // + K + output_padding, ...]
   const VariablePtr& weight() const { return weight_; }
 
  private:

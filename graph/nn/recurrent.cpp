@@ -1,4 +1,5 @@
-// Embedding and the recurrent layers: an LSTM direction is one lstm_sequence op, an RNN is unrolled.
+// Embedding and the recurrent layers: an LSTM direction is one lstm_sequence op, an RNN is
+// unrolled.
 #include "graph/nn/recurrent.h"
 
 #include <cmath>
@@ -8,15 +9,18 @@
 
 namespace kiln::nn {
 
-Embedding::Embedding(std::int64_t vocabulary, std::int64_t width, Philox& rng) : vocabulary_(vocabulary), width_(width) {
-  KILN_CHECK(vocabulary > 0 && width > 0, "Embedding: vocabulary {} and width {} must be positive", vocabulary, width);
+Embedding::Embedding(std::int64_t vocabulary, std::int64_t width, Philox& rng)
+    : vocabulary_(vocabulary), width_(width) {
+  KILN_CHECK(vocabulary > 0 && width > 0, "Embedding: vocabulary {} and width {} must be positive",
+             vocabulary, width);
   Tensor w = Tensor::empty({vocabulary, width}, DType::f32);
   rng.fill_normal(w, 0.0, 1.0);
   weight_ = register_parameter("weight", w);
 }
 
 Value Embedding::forward(Value tokens) {
-  KILN_CHECK(!is_floating(tokens.dtype()), "Embedding: tokens must be integers but are {}", tokens.type().str());
+  KILN_CHECK(!is_floating(tokens.dtype()), "Embedding: tokens must be integers but are {}",
+             tokens.type().str());
   std::vector<std::int64_t> dims = tokens.shape().dims();
   const Value rows = one_hot(reshape(tokens, {tokens.shape().numel()}), vocabulary_);  // [N, V]
   dims.push_back(width_);
@@ -32,7 +36,8 @@ CellKind cell_kind_from_name(const std::string& name) {
 Recurrent::Recurrent(const RecurrentOptions& options, Philox& rng) : options_(options) {
   const std::int64_t h = options.hidden_size, gh = gates() * h;
   KILN_CHECK(options.input_size > 0 && h > 0 && options.layers > 0,
-             "Recurrent: input size {}, hidden size {} and layers {} must be positive", options.input_size, h, options.layers);
+             "Recurrent: input size {}, hidden size {} and layers {} must be positive",
+             options.input_size, h, options.layers);
   const double bound = 1.0 / std::sqrt(static_cast<double>(h));
   auto uniform = [&](const Shape& shape) {
     Tensor t = Tensor::empty(shape, DType::f32);
@@ -45,7 +50,8 @@ Recurrent::Recurrent(const RecurrentOptions& options, Philox& rng) : options_(op
       const std::string prefix = "l" + std::to_string(layer) + (d == 1 ? "_reverse." : ".");
       Tensor bias = Tensor::zeros({gh}, DType::f32);
       if (options.cell == CellKind::lstm)
-        for (std::int64_t i = h; i < 2 * h; ++i) bias.data<float>()[i] = 1.0f;  // forget gate: remember at first
+        for (std::int64_t i = h; i < 2 * h; ++i)
+          bias.data<float>()[i] = 1.0f;  // forget gate: remember at first
       Weights w;
       w.input = register_parameter(prefix + "weight_ih", uniform({in, gh}));
       w.recurrent = register_parameter(prefix + "weight_hh", uniform({h, gh}));
@@ -59,7 +65,8 @@ Recurrent::Recurrent(const RecurrentOptions& options, Philox& rng) : options_(op
 // steps plus the bias is one GEMM and one elementwise pass. An LSTM's recurrence is then one
 // op, lstm_sequence (its gradient: one lstm_sequence_grad and one GEMM for U); the RNN is
 // unrolled: per step the recurrent GEMM and the cell, which adds its rows of the projection.
-Recurrent::Pass Recurrent::run_direction(const Weights& w, Value x_rows, std::int64_t steps, bool reverse, Value h, Value c) {
+Recurrent::Pass Recurrent::run_direction(const Weights& w, Value x_rows, std::int64_t steps,
+                                         bool reverse, Value h, Value c) {
   Graph& g = x_rows.graph();
   const std::int64_t batch = x_rows.shape()[0] / steps, hidden = options_.hidden_size;
   const Value projected = matmul(x_rows, g.variable(w.input)) + g.variable(w.bias);  // [T*B, G*H]
@@ -86,12 +93,15 @@ Recurrent::Pass Recurrent::run_direction(const Weights& w, Value x_rows, std::in
 RecurrentOutput Recurrent::forward_time_major(Value x, const RecurrentState& initial) {
   const Shape& shape = x.shape();
   KILN_CHECK(shape.rank() == 3 && shape[2] == options_.input_size,
-             "Recurrent: input is {} but [T, B, {}] (time-major) was expected", x.type().str(), options_.input_size);
+             "Recurrent: input is {} but [T, B, {}] (time-major) was expected", x.type().str(),
+             options_.input_size);
   const std::size_t states = static_cast<std::size_t>(options_.layers * directions());
-  KILN_CHECK(initial.h.empty() || initial.h.size() == states, "Recurrent: {} initial states for {} layers x {} directions",
-             initial.h.size(), options_.layers, directions());
+  KILN_CHECK(initial.h.empty() || initial.h.size() == states,
+             "Recurrent: {} initial states for {} layers x {} directions", initial.h.size(),
+             options_.layers, directions());
   KILN_CHECK(options_.cell == CellKind::rnn || initial.c.size() == initial.h.size(),
-             "Recurrent: an LSTM needs as many initial cell states as hidden states ({} and {})", initial.c.size(), initial.h.size());
+             "Recurrent: an LSTM needs as many initial cell states as hidden states ({} and {})",
+             initial.c.size(), initial.h.size());
   const std::int64_t steps = shape[0], batch = shape[1];
   Value rows = reshape(x, {steps * batch, shape[2]});
   RecurrentOutput result;
@@ -113,7 +123,8 @@ RecurrentOutput Recurrent::forward_time_major(Value x, const RecurrentState& ini
 }
 
 RecurrentOutput Recurrent::forward(Value x, const RecurrentState& initial) {
-  KILN_CHECK(x.shape().rank() == 3, "Recurrent: input is {} but [B, T, F] was expected", x.type().str());
+  KILN_CHECK(x.shape().rank() == 3, "Recurrent: input is {} but [B, T, F] was expected",
+             x.type().str());
   RecurrentOutput r = forward_time_major(transpose(x, {1, 0, 2}), initial);
   r.outputs = transpose(r.outputs, {1, 0, 2});
   return r;

@@ -24,7 +24,7 @@ class Embedding : public Module {
   VariablePtr weight_;  // [vocabulary, width], N(0, 1) as in PyTorch
 };
 
-enum class CellKind { lstm, rnn };  // rnn: h = tanh(x W + h U + b)
+enum class CellKind { lstm, rnn };                      // rnn: h = tanh(x W + h U + b)
 CellKind cell_kind_from_name(const std::string& name);  // "lstm" or "rnn"; kiln::Error otherwise
 
 struct RecurrentOptions {
@@ -71,7 +71,8 @@ class Recurrent : public Module {
     Value outputs;  // [T*B, H], rows in time order
     Value h, c;
   };
-  Pass run_direction(const Weights& w, Value x_rows, std::int64_t steps, bool reverse, Value h, Value c);
+  Pass run_direction(const Weights& w, Value x_rows, std::int64_t steps, bool reverse, Value h,
+                     Value c);
 
   RecurrentOptions options_;
   std::vector<Weights> weights_;  // layer-major, forward before reverse

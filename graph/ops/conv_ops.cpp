@@ -16,13 +16,14 @@ ConvAttrs conv_attrs(const Attrs& a) { return {a.integer("stride"), a.integer("p
 Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, ConvAttrs a) {
   KILN_CHECK(x.rank() == 4, "{}: input must be [B, C, H, W] but is {}", op, x.str());
   KILN_CHECK(w.rank() == 4, "{}: weight must be [Cout, Cin, KH, KW] but is {}", op, w.str());
-  KILN_CHECK(x[1] == w[1], "{}: input has {} channels but weight {} expects {}", op, x[1], w.str(), w[1]);
-  KILN_CHECK(a.stride >= 1 && a.padding >= 0, "{}: stride {} and padding {} (stride >= 1, padding >= 0)", op,
-             a.stride, a.padding);
+  KILN_CHECK(x[1] == w[1], "{}: input has {} channels but weight {} expects {}", op, x[1], w.str(),
+             w[1]);
+  KILN_CHECK(a.stride >= 1 && a.padding >= 0,
+             "{}: stride {} and padding {} (stride >= 1, padding >= 0)", op, a.stride, a.padding);
   const kernels::ConvGeometry g = kernels::conv_geometry(x, w, a.stride, a.padding);
   KILN_CHECK(x[2] + 2 * a.padding >= w[2] && x[3] + 2 * a.padding >= w[3],
-             "{}: kernel {}x{} is larger than the padded input {}x{}", op, w[2], w[3], x[2] + 2 * a.padding,
-             x[3] + 2 * a.padding);
+             "{}: kernel {}x{} is larger than the padded input {}x{}", op, w[2], w[3],
+             x[2] + 2 * a.padding, x[3] + 2 * a.padding);
   return Shape{x[0], w[0], g.out_h, g.out_w};
 }
 
@@ -34,7 +35,8 @@ OpDef conv_forward_op() {
   OpDef op{.name = "conv2d", .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d", in);
-    return std::vector<TensorType>{{conv_output_shape("conv2d", in[0].shape, in[1].shape, conv_attrs(attrs)), in[0].dtype}};
+    return std::vector<TensorType>{
+        {conv_output_shape("conv2d", in[0].shape, in[1].shape, conv_attrs(attrs)), in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
     const ConvAttrs a = conv_attrs(c.node.attrs);
@@ -49,19 +51,24 @@ OpDef conv_forward_op() {
   op.cpu = [](const KernelCall& call) {
     const ConvAttrs a = conv_attrs(call.node.attrs);
     kernels::conv2d_forward(call.inputs[0], call.inputs[1], call.outputs[0],
-                            kernels::conv_geometry(call.inputs[0].shape(), call.inputs[1].shape(), a.stride, a.padding));
+                            kernels::conv_geometry(call.inputs[0].shape(), call.inputs[1].shape(),
+                                                   a.stride, a.padding));
   };
   return op;
 }
 
 // conv2d_grad_input(dy, w) = dx, with <G, dx> = <conv2d(G, w), dy>.
 OpDef conv_grad_input_op() {
-  OpDef op{.name = "conv2d_grad_input", .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding", "shape"}};
+  OpDef op{.name = "conv2d_grad_input",
+           .kind = OpKind::conv,
+           .arity = 2,
+           .attrs = {"stride", "padding", "shape"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_grad_input", in);
     const Shape x(attrs.integers("shape"));
     const Shape y = conv_output_shape("conv2d_grad_input", x, in[1].shape, conv_attrs(attrs));
-    KILN_CHECK(in[0].shape == y, "conv2d_grad_input: dy is {} but the convolution output is {}", in[0].str(), y.str());
+    KILN_CHECK(in[0].shape == y, "conv2d_grad_input: dy is {} but the convolution output is {}",
+               in[0].str(), y.str());
     return std::vector<TensorType>{{x, in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
@@ -76,20 +83,26 @@ OpDef conv_grad_input_op() {
   };
   op.cpu = [](const KernelCall& call) {
     const ConvAttrs a = conv_attrs(call.node.attrs);
-    kernels::conv2d_backward_input(call.inputs[0], call.inputs[1], call.outputs[0],
-                                   kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride, a.padding));
+    kernels::conv2d_backward_input(
+        call.inputs[0], call.inputs[1], call.outputs[0],
+        kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
+                               a.padding));
   };
   return op;
 }
 
 // conv2d_grad_weight(x, dy) = dw, with <G, dw> = <conv2d(x, G), dy>.
 OpDef conv_grad_weight_op() {
-  OpDef op{.name = "conv2d_grad_weight", .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding", "shape"}};
+  OpDef op{.name = "conv2d_grad_weight",
+           .kind = OpKind::conv,
+           .arity = 2,
+           .attrs = {"stride", "padding", "shape"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_grad_weight", in);
     const Shape w(attrs.integers("shape"));
     const Shape y = conv_output_shape("conv2d_grad_weight", in[0].shape, w, conv_attrs(attrs));
-    KILN_CHECK(in[1].shape == y, "conv2d_grad_weight: dy is {} but the convolution output is {}", in[1].str(), y.str());
+    KILN_CHECK(in[1].shape == y, "conv2d_grad_weight: dy is {} but the convolution output is {}",
+               in[1].str(), y.str());
     return std::vector<TensorType>{{w, in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
@@ -104,8 +117,10 @@ OpDef conv_grad_weight_op() {
   };
   op.cpu = [](const KernelCall& call) {
     const ConvAttrs a = conv_attrs(call.node.attrs);
-    kernels::conv2d_backward_weight(call.inputs[0], call.inputs[1], call.outputs[0],
-                                    kernels::conv_geometry(call.inputs[0].shape(), call.outputs[0].shape(), a.stride, a.padding));
+    kernels::conv2d_backward_weight(
+        call.inputs[0], call.inputs[1], call.outputs[0],
+        kernels::conv_geometry(call.inputs[0].shape(), call.outputs[0].shape(), a.stride,
+                               a.padding));
   };
   return op;
 }
@@ -122,13 +137,15 @@ Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding) {
   return x.graph().apply1("conv2d", {x, w}, make_conv_attrs(stride, padding));
 }
 
-Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride, std::int64_t padding) {
+Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
+                        std::int64_t padding) {
   Attrs attrs = make_conv_attrs(stride, padding);
   attrs.set("shape", input_shape.dims());
   return dy.graph().apply1("conv2d_grad_input", {dy, w}, std::move(attrs));
 }
 
-Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride, std::int64_t padding) {
+Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
+                         std::int64_t padding) {
   Attrs attrs = make_conv_attrs(stride, padding);
   attrs.set("shape", weight_shape.dims());
   return x.graph().apply1("conv2d_grad_weight", {x, dy}, std::move(attrs));

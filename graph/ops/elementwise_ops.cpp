@@ -96,31 +96,102 @@ OpDef elementwise(std::string name, int arity, std::string cuda, GradFn grad) {
 }
 
 // ---- the math of each op ----
-struct Add { template <class T> static T apply(T a, T b) { return a + b; } };
-struct Sub { template <class T> static T apply(T a, T b) { return a - b; } };
-struct Mul { template <class T> static T apply(T a, T b) { return a * b; } };
-struct Div { template <class T> static T apply(T a, T b) { return a / b; } };
-struct Maximum { template <class T> static T apply(T a, T b) { return a > b ? a : b; } };
-struct Greater { template <class T> static T apply(T a, T b) { return a > b ? T(1) : T(0); } };
-struct Equal { template <class T> static T apply(T a, T b) { return a == b ? T(1) : T(0); } };
-struct Neg { template <class T> static T apply(T a) { return -a; } };
+struct Add {
+  template <class T>
+  static T apply(T a, T b) {
+    return a + b;
+  }
+};
+struct Sub {
+  template <class T>
+  static T apply(T a, T b) {
+    return a - b;
+  }
+};
+struct Mul {
+  template <class T>
+  static T apply(T a, T b) {
+    return a * b;
+  }
+};
+struct Div {
+  template <class T>
+  static T apply(T a, T b) {
+    return a / b;
+  }
+};
+struct Maximum {
+  template <class T>
+  static T apply(T a, T b) {
+    return a > b ? a : b;
+  }
+};
+struct Greater {
+  template <class T>
+  static T apply(T a, T b) {
+    return a > b ? T(1) : T(0);
+  }
+};
+struct Equal {
+  template <class T>
+  static T apply(T a, T b) {
+    return a == b ? T(1) : T(0);
+  }
+};
+struct Neg {
+  template <class T>
+  static T apply(T a) {
+    return -a;
+  }
+};
 struct Exp {
-  template <class T> static T apply(T a) { return std::exp(a); }
-  template <class A> static auto array(const A& a) { return a.exp(); }
+  template <class T>
+  static T apply(T a) {
+    return std::exp(a);
+  }
+  template <class A>
+  static auto array(const A& a) {
+    return a.exp();
+  }
 };
 struct Log {
-  template <class T> static T apply(T a) { return std::log(a); }
-  template <class A> static auto array(const A& a) { return a.log(); }
+  template <class T>
+  static T apply(T a) {
+    return std::log(a);
+  }
+  template <class A>
+  static auto array(const A& a) {
+    return a.log();
+  }
 };
 struct Sqrt {  // std::sqrt, correctly rounded: Eigen's SIMD sqrt may differ by an ulp
-  template <class T> static T apply(T a) { return std::sqrt(a); }
+  template <class T>
+  static T apply(T a) {
+    return std::sqrt(a);
+  }
 };
-struct Relu { template <class T> static T apply(T a) { return a > T(0) ? a : T(0); } };
+struct Relu {
+  template <class T>
+  static T apply(T a) {
+    return a > T(0) ? a : T(0);
+  }
+};
 struct Tanh {
-  template <class T> static T apply(T a) { return std::tanh(a); }
-  template <class A> static auto array(const A& a) { return a.tanh(); }
+  template <class T>
+  static T apply(T a) {
+    return std::tanh(a);
+  }
+  template <class A>
+  static auto array(const A& a) {
+    return a.tanh();
+  }
 };
-struct Identity { template <class T> static T apply(T a) { return a; } };
+struct Identity {
+  template <class T>
+  static T apply(T a) {
+    return a;
+  }
+};
 
 using Grads = std::vector<Value>;
 const Value& dy(const GradContext& c) { return c.output_grads[0]; }
@@ -130,38 +201,47 @@ const Value& out(const GradContext& c) { return c.outputs[0]; }
 }  // namespace
 
 void ops::register_elementwise_ops(std::vector<OpDef>& table) {
-  table.push_back(elementwise<Add>("add", 2, "({0} + {1})", [](const GradContext& c) { return Grads{dy(c), dy(c)}; }));
-  table.push_back(elementwise<Sub>("sub", 2, "({0} - {1})", [](const GradContext& c) { return Grads{dy(c), -dy(c)}; }));
+  table.push_back(elementwise<Add>("add", 2, "({0} + {1})", [](const GradContext& c) {
+    return Grads{dy(c), dy(c)};
+  }));
+  table.push_back(elementwise<Sub>("sub", 2, "({0} - {1})", [](const GradContext& c) {
+    return Grads{dy(c), -dy(c)};
+  }));
   table.push_back(elementwise<Mul>("mul", 2, "({0} * {1})", [](const GradContext& c) {
     return Grads{dy(c) * in(c, 1), dy(c) * in(c, 0)};
   }));
   table.push_back(elementwise<Div>("div", 2, "({0} / {1})", [](const GradContext& c) {
     return Grads{dy(c) / in(c, 1), -(dy(c) * out(c)) / in(c, 1)};
   }));
-  table.push_back(elementwise<Maximum>("maximum", 2, "({0} > {1} ? {0} : {1})", [](const GradContext& c) {
-    const Value a_wins = greater(in(c, 0), in(c, 1));
-    return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
-  }));
+  table.push_back(
+      elementwise<Maximum>("maximum", 2, "({0} > {1} ? {0} : {1})", [](const GradContext& c) {
+        const Value a_wins = greater(in(c, 0), in(c, 1));
+        return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
+      }));
   table.push_back(elementwise<Greater>("greater", 2, "({0} > {1} ? T(1) : T(0))", nullptr));
   table.push_back(elementwise<Equal>("equal", 2, "({0} == {1} ? T(1) : T(0))", nullptr));
-  table.push_back(elementwise<Neg>("neg", 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
-  table.push_back(elementwise<Exp>("exp", 1, "exp({0})", [](const GradContext& c) { return Grads{dy(c) * out(c)}; }));
-  table.push_back(elementwise<Log>("log", 1, "log({0})", [](const GradContext& c) { return Grads{dy(c) / in(c, 0)}; }));
-  table.push_back(elementwise<Sqrt>("sqrt", 1, "sqrt({0})", [](const GradContext& c) {
-    return Grads{dy(c) * 0.5 / out(c)};
-  }));
+  table.push_back(
+      elementwise<Neg>("neg", 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
+  table.push_back(elementwise<Exp>("exp", 1, "exp({0})",
+                                   [](const GradContext& c) { return Grads{dy(c) * out(c)}; }));
+  table.push_back(elementwise<Log>("log", 1, "log({0})",
+                                   [](const GradContext& c) { return Grads{dy(c) / in(c, 0)}; }));
+  table.push_back(elementwise<Sqrt>(
+      "sqrt", 1, "sqrt({0})", [](const GradContext& c) { return Grads{dy(c) * 0.5 / out(c)}; }));
   // relu's mask from its output (x > 0 exactly where relu(x) > 0): the output is stored anyway
   // when a non-elementwise op reads it (pooling, a GEMM), so the fuse pass computes the mask
   // in the backward's kernel instead of storing it in the forward's.
-  table.push_back(elementwise<Relu>("relu", 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
-    return Grads{dy(c) * greater(out(c), scalar_like(out(c), 0.0))};
-  }));
+  table.push_back(
+      elementwise<Relu>("relu", 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
+        return Grads{dy(c) * greater(out(c), scalar_like(out(c), 0.0))};
+      }));
   table.push_back(elementwise<Tanh>("tanh", 1, "tanh({0})", [](const GradContext& c) {
     return Grads{dy(c) * (1.0 - out(c) * out(c))};
   }));
 
   // broadcast_to: the input read at broadcast strides; autograd sums the gradient back.
-  OpDef broadcast = elementwise<Identity>("broadcast_to", 1, "{0}", [](const GradContext& c) { return Grads{dy(c)}; });
+  OpDef broadcast = elementwise<Identity>("broadcast_to", 1, "{0}",
+                                          [](const GradContext& c) { return Grads{dy(c)}; });
   broadcast.attrs = {"shape"};
   broadcast.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("broadcast_to", in);
@@ -173,8 +253,11 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   table.push_back(std::move(broadcast));
 
   // detach: the same storage; no gradient flows back through it.
-  OpDef detach_op{.name = "detach", .kind = OpKind::elementwise, .arity = 1, .cuda = "{0}", .alias = true};
-  detach_op.infer = [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; };
+  OpDef detach_op{
+      .name = "detach", .kind = OpKind::elementwise, .arity = 1, .cuda = "{0}", .alias = true};
+  detach_op.infer = [](std::span<const TensorType> in, const Attrs&) {
+    return std::vector<TensorType>{in[0]};
+  };
   table.push_back(std::move(detach_op));
 }
 

@@ -26,18 +26,19 @@ std::vector<TensorType> infer_matmul(std::span<const TensorType> in, const Attrs
   ops::check_floating_inputs("matmul", in);
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
-  KILN_CHECK(a.rank() >= 2 && a.rank() == b.rank(), "matmul: lhs is {} but rhs is {} (equal ranks >= 2 needed)",
-             a.str(), b.str());
+  KILN_CHECK(a.rank() >= 2 && a.rank() == b.rank(),
+             "matmul: lhs is {} but rhs is {} (equal ranks >= 2 needed)", a.str(), b.str());
   const bool ta = attrs.integer("trans_a") != 0;
   const bool tb = attrs.integer("trans_b") != 0;
   const std::size_t r = a.rank();
   const std::int64_t k_b = tb ? b[r - 1] : b[r - 2];
   const MatmulDims d = matmul_dims(a, b, ta, tb);
-  KILN_CHECK(d.k == k_b, "matmul: lhs is {}{} but rhs is {}{} (inner dimensions {} and {} differ)", a.str(),
-             ta ? "^T" : "", b.str(), tb ? "^T" : "", d.k, k_b);
+  KILN_CHECK(d.k == k_b, "matmul: lhs is {}{} but rhs is {}{} (inner dimensions {} and {} differ)",
+             a.str(), ta ? "^T" : "", b.str(), tb ? "^T" : "", d.k, k_b);
   std::vector<std::int64_t> dims(a.dims().begin(), a.dims().end() - 2);
   for (std::size_t i = 0; i + 2 < r; ++i)
-    KILN_CHECK(a[i] == b[i], "matmul: batch axes differ: lhs is {} but rhs is {}", a.str(), b.str());
+    KILN_CHECK(a[i] == b[i], "matmul: batch axes differ: lhs is {} but rhs is {}", a.str(),
+               b.str());
   dims.push_back(d.m);
   dims.push_back(d.n);
   return {{Shape(dims), in[0].dtype}};
@@ -82,9 +83,12 @@ void matmul_kernel_typed(const KernelCall& call) {
   const std::int64_t tasks = d.batch * blocks.rows * blocks.columns;
 #pragma omp parallel for schedule(static) if (tasks > 1 && d.m * d.n * d.k > 32768)
   for (std::int64_t task = 0; task < tasks; ++task) {
-    const std::int64_t i = task / (blocks.rows * blocks.columns), rest = task % (blocks.rows * blocks.columns);
-    const std::int64_t r0 = rest / blocks.columns * blocks.row_size, h = std::min(blocks.row_size, d.m - r0);
-    const std::int64_t c0 = rest % blocks.columns * blocks.column_size, w = std::min(blocks.column_size, d.n - c0);
+    const std::int64_t i = task / (blocks.rows * blocks.columns),
+                       rest = task % (blocks.rows * blocks.columns);
+    const std::int64_t r0 = rest / blocks.columns * blocks.row_size,
+                       h = std::min(blocks.row_size, d.m - r0);
+    const std::int64_t c0 = rest % blocks.columns * blocks.column_size,
+                       w = std::min(blocks.column_size, d.n - c0);
     Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
     Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
     Eigen::Map<Matrix> mc(call.outputs[0].data<T>() + i * d.m * d.n, d.m, d.n);
@@ -92,7 +96,8 @@ void matmul_kernel_typed(const KernelCall& call) {
     if (!ta && !tb) out.noalias() = ma.middleRows(r0, h) * mb.middleCols(c0, w);
     if (ta && !tb) out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleCols(c0, w);
     if (!ta && tb) out.noalias() = ma.middleRows(r0, h) * mb.middleRows(c0, w).transpose();
-    if (ta && tb) out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleRows(c0, w).transpose();
+    if (ta && tb)
+      out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleRows(c0, w).transpose();
   }
 }
 
@@ -117,13 +122,15 @@ void ops::register_matmul_ops(std::vector<OpDef>& table) {
   op.infer = infer_matmul;
   op.grad = matmul_grad;
   op.cpu = [](const KernelCall& call) {
-    visit_floating(call.inputs[0].dtype(), "matmul", [&](auto zero) { matmul_kernel_typed<decltype(zero)>(call); });
+    visit_floating(call.inputs[0].dtype(), "matmul",
+                   [&](auto zero) { matmul_kernel_typed<decltype(zero)>(call); });
   };
   table.push_back(std::move(op));
 }
 
 Value matmul(Value a, Value b, bool trans_a, bool trans_b) {
-  return a.graph().apply1("matmul", {a, b}, {{"trans_a", std::int64_t{trans_a}}, {"trans_b", std::int64_t{trans_b}}});
+  return a.graph().apply1("matmul", {a, b},
+                          {{"trans_a", std::int64_t{trans_a}}, {"trans_b", std::int64_t{trans_b}}});
 }
 
 }  // namespace kiln

@@ -13,17 +13,24 @@ namespace {
 struct PoolAttrs {
   std::int64_t kernel, stride, padding;
 };
-PoolAttrs pool_attrs(const Attrs& a) { return {a.integer("kernel"), a.integer("stride"), a.integer("padding")}; }
-Attrs make_pool_attrs(PoolAttrs p) { return {{"kernel", p.kernel}, {"stride", p.stride}, {"padding", p.padding}}; }
+PoolAttrs pool_attrs(const Attrs& a) {
+  return {a.integer("kernel"), a.integer("stride"), a.integer("padding")};
+}
+Attrs make_pool_attrs(PoolAttrs p) {
+  return {{"kernel", p.kernel}, {"stride", p.stride}, {"padding", p.padding}};
+}
 
 Shape pool_output_shape(const char* op, const Shape& x, PoolAttrs p) {
   KILN_CHECK(x.rank() == 4, "{}: input must be [B, C, H, W] but is {}", op, x.str());
-  KILN_CHECK(p.kernel >= 1 && p.stride >= 1, "{}: kernel {} and stride {} must be positive", op, p.kernel, p.stride);
-  KILN_CHECK(p.padding >= 0 && 2 * p.padding <= p.kernel,
-             "{}: padding {} must be between 0 and half the kernel {} (every window needs a real cell)", op, p.padding,
-             p.kernel);
+  KILN_CHECK(p.kernel >= 1 && p.stride >= 1, "{}: kernel {} and stride {} must be positive", op,
+             p.kernel, p.stride);
+  KILN_CHECK(
+      p.padding >= 0 && 2 * p.padding <= p.kernel,
+      "{}: padding {} must be between 0 and half the kernel {} (every window needs a real cell)",
+      op, p.padding, p.kernel);
   KILN_CHECK(x[2] + 2 * p.padding >= p.kernel && x[3] + 2 * p.padding >= p.kernel,
-             "{}: window {} is larger than the input {} padded by {}", op, p.kernel, x.str(), p.padding);
+             "{}: window {} is larger than the input {} padded by {}", op, p.kernel, x.str(),
+             p.padding);
   const kernels::PoolGeometry g = kernels::pool_geometry(x, p.kernel, p.stride, p.padding);
   return Shape{x[0], x[1], g.out_h, g.out_w};
 }
@@ -40,79 +47,106 @@ InferFn max_backward_infer(const char* op, bool output_like_x) {
     ops::check_floating_inputs(op, in);
     const Shape y = pool_output_shape(op, in[0].shape, pool_attrs(attrs));
     const Shape& expected = output_like_x ? y : in[0].shape;
-    KILN_CHECK(in[1].shape == expected, "{}: second input is {} but {} was expected", op, in[1].str(), expected.str());
+    KILN_CHECK(in[1].shape == expected, "{}: second input is {} but {} was expected", op,
+               in[1].str(), expected.str());
     return std::vector<TensorType>{{output_like_x ? in[0].shape : y, in[0].dtype}};
   };
 }
 
 OpDef max_forward_op() {
-  OpDef op{.name = "max_pool2d", .kind = OpKind::pool, .arity = 1, .attrs = {"kernel", "stride", "padding"}};
+  OpDef op{.name = "max_pool2d",
+           .kind = OpKind::pool,
+           .arity = 1,
+           .attrs = {"kernel", "stride", "padding"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("max_pool2d", in);
-    return std::vector<TensorType>{{pool_output_shape("max_pool2d", in[0].shape, pool_attrs(attrs)), in[0].dtype}};
+    return std::vector<TensorType>{
+        {pool_output_shape("max_pool2d", in[0].shape, pool_attrs(attrs)), in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
     const PoolAttrs p = pool_attrs(c.node.attrs);
-    return std::vector<Value>{max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
+    return std::vector<Value>{
+        max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::max_pool2d_forward(call.inputs[0], call.outputs[0], geometry_of(call, call.inputs[0].shape()));
+    kernels::max_pool2d_forward(call.inputs[0], call.outputs[0],
+                                geometry_of(call, call.inputs[0].shape()));
   };
   return op;
 }
 
 // (x, dy) -> dx. Piecewise constant in x, linear in dy.
 OpDef max_grad_op() {
-  OpDef op{.name = "max_pool2d_grad", .kind = OpKind::pool, .arity = 2, .attrs = {"kernel", "stride", "padding"}};
+  OpDef op{.name = "max_pool2d_grad",
+           .kind = OpKind::pool,
+           .arity = 2,
+           .attrs = {"kernel", "stride", "padding"}};
   op.infer = max_backward_infer("max_pool2d_grad", true);
   op.grad = [](const GradContext& c) {
     const PoolAttrs p = pool_attrs(c.node.attrs);
-    return std::vector<Value>{Value(), max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
+    return std::vector<Value>{
+        Value(), max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::max_pool2d_backward(call.inputs[0], call.inputs[1], call.outputs[0], geometry_of(call, call.inputs[0].shape()));
+    kernels::max_pool2d_backward(call.inputs[0], call.inputs[1], call.outputs[0],
+                                 geometry_of(call, call.inputs[0].shape()));
   };
   return op;
 }
 
 // (x, g) -> g at each window's maximum of x. Piecewise constant in x, linear in g.
 OpDef max_select_op() {
-  OpDef op{.name = "max_pool2d_select", .kind = OpKind::pool, .arity = 2, .attrs = {"kernel", "stride", "padding"}};
+  OpDef op{.name = "max_pool2d_select",
+           .kind = OpKind::pool,
+           .arity = 2,
+           .attrs = {"kernel", "stride", "padding"}};
   op.infer = max_backward_infer("max_pool2d_select", false);
   op.grad = [](const GradContext& c) {
     const PoolAttrs p = pool_attrs(c.node.attrs);
-    return std::vector<Value>{Value(), max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
+    return std::vector<Value>{
+        Value(), max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::max_pool2d_select(call.inputs[0], call.inputs[1], call.outputs[0], geometry_of(call, call.inputs[0].shape()));
+    kernels::max_pool2d_select(call.inputs[0], call.inputs[1], call.outputs[0],
+                               geometry_of(call, call.inputs[0].shape()));
   };
   return op;
 }
 
 OpDef avg_forward_op() {
-  OpDef op{.name = "avg_pool2d", .kind = OpKind::pool, .arity = 1, .attrs = {"kernel", "stride", "padding"}};
+  OpDef op{.name = "avg_pool2d",
+           .kind = OpKind::pool,
+           .arity = 1,
+           .attrs = {"kernel", "stride", "padding"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("avg_pool2d", in);
-    return std::vector<TensorType>{{pool_output_shape("avg_pool2d", in[0].shape, pool_attrs(attrs)), in[0].dtype}};
+    return std::vector<TensorType>{
+        {pool_output_shape("avg_pool2d", in[0].shape, pool_attrs(attrs)), in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
     const PoolAttrs p = pool_attrs(c.node.attrs);
-    return std::vector<Value>{avg_pool2d_grad(c.output_grads[0], c.inputs[0].shape(), p.kernel, p.stride, p.padding)};
+    return std::vector<Value>{
+        avg_pool2d_grad(c.output_grads[0], c.inputs[0].shape(), p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::avg_pool2d_forward(call.inputs[0], call.outputs[0], geometry_of(call, call.inputs[0].shape()));
+    kernels::avg_pool2d_forward(call.inputs[0], call.outputs[0],
+                                geometry_of(call, call.inputs[0].shape()));
   };
   return op;
 }
 
 // dy -> dx of the x shape in attribute "shape"; <G, dx> = <avg_pool2d(G), dy>.
 OpDef avg_grad_op() {
-  OpDef op{.name = "avg_pool2d_grad", .kind = OpKind::pool, .arity = 1, .attrs = {"kernel", "stride", "padding", "shape"}};
+  OpDef op{.name = "avg_pool2d_grad",
+           .kind = OpKind::pool,
+           .arity = 1,
+           .attrs = {"kernel", "stride", "padding", "shape"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("avg_pool2d_grad", in);
     const Shape x(attrs.integers("shape"));
     const Shape y = pool_output_shape("avg_pool2d_grad", x, pool_attrs(attrs));
-    KILN_CHECK(in[0].shape == y, "avg_pool2d_grad: dy is {} but the pooling output is {}", in[0].str(), y.str());
+    KILN_CHECK(in[0].shape == y, "avg_pool2d_grad: dy is {} but the pooling output is {}",
+               in[0].str(), y.str());
     return std::vector<TensorType>{{x, in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
@@ -120,7 +154,8 @@ OpDef avg_grad_op() {
     return std::vector<Value>{avg_pool2d(c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::avg_pool2d_backward(call.inputs[0], call.outputs[0], geometry_of(call, call.outputs[0].shape()));
+    kernels::avg_pool2d_backward(call.inputs[0], call.outputs[0],
+                                 geometry_of(call, call.outputs[0].shape()));
   };
   return op;
 }
@@ -136,22 +171,27 @@ void ops::register_pool_ops(std::vector<OpDef>& table) {
 }
 
 Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
-  return x.graph().apply1("max_pool2d", {x}, make_pool_attrs({kernel, stride == 0 ? kernel : stride, padding}));
+  return x.graph().apply1("max_pool2d", {x},
+                          make_pool_attrs({kernel, stride == 0 ? kernel : stride, padding}));
 }
 
-Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride,
+                      std::int64_t padding) {
   return x.graph().apply1("max_pool2d_grad", {x, dy}, make_pool_attrs({kernel, stride, padding}));
 }
 
-Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,
+                        std::int64_t padding) {
   return x.graph().apply1("max_pool2d_select", {x, g}, make_pool_attrs({kernel, stride, padding}));
 }
 
 Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
-  return x.graph().apply1("avg_pool2d", {x}, make_pool_attrs({kernel, stride == 0 ? kernel : stride, padding}));
+  return x.graph().apply1("avg_pool2d", {x},
+                          make_pool_attrs({kernel, stride == 0 ? kernel : stride, padding}));
 }
 
-Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, std::int64_t stride,
+                      std::int64_t padding) {
   Attrs attrs = make_pool_attrs({kernel, stride, padding});
   attrs.set("shape", input_shape.dims());
   return dy.graph().apply1("avg_pool2d_grad", {dy}, std::move(attrs));

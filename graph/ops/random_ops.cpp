@@ -10,12 +10,13 @@ namespace kiln {
 namespace {
 
 std::vector<TensorType> infer_random(std::span<const TensorType> in, const Attrs& attrs) {
-  KILN_CHECK(in[0].dtype == DType::i64 && in[0].shape.rank() == 0, "random_uniform: the step must be an i64 scalar but is {}",
-             in[0].str());
+  KILN_CHECK(in[0].dtype == DType::i64 && in[0].shape.rank() == 0,
+             "random_uniform: the step must be an i64 scalar but is {}", in[0].str());
   const DType dtype = dtype_from_name(attrs.text("dtype"));
   KILN_CHECK(is_floating(dtype), "random_uniform: dtype {} is not floating", dtype_name(dtype));
   const Shape shape(attrs.integers("shape"));
-  for (std::int64_t d : shape.dims()) KILN_CHECK(d >= 0, "random_uniform: shape {} has a negative dimension", shape.str());
+  for (std::int64_t d : shape.dims())
+    KILN_CHECK(d >= 0, "random_uniform: shape {} has a negative dimension", shape.str());
   return {{shape, dtype}, {Shape{}, DType::i64}};
 }
 
@@ -29,8 +30,10 @@ void random_kernel(const KernelCall& call) {
     const std::int64_t n = out.numel(), blocks = (n + 3) / 4;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (std::int64_t b = 0; b < blocks; ++b) {
-      const auto words = philox_block(seed, static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(step));
-      for (std::int64_t w = 0; w < 4 && 4 * b + w < n; ++w) o[4 * b + w] = static_cast<T>(uniform_from_bits(words[static_cast<std::size_t>(w)]));
+      const auto words =
+          philox_block(seed, static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(step));
+      for (std::int64_t w = 0; w < 4 && 4 * b + w < n; ++w)
+        o[4 * b + w] = static_cast<T>(uniform_from_bits(words[static_cast<std::size_t>(w)]));
     }
   });
   call.outputs[1].data<std::int64_t>()[0] = step + 1;
@@ -41,14 +44,19 @@ void random_kernel(const KernelCall& call) {
 void ops::register_random_ops(std::vector<OpDef>& table) {
   // Inputs: the step (i64 scalar). Outputs: the values, and step + 1 for the caller to assign
   // back to its step variable. No gradient: the values do not depend on any float input.
-  OpDef op{.name = "random_uniform", .kind = OpKind::other, .arity = 1, .attrs = {"seed", "shape", "dtype"}};
+  OpDef op{.name = "random_uniform",
+           .kind = OpKind::other,
+           .arity = 1,
+           .attrs = {"seed", "shape", "dtype"}};
   op.infer = infer_random;
   op.cpu = random_kernel;
   table.push_back(std::move(op));
 }
 
 RandomUniform random_uniform(Value step, const Shape& shape, std::uint64_t seed, DType dtype) {
-  Attrs attrs = {{"seed", static_cast<std::int64_t>(seed)}, {"shape", shape.dims()}, {"dtype", std::string(dtype_name(dtype))}};
+  Attrs attrs = {{"seed", static_cast<std::int64_t>(seed)},
+                 {"shape", shape.dims()},
+                 {"dtype", std::string(dtype_name(dtype))}};
   const std::vector<Value> out = step.graph().apply("random_uniform", {step}, std::move(attrs));
   return {out[0], out[1]};
 }

@@ -9,22 +9,26 @@ namespace kiln {
 namespace {
 
 // T, B and H from the attributes, u [H, 4H] and a [T*B, ...] input, checking them.
-kernels::LstmDims lstm_dims(const char* op, const Attrs& attrs, const TensorType& u, const TensorType& rows) {
+kernels::LstmDims lstm_dims(const char* op, const Attrs& attrs, const TensorType& u,
+                            const TensorType& rows) {
   const std::int64_t steps = attrs.integer("steps"), reverse = attrs.integer("reverse");
   KILN_CHECK(steps >= 1, "{}: steps is {} but must be at least 1", op, steps);
   KILN_CHECK(reverse == 0 || reverse == 1, "{}: reverse is {} but must be 0 or 1", op, reverse);
   const Shape& us = u.shape;
-  KILN_CHECK(us[0] >= 1 && us[1] == 4 * us[0], "{}: u is {} but [H, 4H] with H >= 1 was expected", op, u.str());
+  KILN_CHECK(us[0] >= 1 && us[1] == 4 * us[0], "{}: u is {} but [H, 4H] with H >= 1 was expected",
+             op, u.str());
   const std::int64_t n = rows.shape[0];
   KILN_CHECK(n % steps == 0, "{}: {} rows (T*B) are not a multiple of steps {}", op, n, steps);
   return {steps, n / steps, us[0], reverse == 1};
 }
 
 void check_shape(const char* op, const char* what, const TensorType& type, const Shape& expected) {
-  KILN_CHECK(type.shape == expected, "{}: {} is {} but {} was expected", op, what, type.str(), expected.str());
+  KILN_CHECK(type.shape == expected, "{}: {} is {} but {} was expected", op, what, type.str(),
+             expected.str());
 }
 
-void check_ranks(const char* op, std::span<const TensorType> in, std::initializer_list<const char*> names) {
+void check_ranks(const char* op, std::span<const TensorType> in,
+                 std::initializer_list<const char*> names) {
   std::size_t i = 0;
   for (const char* name : names) ops::check_rank(op, name, in[i++], 2);
 }
@@ -45,7 +49,8 @@ std::vector<TensorType> infer_lstm_sequence(std::span<const TensorType> in, cons
 
 // in: d_hs, d_cs [T*B, H], u [H, 4H], c0 [B, H], cs [T*B, H], acts [T*B, 4H]
 //   -> d_projected [T*B, 4H], dh0, dc0 [B, H]
-std::vector<TensorType> infer_lstm_sequence_grad(std::span<const TensorType> in, const Attrs& attrs) {
+std::vector<TensorType> infer_lstm_sequence_grad(std::span<const TensorType> in,
+                                                 const Attrs& attrs) {
   const char* op = "lstm_sequence_grad";
   ops::check_floating_inputs(op, in);
   check_ranks(op, in, {"d_hs", "d_cs", "u", "c0", "cs", "acts"});
@@ -63,18 +68,21 @@ std::vector<TensorType> infer_lstm_sequence_grad(std::span<const TensorType> in,
 kernels::LstmDims node_dims(const KernelCall& call, std::size_t u_index) {
   const Tensor& u = call.inputs[u_index];
   const std::int64_t steps = call.node.attrs.integer("steps");
-  return {steps, call.inputs[0].shape()[0] / steps, u.shape()[0], call.node.attrs.integer("reverse") == 1};
+  return {steps, call.inputs[0].shape()[0] / steps, u.shape()[0],
+          call.node.attrs.integer("reverse") == 1};
 }
 
 void lstm_sequence_cpu(const KernelCall& call) {
   const auto& in = call.inputs;
-  kernels::lstm_forward(in[0], in[1], in[2], in[3], call.outputs[0], call.outputs[1], call.outputs[2], node_dims(call, 1));
+  kernels::lstm_forward(in[0], in[1], in[2], in[3], call.outputs[0], call.outputs[1],
+                        call.outputs[2], node_dims(call, 1));
 }
 
 void lstm_sequence_grad_cpu(const KernelCall& call) {
   const auto& in = call.inputs;
   const kernels::LstmGradInputs grad_in{in[0], in[1], in[2], in[3], in[4], in[5]};
-  kernels::lstm_backward(grad_in, call.outputs[0], call.outputs[1], call.outputs[2], node_dims(call, 2));
+  kernels::lstm_backward(grad_in, call.outputs[0], call.outputs[1], call.outputs[2],
+                         node_dims(call, 2));
 }
 
 // The h_prev of every time, rows in time order: [T*B, H].
@@ -86,18 +94,21 @@ Value previous_hidden(Value hs, Value h0, std::int64_t steps, bool reverse) {
 }
 
 std::vector<Value> lstm_sequence_backward(const GradContext& c) {
-  KILN_CHECK(!c.output_grads[2].valid(), "lstm_sequence: the saved gates (output 2) have no gradient");
+  KILN_CHECK(!c.output_grads[2].valid(),
+             "lstm_sequence: the saved gates (output 2) have no gradient");
   const std::int64_t steps = c.node.attrs.integer("steps");
   const bool reverse = c.node.attrs.integer("reverse") == 1;
   auto grad_or_zeros = [&](std::size_t i) {
     const Value& out = c.outputs[i];
-    return c.output_grads[i].valid() ? c.output_grads[i] : c.graph.fill(0.0, out.shape(), out.dtype());
+    return c.output_grads[i].valid() ? c.output_grads[i]
+                                     : c.graph.fill(0.0, out.shape(), out.dtype());
   };
   const Value &u = c.inputs[1], &h0 = c.inputs[2], &c0 = c.inputs[3];
-  const LstmSequenceGrad r =
-      lstm_sequence_grad(grad_or_zeros(0), grad_or_zeros(1), u, c0, c.outputs[1], c.outputs[2], steps, reverse);
+  const LstmSequenceGrad r = lstm_sequence_grad(grad_or_zeros(0), grad_or_zeros(1), u, c0,
+                                                c.outputs[1], c.outputs[2], steps, reverse);
   Value du;
-  if (c.needs_grad[1]) du = matmul(previous_hidden(c.outputs[0], h0, steps, reverse), r.d_projected, true, false);
+  if (c.needs_grad[1])
+    du = matmul(previous_hidden(c.outputs[0], h0, steps, reverse), r.d_projected, true, false);
   return {r.d_projected, du, r.dh0, r.dc0};
 }
 
@@ -108,27 +119,32 @@ Attrs lstm_attrs(std::int64_t steps, bool reverse) {
 }  // namespace
 
 void ops::register_recurrent_ops(std::vector<OpDef>& table) {
-  OpDef forward{.name = "lstm_sequence", .kind = OpKind::other, .arity = 4, .attrs = {"steps", "reverse"}};
+  OpDef forward{
+      .name = "lstm_sequence", .kind = OpKind::other, .arity = 4, .attrs = {"steps", "reverse"}};
   forward.infer = infer_lstm_sequence;
   forward.grad = lstm_sequence_backward;
   forward.cpu = lstm_sequence_cpu;
   table.push_back(std::move(forward));
-  OpDef backward{.name = "lstm_sequence_grad", .kind = OpKind::other, .arity = 6, .attrs = {"steps", "reverse"}};
+  OpDef backward{.name = "lstm_sequence_grad",
+                 .kind = OpKind::other,
+                 .arity = 6,
+                 .attrs = {"steps", "reverse"}};
   backward.infer = infer_lstm_sequence_grad;
   backward.cpu = lstm_sequence_grad_cpu;  // no gradient: lstm_sequence's gradient check covers it
   table.push_back(std::move(backward));
 }
 
-LstmSequence lstm_sequence(Value projected, Value u, Value h0, Value c0, std::int64_t steps, bool reverse) {
+LstmSequence lstm_sequence(Value projected, Value u, Value h0, Value c0, std::int64_t steps,
+                           bool reverse) {
   const std::vector<Value> out =
       projected.graph().apply("lstm_sequence", {projected, u, h0, c0}, lstm_attrs(steps, reverse));
   return {out[0], out[1], out[2]};
 }
 
-LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, Value cs, Value acts, std::int64_t steps,
-                                    bool reverse) {
-  const std::vector<Value> out =
-      d_hs.graph().apply("lstm_sequence_grad", {d_hs, d_cs, u, c0, cs, acts}, lstm_attrs(steps, reverse));
+LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, Value cs, Value acts,
+                                    std::int64_t steps, bool reverse) {
+  const std::vector<Value> out = d_hs.graph().apply(
+      "lstm_sequence_grad", {d_hs, d_cs, u, c0, cs, acts}, lstm_attrs(steps, reverse));
   return {out[0], out[1], out[2]};
 }
 

@@ -16,7 +16,8 @@ Shape kept_shape(const Shape& in, const std::vector<std::int64_t>& axes) {
   return Shape(dims);
 }
 
-std::vector<TensorType> infer_reduce(const char* op, std::span<const TensorType> in, const Attrs& attrs) {
+std::vector<TensorType> infer_reduce(const char* op, std::span<const TensorType> in,
+                                     const Attrs& attrs) {
   ops::check_floating_inputs(op, in);
   const Shape kept = kept_shape(in[0].shape, attrs.integers("axes"));
   if (attrs.integer("keepdims")) return {{kept, in[0].dtype}};
@@ -31,14 +32,16 @@ std::vector<TensorType> infer_reduce(const char* op, std::span<const TensorType>
 // out[o] = combine over the reduced axes of x. Adjacent axes of the same kind are merged,
 // threads share the outputs, and the innermost reduced axis runs as a plain strided loop.
 template <class T, class Acc, class Combine>
-void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& axes, Acc init, Combine combine) {
+void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& axes, Acc init,
+                   Combine combine) {
   const Shape& shape = x.shape();
   const std::vector<std::int64_t> strides = shape.strides();
   std::vector<std::int64_t> kept_dims, kept_strides, red_dims = {1}, red_strides = {0};
   int last_kind = -1;  // 0 kept, 1 reduced
   for (std::size_t d = 0; d < shape.rank(); ++d) {
     if (shape[d] == 1) continue;
-    const int kind = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end() ? 1 : 0;
+    const int kind =
+        std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end() ? 1 : 0;
     auto& dims = kind ? red_dims : kept_dims;
     auto& strs = kind ? red_strides : kept_strides;
     if (kind == last_kind) {  // contiguous with the previous axis of the same kind: merge
@@ -79,7 +82,8 @@ void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>
   }
 }
 
-Attrs reduce_attrs(const Value& x, const std::vector<std::int64_t>& axes, bool keepdims, const char* op) {
+Attrs reduce_attrs(const Value& x, const std::vector<std::int64_t>& axes, bool keepdims,
+                   const char* op) {
   std::vector<std::int64_t> normalized;
   for (std::int64_t a : axes) normalized.push_back(normalize_axis(a, x.shape().rank(), op));
   std::sort(normalized.begin(), normalized.end());
@@ -95,10 +99,14 @@ Value keep_dims_view(const GradContext& c, Value v) {
 }  // namespace
 
 void ops::register_reduce_ops(std::vector<OpDef>& table) {
-  OpDef sum_op{.name = "reduce_sum", .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
-  sum_op.infer = [](std::span<const TensorType> in, const Attrs& a) { return infer_reduce("reduce_sum", in, a); };
+  OpDef sum_op{
+      .name = "reduce_sum", .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
+  sum_op.infer = [](std::span<const TensorType> in, const Attrs& a) {
+    return infer_reduce("reduce_sum", in, a);
+  };
   sum_op.grad = [](const GradContext& c) {
-    return std::vector<Value>{broadcast_to(keep_dims_view(c, c.output_grads[0]), c.inputs[0].shape())};
+    return std::vector<Value>{
+        broadcast_to(keep_dims_view(c, c.output_grads[0]), c.inputs[0].shape())};
   };
   sum_op.cpu = [](const KernelCall& call) {
     visit_floating(call.inputs[0].dtype(), "reduce_sum", [&](auto zero) {
@@ -109,8 +117,11 @@ void ops::register_reduce_ops(std::vector<OpDef>& table) {
   };
   table.push_back(std::move(sum_op));
 
-  OpDef max_op{.name = "reduce_max", .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
-  max_op.infer = [](std::span<const TensorType> in, const Attrs& a) { return infer_reduce("reduce_max", in, a); };
+  OpDef max_op{
+      .name = "reduce_max", .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
+  max_op.infer = [](std::span<const TensorType> in, const Attrs& a) {
+    return infer_reduce("reduce_max", in, a);
+  };
   // The gradient goes to every position equal to the maximum.
   max_op.grad = [](const GradContext& c) {
     const Value mask = equal(c.inputs[0], keep_dims_view(c, c.outputs[0]));
@@ -120,7 +131,8 @@ void ops::register_reduce_ops(std::vector<OpDef>& table) {
     visit_floating(call.inputs[0].dtype(), "reduce_max", [&](auto zero) {
       using T = decltype(zero);
       reduce_kernel<T>(call.inputs[0], call.outputs[0], call.node.attrs.integers("axes"),
-                       -std::numeric_limits<T>::infinity(), [](T acc, T v) { return v > acc || v != v ? v : acc; });
+                       -std::numeric_limits<T>::infinity(),
+                       [](T acc, T v) { return v > acc || v != v ? v : acc; });
     });
   };
   table.push_back(std::move(max_op));

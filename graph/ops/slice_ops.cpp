@@ -29,8 +29,8 @@ AxisView axis_view(const Shape& shape, std::int64_t axis, DType dtype) {
 }
 
 // `rows` blocks of `bytes` each, from src every `src_pitch` bytes to dst every `dst_pitch`.
-void copy_blocks(const char* src, std::int64_t src_pitch, char* dst, std::int64_t dst_pitch, std::int64_t rows,
-                 std::int64_t bytes) {
+void copy_blocks(const char* src, std::int64_t src_pitch, char* dst, std::int64_t dst_pitch,
+                 std::int64_t rows, std::int64_t bytes) {
   if (bytes == 0) return;
 #pragma omp parallel for schedule(static) if (rows * bytes > (1 << 20) && rows > 1)
   for (std::int64_t r = 0; r < rows; ++r)
@@ -41,9 +41,11 @@ void slice_kernel(const KernelCall& call) {
   const Tensor& x = call.inputs[0];
   const std::int64_t axis = call.node.attrs.integer("axis");
   const AxisView in = axis_view(x.shape(), axis, x.dtype());
-  const std::int64_t start = call.node.attrs.integer("start"), length = call.node.attrs.integer("length");
+  const std::int64_t start = call.node.attrs.integer("start"),
+                     length = call.node.attrs.integer("length");
   copy_blocks(static_cast<const char*>(x.raw()) + start * in.inner_bytes, in.dim * in.inner_bytes,
-              static_cast<char*>(call.outputs[0].raw()), length * in.inner_bytes, in.outer, length * in.inner_bytes);
+              static_cast<char*>(call.outputs[0].raw()), length * in.inner_bytes, in.outer,
+              length * in.inner_bytes);
 }
 
 void concat_kernel(const KernelCall& call) {
@@ -54,8 +56,8 @@ void concat_kernel(const KernelCall& call) {
   for (const Tensor& x : call.inputs) {
     const std::int64_t length = x.shape()[static_cast<std::size_t>(axis)];
     copy_blocks(static_cast<const char*>(x.raw()), length * out.inner_bytes,
-                static_cast<char*>(y.raw()) + at * out.inner_bytes, out.dim * out.inner_bytes, out.outer,
-                length * out.inner_bytes);
+                static_cast<char*>(y.raw()) + at * out.inner_bytes, out.dim * out.inner_bytes,
+                out.outer, length * out.inner_bytes);
     at += length;
   }
 }
@@ -74,11 +76,14 @@ void pad_kernel(const KernelCall& call) {
 
 std::vector<TensorType> infer_slice(std::span<const TensorType> in, const Attrs& attrs) {
   const Shape& x = in[0].shape;
-  const std::int64_t axis = attrs.integer("axis"), start = attrs.integer("start"), length = attrs.integer("length");
-  KILN_CHECK(axis >= 0 && axis < static_cast<std::int64_t>(x.rank()), "slice: axis {} of {}", axis, in[0].str());
+  const std::int64_t axis = attrs.integer("axis"), start = attrs.integer("start"),
+                     length = attrs.integer("length");
+  KILN_CHECK(axis >= 0 && axis < static_cast<std::int64_t>(x.rank()), "slice: axis {} of {}", axis,
+             in[0].str());
   const std::int64_t dim = x[static_cast<std::size_t>(axis)];
   KILN_CHECK(start >= 0 && length >= 0 && start + length <= dim,
-             "slice: [{}, {}) is outside axis {} of {} (size {})", start, start + length, axis, in[0].str(), dim);
+             "slice: [{}, {}) is outside axis {} of {} (size {})", start, start + length, axis,
+             in[0].str(), dim);
   Shape out = x;
   out[static_cast<std::size_t>(axis)] = length;
   return {{out, in[0].dtype}};
@@ -88,26 +93,29 @@ std::vector<TensorType> infer_concat(std::span<const TensorType> in, const Attrs
   KILN_CHECK(!in.empty(), "concat: no values");
   const std::int64_t axis = attrs.integer("axis");
   const Shape& first = in[0].shape;
-  KILN_CHECK(axis >= 0 && axis < static_cast<std::int64_t>(first.rank()), "concat: axis {} of {}", axis, in[0].str());
+  KILN_CHECK(axis >= 0 && axis < static_cast<std::int64_t>(first.rank()), "concat: axis {} of {}",
+             axis, in[0].str());
   Shape out = first;
   out[static_cast<std::size_t>(axis)] = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    KILN_CHECK(in[i].dtype == in[0].dtype, "concat: value {} is {} but value 0 is {} (dtypes must match)", i,
-               in[i].str(), in[0].str());
+    KILN_CHECK(in[i].dtype == in[0].dtype,
+               "concat: value {} is {} but value 0 is {} (dtypes must match)", i, in[i].str(),
+               in[0].str());
     bool same = in[i].shape.rank() == first.rank();
     for (std::size_t d = 0; same && d < first.rank(); ++d)
       same = static_cast<std::int64_t>(d) == axis || in[i].shape[d] == first[d];
-    KILN_CHECK(same, "concat: value {} is {} but value 0 is {} (only axis {} may differ)", i, in[i].str(),
-               in[0].str(), axis);
+    KILN_CHECK(same, "concat: value {} is {} but value 0 is {} (only axis {} may differ)", i,
+               in[i].str(), in[0].str(), axis);
     out[static_cast<std::size_t>(axis)] += in[i].shape[static_cast<std::size_t>(axis)];
   }
   return {{out, in[0].dtype}};
 }
 
 std::vector<TensorType> infer_pad(std::span<const TensorType> in, const Attrs& attrs) {
-  const std::int64_t axis = attrs.integer("axis"), before = attrs.integer("before"), after = attrs.integer("after");
-  KILN_CHECK(axis >= 0 && axis < static_cast<std::int64_t>(in[0].shape.rank()), "pad: axis {} of {}", axis,
-             in[0].str());
+  const std::int64_t axis = attrs.integer("axis"), before = attrs.integer("before"),
+                     after = attrs.integer("after");
+  KILN_CHECK(axis >= 0 && axis < static_cast<std::int64_t>(in[0].shape.rank()),
+             "pad: axis {} of {}", axis, in[0].str());
   KILN_CHECK(before >= 0 && after >= 0, "pad: negative padding {} before, {} after", before, after);
   Shape out = in[0].shape;
   out[static_cast<std::size_t>(axis)] += before + after;
@@ -130,13 +138,15 @@ std::vector<Value> concat_grad(const GradContext& c) {
 }  // namespace
 
 void ops::register_slice_ops(std::vector<OpDef>& table) {
-  OpDef slice_op{.name = "slice", .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "start", "length"}};
+  OpDef slice_op{
+      .name = "slice", .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "start", "length"}};
   slice_op.infer = infer_slice;
   slice_op.grad = [](const GradContext& c) {
     const Attrs& a = c.node.attrs;
     const std::int64_t axis = a.integer("axis"), start = a.integer("start");
     const std::int64_t dim = c.inputs[0].shape()[static_cast<std::size_t>(axis)];
-    return std::vector<Value>{pad(c.output_grads[0], axis, start, dim - start - a.integer("length"))};
+    return std::vector<Value>{
+        pad(c.output_grads[0], axis, start, dim - start - a.integer("length"))};
   };
   slice_op.cpu = slice_kernel;
   table.push_back(std::move(slice_op));
@@ -147,12 +157,14 @@ void ops::register_slice_ops(std::vector<OpDef>& table) {
   concat_op.cpu = concat_kernel;
   table.push_back(std::move(concat_op));
 
-  OpDef pad_op{.name = "pad", .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "before", "after"}};
+  OpDef pad_op{
+      .name = "pad", .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "before", "after"}};
   pad_op.infer = infer_pad;
   pad_op.grad = [](const GradContext& c) {
     const Attrs& a = c.node.attrs;
     const std::int64_t axis = a.integer("axis");
-    return std::vector<Value>{slice(c.output_grads[0], axis, a.integer("before"), c.inputs[0].shape()[static_cast<std::size_t>(axis)])};
+    return std::vector<Value>{slice(c.output_grads[0], axis, a.integer("before"),
+                                    c.inputs[0].shape()[static_cast<std::size_t>(axis)])};
   };
   pad_op.cpu = pad_kernel;
   table.push_back(std::move(pad_op));

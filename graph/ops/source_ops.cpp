@@ -24,15 +24,17 @@ void ops::register_source_ops(std::vector<OpDef>& table) {
 
 void ops::check_floating_inputs(const char* op, std::span<const TensorType> inputs) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    KILN_CHECK(is_floating(inputs[i].dtype), "{}: input {} is {} but a floating dtype is required", op, i,
-               inputs[i].str());
-    KILN_CHECK(inputs[i].dtype == inputs[0].dtype, "{}: input {} is {} but input 0 is {} (dtypes must match)", op,
-               i, inputs[i].str(), inputs[0].str());
+    KILN_CHECK(is_floating(inputs[i].dtype), "{}: input {} is {} but a floating dtype is required",
+               op, i, inputs[i].str());
+    KILN_CHECK(inputs[i].dtype == inputs[0].dtype,
+               "{}: input {} is {} but input 0 is {} (dtypes must match)", op, i, inputs[i].str(),
+               inputs[0].str());
   }
 }
 
 void ops::check_rank(const char* op, const char* what, const TensorType& type, std::size_t rank) {
-  KILN_CHECK(type.shape.rank() == rank, "{}: {} must have rank {} but is {}", op, what, rank, type.str());
+  KILN_CHECK(type.shape.rank() == rank, "{}: {} must have rank {} but is {}", op, what, rank,
+             type.str());
 }
 
 }  // namespace kiln

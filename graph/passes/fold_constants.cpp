@@ -10,16 +10,21 @@ namespace {
 bool is_constant(const Node& n) { return n.op->name == "fill" || n.op->name == "tensor_constant"; }
 
 Tensor constant_value(const Node& n) {
-  if (n.op->name == "fill") return Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype);
+  if (n.op->name == "fill")
+    return Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype);
   return n.constant;
 }
 
 // The op evaluated on constant inputs, or an undefined tensor when it is not foldable.
 Tensor evaluate(const Node& n, const std::vector<Tensor>& inputs) {
-  if (n.outputs.size() != 1 || n.outputs[0].shape.numel() > kMaxFoldedElements || !is_floating(n.outputs[0].dtype)) return {};
+  if (n.outputs.size() != 1 || n.outputs[0].shape.numel() > kMaxFoldedElements ||
+      !is_floating(n.outputs[0].dtype))
+    return {};
   const TensorType& type = n.outputs[0];
   if (n.op->alias) return inputs[0].clone().reshape(type.shape);  // reshape, detach
-  if (n.op->kind != OpKind::elementwise && n.op->kind != OpKind::layout && n.op->kind != OpKind::reduction) return {};
+  if (n.op->kind != OpKind::elementwise && n.op->kind != OpKind::layout &&
+      n.op->kind != OpKind::reduction)
+    return {};
   Tensor out = Tensor::empty(type.shape, type.dtype);
   if (n.op->loops.f32 != nullptr || n.op->loops.f64 != nullptr) {
     kernels::run_elementwise(n.op->loops, inputs, out);
@@ -61,7 +66,9 @@ Graph fold_constants(const Graph& g) {
       new_id[id] = out.constant(folded).ref().node;
     }
   }
-  auto remap = [&](ValueRef ref) { return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index}); };
+  auto remap = [&](ValueRef ref) {
+    return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index});
+  };
   for (const auto& [name, ref] : g.outputs()) out.output(name, remap(ref));
   for (const auto& [var, ref] : g.assignments()) out.assign(var, remap(ref));
   return out;

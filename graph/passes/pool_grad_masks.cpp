@@ -28,7 +28,8 @@ std::vector<int> reads_of(const Graph& g) {
 std::int32_t pooled_forward(const Graph& g, const Node& grad, std::int32_t before) {
   for (std::int32_t id = 0; id < before; ++id) {
     const Node& n = g.node(id);
-    if (n.op->name == "max_pool2d" && n.inputs[0] == grad.inputs[0] && same_window(n, grad)) return id;
+    if (n.op->name == "max_pool2d" && n.inputs[0] == grad.inputs[0] && same_window(n, grad))
+      return id;
   }
   return -1;
 }
@@ -42,12 +43,15 @@ MaskedPoolGrad match_masked(const Graph& g, std::int32_t id, const std::vector<i
   const Node& n = g.node(id);
   if (n.op->name != "mul" || n.inputs.size() != 2) return {};
   for (int k = 0; k < 2; ++k) {
-    const ValueRef gref = n.inputs[static_cast<std::size_t>(k)], mref = n.inputs[static_cast<std::size_t>(1 - k)];
+    const ValueRef gref = n.inputs[static_cast<std::size_t>(k)],
+                   mref = n.inputs[static_cast<std::size_t>(1 - k)];
     const Node& grad = g.node(gref.node);
     const Node& mask = g.node(mref.node);
-    if (grad.op->name != "max_pool2d_grad" || reads[static_cast<std::size_t>(gref.node)] != 1) continue;
+    if (grad.op->name != "max_pool2d_grad" || reads[static_cast<std::size_t>(gref.node)] != 1)
+      continue;
     if (mask.op->name != "greater" || mask.inputs[0] != grad.inputs[0]) continue;
-    if (g.node(mask.inputs[1].node).op->name != "fill" || g.type(mask.inputs[1]).shape.numel() != 1) continue;
+    if (g.node(mask.inputs[1].node).op->name != "fill" || g.type(mask.inputs[1]).shape.numel() != 1)
+      continue;
     if (g.type(mref) != g.type(gref) || n.outputs[0] != g.type(gref)) continue;
     const std::int32_t pooled = pooled_forward(g, grad, id);
     if (pooled >= 0) return {gref.node, mref.node, pooled};
@@ -59,9 +63,13 @@ MaskedPoolGrad match_masked(const Graph& g, std::int32_t id, const std::vector<i
 bool sums_pool_grad(const Graph& out, const Node& n) {
   if (n.op->name != "reduce_sum") return false;
   const Node& producer = out.node(n.inputs[0].node);
-  if (producer.op->name != "max_pool2d_grad" || out.type(n.inputs[0]).shape.rank() != 4) return false;
+  if (producer.op->name != "max_pool2d_grad" || out.type(n.inputs[0]).shape.rank() != 4)
+    return false;
   const std::vector<std::int64_t>& axes = n.attrs.integers("axes");
-  auto has = [&](std::int64_t a) { return std::find(axes.begin(), axes.end(), a) != axes.end() || std::find(axes.begin(), axes.end(), a - 4) != axes.end(); };
+  auto has = [&](std::int64_t a) {
+    return std::find(axes.begin(), axes.end(), a) != axes.end() ||
+           std::find(axes.begin(), axes.end(), a - 4) != axes.end();
+  };
   return has(2) && has(3);
 }
 
@@ -71,14 +79,17 @@ Graph apply_masks_before_pool_grads(const Graph& g) {
   const std::vector<int> reads = reads_of(g);
   Graph out;
   std::vector<std::int32_t> new_id(g.nodes().size(), -1);
-  auto moved = [&](ValueRef ref) { return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index}); };
+  auto moved = [&](ValueRef ref) {
+    return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index});
+  };
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
     Node n = g.node(id);
     for (ValueRef& in : n.inputs) in.node = new_id[static_cast<std::size_t>(in.node)];
     if (const MaskedPoolGrad m = match_masked(g, id, reads); m.grad >= 0) {
       const Node& grad = g.node(m.grad);
       const Node& mask = g.node(m.mask);
-      const Value pooled_mask = out.apply1("greater", {moved({m.pooled, 0}), moved(mask.inputs[1])});
+      const Value pooled_mask =
+          out.apply1("greater", {moved({m.pooled, 0}), moved(mask.inputs[1])});
       const Value masked_dy = out.apply1("mul", {moved(grad.inputs[1]), pooled_mask});
       new_id[static_cast<std::size_t>(id)] =
           out.apply1("max_pool2d_grad", {moved(grad.inputs[0]), masked_dy}, grad.attrs).ref().node;
@@ -86,7 +97,8 @@ Graph apply_masks_before_pool_grads(const Graph& g) {
     }
     if (sums_pool_grad(out, n)) {
       const Value pooled_grad = out.value(out.node(n.inputs[0].node).inputs[1]);
-      new_id[static_cast<std::size_t>(id)] = out.apply1("reduce_sum", {pooled_grad}, n.attrs).ref().node;
+      new_id[static_cast<std::size_t>(id)] =
+          out.apply1("reduce_sum", {pooled_grad}, n.attrs).ref().node;
       continue;
     }
     new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;

@@ -11,8 +11,8 @@ namespace kiln::testing {
 
 // Inputs "x" [2B, F], "w" [F, 4H], "u" [H, 4H], "b" [4H]; outputs "h" [B, H], and with
 // `with_grads` the gradients "dx", "dw", "du", "db" of sum(h * h).
-inline void lstm_step_graph(Graph& g, std::int64_t batch, std::int64_t features, std::int64_t hidden, bool with_grads,
-                            DType dtype = DType::f32) {
+inline void lstm_step_graph(Graph& g, std::int64_t batch, std::int64_t features,
+                            std::int64_t hidden, bool with_grads, DType dtype = DType::f32) {
   const Value x = g.input("x", {2 * batch, features}, dtype);
   const Value w = g.input("w", {features, 4 * hidden}, dtype);
   const Value u = g.input("u", {hidden, 4 * hidden}, dtype);
@@ -26,7 +26,8 @@ inline void lstm_step_graph(Graph& g, std::int64_t batch, std::int64_t features,
       const Value pre = slice(rows, 1, k * hidden, hidden);
       return recurrent.valid() ? pre + slice(recurrent, 1, k * hidden, hidden) : pre;
     };
-    const Value i = sigmoid(gate(0)), f = sigmoid(gate(1)), cand = tanh(gate(2)), o = sigmoid(gate(3));
+    const Value i = sigmoid(gate(0)), f = sigmoid(gate(1)), cand = tanh(gate(2)),
+                o = sigmoid(gate(3));
     c = t == 0 ? i * cand : f * c + i * cand;
     h = o * tanh(c);
   }

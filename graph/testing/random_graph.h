@@ -35,9 +35,11 @@ class RandomGraphBuilder {
     std::vector<Value> pool = r.inputs;
     for (int k = 0; k < ops; ++k) pool.push_back(random_op(pool));
     r.outputs.push_back(pool.back());
-    for (int extra = static_cast<int>(pick(3)); extra > 0; --extra) r.outputs.push_back(pool[pick(pool.size())]);
+    for (int extra = static_cast<int>(pick(3)); extra > 0; --extra)
+      r.outputs.push_back(pool[pick(pool.size())]);
     const Value last = pool.back();
-    if (pick(2) == 0 && last.shape().rank() > 0) r.outputs.push_back(sum(last, {static_cast<std::int64_t>(pick(last.shape().rank()))}, false));
+    if (pick(2) == 0 && last.shape().rank() > 0)
+      r.outputs.push_back(sum(last, {static_cast<std::int64_t>(pick(last.shape().rank()))}, false));
     return r;
   }
 
@@ -57,7 +59,8 @@ class RandomGraphBuilder {
     for (auto& d : dims)
       if (pick(3) == 0) d = 1;
     const std::size_t drop = pick(dims.size() + 1) / 2;
-    return Shape(std::vector<std::int64_t>(dims.begin() + static_cast<std::ptrdiff_t>(drop), dims.end()));
+    return Shape(
+        std::vector<std::int64_t>(dims.begin() + static_cast<std::ptrdiff_t>(drop), dims.end()));
   }
 
   // Recent values are picked more often (chains), any value sometimes (sharing).
@@ -70,24 +73,41 @@ class RandomGraphBuilder {
     const Value a = operand(pool);
     const Value b = operand(pool);
     switch (pick(15)) {
-      case 0: return a + b;
-      case 1: return a - b;
-      case 2: return a * b;
-      case 3: return a / (b * b + 1.0);
-      case 4: return maximum(a, b);
-      case 5: return greater(a, b) * a;
-      case 6: return -a;
-      case 7: return tanh(a);
-      case 8: return relu(a);
-      case 9: return exp(tanh(a));
-      case 10: return log(a * a + 1.0);
-      case 11: return sqrt(a * a + 0.5);
-      case 12: return sigmoid(a) * 2.0 - b;
+      case 0:
+        return a + b;
+      case 1:
+        return a - b;
+      case 2:
+        return a * b;
+      case 3:
+        return a / (b * b + 1.0);
+      case 4:
+        return maximum(a, b);
+      case 5:
+        return greater(a, b) * a;
+      case 6:
+        return -a;
+      case 7:
+        return tanh(a);
+      case 8:
+        return relu(a);
+      case 9:
+        return exp(tanh(a));
+      case 10:
+        return log(a * a + 1.0);
+      case 11:
+        return sqrt(a * a + 0.5);
+      case 12:
+        return sigmoid(a) * 2.0 - b;
       case 13: {  // a reduction inside the DAG, kept broadcastable
-        const auto axis = static_cast<std::int64_t>(pick(a.shape().rank() == 0 ? 1 : a.shape().rank()));
-        return a.shape().rank() == 0 ? a : (pick(2) ? sum(a, {axis}, true) * 0.25 : max(a, {axis}, true));
+        const auto axis =
+            static_cast<std::int64_t>(pick(a.shape().rank() == 0 ? 1 : a.shape().rank()));
+        return a.shape().rank() == 0
+                   ? a
+                   : (pick(2) ? sum(a, {axis}, true) * 0.25 : max(a, {axis}, true));
       }
-      default: return broadcast_to(a, broadcast_shapes(a.shape(), base_, "test")) + 0.5;
+      default:
+        return broadcast_to(a, broadcast_shapes(a.shape(), base_, "test")) + 0.5;
     }
   }
 
@@ -97,7 +117,8 @@ class RandomGraphBuilder {
 
 // A random graph as the differential tests use it: its values as outputs "out<i>", and the
 // gradients of a weighted sum of them with respect to every input as "grad<i>".
-inline RandomGraph build_with_gradients(Graph& g, std::uint64_t seed, int ops, DType dtype = DType::f32) {
+inline RandomGraph build_with_gradients(Graph& g, std::uint64_t seed, int ops,
+                                        DType dtype = DType::f32) {
   RandomGraphBuilder builder(seed);
   RandomGraph r = builder.build(g, ops, dtype);
   Value loss = sum_all(r.outputs[0]);
