@@ -52,10 +52,9 @@ TEST_CASE("every elementwise op fused alone and in a chain matches the unfused r
     const Value a = g.input("a", {3, 5});
     const Value b = g.input("b", {5});
     const Value safe = a * a + 0.5;  // log and sqrt need positive inputs
-    const Value y =
-        op->arity == 1
-            ? g.apply1(op->id, {op->id == OpId::log || op->id == OpId::sqrt ? safe : a})
-            : g.apply1(op->id, {safe, b});
+    const Value y = op->arity == 1
+                        ? g.apply1(op->id, {op->id == OpId::log || op->id == OpId::sqrt ? safe : a})
+                        : g.apply1(op->id, {safe, b});
     g.output("y", tanh(y) * 0.5 + y);
     check_fused_matches_unfused(g, 1);
   }
