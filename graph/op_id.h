@@ -7,15 +7,19 @@
 
 namespace kiln {
 
-// One line per op, in the op table's order: X(identifier); the op's name is the identifier.
-#define KILN_OP_IDS(X)                                                                             \
-  X(input)                                                                                         \
-  X(variable) X(fill) X(tensor_constant) X(fused) X(add) X(sub) X(mul) X(div) X(maximum)           \
-      X(greater) X(equal) X(neg) X(exp) X(log) X(sqrt) X(relu) X(tanh) X(broadcast_to) X(detach)   \
-          X(reduce_sum) X(reduce_max) X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad) \
-              X(matmul) X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight) X(max_pool2d)         \
-                  X(max_pool2d_grad) X(max_pool2d_select) X(avg_pool2d) X(avg_pool2d_grad)         \
-                      X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)
+// One line per family of ops, in the op table's order: X(identifier); the op's name is the
+// identifier.
+// clang-format off
+#define KILN_OP_IDS(X)                                                                      \
+  X(input) X(variable) X(fill) X(tensor_constant) X(fused)                                  \
+  X(add) X(sub) X(mul) X(div) X(maximum) X(greater) X(equal) X(neg) X(exp) X(log) X(sqrt)   \
+  X(relu) X(tanh) X(broadcast_to) X(detach)                                                 \
+  X(reduce_sum) X(reduce_max)                                                               \
+  X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad)                              \
+  X(matmul) X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight)                            \
+  X(max_pool2d) X(max_pool2d_grad) X(max_pool2d_select) X(avg_pool2d) X(avg_pool2d_grad)    \
+  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)
+// clang-format on
 
 enum class OpId : std::uint8_t {
 #define KILN_OP_ID_ENUM(name) name,
