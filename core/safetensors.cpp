@@ -65,20 +65,25 @@ std::string_view safetensors_dtype(DType dtype) {
       return "I64";
     case DType::u8:
       return "U8";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
   }
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
-  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
+  for (DType d :
+       {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8})
     if (safetensors_dtype(d) == name) return d;
   return std::nullopt;
 }
 
 bool is_other_safetensors_dtype(std::string_view name) {
-  constexpr std::array<std::string_view, 16> kOthers = {
-      "BOOL",    "I8",      "I16",     "U16", "U32",     "U64",     "F16", "BF16",
-      "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64", "E8M0"};
+  constexpr std::array<std::string_view, 14> kOthers = {
+      "BOOL",    "I8",      "I16", "U16",     "U32",     "U64", "F8_E4M3",
+      "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64", "E8M0"};
   return std::find(kOthers.begin(), kOthers.end(), name) != kOthers.end();
 }
 
@@ -117,9 +122,11 @@ DType parse_dtype(const json& value, const std::string& what) {
   const auto& name = value.get_ref<const std::string&>();
   if (auto dtype = dtype_from_safetensors(name)) return *dtype;
   KILN_CHECK(!is_other_safetensors_dtype(name),
-             "{} has dtype {}, which kiln does not support (F32, F64, I32, I64, U8)", what, name);
-  throw Error(fmt::format("{} has the unknown dtype '{}' (kiln reads F32, F64, I32, I64 and U8)",
-                          what, shown(name)));
+             "{} has dtype {}, which kiln does not support (F32, F64, BF16, F16, I32, I64, U8)",
+             what, name);
+  throw Error(
+      fmt::format("{} has the unknown dtype '{}' (kiln reads F32, F64, BF16, F16, I32, I64 and U8)",
+                  what, shown(name)));
 }
 
 // The shape, with its element count checked against overflow.
