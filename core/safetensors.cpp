@@ -22,6 +22,7 @@
 #include <system_error>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 
 namespace kiln {
 namespace {
@@ -219,6 +220,10 @@ void check_layout(std::vector<Entry>& entries, std::uint64_t data_bytes, const s
 Header parse_header(std::string_view text, std::uint64_t data_bytes, const std::string& file) {
   KILN_CHECK(!text.empty() && text.front() == '{',
              "{}: the header does not start with '{{' (not a safetensors file?)", file);
+  // JSON text has no NUL byte; a parser may stop at one and ignore the rest of the header.
+  const auto nul = text.find('\0');
+  KILN_CHECK(nul == std::string_view::npos, "{}: the header has a NUL byte at offset {}", file,
+             8 + nul);
   const json root = parse_json(text, file);
   KILN_CHECK(root.is_object(), "{}: the header is a JSON {}, not an object", file,
              root.type_name());
@@ -297,11 +302,9 @@ SafetensorsFile parse_safetensors(std::span<const std::uint8_t> bytes,
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   const std::string file = path.string();
-  File f(std::fopen(path.c_str(), "rb"), std::fclose);
-  KILN_CHECK(f != nullptr, "{}: cannot open for reading ({})", file, reason(errno));
+  const FilePtr f = open_regular_file(path);  // refuses a FIFO or device before it blocks
   struct stat st {};
   KILN_CHECK(::fstat(fileno(f.get()), &st) == 0, "{}: cannot stat ({})", file, reason(errno));
-  KILN_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", file);
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   check_long_enough(file_bytes, file);
   std::array<std::uint8_t, 8> prefix{};
