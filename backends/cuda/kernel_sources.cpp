@@ -1,4 +1,5 @@
-// The list of every hand-written kernel, and the CUDA spelling of kiln's dtypes.
+// The list of every hand-written kernel, how one is made from its embedded .cuh file, and the
+// CUDA spelling of kiln's dtypes.
 #include "backends/cuda/kernel_sources.h"
 
 #include <algorithm>
@@ -6,6 +7,13 @@
 #include "core/error.h"
 
 namespace kiln::cuda {
+
+jit::KernelSource embedded_kernel(const std::string& name, const char* file_text,
+                                  const std::string& entry, const KernelDefines& defines) {
+  std::string code = "#define " + entry + " " + name + "\n";
+  for (const auto& [key, value] : defines) code += "#define " + key + " " + value + "\n";
+  return {name, code + file_text, {}};
+}
 
 const char* cuda_type_name(DType dtype) {
   switch (dtype) {

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "backends/cuda/kernel_params.h"
+#include "backends/cuda/kernels/layout_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/dispatch.h"

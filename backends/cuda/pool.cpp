@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "backends/cuda/kernel_params.h"
+#include "backends/cuda/kernels/pool_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/error.h"
