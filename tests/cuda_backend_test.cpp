@@ -16,7 +16,7 @@
 #include "tests/support.h"
 
 #ifdef KILN_HAVE_CUDA
-#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/op_entry.h"
 #include "backends/cuda/device_allocator.h"
 #include "backends/cuda/transfer.h"
 #endif
@@ -76,13 +76,15 @@ TEST_CASE("without a GPU, --device cuda is a clear error") {
 }
 
 #ifdef KILN_HAVE_CUDA
-TEST_CASE("every op that is not a fused group has a CUDA launcher") {
+TEST_CASE("every op that is not a fused group has a CUDA op entry") {
   for (const OpDef* op : all_ops()) {
     if (op->kind == OpKind::source || op->kind == OpKind::elementwise ||
         op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias)
       continue;  // elementwise ops and reductions run as generated (fused) kernels
     CAPTURE(op->name);
-    CHECK(cuda::has_cuda_launcher(op->name));
+    const cuda::CudaOpEntry* entry = cuda::cuda_op(op->name);
+    REQUIRE(entry != nullptr);
+    CHECK(entry->prepare);
   }
 }
 

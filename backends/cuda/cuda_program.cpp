@@ -12,7 +12,7 @@
 #include <set>
 
 #include "backends/cuda/cublas_handle.h"
-#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/op_entry.h"
 #include "backends/cuda/device_allocator.h"
 #include "backends/cuda/input_stager.h"
 #include "backends/cuda/kernel_registry.h"
@@ -60,6 +60,9 @@ class CudaProgram final : public Program {
 
   void bind_buffers();
   void prepare_launches();
+  std::size_t collect_kernels(std::vector<const FusedGroup*>& groups,
+                              std::vector<jit::KernelSource>& sources);
+  void* status_of(std::int32_t node) const;
   void add_step(std::int32_t node, std::string label, cuda::Launch launch);
   void execute(std::vector<TraceEvent>* trace);
   void prefetch(const std::vector<Feed>& next) override { stager_->announce(next); }
@@ -94,9 +97,14 @@ class CudaProgram final : public Program {
               step_end_ = nullptr;  // timing events around the step's kernels
   double last_step_ms_ = -1;
   std::string trace_path_;
-  Tensor workspace_, side_workspace_, status_;
-  bool has_one_hot_ = false;
-  std::int64_t one_hot_classes_ = 0;
+  Tensor workspace_, side_workspace_;
+  // The status memory of the nodes whose entry asks for one (cuda/op_entry.h), by node.
+  struct NodeStatus {
+    std::int32_t node = -1;
+    const cuda::CudaOpEntry* entry = nullptr;
+    Tensor memory;
+  };
+  std::vector<NodeStatus> statuses_;
   cudaGraphExec_t graph_exec_ = nullptr;
   int runs_ = 0;
 };
@@ -192,23 +200,44 @@ void CudaProgram::bind_buffers() {
   }
 }
 
-void CudaProgram::prepare_launches() {
-  std::vector<const FusedGroup*> groups;
-  std::vector<jit::KernelSource> sources;  // hand-written kernels the launches will use
+// The fused groups and the hand-written kernels the step launches, the status memory of
+// the nodes that report errors; returns the largest workspace a launch needs.
+std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
+                                         std::vector<jit::KernelSource>& sources) {
   std::set<std::string> source_names;
   std::size_t workspace = 0;
   for (const Node& n : graph_.nodes()) {
     if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+    if (n.body || n.op->kind == OpKind::source || n.op->alias) continue;
+    const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->name);
+    KILN_CHECK(entry != nullptr, "the CUDA backend has no kernel for op '{}'", n.op->name);
     std::vector<TensorType> types;
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
-    workspace = std::max(workspace, cuda::workspace_bytes_for(n, types));
-    for (jit::KernelSource& source : cuda::kernel_sources_for(n, types))
-      if (source_names.insert(source.name).second) sources.push_back(std::move(source));
-    if (n.op->name == "one_hot") {
-      has_one_hot_ = true;
-      one_hot_classes_ = n.attrs.integer("classes");
-    }
+    if (entry->workspace_bytes) workspace = std::max(workspace, entry->workspace_bytes(n, types));
+    if (entry->sources)
+      for (jit::KernelSource& source : entry->sources(n, types))
+        if (source_names.insert(source.name).second) sources.push_back(std::move(source));
+    const std::size_t status = entry->status_bytes ? entry->status_bytes(n, types) : 0;
+    if (status == 0) continue;
+    Tensor memory(cuda::device_allocator().allocate(status), 0, {static_cast<std::int64_t>(status)},
+                  DType::u8);
+    KILN_CUDA_CHECK(cudaMemset(memory.raw(), 0, status));
+    statuses_.push_back({static_cast<std::int32_t>(&n - graph_.nodes().data()), entry, memory});
   }
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());  // the status memory is zero before any launch
+  return workspace;
+}
+
+void* CudaProgram::status_of(std::int32_t node) const {
+  for (const NodeStatus& s : statuses_)
+    if (s.node == node) return s.memory.raw();
+  return nullptr;
+}
+
+void CudaProgram::prepare_launches() {
+  std::vector<const FusedGroup*> groups;
+  std::vector<jit::KernelSource> sources;  // hand-written kernels the launches will use
+  const std::size_t workspace = collect_kernels(groups, sources);
   // Both sets compile in parallel (through the kernel cache), side by side.
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -227,8 +256,6 @@ void CudaProgram::prepare_launches() {
   }
   event_of_.assign(graph_.nodes().size(), -1);
   producer_step_.assign(graph_.nodes().size(), 0);
-  status_ = Tensor(cuda::device_allocator().allocate(cuda::kOneHotStatusBytes), 0,
-                   {static_cast<std::int64_t>(cuda::kOneHotStatusBytes)}, DType::u8);
   std::size_t next_group = 0;
   for (const Node& n : graph_.nodes()) {
     if (n.op->kind == OpKind::source || n.op->alias) continue;
@@ -252,8 +279,9 @@ void CudaProgram::prepare_launches() {
     void* ws = workspace_.defined()
                    ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw())
                    : nullptr;
-    cuda::LaunchSetup setup{n, types, in, ptr_[id], ws, workspace, status_.raw()};
-    add_step(static_cast<std::int32_t>(id), n.op->name, cuda::prepare_launch(setup));
+    const auto node = static_cast<std::int32_t>(id);
+    cuda::LaunchSetup setup{n, types, in, ptr_[id], ws, workspace, status_of(node)};
+    add_step(node, n.op->name, cuda::cuda_op(n.op->name)->prepare(setup));
   }
   // Assignments: the new values are copied into the variables' storage at the end of the step.
   first_update_ = steps_.size();
@@ -430,8 +458,8 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   float step_ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&step_ms, step_begin_, step_end_));
   last_step_ms_ = step_ms;
-  if (has_one_hot_)
-    cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), main), one_hot_classes_);
+  for (const NodeStatus& s : statuses_)
+    if (s.entry->check_status) s.entry->check_status(graph_.node(s.node), s.memory.raw(), main);
   return outputs;
 }
 

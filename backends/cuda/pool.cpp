@@ -3,7 +3,8 @@
 // thread per cell when windows neither overlap nor are padded (each dx element is written
 // once, by one thread) and a gather per input element otherwise. Either way exact,
 // deterministic and atomic-free. Larger tensors use the 64-bit kernels (forward/select per
-// window, the gradient a gather), as average pooling always does.
+// window, the gradient a gather), as average pooling always does. The ops' CUDA entries at the
+// end.
 #include "backends/cuda/pool.h"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "backends/cuda/kernels/pool_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/op_entry.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -126,6 +128,73 @@ void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy
   launch_items(
       device_kernel(avg_pool_name(true, dtype), [&] { return avg_pool_source(true, dtype); }),
       g.planes * g.height * g.width, stream, args);
+}
+
+namespace {
+
+// The geometry of a pooling node whose pooled tensor (x, or dx for avg_pool2d_grad) is `x`.
+kernels::PoolGeometry geometry_of(const Node& n, const Shape& x) {
+  return kernels::pool_geometry(x, n.attrs.integer("kernel"), n.attrs.integer("stride"),
+                                n.attrs.integer("padding"));
+}
+
+std::vector<jit::KernelSource> max_pool_sources(const Node&, const InputTypes& in) {
+  std::vector<jit::KernelSource> all;
+  for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
+    all.push_back(max_pool_source(p, in[0].dtype));
+  for (PoolFast p :
+       {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
+        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
+    all.push_back(max_pool_fast_source(p, in[0].dtype));
+  return all;
+}
+
+using OneInput = void (*)(DType, const kernels::PoolGeometry&, const void*, void*, jit::Stream);
+using TwoInputs = void (*)(DType, const kernels::PoolGeometry&, const void*, const void*, void*,
+                           jit::Stream);
+
+// x -> y (max_pool2d, avg_pool2d) or dy -> dx (avg_pool2d_grad, whose pooled tensor is dx).
+std::function<Launch(const LaunchSetup&)> prepare_one(OneInput launch, bool pooled_is_output) {
+  return [=](const LaunchSetup& s) -> Launch {
+    const kernels::PoolGeometry g =
+        geometry_of(s.node, pooled_is_output ? s.node.outputs[0].shape : s.input_types[0].shape);
+    const DType d = s.input_types[0].dtype;
+    const void* x = s.inputs[0];
+    void* y = s.outputs[0];
+    return [=](jit::Stream st) { launch(d, g, x, y, st); };
+  };
+}
+
+// x, dy -> dx (max_pool2d_grad) or x, g -> out (max_pool2d_select).
+std::function<Launch(const LaunchSetup&)> prepare_two(TwoInputs launch) {
+  return [=](const LaunchSetup& s) -> Launch {
+    const kernels::PoolGeometry g = geometry_of(s.node, s.input_types[0].shape);
+    const DType d = s.input_types[0].dtype;
+    const void *x = s.inputs[0], *second = s.inputs[1];
+    void* out = s.outputs[0];
+    return [=](jit::Stream st) { launch(d, g, x, second, out, st); };
+  };
+}
+
+std::function<std::vector<jit::KernelSource>(const Node&, const InputTypes&)> avg_sources(
+    bool grad) {
+  return [grad](const Node&, const InputTypes& in) {
+    return std::vector<jit::KernelSource>{avg_pool_source(grad, in[0].dtype)};
+  };
+}
+
+}  // namespace
+
+void add_pool_ops(CudaOpTable& table) {
+  table["max_pool2d"] = {.prepare = prepare_one(max_pool2d_forward, false),
+                         .sources = max_pool_sources};
+  table["max_pool2d_grad"] = {.prepare = prepare_two(max_pool2d_grad), .sources = max_pool_sources};
+  table["max_pool2d_select"] = {.prepare = prepare_two(max_pool2d_select),
+                                .sources = max_pool_sources};
+  table["avg_pool2d"] = {.prepare = prepare_one(avg_pool2d_forward, false),
+                         .sources = avg_sources(false)};
+  table["avg_pool2d_grad"] = {.prepare = prepare_one(avg_pool2d_grad, true),
+                              .sources = avg_sources(true)};
 }
 
 }  // namespace kiln::cuda

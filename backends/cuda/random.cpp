@@ -8,6 +8,7 @@
 
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/op_entry.h"
 #include "core/error.h"
 #include "kiln_kernel_files.h"
 
@@ -30,6 +31,23 @@ void random_uniform(DType dtype, std::uint64_t seed, std::int64_t n, const void*
   void* args[] = {&out, &next_step, &step, &key, &count};
   launch_items(k, std::max<std::int64_t>(1, (n + 3) / 4), stream,
                args);  // one item at least: next_step
+}
+
+// random_uniform(step) -> (values, next step); the seed is an attribute.
+void add_random_ops(CudaOpTable& table) {
+  CudaOpEntry e;
+  e.prepare = [](const LaunchSetup& s) -> Launch {
+    const DType d = s.node.outputs[0].dtype;
+    const auto seed = static_cast<std::uint64_t>(s.node.attrs.integer("seed"));
+    const std::int64_t n = s.node.outputs[0].shape.numel();
+    const void* step = s.inputs[0];
+    void *out = s.outputs[0], *next = s.outputs[1];
+    return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
+  };
+  e.sources = [](const Node& n, const InputTypes&) {
+    return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
+  };
+  table["random_uniform"] = e;
 }
 
 }  // namespace kiln::cuda

@@ -1,0 +1,60 @@
+// The CUDA op entries of conv2d, conv2d_grad_input and conv2d_grad_weight (conv.h): each
+// pass's geometry from the node, its launch, its kernels and its workspace.
+#include "backends/cuda/conv.h"
+#include "backends/cuda/op_entry.h"
+
+namespace kiln::cuda {
+namespace {
+
+// The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
+// or the output (grad_input); w the second input or, in grad_weight, the output.
+kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTypes& in) {
+  const Shape& x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
+  const Shape& w = pass == ConvPass::grad_weight ? node.outputs[0].shape : in[1].shape;
+  return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
+}
+
+using ConvLaunch = void (*)(DType, const kernels::ConvGeometry&, const void*, const void*, void*,
+                            ConvWorkspace, jit::Stream);
+
+ConvLaunch launcher_of(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::forward:
+      return conv2d_forward;  // x, w -> y
+    case ConvPass::grad_input:
+      return conv2d_grad_input;  // dy, w -> dx
+    case ConvPass::grad_weight:
+      return conv2d_grad_weight;  // x, dy -> dw
+  }
+  return nullptr;
+}
+
+CudaOpEntry conv_entry(ConvPass pass) {
+  CudaOpEntry e;
+  e.prepare = [pass](const LaunchSetup& s) -> Launch {
+    const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
+    const DType dtype = s.input_types[0].dtype;
+    const ConvWorkspace ws{s.workspace, s.workspace_bytes};
+    const void *a = s.inputs[0], *b = s.inputs[1];
+    void* out = s.outputs[0];
+    const ConvLaunch launch = launcher_of(pass);
+    return [=](jit::Stream st) { launch(dtype, g, a, b, out, ws, st); };
+  };
+  e.sources = [pass](const Node& n, const InputTypes& in) {
+    return conv_kernel_sources(geometry_of(pass, n, in), in[0].dtype, pass);
+  };
+  e.workspace_bytes = [pass](const Node& n, const InputTypes& in) {
+    return conv_workspace_bytes(geometry_of(pass, n, in), in[0].dtype, pass);
+  };
+  return e;
+}
+
+}  // namespace
+
+void add_conv_ops(CudaOpTable& table) {
+  table["conv2d"] = conv_entry(ConvPass::forward);
+  table["conv2d_grad_input"] = conv_entry(ConvPass::grad_input);
+  table["conv2d_grad_weight"] = conv_entry(ConvPass::grad_weight);
+}
+
+}  // namespace kiln::cuda
