@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/host_copy.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #include "models/checkpoint.h"
 #include "models/gan_steps.h"
 #include "models/lenet.h"

@@ -3,7 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backends/cuda/op_entry.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 #include "graph/collective.h"
 
 namespace kiln::cuda {
@@ -17,14 +17,14 @@ Launch prepare_all_reduce(const LaunchSetup& s) {
     buffers.push_back(
         {s.inputs[i], s.outputs[i], s.input_types[i].shape.numel(), s.input_types[i].dtype});
   if (id == 0)
-    return [buffers](jit::Stream st) {
+    return [buffers](gpu::Stream st) {
       for (const Collective::DeviceBuffer& b : buffers)
         if (b.in != b.out && b.count > 0)
           KILN_CUDA_CHECK(cudaMemcpyAsync(b.out, b.in,
                                           static_cast<std::size_t>(b.count) * dtype_size(b.dtype),
                                           cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(st)));
     };
-  return [&group, buffers](jit::Stream st) { group.all_reduce_mean_device(buffers, st); };
+  return [&group, buffers](gpu::Stream st) { group.all_reduce_mean_device(buffers, st); };
 }
 
 }  // namespace

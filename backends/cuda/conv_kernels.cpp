@@ -12,13 +12,13 @@
 namespace kiln::cuda {
 
 // col[(c, kh, kw), (oh, ow)] of image b = x[b, c, oh*s - p + kh, ow*s - p + kw], 0 outside.
-jit::KernelSource im2col_source(DType dtype) {
+gpu::KernelSource im2col_source(DType dtype) {
   return embedded_kernel(fmt::format("kiln_im2col_{}", dtype_name(dtype)), kernel_files::conv_cuh,
                          "KILN_IM2COL", {{"KILN_T", cuda_type_name(dtype)}});
 }
 
 // The adjoint of im2col, a gather in the CPU col2im's order (deterministic sums).
-jit::KernelSource col2im_source(DType dtype) {
+gpu::KernelSource col2im_source(DType dtype) {
   return embedded_kernel(fmt::format("kiln_col2im_{}", dtype_name(dtype)), kernel_files::conv_cuh,
                          "KILN_COL2IM", {{"KILN_T", cuda_type_name(dtype)}});
 }
@@ -85,7 +85,7 @@ bool igemm_tile_valid(IgemmTile tile, DType dtype) {
   return igemm_table(tile, dtype) > 0;
 }
 
-jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
+gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
   KILN_CHECK(
       igemm_tile_valid(tile, dtype),
       "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}, {}x{} per thread) in {}",
@@ -106,7 +106,7 @@ jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype)
 }
 
 // The ordered sum of grad_weight's split-K partials (conv.cuh, splitk_sum).
-jit::KernelSource conv_splitk_sum_source(DType dtype) {
+gpu::KernelSource conv_splitk_sum_source(DType dtype) {
   return embedded_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)),
                          kernel_files::conv_cuh, "KILN_SPLITK_SUM",
                          {{"KILN_T", cuda_type_name(dtype)}});

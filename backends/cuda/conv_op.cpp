@@ -15,7 +15,7 @@ kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTy
 }
 
 using ConvLaunch = void (*)(DType, const kernels::ConvGeometry&, const void*, const void*, void*,
-                            ConvWorkspace, jit::Stream);
+                            ConvWorkspace, gpu::Stream);
 
 ConvLaunch launcher_of(ConvPass pass) {
   switch (pass) {
@@ -38,7 +38,7 @@ CudaOpEntry conv_entry(ConvPass pass) {
     const void *a = s.inputs[0], *b = s.inputs[1];
     void* out = s.outputs[0];
     const ConvLaunch launch = launcher_of(pass);
-    return [=](jit::Stream st) { launch(dtype, g, a, b, out, ws, st); };
+    return [=](gpu::Stream st) { launch(dtype, g, a, b, out, ws, st); };
   };
   e.sources = [pass](const Node& n, const InputTypes& in) {
     return conv_kernel_sources(geometry_of(pass, n, in), in[0].dtype, pass);

@@ -25,7 +25,7 @@
 #include "backends/trace_writer.h"
 #include "core/log.h"
 #include "fusion/cuda_fused.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln {
 namespace {
@@ -61,7 +61,7 @@ class CudaProgram final : public Program {
   void bind_buffers();
   void prepare_launches();
   std::size_t collect_kernels(std::vector<const FusedGroup*>& groups,
-                              std::vector<jit::KernelSource>& sources);
+                              std::vector<gpu::KernelSource>& sources);
   void* status_of(std::int32_t node) const;
   void add_step(std::int32_t node, std::string label, cuda::Launch launch);
   void execute(std::vector<TraceEvent>* trace);
@@ -203,7 +203,7 @@ void CudaProgram::bind_buffers() {
 // The fused groups and the hand-written kernels the step launches, the status memory of
 // the nodes that report errors; returns the largest workspace a launch needs.
 std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
-                                         std::vector<jit::KernelSource>& sources) {
+                                         std::vector<gpu::KernelSource>& sources) {
   std::set<std::string> source_names;
   std::size_t workspace = 0;
   for (const Node& n : graph_.nodes()) {
@@ -215,7 +215,7 @@ std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
     if (entry->workspace_bytes) workspace = std::max(workspace, entry->workspace_bytes(n, types));
     if (entry->sources)
-      for (jit::KernelSource& source : entry->sources(n, types))
+      for (gpu::KernelSource& source : entry->sources(n, types))
         if (source_names.insert(source.name).second) sources.push_back(std::move(source));
     const std::size_t status = entry->status_bytes ? entry->status_bytes(n, types) : 0;
     if (status == 0) continue;
@@ -236,7 +236,7 @@ void* CudaProgram::status_of(std::int32_t node) const {
 
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
-  std::vector<jit::KernelSource> sources;  // hand-written kernels the launches will use
+  std::vector<gpu::KernelSource> sources;  // hand-written kernels the launches will use
   const std::size_t workspace = collect_kernels(groups, sources);
   // Both sets compile in parallel (through the kernel cache), side by side.
   int device = 0;
@@ -270,7 +270,7 @@ void CudaProgram::prepare_launches() {
       const CudaFusedKernel* kernel = fused_[next_group++].get();
       std::vector<void*> out = ptr_[id];
       add_step(static_cast<std::int32_t>(id), n.body->summary(),
-               [kernel, in, out](jit::Stream s) { kernel->launch(in, out, s); });
+               [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); });
       continue;
     }
     // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
@@ -293,7 +293,7 @@ void CudaProgram::prepare_launches() {
     const void* src = pointer(ref);
     const std::size_t bytes = var->value.nbytes();
     if (src == dst) continue;
-    Step copy{0, -1, {}, -1, "update " + var->name, [=](jit::Stream s) {
+    Step copy{0, -1, {}, -1, "update " + var->name, [=](gpu::Stream s) {
                 KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
               }};
     steps_.push_back(std::move(copy));  // on stream 0, after the side streams have joined
@@ -466,7 +466,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
 }  // namespace
 
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options) {
-  KILN_CHECK(jit::cuda_device_count() > 0, "device cuda: {}", jit::cuda_unavailable_reason());
+  KILN_CHECK(gpu::cuda_device_count() > 0, "device cuda: {}", gpu::cuda_unavailable_reason());
   return std::make_unique<CudaProgram>(compiled, options);
 }
 

@@ -8,7 +8,7 @@
 
 namespace kiln::cuda {
 
-jit::KernelSource embedded_kernel(const std::string& name, const char* file_text,
+gpu::KernelSource embedded_kernel(const std::string& name, const char* file_text,
                                   const std::string& entry, const KernelDefines& defines) {
   std::string code = "#define " + entry + " " + name + "\n";
   for (const auto& [key, value] : defines) code += "#define " + key + " " + value + "\n";
@@ -78,8 +78,8 @@ std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
   return tiles;
 }
 
-std::vector<jit::KernelSource> all_kernel_sources() {
-  std::vector<jit::KernelSource> all;
+std::vector<gpu::KernelSource> all_kernel_sources() {
+  std::vector<gpu::KernelSource> all;
   for (DType t : {DType::f32, DType::f64}) {
     all.push_back(im2col_source(t));
     all.push_back(col2im_source(t));

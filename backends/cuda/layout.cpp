@@ -14,7 +14,7 @@
 #include "backends/cuda/op_entry.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -58,7 +58,7 @@ Simplified simplify(const Shape& x_shape, const std::vector<std::int64_t>& perm)
 }  // namespace
 
 void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm,
-               const void* x, void* y, jit::Stream stream) {
+               const void* x, void* y, gpu::Stream stream) {
   const Simplified s = simplify(x_shape, perm);
   const std::int64_t n = x_shape.numel();
   if (n == 0) return;
@@ -85,7 +85,7 @@ void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t
 }
 
 void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes,
-             const void* labels, void* out, void* device_status, jit::Stream stream) {
+             const void* labels, void* out, void* device_status, gpu::Stream stream) {
   KILN_CHECK(label_dtype == DType::i32 || label_dtype == DType::i64 || label_dtype == DType::u8,
              "one_hot: labels must be i32, i64 or u8 but are {}", dtype_name(label_dtype));
   KILN_CHECK(out_dtype == DType::f32 || out_dtype == DType::f64,
@@ -106,7 +106,7 @@ void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t
   f.kernel.launch({1, 1, 1}, {32, 1, 1}, 0, stream, finish_args);
 }
 
-OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream) {
+OneHotStatus read_one_hot_status(const void* device_status, gpu::Stream stream) {
   OneHotStatus status;
   KILN_CUDA_CHECK(
       cudaMemcpyAsync(&status, device_status, kOneHotStatusBytes, cudaMemcpyDeviceToHost, stream));
@@ -120,7 +120,7 @@ void check_one_hot_status(const OneHotStatus& status, std::int64_t classes) {
 }
 
 void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch,
-                 std::int64_t rows, std::int64_t bytes, jit::Stream stream) {
+                 std::int64_t rows, std::int64_t bytes, gpu::Stream stream) {
   if (rows <= 0 || bytes <= 0) return;
   KILN_ASSERT(src_pitch >= bytes && dst_pitch >= bytes,
               "copy_blocks: pitches {} and {} below the block size {}", src_pitch, dst_pitch,
@@ -138,7 +138,7 @@ void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_
 
 void concat(std::size_t element_bytes, const std::vector<const void*>& pieces,
             const std::vector<std::int64_t>& widths, std::int64_t outer, void* out,
-            jit::Stream stream) {
+            gpu::Stream stream) {
   KILN_ASSERT(pieces.size() == widths.size(), "concat: {} pieces, {} widths", pieces.size(),
               widths.size());
   long long row = 0;
@@ -160,11 +160,11 @@ void concat(std::size_t element_bytes, const std::vector<const void*>& pieces,
   }
 }
 
-void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream) {
+void zero_bytes(void* out, std::int64_t bytes, gpu::Stream stream) {
   if (bytes > 0) KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<std::size_t>(bytes), stream));
 }
 
-void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream) {
+void fill(DType dtype, double value, std::int64_t n, void* out, gpu::Stream stream) {
   if (n <= 0) return;
   const DeviceKernel& k = device_kernel(fmt::format("kiln_fill_{}", dtype_name(dtype)),
                                         [&] { return fill_source(dtype); });
@@ -184,7 +184,7 @@ Launch prepare_transpose(const LaunchSetup& s) {
   const std::vector<std::int64_t> perm = s.node.attrs.integers("perm");
   const void* x = s.inputs[0];
   void* y = s.outputs[0];
-  return [=](jit::Stream st) { transpose(d, shape, perm, x, y, st); };
+  return [=](gpu::Stream st) { transpose(d, shape, perm, x, y, st); };
 }
 
 // A shape seen as [outer, dim, inner] around `axis`, inner in bytes (slice, concat, pad).
@@ -208,7 +208,7 @@ Launch prepare_slice(const LaunchSetup& s) {
   const char* x =
       static_cast<const char*>(s.inputs[0]) + s.node.attrs.integer("start") * in.inner_bytes;
   void* y = s.outputs[0];
-  return [=](jit::Stream st) {
+  return [=](gpu::Stream st) {
     copy_blocks(x, in.dim * in.inner_bytes, y, bytes, in.outer, bytes, st);
   };
 }
@@ -225,7 +225,7 @@ Launch prepare_concat(const LaunchSetup& s) {
   const std::vector<const void*> pieces = s.inputs;
   void* y = s.outputs[0];
   const std::int64_t rows = out.outer;
-  return [=](jit::Stream st) { concat(element, pieces, widths, rows, y, st); };
+  return [=](gpu::Stream st) { concat(element, pieces, widths, rows, y, st); };
 }
 
 Launch prepare_pad(const LaunchSetup& s) {
@@ -237,7 +237,7 @@ Launch prepare_pad(const LaunchSetup& s) {
   const void* x = s.inputs[0];
   void* y = s.outputs[0];
   char* at = static_cast<char*>(y) + s.node.attrs.integer("before") * out.inner_bytes;
-  return [=](jit::Stream st) {
+  return [=](gpu::Stream st) {
     zero_bytes(y, total, st);
     copy_blocks(x, bytes, at, out.dim * out.inner_bytes, out.outer, bytes, st);
   };
@@ -248,17 +248,17 @@ Launch prepare_one_hot(const LaunchSetup& s) {
   const std::int64_t rows = s.input_types[0].shape[0], classes = s.node.attrs.integer("classes");
   const void* labels = s.inputs[0];
   void *out = s.outputs[0], *status = s.status;
-  return [=](jit::Stream st) { one_hot(label, out_dtype, rows, classes, labels, out, status, st); };
+  return [=](gpu::Stream st) { one_hot(label, out_dtype, rows, classes, labels, out, status, st); };
 }
 
 CudaOpEntry one_hot_entry() {
   CudaOpEntry e{.prepare = prepare_one_hot};
   e.sources = [](const Node& n, const InputTypes& in) {
-    return std::vector<jit::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype),
+    return std::vector<gpu::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype),
                                           one_hot_finish_source(in[0].dtype)};
   };
   e.status_bytes = [](const Node&, const InputTypes&) { return kOneHotStatusBytes; };
-  e.check_status = [](const Node& n, const void* status, jit::Stream st) {
+  e.check_status = [](const Node& n, const void* status, gpu::Stream st) {
     check_one_hot_status(read_one_hot_status(status, st), n.attrs.integer("classes"));
   };
   return e;
@@ -269,12 +269,12 @@ CudaOpEntry one_hot_entry() {
 void add_layout_ops(CudaOpTable& table) {
   table["transpose"] = {
       .prepare = prepare_transpose, .sources = [](const Node&, const InputTypes& in) {
-        return std::vector<jit::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
+        return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
       }};
   table["slice"] = {.prepare = prepare_slice};
   table["concat"] = {
       .prepare = prepare_concat, .sources = [](const Node& n, const InputTypes&) {
-        return std::vector<jit::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
+        return std::vector<gpu::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
       }};
   table["pad"] = {.prepare = prepare_pad};
   table["one_hot"] = one_hot_entry();

@@ -27,29 +27,29 @@ const char* unsigned_of_size(std::size_t bytes) {
 
 }  // namespace
 
-jit::KernelSource transpose_source(std::size_t element_bytes) {
+gpu::KernelSource transpose_source(std::size_t element_bytes) {
   return embedded_kernel(fmt::format("kiln_transpose_b{}", element_bytes), kernel_files::layout_cuh,
                          "KILN_TRANSPOSE", {{"KILN_U", unsigned_of_size(element_bytes)}});
 }
 
-jit::KernelSource concat_source(std::size_t element_bytes) {
+gpu::KernelSource concat_source(std::size_t element_bytes) {
   return embedded_kernel(fmt::format("kiln_concat_b{}", element_bytes), kernel_files::layout_cuh,
                          "KILN_CONCAT", {{"KILN_U", unsigned_of_size(element_bytes)}});
 }
 
-jit::KernelSource one_hot_source(DType label, DType out) {
+gpu::KernelSource one_hot_source(DType label, DType out) {
   return embedded_kernel(fmt::format("kiln_one_hot_{}_{}", dtype_name(label), dtype_name(out)),
                          kernel_files::layout_cuh, "KILN_ONE_HOT",
                          {{"KILN_L", cuda_type_name(label)}, {"KILN_T", cuda_type_name(out)}});
 }
 
-jit::KernelSource one_hot_finish_source(DType label) {
+gpu::KernelSource one_hot_finish_source(DType label) {
   return embedded_kernel(fmt::format("kiln_one_hot_finish_{}", dtype_name(label)),
                          kernel_files::layout_cuh, "KILN_ONE_HOT_FINISH",
                          {{"KILN_L", cuda_type_name(label)}});
 }
 
-jit::KernelSource fill_source(DType dtype) {
+gpu::KernelSource fill_source(DType dtype) {
   return embedded_kernel(fmt::format("kiln_fill_{}", dtype_name(dtype)), kernel_files::layout_cuh,
                          "KILN_FILL", {{"KILN_T", cuda_type_name(dtype)}});
 }

@@ -10,7 +10,7 @@
 
 namespace kiln::cuda {
 
-void matmul(const MatmulArgs& args, jit::Stream stream) {
+void matmul(const MatmulArgs& args, gpu::Stream stream) {
   KILN_CHECK(args.batch >= 0 && args.m >= 0 && args.n >= 0 && args.k >= 0,
              "matmul: negative size (batch {}, M {}, N {}, K {})", args.batch, args.m, args.n,
              args.k);
@@ -53,7 +53,7 @@ Launch prepare_matmul(const LaunchSetup& s) {
                   .a = s.inputs[0],
                   .b = s.inputs[1],
                   .c = s.outputs[0]};
-  return [args](jit::Stream stream) { matmul(args, stream); };
+  return [args](gpu::Stream stream) { matmul(args, stream); };
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/cuda_runtime.h"
-#include "fusion/jit/kernel_source.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/kernel_source.h"
 #include "graph/op.h"
 
 namespace kiln::cuda {
@@ -28,7 +28,7 @@ struct LaunchSetup {
   void* status = nullptr;  // this node's own status_bytes, zeroed when the program is built
 };
 
-using Launch = std::function<void(jit::Stream)>;
+using Launch = std::function<void(gpu::Stream)>;
 using InputTypes = std::vector<TensorType>;
 
 struct CudaOpEntry {
@@ -36,7 +36,7 @@ struct CudaOpEntry {
   std::function<Launch(const LaunchSetup&)> prepare;
   // The hand-written kernels the launch may use, compiled in parallel before the first run
   // (empty: cuBLAS or copies only).
-  std::function<std::vector<jit::KernelSource>(const Node&, const InputTypes&)> sources;
+  std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> sources;
   // Scratch the launch needs (convolutions), shared by the nodes of one stream.
   std::function<std::size_t(const Node&, const InputTypes&)> workspace_bytes;
   // Device memory of the node's own, zeroed once: one_hot's error report, the persistent
@@ -44,7 +44,7 @@ struct CudaOpEntry {
   std::function<std::size_t(const Node&, const InputTypes&)> status_bytes;
   // Run after each step that launched the node (its stream synchronised): throws
   // kiln::Error for what the status reports (one_hot's out-of-range label).
-  std::function<void(const Node&, const void* status, jit::Stream)> check_status;
+  std::function<void(const Node&, const void* status, gpu::Stream)> check_status;
 };
 
 using CudaOpTable = std::map<std::string, CudaOpEntry>;

@@ -61,7 +61,7 @@ PoolShape32 shape32_of(const PoolShape& s) {
 }  // namespace
 
 void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
-                        jit::Stream stream) {
+                        gpu::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -76,7 +76,7 @@ void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
 }
 
 void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
-                     void* dx, jit::Stream stream) {
+                     void* dx, gpu::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -96,7 +96,7 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
 }
 
 void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in,
-                       void* out, jit::Stream stream) {
+                       void* out, gpu::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -111,7 +111,7 @@ void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* 
 }
 
 void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
-                        jit::Stream stream) {
+                        gpu::Stream stream) {
   PoolShape shape = shape_of(g, "avg_pool2d");
   check_dtype(dtype, "avg_pool2d");
   void* args[] = {&x, &y, &shape};
@@ -121,7 +121,7 @@ void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
 }
 
 void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx,
-                     jit::Stream stream) {
+                     gpu::Stream stream) {
   PoolShape shape = shape_of(g, "avg_pool2d_grad");
   check_dtype(dtype, "avg_pool2d_grad");
   void* args[] = {&dy, &dx, &shape};
@@ -138,8 +138,8 @@ kernels::PoolGeometry geometry_of(const Node& n, const Shape& x) {
                                 n.attrs.integer("padding"));
 }
 
-std::vector<jit::KernelSource> max_pool_sources(const Node&, const InputTypes& in) {
-  std::vector<jit::KernelSource> all;
+std::vector<gpu::KernelSource> max_pool_sources(const Node&, const InputTypes& in) {
+  std::vector<gpu::KernelSource> all;
   for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
     all.push_back(max_pool_source(p, in[0].dtype));
   for (PoolFast p :
@@ -149,9 +149,9 @@ std::vector<jit::KernelSource> max_pool_sources(const Node&, const InputTypes& i
   return all;
 }
 
-using OneInput = void (*)(DType, const kernels::PoolGeometry&, const void*, void*, jit::Stream);
+using OneInput = void (*)(DType, const kernels::PoolGeometry&, const void*, void*, gpu::Stream);
 using TwoInputs = void (*)(DType, const kernels::PoolGeometry&, const void*, const void*, void*,
-                           jit::Stream);
+                           gpu::Stream);
 
 // x -> y (max_pool2d, avg_pool2d) or dy -> dx (avg_pool2d_grad, whose pooled tensor is dx).
 std::function<Launch(const LaunchSetup&)> prepare_one(OneInput launch, bool pooled_is_output) {
@@ -161,7 +161,7 @@ std::function<Launch(const LaunchSetup&)> prepare_one(OneInput launch, bool pool
     const DType d = s.input_types[0].dtype;
     const void* x = s.inputs[0];
     void* y = s.outputs[0];
-    return [=](jit::Stream st) { launch(d, g, x, y, st); };
+    return [=](gpu::Stream st) { launch(d, g, x, y, st); };
   };
 }
 
@@ -172,14 +172,14 @@ std::function<Launch(const LaunchSetup&)> prepare_two(TwoInputs launch) {
     const DType d = s.input_types[0].dtype;
     const void *x = s.inputs[0], *second = s.inputs[1];
     void* out = s.outputs[0];
-    return [=](jit::Stream st) { launch(d, g, x, second, out, st); };
+    return [=](gpu::Stream st) { launch(d, g, x, second, out, st); };
   };
 }
 
-std::function<std::vector<jit::KernelSource>(const Node&, const InputTypes&)> avg_sources(
+std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> avg_sources(
     bool grad) {
   return [grad](const Node&, const InputTypes& in) {
-    return std::vector<jit::KernelSource>{avg_pool_source(grad, in[0].dtype)};
+    return std::vector<gpu::KernelSource>{avg_pool_source(grad, in[0].dtype)};
   };
 }
 

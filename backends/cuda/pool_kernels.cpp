@@ -82,7 +82,7 @@ std::string max_pool_fast_name(PoolFast which, DType dtype) {
   return fmt::format("kiln_max_pool2d32_{}_{}", fast_suffix(which), dtype_name(dtype));
 }
 
-jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
+gpu::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
   std::string entry;
   KernelDefines defines = fast_entry(which, entry);
   defines.insert(defines.begin(), {"KILN_T", cuda_type_name(dtype)});
@@ -90,7 +90,7 @@ jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
                          defines);
 }
 
-jit::KernelSource max_pool_source(PoolKernel which, DType dtype) {
+gpu::KernelSource max_pool_source(PoolKernel which, DType dtype) {
   return embedded_kernel(
       fmt::format("kiln_max_pool2d_{}_{}", kernel_suffix(which), dtype_name(dtype)),
       kernel_files::pool_cuh, pool_entry(which), {{"KILN_T", cuda_type_name(dtype)}});
@@ -100,7 +100,7 @@ std::string avg_pool_name(bool grad, DType dtype) {
   return fmt::format("kiln_avg_pool2d_{}_{}", grad ? "grad" : "forward", dtype_name(dtype));
 }
 
-jit::KernelSource avg_pool_source(bool grad, DType dtype) {
+gpu::KernelSource avg_pool_source(bool grad, DType dtype) {
   return embedded_kernel(avg_pool_name(grad, dtype), kernel_files::pool_cuh,
                          grad ? "KILN_AVG_POOL_GRAD" : "KILN_AVG_POOL_FORWARD",
                          {{"KILN_T", cuda_type_name(dtype)}});

@@ -14,14 +14,14 @@
 
 namespace kiln::cuda {
 
-jit::KernelSource random_uniform_source(DType dtype) {
+gpu::KernelSource random_uniform_source(DType dtype) {
   return embedded_kernel(fmt::format("kiln_random_uniform_{}", dtype_name(dtype)),
                          kernel_files::random_cuh, "KILN_RANDOM_UNIFORM",
                          {{"KILN_T", cuda_type_name(dtype)}});
 }
 
 void random_uniform(DType dtype, std::uint64_t seed, std::int64_t n, const void* step, void* out,
-                    void* next_step, jit::Stream stream) {
+                    void* next_step, gpu::Stream stream) {
   KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
              "random_uniform: dtype {} (f32 or f64 expected)", dtype_name(dtype));
   const DeviceKernel& k = device_kernel(fmt::format("kiln_random_uniform_{}", dtype_name(dtype)),
@@ -42,10 +42,10 @@ void add_random_ops(CudaOpTable& table) {
     const std::int64_t n = s.node.outputs[0].shape.numel();
     const void* step = s.inputs[0];
     void *out = s.outputs[0], *next = s.outputs[1];
-    return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
+    return [=](gpu::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
   };
   e.sources = [](const Node& n, const InputTypes&) {
-    return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
+    return std::vector<gpu::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
   };
   table["random_uniform"] = e;
 }
