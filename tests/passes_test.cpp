@@ -1,6 +1,8 @@
 // verify, dead-code elimination, the memory plan and Program input checking.
 #include <doctest/doctest.h>
 
+#include "backends/in_place.h"
+#include "backends/lowering.h"
 #include "backends/plan.h"
 #include "fusion/fuse.h"
 #include "graph/autograd.h"
@@ -135,7 +137,7 @@ TEST_CASE(
   CHECK(u[0].in_place);
   REQUIRE(u[0].after.size() ==
           2);  // `other`, and the forward matmul (the gradient of a sum does not need it)
-  for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->name == "matmul");
+  for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->id == OpId::matmul);
   CHECK(in_place_updates(build(true))[0].in_place == false);
 }
 
@@ -159,8 +161,8 @@ TEST_CASE(
   int ops = 0, fills = 0, constants = 0;
   for (const Node& n : folded.nodes()) {
     if (n.op->kind != OpKind::source) ++ops;
-    fills += n.op->name == "fill";
-    constants += n.op->name == "tensor_constant";
+    fills += n.op->id == OpId::fill;
+    constants += n.op->id == OpId::tensor_constant;
   }
   CHECK(ops == 3);        // x * spread, + ramp, and the big product
   CHECK(fills == 3);      // spread (folded), and the big product's two operands
@@ -203,9 +205,9 @@ TEST_CASE(
     const Shape big = y.type().shape, pooled = p.type().shape;
     int big_muls = 0, pooled_sums = 0, pool_grads = 0;
     for (const Node& n : after.nodes()) {
-      big_muls += n.op->name == "mul" && n.outputs[0].shape == big;
-      pooled_sums += n.op->name == "reduce_sum" && after.type(n.inputs[0]).shape == pooled;
-      pool_grads += n.op->name == "max_pool2d_grad";
+      big_muls += n.op->id == OpId::mul && n.outputs[0].shape == big;
+      pooled_sums += n.op->id == OpId::reduce_sum && after.type(n.inputs[0]).shape == pooled;
+      pool_grads += n.op->id == OpId::max_pool2d_grad;
     }
     CHECK(big_muls == 0);     // the mask multiplies the pooled gradient
     CHECK(pooled_sums == 2);  // the loss, and db summing the pooled gradient
@@ -240,8 +242,86 @@ TEST_CASE(
   const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
   int muls = 0;
   for (const Node& n : after.nodes())
-    muls += n.op->name == "mul" && n.outputs[0].shape == Shape{1, 2, 4, 4};
+    muls += n.op->id == OpId::mul && n.outputs[0].shape == Shape{1, 2, 4, 4};
   CHECK(muls == 1);
+}
+
+namespace {
+
+// A two-layer MLP's SGD step, fused: weight gradients go to the side stream, updates in place.
+Graph mlp_step() {
+  Graph g;
+  const Value x = g.input("x", {8, 6});
+  VariablePtr w1 = make_variable("w1", test::random_tensor({6, 5}, DType::f32, 2));
+  VariablePtr w2 = make_variable("w2", test::random_tensor({5, 3}, DType::f32, 3));
+  const Value v1 = g.variable(w1), v2 = g.variable(w2);
+  const Value loss = sum_all(tanh(matmul(tanh(matmul(x, v1)), v2)));
+  g.output("loss", loss);
+  const std::vector<Value> grads = grad(loss, {v1, v2});
+  g.assign(w1, v1 - grads[0] * 0.1);
+  g.assign(w2, v2 - grads[1] * 0.1);
+  return fuse(eliminate_dead_code(g));
+}
+
+void no_dump(const char*, const Graph&, const Lowering&) {}
+
+}  // namespace
+
+TEST_CASE("lowering steps: streams, arena offsets, in-place updates and the launch list agree") {
+  const Graph g = mlp_step();
+  std::vector<std::string> steps;
+  static std::vector<std::string>* seen = nullptr;
+  seen = &steps;
+  const Lowering l = lower_for_device(
+      g, 2, [](const char* step, const Graph&, const Lowering&) { seen->push_back(step); });
+  CHECK(steps == std::vector<std::string>{"assign_streams", "plan_memory", "in_place_updates",
+                                          "launch_list"});
+  // plan_memory: aligned slots laid end to end.
+  std::size_t end = 0;
+  for (std::size_t s = 0; s < l.plan.slot_bytes.size(); ++s) {
+    CHECK(l.plan.slot_offset[s] % kArenaAlign == 0);
+    CHECK(l.plan.slot_offset[s] >= end);
+    end = l.plan.slot_offset[s] + l.plan.slot_bytes[s];
+  }
+  CHECK(l.plan.arena_bytes >= end);
+  // launch_list: every kernel once, in node order, on its stream; each wait on an event that an
+  // earlier launch on another stream recorded; then the updates not done in place.
+  std::vector<int> recorded_on(static_cast<std::size_t>(l.launches.events), -1);
+  std::int32_t previous = -1;
+  int kernels = 0, side = 0;
+  for (std::size_t k = 0; k < l.launches.steps.size(); ++k) {
+    const LaunchStep& s = l.launches.steps[k];
+    if (k >= l.launches.first_update) {
+      CHECK(s.node == -1);
+      CHECK_FALSE(l.in_place[static_cast<std::size_t>(s.assignment)].in_place);
+      continue;
+    }
+    CHECK(s.node > previous);
+    previous = s.node;
+    CHECK(s.stream == l.stream_of[static_cast<std::size_t>(s.node)]);
+    for (int e : s.waits) {
+      REQUIRE(recorded_on[static_cast<std::size_t>(e)] >= 0);
+      CHECK(recorded_on[static_cast<std::size_t>(e)] != s.stream);
+    }
+    if (s.record >= 0) recorded_on[static_cast<std::size_t>(s.record)] = s.stream;
+    ++kernels;
+    side += s.stream != 0;
+  }
+  int expected = 0;
+  for (const Node& n : g.nodes()) expected += n.op->kind != OpKind::source && !n.op->alias;
+  CHECK(kernels == expected);
+  CHECK(side > 0);  // weight gradients run beside the critical path
+  CHECK(l.launches.events > 0);
+  REQUIRE(l.in_place.size() == 2);
+  CHECK(l.in_place[0].in_place);
+  CHECK(l.in_place[1].in_place);
+  CHECK(l.launches.first_update == l.launches.steps.size());  // no copies left
+  // One stream: no events at all.
+  const Lowering one = lower_for_device(g, 1, no_dump);
+  CHECK(one.launches.events == 0);
+  for (const LaunchStep& s : one.launches.steps) CHECK(s.stream == 0);
+  CHECK(lowering_text("launch_list", g, l).find("records event 0") != std::string::npos);
+  CHECK(lowering_text("plan_memory", g, l).find("at offset 0") != std::string::npos);
 }
 
 }  // namespace kiln

@@ -30,7 +30,7 @@ Launch prepare_all_reduce(const LaunchSetup& s) {
 }  // namespace
 
 void add_collective_ops(CudaOpTable& table) {
-  table["all_reduce_mean"] = {.prepare = prepare_all_reduce};
+  table[OpId::all_reduce_mean] = {.prepare = prepare_all_reduce};
 }
 
 }  // namespace kiln::cuda

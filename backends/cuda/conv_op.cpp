@@ -52,9 +52,9 @@ CudaOpEntry conv_entry(ConvPass pass) {
 }  // namespace
 
 void add_conv_ops(CudaOpTable& table) {
-  table["conv2d"] = conv_entry(ConvPass::forward);
-  table["conv2d_grad_input"] = conv_entry(ConvPass::grad_input);
-  table["conv2d_grad_weight"] = conv_entry(ConvPass::grad_weight);
+  table[OpId::conv2d] = conv_entry(ConvPass::forward);
+  table[OpId::conv2d_grad_input] = conv_entry(ConvPass::grad_input);
+  table[OpId::conv2d_grad_weight] = conv_entry(ConvPass::grad_weight);
 }
 
 }  // namespace kiln::cuda

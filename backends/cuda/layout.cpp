@@ -267,17 +267,17 @@ CudaOpEntry one_hot_entry() {
 }  // namespace
 
 void add_layout_ops(CudaOpTable& table) {
-  table["transpose"] = {
+  table[OpId::transpose] = {
       .prepare = prepare_transpose, .sources = [](const Node&, const InputTypes& in) {
         return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
       }};
-  table["slice"] = {.prepare = prepare_slice};
-  table["concat"] = {
+  table[OpId::slice] = {.prepare = prepare_slice};
+  table[OpId::concat] = {
       .prepare = prepare_concat, .sources = [](const Node& n, const InputTypes&) {
         return std::vector<gpu::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
       }};
-  table["pad"] = {.prepare = prepare_pad};
-  table["one_hot"] = one_hot_entry();
+  table[OpId::pad] = {.prepare = prepare_pad};
+  table[OpId::one_hot] = one_hot_entry();
 }
 
 }  // namespace kiln::cuda

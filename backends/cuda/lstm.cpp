@@ -206,9 +206,9 @@ std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> so
 }  // namespace
 
 void add_lstm_ops(CudaOpTable& table) {
-  table["lstm_sequence"] = {
+  table[OpId::lstm_sequence] = {
       .prepare = prepare_forward, .sources = sources_of(1), .status_bytes = forward_status_bytes};
-  table["lstm_sequence_grad"] = {.prepare = prepare_backward, .sources = sources_of(2)};
+  table[OpId::lstm_sequence_grad] = {.prepare = prepare_backward, .sources = sources_of(2)};
 }
 
 }  // namespace kiln::cuda

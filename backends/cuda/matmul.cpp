@@ -58,6 +58,6 @@ Launch prepare_matmul(const LaunchSetup& s) {
 
 }  // namespace
 
-void add_matmul_ops(CudaOpTable& table) { table["matmul"] = {.prepare = prepare_matmul}; }
+void add_matmul_ops(CudaOpTable& table) { table[OpId::matmul] = {.prepare = prepare_matmul}; }
 
 }  // namespace kiln::cuda

@@ -3,7 +3,7 @@
 
 namespace kiln::cuda {
 
-const CudaOpEntry* cuda_op(const std::string& op) {
+const CudaOpEntry* cuda_op(OpId op) {
   static const CudaOpTable table = [] {
     CudaOpTable t;
     add_matmul_ops(t);

@@ -13,6 +13,7 @@
 #include "gpu/cuda_runtime.h"
 #include "gpu/kernel_source.h"
 #include "graph/op.h"
+#include "graph/op_id.h"
 
 namespace kiln::cuda {
 
@@ -47,10 +48,10 @@ struct CudaOpEntry {
   std::function<void(const Node&, const void* status, gpu::Stream)> check_status;
 };
 
-using CudaOpTable = std::map<std::string, CudaOpEntry>;
+using CudaOpTable = std::map<OpId, CudaOpEntry>;
 
 // The entry of `op`, or nullptr when the CUDA backend has no kernel for it.
-const CudaOpEntry* cuda_op(const std::string& op);
+const CudaOpEntry* cuda_op(OpId op);
 
 // The families' registrations (one per launcher file), called once by cuda_op.
 void add_matmul_ops(CudaOpTable& table);      // matmul.cpp

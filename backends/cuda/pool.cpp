@@ -186,15 +186,16 @@ std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> av
 }  // namespace
 
 void add_pool_ops(CudaOpTable& table) {
-  table["max_pool2d"] = {.prepare = prepare_one(max_pool2d_forward, false),
-                         .sources = max_pool_sources};
-  table["max_pool2d_grad"] = {.prepare = prepare_two(max_pool2d_grad), .sources = max_pool_sources};
-  table["max_pool2d_select"] = {.prepare = prepare_two(max_pool2d_select),
-                                .sources = max_pool_sources};
-  table["avg_pool2d"] = {.prepare = prepare_one(avg_pool2d_forward, false),
-                         .sources = avg_sources(false)};
-  table["avg_pool2d_grad"] = {.prepare = prepare_one(avg_pool2d_grad, true),
-                              .sources = avg_sources(true)};
+  table[OpId::max_pool2d] = {.prepare = prepare_one(max_pool2d_forward, false),
+                             .sources = max_pool_sources};
+  table[OpId::max_pool2d_grad] = {.prepare = prepare_two(max_pool2d_grad),
+                                  .sources = max_pool_sources};
+  table[OpId::max_pool2d_select] = {.prepare = prepare_two(max_pool2d_select),
+                                    .sources = max_pool_sources};
+  table[OpId::avg_pool2d] = {.prepare = prepare_one(avg_pool2d_forward, false),
+                             .sources = avg_sources(false)};
+  table[OpId::avg_pool2d_grad] = {.prepare = prepare_one(avg_pool2d_grad, true),
+                                  .sources = avg_sources(true)};
 }
 
 }  // namespace kiln::cuda

@@ -47,7 +47,7 @@ void add_random_ops(CudaOpTable& table) {
   e.sources = [](const Node& n, const InputTypes&) {
     return std::vector<gpu::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
   };
-  table["random_uniform"] = e;
+  table[OpId::random_uniform] = e;
 }
 
 }  // namespace kiln::cuda
