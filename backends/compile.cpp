@@ -37,13 +37,12 @@ void dump_after(const char* pass, const Graph& g) {
   std::cerr << "=== graph after " << pass << " (" << g.nodes().size() << " nodes) ===\n" << g.str();
 }
 
-// Prints a lowering step's result when KILN_DUMP asks for it.
+}  // namespace
+
 void dump_lowering(const char* step, const Graph& g, const Lowering& lowering) {
   if (!dump_wanted(step)) return;
   std::cerr << "=== lowering after " << step << " ===\n" << lowering_text(step, g, lowering);
 }
-
-}  // namespace
 
 Graph simplify_for_fusion(const Graph& recorded) {
   Graph g = eliminate_dead_code(fold_constants(recorded));
