@@ -91,6 +91,10 @@ TEST_CASE("every op that is not a fused group has a CUDA op entry") {
 TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   if (!have_gpu()) return;
   using V = const std::vector<Value>&;
+  check_op("gelu", {{4, 8}}, [](V v) { return gelu(v[0] * 3.0); });
+  check_op("layer_norm, rows of 37 and of 300", {{6, 37}, {2, 3, 300}}, [](V v) {
+    return sum(layer_norm(v[0]) * v[0], {1}, true) + sum(layer_norm(v[1], 1e-3) * v[1], {1, 2});
+  });
   check_op("elementwise chain", {{4, 8}, {8}}, [](V v) {
     return tanh(relu(v[0] * v[1] + 1.0)) * 0.5 - exp(-v[0] * v[0]) + sqrt(v[1] * v[1] + 1.0);
   });

@@ -1,6 +1,7 @@
 // The CUDA op entries of conv2d, conv2d_grad_input and conv2d_grad_weight (conv.h): each
 // pass's geometry from the node, its launch, its kernels and its workspace.
 #include "backends/cuda/conv.h"
+#include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/op_entry.h"
 
 namespace kiln::cuda {
@@ -49,10 +50,27 @@ CudaOpEntry conv_entry(ConvPass pass) {
   return e;
 }
 
+// Every tile the choice can return for each pass, the split-K sum, the im2col fallback's
+// kernels, and fill (grad_weight zeroes dW where the batch is empty).
+std::vector<gpu::KernelSource> every_conv_source() {
+  std::vector<gpu::KernelSource> all;
+  for (DType t : {DType::f32, DType::f64}) {
+    all.push_back(im2col_source(t));
+    all.push_back(col2im_source(t));
+    for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight})
+      for (IgemmTile tile : igemm_tiles(mode, t)) all.push_back(conv_igemm_source(mode, tile, t));
+    all.push_back(conv_splitk_sum_source(t));
+  }
+  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
+    all.push_back(fill_source(t));
+  return all;
+}
+
 }  // namespace
 
 void add_conv_ops(CudaOpTable& table) {
   table[OpId::conv2d] = conv_entry(ConvPass::forward);
+  table[OpId::conv2d].every_source = every_conv_source;
   table[OpId::conv2d_grad_input] = conv_entry(ConvPass::grad_input);
   table[OpId::conv2d_grad_weight] = conv_entry(ConvPass::grad_weight);
 }

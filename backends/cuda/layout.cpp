@@ -251,6 +251,13 @@ Launch prepare_one_hot(const LaunchSetup& s) {
   return [=](gpu::Stream st) { one_hot(label, out_dtype, rows, classes, labels, out, status, st); };
 }
 
+// A kernel per element size, 1 to 8 bytes (transpose, concat move bits).
+std::vector<gpu::KernelSource> by_element_size(gpu::KernelSource (*source)(std::size_t)) {
+  std::vector<gpu::KernelSource> all;
+  for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(source(bytes));
+  return all;
+}
+
 CudaOpEntry one_hot_entry() {
   CudaOpEntry e{.prepare = prepare_one_hot};
   e.sources = [](const Node& n, const InputTypes& in) {
@@ -258,6 +265,14 @@ CudaOpEntry one_hot_entry() {
                                           one_hot_finish_source(in[0].dtype)};
   };
   e.status_bytes = [](const Node&, const InputTypes&) { return kOneHotStatusBytes; };
+  e.every_source = [] {
+    std::vector<gpu::KernelSource> all;
+    for (DType label : {DType::i32, DType::i64, DType::u8}) {
+      for (DType out : {DType::f32, DType::f64}) all.push_back(one_hot_source(label, out));
+      all.push_back(one_hot_finish_source(label));
+    }
+    return all;
+  };
   e.check_status = [](const Node& n, const void* status, gpu::Stream st) {
     check_one_hot_status(read_one_hot_status(status, st), n.attrs.integer("classes"));
   };
@@ -268,14 +283,20 @@ CudaOpEntry one_hot_entry() {
 
 void add_layout_ops(CudaOpTable& table) {
   table[OpId::transpose] = {
-      .prepare = prepare_transpose, .sources = [](const Node&, const InputTypes& in) {
-        return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
-      }};
+      .prepare = prepare_transpose,
+      .sources =
+          [](const Node&, const InputTypes& in) {
+            return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
+          },
+      .every_source = [] { return by_element_size(transpose_source); }};
   table[OpId::slice] = {.prepare = prepare_slice};
   table[OpId::concat] = {
-      .prepare = prepare_concat, .sources = [](const Node& n, const InputTypes&) {
-        return std::vector<gpu::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
-      }};
+      .prepare = prepare_concat,
+      .sources =
+          [](const Node& n, const InputTypes&) {
+            return std::vector<gpu::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
+          },
+      .every_source = [] { return by_element_size(concat_source); }};
   table[OpId::pad] = {.prepare = prepare_pad};
   table[OpId::one_hot] = one_hot_entry();
 }

@@ -206,8 +206,15 @@ std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> so
 }  // namespace
 
 void add_lstm_ops(CudaOpTable& table) {
-  table[OpId::lstm_sequence] = {
-      .prepare = prepare_forward, .sources = sources_of(1), .status_bytes = forward_status_bytes};
+  table[OpId::lstm_sequence] = {.prepare = prepare_forward,
+                                .sources = sources_of(1),
+                                .status_bytes = forward_status_bytes,
+                                .every_source = [] {
+                                  std::vector<gpu::KernelSource> all;
+                                  for (DType t : {DType::f32, DType::f64})
+                                    for (auto& s : lstm_kernel_sources(t)) all.push_back(s);
+                                  return all;
+                                }};
   table[OpId::lstm_sequence_grad] = {.prepare = prepare_backward, .sources = sources_of(2)};
 }
 

@@ -3,20 +3,20 @@
 
 namespace kiln::cuda {
 
-const CudaOpEntry* cuda_op(OpId op) {
+const CudaOpTable& cuda_op_table() {
   static const CudaOpTable table = [] {
     CudaOpTable t;
-    add_matmul_ops(t);
-    add_conv_ops(t);
-    add_pool_ops(t);
-    add_layout_ops(t);
-    add_random_ops(t);
-    add_lstm_ops(t);
-    add_collective_ops(t);
+#define KILN_CUDA_OP_FAMILY_ADD(family) add_##family##_ops(t);
+    KILN_CUDA_OP_FAMILIES(KILN_CUDA_OP_FAMILY_ADD)
+#undef KILN_CUDA_OP_FAMILY_ADD
     return t;
   }();
-  const auto it = table.find(op);
-  return it == table.end() ? nullptr : &it->second;
+  return table;
+}
+
+const CudaOpEntry* cuda_op(OpId op) {
+  const auto it = cuda_op_table().find(op);
+  return it == cuda_op_table().end() ? nullptr : &it->second;
 }
 
 }  // namespace kiln::cuda

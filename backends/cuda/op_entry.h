@@ -46,20 +46,26 @@ struct CudaOpEntry {
   // Run after each step that launched the node (its stream synchronised): throws
   // kiln::Error for what the status reports (one_hot's out-of-range label).
   std::function<void(const Node&, const void* status, gpu::Stream)> check_status;
+  // Every kernel the op can launch, for any node (every dtype and tile): what
+  // all_kernel_sources lists for the compile-everything test. Ops that share kernels (the
+  // pooling passes) set it on one of them.
+  std::function<std::vector<gpu::KernelSource>()> every_source;
 };
 
 using CudaOpTable = std::map<OpId, CudaOpEntry>;
 
 // The entry of `op`, or nullptr when the CUDA backend has no kernel for it.
 const CudaOpEntry* cuda_op(OpId op);
+const CudaOpTable& cuda_op_table();
 
-// The families' registrations (one per launcher file), called once by cuda_op.
-void add_matmul_ops(CudaOpTable& table);      // matmul.cpp
-void add_conv_ops(CudaOpTable& table);        // conv_op.cpp
-void add_pool_ops(CudaOpTable& table);        // pool.cpp
-void add_layout_ops(CudaOpTable& table);      // layout.cpp
-void add_random_ops(CudaOpTable& table);      // random.cpp
-void add_lstm_ops(CudaOpTable& table);        // lstm.cpp
-void add_collective_ops(CudaOpTable& table);  // all_reduce.cpp
+// The families of entries, each registered by add_<family>_ops(CudaOpTable&) in its launcher
+// file (conv: conv_op.cpp, collective: all_reduce.cpp, norm: layer_norm.cpp, the others
+// <family>.cpp). A new family adds its name here.
+#define KILN_CUDA_OP_FAMILIES(X) \
+  X(matmul) X(conv) X(pool) X(layout) X(random) X(lstm) X(collective) X(norm)
+
+#define KILN_CUDA_OP_FAMILY_DECLARE(family) void add_##family##_ops(CudaOpTable& table);
+KILN_CUDA_OP_FAMILIES(KILN_CUDA_OP_FAMILY_DECLARE)
+#undef KILN_CUDA_OP_FAMILY_DECLARE
 
 }  // namespace kiln::cuda

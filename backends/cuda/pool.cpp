@@ -138,15 +138,21 @@ kernels::PoolGeometry geometry_of(const Node& n, const Shape& x) {
                                 n.attrs.integer("padding"));
 }
 
-std::vector<gpu::KernelSource> max_pool_sources(const Node&, const InputTypes& in) {
-  std::vector<gpu::KernelSource> all;
+// Every max-pooling kernel of `dtype` appended to `all` (a program preloads them all: which
+// one runs depends on sizes and windows).
+std::vector<gpu::KernelSource> max_pool_sources_of(DType dtype,
+                                                   std::vector<gpu::KernelSource> all) {
   for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
-    all.push_back(max_pool_source(p, in[0].dtype));
+    all.push_back(max_pool_source(p, dtype));
   for (PoolFast p :
        {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
         PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
-    all.push_back(max_pool_fast_source(p, in[0].dtype));
+    all.push_back(max_pool_fast_source(p, dtype));
   return all;
+}
+
+std::vector<gpu::KernelSource> max_pool_sources(const Node&, const InputTypes& in) {
+  return max_pool_sources_of(in[0].dtype, {});
 }
 
 using OneInput = void (*)(DType, const kernels::PoolGeometry&, const void*, void*, gpu::Stream);
@@ -183,11 +189,21 @@ std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> av
   };
 }
 
+std::vector<gpu::KernelSource> every_pool_source() {
+  std::vector<gpu::KernelSource> all;
+  for (DType t : {DType::f32, DType::f64}) {
+    all = max_pool_sources_of(t, std::move(all));
+    for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
+  }
+  return all;
+}
+
 }  // namespace
 
 void add_pool_ops(CudaOpTable& table) {
   table[OpId::max_pool2d] = {.prepare = prepare_one(max_pool2d_forward, false),
-                             .sources = max_pool_sources};
+                             .sources = max_pool_sources,
+                             .every_source = every_pool_source};
   table[OpId::max_pool2d_grad] = {.prepare = prepare_two(max_pool2d_grad),
                                   .sources = max_pool_sources};
   table[OpId::max_pool2d_select] = {.prepare = prepare_two(max_pool2d_select),

@@ -47,6 +47,10 @@ void add_random_ops(CudaOpTable& table) {
   e.sources = [](const Node& n, const InputTypes&) {
     return std::vector<gpu::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
   };
+  e.every_source = [] {
+    return std::vector<gpu::KernelSource>{random_uniform_source(DType::f32),
+                                          random_uniform_source(DType::f64)};
+  };
   table[OpId::random_uniform] = e;
 }
 
