@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_program.h"
+#include "backends/lowering.h"
 #include "backends/numerics.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cuda_program.h"
@@ -22,16 +23,26 @@
 namespace kiln {
 namespace {
 
-// Prints the graph after `pass` when KILN_DUMP names it (comma-separated) or is "all".
-void dump_after(const char* pass, const Graph& g) {
+// Whether KILN_DUMP names `pass` (comma-separated) or is "all".
+bool dump_wanted(const char* pass) {
   const char* wanted = std::getenv("KILN_DUMP");
-  if (wanted == nullptr) return;
+  if (wanted == nullptr) return false;
   const std::string list = std::string(",") + wanted + ",";
-  if (list != ",all," && list.find(std::string(",") + pass + ",") == std::string::npos) return;
+  return list == ",all," || list.find(std::string(",") + pass + ",") != std::string::npos;
+}
+
+// Prints the graph after `pass` when KILN_DUMP asks for it.
+void dump_after(const char* pass, const Graph& g) {
+  if (!dump_wanted(pass)) return;
   std::cerr << "=== graph after " << pass << " (" << g.nodes().size() << " nodes) ===\n" << g.str();
 }
 
 }  // namespace
+
+void dump_lowering(const char* step, const Graph& g, const Lowering& lowering) {
+  if (!dump_wanted(step)) return;
+  std::cerr << "=== lowering after " << step << " ===\n" << lowering_text(step, g, lowering);
+}
 
 Graph simplify_for_fusion(const Graph& recorded) {
   Graph g = eliminate_dead_code(fold_constants(recorded));
@@ -73,11 +84,14 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
 
   if (options.device.is_cpu()) return make_cpu_program(g, options.check_numerics);
 #ifdef KILN_HAVE_CUDA
-  return make_cuda_program(g, {.graphs = options.cuda_graphs && !options.check_numerics,
-                               .tf32 = options.tf32,
-                               .streams = options.check_numerics ? 1 : options.cuda_streams,
-                               .check_numerics = options.check_numerics,
-                               .deterministic = options.deterministic});
+  const int streams = options.check_numerics ? 1 : options.cuda_streams;
+  const Lowering lowering = lower_for_device(g, streams, dump_lowering);
+  return make_cuda_program(g, lowering,
+                           {.graphs = options.cuda_graphs && !options.check_numerics,
+                            .tf32 = options.tf32,
+                            .streams = streams,
+                            .check_numerics = options.check_numerics,
+                            .deterministic = options.deterministic});
 #else
   throw Error(
       fmt::format("device {}: this build of kiln has no CUDA backend (the CUDA toolkit was not "

@@ -28,6 +28,11 @@ struct CompileOptions {
 // each followed by dead-code elimination; `dump` tools show the graph this returns.
 Graph simplify_for_fusion(const Graph& g);
 
+struct Lowering;
+// Prints a lowering step's result (backends/lowering.h) to stderr when KILN_DUMP names the
+// step (assign_streams, plan_memory, in_place_updates, launch_list) or is "all".
+void dump_lowering(const char* step, const Graph& g, const Lowering& lowering);
+
 // Runs the passes (verify, dead-code elimination, fusion) and builds a Program
 // for the device. KILN_DUMP=<pass name>[,...] (or "all") prints the graph after a pass.
 std::unique_ptr<Program> compile(const Graph& g, const CompileOptions& options = {});

@@ -13,12 +13,13 @@ namespace kiln {
 #define KILN_OP_IDS(X)                                                                      \
   X(input) X(variable) X(fill) X(tensor_constant) X(fused)                                  \
   X(add) X(sub) X(mul) X(div) X(maximum) X(greater) X(equal) X(neg) X(exp) X(log) X(sqrt)   \
-  X(relu) X(tanh) X(broadcast_to) X(detach)                                                 \
+  X(relu) X(tanh) X(gelu) X(broadcast_to) X(detach)                                         \
   X(reduce_sum) X(reduce_max)                                                               \
   X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad)                              \
   X(matmul) X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight)                            \
   X(max_pool2d) X(max_pool2d_grad) X(max_pool2d_select) X(avg_pool2d) X(avg_pool2d_grad)    \
-  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)
+  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)             \
+  X(layer_norm) X(layer_norm_grad)
 // clang-format on
 
 enum class OpId : std::uint8_t {

@@ -23,6 +23,9 @@ Value log(Value x);
 Value sqrt(Value x);
 Value relu(Value x);
 Value tanh(Value x);
+// GELU, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as PyTorch's
+// gelu(approximate="tanh").
+Value gelu(Value x);
 Value detach(Value x);  // identity whose gradient is cut
 Value broadcast_to(Value x, const Shape& shape);
 
@@ -46,6 +49,17 @@ Value scalar_like(Value like, double value);
 Value sum(Value x, const std::vector<std::int64_t>& axes, bool keepdims = false);
 Value max(Value x, const std::vector<std::int64_t>& axes, bool keepdims = false);
 Value sum_all(Value x);
+
+// Layer normalisation over the last axis, without affine parameters (multiply and add those
+// as elementwise ops): y = (x - mean) / sqrt(var + eps), var the biased variance of the row.
+Value layer_norm(Value x, double eps = 1e-5);
+// The op itself: y, and the row statistics its gradient reads, mean and rstd = 1 /
+// sqrt(var + eps), both [..., 1]; and the gradient op, dx from dy, x, mean and rstd.
+struct LayerNorm {
+  Value y, mean, rstd;
+};
+LayerNorm layer_norm_with_stats(Value x, double eps);
+Value layer_norm_grad(Value dy, Value x, Value mean, Value rstd);
 
 // Layout.
 Value reshape(Value x, const std::vector<std::int64_t>& dims);  // one dimension may be -1

@@ -16,7 +16,7 @@
 #include "tests/support.h"
 
 #ifdef KILN_HAVE_CUDA
-#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/op_entry.h"
 #include "backends/cuda/device_allocator.h"
 #include "backends/cuda/transfer.h"
 #endif
@@ -76,19 +76,25 @@ TEST_CASE("without a GPU, --device cuda is a clear error") {
 }
 
 #ifdef KILN_HAVE_CUDA
-TEST_CASE("every op that is not a fused group has a CUDA launcher") {
+TEST_CASE("every op that is not a fused group has a CUDA op entry") {
   for (const OpDef* op : all_ops()) {
     if (op->kind == OpKind::source || op->kind == OpKind::elementwise ||
         op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias)
       continue;  // elementwise ops and reductions run as generated (fused) kernels
     CAPTURE(op->name);
-    CHECK(cuda::has_cuda_launcher(op->name));
+    const cuda::CudaOpEntry* entry = cuda::cuda_op(op->id);
+    REQUIRE(entry != nullptr);
+    CHECK(entry->prepare);
   }
 }
 
 TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   if (!have_gpu()) return;
   using V = const std::vector<Value>&;
+  check_op("gelu", {{4, 8}}, [](V v) { return gelu(v[0] * 3.0); });
+  check_op("layer_norm, rows of 37 and of 300", {{6, 37}, {2, 3, 300}}, [](V v) {
+    return sum(layer_norm(v[0]) * v[0], {1}, true) + sum(layer_norm(v[1], 1e-3) * v[1], {1, 2});
+  });
   check_op("elementwise chain", {{4, 8}, {8}}, [](V v) {
     return tanh(relu(v[0] * v[1] + 1.0)) * 0.5 - exp(-v[0] * v[0]) + sqrt(v[1] * v[1] + 1.0);
   });

@@ -32,6 +32,7 @@
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/pool_cpu.h"
 #include "graph/op_table.h"
+#include "kiln_kernel_files.h"
 #include "tests/cuda_kernels_support.h"
 
 namespace kiln {
@@ -53,6 +54,31 @@ TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU 
   }
   std::filesystem::remove_all(dir);
   MESSAGE(sources.size() << " hand-written kernels compiled for sm_90");
+}
+
+// The kernels are .cuh files embedded at build time (cmake/embed_kernels.cmake): each embedded
+// text is self-contained (its kernel headers pasted in) and every entry it defines (an
+// `#ifdef KILN_...` block) is the kernel of some source above, so none goes uncompiled.
+TEST_CASE("every entry of every embedded kernel file is a compiled kernel source") {
+  const std::vector<gpu::KernelSource> sources = cuda::all_kernel_sources();
+  int entries = 0;
+  for (const cuda::kernel_files::File& file : cuda::kernel_files::all) {
+    const std::string text = file.text;
+    CHECK_MESSAGE(text.find("#include \"backends/") == std::string::npos,
+                  file.path << " still includes a kernel header");
+    for (std::size_t at = text.find("\n#ifdef KILN_"); at != std::string::npos;
+         at = text.find("\n#ifdef KILN_", at + 1)) {
+      const std::size_t begin = at + 8, end = text.find('\n', begin);
+      const std::string entry = text.substr(begin, end - begin);
+      const bool used = std::any_of(sources.begin(), sources.end(), [&](const auto& s) {
+        return s.code.rfind("#define " + entry + " " + s.name + "\n", 0) == 0;
+      });
+      CHECK_MESSAGE(used, file.path << ": entry " << entry << " is no kernel's");
+      ++entries;
+    }
+  }
+  CHECK(entries >= 20);
+  MESSAGE(entries << " entries in " << std::size(cuda::kernel_files::all) << " embedded files");
 }
 
 TEST_CASE("cuBLAS status names and the TF32 switch") {

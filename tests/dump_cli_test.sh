@@ -25,7 +25,26 @@ assert s["kernels_after"] * 2 < s["ops_before"], s  # fusion at least halves the
 assert s["bytes_saved"] > 0, s
 assert len(j["kernels"]) == s["fused_kernels"] and all("source" in k for k in j["kernels"]), "kernels"
 assert len(j["before"]) > len(j["after"]), "graphs"
+# The lowering: every kernel launched once with its stream and buffers, events recorded
+# before they are waited for, offsets inside the arena, LeNet's SGD updates all in place.
+low = j["lowering"]
+kernels = [l for l in low["launches"] if "node" in l]
+assert len(kernels) == s["kernels_after"], (len(kernels), s)
+assert {l["stream"] for l in kernels} == {0, 1}, "two streams"
+recorded = set()
+for l in kernels:
+    assert all(e in recorded for e in l["waits"]), l
+    if "records" in l: recorded.add(l["records"])
+    for b in l["buffers"]:
+        assert "in_place_of" in b or b["offset"] + b["bytes"] <= low["arena_bytes"], b
+ups = low["in_place_updates"]
+assert ups and all(u["in_place"] for u in ups), ups
+assert sum("in_place_of" in b for l in kernels for b in l["buffers"]) == len(ups), "in-place buffers"
+assert all(sl["offset"] % 256 == 0 for sl in low["slots"]), "aligned slots"
 PY
+KILN_DUMP=launch_list,plan_memory "$dump" --model lenet > /dev/null 2> "$tmp/lowering" || fail "KILN_DUMP exited $?"
+grep -q "=== lowering after plan_memory ===" "$tmp/lowering" && grep -q "records event 0" "$tmp/lowering" \
+  || fail "KILN_DUMP=launch_list,plan_memory printed no lowering"
 
 "$dump" --model lenet --stage forward --format dot > "$tmp/lenet.dot" || fail "dot exited $?"
 grep -q "subgraph cluster_" "$tmp/lenet.dot" || fail "dot has no clusters for fused groups"

@@ -144,6 +144,11 @@ std::vector<GradCase> elementwise_cases() {
       {"sqrt", "sqrt", {{{2, 3}, 0.2, 3.0}}, [](V v) { return sqrt(v[0]); }},
       {"relu", "relu", {{{3, 4}}}, [](V v) { return relu(v[0]); }},
       {"tanh", "tanh", {{{3, 4}, -2.0, 2.0}}, [](V v) { return tanh(v[0]); }},
+      {"gelu", "gelu", {{{3, 4}, -3.0, 3.0}}, [](V v) { return gelu(v[0]); }},
+      {"layer_norm",
+       "layer_norm (weighted, so the loss is no constant)",
+       {{{3, 5}, -2.0, 2.0}},
+       [](V v) { return layer_norm(v[0]) * (v[0] + 2.0); }},
       {"broadcast_to",
        "broadcast_to [3,1]->[2,3,4]",
        {{{3, 1}}},
@@ -460,6 +465,7 @@ TEST_CASE("detach passes the value and cuts the gradient") {
 TEST_CASE("every op of the table has a gradient check") {
   std::set<std::string> checked = {"one_hot", "detach"};  // the two tests above
   checked.insert("lstm_sequence_grad");  // no gradient of its own: lstm_sequence's cases check it
+  checked.insert("layer_norm_grad");     // likewise, checked through layer_norm's case
   for (const auto& cases : {elementwise_cases(), structural_cases()})
     for (const GradCase& c : cases) checked.insert(c.op);
   for (const OpDef* op : all_ops()) {
@@ -468,6 +474,24 @@ TEST_CASE("every op of the table has a gradient check") {
     CAPTURE(op->name);
     CHECK(checked.count(op->name) == 1);
   }
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("layer_norm's CPU kernel equals (x - mean) / sqrt(var + eps) from primitives, in f64") {
+  Graph g;
+  const Value x = g.input("x", {5, 7}, DType::f64);
+  const Value centred = x - sum(x, {1}, true) / 7.0;
+  const Value var = sum(centred * centred, {1}, true) / 7.0;
+  g.output("op", layer_norm(x, 1e-3));
+  g.output("composite", centred / sqrt(var + 1e-3));
+  const Tensor in = test::random_tensor({5, 7}, DType::f64, 5, -3.0, 3.0);
+  const Outputs out = compile(g, {.fuse = false})->run({{x, in}});
+  for (std::int64_t i = 0; i < 35; ++i)
+    CHECK(out.at("op").data<double>()[i] ==
+          doctest::Approx(out.at("composite").data<double>()[i]).epsilon(1e-12));
 }
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
 // verify, dead-code elimination, the memory plan and Program input checking.
 #include <doctest/doctest.h>
 
+#include "backends/in_place.h"
+#include "backends/lowering.h"
 #include "backends/plan.h"
 #include "fusion/fuse.h"
 #include "graph/autograd.h"
@@ -242,6 +244,84 @@ TEST_CASE(
   for (const Node& n : after.nodes())
     muls += n.op->id == OpId::mul && n.outputs[0].shape == Shape{1, 2, 4, 4};
   CHECK(muls == 1);
+}
+
+namespace {
+
+// A two-layer MLP's SGD step, fused: weight gradients go to the side stream, updates in place.
+Graph mlp_step() {
+  Graph g;
+  const Value x = g.input("x", {8, 6});
+  VariablePtr w1 = make_variable("w1", test::random_tensor({6, 5}, DType::f32, 2));
+  VariablePtr w2 = make_variable("w2", test::random_tensor({5, 3}, DType::f32, 3));
+  const Value v1 = g.variable(w1), v2 = g.variable(w2);
+  const Value loss = sum_all(tanh(matmul(tanh(matmul(x, v1)), v2)));
+  g.output("loss", loss);
+  const std::vector<Value> grads = grad(loss, {v1, v2});
+  g.assign(w1, v1 - grads[0] * 0.1);
+  g.assign(w2, v2 - grads[1] * 0.1);
+  return fuse(eliminate_dead_code(g));
+}
+
+void no_dump(const char*, const Graph&, const Lowering&) {}
+
+}  // namespace
+
+TEST_CASE("lowering steps: streams, arena offsets, in-place updates and the launch list agree") {
+  const Graph g = mlp_step();
+  std::vector<std::string> steps;
+  static std::vector<std::string>* seen = nullptr;
+  seen = &steps;
+  const Lowering l = lower_for_device(
+      g, 2, [](const char* step, const Graph&, const Lowering&) { seen->push_back(step); });
+  CHECK(steps == std::vector<std::string>{"assign_streams", "plan_memory", "in_place_updates",
+                                          "launch_list"});
+  // plan_memory: aligned slots laid end to end.
+  std::size_t end = 0;
+  for (std::size_t s = 0; s < l.plan.slot_bytes.size(); ++s) {
+    CHECK(l.plan.slot_offset[s] % kArenaAlign == 0);
+    CHECK(l.plan.slot_offset[s] >= end);
+    end = l.plan.slot_offset[s] + l.plan.slot_bytes[s];
+  }
+  CHECK(l.plan.arena_bytes >= end);
+  // launch_list: every kernel once, in node order, on its stream; each wait on an event that an
+  // earlier launch on another stream recorded; then the updates not done in place.
+  std::vector<int> recorded_on(static_cast<std::size_t>(l.launches.events), -1);
+  std::int32_t previous = -1;
+  int kernels = 0, side = 0;
+  for (std::size_t k = 0; k < l.launches.steps.size(); ++k) {
+    const LaunchStep& s = l.launches.steps[k];
+    if (k >= l.launches.first_update) {
+      CHECK(s.node == -1);
+      CHECK_FALSE(l.in_place[static_cast<std::size_t>(s.assignment)].in_place);
+      continue;
+    }
+    CHECK(s.node > previous);
+    previous = s.node;
+    CHECK(s.stream == l.stream_of[static_cast<std::size_t>(s.node)]);
+    for (int e : s.waits) {
+      REQUIRE(recorded_on[static_cast<std::size_t>(e)] >= 0);
+      CHECK(recorded_on[static_cast<std::size_t>(e)] != s.stream);
+    }
+    if (s.record >= 0) recorded_on[static_cast<std::size_t>(s.record)] = s.stream;
+    ++kernels;
+    side += s.stream != 0;
+  }
+  int expected = 0;
+  for (const Node& n : g.nodes()) expected += n.op->kind != OpKind::source && !n.op->alias;
+  CHECK(kernels == expected);
+  CHECK(side > 0);  // weight gradients run beside the critical path
+  CHECK(l.launches.events > 0);
+  REQUIRE(l.in_place.size() == 2);
+  CHECK(l.in_place[0].in_place);
+  CHECK(l.in_place[1].in_place);
+  CHECK(l.launches.first_update == l.launches.steps.size());  // no copies left
+  // One stream: no events at all.
+  const Lowering one = lower_for_device(g, 1, no_dump);
+  CHECK(one.launches.events == 0);
+  for (const LaunchStep& s : one.launches.steps) CHECK(s.stream == 0);
+  CHECK(lowering_text("launch_list", g, l).find("records event 0") != std::string::npos);
+  CHECK(lowering_text("plan_memory", g, l).find("at offset 0") != std::string::npos);
 }
 
 }  // namespace kiln

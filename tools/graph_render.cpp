@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include "backends/compile.h"
-#include "backends/schedule.h"
 #include "fusion/fused_group.h"
 #ifdef KILN_HAVE_CUDA
 #include "fusion/cuda_fused.h"
@@ -48,6 +47,54 @@ nlohmann::json node_json(std::int32_t id, const Node& n) {
   return j;
 }
 
+// Where each output of a launched node lives: its plan slot and arena offset, or the
+// variable an in-place update writes.
+nlohmann::json buffers_json(const Graph& g, const Lowering& l, std::int32_t node) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto& slots = l.plan.slot[static_cast<std::size_t>(node)];
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    nlohmann::json b = {{"output", i}};
+    for (std::size_t k = 0; k < l.in_place.size(); ++k)
+      if (l.in_place[k].in_place && g.assignments()[k].second == ValueRef{node, std::int32_t(i)})
+        b["in_place_of"] = g.assignments()[k].first->name;
+    if (!b.contains("in_place_of") && slots[i] >= 0)
+      b.update({{"slot", slots[i]},
+                {"offset", l.plan.slot_offset[static_cast<std::size_t>(slots[i])]},
+                {"bytes", l.plan.slot_bytes[static_cast<std::size_t>(slots[i])]}});
+    out.push_back(b);
+  }
+  return out;
+}
+
+// The lowering steps' results: the launch list (stream, events, buffers), the plan's
+// slots, the in-place updates.
+nlohmann::json lowering_json(const Graph& g, const Lowering& l) {
+  nlohmann::json launches = nlohmann::json::array(), slots = nlohmann::json::array(),
+                 in_place = nlohmann::json::array();
+  for (const LaunchStep& s : l.launches.steps) {
+    nlohmann::json j = {{"label", s.label}, {"stream", s.stream}, {"waits", s.waits}};
+    if (s.record >= 0) j["records"] = s.record;
+    if (s.node >= 0) j.update({{"node", s.node}, {"buffers", buffers_json(g, l, s.node)}});
+    if (s.assignment >= 0) j["update"] = g.assignments()[std::size_t(s.assignment)].first->name;
+    launches.push_back(j);
+  }
+  for (std::size_t s = 0; s < l.plan.slot_bytes.size(); ++s)
+    slots.push_back(
+        {{"slot", s}, {"bytes", l.plan.slot_bytes[s]}, {"offset", l.plan.slot_offset[s]}});
+  for (std::size_t k = 0; k < l.in_place.size(); ++k) {
+    const auto& [var, ref] = g.assignments()[k];
+    in_place.push_back({{"variable", var->name},
+                        {"value", ref_name(ref)},
+                        {"in_place", l.in_place[k].in_place},
+                        {"after", l.in_place[k].after}});
+  }
+  return {{"launches", launches},
+          {"events", l.launches.events},
+          {"arena_bytes", l.plan.arena_bytes},
+          {"slots", slots},
+          {"in_place_updates", in_place}};
+}
+
 }  // namespace
 
 FusionView fuse_for_view(const Graph& recorded) {
@@ -58,7 +105,7 @@ FusionView fuse_for_view(const Graph& recorded) {
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
-  v.streams = assign_streams(v.after, 2);
+  v.lowering = lower_for_device(v.after, 2, dump_lowering);  // as compile() lowers it
   return v;
 }
 
@@ -121,7 +168,7 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
     const Node& n = v.after.node(id);
     if (is_kernel(n))
       out += fmt::format("%{} {} -> stream {}\n", id, n.body ? "fused" : n.op->name,
-                         v.streams[static_cast<std::size_t>(id)]);
+                         v.lowering.stream_of[static_cast<std::size_t>(id)]);
   }
   out +=
       fmt::format("\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n",
@@ -196,8 +243,10 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
   nlohmann::json schedule = nlohmann::json::array();
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id)
     if (is_kernel(v.after.node(id)))
-      schedule.push_back({{"node", id}, {"stream", v.streams[static_cast<std::size_t>(id)]}});
+      schedule.push_back(
+          {{"node", id}, {"stream", v.lowering.stream_of[static_cast<std::size_t>(id)]}});
   return {{"schedule", schedule},
+          {"lowering", lowering_json(v.after, v.lowering)},
           {"before", before},
           {"after", after},
           {"kernels", kernels},

@@ -1,10 +1,12 @@
 // Renderings of a compiled graph for `dump`: plain text, Graphviz DOT with fused groups as
-// clusters, and JSON, plus the fusion summary (ops before, kernels after, bytes saved).
+// clusters, and JSON (with the lowering: each launch's stream, events and buffers' arena
+// offsets, the in-place updates), plus the fusion summary (ops before, kernels after, bytes saved).
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backends/lowering.h"
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
 
@@ -23,8 +25,8 @@ struct FusionView {
   Graph before;  // after dead-code elimination and constant folding, before fusion
   Graph after;   // after fusion
   FusionReport report;
-  std::vector<CudaKernelSource> kernels;   // one per fused group, in report order
-  std::vector<int> streams;                // backends/schedule of `after`, two streams
+  std::vector<CudaKernelSource> kernels;  // one per fused group, in report order
+  Lowering lowering;  // backends/lowering of `after` on two streams, as compile() lowers it
   std::vector<KernelOccupancy> occupancy;  // per kernel, filled by add_occupancy
 };
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/kernel_params.h"
+#include "backends/cuda/kernels/conv_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
@@ -153,7 +153,7 @@ std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
 std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
 
 // The GEMM's description for the kernel: which tensor is the image, how its windows are
-// laid out, and the strides of A and C along M (kernel_params.h, ConvGemmShape).
+// laid out, and the strides of A and C along M (kernels/conv_params.h, ConvGemmShape).
 ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,
                          std::int64_t k_chunk) {
   ConvGemmShape s{};

@@ -1,5 +1,7 @@
-// CudaProgram: buffers (arena slots, inputs, constants, adopted variables), launches,
-// and run = feeds in, step (direct, captured, or replayed), updates, outputs out.
+// CudaProgram: execution only. The lowering (streams, memory plan, in-place updates, the
+// launch list) comes from compile(); the buffers are bound once (device_buffers.h), each
+// launch of the list prepared once (op_entry.h, fused kernels), and run = feeds in, the step
+// (direct, captured, or replayed; traced and timed), outputs out.
 #include "backends/cuda/cuda_program.h"
 
 #include <cuda_runtime_api.h>
@@ -12,16 +14,12 @@
 #include <set>
 
 #include "backends/cuda/cublas_handle.h"
-#include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/device_allocator.h"
-#include "backends/cuda/input_stager.h"
+#include "backends/cuda/device_buffers.h"
 #include "backends/cuda/kernel_registry.h"
-#include "backends/cuda/layout.h"
-#include "backends/cuda/transfer.h"
+#include "backends/cuda/op_entry.h"
 #include "backends/feeds.h"
 #include "backends/numerics.h"
-#include "backends/plan.h"
-#include "backends/schedule.h"
 #include "backends/trace_writer.h"
 #include "core/log.h"
 #include "fusion/cuda_fused.h"
@@ -30,63 +28,45 @@
 namespace kiln {
 namespace {
 
-constexpr std::size_t kAlign = 256;
-
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 class CudaProgram final : public Program {
  public:
-  CudaProgram(const Graph& compiled, const CudaOptions& options);
+  CudaProgram(const Graph& compiled, const Lowering& lowering, const CudaOptions& options);
   ~CudaProgram() override;
 
   Outputs run(const std::vector<Feed>& feeds) override;
   const Graph& graph() const override { return graph_; }
   Device device() const override { return Device::cuda(); }
-  std::size_t planned_bytes() const override { return arena_bytes_; }
+  std::size_t planned_bytes() const override { return lowering_.plan.arena_bytes; }
   void trace_next_run(const std::string& path) override { trace_path_ = path; }
   double last_step_device_ms() const override { return last_step_ms_; }
 
  private:
-  // One launch of the step: on which stream, after which cross-stream events, and which
-  // event it records for readers on another stream.
+  // A step of the launch list (backends/launch_list.h) with its prepared launch.
   struct Step {
-    int stream = 0;
-    std::int32_t node = -1;  // -1: a variable update
-    std::vector<int> waits;
-    int record = -1;
-    std::string label;
+    const LaunchStep* order = nullptr;
     cuda::Launch launch;
   };
 
-  void bind_buffers();
   void prepare_launches();
-  void add_step(std::int32_t node, std::string label, cuda::Launch launch);
+  std::size_t collect_kernels(std::vector<const FusedGroup*>& groups,
+                              std::vector<gpu::KernelSource>& sources);
+  void* status_of(std::int32_t node) const;
+  cuda::Launch prepare_node(std::int32_t node, std::size_t& next_group, std::size_t workspace);
+  cuda::Launch prepare_update(const LaunchStep& step) const;
   void execute(std::vector<TraceEvent>* trace);
-  void prefetch(const std::vector<Feed>& next) override { stager_->announce(next); }
+  void prefetch(const std::vector<Feed>& next) override { buffers_.stager->announce(next); }
   void check_step(std::int32_t node, cudaStream_t stream) const;
   void adopt_variables(cudaStream_t stream);
-  void* pointer(ValueRef ref) const {
-    return ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)];
-  }
+  void* pointer(ValueRef ref) const { return buffers_.pointer(ref); }
 
   Graph graph_;
+  Lowering lowering_;  // streams, memory plan, in-place updates, launch list (compile())
   CudaOptions options_;
-  MemoryPlan plan_;
-  std::size_t arena_bytes_ = 0;
-  std::shared_ptr<Storage> arena_;
-  std::vector<std::vector<void*>> ptr_;        // device pointer of every value
-  std::unique_ptr<cuda::InputStager> stager_;  // the inputs' device buffers and their copies
-  std::vector<Tensor> constants_;              // fills and tensor constants, on the device
-  std::vector<std::pair<VariablePtr, Tensor>> variables_;  // adopted device tensors
+  cuda::DeviceBuffers buffers_;
   std::vector<std::unique_ptr<CudaFusedKernel>> fused_;
-  std::vector<int> stream_of_;  // backends/schedule
   std::vector<Step> steps_;
-  std::vector<int> event_of_;               // node -> cross-stream event, or -1
-  std::vector<std::size_t> producer_step_;  // node -> its step
-  std::map<std::int32_t, std::vector<std::int32_t>>
-      run_after_;  // in-place update -> readers of the old value
   std::vector<cudaStream_t> streams_;
-  std::vector<cudaEvent_t> events_;  // cross-stream events, then fork and joins
+  std::vector<cudaEvent_t> events_;  // the launch list's cross-stream events
   cudaEvent_t fork_ = nullptr;
   std::vector<cudaEvent_t> joins_;  // per side stream
   std::size_t first_update_ = 0;    // index of the first variable-update step
@@ -94,20 +74,24 @@ class CudaProgram final : public Program {
               step_end_ = nullptr;  // timing events around the step's kernels
   double last_step_ms_ = -1;
   std::string trace_path_;
-  Tensor workspace_, side_workspace_, status_;
-  bool has_one_hot_ = false;
-  std::int64_t one_hot_classes_ = 0;
+  Tensor workspace_, side_workspace_;
+  // The status memory of the nodes whose entry asks for one (cuda/op_entry.h), by node.
+  struct NodeStatus {
+    std::int32_t node = -1;
+    const cuda::CudaOpEntry* entry = nullptr;
+    Tensor memory;
+  };
+  std::vector<NodeStatus> statuses_;
   cudaGraphExec_t graph_exec_ = nullptr;
   int runs_ = 0;
 };
 
-CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
-    : graph_(compiled),
-      options_(options),
-      stream_of_(assign_streams(graph_, std::max(1, options.streams))) {
-  plan_ = plan_memory(graph_, stream_of_);
+CudaProgram::CudaProgram(const Graph& compiled, const Lowering& lowering,
+                         const CudaOptions& options)
+    : graph_(compiled), lowering_(lowering), options_(options) {
+  const std::vector<int>& stream_of = lowering_.stream_of;
   streams_.resize(
-      static_cast<std::size_t>(*std::max_element(stream_of_.begin(), stream_of_.end()) + 1));
+      static_cast<std::size_t>(*std::max_element(stream_of.begin(), stream_of.end()) + 1));
   for (cudaStream_t& s : streams_)
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
@@ -116,11 +100,14 @@ CudaProgram::CudaProgram(const Graph& compiled, const CudaOptions& options)
   joins_.resize(streams_.size(), nullptr);
   for (std::size_t s = 1; s < streams_.size(); ++s)
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
+  events_.resize(static_cast<std::size_t>(lowering_.launches.events));
+  for (cudaEvent_t& e : events_)
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   cuda::set_allow_tf32(options.tf32);
   if (options.deterministic)
     for (cudaStream_t s : streams_)
       KILN_CUBLAS_CHECK(cublasSetAtomicsMode(cuda::handle_for(s), CUBLAS_ATOMICS_NOT_ALLOWED));
-  bind_buffers();
+  buffers_ = cuda::bind_device_buffers(graph_, lowering_);
   prepare_launches();
 }
 
@@ -138,77 +125,44 @@ CudaProgram::~CudaProgram() {
   if (step_end_) cudaEventDestroy(step_end_);
 }
 
-void CudaProgram::bind_buffers() {
-  std::vector<std::size_t> offset(plan_.slot_bytes.size());
-  for (std::size_t s = 0; s < plan_.slot_bytes.size(); ++s) {
-    offset[s] = arena_bytes_;
-    arena_bytes_ += align_up(plan_.slot_bytes[s]);
+// The fused groups and the hand-written kernels the step launches, the status memory of
+// the nodes that report errors; returns the largest workspace a launch needs.
+std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
+                                         std::vector<gpu::KernelSource>& sources) {
+  std::set<std::string> source_names;
+  std::size_t workspace = 0;
+  for (const Node& n : graph_.nodes()) {
+    if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+    if (n.body || n.op->kind == OpKind::source || n.op->alias) continue;
+    const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
+    KILN_CHECK(entry != nullptr, "the CUDA backend has no kernel for op '{}'", n.op->name);
+    std::vector<TensorType> types;
+    for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
+    if (entry->workspace_bytes) workspace = std::max(workspace, entry->workspace_bytes(n, types));
+    if (entry->sources)
+      for (gpu::KernelSource& source : entry->sources(n, types))
+        if (source_names.insert(source.name).second) sources.push_back(std::move(source));
+    const std::size_t status = entry->status_bytes ? entry->status_bytes(n, types) : 0;
+    if (status == 0) continue;
+    Tensor memory(cuda::device_allocator().allocate(status), 0, {static_cast<std::int64_t>(status)},
+                  DType::u8);
+    KILN_CUDA_CHECK(cudaMemset(memory.raw(), 0, status));
+    statuses_.push_back({static_cast<std::int32_t>(&n - graph_.nodes().data()), entry, memory});
   }
-  arena_ = cuda::device_allocator().allocate(std::max<std::size_t>(arena_bytes_, kAlign));
-  auto* base = static_cast<char*>(arena_->data());
-  ptr_.resize(graph_.nodes().size());
-  std::vector<std::int32_t> input_nodes;
-  for (std::size_t id = 0; id < graph_.nodes().size(); ++id)
-    if (graph_.nodes()[id].op->id == OpId::input)
-      input_nodes.push_back(static_cast<std::int32_t>(id));
-  stager_ = std::make_unique<cuda::InputStager>(graph_, input_nodes);
-  std::size_t next_input = 0;
-  for (std::size_t id = 0; id < graph_.nodes().size(); ++id) {
-    const Node& n = graph_.nodes()[id];
-    auto& out = ptr_[id];
-    out.assign(n.outputs.size(), nullptr);
-    if (n.op->id == OpId::input) {
-      out[0] = stager_->buffer(next_input++);
-    } else if (n.op->id == OpId::variable) {
-      if (n.variable->value.device().is_cpu())
-        n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
-      variables_.emplace_back(n.variable, n.variable->value);
-      out[0] = n.variable->value.raw();
-    } else if (n.op->id == OpId::fill || n.op->id == OpId::tensor_constant) {
-      const Tensor host =
-          n.op->id == OpId::fill
-              ? Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype)
-              : n.constant;
-      constants_.push_back(cuda::to_device(host));
-      out[0] = constants_.back().raw();
-    } else if (n.op->alias) {
-      out[0] = pointer(n.inputs[0]);
-    } else {
-      for (std::size_t i = 0; i < n.outputs.size(); ++i)
-        out[i] = base + offset[static_cast<std::size_t>(plan_.slot[id][i])];
-    }
-  }
-  // Updates that are safe in place write straight into the variables (no copy at the end).
-  const std::vector<InPlaceUpdate> in_place = in_place_updates(graph_);
-  for (std::size_t k = 0; k < in_place.size(); ++k) {
-    const auto& [var, ref] = graph_.assignments()[k];
-    // The group then reads the old value and writes the new one at the same element index
-    // (its only access to both), so the __restrict__ on its parameters is never contradicted.
-    if (!in_place[k].in_place || var->value.device().is_cpu()) continue;
-    ptr_[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)] =
-        var->value.raw();
-    auto& after = run_after_[ref.node];
-    after.insert(after.end(), in_place[k].after.begin(), in_place[k].after.end());
-  }
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());  // the status memory is zero before any launch
+  return workspace;
+}
+
+void* CudaProgram::status_of(std::int32_t node) const {
+  for (const NodeStatus& s : statuses_)
+    if (s.node == node) return s.memory.raw();
+  return nullptr;
 }
 
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
   std::vector<gpu::KernelSource> sources;  // hand-written kernels the launches will use
-  std::set<std::string> source_names;
-  std::size_t workspace = 0;
-  for (const Node& n : graph_.nodes()) {
-    if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
-    std::vector<TensorType> types;
-    for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
-    workspace = std::max(workspace, cuda::workspace_bytes_for(n, types));
-    for (gpu::KernelSource& source : cuda::kernel_sources_for(n, types))
-      if (source_names.insert(source.name).second) sources.push_back(std::move(source));
-    if (n.op->id == OpId::one_hot) {
-      has_one_hot_ = true;
-      one_hot_classes_ = n.attrs.integer("classes");
-    }
-  }
+  const std::size_t workspace = collect_kernels(groups, sources);
   // Both sets compile in parallel (through the kernel cache), side by side.
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -225,89 +179,58 @@ void CudaProgram::prepare_launches() {
       side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
                                {static_cast<std::int64_t>(workspace)}, DType::u8);
   }
-  event_of_.assign(graph_.nodes().size(), -1);
-  producer_step_.assign(graph_.nodes().size(), 0);
-  status_ = Tensor(cuda::device_allocator().allocate(cuda::kOneHotStatusBytes), 0,
-                   {static_cast<std::int64_t>(cuda::kOneHotStatusBytes)}, DType::u8);
   std::size_t next_group = 0;
-  for (const Node& n : graph_.nodes()) {
-    if (n.op->kind == OpKind::source || n.op->alias) continue;
-    const std::size_t id = static_cast<std::size_t>(&n - graph_.nodes().data());
-    std::vector<const void*> in;
-    std::vector<TensorType> types;
-    for (const ValueRef& r : n.inputs) {
-      in.push_back(pointer(r));
-      types.push_back(graph_.type(r));
-    }
-    if (n.body) {
-      const CudaFusedKernel* kernel = fused_[next_group++].get();
-      std::vector<void*> out = ptr_[id];
-      add_step(static_cast<std::int32_t>(id), n.body->summary(),
-               [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); });
-      continue;
-    }
-    // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
-    // weight gradients on the side stream; the workspace then needs its own copy there).
-    const bool side = stream_of_[id] != 0;
-    void* ws = workspace_.defined()
-                   ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw())
-                   : nullptr;
-    cuda::LaunchSetup setup{n, types, in, ptr_[id], ws, workspace, status_.raw()};
-    add_step(static_cast<std::int32_t>(id), n.op->name, cuda::prepare_launch(setup));
-  }
-  // Assignments: the new values are copied into the variables' storage at the end of the step.
-  first_update_ = steps_.size();
-  for (const auto& [var, ref] : graph_.assignments()) {
-    void* dst = nullptr;
-    for (const auto& [adopted, tensor] : variables_)
-      if (adopted == var) dst = tensor.raw();
-    KILN_ASSERT(dst != nullptr, "assigned variable {} is not read by the step", var->name);
-    const void* src = pointer(ref);
-    const std::size_t bytes = var->value.nbytes();
-    if (src == dst) continue;
-    Step copy{0, -1, {}, -1, "update " + var->name, [=](gpu::Stream s) {
-                KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-              }};
-    steps_.push_back(std::move(copy));  // on stream 0, after the side streams have joined
+  for (const LaunchStep& step : lowering_.launches.steps) {
+    cuda::Launch launch =
+        step.node >= 0 ? prepare_node(step.node, next_group, workspace) : prepare_update(step);
+    if (launch) steps_.push_back({&step, std::move(launch)});
+    if (step.node >= 0) first_update_ = steps_.size();
   }
   log().debug(
       "cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} "
       "bytes",
-      steps_.size(), streams_.size(), fused_.size(), arena_bytes_, workspace);
+      steps_.size(), streams_.size(), fused_.size(), lowering_.plan.arena_bytes, workspace);
 }
 
-// A launch on its scheduled stream, waiting for the values it reads from other streams.
-void CudaProgram::add_step(std::int32_t node, std::string label, cuda::Launch launch) {
-  Step step{stream_of_[static_cast<std::size_t>(node)],
-            node,
-            {},
-            -1,
-            std::move(label),
-            std::move(launch)};
-  auto wait_for = [&](std::int32_t producer) {  // a node launched earlier
-    if (graph_.node(producer).op->kind == OpKind::source ||
-        stream_of_[static_cast<std::size_t>(producer)] == step.stream)
-      return;
-    int& event = event_of_[static_cast<std::size_t>(producer)];
-    if (event < 0) {
-      event = static_cast<int>(events_.size());
-      events_.emplace_back();
-      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&events_.back(), cudaEventDisableTiming));
-      steps_[producer_step_[static_cast<std::size_t>(producer)]].record = event;
-    }
-    if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end())
-      step.waits.push_back(event);
-  };
-  for (const ValueRef& in : graph_.node(node).inputs) {
-    ValueRef root = in;
-    while (graph_.node(root.node).op->alias) root = graph_.node(root.node).inputs[0];
-    wait_for(root.node);
+// A node's launch: its fused kernel, or its op's CUDA entry with the workspace of its stream.
+cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_group,
+                                       std::size_t workspace) {
+  const Node& n = graph_.node(node);
+  std::vector<const void*> in;
+  std::vector<TensorType> types;
+  for (const ValueRef& r : n.inputs) {
+    in.push_back(pointer(r));
+    types.push_back(graph_.type(r));
   }
-  if (auto after = run_after_.find(node); after != run_after_.end())
-    for (std::int32_t reader : after->second)
-      wait_for(reader);  // in-place update: old value read first
-  producer_step_[static_cast<std::size_t>(node)] = steps_.size();
-  steps_.push_back(std::move(step));
+  const std::vector<void*>& out = buffers_.ptr[static_cast<std::size_t>(node)];
+  if (n.body) {
+    const CudaFusedKernel* kernel = fused_[next_group++].get();
+    return [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); };
+  }
+  // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
+  // weight gradients on the side stream; the workspace then needs its own copy there).
+  const bool side = lowering_.stream_of[static_cast<std::size_t>(node)] != 0;
+  void* ws = workspace_.defined()
+                 ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw())
+                 : nullptr;
+  cuda::LaunchSetup setup{n, types, in, out, ws, workspace, status_of(node)};
+  return cuda::cuda_op(n.op->id)->prepare(setup);
+}
+
+// An assignment not done in place: the new value copied into the variable at the end of the
+// step (none when the value already is the variable's storage).
+cuda::Launch CudaProgram::prepare_update(const LaunchStep& step) const {
+  const auto& [var, ref] = graph_.assignments()[static_cast<std::size_t>(step.assignment)];
+  void* dst = nullptr;
+  for (const auto& [adopted, tensor] : buffers_.variables)
+    if (adopted == var) dst = tensor.raw();
+  KILN_ASSERT(dst != nullptr, "assigned variable {} is not read by the step", var->name);
+  const void* src = pointer(ref);
+  const std::size_t bytes = var->value.nbytes();
+  if (src == dst) return nullptr;
+  return [=](gpu::Stream s) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+  };
 }
 
 // Forks the side streams from stream 0, launches every step on its stream with its event
@@ -333,13 +256,13 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
     }
   };
   for (std::size_t k = 0; k < steps_.size(); ++k) {
-    const Step& step = steps_[k];
+    const LaunchStep& step = *steps_[k].order;
     cudaStream_t stream = streams_[static_cast<std::size_t>(step.stream)];
     if (k == first_update_) join();  // variable updates run after the side streams join
     for (int e : step.waits)
       KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, events_[static_cast<std::size_t>(e)]));
     if (trace) timing_event(stream);
-    step.launch(stream);
+    steps_[k].launch(stream);
     if (trace) timing_event(stream);
     if (options_.check_numerics && step.node >= 0) check_step(step.node, stream);
     if (step.record >= 0)
@@ -352,7 +275,8 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
     float start = 0, end = 0;
     KILN_CUDA_CHECK(cudaEventElapsedTime(&start, timing[0], timing[1 + 2 * k]));
     KILN_CUDA_CHECK(cudaEventElapsedTime(&end, timing[0], timing[2 + 2 * k]));
-    trace->push_back({steps_[k].label, steps_[k].stream, 1000.0 * start, 1000.0 * (end - start)});
+    const LaunchStep& step = *steps_[k].order;
+    trace->push_back({step.label, step.stream, 1000.0 * start, 1000.0 * (end - start)});
   }
   for (cudaEvent_t e : timing) cudaEventDestroy(e);
 }
@@ -369,14 +293,14 @@ void CudaProgram::check_step(std::int32_t node, cudaStream_t stream) const {
   std::vector<Tensor> in, out;
   for (const ValueRef& r : n.inputs) in.push_back(host_copy(pointer(r), graph_.type(r)));
   for (std::size_t i = 0; i < n.outputs.size(); ++i)
-    out.push_back(host_copy(ptr_[static_cast<std::size_t>(node)][i], n.outputs[i]));
+    out.push_back(host_copy(buffers_.ptr[static_cast<std::size_t>(node)][i], n.outputs[i]));
   check_numerics(graph_, node, in, out, runs_);
 }
 
 // Variables are adopted by their device tensor; a host tensor the user assigned since
 // (a new learning rate, a loaded checkpoint) is uploaded into the adopted buffer.
 void CudaProgram::adopt_variables(cudaStream_t stream) {
-  for (auto& [var, adopted] : variables_) {
+  for (auto& [var, adopted] : buffers_.variables) {
     if (var->value.storage() == adopted.storage()) continue;
     KILN_CHECK(var->value.shape() == adopted.shape() && var->value.dtype() == adopted.dtype(),
                "run: variable '{}' is now {}{} but was compiled as {}{}", var->name,
@@ -393,7 +317,7 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
 Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   check_feed_names(graph_, feeds);
   cudaStream_t main = streams_[0];
-  stager_->load(feeds, main);
+  buffers_.stager->load(feeds, main);
   adopt_variables(main);
   ++runs_;
   KILN_CUDA_CHECK(cudaEventRecord(step_begin_, main));
@@ -417,7 +341,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
     KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, main));
   }
   KILN_CUDA_CHECK(cudaEventRecord(step_end_, main));
-  stager_->stage();  // the next batch crosses the bus while this step computes
+  buffers_.stager->stage();  // the next batch crosses the bus while this step computes
   Outputs outputs;
   for (const auto& [name, ref] : graph_.outputs()) {
     const TensorType& t = graph_.type(ref);
@@ -430,16 +354,17 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
   float step_ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&step_ms, step_begin_, step_end_));
   last_step_ms_ = step_ms;
-  if (has_one_hot_)
-    cuda::check_one_hot_status(cuda::read_one_hot_status(status_.raw(), main), one_hot_classes_);
+  for (const NodeStatus& s : statuses_)
+    if (s.entry->check_status) s.entry->check_status(graph_.node(s.node), s.memory.raw(), main);
   return outputs;
 }
 
 }  // namespace
 
-std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options) {
+std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const Lowering& lowering,
+                                           const CudaOptions& options) {
   KILN_CHECK(gpu::cuda_device_count() > 0, "device cuda: {}", gpu::cuda_unavailable_reason());
-  return std::make_unique<CudaProgram>(compiled, options);
+  return std::make_unique<CudaProgram>(compiled, lowering, options);
 }
 
 }  // namespace kiln

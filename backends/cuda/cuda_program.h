@@ -1,10 +1,12 @@
-// The CUDA backend's Program: a static memory plan in one device arena, every node
-// prepared once as a launch with fixed pointers, and, after a warm-up run, the whole step
-// captured as a CUDA graph and replayed.
+// The CUDA backend's Program: it executes a lowered step (backends/lowering.h: streams, the
+// memory plan in one device arena, in-place updates, the launch list), every launch
+// prepared once with fixed pointers and, after a warm-up run, the whole step captured as a
+// CUDA graph and replayed.
 #pragma once
 
 #include <memory>
 
+#include "backends/lowering.h"
 #include "backends/program.h"
 
 namespace kiln {
@@ -20,6 +22,8 @@ struct CudaOptions {
   bool deterministic = false;
 };
 
-std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options);
+// `lowering` is lower_for_device(compiled, options.streams, ...).
+std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const Lowering& lowering,
+                                           const CudaOptions& options);
 
 }  // namespace kiln

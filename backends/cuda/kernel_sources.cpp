@@ -1,11 +1,21 @@
-// The list of every hand-written kernel, and the CUDA spelling of kiln's dtypes.
+// The list of every hand-written kernel, how one is made from its embedded .cuh file, and the
+// CUDA spelling of kiln's dtypes.
 #include "backends/cuda/kernel_sources.h"
 
 #include <algorithm>
+#include <set>
 
+#include "backends/cuda/op_entry.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
+
+gpu::KernelSource embedded_kernel(const std::string& name, const char* file_text,
+                                  const std::string& entry, const KernelDefines& defines) {
+  std::string code = "#define " + entry + " " + name + "\n";
+  for (const auto& [key, value] : defines) code += "#define " + key + " " + value + "\n";
+  return {name, code + file_text, {}};
+}
 
 const char* cuda_type_name(DType dtype) {
   switch (dtype) {
@@ -76,31 +86,12 @@ std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
 
 std::vector<gpu::KernelSource> all_kernel_sources() {
   std::vector<gpu::KernelSource> all;
-  for (DType t : {DType::f32, DType::f64}) {
-    all.push_back(im2col_source(t));
-    all.push_back(col2im_source(t));
-    for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight})
-      for (IgemmTile tile : igemm_tiles(mode, t)) all.push_back(conv_igemm_source(mode, tile, t));
-    all.push_back(conv_splitk_sum_source(t));
-    all.push_back(random_uniform_source(t));
-    for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
-      all.push_back(max_pool_source(p, t));
-    for (PoolFast p :
-         {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
-          PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
-      all.push_back(max_pool_fast_source(p, t));
-    for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
-    for (bool backward : {false, true}) all.push_back(lstm_step_source(backward, t));
-    all.push_back(lstm_persistent_source(t));
+  std::set<std::string> names;
+  for (const auto& [op, entry] : cuda_op_table()) {
+    if (!entry.every_source) continue;
+    for (gpu::KernelSource& s : entry.every_source())
+      if (names.insert(s.name).second) all.push_back(std::move(s));
   }
-  for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(transpose_source(bytes));
-  for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(concat_source(bytes));
-  for (DType label : {DType::i32, DType::i64, DType::u8}) {
-    for (DType out : {DType::f32, DType::f64}) all.push_back(one_hot_source(label, out));
-    all.push_back(one_hot_finish_source(label));
-  }
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
-    all.push_back(fill_source(t));
   return all;
 }
 

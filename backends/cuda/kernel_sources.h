@@ -1,11 +1,12 @@
-// The CUDA C sources of every hand-written kernel (implicit-GEMM convolution, im2col,
-// col2im, pooling, transpose, one_hot, fill, random, LSTM steps), one function per family;
-// pure strings, so they compile without a GPU.
+// The sources of every hand-written kernel (implicit-GEMM convolution, im2col, col2im,
+// pooling, transpose, one_hot, fill, random, LSTM steps): each is an embedded kernels/*.cuh
+// file after the #define lines that pick its entry and types; they compile without a GPU.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -15,16 +16,19 @@ namespace kiln::cuda {
 
 // "float", "double", "int", "long long", "unsigned char".
 const char* cuda_type_name(DType dtype);
-// The grid-stride loop over [0, n) with 64-bit indices that every kernel uses.
-inline constexpr const char* kGridStrideLoop =
-    "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long "
-    "long)gridDim.x * blockDim.x)";
 
-// conv_kernels.cpp; x: [B, C, H, W] and col laid out as ConvShape (kernel_params.h) says.
+// The kernel `name` of an embedded .cuh file (kiln_kernel_files.h): the file's text after
+// "#define <entry> <name>" (the file defines that entry under #ifdef <entry>) and one
+// "#define <key> <value>" line per define (types, tile sizes).
+using KernelDefines = std::vector<std::pair<std::string, std::string>>;
+gpu::KernelSource embedded_kernel(const std::string& name, const char* file_text,
+                                  const std::string& entry, const KernelDefines& defines);
+
+// conv_kernels.cpp; x: [B, C, H, W] and col laid out as ConvShape (kernels/conv_params.h) says.
 gpu::KernelSource im2col_source(DType dtype);
 gpu::KernelSource col2im_source(DType dtype);
 
-// The implicit-GEMM convolution kernels (conv_kernels.cpp; ConvGemmShape in kernel_params.h):
+// The implicit-GEMM convolution kernels (kernels/conv_igemm.cuh; ConvGemmShape in conv_params.h):
 // a BM x BN tile of C per block, KG groups of threads each summing KS rows of every K step
 // (of KS * KG rows), 4x4 per thread.
 enum class IgemmMode { forward = 0, grad_input = 1, grad_weight = 2 };
@@ -70,7 +74,7 @@ gpu::KernelSource avg_pool_source(bool grad, DType dtype);
 
 // layout_kernels.cpp
 gpu::KernelSource transpose_source(std::size_t element_bytes);  // 1, 2, 4 or 8
-gpu::KernelSource concat_source(std::size_t element_bytes);     // ConcatPieces (kernel_params.h)
+gpu::KernelSource concat_source(std::size_t element_bytes);     // ConcatPieces (layout_params.h)
 gpu::KernelSource one_hot_source(DType label, DType out);
 gpu::KernelSource one_hot_finish_source(DType label);
 gpu::KernelSource fill_source(DType dtype);

@@ -1,5 +1,6 @@
 // Host side of the layout kernels: permutation simplification for transpose, the
-// one_hot status protocol, fill's value conversion, and block copies.
+// one_hot status protocol, fill's value conversion, and block copies; the CUDA op entries of
+// transpose, slice, concat, pad and one_hot at the end.
 #include "backends/cuda/layout.h"
 
 #include <cuda_runtime_api.h>
@@ -7,9 +8,10 @@
 
 #include <cstring>
 
-#include "backends/cuda/kernel_params.h"
+#include "backends/cuda/kernels/layout_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/op_entry.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "gpu/cuda_check.h"
@@ -172,6 +174,131 @@ void fill(DType dtype, double value, std::int64_t n, void* out, gpu::Stream stre
     void* args[] = {&out, &typed, &count};
     launch_items(k, n, stream, args);
   });
+}
+
+namespace {
+
+Launch prepare_transpose(const LaunchSetup& s) {
+  const DType d = s.input_types[0].dtype;
+  const Shape shape = s.input_types[0].shape;
+  const std::vector<std::int64_t> perm = s.node.attrs.integers("perm");
+  const void* x = s.inputs[0];
+  void* y = s.outputs[0];
+  return [=](gpu::Stream st) { transpose(d, shape, perm, x, y, st); };
+}
+
+// A shape seen as [outer, dim, inner] around `axis`, inner in bytes (slice, concat, pad).
+struct AxisBlocks {
+  std::int64_t outer = 1, dim = 1, inner_bytes = 1;
+};
+
+AxisBlocks axis_blocks(const TensorType& t, std::int64_t axis) {
+  AxisBlocks b{1, t.shape[static_cast<std::size_t>(axis)],
+               static_cast<std::int64_t>(dtype_size(t.dtype))};
+  for (std::size_t d = 0; d < t.shape.rank(); ++d) {
+    if (static_cast<std::int64_t>(d) < axis) b.outer *= t.shape[d];
+    if (static_cast<std::int64_t>(d) > axis) b.inner_bytes *= t.shape[d];
+  }
+  return b;
+}
+
+Launch prepare_slice(const LaunchSetup& s) {
+  const AxisBlocks in = axis_blocks(s.input_types[0], s.node.attrs.integer("axis"));
+  const std::int64_t bytes = s.node.attrs.integer("length") * in.inner_bytes;
+  const char* x =
+      static_cast<const char*>(s.inputs[0]) + s.node.attrs.integer("start") * in.inner_bytes;
+  void* y = s.outputs[0];
+  return [=](gpu::Stream st) {
+    copy_blocks(x, in.dim * in.inner_bytes, y, bytes, in.outer, bytes, st);
+  };
+}
+
+// One kernel per 32 pieces (a concat of an LSTM's per-step values has 64).
+Launch prepare_concat(const LaunchSetup& s) {
+  const std::int64_t axis = s.node.attrs.integer("axis");
+  const AxisBlocks out = axis_blocks(s.node.outputs[0], axis);
+  const std::size_t element = dtype_size(s.node.outputs[0].dtype);
+  const std::int64_t inner = out.inner_bytes / static_cast<std::int64_t>(element);  // elements
+  std::vector<std::int64_t> widths;
+  for (const TensorType& t : s.input_types)
+    widths.push_back(t.shape[static_cast<std::size_t>(axis)] * inner);
+  const std::vector<const void*> pieces = s.inputs;
+  void* y = s.outputs[0];
+  const std::int64_t rows = out.outer;
+  return [=](gpu::Stream st) { concat(element, pieces, widths, rows, y, st); };
+}
+
+Launch prepare_pad(const LaunchSetup& s) {
+  const std::int64_t axis = s.node.attrs.integer("axis");
+  const AxisBlocks out = axis_blocks(s.node.outputs[0], axis);
+  const std::int64_t bytes =
+      s.input_types[0].shape[static_cast<std::size_t>(axis)] * out.inner_bytes;
+  const std::int64_t total = out.outer * out.dim * out.inner_bytes;
+  const void* x = s.inputs[0];
+  void* y = s.outputs[0];
+  char* at = static_cast<char*>(y) + s.node.attrs.integer("before") * out.inner_bytes;
+  return [=](gpu::Stream st) {
+    zero_bytes(y, total, st);
+    copy_blocks(x, bytes, at, out.dim * out.inner_bytes, out.outer, bytes, st);
+  };
+}
+
+Launch prepare_one_hot(const LaunchSetup& s) {
+  const DType label = s.input_types[0].dtype, out_dtype = s.node.outputs[0].dtype;
+  const std::int64_t rows = s.input_types[0].shape[0], classes = s.node.attrs.integer("classes");
+  const void* labels = s.inputs[0];
+  void *out = s.outputs[0], *status = s.status;
+  return [=](gpu::Stream st) { one_hot(label, out_dtype, rows, classes, labels, out, status, st); };
+}
+
+// A kernel per element size, 1 to 8 bytes (transpose, concat move bits).
+std::vector<gpu::KernelSource> by_element_size(gpu::KernelSource (*source)(std::size_t)) {
+  std::vector<gpu::KernelSource> all;
+  for (std::size_t bytes : {1, 2, 4, 8}) all.push_back(source(bytes));
+  return all;
+}
+
+CudaOpEntry one_hot_entry() {
+  CudaOpEntry e{.prepare = prepare_one_hot};
+  e.sources = [](const Node& n, const InputTypes& in) {
+    return std::vector<gpu::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype),
+                                          one_hot_finish_source(in[0].dtype)};
+  };
+  e.status_bytes = [](const Node&, const InputTypes&) { return kOneHotStatusBytes; };
+  e.every_source = [] {
+    std::vector<gpu::KernelSource> all;
+    for (DType label : {DType::i32, DType::i64, DType::u8}) {
+      for (DType out : {DType::f32, DType::f64}) all.push_back(one_hot_source(label, out));
+      all.push_back(one_hot_finish_source(label));
+    }
+    return all;
+  };
+  e.check_status = [](const Node& n, const void* status, gpu::Stream st) {
+    check_one_hot_status(read_one_hot_status(status, st), n.attrs.integer("classes"));
+  };
+  return e;
+}
+
+}  // namespace
+
+void add_layout_ops(CudaOpTable& table) {
+  table[OpId::transpose] = {
+      .prepare = prepare_transpose,
+      .sources =
+          [](const Node&, const InputTypes& in) {
+            return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
+          },
+      .every_source = [] { return by_element_size(transpose_source); }};
+  table[OpId::slice] = {.prepare = prepare_slice};
+  table[OpId::concat] = {
+      .prepare = prepare_concat,
+      .sources =
+          [](const Node& n, const InputTypes&) {
+            return std::vector<gpu::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
+          },
+      .every_source = [] { return by_element_size(concat_source); }};
+  table[OpId::pad] = {.prepare = prepare_pad};
+  table[OpId::one_hot] = one_hot_entry();
 }
 
 }  // namespace kiln::cuda

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/op_entry.h"
 #include "core/error.h"
 #include "gpu/cuda_check.h"
 
@@ -146,5 +147,75 @@ std::vector<gpu::KernelSource> lstm_kernel_sources(DType dtype) {
 namespace detail {
 void set_lstm_persistent_for_testing(LstmPersistent mode) { g_persistent = mode; }
 }  // namespace detail
+
+namespace {
+
+// The direction an lstm_sequence(_grad) node runs: u [H, 4H] and h0 or c0 [B, H] are
+// inputs u_input and batch_input (docs/lstm_ops.md).
+LstmShape lstm_shape(const Node& n, const InputTypes& in, std::size_t u_input,
+                     std::size_t batch_input) {
+  return {.dtype = in[u_input].dtype,
+          .steps = n.attrs.integer("steps"),
+          .batch = in[batch_input].shape[0],
+          .hidden = in[u_input].shape[0],
+          .reverse = n.attrs.integer("reverse") != 0};
+}
+
+// Where the persistent forward fits, the node's status memory is its barrier counters.
+std::size_t forward_status_bytes(const Node& n, const InputTypes& in) {
+  const LstmShape shape = lstm_shape(n, in, 1, 2);
+  if (!lstm_persistent_forward_fits(shape)) return 0;
+  return 2 * sizeof(unsigned) * static_cast<std::size_t>(lstm_persistent_barriers(shape));
+}
+
+Launch prepare_forward(const LaunchSetup& s) {
+  const LstmShape shape = lstm_shape(s.node, s.input_types, 1, 2);
+  const LstmForwardArgs args{.projected = s.inputs[0],
+                             .u = s.inputs[1],
+                             .h0 = s.inputs[2],
+                             .c0 = s.inputs[3],
+                             .hs = s.outputs[0],
+                             .cs = s.outputs[1],
+                             .acts = s.outputs[2],
+                             .barrier = static_cast<unsigned*>(s.status)};
+  return [shape, args](gpu::Stream st) { lstm_sequence_forward(shape, args, st); };
+}
+
+Launch prepare_backward(const LaunchSetup& s) {
+  const LstmShape shape = lstm_shape(s.node, s.input_types, 2, 3);
+  const LstmBackwardArgs args{.d_hs = s.inputs[0],
+                              .d_cs = s.inputs[1],
+                              .u = s.inputs[2],
+                              .c0 = s.inputs[3],
+                              .cs = s.inputs[4],
+                              .acts = s.inputs[5],
+                              .d_projected = s.outputs[0],
+                              .dh0 = s.outputs[1],
+                              .dc0 = s.outputs[2]};
+  return [shape, args](gpu::Stream st) { lstm_sequence_backward(shape, args, st); };
+}
+
+// u is input 1 of the forward, input 2 of the backward.
+std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> sources_of(
+    std::size_t u_input) {
+  return [u_input](const Node&, const InputTypes& in) {
+    return lstm_kernel_sources(in[u_input].dtype);
+  };
+}
+
+}  // namespace
+
+void add_lstm_ops(CudaOpTable& table) {
+  table[OpId::lstm_sequence] = {.prepare = prepare_forward,
+                                .sources = sources_of(1),
+                                .status_bytes = forward_status_bytes,
+                                .every_source = [] {
+                                  std::vector<gpu::KernelSource> all;
+                                  for (DType t : {DType::f32, DType::f64})
+                                    for (auto& s : lstm_kernel_sources(t)) all.push_back(s);
+                                  return all;
+                                }};
+  table[OpId::lstm_sequence_grad] = {.prepare = prepare_backward, .sources = sources_of(2)};
+}
 
 }  // namespace kiln::cuda

@@ -1,7 +1,11 @@
-// matmul as one strided-batched GEMM; see gemm.h for the row-major mapping.
+// matmul as one strided-batched GEMM (see gemm.h for the row-major mapping), and its CUDA op
+// entry.
 #include "backends/cuda/matmul.h"
 
+#include <algorithm>
+
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/op_entry.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -30,5 +34,30 @@ void matmul(const MatmulArgs& args, gpu::Stream stream) {
   g.beta = args.beta;
   gemm(args.dtype, g, stream);
 }
+
+namespace {
+
+// a, b: [..., M, K] x [..., K, N] (transposed as the attributes say) -> c: [..., M, N].
+Launch prepare_matmul(const LaunchSetup& s) {
+  const Shape& a = s.input_types[0].shape;
+  const Shape& c = s.node.outputs[0].shape;
+  const std::size_t r = a.rank();
+  const bool ta = s.node.attrs.integer("trans_a") != 0;
+  MatmulArgs args{.dtype = s.input_types[0].dtype,
+                  .batch = c.numel() / std::max<std::int64_t>(1, c[r - 2] * c[r - 1]),
+                  .m = c[r - 2],
+                  .n = c[r - 1],
+                  .k = ta ? a[r - 2] : a[r - 1],
+                  .trans_a = ta,
+                  .trans_b = s.node.attrs.integer("trans_b") != 0,
+                  .a = s.inputs[0],
+                  .b = s.inputs[1],
+                  .c = s.outputs[0]};
+  return [args](gpu::Stream stream) { matmul(args, stream); };
+}
+
+}  // namespace
+
+void add_matmul_ops(CudaOpTable& table) { table[OpId::matmul] = {.prepare = prepare_matmul}; }
 
 }  // namespace kiln::cuda

@@ -3,14 +3,16 @@
 // thread per cell when windows neither overlap nor are padded (each dx element is written
 // once, by one thread) and a gather per input element otherwise. Either way exact,
 // deterministic and atomic-free. Larger tensors use the 64-bit kernels (forward/select per
-// window, the gradient a gather), as average pooling always does.
+// window, the gradient a gather), as average pooling always does. The ops' CUDA entries at the
+// end.
 #include "backends/cuda/pool.h"
 
 #include <fmt/format.h>
 
-#include "backends/cuda/kernel_params.h"
+#include "backends/cuda/kernels/pool_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/op_entry.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -126,6 +128,90 @@ void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy
   launch_items(
       device_kernel(avg_pool_name(true, dtype), [&] { return avg_pool_source(true, dtype); }),
       g.planes * g.height * g.width, stream, args);
+}
+
+namespace {
+
+// The geometry of a pooling node whose pooled tensor (x, or dx for avg_pool2d_grad) is `x`.
+kernels::PoolGeometry geometry_of(const Node& n, const Shape& x) {
+  return kernels::pool_geometry(x, n.attrs.integer("kernel"), n.attrs.integer("stride"),
+                                n.attrs.integer("padding"));
+}
+
+// Every max-pooling kernel of `dtype` appended to `all` (a program preloads them all: which
+// one runs depends on sizes and windows).
+std::vector<gpu::KernelSource> max_pool_sources_of(DType dtype,
+                                                   std::vector<gpu::KernelSource> all) {
+  for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
+    all.push_back(max_pool_source(p, dtype));
+  for (PoolFast p :
+       {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
+        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
+    all.push_back(max_pool_fast_source(p, dtype));
+  return all;
+}
+
+std::vector<gpu::KernelSource> max_pool_sources(const Node&, const InputTypes& in) {
+  return max_pool_sources_of(in[0].dtype, {});
+}
+
+using OneInput = void (*)(DType, const kernels::PoolGeometry&, const void*, void*, gpu::Stream);
+using TwoInputs = void (*)(DType, const kernels::PoolGeometry&, const void*, const void*, void*,
+                           gpu::Stream);
+
+// x -> y (max_pool2d, avg_pool2d) or dy -> dx (avg_pool2d_grad, whose pooled tensor is dx).
+std::function<Launch(const LaunchSetup&)> prepare_one(OneInput launch, bool pooled_is_output) {
+  return [=](const LaunchSetup& s) -> Launch {
+    const kernels::PoolGeometry g =
+        geometry_of(s.node, pooled_is_output ? s.node.outputs[0].shape : s.input_types[0].shape);
+    const DType d = s.input_types[0].dtype;
+    const void* x = s.inputs[0];
+    void* y = s.outputs[0];
+    return [=](gpu::Stream st) { launch(d, g, x, y, st); };
+  };
+}
+
+// x, dy -> dx (max_pool2d_grad) or x, g -> out (max_pool2d_select).
+std::function<Launch(const LaunchSetup&)> prepare_two(TwoInputs launch) {
+  return [=](const LaunchSetup& s) -> Launch {
+    const kernels::PoolGeometry g = geometry_of(s.node, s.input_types[0].shape);
+    const DType d = s.input_types[0].dtype;
+    const void *x = s.inputs[0], *second = s.inputs[1];
+    void* out = s.outputs[0];
+    return [=](gpu::Stream st) { launch(d, g, x, second, out, st); };
+  };
+}
+
+std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> avg_sources(
+    bool grad) {
+  return [grad](const Node&, const InputTypes& in) {
+    return std::vector<gpu::KernelSource>{avg_pool_source(grad, in[0].dtype)};
+  };
+}
+
+std::vector<gpu::KernelSource> every_pool_source() {
+  std::vector<gpu::KernelSource> all;
+  for (DType t : {DType::f32, DType::f64}) {
+    all = max_pool_sources_of(t, std::move(all));
+    for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
+  }
+  return all;
+}
+
+}  // namespace
+
+void add_pool_ops(CudaOpTable& table) {
+  table[OpId::max_pool2d] = {.prepare = prepare_one(max_pool2d_forward, false),
+                             .sources = max_pool_sources,
+                             .every_source = every_pool_source};
+  table[OpId::max_pool2d_grad] = {.prepare = prepare_two(max_pool2d_grad),
+                                  .sources = max_pool_sources};
+  table[OpId::max_pool2d_select] = {.prepare = prepare_two(max_pool2d_select),
+                                    .sources = max_pool_sources};
+  table[OpId::avg_pool2d] = {.prepare = prepare_one(avg_pool2d_forward, false),
+                             .sources = avg_sources(false)};
+  table[OpId::avg_pool2d_grad] = {.prepare = prepare_one(avg_pool2d_grad, true),
+                                  .sources = avg_sources(true)};
 }
 
 }  // namespace kiln::cuda

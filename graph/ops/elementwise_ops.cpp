@@ -185,6 +185,15 @@ struct Tanh {
     return a.tanh();
   }
 };
+// GELU with tanh: the same formula, operation for operation, as the CUDA expression below.
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluCubic = 0.044715;
+struct Gelu {
+  template <class T>
+  static T apply(T a) {
+    return a * T(0.5) * (T(1) + std::tanh(T(kGeluScale) * (a + T(kGeluCubic) * a * a * a)));
+  }
+};
 struct Identity {
   template <class T>
   static T apply(T a) {
@@ -239,6 +248,18 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
     return Grads{dy(c) * (1.0 - out(c) * out(c))};
   }));
 
+  // gelu' = (1 + t) / 2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
+  table.push_back(elementwise<Gelu>(
+      OpId::gelu, 1,
+      "({0} * T(0.5) * (T(1) + tanh(T(0.7978845608028654) * ({0} + T(0.044715) * {0} * {0} * "
+      "{0}))))",
+      [](const GradContext& c) {
+        const Value x = in(c, 0);
+        const Value t = tanh((x + x * x * x * kGeluCubic) * kGeluScale);
+        const Value slope = (x * x * (3 * kGeluCubic) + 1.0) * kGeluScale;
+        return Grads{dy(c) * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * slope)};
+      }));
+
   // broadcast_to: the input read at broadcast strides; autograd sums the gradient back.
   OpDef broadcast = elementwise<Identity>(OpId::broadcast_to, 1, "{0}",
                                           [](const GradContext& c) { return Grads{dy(c)}; });
@@ -274,6 +295,7 @@ Value log(Value x) { return x.graph().apply1(OpId::log, {x}); }
 Value sqrt(Value x) { return x.graph().apply1(OpId::sqrt, {x}); }
 Value relu(Value x) { return x.graph().apply1(OpId::relu, {x}); }
 Value tanh(Value x) { return x.graph().apply1(OpId::tanh, {x}); }
+Value gelu(Value x) { return x.graph().apply1(OpId::gelu, {x}); }
 Value detach(Value x) { return x.graph().apply1(OpId::detach, {x}); }
 Value broadcast_to(Value x, const Shape& shape) {
   if (x.shape() == shape) return x;

@@ -1,5 +1,7 @@
-// Reductions over axes: sum and max (mean is a composite in graph/nn).
+// Reductions over axes: sum and max (mean is a composite in graph/nn); layer_norm over the
+// last axis and its gradient, with their CPU reference kernels.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/dispatch.h"
@@ -123,9 +125,105 @@ struct Max {
   double operator()(double acc, double v) const { return v > acc ? v : acc; }
 };
 
+// ---- layer_norm: x [..., D] seen as [rows, D]; mean and rstd [..., 1] ----
+
+std::vector<TensorType> infer_layer_norm(std::span<const TensorType> in, const Attrs& attrs) {
+  ops::check_floating_inputs("layer_norm", in);
+  const Shape& x = in[0].shape;
+  KILN_CHECK(x.rank() >= 1 && x[x.rank() - 1] >= 1,
+             "layer_norm: x is {} but needs a last axis of at least 1", in[0].str());
+  KILN_CHECK(attrs.real("eps") >= 0, "layer_norm: eps is {} but must be >= 0", attrs.real("eps"));
+  const Shape stats = kept_shape(x, {static_cast<std::int64_t>(x.rank()) - 1});
+  return {in[0], {stats, in[0].dtype}, {stats, in[0].dtype}};
+}
+
+// in: dy, x [..., D], mean, rstd [..., 1] -> dx [..., D]
+std::vector<TensorType> infer_layer_norm_grad(std::span<const TensorType> in, const Attrs&) {
+  ops::check_floating_inputs("layer_norm_grad", in);
+  KILN_CHECK(in[0].shape == in[1].shape, "layer_norm_grad: dy is {} but x is {}", in[0].str(),
+             in[1].str());
+  const Shape stats = kept_shape(in[1].shape, {static_cast<std::int64_t>(in[1].shape.rank()) - 1});
+  KILN_CHECK(in[2].shape == stats && in[3].shape == stats,
+             "layer_norm_grad: mean is {} and rstd {} but {} was expected", in[2].str(),
+             in[3].str(), stats.str());
+  return {in[1]};
+}
+
+// Row by row in order: mean, then the biased variance from the centred values, then y.
+template <class T>
+void layer_norm_rows(const T* x, T* y, T* mean, T* rstd, std::int64_t rows, std::int64_t d, T eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * d;
+    T sum = T(0), squares = T(0);
+    for (std::int64_t i = 0; i < d; ++i) sum += xr[i];
+    const T m = sum / T(d);
+    for (std::int64_t i = 0; i < d; ++i) squares += (xr[i] - m) * (xr[i] - m);
+    const T s = T(1) / std::sqrt(squares / T(d) + eps);
+    for (std::int64_t i = 0; i < d; ++i) y[r * d + i] = (xr[i] - m) * s;
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+// dx = rstd (dy - mean(dy) - xhat mean(dy xhat)), xhat = (x - mean) rstd, means over the row.
+template <class T>
+void layer_norm_grad_rows(const T* dy, const T* x, const T* mean, const T* rstd, T* dx,
+                          std::int64_t rows, std::int64_t d) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T *g = dy + r * d, *xr = x + r * d;
+    T sum_g = T(0), sum_gx = T(0);
+    for (std::int64_t i = 0; i < d; ++i) {
+      sum_g += g[i];
+      sum_gx += g[i] * (xr[i] - mean[r]) * rstd[r];
+    }
+    const T a = sum_g / T(d), b = sum_gx / T(d);
+    for (std::int64_t i = 0; i < d; ++i)
+      dx[r * d + i] = rstd[r] * (g[i] - a - (xr[i] - mean[r]) * rstd[r] * b);
+  }
+}
+
+void layer_norm_cpu(const KernelCall& call) {
+  const Tensor& x = call.inputs[0];
+  const std::int64_t d = x.shape()[x.shape().rank() - 1], rows = x.numel() / d;
+  visit_floating(x.dtype(), "layer_norm", [&](auto zero) {
+    using T = decltype(zero);
+    layer_norm_rows<T>(x.data<T>(), call.outputs[0].data<T>(), call.outputs[1].data<T>(),
+                       call.outputs[2].data<T>(), rows, d, T(call.node.attrs.real("eps")));
+  });
+}
+
+void layer_norm_grad_cpu(const KernelCall& call) {
+  const auto& in = call.inputs;
+  const std::int64_t d = in[1].shape()[in[1].shape().rank() - 1], rows = in[1].numel() / d;
+  visit_floating(in[1].dtype(), "layer_norm_grad", [&](auto zero) {
+    using T = decltype(zero);
+    layer_norm_grad_rows<T>(in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), in[3].data<T>(),
+                            call.outputs[0].data<T>(), rows, d);
+  });
+}
+
+std::vector<Value> layer_norm_backward(const GradContext& c) {
+  KILN_CHECK(!c.output_grads[1].valid() && !c.output_grads[2].valid(),
+             "layer_norm: the saved statistics (outputs 1 and 2) have no gradient");
+  return {layer_norm_grad(c.output_grads[0], c.inputs[0], c.outputs[1], c.outputs[2])};
+}
+
+void register_layer_norm_ops(std::vector<OpDef>& table) {
+  OpDef forward{.id = OpId::layer_norm, .kind = OpKind::other, .arity = 1, .attrs = {"eps"}};
+  forward.infer = infer_layer_norm;
+  forward.grad = layer_norm_backward;
+  forward.cpu = layer_norm_cpu;
+  table.push_back(std::move(forward));
+  OpDef backward{.id = OpId::layer_norm_grad, .kind = OpKind::other, .arity = 4};
+  backward.infer = infer_layer_norm_grad;
+  backward.cpu = layer_norm_grad_cpu;  // no gradient: layer_norm's gradient check covers it
+  table.push_back(std::move(backward));
+}
+
 }  // namespace
 
 void ops::register_reduce_ops(std::vector<OpDef>& table) {
+  register_layer_norm_ops(table);
   table.push_back(reduction_op(OpId::reduce_sum,
                                make_reduction_rule<NanRule::arithmetic, Add>(0.0, "({0} + {1})"),
                                [](const GradContext& c) {
@@ -155,6 +253,17 @@ Value sum_all(Value x) {
   std::vector<std::int64_t> axes(x.shape().rank());
   for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<std::int64_t>(i);
   return sum(x, axes);
+}
+
+LayerNorm layer_norm_with_stats(Value x, double eps) {
+  const std::vector<Value> out = x.graph().apply(OpId::layer_norm, {x}, {{"eps", eps}});
+  return {out[0], out[1], out[2]};
+}
+
+Value layer_norm(Value x, double eps) { return layer_norm_with_stats(x, eps).y; }
+
+Value layer_norm_grad(Value dy, Value x, Value mean, Value rstd) {
+  return dy.graph().apply1(OpId::layer_norm_grad, {dy, x, mean, rstd});
 }
 
 }  // namespace kiln

@@ -1,0 +1,102 @@
+// The data-movement kernels of the im2col + cuBLAS convolution fallback: im2col (one thread
+// per patch-matrix element) and col2im as a gather (one thread per input element, no
+// atomics); and the ordered sum of the implicit GEMM's split-K partials. The host defines
+// KILN_T (the element type) and the entry it wants as the kernel's name (conv_kernels.cpp).
+#pragma once
+
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/conv_params.h"
+
+namespace kiln::cuda {
+
+// col[(c, kh, kw), (oh, ow)] of image b = x[b, c, oh*s - p + kh, ow*s - p + kw], 0 outside.
+template <typename T>
+__device__ __forceinline__ void im2col(const T* __restrict__ x, T* __restrict__ col,
+                                       const ConvShape& g) {
+  const long long cols = g.out_h * g.out_w;
+  const long long rows = g.channels * g.kernel_h * g.kernel_w;
+  const long long n = g.images * rows * cols;
+  KILN_FOR_EACH_ITEM(i, n) {
+    const long long ohw = i % cols;
+    const long long row = (i / cols) % rows;
+    const long long b = i / (cols * rows);
+    const long long kw = row % g.kernel_w;
+    const long long kh = (row / g.kernel_w) % g.kernel_h;
+    const long long c = row / (g.kernel_w * g.kernel_h);
+    const long long ih = (ohw / g.out_w) * g.stride - g.padding + kh;
+    const long long iw = (ohw % g.out_w) * g.stride - g.padding + kw;
+    const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
+    col[b * g.image_stride + row * g.row_stride + ohw] =
+        inside ? x[((b * g.channels + c) * g.height + ih) * g.width + iw] : T(0);
+  }
+}
+
+// The adjoint of im2col: x[b, c, ih, iw] = sum over (kh, kw) of the col element that read
+// it, in the CPU col2im's order of (kh, kw), so each element's sum is deterministic.
+template <typename T>
+__device__ __forceinline__ void col2im(const T* __restrict__ col, T* __restrict__ x,
+                                       const ConvShape& g) {
+  const long long n = g.images * g.channels * g.height * g.width;
+  KILN_FOR_EACH_ITEM(i, n) {
+    const long long iw = i % g.width;
+    const long long ih = (i / g.width) % g.height;
+    const long long c = (i / (g.width * g.height)) % g.channels;
+    const long long b = i / (g.width * g.height * g.channels);
+    const T* image = col + b * g.image_stride;
+    T sum = T(0);
+    for (long long kh = 0; kh < g.kernel_h; ++kh) {
+      const long long oh_s = ih + g.padding - kh;  // oh * stride
+      if (oh_s < 0 || oh_s % g.stride != 0 || oh_s / g.stride >= g.out_h) continue;
+      for (long long kw = 0; kw < g.kernel_w; ++kw) {
+        const long long ow_s = iw + g.padding - kw;
+        if (ow_s < 0 || ow_s % g.stride != 0 || ow_s / g.stride >= g.out_w) continue;
+        const long long row = (c * g.kernel_h + kh) * g.kernel_w + kw;
+        sum += image[row * g.row_stride + (oh_s / g.stride) * g.out_w + ow_s / g.stride];
+      }
+    }
+    x[i] = sum;
+  }
+}
+
+// out[i] = sum over z of part[z * mn + i], z ascending within each of blockDim.y lanes
+// (lane y takes z = y, y + blockDim.y, ...), then the lanes in order: a fixed order for a
+// given (splits, blockDim.y). Blocks of (32, lanes) threads, 32 outputs each.
+template <typename T>
+__device__ __forceinline__ void splitk_sum(const T* __restrict__ part, T* __restrict__ out, int mn,
+                                           int splits) {
+  __shared__ T sums[32][33];
+  const int i = blockIdx.x * 32 + threadIdx.x;
+  T s = T(0);
+  if (i < mn)
+    for (int z = threadIdx.y; z < splits; z += blockDim.y) s += part[(size_t)z * mn + i];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && i < mn) {
+    T total = sums[0][threadIdx.x];
+    for (int y = 1; y < blockDim.y; ++y) total += sums[y][threadIdx.x];
+    out[i] = total;
+  }
+}
+
+}  // namespace kiln::cuda
+
+#ifdef KILN_IM2COL
+extern "C" __global__ void KILN_IM2COL(const KILN_T* __restrict__ x, KILN_T* __restrict__ col,
+                                       kiln::cuda::ConvShape g) {
+  kiln::cuda::im2col(x, col, g);
+}
+#endif
+
+#ifdef KILN_COL2IM
+extern "C" __global__ void KILN_COL2IM(const KILN_T* __restrict__ col, KILN_T* __restrict__ x,
+                                       kiln::cuda::ConvShape g) {
+  kiln::cuda::col2im(col, x, g);
+}
+#endif
+
+#ifdef KILN_SPLITK_SUM
+extern "C" __global__ void KILN_SPLITK_SUM(const KILN_T* __restrict__ part,
+                                           KILN_T* __restrict__ out, int mn, int splits) {
+  kiln::cuda::splitk_sum(part, out, mn, splits);
+}
+#endif

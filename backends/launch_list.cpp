@@ -1,0 +1,71 @@
+// The launch list: node order, with an event wherever a value crosses streams.
+#include "backends/launch_list.h"
+
+#include <algorithm>
+#include <map>
+
+#include "backends/plan.h"
+#include "graph/op.h"
+
+namespace kiln {
+namespace {
+
+struct Builder {
+  const Graph& g;
+  const std::vector<int>& stream_of;
+  LaunchList list;
+  std::vector<int> event_of;         // node -> the event its launch records, or -1
+  std::vector<std::size_t> step_of;  // node -> its launch
+  std::map<std::int32_t, std::vector<std::int32_t>> run_after;  // in-place update -> readers
+
+  // `step` waits for `producer`'s launch when that ran on another stream.
+  void wait_for(LaunchStep& step, std::int32_t producer) {
+    const auto p = static_cast<std::size_t>(producer);
+    if (g.node(producer).op->kind == OpKind::source || stream_of[p] == step.stream) return;
+    if (event_of[p] < 0) {
+      event_of[p] = list.events++;
+      list.steps[step_of[p]].record = event_of[p];
+    }
+    if (std::find(step.waits.begin(), step.waits.end(), event_of[p]) == step.waits.end())
+      step.waits.push_back(event_of[p]);
+  }
+
+  void add(std::int32_t node) {
+    const Node& n = g.node(node);
+    LaunchStep step{.node = node,
+                    .stream = stream_of[static_cast<std::size_t>(node)],
+                    .label = n.body ? n.body->summary() : n.op->name};
+    for (const ValueRef& in : n.inputs) wait_for(step, alias_root(g, in).node);
+    if (auto after = run_after.find(node); after != run_after.end())
+      for (std::int32_t reader : after->second) wait_for(step, reader);  // old value read first
+    step_of[static_cast<std::size_t>(node)] = list.steps.size();
+    list.steps.push_back(std::move(step));
+  }
+};
+
+}  // namespace
+
+LaunchList build_launch_list(const Graph& g, const std::vector<int>& stream_of,
+                             const std::vector<InPlaceUpdate>& in_place) {
+  Builder b{g,
+            stream_of,
+            {},
+            std::vector<int>(g.nodes().size(), -1),
+            std::vector<std::size_t>(g.nodes().size(), 0),
+            {}};
+  for (std::size_t k = 0; k < in_place.size(); ++k) {
+    if (!in_place[k].in_place) continue;
+    auto& after = b.run_after[g.assignments()[k].second.node];
+    after.insert(after.end(), in_place[k].after.begin(), in_place[k].after.end());
+  }
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id)
+    if (g.node(id).op->kind != OpKind::source && !g.node(id).op->alias) b.add(id);
+  b.list.first_update = b.list.steps.size();
+  for (std::size_t k = 0; k < g.assignments().size(); ++k)
+    if (k >= in_place.size() || !in_place[k].in_place)
+      b.list.steps.push_back({.assignment = static_cast<std::int32_t>(k),
+                              .label = "update " + g.assignments()[k].first->name});
+  return b.list;
+}
+
+}  // namespace kiln
