@@ -8,8 +8,8 @@
 #include "backends/compile.h"
 #include "graph/ops.h"
 #include "graph/nn/functional.h"
-#include "models/step_graph.h"
-#include "models/train.h"
+#include "train/step_graph.h"
+#include "train/train.h"
 #include "tests/support.h"
 
 namespace kiln {

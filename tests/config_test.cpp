@@ -1,7 +1,7 @@
 // trainer --config: JSON settings with the flags' names, validated before anything applies.
 #include <doctest/doctest.h>
 
-#include "models/config_file.h"
+#include "train/config_file.h"
 
 namespace kiln {
 

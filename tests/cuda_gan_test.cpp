@@ -7,10 +7,10 @@
 
 #include "backends/host_copy.h"
 #include "fusion/jit/cuda_runtime.h"
-#include "models/checkpoint.h"
-#include "models/gan_steps.h"
+#include "train/checkpoint.h"
+#include "train/gan_steps.h"
 #include "models/lenet.h"
-#include "models/train_gan.h"
+#include "train/train_gan.h"
 #include "tests/support.h"
 
 namespace kiln {

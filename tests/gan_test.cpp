@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/nn/functional.h"
-#include "models/checkpoint.h"
-#include "models/dataset.h"
-#include "models/gan_steps.h"
+#include "train/checkpoint.h"
+#include "data/dataset.h"
+#include "train/gan_steps.h"
 #include "models/lenet.h"
-#include "models/train_gan.h"
+#include "train/train_gan.h"
 #include "tests/support.h"
 
 namespace kiln {

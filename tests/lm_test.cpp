@@ -8,10 +8,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "models/dataset.h"
-#include "models/text_dataset.h"
-#include "models/train.h"
-#include "models/train_lm.h"
+#include "data/dataset.h"
+#include "data/text_dataset.h"
+#include "train/train.h"
+#include "train/train_lm.h"
 
 namespace kiln {
 namespace {

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "core/safetensors.h"
-#include "models/lr_schedule.h"
-#include "models/train.h"
+#include "train/lr_schedule.h"
+#include "train/train.h"
 
 namespace kiln {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "models/dataset.h"
-#include "models/train.h"
+#include "data/dataset.h"
+#include "train/train.h"
 
 namespace kiln {
 namespace {

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "models/config_file.h"
-#include "models/evaluate.h"
-#include "models/saved_classifier.h"
+#include "train/config_file.h"
+#include "train/evaluate.h"
+#include "train/saved_classifier.h"
 
 namespace kiln {
 namespace {

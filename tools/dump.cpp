@@ -8,10 +8,10 @@
 #include <iostream>
 
 #include "models/gan.h"
-#include "models/gan_steps.h"
+#include "train/gan_steps.h"
 #include "models/registry.h"
-#include "models/step_graph.h"
-#include "models/train_lm.h"
+#include "train/step_graph.h"
+#include "train/train_lm.h"
 #include "tools/graph_render.h"
 #include "tools/cli.h"
 

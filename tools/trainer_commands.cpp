@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "models/evaluate.h"
-#include "models/saved_classifier.h"
+#include "train/evaluate.h"
+#include "train/saved_classifier.h"
 
 namespace kiln::tools {
 namespace {

@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "dist/launch.h"
+#include "distributed/launch.h"
 #include "models/registry.h"
 
 namespace kiln::tools {

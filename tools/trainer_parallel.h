@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "models/train.h"
+#include "train/train.h"
 
 namespace kiln::tools {
 
