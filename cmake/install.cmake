@@ -4,7 +4,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(kiln_libraries kiln_core kiln_graph kiln_jit kiln_fusion kiln_backends kiln_distributed kiln_data kiln_models kiln_train)
+set(kiln_libraries kiln_core kiln_graph kiln_gpu kiln_fusion kiln_backends kiln_distributed kiln_data kiln_models kiln_train)
 if(TARGET kiln_cuda_kernels)
   list(APPEND kiln_libraries kiln_cuda_kernels)
 endif()
@@ -22,7 +22,7 @@ install(TARGETS kiln ${kiln_libraries} EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS trainer dump bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(folder core graph fusion backends distributed data models train)
+foreach(folder core graph gpu fusion backends distributed data models train)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln FILES_MATCHING PATTERN "*.h")
 endforeach()
 

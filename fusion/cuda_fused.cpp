@@ -5,44 +5,22 @@
 
 #include <algorithm>
 
-#include "fusion/jit/cuda_check.h"
-#include "fusion/jit/kernel_cache.h"
+#include "gpu/block_size.h"
+#include "gpu/cuda_check.h"
+#include "gpu/kernel_cache.h"
 
 namespace kiln {
 namespace {
 
-struct DeviceLimits {
-  int sms = 0;
-  int max_threads_per_sm = 0;
-};
-
-DeviceLimits device_limits() {
-  int device = 0;
-  DeviceLimits l;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&l.max_threads_per_sm,
-                                         cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  return l;
-}
-
-// The block size with the most resident threads per SM (smaller wins a tie: more blocks
-// to spread the grid over); reductions need a multiple of 32 up to 1024, as all do.
-LaunchShape choose_launch(const jit::LoadedKernel& kernel, const std::string& name,
-                          std::int64_t work_items, int vector_width) {
-  const DeviceLimits limits = device_limits();
-  const int max_block = std::min(kernel.attributes().max_threads_per_block, 1024);
+// The occupancy-best block (gpu/block_size.h) and a grid for `work_items`.
+LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_items,
+                          int vector_width) {
+  const gpu::DeviceLimits limits = gpu::current_device_limits();
+  const gpu::BlockChoice choice = gpu::choose_block_size(kernel);
   LaunchShape best;
-  int best_threads = -1;
-  for (int block = 64; block <= max_block; block *= 2) {
-    const int blocks = kernel.max_active_blocks_per_sm(block, 0);
-    if (blocks * block > best_threads) {
-      best_threads = blocks * block;
-      best.block = {static_cast<unsigned>(block), 1, 1};
-      best.blocks_per_sm = blocks;
-    }
-  }
-  KILN_CHECK(best_threads > 0, "kernel {} cannot run at any block size", name);
+  best.block = {static_cast<unsigned>(choice.block), 1, 1};
+  best.blocks_per_sm = choice.blocks_per_sm;
+  const int best_threads = choice.block * choice.blocks_per_sm;
   best.occupancy =
       static_cast<double>(best_threads) / static_cast<double>(limits.max_threads_per_sm);
   const std::int64_t resident = static_cast<std::int64_t>(limits.sms) * best.blocks_per_sm;
@@ -61,13 +39,12 @@ LaunchShape choose_launch(const jit::LoadedKernel& kernel, const std::string& na
 
 // A reduction runs one block per job (work_items jobs); elementwise kernels cover their
 // elements with a grid-stride loop (vector_width elements per thread per iteration).
-CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const jit::CompiledKernel& compiled)
+CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKernel& compiled)
     : source_(std::move(source)), kernel_(compiled) {
-  shape_ = choose_launch(kernel_, source_.name, source_.work_items,
-                         source_.reduction ? 0 : source_.vector_width);
+  shape_ = choose_launch(kernel_, source_.work_items, source_.reduction ? 0 : source_.vector_width);
   if (source_.splits <= 1) return;
-  finish_ = std::make_unique<jit::LoadedKernel>(compiled.cubin, source_.finish_name);
-  finish_shape_ = choose_launch(*finish_, source_.finish_name, source_.reduced_outputs, 1);
+  finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name);
+  finish_shape_ = choose_launch(*finish_, source_.reduced_outputs, 1);
   const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
   // One partial result per output and split (work_items counts jobs: a column job covers 32
   // outputs).
@@ -80,7 +57,7 @@ CudaFusedKernel::~CudaFusedKernel() {
 }
 
 void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
-                             const std::vector<void*>& outputs, jit::Stream stream) const {
+                             const std::vector<void*>& outputs, gpu::Stream stream) const {
   std::vector<const void*> pointers(inputs.begin(), inputs.end());
   pointers.insert(pointers.end(), outputs.begin(), outputs.end());
   void* reduced = nullptr;
@@ -100,13 +77,13 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
 std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(
     const std::vector<const FusedGroup*>& groups) {
   std::vector<CudaKernelSource> sources;
-  std::vector<jit::KernelSource> requests;
+  std::vector<gpu::KernelSource> requests;
   for (const FusedGroup* g : groups) {
     sources.push_back(generate_cuda(*g));
     requests.push_back({sources.back().name, sources.back().source, {}});
   }
-  const std::vector<jit::CompiledKernel> compiled =
-      jit::global_kernel_cache().get_or_compile(requests, jit::current_target());
+  const std::vector<gpu::CompiledKernel> compiled =
+      gpu::global_kernel_cache().get_or_compile(requests, gpu::current_target());
   std::vector<std::unique_ptr<CudaFusedKernel>> kernels;
   for (std::size_t i = 0; i < groups.size(); ++i)
     kernels.push_back(std::make_unique<CudaFusedKernel>(sources[i], compiled[i]));

@@ -7,36 +7,36 @@
 #include <vector>
 
 #include "fusion/codegen.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln {
 
 struct LaunchShape {
-  jit::Dim3 grid, block;
+  gpu::Dim3 grid, block;
   int blocks_per_sm = 0;  // at this block size, from the occupancy API
   double occupancy = 0;   // active warps / the SM's maximum
 };
 
 class CudaFusedKernel {
  public:
-  CudaFusedKernel(CudaKernelSource source, const jit::CompiledKernel& compiled);
+  CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKernel& compiled);
   ~CudaFusedKernel();
   CudaFusedKernel(const CudaFusedKernel&) = delete;
   CudaFusedKernel& operator=(const CudaFusedKernel&) = delete;
 
   // Pointers: the group's inputs, then its outputs, then the reduction output (device memory).
   void launch(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-              jit::Stream stream) const;
+              gpu::Stream stream) const;
   const CudaKernelSource& source() const { return source_; }
   const LaunchShape& launch_shape() const { return shape_; }
-  jit::KernelAttributes attributes() const { return kernel_.attributes(); }
+  gpu::KernelAttributes attributes() const { return kernel_.attributes(); }
 
  private:
   CudaKernelSource source_;
-  jit::LoadedKernel kernel_;
+  gpu::LoadedKernel kernel_;
   LaunchShape shape_;
   // Split reductions: the finishing kernel and the partial results (allocated once, here).
-  std::unique_ptr<jit::LoadedKernel> finish_;
+  std::unique_ptr<gpu::LoadedKernel> finish_;
   LaunchShape finish_shape_;
   void* partial_ = nullptr;
 };

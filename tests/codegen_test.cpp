@@ -6,8 +6,8 @@
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
-#include "fusion/jit/kernel_cache.h"
-#include "fusion/jit/nvrtc_compiler.h"
+#include "gpu/kernel_cache.h"
+#include "gpu/nvrtc_compiler.h"
 #include "graph/autograd.h"
 #include "graph/passes/dead_code.h"
 #include "models/lenet.h"
@@ -19,7 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "fusion/cuda_fused.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #endif
 
 namespace kiln {
@@ -171,7 +171,7 @@ TEST_CASE(
   const CudaKernelSource d = generate_cuda(*single_group(f64));
   CHECK(contains(d.source, "lane;"));
   for (const CudaKernelSource& source : {k, d})
-    CHECK(jit::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
+    CHECK(gpu::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
 #endif
 }
 
@@ -187,7 +187,7 @@ TEST_CASE("golden: the same group gives the same kernel name; another group anot
 #ifdef KILN_HAVE_CUDA
 TEST_CASE(
     "every generated kernel of the LeNet step and of random DAGs compiles with NVRTC for sm_90") {
-  std::vector<jit::KernelSource> sources;
+  std::vector<gpu::KernelSource> sources;
   auto add = [&](const Graph& fused) {
     for (const auto& group : groups_of(fused)) {
       const CudaKernelSource k = generate_cuda(*group);
@@ -206,7 +206,7 @@ TEST_CASE(
       g.output("o" + std::to_string(i), r.outputs[i]);
     add(fuse(eliminate_dead_code(g)));
   }
-  jit::KernelCache cache(std::filesystem::temp_directory_path() / "kiln-codegen-test-cache");
+  gpu::KernelCache cache(std::filesystem::temp_directory_path() / "kiln-codegen-test-cache");
   const auto compiled = cache.get_or_compile(sources, {.sm = 90});
   REQUIRE(compiled.size() == sources.size());
   for (const auto& k : compiled) CHECK(k.cubin.size() > 4);
@@ -284,8 +284,8 @@ void check_graph_on_gpu(const Graph& fused, std::uint64_t seed, int& kernels) {
 
 TEST_CASE(
     "GPU: every fused kernel of the LeNet step and of random DAGs matches the CPU evaluator") {
-  if (jit::cuda_device_count() == 0) {
-    MESSAGE("skipped: " << jit::cuda_unavailable_reason());
+  if (gpu::cuda_device_count() == 0) {
+    MESSAGE("skipped: " << gpu::cuda_unavailable_reason());
     return;
   }
   int kernels = 0;

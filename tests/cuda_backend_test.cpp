@@ -7,7 +7,7 @@
 
 #include "backends/compile.h"
 #include "backends/device_warm_up.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #include "graph/autograd.h"
 #include "graph/op_table.h"
 #include "train/step_graph.h"
@@ -68,7 +68,7 @@ void check_op(const std::string& label, const std::vector<Shape>& shapes,
 }  // namespace
 
 TEST_CASE("without a GPU, --device cuda is a clear error") {
-  if (jit::cuda_device_count() > 0) return;
+  if (gpu::cuda_device_count() > 0) return;
   Graph g;
   g.output("y", g.input("x", {4}) * 2.0);
   CHECK_THROWS_WITH_AS(compile(g, {.device = Device::cuda()}), doctest::Contains("device cuda"),

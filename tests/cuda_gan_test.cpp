@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/host_copy.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #include "train/checkpoint.h"
 #include "train/gan_steps.h"
 #include "models/lenet.h"

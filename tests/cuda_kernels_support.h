@@ -17,16 +17,16 @@
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/philox.h"
-#include "fusion/jit/cuda_check.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_runtime.h"
 #include "graph/op.h"
 #include "graph/op_table.h"
 
 namespace kiln::cuda_test {
 
 #define SKIP_WITHOUT_GPU()                                  \
-  if (jit::cuda_device_count() == 0) {                      \
-    MESSAGE("skipped: " << jit::cuda_unavailable_reason()); \
+  if (gpu::cuda_device_count() == 0) {                      \
+    MESSAGE("skipped: " << gpu::cuda_unavailable_reason()); \
     return;                                                 \
   }
 
@@ -128,7 +128,7 @@ inline std::vector<std::pair<cuda::IgemmTile, DType>> tiles_to_test() {
 
 inline void preload_tiles(
     const std::vector<std::pair<cuda::IgemmTile, DType>>& tiles) {  // compiled in parallel
-  std::vector<jit::KernelSource> sources;
+  std::vector<gpu::KernelSource> sources;
   std::set<std::string> names;
   for (const auto& [tile, dtype] : tiles)
     for (auto mode :

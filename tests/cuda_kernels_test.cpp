@@ -26,9 +26,9 @@
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
 #include "core/philox.h"
-#include "fusion/jit/cuda_check.h"
-#include "fusion/jit/cuda_runtime.h"
-#include "fusion/jit/kernel_cache.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/kernel_cache.h"
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/pool_cpu.h"
 #include "graph/op_table.h"
@@ -38,13 +38,13 @@ namespace kiln {
 using namespace cuda_test;  // NOLINT: the shared test helpers
 
 TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU needed)") {
-  const std::vector<jit::KernelSource> sources = cuda::all_kernel_sources();
+  const std::vector<gpu::KernelSource> sources = cuda::all_kernel_sources();
   std::set<std::string> names;
   for (const auto& s : sources)
     CHECK_MESSAGE(names.insert(s.name).second, "duplicate kernel " << s.name);
   const auto dir = std::filesystem::temp_directory_path() / "kiln-cuda-kernels-test-cache";
   std::filesystem::remove_all(dir);
-  jit::KernelCache cache(dir);
+  gpu::KernelCache cache(dir);
   const auto compiled = cache.get_or_compile(sources, {.sm = 90});
   REQUIRE(compiled.size() == sources.size());
   for (std::size_t i = 0; i < compiled.size(); ++i) {

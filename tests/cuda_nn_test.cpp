@@ -7,7 +7,7 @@
 
 #include "backends/compile.h"
 #include "backends/host_copy.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #include "graph/autograd.h"
 #include "graph/nn/batch_norm.h"
 #include "graph/nn/dropout.h"

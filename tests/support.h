@@ -12,14 +12,14 @@
 
 #include "backends/compile.h"
 #include "core/philox.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln::test {
 
 // Whether a GPU is there; without one the calling GPU case says why it is skipped.
 inline bool have_gpu() {
-  if (jit::cuda_device_count() > 0) return true;
-  MESSAGE("skipped: " << jit::cuda_unavailable_reason());
+  if (gpu::cuda_device_count() > 0) return true;
+  MESSAGE("skipped: " << gpu::cuda_unavailable_reason());
   return false;
 }
 

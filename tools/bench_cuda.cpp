@@ -12,7 +12,7 @@
 #include "core/philox.h"
 #include "fusion/cuda_fused.h"
 #include "fusion/fuse.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 #include "graph/ops.h"
 #include "graph/passes/dead_code.h"
 

@@ -8,7 +8,7 @@
 #include "fusion/fused_group.h"
 #ifdef KILN_HAVE_CUDA
 #include "fusion/cuda_fused.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #endif
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
@@ -64,12 +64,12 @@ FusionView fuse_for_view(const Graph& recorded) {
 
 void add_occupancy(FusionView& v) {
 #ifdef KILN_HAVE_CUDA
-  KILN_CHECK(jit::cuda_device_count() > 0, "--device cuda: {}", jit::cuda_unavailable_reason());
+  KILN_CHECK(gpu::cuda_device_count() > 0, "--device cuda: {}", gpu::cuda_unavailable_reason());
   std::vector<const FusedGroup*> groups;
   for (const FusionReport::Group& entry : v.report.groups)
     groups.push_back(&group_of(v.after, entry));
   for (const auto& kernel : compile_fused_kernels(groups)) {
-    const jit::KernelAttributes a = kernel->attributes();
+    const gpu::KernelAttributes a = kernel->attributes();
     v.occupancy.push_back({a.registers_per_thread, a.static_shared_bytes, a.local_bytes_per_thread,
                            static_cast<int>(kernel->launch_shape().block.x),
                            kernel->launch_shape().occupancy});

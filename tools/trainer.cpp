@@ -11,9 +11,9 @@
 
 #include "backends/device_warm_up.h"
 #include "core/log.h"
-#include "fusion/jit/cuda_runtime.h"
-#include "train/config_file.h"
 #include "data/dataset.h"
+#include "gpu/cuda_runtime.h"
+#include "train/config_file.h"
 #include "models/registry.h"
 #include "train/train.h"
 #include "train/train_gan.h"
@@ -28,12 +28,12 @@ namespace {
 kiln::Device parse_device(const std::string& name) {
   if (name == "cpu") return kiln::Device::cpu();
   if (name == "cuda") {
-    KILN_CHECK(kiln::jit::cuda_device_count() > 0, "--device cuda: {}",
-               kiln::jit::cuda_unavailable_reason());
+    KILN_CHECK(kiln::gpu::cuda_device_count() > 0, "--device cuda: {}",
+               kiln::gpu::cuda_unavailable_reason());
     return kiln::Device::cuda();
   }
   if (name == "auto")
-    return kiln::jit::cuda_device_count() > 0 ? kiln::Device::cuda() : kiln::Device::cpu();
+    return kiln::gpu::cuda_device_count() > 0 ? kiln::Device::cuda() : kiln::Device::cpu();
   throw kiln::Error(fmt::format("unknown device '{}'", name));
 }
 

@@ -192,7 +192,7 @@ ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d
 
 // One implicit-GEMM pass: a = W (forward, grad_input) or dy; img = x or dy; out = y, dx or dW.
 void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
-               void* out, const ConvWorkspace& ws, jit::Stream stream) {
+               void* out, const ConvWorkspace& ws, gpu::Stream stream) {
   const GemmDims d = dims_of(g, pass);
   if (d.m == 0 || d.n == 0) return;
   const IgemmTile tile = tile_for(d, dtype, pass);
@@ -212,7 +212,7 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
                                         [&] { return conv_igemm_source(mode, tile, dtype); });
   void* target = splits.count > 1 ? ws.data : out;
   void* args[] = {&a, &img, &target, &shape};
-  const jit::Dim3 grid{static_cast<unsigned>((d.n + tile.bn - 1) / tile.bn),
+  const gpu::Dim3 grid{static_cast<unsigned>((d.n + tile.bn - 1) / tile.bn),
                        static_cast<unsigned>((d.m + tile.bm - 1) / tile.bm),
                        static_cast<unsigned>(splits.count)};
   k.kernel.launch(grid, {static_cast<unsigned>(igemm_threads(tile)), 1, 1}, 0, stream, args);
@@ -277,7 +277,7 @@ ConvShape shape_of(const ConvGeometry& g, std::int64_t images, bool batch_folded
           batch_folded ? cols : patch_rows(g) * cols};
 }
 
-void im2col(DType dtype, ConvShape shape, const void* x, void* col, jit::Stream stream) {
+void im2col(DType dtype, ConvShape shape, const void* x, void* col, gpu::Stream stream) {
   const DeviceKernel& k = device_kernel(fmt::format("kiln_im2col_{}", dtype_name(dtype)),
                                         [&] { return im2col_source(dtype); });
   void* args[] = {&x, &col, &shape};
@@ -287,7 +287,7 @@ void im2col(DType dtype, ConvShape shape, const void* x, void* col, jit::Stream 
       stream, args);
 }
 
-void col2im(DType dtype, ConvShape shape, const void* col, void* x, jit::Stream stream) {
+void col2im(DType dtype, ConvShape shape, const void* col, void* x, gpu::Stream stream) {
   const DeviceKernel& k = device_kernel(fmt::format("kiln_col2im_{}", dtype_name(dtype)),
                                         [&] { return col2im_source(dtype); });
   void* args[] = {&col, &x, &shape};
@@ -304,7 +304,7 @@ char* at(void* base, std::int64_t elements, DType dtype) {
 // Per image b of a chunk: out_b[M, OH*OW] = op(A)[M, K] in_b[K, OH*OW], A shared by all.
 void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, std::int64_t cols,
                     const void* a, const void* in, void* out, std::int64_t images,
-                    jit::Stream stream) {
+                    gpu::Stream stream) {
   RowMajorGemm gemm_args;
   gemm_args.trans_a = trans_a;
   gemm_args.m = m;
@@ -331,7 +331,7 @@ std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pa
   return workspace_for(g, dtype, pass, std::max<std::int64_t>(images, 1));
 }
 
-std::vector<jit::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
+std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
                                                    ConvPass pass) {
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
@@ -339,13 +339,13 @@ std::vector<jit::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
   }
   const GemmDims d = dims_of(g, pass);
   const IgemmTile tile = tile_for(d, dtype, pass);
-  std::vector<jit::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
+  std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
   if (splits_for(d, tile, pass).count > 1) sources.push_back(conv_splitk_sum_source(dtype));
   return sources;
 }
 
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
-                    ConvWorkspace ws, jit::Stream stream) {
+                    ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d");
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
@@ -370,7 +370,7 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
 }
 
 void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const void* w, void* dx,
-                       ConvWorkspace ws, jit::Stream stream) {
+                       ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d_grad_input");
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
@@ -395,7 +395,7 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
 }
 
 void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const void* dy, void* dw,
-                        ConvWorkspace ws, jit::Stream stream) {
+                        ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d_grad_weight");
   if (g.batch == 0) {
     fill(dtype, 0.0, g.out_channels * patch_rows(g), dw, stream);

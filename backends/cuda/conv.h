@@ -6,7 +6,7 @@
 // results are bitwise repeatable.
 #pragma once
 
-#include "fusion/jit/kernel_source.h"
+#include "gpu/kernel_source.h"
 
 #include <vector>
 
@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #include "graph/kernels/conv_cpu.h"
 
 namespace kiln::cuda {
@@ -38,17 +38,17 @@ struct ConvWorkspace {
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> y: [B, Cout, OH, OW].
 // The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and
 // its split-K sum, or im2col/col2im), so that a program can compile them up front.
-std::vector<jit::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
+std::vector<gpu::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
                                                    ConvPass pass);
 
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
-                    void* y, ConvWorkspace workspace, jit::Stream stream);
+                    void* y, ConvWorkspace workspace, gpu::Stream stream);
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W].
 void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w,
-                       void* dx, ConvWorkspace workspace, jit::Stream stream);
+                       void* dx, ConvWorkspace workspace, gpu::Stream stream);
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
 void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy,
-                        void* dw, ConvWorkspace workspace, jit::Stream stream);
+                        void* dw, ConvWorkspace workspace, gpu::Stream stream);
 
 namespace detail {
 // Test and benchmark hooks, not for production code (not thread-safe; take effect at the

@@ -11,7 +11,7 @@
 namespace kiln::cuda {
 
 // col[(c, kh, kw), (oh, ow)] of image b = x[b, c, oh*s - p + kh, ow*s - p + kw], 0 outside.
-jit::KernelSource im2col_source(DType dtype) {
+gpu::KernelSource im2col_source(DType dtype) {
   const std::string name = fmt::format("kiln_im2col_{}", dtype_name(dtype));
   std::string code = fmt::format("typedef {} T;\n{}", cuda_type_name(dtype), kConvShapeStruct);
   code += fmt::format(R"(
@@ -40,7 +40,7 @@ extern "C" __global__ void {0}(const T* __restrict__ x, T* __restrict__ col, Con
 
 // The adjoint of im2col: x[b, c, ih, iw] = sum over (kh, kw) of the col element that read
 // it, in the CPU col2im's order of (kh, kw), so each element's sum is deterministic.
-jit::KernelSource col2im_source(DType dtype) {
+gpu::KernelSource col2im_source(DType dtype) {
   const std::string name = fmt::format("kiln_col2im_{}", dtype_name(dtype));
   std::string code = fmt::format("typedef {} T;\n{}", cuda_type_name(dtype), kConvShapeStruct);
   code += fmt::format(R"(
@@ -348,7 +348,7 @@ bool igemm_tile_valid(IgemmTile tile, DType dtype) {
   return igemm_table(tile, dtype) > 0;
 }
 
-jit::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
+gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
   KILN_CHECK(
       igemm_tile_valid(tile, dtype),
       "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}, {}x{} per thread) in {}",
@@ -370,7 +370,7 @@ extern "C" __global__ void __launch_bounds__({1}) {0}(const T* __restrict__ a, c
 // out[i] = sum over z of part[z * mn + i], z ascending within each of blockDim.y lanes
 // (lane y takes z = y, y + blockDim.y, ...), then the lanes in order: a fixed order for a
 // given (splits, blockDim.y). Blocks of (32, lanes) threads, 32 outputs each.
-jit::KernelSource conv_splitk_sum_source(DType dtype) {
+gpu::KernelSource conv_splitk_sum_source(DType dtype) {
   const std::string name = fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype));
   std::string code = fmt::format("typedef {} T;\n", cuda_type_name(dtype));
   code += fmt::format(R"(

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -40,7 +40,7 @@ class ThreadHandles {
 
 }  // namespace
 
-cublasHandle_t handle_for(jit::Stream stream) {
+cublasHandle_t handle_for(gpu::Stream stream) {
   thread_local ThreadHandles handles;
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));

@@ -6,14 +6,14 @@
 
 #include <string>
 
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln::cuda {
 
 // The calling thread's handle for the current device, created on first use, with its
 // stream set to `stream`. A handle is not shared between threads, so concurrent callers
 // never race on its stream; it is destroyed when its thread exits.
-cublasHandle_t handle_for(jit::Stream stream);
+cublasHandle_t handle_for(gpu::Stream stream);
 
 // TF32 for f32 GEMMs (10-bit mantissa inputs, about 8x faster on Hopper). Off by default:
 // f32 results then match the CPU to about 1e-6 relative. Read at each GEMM call.

@@ -15,7 +15,7 @@
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
 #include "backends/cuda/random.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 #include "graph/collective.h"
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/pool_cpu.h"
@@ -54,7 +54,7 @@ Launch prepare_matmul(const LaunchSetup& s) {
                   .a = s.inputs[0],
                   .b = s.inputs[1],
                   .c = s.outputs[0]};
-  return [args](jit::Stream stream) { matmul(args, stream); };
+  return [args](gpu::Stream stream) { matmul(args, stream); };
 }
 
 // A shape seen as [outer, dim, inner] around `axis`, inner in bytes (slice, concat, pad).
@@ -78,7 +78,7 @@ Launch prepare_slice(const LaunchSetup& s) {
   const char* x =
       static_cast<const char*>(s.inputs[0]) + s.node.attrs.integer("start") * in.inner_bytes;
   void* y = s.outputs[0];
-  return [=](jit::Stream st) {
+  return [=](gpu::Stream st) {
     copy_blocks(x, in.dim * in.inner_bytes, y, bytes, in.outer, bytes, st);
   };
 }
@@ -95,7 +95,7 @@ Launch prepare_concat(const LaunchSetup& s) {
   const std::vector<const void*> pieces = s.inputs;
   void* y = s.outputs[0];
   const std::int64_t rows = out.outer;
-  return [=](jit::Stream st) { concat(element, pieces, widths, rows, y, st); };
+  return [=](gpu::Stream st) { concat(element, pieces, widths, rows, y, st); };
 }
 
 Launch prepare_pad(const LaunchSetup& s) {
@@ -107,7 +107,7 @@ Launch prepare_pad(const LaunchSetup& s) {
   const void* x = s.inputs[0];
   void* y = s.outputs[0];
   char* at = static_cast<char*>(y) + s.node.attrs.integer("before") * out.inner_bytes;
-  return [=](jit::Stream st) {
+  return [=](gpu::Stream st) {
     zero_bytes(y, total, st);
     copy_blocks(x, bytes, at, out.dim * out.inner_bytes, out.outer, bytes, st);
   };
@@ -122,14 +122,14 @@ Launch prepare_all_reduce(const LaunchSetup& s) {
     buffers.push_back(
         {s.inputs[i], s.outputs[i], s.input_types[i].shape.numel(), s.input_types[i].dtype});
   if (id == 0)
-    return [buffers](jit::Stream st) {
+    return [buffers](gpu::Stream st) {
       for (const Collective::DeviceBuffer& b : buffers)
         if (b.in != b.out && b.count > 0)
           KILN_CUDA_CHECK(cudaMemcpyAsync(b.out, b.in,
                                           static_cast<std::size_t>(b.count) * dtype_size(b.dtype),
                                           cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(st)));
     };
-  return [&group, buffers](jit::Stream st) { group.all_reduce_mean_device(buffers, st); };
+  return [&group, buffers](gpu::Stream st) { group.all_reduce_mean_device(buffers, st); };
 }
 
 // The direction an lstm_sequence(_grad) node runs: u [H, 4H] and h0 or c0 [B, H] are
@@ -161,7 +161,7 @@ Launch prepare_lstm_sequence(const LaunchSetup& s) {
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
     args.barrier = static_cast<unsigned*>(barrier->data());
   }
-  return [shape, args, barrier](jit::Stream st) { lstm_sequence_forward(shape, args, st); };
+  return [shape, args, barrier](gpu::Stream st) { lstm_sequence_forward(shape, args, st); };
 }
 
 Launch prepare_lstm_sequence_grad(const LaunchSetup& s) {
@@ -175,7 +175,7 @@ Launch prepare_lstm_sequence_grad(const LaunchSetup& s) {
                               .d_projected = s.outputs[0],
                               .dh0 = s.outputs[1],
                               .dc0 = s.outputs[2]};
-  return [shape, args](jit::Stream st) { lstm_sequence_backward(shape, args, st); };
+  return [shape, args](gpu::Stream st) { lstm_sequence_backward(shape, args, st); };
 }
 
 const std::map<std::string, Preparer>& preparers() {
@@ -188,7 +188,7 @@ const std::map<std::string, Preparer>& preparers() {
          const ConvWorkspace ws{s.workspace, s.workspace_bytes};
          const void *x = s.inputs[0], *w = s.inputs[1];
          void* y = s.outputs[0];
-         return [=](jit::Stream st) { conv2d_forward(d, g, x, w, y, ws, st); };
+         return [=](gpu::Stream st) { conv2d_forward(d, g, x, w, y, ws, st); };
        }},
       {"conv2d_grad_input",
        [](const LaunchSetup& s) -> Launch {
@@ -197,7 +197,7 @@ const std::map<std::string, Preparer>& preparers() {
          const ConvWorkspace ws{s.workspace, s.workspace_bytes};
          const void *dy = s.inputs[0], *w = s.inputs[1];
          void* dx = s.outputs[0];
-         return [=](jit::Stream st) { conv2d_grad_input(d, g, dy, w, dx, ws, st); };
+         return [=](gpu::Stream st) { conv2d_grad_input(d, g, dy, w, dx, ws, st); };
        }},
       {"conv2d_grad_weight",
        [](const LaunchSetup& s) -> Launch {
@@ -206,7 +206,7 @@ const std::map<std::string, Preparer>& preparers() {
          const ConvWorkspace ws{s.workspace, s.workspace_bytes};
          const void *x = s.inputs[0], *dy = s.inputs[1];
          void* dw = s.outputs[0];
-         return [=](jit::Stream st) { conv2d_grad_weight(d, g, x, dy, dw, ws, st); };
+         return [=](gpu::Stream st) { conv2d_grad_weight(d, g, x, dy, dw, ws, st); };
        }},
       {"max_pool2d",
        [](const LaunchSetup& s) -> Launch {
@@ -214,7 +214,7 @@ const std::map<std::string, Preparer>& preparers() {
          const DType d = s.input_types[0].dtype;
          const void* x = s.inputs[0];
          void* y = s.outputs[0];
-         return [=](jit::Stream st) { max_pool2d_forward(d, g, x, y, st); };
+         return [=](gpu::Stream st) { max_pool2d_forward(d, g, x, y, st); };
        }},
       {"max_pool2d_grad",
        [](const LaunchSetup& s) -> Launch {
@@ -222,7 +222,7 @@ const std::map<std::string, Preparer>& preparers() {
          const DType d = s.input_types[0].dtype;
          const void *x = s.inputs[0], *dy = s.inputs[1];
          void* dx = s.outputs[0];
-         return [=](jit::Stream st) { max_pool2d_grad(d, g, x, dy, dx, st); };
+         return [=](gpu::Stream st) { max_pool2d_grad(d, g, x, dy, dx, st); };
        }},
       {"max_pool2d_select",
        [](const LaunchSetup& s) -> Launch {
@@ -230,7 +230,7 @@ const std::map<std::string, Preparer>& preparers() {
          const DType d = s.input_types[0].dtype;
          const void *x = s.inputs[0], *gi = s.inputs[1];
          void* out = s.outputs[0];
-         return [=](jit::Stream st) { max_pool2d_select(d, g, x, gi, out, st); };
+         return [=](gpu::Stream st) { max_pool2d_select(d, g, x, gi, out, st); };
        }},
       {"avg_pool2d",
        [](const LaunchSetup& s) -> Launch {
@@ -238,7 +238,7 @@ const std::map<std::string, Preparer>& preparers() {
          const DType d = s.input_types[0].dtype;
          const void* x = s.inputs[0];
          void* y = s.outputs[0];
-         return [=](jit::Stream st) { avg_pool2d_forward(d, g, x, y, st); };
+         return [=](gpu::Stream st) { avg_pool2d_forward(d, g, x, y, st); };
        }},
       {"avg_pool2d_grad",
        [](const LaunchSetup& s) -> Launch {
@@ -246,7 +246,7 @@ const std::map<std::string, Preparer>& preparers() {
          const DType d = s.input_types[0].dtype;
          const void* dy = s.inputs[0];
          void* dx = s.outputs[0];
-         return [=](jit::Stream st) { avg_pool2d_grad(d, g, dy, dx, st); };
+         return [=](gpu::Stream st) { avg_pool2d_grad(d, g, dy, dx, st); };
        }},
       {"transpose",
        [](const LaunchSetup& s) -> Launch {
@@ -255,7 +255,7 @@ const std::map<std::string, Preparer>& preparers() {
          const std::vector<std::int64_t> perm = s.node.attrs.integers("perm");
          const void* x = s.inputs[0];
          void* y = s.outputs[0];
-         return [=](jit::Stream st) { transpose(d, shape, perm, x, y, st); };
+         return [=](gpu::Stream st) { transpose(d, shape, perm, x, y, st); };
        }},
       {"slice", prepare_slice},
       {"concat", prepare_concat},
@@ -267,7 +267,7 @@ const std::map<std::string, Preparer>& preparers() {
                             classes = s.node.attrs.integer("classes");
          const void* labels = s.inputs[0];
          void *out = s.outputs[0], *status = s.status;
-         return [=](jit::Stream st) {
+         return [=](gpu::Stream st) {
            one_hot(label, out_dtype, rows, classes, labels, out, status, st);
          };
        }},
@@ -278,7 +278,7 @@ const std::map<std::string, Preparer>& preparers() {
          const std::int64_t n = s.node.outputs[0].shape.numel();
          const void* step = s.inputs[0];
          void *out = s.outputs[0], *next = s.outputs[1];
-         return [=](jit::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
+         return [=](gpu::Stream st) { random_uniform(d, seed, n, step, out, next, st); };
        }},
       {"all_reduce_mean", prepare_all_reduce},
       {"lstm_sequence", prepare_lstm_sequence},
@@ -299,7 +299,7 @@ Launch prepare_launch(const LaunchSetup& setup) {
 namespace {
 
 using SourceList =
-    std::function<std::vector<jit::KernelSource>(const Node&, const std::vector<TensorType>&)>;
+    std::function<std::vector<gpu::KernelSource>(const Node&, const std::vector<TensorType>&)>;
 
 // The convolution a conv2d, conv2d_grad_input or conv2d_grad_weight node computes a pass of.
 kernels::ConvGeometry conv_geometry_of(const Node& node, const std::vector<TensorType>& in) {
@@ -315,8 +315,8 @@ ConvPass conv_pass_of(const std::string& op) {
                                      : ConvPass::grad_weight;
 }
 
-std::vector<jit::KernelSource> pool_sources(DType dtype) {
-  std::vector<jit::KernelSource> all;
+std::vector<gpu::KernelSource> pool_sources(DType dtype) {
+  std::vector<gpu::KernelSource> all;
   for (PoolKernel p : {PoolKernel::forward, PoolKernel::grad, PoolKernel::select})
     all.push_back(max_pool_source(p, dtype));
   for (PoolFast p :
@@ -326,7 +326,7 @@ std::vector<jit::KernelSource> pool_sources(DType dtype) {
   return all;
 }
 
-std::vector<jit::KernelSource> conv_sources(const Node& n, const std::vector<TensorType>& in) {
+std::vector<gpu::KernelSource> conv_sources(const Node& n, const std::vector<TensorType>& in) {
   return conv_kernel_sources(conv_geometry_of(n, in), in[0].dtype, conv_pass_of(n.op->name));
 }
 
@@ -343,28 +343,28 @@ const std::map<std::string, SourceList>& source_lists() {
        [](const Node&, const std::vector<TensorType>& in) { return pool_sources(in[0].dtype); }},
       {"avg_pool2d",
        [](const Node&, const std::vector<TensorType>& in) {
-         return std::vector<jit::KernelSource>{avg_pool_source(false, in[0].dtype)};
+         return std::vector<gpu::KernelSource>{avg_pool_source(false, in[0].dtype)};
        }},
       {"avg_pool2d_grad",
        [](const Node&, const std::vector<TensorType>& in) {
-         return std::vector<jit::KernelSource>{avg_pool_source(true, in[0].dtype)};
+         return std::vector<gpu::KernelSource>{avg_pool_source(true, in[0].dtype)};
        }},
       {"transpose",
        [](const Node&, const std::vector<TensorType>& in) {
-         return std::vector<jit::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
+         return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
        }},
       {"concat",
        [](const Node& n, const std::vector<TensorType>&) {
-         return std::vector<jit::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
+         return std::vector<gpu::KernelSource>{concat_source(dtype_size(n.outputs[0].dtype))};
        }},
       {"one_hot",
        [](const Node& n, const std::vector<TensorType>& in) {
-         return std::vector<jit::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype),
+         return std::vector<gpu::KernelSource>{one_hot_source(in[0].dtype, n.outputs[0].dtype),
                                                one_hot_finish_source(in[0].dtype)};
        }},
       {"random_uniform",
        [](const Node& n, const std::vector<TensorType>&) {
-         return std::vector<jit::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
+         return std::vector<gpu::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
        }},
       {"lstm_sequence",
        [](const Node&, const std::vector<TensorType>& in) {
@@ -380,10 +380,10 @@ const std::map<std::string, SourceList>& source_lists() {
 
 }  // namespace
 
-std::vector<jit::KernelSource> kernel_sources_for(const Node& node,
+std::vector<gpu::KernelSource> kernel_sources_for(const Node& node,
                                                   const std::vector<TensorType>& input_types) {
   auto it = source_lists().find(node.op->name);
-  return it == source_lists().end() ? std::vector<jit::KernelSource>{}
+  return it == source_lists().end() ? std::vector<gpu::KernelSource>{}
                                     : it->second(node, input_types);
 }
 

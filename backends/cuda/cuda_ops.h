@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/cuda_runtime.h"
-#include "fusion/jit/kernel_source.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/kernel_source.h"
 #include "graph/op.h"
 
 namespace kiln::cuda {
@@ -23,7 +23,7 @@ struct LaunchSetup {
   void* status = nullptr;  // one_hot's error status (device)
 };
 
-using Launch = std::function<void(jit::Stream)>;
+using Launch = std::function<void(gpu::Stream)>;
 
 // The launch of `setup.node`; kiln::Error if the op has no CUDA kernel.
 Launch prepare_launch(const LaunchSetup& setup);
@@ -31,7 +31,7 @@ bool has_cuda_launcher(const std::string& op_name);
 // The hand-written kernels the launch of `node` may use, so that a program compiles them
 // all in parallel up front instead of one by one at their first launch (none for ops
 // whose kernels come from cuBLAS or whose list is not known).
-std::vector<jit::KernelSource> kernel_sources_for(const Node& node,
+std::vector<gpu::KernelSource> kernel_sources_for(const Node& node,
                                                   const std::vector<TensorType>& input_types);
 // Workspace bytes a node needs (convolutions), 0 for the others.
 std::size_t workspace_bytes_for(const Node& node, const std::vector<TensorType>& input_types);

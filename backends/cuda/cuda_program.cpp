@@ -25,7 +25,7 @@
 #include "backends/trace_writer.h"
 #include "core/log.h"
 #include "fusion/cuda_fused.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln {
 namespace {
@@ -194,7 +194,7 @@ void CudaProgram::bind_buffers() {
 
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
-  std::vector<jit::KernelSource> sources;  // hand-written kernels the launches will use
+  std::vector<gpu::KernelSource> sources;  // hand-written kernels the launches will use
   std::set<std::string> source_names;
   std::size_t workspace = 0;
   for (const Node& n : graph_.nodes()) {
@@ -202,7 +202,7 @@ void CudaProgram::prepare_launches() {
     std::vector<TensorType> types;
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
     workspace = std::max(workspace, cuda::workspace_bytes_for(n, types));
-    for (jit::KernelSource& source : cuda::kernel_sources_for(n, types))
+    for (gpu::KernelSource& source : cuda::kernel_sources_for(n, types))
       if (source_names.insert(source.name).second) sources.push_back(std::move(source));
     if (n.op->name == "one_hot") {
       has_one_hot_ = true;
@@ -243,7 +243,7 @@ void CudaProgram::prepare_launches() {
       const CudaFusedKernel* kernel = fused_[next_group++].get();
       std::vector<void*> out = ptr_[id];
       add_step(static_cast<std::int32_t>(id), n.body->summary(),
-               [kernel, in, out](jit::Stream s) { kernel->launch(in, out, s); });
+               [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); });
       continue;
     }
     // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
@@ -265,7 +265,7 @@ void CudaProgram::prepare_launches() {
     const void* src = pointer(ref);
     const std::size_t bytes = var->value.nbytes();
     if (src == dst) continue;
-    Step copy{0, -1, {}, -1, "update " + var->name, [=](jit::Stream s) {
+    Step copy{0, -1, {}, -1, "update " + var->name, [=](gpu::Stream s) {
                 KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
               }};
     steps_.push_back(std::move(copy));  // on stream 0, after the side streams have joined
@@ -438,7 +438,7 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
 }  // namespace
 
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const CudaOptions& options) {
-  KILN_CHECK(jit::cuda_device_count() > 0, "device cuda: {}", jit::cuda_unavailable_reason());
+  KILN_CHECK(gpu::cuda_device_count() > 0, "device cuda: {}", gpu::cuda_unavailable_reason());
   return std::make_unique<CudaProgram>(compiled, options);
 }
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 

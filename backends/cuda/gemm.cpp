@@ -9,7 +9,7 @@
 
 #include "backends/cuda/cublas_handle.h"
 #include "core/error.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -24,7 +24,7 @@ cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 }  // namespace
 
-void gemm(DType dtype, const RowMajorGemm& g, jit::Stream stream) {
+void gemm(DType dtype, const RowMajorGemm& g, gpu::Stream stream) {
   KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
              "gemm: dtype {} is not supported (f32 or f64 expected)", dtype_name(dtype));
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;

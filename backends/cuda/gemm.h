@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln::cuda {
 
@@ -26,6 +26,6 @@ struct RowMajorGemm {
 
 // f32 (TF32 tensor cores only when allow_tf32()) or f64; asynchronous on `stream`.
 // Throws kiln::Error for another dtype or a size beyond cuBLAS's 32-bit int arguments.
-void gemm(DType dtype, const RowMajorGemm& g, jit::Stream stream);
+void gemm(DType dtype, const RowMajorGemm& g, gpu::Stream stream);
 
 }  // namespace kiln::cuda

@@ -6,7 +6,7 @@
 
 #include "backends/cuda/device_allocator.h"
 #include "backends/feeds.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 

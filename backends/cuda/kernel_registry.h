@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln::cuda {
 
 // A loaded kernel and its launch shape for grid-stride loops over independent work items.
 struct DeviceKernel {
-  jit::LoadedKernel kernel;
+  gpu::LoadedKernel kernel;
   unsigned block = 0;           // threads per block with the most resident threads per SM
   std::int64_t max_blocks = 0;  // blocks resident on the whole device at that block size
 };
@@ -22,14 +22,14 @@ struct DeviceKernel {
 // request (per device) and must return a source whose kernel is `name`. Thread-safe;
 // the returned reference lives until the process exits.
 const DeviceKernel& device_kernel(const std::string& name,
-                                  const std::function<jit::KernelSource()>& make_source);
+                                  const std::function<gpu::KernelSource()>& make_source);
 
 // Compiles (in parallel) and loads all of `sources` for the current device, so that the
 // first launches of a training step do not wait for NVRTC.
-void preload_kernels(const std::vector<jit::KernelSource>& sources);
+void preload_kernels(const std::vector<gpu::KernelSource>& sources);
 
 // Launches `k` with enough blocks to cover `work_items` items of one thread each (at most
 // the device's resident blocks: kernels loop over the rest). Does nothing for 0 items.
-void launch_items(const DeviceKernel& k, std::int64_t work_items, jit::Stream stream, void** args);
+void launch_items(const DeviceKernel& k, std::int64_t work_items, gpu::Stream stream, void** args);
 
 }  // namespace kiln::cuda

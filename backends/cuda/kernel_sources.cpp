@@ -70,8 +70,8 @@ std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype) {
   return tiles;
 }
 
-std::vector<jit::KernelSource> all_kernel_sources() {
-  std::vector<jit::KernelSource> all;
+std::vector<gpu::KernelSource> all_kernel_sources() {
+  std::vector<gpu::KernelSource> all;
   for (DType t : {DType::f32, DType::f64}) {
     all.push_back(im2col_source(t));
     all.push_back(col2im_source(t));

@@ -12,7 +12,7 @@
 #include "backends/cuda/kernel_sources.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -56,7 +56,7 @@ Simplified simplify(const Shape& x_shape, const std::vector<std::int64_t>& perm)
 }  // namespace
 
 void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm,
-               const void* x, void* y, jit::Stream stream) {
+               const void* x, void* y, gpu::Stream stream) {
   const Simplified s = simplify(x_shape, perm);
   const std::int64_t n = x_shape.numel();
   if (n == 0) return;
@@ -83,7 +83,7 @@ void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t
 }
 
 void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes,
-             const void* labels, void* out, void* device_status, jit::Stream stream) {
+             const void* labels, void* out, void* device_status, gpu::Stream stream) {
   KILN_CHECK(label_dtype == DType::i32 || label_dtype == DType::i64 || label_dtype == DType::u8,
              "one_hot: labels must be i32, i64 or u8 but are {}", dtype_name(label_dtype));
   KILN_CHECK(out_dtype == DType::f32 || out_dtype == DType::f64,
@@ -104,7 +104,7 @@ void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t
   f.kernel.launch({1, 1, 1}, {32, 1, 1}, 0, stream, finish_args);
 }
 
-OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream) {
+OneHotStatus read_one_hot_status(const void* device_status, gpu::Stream stream) {
   OneHotStatus status;
   KILN_CUDA_CHECK(
       cudaMemcpyAsync(&status, device_status, kOneHotStatusBytes, cudaMemcpyDeviceToHost, stream));
@@ -118,7 +118,7 @@ void check_one_hot_status(const OneHotStatus& status, std::int64_t classes) {
 }
 
 void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch,
-                 std::int64_t rows, std::int64_t bytes, jit::Stream stream) {
+                 std::int64_t rows, std::int64_t bytes, gpu::Stream stream) {
   if (rows <= 0 || bytes <= 0) return;
   KILN_ASSERT(src_pitch >= bytes && dst_pitch >= bytes,
               "copy_blocks: pitches {} and {} below the block size {}", src_pitch, dst_pitch,
@@ -136,7 +136,7 @@ void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_
 
 void concat(std::size_t element_bytes, const std::vector<const void*>& pieces,
             const std::vector<std::int64_t>& widths, std::int64_t outer, void* out,
-            jit::Stream stream) {
+            gpu::Stream stream) {
   KILN_ASSERT(pieces.size() == widths.size(), "concat: {} pieces, {} widths", pieces.size(),
               widths.size());
   long long row = 0;
@@ -158,11 +158,11 @@ void concat(std::size_t element_bytes, const std::vector<const void*>& pieces,
   }
 }
 
-void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream) {
+void zero_bytes(void* out, std::int64_t bytes, gpu::Stream stream) {
   if (bytes > 0) KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<std::size_t>(bytes), stream));
 }
 
-void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream) {
+void fill(DType dtype, double value, std::int64_t n, void* out, gpu::Stream stream) {
   if (n <= 0) return;
   const DeviceKernel& k = device_kernel(fmt::format("kiln_fill_{}", dtype_name(dtype)),
                                         [&] { return fill_source(dtype); });

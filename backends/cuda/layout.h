@@ -7,7 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/shape.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln::cuda {
 
@@ -15,7 +15,7 @@ namespace kiln::cuda {
 // Any dtype. Axes of size 1 are dropped and axes that stay adjacent are merged first; what
 // remains must have rank <= 8. An identity permutation is a device-to-device copy.
 void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm,
-               const void* x, void* y, jit::Stream stream);
+               const void* x, void* y, gpu::Stream stream);
 
 // The device-side report of one_hot: the first row whose label is outside [0, classes)
 // and that label, or bad_row = -1. Allocate kOneHotStatusBytes of device memory for it.
@@ -29,9 +29,9 @@ inline constexpr std::size_t kOneHotStatusBytes = sizeof(OneHotStatus);
 // `out_dtype` (f32, f64). An out-of-range label leaves its row zero (nothing is written
 // outside out) and is reported in `device_status` (a device OneHotStatus, overwritten).
 void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes,
-             const void* labels, void* out, void* device_status, jit::Stream stream);
+             const void* labels, void* out, void* device_status, gpu::Stream stream);
 // Copies the status to the host and waits for `stream` (a synchronisation point).
-OneHotStatus read_one_hot_status(const void* device_status, jit::Stream stream);
+OneHotStatus read_one_hot_status(const void* device_status, gpu::Stream stream);
 // Throws the CPU kernel's kiln::Error ("one_hot: label L at index I is outside [0, C)")
 // when `status` reports a bad row.
 void check_one_hot_status(const OneHotStatus& status, std::int64_t classes);
@@ -39,16 +39,16 @@ void check_one_hot_status(const OneHotStatus& status, std::int64_t classes);
 // Strided block copy (slice, concat, pad): `rows` blocks of `bytes` bytes, from src every
 // `src_pitch` bytes to dst every `dst_pitch` bytes; one cudaMemcpy2DAsync, no kernel.
 void copy_blocks(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch,
-                 std::int64_t rows, std::int64_t bytes, jit::Stream stream);
+                 std::int64_t rows, std::int64_t bytes, gpu::Stream stream);
 // concat: `outer` rows of `row` elements in out, each the pieces' rows side by side; piece k
 // is [outer, widths[k]] (widths in elements, sum = row). One kernel launch per 32 pieces.
 void concat(std::size_t element_bytes, const std::vector<const void*>& pieces,
             const std::vector<std::int64_t>& widths, std::int64_t outer, void* out,
-            jit::Stream stream);
+            gpu::Stream stream);
 // out[0, bytes) = 0 (zero bits: 0 in every dtype).
-void zero_bytes(void* out, std::int64_t bytes, jit::Stream stream);
+void zero_bytes(void* out, std::int64_t bytes, gpu::Stream stream);
 
 // out[0, n) = value converted to `dtype`.
-void fill(DType dtype, double value, std::int64_t n, void* out, jit::Stream stream);
+void fill(DType dtype, double value, std::int64_t n, void* out, gpu::Stream stream);
 
 }  // namespace kiln::cuda

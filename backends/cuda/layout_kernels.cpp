@@ -29,7 +29,7 @@ const char* unsigned_of_size(std::size_t bytes) {
 }  // namespace
 
 // One thread per output element: coalesced writes, gathered reads.
-jit::KernelSource transpose_source(std::size_t element_bytes) {
+gpu::KernelSource transpose_source(std::size_t element_bytes) {
   const std::string name = fmt::format("kiln_transpose_b{}", element_bytes);
   std::string code =
       fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kTransposeShapeStruct);
@@ -51,7 +51,7 @@ extern "C" __global__ void {0}(const U* __restrict__ x, U* __restrict__ y, Trans
 
 // One thread per output element of the launch's columns [base, base + width) of each of
 // `outer` rows of `row` elements; the piece is found by binary search over the ends.
-jit::KernelSource concat_source(std::size_t element_bytes) {
+gpu::KernelSource concat_source(std::size_t element_bytes) {
   const std::string name = fmt::format("kiln_concat_b{}", element_bytes);
   std::string code =
       fmt::format("typedef {} U;\n{}", unsigned_of_size(element_bytes), kConcatPiecesStruct);
@@ -78,7 +78,7 @@ extern "C" __global__ void {0}(ConcatPieces p, U* __restrict__ out, long long ou
 
 // out: [rows, classes]; a row whose label is outside [0, classes) stays all zero and the
 // smallest such row index goes to status[0] (which the host set to all ones beforehand).
-jit::KernelSource one_hot_source(DType label, DType out) {
+gpu::KernelSource one_hot_source(DType label, DType out) {
   const std::string name = fmt::format("kiln_one_hot_{}_{}", dtype_name(label), dtype_name(out));
   const std::string code =
       fmt::format(R"(typedef {0} L;
@@ -100,7 +100,7 @@ extern "C" __global__ void {2}(const L* __restrict__ labels, T* __restrict__ out
 }
 
 // One thread: status[1] = the label at the bad row status[0], if there is one.
-jit::KernelSource one_hot_finish_source(DType label) {
+gpu::KernelSource one_hot_finish_source(DType label) {
   const std::string name = fmt::format("kiln_one_hot_finish_{}", dtype_name(label));
   const std::string code = fmt::format(R"(typedef {0} L;
 extern "C" __global__ void {1}(const L* __restrict__ labels, unsigned long long* __restrict__ status) {{
@@ -113,7 +113,7 @@ extern "C" __global__ void {1}(const L* __restrict__ labels, unsigned long long*
   return {name, code, {}};
 }
 
-jit::KernelSource fill_source(DType dtype) {
+gpu::KernelSource fill_source(DType dtype) {
   const std::string name = fmt::format("kiln_fill_{}", dtype_name(dtype));
   const std::string code = fmt::format(R"(typedef {0} T;
 extern "C" __global__ void {1}(T* __restrict__ out, T value, long long n) {{

@@ -10,7 +10,7 @@
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/error.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -54,7 +54,7 @@ std::size_t persistent_shared_bytes(const LstmShape& s) {
   return static_cast<std::size_t>(48 * s.hidden) * dtype_size(s.dtype);
 }
 
-jit::Dim3 grid_of(const LstmShape& s) {
+gpu::Dim3 grid_of(const LstmShape& s) {
   return {static_cast<unsigned>((s.hidden + kUnitsPerBlock - 1) / kUnitsPerBlock),
           static_cast<unsigned>((s.batch + kRowsPerBlock - 1) / kRowsPerBlock), 1};
 }
@@ -69,7 +69,7 @@ bool lstm_persistent_forward_fits(const LstmShape& s) {
   int device = 0, sms = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const jit::Dim3 grid = grid_of(s);
+  const gpu::Dim3 grid = grid_of(s);
   const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y;
   const int per_sm = persistent_kernel(s.dtype).kernel.max_active_blocks_per_sm(
       static_cast<int>(kThreads), persistent_shared_bytes(s));
@@ -82,10 +82,10 @@ std::int64_t lstm_persistent_barriers(const LstmShape& s) {
 }
 
 void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args,
-                           jit::Stream stream) {
+                           gpu::Stream stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.hidden == 0) return;
-  const jit::Dim3 grid = grid_of(shape);
+  const gpu::Dim3 grid = grid_of(shape);
   int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
   const void *projected = args.projected, *u = args.u;
   void *hs = args.hs, *cs = args.cs, *acts = args.acts;
@@ -114,11 +114,11 @@ void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args,
 // Steps in the reverse of the processing order; step k's c_prev is c0 for k = 0, else the
 // cs rows of step k - 1; its d_next the d_projected rows of step k + 1 (none for the last).
 void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args,
-                            jit::Stream stream) {
+                            gpu::Stream stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.hidden == 0) return;
   const DeviceKernel& k = step_kernel(true, shape.dtype);
-  const jit::Dim3 grid = grid_of(shape);
+  const gpu::Dim3 grid = grid_of(shape);
   int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
   const void *u = args.u, *d_hs = args.d_hs, *d_cs = args.d_cs, *cs = args.cs, *acts = args.acts;
   void *dc_carry = args.dc0, *d_projected = args.d_projected;
@@ -138,7 +138,7 @@ void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args
   }
 }
 
-std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype) {
+std::vector<gpu::KernelSource> lstm_kernel_sources(DType dtype) {
   return {lstm_step_source(false, dtype), lstm_step_source(true, dtype),
           lstm_persistent_source(dtype)};
 }

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "fusion/jit/cuda_runtime.h"
-#include "fusion/jit/kernel_source.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/kernel_source.h"
 
 namespace kiln::cuda {
 
@@ -39,7 +39,7 @@ struct LstmForwardArgs {
 bool lstm_persistent_forward_fits(const LstmShape& shape);
 // The barriers (row groups of 16) of the persistent forward, two counters each.
 std::int64_t lstm_persistent_barriers(const LstmShape& shape);
-void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, jit::Stream stream);
+void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args, gpu::Stream stream);
 
 // d_hs, d_cs [T*B, H], u [H, 4H], c0 [B, H], cs [T*B, H], acts [T*B, 4H] -> d_projected
 // [T*B, 4H], dh0, dc0 [B, H]; T + 1 launches on `stream` (the last one writes dh0).
@@ -49,10 +49,10 @@ struct LstmBackwardArgs {
   void *d_projected = nullptr, *dh0 = nullptr, *dc0 = nullptr;
 };
 void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args,
-                            jit::Stream stream);
+                            gpu::Stream stream);
 
 // The step kernels and the persistent forward of `dtype`, for kernel_sources_for.
-std::vector<jit::KernelSource> lstm_kernel_sources(DType dtype);
+std::vector<gpu::KernelSource> lstm_kernel_sources(DType dtype);
 
 namespace detail {
 // Tests: `never` runs every forward step by step; `when_resident` drops the 3/4-of-the-SMs rule.

@@ -246,7 +246,7 @@ std::string lstm_step_name(bool backward, DType dtype) {
   return fmt::format("kiln_lstm_{}_step_{}", backward ? "backward" : "forward", dtype_name(dtype));
 }
 
-jit::KernelSource lstm_step_source(bool backward, DType dtype) {
+gpu::KernelSource lstm_step_source(bool backward, DType dtype) {
   check_dtype(dtype);
   const std::string name = lstm_step_name(backward, dtype);
   const GemmTiling tile = tiling(backward, dtype);

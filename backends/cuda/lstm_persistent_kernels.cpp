@@ -148,7 +148,7 @@ std::string lstm_persistent_name(DType dtype) {
   return fmt::format("kiln_lstm_persistent_forward_{}", dtype_name(dtype));
 }
 
-jit::KernelSource lstm_persistent_source(DType dtype) {
+gpu::KernelSource lstm_persistent_source(DType dtype) {
   KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}",
               dtype_name(dtype));
   const std::string name = lstm_persistent_name(dtype);

@@ -6,7 +6,7 @@
 
 namespace kiln::cuda {
 
-void matmul(const MatmulArgs& args, jit::Stream stream) {
+void matmul(const MatmulArgs& args, gpu::Stream stream) {
   KILN_CHECK(args.batch >= 0 && args.m >= 0 && args.n >= 0 && args.k >= 0,
              "matmul: negative size (batch {}, M {}, N {}, K {})", args.batch, args.m, args.n,
              args.k);

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 namespace kiln::cuda {
 
@@ -23,6 +23,6 @@ struct MatmulArgs {
 
 // One cuBLAS strided-batched GEMM on `stream` (asynchronous). f32 or f64; f32 uses TF32
 // only when set_allow_tf32(true). K == 0 gives c = beta * c.
-void matmul(const MatmulArgs& args, jit::Stream stream);
+void matmul(const MatmulArgs& args, gpu::Stream stream);
 
 }  // namespace kiln::cuda

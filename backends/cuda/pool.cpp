@@ -59,7 +59,7 @@ PoolShape32 shape32_of(const PoolShape& s) {
 }  // namespace
 
 void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
-                        jit::Stream stream) {
+                        gpu::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -74,7 +74,7 @@ void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
 }
 
 void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
-                     void* dx, jit::Stream stream) {
+                     void* dx, gpu::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -94,7 +94,7 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
 }
 
 void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in,
-                       void* out, jit::Stream stream) {
+                       void* out, gpu::Stream stream) {
   PoolShape shape = shape_of(g);
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
@@ -109,7 +109,7 @@ void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* 
 }
 
 void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
-                        jit::Stream stream) {
+                        gpu::Stream stream) {
   PoolShape shape = shape_of(g, "avg_pool2d");
   check_dtype(dtype, "avg_pool2d");
   void* args[] = {&x, &y, &shape};
@@ -119,7 +119,7 @@ void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
 }
 
 void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx,
-                     jit::Stream stream) {
+                     gpu::Stream stream) {
   PoolShape shape = shape_of(g, "avg_pool2d_grad");
   check_dtype(dtype, "avg_pool2d_grad");
   void* args[] = {&dy, &dx, &shape};

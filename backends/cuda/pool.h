@@ -4,26 +4,26 @@
 #pragma once
 
 #include "core/dtype.h"
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 #include "graph/kernels/pool_cpu.h"
 
 namespace kiln::cuda {
 
 // x: [planes, H, W] -> y: [planes, OH, OW], f32 or f64.
 void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
-                        jit::Stream stream);
+                        gpu::Stream stream);
 // dx (x-shaped) = dy (y-shaped) routed to each window's maximum; overlapping windows sum.
 void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
-                     void* dx, jit::Stream stream);
+                     void* dx, gpu::Stream stream);
 // out (y-shaped) = g_in (x-shaped) at each window's maximum.
 void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in,
-                       void* out, jit::Stream stream);
+                       void* out, gpu::Stream stream);
 
 // y[window] = mean of x over the window's cells in the plane.
 void avg_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
-                        jit::Stream stream);
+                        gpu::Stream stream);
 // dx (x-shaped) = the adjoint of avg_pool2d_forward applied to dy (y-shaped).
 void avg_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* dy, void* dx,
-                     jit::Stream stream);
+                     gpu::Stream stream);
 
 }  // namespace kiln::cuda

@@ -337,7 +337,7 @@ std::string max_pool_fast_name(PoolFast which, DType dtype) {
   return fmt::format("kiln_max_pool2d32_{}_{}", fast_suffix(which), dtype_name(dtype));
 }
 
-jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
+gpu::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
   const std::string name = max_pool_fast_name(which, dtype);
   std::string code =
       fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kPoolShape32Struct, kWindowMax32);
@@ -367,7 +367,7 @@ jit::KernelSource max_pool_fast_source(PoolFast which, DType dtype) {
   return {name, code, {}};
 }
 
-jit::KernelSource max_pool_source(PoolKernel which, DType dtype) {
+gpu::KernelSource max_pool_source(PoolKernel which, DType dtype) {
   const std::string name =
       fmt::format("kiln_max_pool2d_{}_{}", kernel_suffix(which), dtype_name(dtype));
   std::string code = fmt::format("typedef {} T;\n{}{}{}", cuda_type_name(dtype), kPoolShapeStruct,
@@ -381,7 +381,7 @@ std::string avg_pool_name(bool grad, DType dtype) {
   return fmt::format("kiln_avg_pool2d_{}_{}", grad ? "grad" : "forward", dtype_name(dtype));
 }
 
-jit::KernelSource avg_pool_source(bool grad, DType dtype) {
+gpu::KernelSource avg_pool_source(bool grad, DType dtype) {
   const std::string name = avg_pool_name(grad, dtype);
   std::string code =
       fmt::format("typedef {} T;\n{}{}", cuda_type_name(dtype), kPoolShapeStruct, kWindowRange);

@@ -12,7 +12,7 @@
 
 namespace kiln::cuda {
 
-jit::KernelSource random_uniform_source(DType dtype) {
+gpu::KernelSource random_uniform_source(DType dtype) {
   const std::string name = fmt::format("kiln_random_uniform_{}", dtype_name(dtype));
   const std::string code = fmt::format(R"(typedef {0} T;
 __device__ __forceinline__ void kiln_mul_hi_lo(unsigned a, unsigned b, unsigned& hi, unsigned& lo) {{
@@ -52,7 +52,7 @@ extern "C" __global__ void {1}(T* __restrict__ out, long long* __restrict__ next
 }
 
 void random_uniform(DType dtype, std::uint64_t seed, std::int64_t n, const void* step, void* out,
-                    void* next_step, jit::Stream stream) {
+                    void* next_step, gpu::Stream stream) {
   KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
              "random_uniform: dtype {} (f32 or f64 expected)", dtype_name(dtype));
   const DeviceKernel& k = device_kernel(fmt::format("kiln_random_uniform_{}", dtype_name(dtype)),

@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backends/cuda/device_allocator.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace kiln::cuda {
 

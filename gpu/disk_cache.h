@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/sha256.h"
+#include "gpu/sha256.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 // $KILN_CACHE_DIR if set, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln; empty when
 // none of these is set (then there is no disk cache).
@@ -42,4 +42,4 @@ class DiskCache {
   std::atomic<bool> enabled_{false};
 };
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,6 +1,6 @@
 // KernelCache: the lookup order (memory, disk, compile), the parallel compile of the misses,
 // and the cache key.
-#include "fusion/jit/kernel_cache.h"
+#include "gpu/kernel_cache.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "fusion/jit/nvrtc_compiler.h"
+#include "gpu/nvrtc_compiler.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 // Bump when compile_to_cubin's fixed options or the meaning of a key field change.
@@ -181,4 +181,4 @@ KernelCache& global_kernel_cache() {
   return cache;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,10 +1,10 @@
-// kiln_jit when kiln is built without the CUDA toolkit: the same API, where everything that
+// kiln_gpu when kiln is built without the CUDA toolkit: the same API, where everything that
 // needs NVRTC or a GPU throws kiln::Error and cuda_device_count() is 0.
 #include "core/error.h"
-#include "fusion/jit/cuda_runtime.h"
-#include "fusion/jit/nvrtc_compiler.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/nvrtc_compiler.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 constexpr const char* kNoCuda = "kiln was built without the CUDA toolkit (KILN_HAVE_CUDA is off)";
@@ -43,4 +43,4 @@ int LoadedKernel::max_active_blocks_per_sm(int, std::size_t) const {
 }
 KernelAttributes LoadedKernel::attributes() const { throw_no_cuda("no attributes for " + name_); }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,10 +1,10 @@
 // SHA-256 (FIPS 180-4): the message schedule and 64 rounds over 512-bit blocks.
-#include "fusion/jit/sha256.h"
+#include "gpu/sha256.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 constexpr std::array<std::uint32_t, 64> kRound = {
@@ -111,4 +111,4 @@ std::string to_hex(const Digest& digest) {
   return out;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,5 +1,5 @@
 // SHA-256 (FIPS 180-4), used for the kernel cache's keys and its entries' checksums.
-// Written here to keep kiln_jit free of crypto dependencies; speed is not a goal.
+// Written here to keep kiln_gpu free of crypto dependencies; speed is not a goal.
 #pragma once
 
 #include <array>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 using Digest = std::array<std::uint8_t, 32>;
 
@@ -33,4 +33,4 @@ class Sha256 {
 Digest sha256(const void* data, std::size_t bytes);
 std::string to_hex(const Digest& digest);
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

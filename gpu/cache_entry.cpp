@@ -1,5 +1,5 @@
 // Encoding, validation and atomic writing of kernel cache entry files.
-#include "fusion/jit/cache_entry.h"
+#include "gpu/cache_entry.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'U', 'B', 'N'};
@@ -123,4 +123,4 @@ std::string write_file_atomically(const std::filesystem::path& path,
   return "";
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

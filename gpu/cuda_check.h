@@ -3,25 +3,25 @@
 #pragma once
 
 #ifndef KILN_HAVE_CUDA
-#error "fusion/jit/cuda_check.h needs the CUDA toolkit; guard its use with #ifdef KILN_HAVE_CUDA"
+#error "gpu/cuda_check.h needs the CUDA toolkit; guard its use with #ifdef KILN_HAVE_CUDA"
 #endif
 
 #include <cuda_runtime_api.h>
 
 #include <string>
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 // Throws kiln::Error for `status` (which is not cudaSuccess). `context` (may be empty) is
 // prepended to the message, e.g. the kernel being launched.
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line,
                                    const std::string& context = "");
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu
 
 #define KILN_CUDA_CHECK(expr)                                                      \
   do {                                                                             \
     const cudaError_t kiln_cuda_status_ = (expr);                                  \
     if (kiln_cuda_status_ != cudaSuccess)                                          \
-      ::kiln::jit::throw_cuda_error(kiln_cuda_status_, #expr, __FILE__, __LINE__); \
+      ::kiln::gpu::throw_cuda_error(kiln_cuda_status_, #expr, __FILE__, __LINE__); \
   } while (0)

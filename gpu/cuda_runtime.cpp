@@ -1,14 +1,14 @@
 // Device discovery and kernel loading/launching through the CUDA runtime's library
 // management API (cudaLibraryLoadData, cudaLibraryGetKernel; CUDA 12+).
-#include "fusion/jit/cuda_runtime.h"
+#include "gpu/cuda_runtime.h"
 
 #include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 const void* as_func(CUkern_st* kernel) { return static_cast<const void*>(kernel); }
@@ -167,4 +167,4 @@ KernelAttributes LoadedKernel::attributes() const {
           .binary_version = a.binaryVersion};
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/kernel_source.h"
+#include "gpu/kernel_source.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 // The CUBIN (an ELF image) of `src` for `target`, compiled with --gpu-architecture=sm_XX,
 // -std=c++17 (unless src.options names a -std) and src.options. Throws kiln::Error with the
@@ -17,4 +17,4 @@ std::vector<char> compile_to_cubin(const KernelSource& src, const JitTarget& tar
 // NVRTC's version as "major.minor" (e.g. "13.0"); part of every kernel cache key.
 std::string nvrtc_version();
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,14 +1,14 @@
 // Reading, validating and atomically writing the kernel cache's entry files.
-#include "fusion/jit/disk_cache.h"
+#include "gpu/disk_cache.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <system_error>
 
 #include "core/log.h"
-#include "fusion/jit/cache_entry.h"
+#include "gpu/cache_entry.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 std::filesystem::path env_path(const char* name) {
@@ -82,4 +82,4 @@ bool DiskCache::store(const Digest& key, const std::vector<char>& payload) {
   return false;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

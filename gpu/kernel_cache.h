@@ -7,11 +7,11 @@
 #include <mutex>
 #include <vector>
 
-#include "fusion/jit/disk_cache.h"
-#include "fusion/jit/kernel_source.h"
-#include "fusion/jit/sha256.h"
+#include "gpu/disk_cache.h"
+#include "gpu/kernel_source.h"
+#include "gpu/sha256.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 // SHA-256 of everything that determines a kernel's CUBIN: name, code, options, sm, NVRTC
 // version and kiln's compile scheme.
@@ -57,4 +57,4 @@ class KernelCache {
 // The process-wide cache, on default_cache_dir() as read at its first use.
 KernelCache& global_kernel_cache();
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

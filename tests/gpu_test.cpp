@@ -1,4 +1,4 @@
-// Tests of kiln_jit: SHA-256, NVRTC compilation, the kernel cache in memory and on disk
+// Tests of kiln_gpu: SHA-256, NVRTC compilation, the kernel cache in memory and on disk
 // (damaged entries, two processes, unusable directories) and, where a GPU exists, launching.
 #include <doctest/doctest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -17,18 +17,18 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "fusion/jit/cache_entry.h"
-#include "fusion/jit/cuda_runtime.h"
-#include "fusion/jit/disk_cache.h"
-#include "fusion/jit/kernel_cache.h"
-#include "fusion/jit/nvrtc_compiler.h"
-#include "fusion/jit/sha256.h"
+#include "gpu/cache_entry.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/disk_cache.h"
+#include "gpu/kernel_cache.h"
+#include "gpu/nvrtc_compiler.h"
+#include "gpu/sha256.h"
 #ifdef KILN_HAVE_CUDA
-#include "fusion/jit/cuda_check.h"
+#include "gpu/cuda_check.h"
 #endif
 
 namespace fs = std::filesystem;
-using namespace kiln::jit;
+using namespace kiln::gpu;
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/sha256.h"
+#include "gpu/sha256.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 // Layout, all integers little-endian:
 //   [0, 8)   "KILNCUBN"           [8, 12)  format version (u32)   [12, 16) header size (u32)
@@ -34,4 +34,4 @@ DecodedEntry decode_entry(const std::vector<char>& bytes, const Digest& key);
 std::string write_file_atomically(const std::filesystem::path& path,
                                   const std::vector<char>& bytes);
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,4 +1,4 @@
-// The runtime side of kiln_jit, through the CUDA runtime API only (cudart, never the driver
+// The runtime side of kiln_gpu, through the CUDA runtime API only (cudart, never the driver
 // API): whether a GPU is there, and loading, launching and inspecting a compiled kernel.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "fusion/jit/kernel_source.h"
+#include "gpu/kernel_source.h"
 
 // The CUDA runtime's handle types, declared here so that this header needs no CUDA headers;
 // they are the very types of cuda_runtime_api.h (cudaStream_t is CUstream_st*, ...).
@@ -14,7 +14,7 @@ struct CUstream_st;
 struct CUlib_st;
 struct CUkern_st;
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 using Stream = CUstream_st*;  // == cudaStream_t; nullptr is the default stream
 
@@ -74,4 +74,4 @@ class LoadedKernel {
   CUkern_st* kernel_ = nullptr;
 };
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,6 +1,6 @@
 // NVRTC compilation to CUBIN: every NVRTC call checked, the program freed on every path,
 // and a compile error reported with the log and the numbered source.
-#include "fusion/jit/nvrtc_compiler.h"
+#include "gpu/nvrtc_compiler.h"
 
 #include <nvrtc.h>
 
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace kiln::jit {
+namespace kiln::gpu {
 namespace {
 
 [[noreturn]] void throw_nvrtc_error(nvrtcResult result, const char* call, const char* file,
@@ -125,4 +125,4 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu

@@ -1,11 +1,11 @@
-// The plain data that flows through kiln_jit: a kernel's CUDA C source, the GPU it is
+// The plain data that flows through kiln_gpu: a kernel's CUDA C source, the GPU it is
 // compiled for, and a compiled kernel as the cache returns it.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace kiln::jit {
+namespace kiln::gpu {
 
 // One kernel to compile: `name` is its extern "C" __global__ function, defined in `code`.
 struct KernelSource {
@@ -27,4 +27,4 @@ struct CompiledKernel {
   bool from_memory = false;  // found in the in-memory cache
 };
 
-}  // namespace kiln::jit
+}  // namespace kiln::gpu
