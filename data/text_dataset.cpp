@@ -113,8 +113,8 @@ TextCorpus load_text_corpus(const std::string& path, std::int64_t min_part) {
 }
 
 TextBatcher::TextBatcher(const std::vector<std::uint8_t>& tokens, std::int64_t batch,
-                         std::int64_t seq_len, std::uint64_t seed)
-    : tokens_(tokens), batch_(batch), seq_len_(seq_len), seed_(seed) {
+                         std::int64_t seq_len, std::uint64_t seed, int rank, int ranks)
+    : tokens_(tokens), batch_(batch), seq_len_(seq_len), seed_(seed), rank_(rank), ranks_(ranks) {
   KILN_CHECK(static_cast<std::int64_t>(tokens.size()) >= seq_len + 1,
              "text of {} tokens is shorter than one window of {}", tokens.size(), seq_len + 1);
 }
@@ -123,7 +123,7 @@ void TextBatcher::fill(std::int64_t step, Tensor& inputs, Tensor& targets) const
   KILN_ASSERT(inputs.shape() == Shape({seq_len_, batch_}) && targets.shape() == inputs.shape(),
               "text batch of {}", inputs.shape().str());
   // One Philox block per window, at a stream offset that depends only on the step.
-  Philox rng(seed_, static_cast<std::uint64_t>(step * batch_));
+  Philox rng(seed_, static_cast<std::uint64_t>((step * ranks_ + rank_) * batch_));
   const auto starts =
       static_cast<std::uint64_t>(tokens_.size()) - static_cast<std::uint64_t>(seq_len_);
   std::int64_t* x = inputs.data<std::int64_t>();

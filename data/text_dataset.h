@@ -45,16 +45,20 @@ TextCorpus load_text_corpus(const std::string& path, std::int64_t min_part);
 // Batches of random windows of seq_len + 1 tokens: inputs are tokens 0..seq_len-1 and
 // targets tokens 1..seq_len of each window. Batch `step` depends only on (seed, step), so a
 // resumed run sees the same data. Tensors are i64 and time-major: [seq_len, batch].
+// Data parallelism: with `ranks` > 1 a step's global batch is batch * ranks windows and rank
+// `rank` gets windows [rank * batch, (rank + 1) * batch) of it, so the ranks together see
+// the windows one process with the global batch would.
 class TextBatcher {
  public:
   TextBatcher(const std::vector<std::uint8_t>& tokens, std::int64_t batch, std::int64_t seq_len,
-              std::uint64_t seed);
+              std::uint64_t seed, int rank = 0, int ranks = 1);
   void fill(std::int64_t step, Tensor& inputs, Tensor& targets) const;
 
  private:
   const std::vector<std::uint8_t>& tokens_;
   std::int64_t batch_, seq_len_;
   std::uint64_t seed_;
+  int rank_, ranks_;
 };
 
 // Consecutive non-overlapping windows of `tokens` for evaluation: window w covers tokens

@@ -25,7 +25,8 @@ std::int64_t count_correct(const Tensor& logits, bool real) {
 
 }  // namespace
 
-void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer) {
+void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer,
+                               const TrainStepOptions& step) {
   KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
   const Value real = g.input("real", {batch, 1, 28, 28});
   const Value fake = detach(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
@@ -34,27 +35,37 @@ void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer
   g.output("real_logits", real_logits);
   g.output("fake_logits", fake_logits);
   append_training_step(bce_with_logits(real_logits, 1.0) + bce_with_logits(fake_logits, 0.0),
-                       gan.discriminator_parameters(), optimizer);
+                       gan.discriminator_parameters(), optimizer, step);
 }
 
-void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer) {
+void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer,
+                           const TrainStepOptions& step) {
   KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
   const Value fake_logits =
       gan.discriminator()(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
-  append_training_step(bce_with_logits(fake_logits, 1.0), gan.generator_parameters(), optimizer);
+  append_training_step(bce_with_logits(fake_logits, 1.0), gan.generator_parameters(), optimizer,
+                       step);
+}
+
+double discriminator_accuracy(const Outputs& d) {
+  const Tensor& real_logits = d.at("real_logits");
+  const Tensor& fake_logits = d.at("fake_logits");
+  const std::int64_t correct = count_correct(real_logits, true) + count_correct(fake_logits, false);
+  return static_cast<double>(correct) /
+         static_cast<double>(real_logits.numel() + fake_logits.numel());
 }
 
 GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer,
-                   const CompileOptions& options)
+                   const CompileOptions& options, const TrainStepOptions& step)
     : d_optimizer_(make_optimizer(optimizer)), g_optimizer_(make_optimizer(optimizer)) {
   {
     Graph g;
-    record_discriminator_step(g, gan, batch, *d_optimizer_);
+    record_discriminator_step(g, gan, batch, *d_optimizer_, step);
     d_step_ = compile(g, options);
   }
   {
     Graph g;
-    record_generator_step(g, gan, batch, *g_optimizer_);
+    record_generator_step(g, gan, batch, *g_optimizer_, step);
     g_step_ = compile(g, options);
   }
   rename_state(*d_optimizer_, "d_optimizer");
@@ -64,13 +75,9 @@ GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimize
 GanStepResult GanSteps::run(const Tensor& real, const Tensor& z) {
   const Outputs d = d_step_->run({{"real", real}, {"z", z}});
   const Outputs g = g_step_->run({{"z", z}});
-  const Tensor& real_logits = d.at("real_logits");
-  const Tensor& fake_logits = d.at("fake_logits");
-  const std::int64_t correct = count_correct(real_logits, true) + count_correct(fake_logits, false);
   return {.d_loss = d.at("loss").item(),
           .g_loss = g.at("loss").item(),
-          .d_accuracy = static_cast<double>(correct) /
-                        static_cast<double>(real_logits.numel() + fake_logits.numel())};
+          .d_accuracy = discriminator_accuracy(d)};
 }
 
 std::vector<VariablePtr> GanSteps::optimizer_state() const {

@@ -25,15 +25,22 @@ struct GanStepResult {
 // The two training steps recorded into `g` (GanSteps compiles them; dump shows them).
 // Discriminator: feeds "real" [B, 1, 28, 28] and "z" [B, 100], outputs "loss",
 // "real_logits", "fake_logits", updates D. Generator: feeds "z", outputs "loss", updates G.
-void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer);
-void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer);
+// `step`: data parallelism (both steps average their gradients and losses over the ranks).
+void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer,
+                               const TrainStepOptions& step = {});
+void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer,
+                           const TrainStepOptions& step = {});
+
+// The fraction of real and fake images the discriminator step's outputs classified right
+// (logit > 0: real).
+double discriminator_accuracy(const Outputs& discriminator_outputs);
 
 class GanSteps {
  public:
   // Records and compiles both steps at `batch` for `gan` (which must outlive this), each with
   // its own optimizer made from `optimizer`.
   GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer,
-           const CompileOptions& options);
+           const CompileOptions& options, const TrainStepOptions& step = {});
 
   // One discriminator step on (real [B, 1, 28, 28], z [B, 100]), then one generator step on
   // the same z (the generator has not changed, so it sees the fakes D was just trained on).

@@ -7,34 +7,24 @@
 #include "graph/op.h"
 #include "models/char_lstm.h"
 #include "train/checkpoint.h"
+#include "train/saved_classifier.h"
 #include "data/text_dataset.h"
-#include "train/train_lm.h"
+#include "train/lm_task.h"
 
 namespace kiln {
 namespace {
 
-std::int64_t setting(const std::map<std::string, std::string>& m, const std::string& key,
-                     std::int64_t fallback) {
-  auto it = m.find(key);
-  if (it == m.end()) return fallback;
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    throw Error(fmt::format("checkpoint metadata '{}' is '{}', not a number", key, it->second));
-  }
-}
-
-// The architecture recorded in the checkpoint (the config's values where it has none).
-CharLstmOptions checkpoint_options(const TrainConfig& c) {
-  const std::map<std::string, std::string> m = load_safetensors(c.resume_path).metadata;
-  auto model = m.find("model");
-  KILN_CHECK(model == m.end() || model->second == "char-lstm",
-             "{} is a checkpoint of '{}', not of char-lstm", c.resume_path, model->second);
-  auto cell = m.find("cell");
-  return {.embedding = setting(m, "embedding", c.embedding),
-          .hidden = setting(m, "hidden", c.hidden),
-          .layers = setting(m, "layers", c.layers),
-          .cell = nn::cell_kind_from_name(cell == m.end() ? c.cell : cell->second)};
+// The architecture recorded in the checkpoint (kiln.config, or an older one's loose keys);
+// the config's for a checkpoint that names no model.
+CharLstmOptions checkpoint_options(const Checkpoint& checkpoint, const LmSettings& fallback) {
+  const std::string model = checkpoint.metadata_value("model");
+  KILN_CHECK(model.empty() || model == "char-lstm", "{} is a checkpoint of '{}', not of char-lstm",
+             checkpoint.path().string(), model);
+  const LmSettings lm = model.empty() ? fallback : checkpoint_config(checkpoint).lm;
+  return {.embedding = lm.embedding,
+          .hidden = lm.hidden,
+          .layers = lm.layers,
+          .cell = nn::cell_kind_from_name(lm.cell)};
 }
 
 // A token drawn from softmax(logits / temperature) with one Philox block.
@@ -76,15 +66,18 @@ std::unique_ptr<Program> compile_sampler(CharLstm& model, const Device& device) 
 
 }  // namespace
 
-std::string sample_language_model(const TrainConfig& c) {
-  KILN_CHECK(!c.resume_path.empty(), "--sample needs --resume CHECKPOINT (a trained char-lstm)");
-  KILN_CHECK(c.sample_chars >= 1, "--sample {}: at least one character", c.sample_chars);
+std::string sample_language_model(const TrainConfig& config) {
+  const LmSettings& c = config.lm;
+  KILN_CHECK(!config.loop.resume.empty(),
+             "--sample needs --resume CHECKPOINT (a trained char-lstm)");
+  KILN_CHECK(c.sample >= 1, "--sample {}: at least one character", c.sample);
   KILN_CHECK(std::isfinite(c.temperature) && c.temperature > 0,
              "--temperature must be positive (got {})", c.temperature);
-  Philox init(c.seed);
-  CharLstm model(checkpoint_options(c), init);
-  load_checkpoint(c.resume_path, model.parameters(), {});
-  std::unique_ptr<Program> program = compile_sampler(model, c.device);
+  Philox init(config.loop.seed);
+  const Checkpoint checkpoint(config.loop.resume);
+  CharLstm model(checkpoint_options(checkpoint, c), init);
+  checkpoint.restore(model.parameters(), {});
+  std::unique_ptr<Program> program = compile_sampler(model, resolve_device(config.device.name));
 
   std::vector<Feed> feeds;  // the state, then the token
   for (const Node& n : program->graph().nodes())
@@ -101,11 +94,11 @@ std::string sample_language_model(const TrainConfig& c) {
   std::string text = prime;
   Tensor logits;
   for (char ch : prime.empty() ? std::string("\n") : prime) logits = step(token_of(ch));
-  Philox rng(c.seed);
-  for (std::int64_t i = 0; i < c.sample_chars; ++i) {
+  Philox rng(config.loop.seed);
+  for (std::int64_t i = 0; i < c.sample; ++i) {
     const std::int64_t token = draw(logits, c.temperature, rng);
     text += char_of(token);
-    if (i + 1 < c.sample_chars) logits = step(token);
+    if (i + 1 < c.sample) logits = step(token);
   }
   return text;
 }

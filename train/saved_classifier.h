@@ -1,5 +1,6 @@
-// The link between training settings and checkpoints: what train_classifier writes into a
-// checkpoint's metadata, and loading a trained classifier back (trainer eval / predict).
+// The link between training settings and checkpoints: what the training loop writes into a
+// checkpoint's metadata, the checks before resuming, and loading a trained classifier back
+// (trainer eval / predict).
 #pragma once
 
 #include <filesystem>
@@ -9,21 +10,23 @@
 
 #include "train/checkpoint.h"
 #include "models/registry.h"
-#include "train/train.h"
+#include "train/config.h"
 
 namespace kiln {
 
-// The metadata of a training checkpoint: "model", "kiln.config" (every config key, as the
-// JSON of config_file.h) and "kiln.data_seed" (the seed of the batcher's shuffling; with
-// kiln.epoch and kiln.batch it fixes the data order from where the run stopped).
+// The metadata of a training checkpoint: "model", "kiln.config" (the settings of its task,
+// as the JSON of config_file.h), "kiln.data_seed" (the seed of the data order; with
+// kiln.epoch and kiln.batch it fixes the data from where the run stopped) and
+// "kiln.world_size" (the ranks, whose batches together make the global batch).
 std::map<std::string, std::string> training_metadata(const TrainConfig& config);
 
-// The settings a checkpoint was trained with (only the model for checkpoints older than
-// kiln.config). kiln::Error naming the file if neither is there or the JSON is invalid.
+// The settings a checkpoint was trained with. Checkpoints older than kiln.config (and the
+// GANs' and LM's before the one loop, which kept loose keys: batch_size, seed, hidden, ...)
+// give what they have. kiln::Error naming the file if it names no model or its JSON is invalid.
 TrainConfig checkpoint_config(const Checkpoint& checkpoint);
 
-// kiln::Error unless `config` can continue the run of `checkpoint`: the same model, batch
-// size, data (synthetic or not) and data seed, so that its position means the same batches.
+// kiln::Error unless `config` can continue the run of `checkpoint`: the same model, global
+// batch, data (synthetic or not) and data seed, so that its position means the same batches.
 void check_resumable(const TrainConfig& config, const Checkpoint& checkpoint);
 
 struct SavedClassifier {
