@@ -43,7 +43,7 @@ Graph simplify_for_fusion(const Graph& recorded) {
 
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   const Node& n = input.graph().node(input.ref().node);
-  KILN_CHECK(n.op->name == "input", "feed: {} is not a graph input", input.str());
+  KILN_CHECK(n.op->id == OpId::input, "feed: {} is not a graph input", input.str());
   name = n.name;
 }
 

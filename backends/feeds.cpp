@@ -13,7 +13,7 @@ namespace kiln {
 void check_feed_names(const Graph& g, const std::vector<Feed>& feeds) {
   std::vector<std::string> names;
   for (const Node& n : g.nodes())
-    if (n.op->name == "input") names.push_back(n.name);
+    if (n.op->id == OpId::input) names.push_back(n.name);
   for (const Feed& f : feeds) {
     KILN_CHECK(std::find(names.begin(), names.end(), f.name) != names.end(),
                "run: '{}' is not an input of this program (inputs: {})", f.name,

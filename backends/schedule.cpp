@@ -38,7 +38,7 @@ std::vector<int> assign_streams(const Graph& g, int streams) {
     at = next;
   }
   for (std::int32_t id = 0; id < count; ++id) {
-    if (g.node(id).op->name == "all_reduce_mean")
+    if (g.node(id).op->id == OpId::all_reduce_mean)
       stream[static_cast<std::size_t>(id)] = streams;  // the communication stream
     else if (is_kernel(g.node(id)) && !critical[static_cast<std::size_t>(id)])
       stream[static_cast<std::size_t>(id)] = 1;

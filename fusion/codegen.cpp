@@ -87,16 +87,17 @@ std::string expand(const std::string& snippet, const std::vector<std::string>& a
   return out;
 }
 
-// The reduction's start value and its combination of an accumulator with a value (a max
-// keeps NaN, as the CPU's does).
+// The reduction's start value and its combination of an accumulator with a value, from the
+// op's ReductionRule; a NaN value wins where the rule says so, as on the CPU.
 std::string reduction_identity(const FusedReduction& red, DType dtype) {
-  return red.op->name == "reduce_max" ? literal(-INFINITY, dtype) : literal(0.0, dtype);
+  return literal(red.op->reduction.identity, dtype);
 }
 std::string reduction_combine(const FusedReduction& red, const std::string& acc,
                               const std::string& value) {
-  if (red.op->name == "reduce_max")
-    return fmt::format("(({1}) > ({0}) || ({1}) != ({1}) ? ({1}) : ({0}))", acc, value);
-  return fmt::format("({} + {})", acc, value);
+  const ReductionRule& rule = red.op->reduction;
+  const std::string combined = expand(rule.cuda_combine, {acc, value});
+  if (rule.nan == NanRule::arithmetic) return combined;
+  return fmt::format("(({1}) != ({1}) ? ({1}) : {0})", combined, value);
 }
 
 class Writer {

@@ -12,6 +12,7 @@
 #include "core/dispatch.h"
 #include "fusion/fused_group.h"
 #include "fusion/strided_walk.h"
+#include "graph/reduction_rule.h"
 
 namespace kiln {
 namespace {
@@ -104,23 +105,18 @@ class TileEvaluator {
     std::int64_t step;
     T literal;
     operand(r.value, src, step, literal);
-    const bool is_max = r.op->name == "reduce_max";
-    auto combine = [is_max](double& a, double v) {
-      a = is_max ? ((v > a || v != v) ? v : a) : a + v;
-    };
+    const ReductionRule& rule = r.op->reduction;
+    const auto fold = reduction_fold<T>(rule);
+    const auto accumulate_run = reduction_accumulate<T>(rule);
     out_walk.runs(
         start, count,
         [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t out_step) {
+          double* out = &acc[static_cast<std::size_t>(offset)];
           if (out_step == 0) {  // the whole run reduces into one output
-            double run = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
-            for (std::int64_t j = 0; j < length; ++j)
-              combine(run, static_cast<double>(src[(pos + j) * step]));
-            combine(acc[static_cast<std::size_t>(offset)], run);
+            *out = rule.combine(*out, fold(rule.identity, src + pos * step, length, step));
             return;
           }
-          for (std::int64_t j = 0; j < length; ++j)
-            combine(acc[static_cast<std::size_t>(offset + j * out_step)],
-                    static_cast<double>(src[(pos + j) * step]));
+          accumulate_run(out, out_step, src + pos * step, length, step);
         });
   }
 
@@ -181,9 +177,7 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   const int threads = n > 4 * kTile ? omp_get_max_threads() : 1;
   const bool reduces = g.reduction.has_value();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
-  const double init = reduces && g.reduction->op->name == "reduce_max"
-                          ? -std::numeric_limits<double>::infinity()
-                          : 0.0;
+  const double init = reduces ? g.reduction->op->reduction.identity : 0.0;
   const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes)
                                               : std::vector<std::int64_t>(g.shape.rank(), 0));
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
@@ -214,13 +208,13 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
     }
   }
   if (!reduces) return;
-  const bool is_max = g.reduction->op->name == "reduce_max";
+  const ReductionRule& rule = g.reduction->op->reduction;
   T* out = call.outputs[g.outputs.size()].template data<T>();
   for (std::int64_t o = 0; o < reduced; ++o) {
     double total = init;
     for (const auto& acc : partial) {
       const double v = acc[static_cast<std::size_t>(o)];
-      total = is_max ? ((v > total || v != v) ? v : total) : total + v;
+      total = rule.combine(total, v);
     }
     out[o] = static_cast<T>(total);
   }

@@ -18,10 +18,8 @@ namespace {
 bool fusible(const Node& n) {
   return n.op->kind == OpKind::elementwise && !n.op->alias && is_floating(n.outputs[0].dtype);
 }
-bool is_fill(const Node& n) { return n.op->name == "fill"; }
-bool is_reduction(const Node& n) {
-  return n.op->name == "reduce_sum" || n.op->name == "reduce_max";
-}
+bool is_fill(const Node& n) { return n.op->id == OpId::fill; }
+bool is_reduction(const Node& n) { return n.op->kind == OpKind::reduction; }
 
 struct Grouping {
   std::vector<int> group_of;              // node -> group, or -1
@@ -214,7 +212,7 @@ struct SliceView {
 SliceView slice_view(const Graph& g, ValueRef ref) {
   SliceView v{ref, 0};
   std::vector<std::pair<std::size_t, std::int64_t>> starts;  // (axis, start) of each slice
-  while (g.node(v.base.node).op->name == "slice") {
+  while (g.node(v.base.node).op->id == OpId::slice) {
     const Node& s = g.node(v.base.node);
     starts.emplace_back(static_cast<std::size_t>(s.attrs.integer("axis")),
                         s.attrs.integer("start"));

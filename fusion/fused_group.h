@@ -40,7 +40,7 @@ struct FusedInstr {
 
 // A reduction (sum or max) of one operand over axes of the group's shape.
 struct FusedReduction {
-  const OpDef* op = nullptr;  // reduce_sum or reduce_max
+  const OpDef* op = nullptr;  // a reduction: its ReductionRule says how it combines
   Operand value;
   std::vector<std::int64_t> axes;  // sorted
   bool keepdims = false;

@@ -21,7 +21,7 @@ std::optional<std::pair<Value, std::vector<std::size_t>>> existing_concat(
     if (!index.emplace(values[i].ref(), i).second) return std::nullopt;
   for (std::int32_t id = static_cast<std::int32_t>(g.nodes().size()) - 1; id >= 0; --id) {
     const Node& n = g.node(id);
-    if (n.op->name != "concat" || n.inputs.size() != values.size() ||
+    if (n.op->id != OpId::concat || n.inputs.size() != values.size() ||
         n.attrs.integer("axis") != axis)
       continue;
     std::vector<std::size_t> order;
@@ -47,7 +47,8 @@ std::optional<Value> join_padded(const std::vector<Value>& terms) {
   std::vector<Range> ranges;  // in order of first appearance
   for (const Value& t : terms) {
     const Node& n = g.node(t.ref().node);
-    if (n.op->name != "pad" || (axis >= 0 && n.attrs.integer("axis") != axis)) return std::nullopt;
+    if (n.op->id != OpId::pad || (axis >= 0 && n.attrs.integer("axis") != axis))
+      return std::nullopt;
     axis = n.attrs.integer("axis");
     const std::int64_t before = n.attrs.integer("before");
     const Value inner = g.value(n.inputs[0]);  // n is not used past here: adding nodes moves it
@@ -92,7 +93,7 @@ std::optional<Value> join_products(const std::vector<Value>& terms) {
   std::int64_t trans_a = -1, trans_b = -1, copied = 0;
   for (const Value& t : terms) {
     const Node& n = g.node(t.ref().node);
-    if (n.op->name != "matmul" || t.shape().rank() != 2) return std::nullopt;
+    if (n.op->id != OpId::matmul || t.shape().rank() != 2) return std::nullopt;
     if (trans_a >= 0 &&
         (n.attrs.integer("trans_a") != trans_a || n.attrs.integer("trans_b") != trans_b))
       return std::nullopt;

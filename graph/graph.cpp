@@ -36,9 +36,9 @@ Graph& Graph::operator=(const Graph& other) {
 
 Value Graph::input(const std::string& name, const Shape& shape, DType dtype) {
   for (const Node& n : nodes_)
-    KILN_CHECK(n.op->name != "input" || n.name != name, "graph already has an input named '{}'",
+    KILN_CHECK(n.op->id != OpId::input || n.name != name, "graph already has an input named '{}'",
                name);
-  Node n{.op = &op_def("input"), .outputs = {{shape, dtype}}, .name = name};
+  Node n{.op = &op_def(OpId::input), .outputs = {{shape, dtype}}, .name = name};
   return value(add_node(std::move(n)));
 }
 
@@ -46,7 +46,7 @@ Value Graph::variable(const VariablePtr& var) {
   KILN_CHECK(var && var->value.defined(), "variable is empty");
   auto it = variable_nodes_.find(var.get());
   if (it != variable_nodes_.end()) return value({it->second, 0});
-  Node n{.op = &op_def("variable"),
+  Node n{.op = &op_def(OpId::variable),
          .outputs = {{var->value.shape(), var->value.dtype()}},
          .name = var->name};
   n.variable = var;
@@ -54,21 +54,20 @@ Value Graph::variable(const VariablePtr& var) {
 }
 
 Value Graph::fill(double fill_value, const Shape& shape, DType dtype) {
-  Node n{.op = &op_def("fill"), .outputs = {{shape, dtype}}};
+  Node n{.op = &op_def(OpId::fill), .outputs = {{shape, dtype}}};
   n.attrs.set("value", fill_value);
   return value(add_node(std::move(n)));
 }
 
 Value Graph::constant(const Tensor& tensor) {
   KILN_CHECK(tensor.defined(), "constant: tensor is empty");
-  Node n{.op = &op_def("tensor_constant"), .outputs = {{tensor.shape(), tensor.dtype()}}};
+  Node n{.op = &op_def(OpId::tensor_constant), .outputs = {{tensor.shape(), tensor.dtype()}}};
   n.constant = tensor.clone();
   return value(add_node(std::move(n)));
 }
 
-std::vector<Value> Graph::apply(const std::string& op_name, const std::vector<Value>& inputs,
-                                Attrs attrs) {
-  const OpDef& op = op_def(op_name);
+std::vector<Value> Graph::apply(OpId id, const std::vector<Value>& inputs, Attrs attrs) {
+  const OpDef& op = op_def(id);
   KILN_CHECK(op.arity < 0 || static_cast<std::size_t>(op.arity) == inputs.size(),
              "{}: takes {} inputs, got {}", op.name, op.arity, inputs.size());
   Node n{.op = &op, .attrs = std::move(attrs)};
@@ -88,9 +87,9 @@ std::vector<Value> Graph::apply(const std::string& op_name, const std::vector<Va
   return out;
 }
 
-Value Graph::apply1(const std::string& op_name, const std::vector<Value>& inputs, Attrs attrs) {
-  std::vector<Value> out = apply(op_name, inputs, std::move(attrs));
-  KILN_ASSERT(out.size() == 1, "{} has {} outputs", op_name, out.size());
+Value Graph::apply1(OpId id, const std::vector<Value>& inputs, Attrs attrs) {
+  std::vector<Value> out = apply(id, inputs, std::move(attrs));
+  KILN_ASSERT(out.size() == 1, "{} has {} outputs", op_id_name(id), out.size());
   return out[0];
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "graph/attrs.h"
+#include "graph/op_id.h"
 
 namespace kiln {
 
@@ -87,10 +88,9 @@ class Graph {
   Value fill(double value, const Shape& shape = {}, DType dtype = DType::f32);
   Value constant(const Tensor& tensor);
 
-  // Records op `op_name` on `inputs`; infers and checks output types (kiln::Error on misuse).
-  std::vector<Value> apply(const std::string& op_name, const std::vector<Value>& inputs,
-                           Attrs attrs = {});
-  Value apply1(const std::string& op_name, const std::vector<Value>& inputs, Attrs attrs = {});
+  // Records op `op` on `inputs`; infers and checks output types (kiln::Error on misuse).
+  std::vector<Value> apply(OpId op, const std::vector<Value>& inputs, Attrs attrs = {});
+  Value apply1(OpId op, const std::vector<Value>& inputs, Attrs attrs = {});
   // Appends a ready node (passes use this); its types must already be set.
   ValueRef add_node(Node node);
 

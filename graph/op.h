@@ -73,8 +73,32 @@ class NodeBody {
       const = 0;  // one line: "fused 7 ops (relu, mul, ...) -> f32[64, 10]"
 };
 
+// How a reduction combines values (reductions only), so that the fuse pass, the code
+// generator and the CPU evaluators read the op's entry instead of naming the op. Made by
+// make_reduction_rule (graph/reduction_rule.h) from one combine function.
+enum class NanRule {
+  arithmetic,  // IEEE arithmetic carries a NaN to the result by itself (sum)
+  propagate,   // the combine must be told: a NaN value wins over any accumulator (max)
+};
+struct ReductionRule {
+  double identity = 0.0;  // the accumulator's start value
+  NanRule nan = NanRule::arithmetic;
+  // CUDA C combining accumulator {0} with value {1}, without the NaN rule (codegen adds it).
+  std::string cuda_combine;
+  // The CPU's combine with the NaN rule applied, in double: one value, a strided run folded
+  // into one accumulator, and a strided run combined element by element into accumulators.
+  double (*combine)(double acc, double value) = nullptr;
+  double (*fold_f32)(double acc, const float* x, std::int64_t n, std::int64_t step) = nullptr;
+  double (*fold_f64)(double acc, const double* x, std::int64_t n, std::int64_t step) = nullptr;
+  void (*accumulate_f32)(double* acc, std::int64_t acc_step, const float* x, std::int64_t n,
+                         std::int64_t step) = nullptr;
+  void (*accumulate_f64)(double* acc, std::int64_t acc_step, const double* x, std::int64_t n,
+                         std::int64_t step) = nullptr;
+};
+
 struct OpDef {
-  std::string name;
+  OpId id = OpId::input;
+  std::string name;  // op_id_name(id), filled in by the table
   OpKind kind = OpKind::other;
   int arity = 0;                   // number of inputs, -1 for variadic
   std::vector<std::string> attrs;  // attribute names the op requires
@@ -84,6 +108,7 @@ struct OpDef {
   ElementwiseLoops loops;  // elementwise ops only
   std::string cuda;    // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
   bool alias = false;  // output shares input 0's storage (reshape, detach)
+  ReductionRule reduction;  // reductions only
 };
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Assembles the op table from the ops files and checks that every entry is complete.
 #include "graph/op_table.h"
 
+#include <array>
 #include <unordered_map>
 
 #include "graph/ops/register.h"
@@ -11,16 +12,25 @@ namespace {
 struct Table {
   std::vector<OpDef> entries;
   std::vector<const OpDef*> pointers;
+  std::array<const OpDef*, kOpIdCount> by_id{};
   std::unordered_map<std::string, const OpDef*> by_name;
 };
 
+constexpr const char* kOpNames[] = {
+#define KILN_OP_ID_NAME(name) #name,
+    KILN_OP_IDS(KILN_OP_ID_NAME)
+#undef KILN_OP_ID_NAME
+};
+
 void check_entry(const OpDef& op) {
-  KILN_ASSERT(!op.name.empty(), "op without a name");
   KILN_ASSERT(op.kind == OpKind::source || op.kind == OpKind::fused || op.infer,
               "op {} has no type rule", op.name);
   KILN_ASSERT(op.kind == OpKind::source || op.alias || op.cpu, "op {} has no CPU kernel", op.name);
   KILN_ASSERT(op.kind != OpKind::elementwise || (op.loops.f32 && op.loops.f64) || op.alias,
               "elementwise op {} has no loops", op.name);
+  KILN_ASSERT(op.kind != OpKind::reduction || (op.reduction.combine && op.reduction.fold_f32 &&
+                                               !op.reduction.cuda_combine.empty()),
+              "reduction {} has no reduction rule", op.name);
 }
 
 const Table& table() {
@@ -37,11 +47,17 @@ const Table& table() {
     ops::register_random_ops(built.entries);
     ops::register_collective_ops(built.entries);
     ops::register_recurrent_ops(built.entries);
-    for (const OpDef& op : built.entries) {
+    for (OpDef& op : built.entries) {
+      op.name = op_id_name(op.id);
       check_entry(op);
-      KILN_ASSERT(built.by_name.emplace(op.name, &op).second, "op {} is declared twice", op.name);
+      const OpDef*& slot = built.by_id[static_cast<std::size_t>(op.id)];
+      KILN_ASSERT(slot == nullptr, "op {} is declared twice", op.name);
+      slot = &op;
+      built.by_name.emplace(op.name, &op);
       built.pointers.push_back(&op);
     }
+    for (std::size_t i = 0; i < built.by_id.size(); ++i)
+      KILN_ASSERT(built.by_id[i] != nullptr, "op {} has no entry", kOpNames[i]);
     return built;
   }();
   return t;
@@ -56,7 +72,15 @@ const OpDef& op_def(const std::string& name) {
   return *it->second;
 }
 
+const OpDef& op_def(OpId id) { return *table().by_id[static_cast<std::size_t>(id)]; }
+
 const std::vector<const OpDef*>& all_ops() { return table().pointers; }
+
+const char* op_id_name(OpId id) {
+  const auto i = static_cast<std::size_t>(id);
+  KILN_ASSERT(i < std::size(kOpNames), "op id {} out of range", i);
+  return kOpNames[i];
+}
 
 const char* op_kind_name(OpKind kind) {
   switch (kind) {

@@ -51,7 +51,7 @@ TEST_CASE("gradients of disjoint slices are joined by one concat, not summed as 
       tanh(slice(x, 1, 0, 2)) * slice(x, 1, 2, 2) + exp(slice(x, 1, 6, 2)) + slice(x, 1, 0, 2);
   const Value dx = grad(sum_all(y), {x})[0];
   g.output("dx", dx);
-  CHECK(g.node(dx.ref().node).op->name == "concat");
+  CHECK(g.node(dx.ref().node).op->id == OpId::concat);
   CHECK(live_ops(g, "pad") == 0);
   CHECK(live_ops(g, "concat") == 1);
   const Tensor xv = test::random_tensor({2, 8}, DType::f64, 4);
@@ -93,9 +93,9 @@ TEST_CASE(
   g.output("dw", dw);
   g.output("loss", loss);
   const Node& n = g.node(dw.ref().node);
-  REQUIRE(n.op->name == "matmul");
-  CHECK(g.node(n.inputs[0].node).op->name == "concat");
-  CHECK(g.node(n.inputs[1].node).op->name == "concat");
+  REQUIRE(n.op->id == OpId::matmul);
+  CHECK(g.node(n.inputs[0].node).op->id == OpId::concat);
+  CHECK(g.node(n.inputs[1].node).op->id == OpId::concat);
   Tensor wv = test::random_tensor({3, 4}, DType::f64, 8);
   const Tensor h0 = test::random_tensor({2, 3}, DType::f64, 9);
   auto program = compile(g);

@@ -29,7 +29,7 @@ using test::have_gpu;
 std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
   std::vector<Feed> feeds;
   for (const Node& n : g.nodes()) {
-    if (n.op->name != "input") continue;
+    if (n.op->id != OpId::input) continue;
     const TensorType& t = n.outputs[0];
     if (is_floating(t.dtype)) {
       feeds.emplace_back(n.name, test::random_tensor(t.shape, t.dtype, seed++, -2, 2));

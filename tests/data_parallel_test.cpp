@@ -161,7 +161,7 @@ class SideBySide {
   int reduces() const {
     int n = 0;
     for (const Node& node : replicas[0].step->graph().nodes())
-      n += node.op->name == "all_reduce_mean";
+      n += node.op->id == OpId::all_reduce_mean;
     return n;
   }
 
@@ -248,7 +248,7 @@ TEST_CASE(
   for (std::size_t i = 0; i < 3; ++i) g.output("g" + std::to_string(i), averaged[i]);
   const std::vector<int> streams = assign_streams(g, 2);
   for (const Node& n : g.nodes())
-    if (n.op->name == "all_reduce_mean")
+    if (n.op->id == OpId::all_reduce_mean)
       CHECK(streams[static_cast<std::size_t>(&n - g.nodes().data())] == 2);
   const Outputs out = test::run_once(g, {{"x", test::random_tensor({4, 8}, DType::f32, 1)}});
   for (std::int64_t i = 0; i < 64; ++i)

@@ -19,7 +19,7 @@ namespace {
 std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
   std::vector<Feed> feeds;
   for (const Node& n : g.nodes())
-    if (n.op->name == "input")
+    if (n.op->id == OpId::input)
       feeds.emplace_back(
           n.name, test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, seed++, -2, 2));
   return feeds;
@@ -46,15 +46,15 @@ int count_kernels(const Graph& g) {
 
 TEST_CASE("every elementwise op fused alone and in a chain matches the unfused result") {
   for (const OpDef* op : all_ops()) {
-    if (op->kind != OpKind::elementwise || op->alias || op->name == "broadcast_to") continue;
+    if (op->kind != OpKind::elementwise || op->alias || op->id == OpId::broadcast_to) continue;
     CAPTURE(op->name);
     Graph g;
     const Value a = g.input("a", {3, 5});
     const Value b = g.input("b", {5});
     const Value safe = a * a + 0.5;  // log and sqrt need positive inputs
     const Value y = op->arity == 1
-                        ? g.apply1(op->name, {op->name == "log" || op->name == "sqrt" ? safe : a})
-                        : g.apply1(op->name, {safe, b});
+                        ? g.apply1(op->id, {op->id == OpId::log || op->id == OpId::sqrt ? safe : a})
+                        : g.apply1(op->id, {safe, b});
     g.output("y", tanh(y) * 0.5 + y);
     check_fused_matches_unfused(g, 1);
   }
@@ -146,9 +146,9 @@ TEST_CASE(
     if (!n.body) continue;
     bool relu = false, mask = false, mul = false;
     for (const FusedInstr& i : dynamic_cast<const FusedGroup&>(*n.body).instrs) {
-      relu = relu || i.op->name == "relu";
-      mask = mask || i.op->name == "greater";
-      mul = mul || i.op->name == "mul";
+      relu = relu || i.op->id == OpId::relu;
+      mask = mask || i.op->id == OpId::greater;
+      mul = mul || i.op->id == OpId::mul;
     }
     if (relu) {
       ++relu_groups;
@@ -173,7 +173,7 @@ TEST_CASE(
   const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g), &report));
   int slices = 0, offset_inputs = 0;
   for (const Node& n : fused.nodes()) {
-    slices += n.op->name == "slice";
+    slices += n.op->id == OpId::slice;
     if (n.body)
       for (const FusedInput& in : dynamic_cast<const FusedGroup&>(*n.body).inputs)
         offset_inputs += in.offset != 0;
@@ -245,7 +245,7 @@ TEST_CASE(
     std::vector<Feed> feeds;
     std::uint64_t s = seed * 7 + 1;
     for (const Node& n : g.nodes())
-      if (n.op->name == "input")
+      if (n.op->id == OpId::input)
         feeds.emplace_back(n.name,
                            test::random_tensor(n.outputs[0].shape, n.outputs[0].dtype, s++, -2, 2));
     const Outputs reference = compile(g, {.fuse = false})->run(feeds);

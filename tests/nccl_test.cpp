@@ -56,7 +56,7 @@ TEST_CASE("GPU: a data-parallel step through a one-rank NCCL communicator trains
     CHECK(on_gpu == doctest::Approx(on_cpu).epsilon(1e-5));
   }
   int reduces = 0;
-  for (const Node& n : gpu.step->graph().nodes()) reduces += n.op->name == "all_reduce_mean";
+  for (const Node& n : gpu.step->graph().nodes()) reduces += n.op->id == OpId::all_reduce_mean;
   CHECK(reduces >= 2);
   gpu.step.reset();
   unregister_collective(id);

@@ -135,7 +135,7 @@ TEST_CASE(
   CHECK(u[0].in_place);
   REQUIRE(u[0].after.size() ==
           2);  // `other`, and the forward matmul (the gradient of a sum does not need it)
-  for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->name == "matmul");
+  for (std::int32_t reader : u[0].after) CHECK(early.node(reader).op->id == OpId::matmul);
   CHECK(in_place_updates(build(true))[0].in_place == false);
 }
 
@@ -159,8 +159,8 @@ TEST_CASE(
   int ops = 0, fills = 0, constants = 0;
   for (const Node& n : folded.nodes()) {
     if (n.op->kind != OpKind::source) ++ops;
-    fills += n.op->name == "fill";
-    constants += n.op->name == "tensor_constant";
+    fills += n.op->id == OpId::fill;
+    constants += n.op->id == OpId::tensor_constant;
   }
   CHECK(ops == 3);        // x * spread, + ramp, and the big product
   CHECK(fills == 3);      // spread (folded), and the big product's two operands
@@ -203,9 +203,9 @@ TEST_CASE(
     const Shape big = y.type().shape, pooled = p.type().shape;
     int big_muls = 0, pooled_sums = 0, pool_grads = 0;
     for (const Node& n : after.nodes()) {
-      big_muls += n.op->name == "mul" && n.outputs[0].shape == big;
-      pooled_sums += n.op->name == "reduce_sum" && after.type(n.inputs[0]).shape == pooled;
-      pool_grads += n.op->name == "max_pool2d_grad";
+      big_muls += n.op->id == OpId::mul && n.outputs[0].shape == big;
+      pooled_sums += n.op->id == OpId::reduce_sum && after.type(n.inputs[0]).shape == pooled;
+      pool_grads += n.op->id == OpId::max_pool2d_grad;
     }
     CHECK(big_muls == 0);     // the mask multiplies the pooled gradient
     CHECK(pooled_sums == 2);  // the loss, and db summing the pooled gradient
@@ -240,7 +240,7 @@ TEST_CASE(
   const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
   int muls = 0;
   for (const Node& n : after.nodes())
-    muls += n.op->name == "mul" && n.outputs[0].shape == Shape{1, 2, 4, 4};
+    muls += n.op->id == OpId::mul && n.outputs[0].shape == Shape{1, 2, 4, 4};
   CHECK(muls == 1);
 }
 

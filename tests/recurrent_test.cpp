@@ -184,9 +184,9 @@ TEST_CASE(
   CHECK(count("matmul") == 3);  // x W, and the two weight gradients
   const Node& d_input = g.node(grads[0].ref().node);
   const Node& d_recurrent = g.node(grads[1].ref().node);
-  REQUIRE(d_input.op->name == "matmul");
-  REQUIRE(d_recurrent.op->name == "matmul");
-  CHECK(g.node(d_input.inputs[1].node).op->name == "lstm_sequence_grad");
+  REQUIRE(d_input.op->id == OpId::matmul);
+  REQUIRE(d_recurrent.op->id == OpId::matmul);
+  CHECK(g.node(d_input.inputs[1].node).op->id == OpId::lstm_sequence_grad);
   CHECK(d_input.inputs[1].index == 0);                // d_projected [T*B, 4H]
   CHECK(d_recurrent.inputs[1] == d_input.inputs[1]);  // shared, not copied
 }

@@ -143,7 +143,7 @@ TEST_CASE(
   const std::vector<int> stream = assign_streams(fused, 2);
   int convs[2] = {0, 0};
   for (std::size_t id = 0; id < fused.nodes().size(); ++id)
-    if (fused.nodes()[id].op->name == "conv2d") ++convs[stream[id]];
+    if (fused.nodes()[id].op->id == OpId::conv2d) ++convs[stream[id]];
   CAPTURE(convs[0]);
   CAPTURE(convs[1]);
   CHECK(convs[0] > 0);

@@ -66,7 +66,7 @@ int bench_rank(const ScalingRun& run, int rank, int world_size, const std::strin
   if (rank != 0) return 0;
   const std::string device = run.options.device.is_cpu() ? "CPU ranks (TCP)" : "GPUs (NCCL)";
   int buckets = 0;
-  for (const Node& n : step->graph().nodes()) buckets += n.op->name == "all_reduce_mean";
+  for (const Node& n : step->graph().nodes()) buckets += n.op->id == OpId::all_reduce_mean;
   const nlohmann::json r = {{"name", fmt::format("{} step, batch {} per rank x {} {}", run.model,
                                                  run.batch, world_size, device)},
                             {"device", run.options.device.str()},

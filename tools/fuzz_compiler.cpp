@@ -37,7 +37,7 @@ double distance(const kiln::Tensor& a, const kiln::Tensor& b, double tolerance) 
 std::vector<kiln::Feed> random_feeds(const kiln::Graph& g, std::uint64_t seed) {
   std::vector<kiln::Feed> feeds;
   for (const kiln::Node& n : g.nodes()) {
-    if (n.op->name != "input") continue;
+    if (n.op->id != kiln::OpId::input) continue;
     kiln::Tensor t = kiln::Tensor::empty(n.outputs[0].shape, n.outputs[0].dtype);
     kiln::Philox(seed++).fill_uniform(t, -2, 2);
     feeds.emplace_back(n.name, t);
@@ -50,7 +50,7 @@ std::vector<kiln::Feed> random_feeds(const kiln::Graph& g, std::uint64_t seed) {
 // disagree legitimately; such graphs are compared fused against unfused on the CPU only.
 bool compares_values(const kiln::Graph& g) {
   for (const kiln::Node& n : g.nodes())
-    if (n.op->name == "greater" || n.op->name == "equal") return true;
+    if (n.op->id == kiln::OpId::greater || n.op->id == kiln::OpId::equal) return true;
   return false;
 }
 

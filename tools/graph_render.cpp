@@ -155,10 +155,10 @@ std::string render_dot(const FusionView& v, const std::string& title) {
   }
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.before.nodes().size()); ++id) {
     const Node& n = v.before.node(id);
-    if (n.op->name == "fill") continue;  // folded into kernels as literals
+    if (n.op->id == OpId::fill) continue;  // folded into kernels as literals
     if (cluster[static_cast<std::size_t>(id)] < 0) out += node_line(id);
     for (const ValueRef& in : n.inputs)
-      if (v.before.node(in.node).op->name != "fill")
+      if (v.before.node(in.node).op->id != OpId::fill)
         out += fmt::format("  n{} -> n{};\n", in.node, id);
   }
   return out + "}\n";

@@ -81,7 +81,7 @@ std::string sample_language_model(const TrainConfig& config) {
 
   std::vector<Feed> feeds;  // the state, then the token
   for (const Node& n : program->graph().nodes())
-    if (n.op->name == "input" && n.name != "x")
+    if (n.op->id == OpId::input && n.name != "x")
       feeds.emplace_back(n.name, Tensor::zeros(n.outputs[0].shape, DType::f32));
   feeds.emplace_back("x", Tensor::zeros({1, 1}, DType::i64));
   auto step = [&](std::int64_t token) {

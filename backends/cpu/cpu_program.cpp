@@ -25,7 +25,7 @@ class CpuProgram final : public Program {
         profile_(std::getenv("KILN_PROFILE") != nullptr),
         check_numerics_(check_numerics) {
     for (const Node& n : graph_.nodes()) {
-      if (n.op->name == "fill")
+      if (n.op->id == OpId::fill)
         fills_.push_back(
             Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
     }
@@ -92,18 +92,18 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
     std::vector<Tensor> in;
     for (const ValueRef& r : n.inputs)
       in.push_back(values[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)]);
-    if (n.op->name == "input") {
+    if (n.op->id == OpId::input) {
       out = {feed_for(n, feeds)};
-    } else if (n.op->name == "variable") {
+    } else if (n.op->id == OpId::variable) {
       const Tensor& v = n.variable->value;
       KILN_CHECK(
           v.shape() == n.outputs[0].shape && v.dtype() == n.outputs[0].dtype && v.device().is_cpu(),
           "run: variable '{}' is now {}{} on {} but was compiled as {} on the CPU", n.name,
           dtype_name(v.dtype()), v.shape().str(), v.device().str(), n.outputs[0].str());
       out = {v};
-    } else if (n.op->name == "fill") {
+    } else if (n.op->id == OpId::fill) {
       out = {fills_[fill_index++]};
-    } else if (n.op->name == "tensor_constant") {
+    } else if (n.op->id == OpId::tensor_constant) {
       out = {n.constant};
     } else if (n.op->alias) {
       out = {in[0].reshape(n.outputs[0].shape)};

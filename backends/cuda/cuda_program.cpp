@@ -149,7 +149,7 @@ void CudaProgram::bind_buffers() {
   ptr_.resize(graph_.nodes().size());
   std::vector<std::int32_t> input_nodes;
   for (std::size_t id = 0; id < graph_.nodes().size(); ++id)
-    if (graph_.nodes()[id].op->name == "input")
+    if (graph_.nodes()[id].op->id == OpId::input)
       input_nodes.push_back(static_cast<std::int32_t>(id));
   stager_ = std::make_unique<cuda::InputStager>(graph_, input_nodes);
   std::size_t next_input = 0;
@@ -157,16 +157,16 @@ void CudaProgram::bind_buffers() {
     const Node& n = graph_.nodes()[id];
     auto& out = ptr_[id];
     out.assign(n.outputs.size(), nullptr);
-    if (n.op->name == "input") {
+    if (n.op->id == OpId::input) {
       out[0] = stager_->buffer(next_input++);
-    } else if (n.op->name == "variable") {
+    } else if (n.op->id == OpId::variable) {
       if (n.variable->value.device().is_cpu())
         n.variable->value = cuda::to_device(n.variable->value);  // parameters move to the GPU
       variables_.emplace_back(n.variable, n.variable->value);
       out[0] = n.variable->value.raw();
-    } else if (n.op->name == "fill" || n.op->name == "tensor_constant") {
+    } else if (n.op->id == OpId::fill || n.op->id == OpId::tensor_constant) {
       const Tensor host =
-          n.op->name == "fill"
+          n.op->id == OpId::fill
               ? Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype)
               : n.constant;
       constants_.push_back(cuda::to_device(host));
@@ -204,7 +204,7 @@ void CudaProgram::prepare_launches() {
     workspace = std::max(workspace, cuda::workspace_bytes_for(n, types));
     for (gpu::KernelSource& source : cuda::kernel_sources_for(n, types))
       if (source_names.insert(source.name).second) sources.push_back(std::move(source));
-    if (n.op->name == "one_hot") {
+    if (n.op->id == OpId::one_hot) {
       has_one_hot_ = true;
       one_hot_classes_ = n.attrs.integer("classes");
     }

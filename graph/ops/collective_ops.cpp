@@ -40,7 +40,7 @@ std::vector<Value> all_reduce_grad(const GradContext& c) {
 }  // namespace
 
 void ops::register_collective_ops(std::vector<OpDef>& table) {
-  OpDef op{.name = "all_reduce_mean", .kind = OpKind::other, .arity = -1, .attrs = {"group"}};
+  OpDef op{.id = OpId::all_reduce_mean, .kind = OpKind::other, .arity = -1, .attrs = {"group"}};
   op.infer = infer_all_reduce;
   op.grad = all_reduce_grad;
   op.cpu = all_reduce_kernel;
@@ -50,7 +50,7 @@ void ops::register_collective_ops(std::vector<OpDef>& table) {
 std::vector<Value> all_reduce_mean(const std::vector<Value>& values, int group) {
   KILN_CHECK(!values.empty(), "all_reduce_mean: needs at least one value");
   collective(group);  // an unknown group is an error where the graph is built
-  return values.front().graph().apply("all_reduce_mean", values,
+  return values.front().graph().apply(OpId::all_reduce_mean, values,
                                       {{"group", static_cast<std::int64_t>(group)}});
 }
 

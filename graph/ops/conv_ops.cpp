@@ -32,7 +32,7 @@ Attrs make_conv_attrs(std::int64_t stride, std::int64_t padding) {
 }
 
 OpDef conv_forward_op() {
-  OpDef op{.name = "conv2d", .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
+  OpDef op{.id = OpId::conv2d, .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d", in);
     return std::vector<TensorType>{
@@ -59,7 +59,7 @@ OpDef conv_forward_op() {
 
 // conv2d_grad_input(dy, w) = dx, with <G, dx> = <conv2d(G, w), dy>.
 OpDef conv_grad_input_op() {
-  OpDef op{.name = "conv2d_grad_input",
+  OpDef op{.id = OpId::conv2d_grad_input,
            .kind = OpKind::conv,
            .arity = 2,
            .attrs = {"stride", "padding", "shape"}};
@@ -93,7 +93,7 @@ OpDef conv_grad_input_op() {
 
 // conv2d_grad_weight(x, dy) = dw, with <G, dw> = <conv2d(x, G), dy>.
 OpDef conv_grad_weight_op() {
-  OpDef op{.name = "conv2d_grad_weight",
+  OpDef op{.id = OpId::conv2d_grad_weight,
            .kind = OpKind::conv,
            .arity = 2,
            .attrs = {"stride", "padding", "shape"}};
@@ -134,21 +134,21 @@ void ops::register_conv_ops(std::vector<OpDef>& table) {
 }
 
 Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding) {
-  return x.graph().apply1("conv2d", {x, w}, make_conv_attrs(stride, padding));
+  return x.graph().apply1(OpId::conv2d, {x, w}, make_conv_attrs(stride, padding));
 }
 
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
                         std::int64_t padding) {
   Attrs attrs = make_conv_attrs(stride, padding);
   attrs.set("shape", input_shape.dims());
-  return dy.graph().apply1("conv2d_grad_input", {dy, w}, std::move(attrs));
+  return dy.graph().apply1(OpId::conv2d_grad_input, {dy, w}, std::move(attrs));
 }
 
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
                          std::int64_t padding) {
   Attrs attrs = make_conv_attrs(stride, padding);
   attrs.set("shape", weight_shape.dims());
-  return x.graph().apply1("conv2d_grad_weight", {x, dy}, std::move(attrs));
+  return x.graph().apply1(OpId::conv2d_grad_weight, {x, dy}, std::move(attrs));
 }
 
 }  // namespace kiln

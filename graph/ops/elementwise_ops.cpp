@@ -75,8 +75,9 @@ std::vector<TensorType> infer_same(const char* op, std::span<const TensorType> i
 }
 
 template <class F>
-OpDef elementwise(std::string name, int arity, std::string cuda, GradFn grad) {
-  OpDef op{.name = name, .kind = OpKind::elementwise, .arity = arity};
+OpDef elementwise(OpId id, int arity, std::string cuda, GradFn grad) {
+  const char* name = op_id_name(id);
+  OpDef op{.id = id, .kind = OpKind::elementwise, .arity = arity};
   if constexpr (requires { F::apply(1.0f); }) {
     KILN_ASSERT(arity == 1, "{}: a unary functor for arity {}", name, arity);
     op.loops = {unary_loop<F, float>, unary_loop<F, double>};
@@ -84,9 +85,7 @@ OpDef elementwise(std::string name, int arity, std::string cuda, GradFn grad) {
     KILN_ASSERT(arity == 2, "{}: a binary functor for arity {}", name, arity);
     op.loops = {binary_loop<F, float>, binary_loop<F, double>};
   }
-  op.infer = [op_name = std::move(name)](std::span<const TensorType> in, const Attrs&) {
-    return infer_same(op_name.c_str(), in);
-  };
+  op.infer = [name](std::span<const TensorType> in, const Attrs&) { return infer_same(name, in); };
   op.cpu = [loops = op.loops](const KernelCall& call) {
     kernels::run_elementwise(loops, call.inputs, call.outputs[0]);
   };
@@ -201,46 +200,47 @@ const Value& out(const GradContext& c) { return c.outputs[0]; }
 }  // namespace
 
 void ops::register_elementwise_ops(std::vector<OpDef>& table) {
-  table.push_back(elementwise<Add>("add", 2, "({0} + {1})", [](const GradContext& c) {
+  table.push_back(elementwise<Add>(OpId::add, 2, "({0} + {1})", [](const GradContext& c) {
     return Grads{dy(c), dy(c)};
   }));
-  table.push_back(elementwise<Sub>("sub", 2, "({0} - {1})", [](const GradContext& c) {
+  table.push_back(elementwise<Sub>(OpId::sub, 2, "({0} - {1})", [](const GradContext& c) {
     return Grads{dy(c), -dy(c)};
   }));
-  table.push_back(elementwise<Mul>("mul", 2, "({0} * {1})", [](const GradContext& c) {
+  table.push_back(elementwise<Mul>(OpId::mul, 2, "({0} * {1})", [](const GradContext& c) {
     return Grads{dy(c) * in(c, 1), dy(c) * in(c, 0)};
   }));
-  table.push_back(elementwise<Div>("div", 2, "({0} / {1})", [](const GradContext& c) {
+  table.push_back(elementwise<Div>(OpId::div, 2, "({0} / {1})", [](const GradContext& c) {
     return Grads{dy(c) / in(c, 1), -(dy(c) * out(c)) / in(c, 1)};
   }));
   table.push_back(
-      elementwise<Maximum>("maximum", 2, "({0} > {1} ? {0} : {1})", [](const GradContext& c) {
+      elementwise<Maximum>(OpId::maximum, 2, "({0} > {1} ? {0} : {1})", [](const GradContext& c) {
         const Value a_wins = greater(in(c, 0), in(c, 1));
         return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
       }));
-  table.push_back(elementwise<Greater>("greater", 2, "({0} > {1} ? T(1) : T(0))", nullptr));
-  table.push_back(elementwise<Equal>("equal", 2, "({0} == {1} ? T(1) : T(0))", nullptr));
+  table.push_back(elementwise<Greater>(OpId::greater, 2, "({0} > {1} ? T(1) : T(0))", nullptr));
+  table.push_back(elementwise<Equal>(OpId::equal, 2, "({0} == {1} ? T(1) : T(0))", nullptr));
   table.push_back(
-      elementwise<Neg>("neg", 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
-  table.push_back(elementwise<Exp>("exp", 1, "exp({0})",
+      elementwise<Neg>(OpId::neg, 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
+  table.push_back(elementwise<Exp>(OpId::exp, 1, "exp({0})",
                                    [](const GradContext& c) { return Grads{dy(c) * out(c)}; }));
-  table.push_back(elementwise<Log>("log", 1, "log({0})",
+  table.push_back(elementwise<Log>(OpId::log, 1, "log({0})",
                                    [](const GradContext& c) { return Grads{dy(c) / in(c, 0)}; }));
-  table.push_back(elementwise<Sqrt>(
-      "sqrt", 1, "sqrt({0})", [](const GradContext& c) { return Grads{dy(c) * 0.5 / out(c)}; }));
+  table.push_back(elementwise<Sqrt>(OpId::sqrt, 1, "sqrt({0})", [](const GradContext& c) {
+    return Grads{dy(c) * 0.5 / out(c)};
+  }));
   // relu's mask from its output (x > 0 exactly where relu(x) > 0): the output is stored anyway
   // when a non-elementwise op reads it (pooling, a GEMM), so the fuse pass computes the mask
   // in the backward's kernel instead of storing it in the forward's.
   table.push_back(
-      elementwise<Relu>("relu", 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
+      elementwise<Relu>(OpId::relu, 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
         return Grads{dy(c) * greater(out(c), scalar_like(out(c), 0.0))};
       }));
-  table.push_back(elementwise<Tanh>("tanh", 1, "tanh({0})", [](const GradContext& c) {
+  table.push_back(elementwise<Tanh>(OpId::tanh, 1, "tanh({0})", [](const GradContext& c) {
     return Grads{dy(c) * (1.0 - out(c) * out(c))};
   }));
 
   // broadcast_to: the input read at broadcast strides; autograd sums the gradient back.
-  OpDef broadcast = elementwise<Identity>("broadcast_to", 1, "{0}",
+  OpDef broadcast = elementwise<Identity>(OpId::broadcast_to, 1, "{0}",
                                           [](const GradContext& c) { return Grads{dy(c)}; });
   broadcast.attrs = {"shape"};
   broadcast.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
@@ -254,30 +254,30 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
 
   // detach: the same storage; no gradient flows back through it.
   OpDef detach_op{
-      .name = "detach", .kind = OpKind::elementwise, .arity = 1, .cuda = "{0}", .alias = true};
+      .id = OpId::detach, .kind = OpKind::elementwise, .arity = 1, .cuda = "{0}", .alias = true};
   detach_op.infer = [](std::span<const TensorType> in, const Attrs&) {
     return std::vector<TensorType>{in[0]};
   };
   table.push_back(std::move(detach_op));
 }
 
-Value add(Value a, Value b) { return a.graph().apply1("add", {a, b}); }
-Value sub(Value a, Value b) { return a.graph().apply1("sub", {a, b}); }
-Value mul(Value a, Value b) { return a.graph().apply1("mul", {a, b}); }
-Value div(Value a, Value b) { return a.graph().apply1("div", {a, b}); }
-Value maximum(Value a, Value b) { return a.graph().apply1("maximum", {a, b}); }
-Value greater(Value a, Value b) { return a.graph().apply1("greater", {a, b}); }
-Value equal(Value a, Value b) { return a.graph().apply1("equal", {a, b}); }
-Value neg(Value x) { return x.graph().apply1("neg", {x}); }
-Value exp(Value x) { return x.graph().apply1("exp", {x}); }
-Value log(Value x) { return x.graph().apply1("log", {x}); }
-Value sqrt(Value x) { return x.graph().apply1("sqrt", {x}); }
-Value relu(Value x) { return x.graph().apply1("relu", {x}); }
-Value tanh(Value x) { return x.graph().apply1("tanh", {x}); }
-Value detach(Value x) { return x.graph().apply1("detach", {x}); }
+Value add(Value a, Value b) { return a.graph().apply1(OpId::add, {a, b}); }
+Value sub(Value a, Value b) { return a.graph().apply1(OpId::sub, {a, b}); }
+Value mul(Value a, Value b) { return a.graph().apply1(OpId::mul, {a, b}); }
+Value div(Value a, Value b) { return a.graph().apply1(OpId::div, {a, b}); }
+Value maximum(Value a, Value b) { return a.graph().apply1(OpId::maximum, {a, b}); }
+Value greater(Value a, Value b) { return a.graph().apply1(OpId::greater, {a, b}); }
+Value equal(Value a, Value b) { return a.graph().apply1(OpId::equal, {a, b}); }
+Value neg(Value x) { return x.graph().apply1(OpId::neg, {x}); }
+Value exp(Value x) { return x.graph().apply1(OpId::exp, {x}); }
+Value log(Value x) { return x.graph().apply1(OpId::log, {x}); }
+Value sqrt(Value x) { return x.graph().apply1(OpId::sqrt, {x}); }
+Value relu(Value x) { return x.graph().apply1(OpId::relu, {x}); }
+Value tanh(Value x) { return x.graph().apply1(OpId::tanh, {x}); }
+Value detach(Value x) { return x.graph().apply1(OpId::detach, {x}); }
 Value broadcast_to(Value x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  return x.graph().apply1("broadcast_to", {x}, {{"shape", shape.dims()}});
+  return x.graph().apply1(OpId::broadcast_to, {x}, {{"shape", shape.dims()}});
 }
 
 Value scalar_like(Value like, double value) { return like.graph().fill(value, {}, like.dtype()); }

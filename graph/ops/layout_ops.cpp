@@ -70,7 +70,7 @@ void one_hot_kernel(const KernelCall& call) {
 
 void ops::register_layout_ops(std::vector<OpDef>& table) {
   OpDef reshape_op{
-      .name = "reshape", .kind = OpKind::layout, .arity = 1, .attrs = {"shape"}, .alias = true};
+      .id = OpId::reshape, .kind = OpKind::layout, .arity = 1, .attrs = {"shape"}, .alias = true};
   reshape_op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     const Shape target(attrs.integers("shape"));
     KILN_CHECK(target.numel() == in[0].shape.numel(), "reshape: cannot view {} as {}", in[0].str(),
@@ -82,7 +82,7 @@ void ops::register_layout_ops(std::vector<OpDef>& table) {
   };
   table.push_back(std::move(reshape_op));
 
-  OpDef transpose_op{.name = "transpose", .kind = OpKind::layout, .arity = 1, .attrs = {"perm"}};
+  OpDef transpose_op{.id = OpId::transpose, .kind = OpKind::layout, .arity = 1, .attrs = {"perm"}};
   transpose_op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     const auto& perm = attrs.integers("perm");
     KILN_CHECK(perm.size() == in[0].shape.rank(), "transpose: permutation of {} axes for {}",
@@ -104,7 +104,7 @@ void ops::register_layout_ops(std::vector<OpDef>& table) {
   table.push_back(std::move(transpose_op));
 
   OpDef one_hot_op{
-      .name = "one_hot", .kind = OpKind::other, .arity = 1, .attrs = {"classes", "dtype"}};
+      .id = OpId::one_hot, .kind = OpKind::other, .arity = 1, .attrs = {"classes", "dtype"}};
   one_hot_op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     KILN_CHECK(!is_floating(in[0].dtype), "one_hot: labels must be integers but are {}",
                in[0].str());
@@ -138,18 +138,18 @@ Value reshape(Value x, const std::vector<std::int64_t>& dims) {
     resolved[inferred] = x.shape().numel() / known;
   }
   if (x.shape() == Shape(resolved)) return x;
-  return x.graph().apply1("reshape", {x}, {{"shape", resolved}});
+  return x.graph().apply1(OpId::reshape, {x}, {{"shape", resolved}});
 }
 
 Value transpose(Value x, const std::vector<std::int64_t>& perm) {
   std::vector<std::int64_t> normalized;
   for (std::int64_t p : perm)
     normalized.push_back(normalize_axis(p, x.shape().rank(), "transpose"));
-  return x.graph().apply1("transpose", {x}, {{"perm", normalized}});
+  return x.graph().apply1(OpId::transpose, {x}, {{"perm", normalized}});
 }
 
 Value one_hot(Value labels, std::int64_t classes, DType dtype) {
-  return labels.graph().apply1("one_hot", {labels},
+  return labels.graph().apply1(OpId::one_hot, {labels},
                                {{"classes", classes}, {"dtype", std::string(dtype_name(dtype))}});
 }
 

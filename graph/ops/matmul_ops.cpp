@@ -118,7 +118,7 @@ std::vector<Value> matmul_grad(const GradContext& c) {
 }  // namespace
 
 void ops::register_matmul_ops(std::vector<OpDef>& table) {
-  OpDef op{.name = "matmul", .kind = OpKind::matmul, .arity = 2, .attrs = {"trans_a", "trans_b"}};
+  OpDef op{.id = OpId::matmul, .kind = OpKind::matmul, .arity = 2, .attrs = {"trans_a", "trans_b"}};
   op.infer = infer_matmul;
   op.grad = matmul_grad;
   op.cpu = [](const KernelCall& call) {
@@ -129,7 +129,7 @@ void ops::register_matmul_ops(std::vector<OpDef>& table) {
 }
 
 Value matmul(Value a, Value b, bool trans_a, bool trans_b) {
-  return a.graph().apply1("matmul", {a, b},
+  return a.graph().apply1(OpId::matmul, {a, b},
                           {{"trans_a", std::int64_t{trans_a}}, {"trans_b", std::int64_t{trans_b}}});
 }
 

@@ -54,7 +54,7 @@ InferFn max_backward_infer(const char* op, bool output_like_x) {
 }
 
 OpDef max_forward_op() {
-  OpDef op{.name = "max_pool2d",
+  OpDef op{.id = OpId::max_pool2d,
            .kind = OpKind::pool,
            .arity = 1,
            .attrs = {"kernel", "stride", "padding"}};
@@ -77,7 +77,7 @@ OpDef max_forward_op() {
 
 // (x, dy) -> dx. Piecewise constant in x, linear in dy.
 OpDef max_grad_op() {
-  OpDef op{.name = "max_pool2d_grad",
+  OpDef op{.id = OpId::max_pool2d_grad,
            .kind = OpKind::pool,
            .arity = 2,
            .attrs = {"kernel", "stride", "padding"}};
@@ -96,7 +96,7 @@ OpDef max_grad_op() {
 
 // (x, g) -> g at each window's maximum of x. Piecewise constant in x, linear in g.
 OpDef max_select_op() {
-  OpDef op{.name = "max_pool2d_select",
+  OpDef op{.id = OpId::max_pool2d_select,
            .kind = OpKind::pool,
            .arity = 2,
            .attrs = {"kernel", "stride", "padding"}};
@@ -114,7 +114,7 @@ OpDef max_select_op() {
 }
 
 OpDef avg_forward_op() {
-  OpDef op{.name = "avg_pool2d",
+  OpDef op{.id = OpId::avg_pool2d,
            .kind = OpKind::pool,
            .arity = 1,
            .attrs = {"kernel", "stride", "padding"}};
@@ -137,7 +137,7 @@ OpDef avg_forward_op() {
 
 // dy -> dx of the x shape in attribute "shape"; <G, dx> = <avg_pool2d(G), dy>.
 OpDef avg_grad_op() {
-  OpDef op{.name = "avg_pool2d_grad",
+  OpDef op{.id = OpId::avg_pool2d_grad,
            .kind = OpKind::pool,
            .arity = 1,
            .attrs = {"kernel", "stride", "padding", "shape"}};
@@ -171,22 +171,24 @@ void ops::register_pool_ops(std::vector<OpDef>& table) {
 }
 
 Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
-  return x.graph().apply1("max_pool2d", {x},
+  return x.graph().apply1(OpId::max_pool2d, {x},
                           make_pool_attrs({kernel, stride == 0 ? kernel : stride, padding}));
 }
 
 Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride,
                       std::int64_t padding) {
-  return x.graph().apply1("max_pool2d_grad", {x, dy}, make_pool_attrs({kernel, stride, padding}));
+  return x.graph().apply1(OpId::max_pool2d_grad, {x, dy},
+                          make_pool_attrs({kernel, stride, padding}));
 }
 
 Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,
                         std::int64_t padding) {
-  return x.graph().apply1("max_pool2d_select", {x, g}, make_pool_attrs({kernel, stride, padding}));
+  return x.graph().apply1(OpId::max_pool2d_select, {x, g},
+                          make_pool_attrs({kernel, stride, padding}));
 }
 
 Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
-  return x.graph().apply1("avg_pool2d", {x},
+  return x.graph().apply1(OpId::avg_pool2d, {x},
                           make_pool_attrs({kernel, stride == 0 ? kernel : stride, padding}));
 }
 
@@ -194,7 +196,7 @@ Value avg_pool2d_grad(Value dy, const Shape& input_shape, std::int64_t kernel, s
                       std::int64_t padding) {
   Attrs attrs = make_pool_attrs({kernel, stride, padding});
   attrs.set("shape", input_shape.dims());
-  return dy.graph().apply1("avg_pool2d_grad", {dy}, std::move(attrs));
+  return dy.graph().apply1(OpId::avg_pool2d_grad, {dy}, std::move(attrs));
 }
 
 }  // namespace kiln

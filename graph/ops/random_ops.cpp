@@ -44,7 +44,7 @@ void random_kernel(const KernelCall& call) {
 void ops::register_random_ops(std::vector<OpDef>& table) {
   // Inputs: the step (i64 scalar). Outputs: the values, and step + 1 for the caller to assign
   // back to its step variable. No gradient: the values do not depend on any float input.
-  OpDef op{.name = "random_uniform",
+  OpDef op{.id = OpId::random_uniform,
            .kind = OpKind::other,
            .arity = 1,
            .attrs = {"seed", "shape", "dtype"}};
@@ -57,7 +57,7 @@ RandomUniform random_uniform(Value step, const Shape& shape, std::uint64_t seed,
   Attrs attrs = {{"seed", static_cast<std::int64_t>(seed)},
                  {"shape", shape.dims()},
                  {"dtype", std::string(dtype_name(dtype))}};
-  const std::vector<Value> out = step.graph().apply("random_uniform", {step}, std::move(attrs));
+  const std::vector<Value> out = step.graph().apply(OpId::random_uniform, {step}, std::move(attrs));
   return {out[0], out[1]};
 }
 

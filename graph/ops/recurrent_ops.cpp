@@ -120,12 +120,12 @@ Attrs lstm_attrs(std::int64_t steps, bool reverse) {
 
 void ops::register_recurrent_ops(std::vector<OpDef>& table) {
   OpDef forward{
-      .name = "lstm_sequence", .kind = OpKind::other, .arity = 4, .attrs = {"steps", "reverse"}};
+      .id = OpId::lstm_sequence, .kind = OpKind::other, .arity = 4, .attrs = {"steps", "reverse"}};
   forward.infer = infer_lstm_sequence;
   forward.grad = lstm_sequence_backward;
   forward.cpu = lstm_sequence_cpu;
   table.push_back(std::move(forward));
-  OpDef backward{.name = "lstm_sequence_grad",
+  OpDef backward{.id = OpId::lstm_sequence_grad,
                  .kind = OpKind::other,
                  .arity = 6,
                  .attrs = {"steps", "reverse"}};
@@ -136,15 +136,15 @@ void ops::register_recurrent_ops(std::vector<OpDef>& table) {
 
 LstmSequence lstm_sequence(Value projected, Value u, Value h0, Value c0, std::int64_t steps,
                            bool reverse) {
-  const std::vector<Value> out =
-      projected.graph().apply("lstm_sequence", {projected, u, h0, c0}, lstm_attrs(steps, reverse));
+  const std::vector<Value> out = projected.graph().apply(
+      OpId::lstm_sequence, {projected, u, h0, c0}, lstm_attrs(steps, reverse));
   return {out[0], out[1], out[2]};
 }
 
 LstmSequenceGrad lstm_sequence_grad(Value d_hs, Value d_cs, Value u, Value c0, Value cs, Value acts,
                                     std::int64_t steps, bool reverse) {
   const std::vector<Value> out = d_hs.graph().apply(
-      "lstm_sequence_grad", {d_hs, d_cs, u, c0, cs, acts}, lstm_attrs(steps, reverse));
+      OpId::lstm_sequence_grad, {d_hs, d_cs, u, c0, cs, acts}, lstm_attrs(steps, reverse));
   return {out[0], out[1], out[2]};
 }
 

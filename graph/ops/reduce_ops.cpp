@@ -5,6 +5,7 @@
 #include "core/dispatch.h"
 #include "graph/ops.h"
 #include "graph/ops/register.h"
+#include "graph/reduction_rule.h"
 
 namespace kiln {
 namespace {
@@ -31,9 +32,10 @@ std::vector<TensorType> infer_reduce(const char* op, std::span<const TensorType>
 
 // out[o] = combine over the reduced axes of x. Adjacent axes of the same kind are merged,
 // threads share the outputs, and the innermost reduced axis runs as a plain strided loop.
-template <class T, class Acc, class Combine>
-void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& axes, Acc init,
-                   Combine combine) {
+template <class T>
+void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& axes,
+                   const ReductionRule& rule) {
+  const auto fold = reduction_fold<T>(rule);
   const Shape& shape = x.shape();
   const std::vector<std::int64_t> strides = shape.strides();
   std::vector<std::int64_t> kept_dims, kept_strides, red_dims = {1}, red_strides = {0};
@@ -68,7 +70,7 @@ void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>
       base += (rest % kept_dims[d]) * kept_strides[d];
       rest /= kept_dims[d];
     }
-    Acc acc = init;
+    double acc = rule.identity;
     for (std::int64_t row = 0; row < n_rows; ++row) {
       std::int64_t offset = base;
       for (std::int64_t d = outer_rank - 1, rest = row; d >= 0; --d) {
@@ -76,7 +78,7 @@ void reduce_kernel(const Tensor& x, Tensor& out, const std::vector<std::int64_t>
         rest /= red_dims[d];
       }
       const T* p = in + offset;
-      for (std::int64_t i = 0; i < inner; ++i) acc = combine(acc, p[i * inner_stride]);
+      acc = fold(acc, p, inner, inner_stride);
     }
     o[oi] = static_cast<T>(acc);
   }
@@ -96,54 +98,57 @@ Value keep_dims_view(const GradContext& c, Value v) {
   return reshape(v, kept_shape(c.inputs[0].shape(), c.node.attrs.integers("axes")).dims());
 }
 
+// A reduction's entry: its type rule, its CPU kernel from its rule, and its gradient.
+OpDef reduction_op(OpId id, ReductionRule rule, GradFn grad) {
+  const char* name = op_id_name(id);
+  OpDef op{.id = id, .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
+  op.infer = [name](std::span<const TensorType> in, const Attrs& a) {
+    return infer_reduce(name, in, a);
+  };
+  op.cpu = [name, rule](const KernelCall& call) {
+    visit_floating(call.inputs[0].dtype(), name, [&](auto zero) {
+      reduce_kernel<decltype(zero)>(call.inputs[0], call.outputs[0],
+                                    call.node.attrs.integers("axes"), rule);
+    });
+  };
+  op.grad = std::move(grad);
+  op.reduction = std::move(rule);
+  return op;
+}
+
+struct Add {
+  double operator()(double acc, double v) const { return acc + v; }
+};
+struct Max {
+  double operator()(double acc, double v) const { return v > acc ? v : acc; }
+};
+
 }  // namespace
 
 void ops::register_reduce_ops(std::vector<OpDef>& table) {
-  OpDef sum_op{
-      .name = "reduce_sum", .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
-  sum_op.infer = [](std::span<const TensorType> in, const Attrs& a) {
-    return infer_reduce("reduce_sum", in, a);
-  };
-  sum_op.grad = [](const GradContext& c) {
-    return std::vector<Value>{
-        broadcast_to(keep_dims_view(c, c.output_grads[0]), c.inputs[0].shape())};
-  };
-  sum_op.cpu = [](const KernelCall& call) {
-    visit_floating(call.inputs[0].dtype(), "reduce_sum", [&](auto zero) {
-      using T = decltype(zero);
-      reduce_kernel<T>(call.inputs[0], call.outputs[0], call.node.attrs.integers("axes"), 0.0,
-                       [](double acc, T v) { return acc + static_cast<double>(v); });
-    });
-  };
-  table.push_back(std::move(sum_op));
-
-  OpDef max_op{
-      .name = "reduce_max", .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
-  max_op.infer = [](std::span<const TensorType> in, const Attrs& a) {
-    return infer_reduce("reduce_max", in, a);
-  };
+  table.push_back(reduction_op(OpId::reduce_sum,
+                               make_reduction_rule<NanRule::arithmetic, Add>(0.0, "({0} + {1})"),
+                               [](const GradContext& c) {
+                                 return std::vector<Value>{broadcast_to(
+                                     keep_dims_view(c, c.output_grads[0]), c.inputs[0].shape())};
+                               }));
   // The gradient goes to every position equal to the maximum.
-  max_op.grad = [](const GradContext& c) {
-    const Value mask = equal(c.inputs[0], keep_dims_view(c, c.outputs[0]));
-    return std::vector<Value>{mask * keep_dims_view(c, c.output_grads[0])};
-  };
-  max_op.cpu = [](const KernelCall& call) {
-    visit_floating(call.inputs[0].dtype(), "reduce_max", [&](auto zero) {
-      using T = decltype(zero);
-      reduce_kernel<T>(call.inputs[0], call.outputs[0], call.node.attrs.integers("axes"),
-                       -std::numeric_limits<T>::infinity(),
-                       [](T acc, T v) { return v > acc || v != v ? v : acc; });
-    });
-  };
-  table.push_back(std::move(max_op));
+  table.push_back(
+      reduction_op(OpId::reduce_max,
+                   make_reduction_rule<NanRule::propagate, Max>(
+                       -std::numeric_limits<double>::infinity(), "(({1}) > ({0}) ? ({1}) : ({0}))"),
+                   [](const GradContext& c) {
+                     const Value mask = equal(c.inputs[0], keep_dims_view(c, c.outputs[0]));
+                     return std::vector<Value>{mask * keep_dims_view(c, c.output_grads[0])};
+                   }));
 }
 
 Value sum(Value x, const std::vector<std::int64_t>& axes, bool keepdims) {
-  return x.graph().apply1("reduce_sum", {x}, reduce_attrs(x, axes, keepdims, "sum"));
+  return x.graph().apply1(OpId::reduce_sum, {x}, reduce_attrs(x, axes, keepdims, "sum"));
 }
 
 Value max(Value x, const std::vector<std::int64_t>& axes, bool keepdims) {
-  return x.graph().apply1("reduce_max", {x}, reduce_attrs(x, axes, keepdims, "max"));
+  return x.graph().apply1(OpId::reduce_max, {x}, reduce_attrs(x, axes, keepdims, "max"));
 }
 
 Value sum_all(Value x) {

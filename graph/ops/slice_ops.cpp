@@ -139,7 +139,7 @@ std::vector<Value> concat_grad(const GradContext& c) {
 
 void ops::register_slice_ops(std::vector<OpDef>& table) {
   OpDef slice_op{
-      .name = "slice", .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "start", "length"}};
+      .id = OpId::slice, .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "start", "length"}};
   slice_op.infer = infer_slice;
   slice_op.grad = [](const GradContext& c) {
     const Attrs& a = c.node.attrs;
@@ -151,14 +151,14 @@ void ops::register_slice_ops(std::vector<OpDef>& table) {
   slice_op.cpu = slice_kernel;
   table.push_back(std::move(slice_op));
 
-  OpDef concat_op{.name = "concat", .kind = OpKind::layout, .arity = -1, .attrs = {"axis"}};
+  OpDef concat_op{.id = OpId::concat, .kind = OpKind::layout, .arity = -1, .attrs = {"axis"}};
   concat_op.infer = infer_concat;
   concat_op.grad = concat_grad;
   concat_op.cpu = concat_kernel;
   table.push_back(std::move(concat_op));
 
   OpDef pad_op{
-      .name = "pad", .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "before", "after"}};
+      .id = OpId::pad, .kind = OpKind::layout, .arity = 1, .attrs = {"axis", "before", "after"}};
   pad_op.infer = infer_pad;
   pad_op.grad = [](const GradContext& c) {
     const Attrs& a = c.node.attrs;
@@ -173,20 +173,20 @@ void ops::register_slice_ops(std::vector<OpDef>& table) {
 Value slice(Value x, std::int64_t axis, std::int64_t start, std::int64_t length) {
   const std::int64_t a = normalize_axis(axis, x.shape().rank(), "slice");
   if (start == 0 && length == x.shape()[static_cast<std::size_t>(a)]) return x;
-  return x.graph().apply1("slice", {x}, {{"axis", a}, {"start", start}, {"length", length}});
+  return x.graph().apply1(OpId::slice, {x}, {{"axis", a}, {"start", start}, {"length", length}});
 }
 
 Value concat(const std::vector<Value>& values, std::int64_t axis) {
   KILN_CHECK(!values.empty(), "concat: no values");
   if (values.size() == 1) return values[0];
   const std::int64_t a = normalize_axis(axis, values[0].shape().rank(), "concat");
-  return values[0].graph().apply1("concat", values, {{"axis", a}});
+  return values[0].graph().apply1(OpId::concat, values, {{"axis", a}});
 }
 
 Value pad(Value x, std::int64_t axis, std::int64_t before, std::int64_t after) {
   const std::int64_t a = normalize_axis(axis, x.shape().rank(), "pad");
   if (before == 0 && after == 0) return x;
-  return x.graph().apply1("pad", {x}, {{"axis", a}, {"before", before}, {"after", after}});
+  return x.graph().apply1(OpId::pad, {x}, {{"axis", a}, {"before", before}, {"after", after}});
 }
 
 }  // namespace kiln

@@ -5,16 +5,16 @@ namespace kiln {
 
 void ops::register_source_ops(std::vector<OpDef>& table) {
   // Fed by the caller at every run, by name.
-  table.push_back(OpDef{.name = "input", .kind = OpKind::source, .attrs = {}});
+  table.push_back(OpDef{.id = OpId::input, .kind = OpKind::source, .attrs = {}});
   // Persistent state read from (and updated into) a Variable.
-  table.push_back(OpDef{.name = "variable", .kind = OpKind::source});
+  table.push_back(OpDef{.id = OpId::variable, .kind = OpKind::source});
   // A tensor of one repeated value (attribute "value"); scalars fold into fused kernels.
-  table.push_back(OpDef{.name = "fill", .kind = OpKind::source, .attrs = {"value"}});
+  table.push_back(OpDef{.id = OpId::fill, .kind = OpKind::source, .attrs = {"value"}});
   // A tensor held by the node itself.
-  table.push_back(OpDef{.name = "tensor_constant", .kind = OpKind::source});
+  table.push_back(OpDef{.id = OpId::tensor_constant, .kind = OpKind::source});
   // A fused group (made by fusion/fuse after autograd, so it needs no gradient): the
   // node's body holds its type rule and its code.
-  OpDef fused{.name = "fused", .kind = OpKind::fused, .arity = -1};
+  OpDef fused{.id = OpId::fused, .kind = OpKind::fused, .arity = -1};
   fused.cpu = [](const KernelCall& call) {
     KILN_ASSERT(call.node.body != nullptr, "fused node without a body");
     call.node.body->run_cpu(call);

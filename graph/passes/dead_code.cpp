@@ -12,7 +12,7 @@ Graph eliminate_dead_code(const Graph& g) {
   for (const auto& [var, ref] : g.assignments()) live[static_cast<std::size_t>(ref.node)] = true;
   for (std::size_t id = count; id-- > 0;) {
     const Node& n = g.nodes()[id];
-    if (n.op->name == "input") live[id] = true;
+    if (n.op->id == OpId::input) live[id] = true;
     if (!live[id]) continue;
     for (const ValueRef& in : n.inputs) live[static_cast<std::size_t>(in.node)] = true;
   }

@@ -7,10 +7,12 @@
 namespace kiln {
 namespace {
 
-bool is_constant(const Node& n) { return n.op->name == "fill" || n.op->name == "tensor_constant"; }
+bool is_constant(const Node& n) {
+  return n.op->id == OpId::fill || n.op->id == OpId::tensor_constant;
+}
 
 Tensor constant_value(const Node& n) {
-  if (n.op->name == "fill")
+  if (n.op->id == OpId::fill)
     return Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype);
   return n.constant;
 }

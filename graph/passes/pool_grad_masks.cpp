@@ -28,7 +28,7 @@ std::vector<int> reads_of(const Graph& g) {
 std::int32_t pooled_forward(const Graph& g, const Node& grad, std::int32_t before) {
   for (std::int32_t id = 0; id < before; ++id) {
     const Node& n = g.node(id);
-    if (n.op->name == "max_pool2d" && n.inputs[0] == grad.inputs[0] && same_window(n, grad))
+    if (n.op->id == OpId::max_pool2d && n.inputs[0] == grad.inputs[0] && same_window(n, grad))
       return id;
   }
   return -1;
@@ -41,16 +41,17 @@ struct MaskedPoolGrad {
 // Rewrite 1's pattern at `id`: mul of a pool gradient (read only here) and greater(y, fill).
 MaskedPoolGrad match_masked(const Graph& g, std::int32_t id, const std::vector<int>& reads) {
   const Node& n = g.node(id);
-  if (n.op->name != "mul" || n.inputs.size() != 2) return {};
+  if (n.op->id != OpId::mul || n.inputs.size() != 2) return {};
   for (int k = 0; k < 2; ++k) {
     const ValueRef gref = n.inputs[static_cast<std::size_t>(k)],
                    mref = n.inputs[static_cast<std::size_t>(1 - k)];
     const Node& grad = g.node(gref.node);
     const Node& mask = g.node(mref.node);
-    if (grad.op->name != "max_pool2d_grad" || reads[static_cast<std::size_t>(gref.node)] != 1)
+    if (grad.op->id != OpId::max_pool2d_grad || reads[static_cast<std::size_t>(gref.node)] != 1)
       continue;
-    if (mask.op->name != "greater" || mask.inputs[0] != grad.inputs[0]) continue;
-    if (g.node(mask.inputs[1].node).op->name != "fill" || g.type(mask.inputs[1]).shape.numel() != 1)
+    if (mask.op->id != OpId::greater || mask.inputs[0] != grad.inputs[0]) continue;
+    if (g.node(mask.inputs[1].node).op->id != OpId::fill ||
+        g.type(mask.inputs[1]).shape.numel() != 1)
       continue;
     if (g.type(mref) != g.type(gref) || n.outputs[0] != g.type(gref)) continue;
     const std::int32_t pooled = pooled_forward(g, grad, id);
@@ -61,9 +62,9 @@ MaskedPoolGrad match_masked(const Graph& g, std::int32_t id, const std::vector<i
 
 // Rewrite 2's pattern: a sum over both spatial axes of a 4-d pool gradient.
 bool sums_pool_grad(const Graph& out, const Node& n) {
-  if (n.op->name != "reduce_sum") return false;
+  if (n.op->id != OpId::reduce_sum) return false;
   const Node& producer = out.node(n.inputs[0].node);
-  if (producer.op->name != "max_pool2d_grad" || out.type(n.inputs[0]).shape.rank() != 4)
+  if (producer.op->id != OpId::max_pool2d_grad || out.type(n.inputs[0]).shape.rank() != 4)
     return false;
   const std::vector<std::int64_t>& axes = n.attrs.integers("axes");
   auto has = [&](std::int64_t a) {
@@ -89,16 +90,18 @@ Graph apply_masks_before_pool_grads(const Graph& g) {
       const Node& grad = g.node(m.grad);
       const Node& mask = g.node(m.mask);
       const Value pooled_mask =
-          out.apply1("greater", {moved({m.pooled, 0}), moved(mask.inputs[1])});
-      const Value masked_dy = out.apply1("mul", {moved(grad.inputs[1]), pooled_mask});
+          out.apply1(OpId::greater, {moved({m.pooled, 0}), moved(mask.inputs[1])});
+      const Value masked_dy = out.apply1(OpId::mul, {moved(grad.inputs[1]), pooled_mask});
       new_id[static_cast<std::size_t>(id)] =
-          out.apply1("max_pool2d_grad", {moved(grad.inputs[0]), masked_dy}, grad.attrs).ref().node;
+          out.apply1(OpId::max_pool2d_grad, {moved(grad.inputs[0]), masked_dy}, grad.attrs)
+              .ref()
+              .node;
       continue;
     }
     if (sums_pool_grad(out, n)) {
       const Value pooled_grad = out.value(out.node(n.inputs[0].node).inputs[1]);
       new_id[static_cast<std::size_t>(id)] =
-          out.apply1("reduce_sum", {pooled_grad}, n.attrs).ref().node;
+          out.apply1(OpId::reduce_sum, {pooled_grad}, n.attrs).ref().node;
       continue;
     }
     new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;

@@ -24,7 +24,7 @@ void verify_node(const Graph& g, std::int32_t id) {
   KILN_ASSERT(!n.outputs.empty(), "{}: node has no outputs", where);
   if (n.op->kind == OpKind::source) {
     KILN_ASSERT(n.inputs.empty(), "{}: a source has inputs", where);
-    if (n.op->name == "variable")
+    if (n.op->id == OpId::variable)
       KILN_ASSERT(n.variable != nullptr, "{}: variable node without a variable", where);
     return;
   }

@@ -1,0 +1,66 @@
+// Builds a reduction's table entry (ReductionRule in graph/op.h) from one combine function,
+// so that its CPU loops and its NaN rule are written once for every reduction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "graph/op.h"
+
+namespace kiln {
+
+// The CPU loops of a reduction whose combine (without the NaN rule) is `Combine`, a
+// stateless callable double(double acc, double value).
+template <NanRule kNan, class Combine>
+struct ReductionLoops {
+  static double combine(double acc, double v) {
+    if constexpr (kNan == NanRule::propagate) {
+      if (v != v) return v;
+    }
+    return Combine{}(acc, v);
+  }
+  template <class T>
+  static double fold(double acc, const T* x, std::int64_t n, std::int64_t step) {
+    for (std::int64_t i = 0; i < n; ++i) acc = combine(acc, static_cast<double>(x[i * step]));
+    return acc;
+  }
+  template <class T>
+  static void accumulate(double* acc, std::int64_t acc_step, const T* x, std::int64_t n,
+                         std::int64_t step) {
+    for (std::int64_t i = 0; i < n; ++i)
+      acc[i * acc_step] = combine(acc[i * acc_step], static_cast<double>(x[i * step]));
+  }
+};
+
+// `cuda_combine` is Combine in CUDA C over {0} (the accumulator) and {1} (the value).
+template <NanRule kNan, class Combine>
+ReductionRule make_reduction_rule(double identity, std::string cuda_combine) {
+  using L = ReductionLoops<kNan, Combine>;
+  return {.identity = identity,
+          .nan = kNan,
+          .cuda_combine = std::move(cuda_combine),
+          .combine = &L::combine,
+          .fold_f32 = &L::template fold<float>,
+          .fold_f64 = &L::template fold<double>,
+          .accumulate_f32 = &L::template accumulate<float>,
+          .accumulate_f64 = &L::template accumulate<double>};
+}
+
+// The fold of `rule` for element type T (float or double).
+template <class T>
+auto reduction_fold(const ReductionRule& rule) {
+  if constexpr (std::is_same_v<T, float>)
+    return rule.fold_f32;
+  else
+    return rule.fold_f64;
+}
+template <class T>
+auto reduction_accumulate(const ReductionRule& rule) {
+  if constexpr (std::is_same_v<T, float>)
+    return rule.accumulate_f32;
+  else
+    return rule.accumulate_f64;
+}
+
+}  // namespace kiln

@@ -1,0 +1,81 @@
+// The op table's identities and reduction rules: every OpId has exactly one entry under its
+// own name, and every reduction's rule agrees with its CPU kernel, NaN rule included.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "backends/compile.h"
+#include "core/philox.h"
+#include "graph/op_table.h"
+#include "graph/ops.h"
+
+namespace kiln {
+
+TEST_CASE("every op id has one entry, found by id and by its name") {
+  std::set<std::string> names;
+  for (int i = 0; i < kOpIdCount; ++i) {
+    const auto id = static_cast<OpId>(i);
+    const OpDef& op = op_def(id);
+    CHECK(op.id == id);
+    CHECK(op.name == op_id_name(id));
+    CHECK(&op_def(op.name) == &op);
+    names.insert(op.name);
+  }
+  CHECK(names.size() == static_cast<std::size_t>(kOpIdCount));
+  CHECK(all_ops().size() == static_cast<std::size_t>(kOpIdCount));
+  CHECK_THROWS_WITH_AS(op_def("reduce_mean"), "unknown op 'reduce_mean'", Error);
+}
+
+// Runs reduction `id` over axis 1 of x: [3, 5] on the CPU: the op's own kernel if `direct`,
+// else a compiled program (where it becomes a fused group's tail, run by the fused evaluator).
+Tensor reduce_on_cpu(OpId id, const Tensor& x, bool direct) {
+  const Attrs attrs{{"axes", std::vector<std::int64_t>{1}}, {"keepdims", std::int64_t{0}}};
+  if (direct) {
+    const Node node{.op = &op_def(id), .attrs = attrs};
+    Tensor out = Tensor::empty({3}, DType::f32);
+    const Tensor in[] = {x};
+    op_def(id).cpu({.node = node, .inputs = in, .outputs = std::span(&out, 1)});
+    return out;
+  }
+  Graph g;
+  Value in = g.input("x", x.shape());
+  g.output("y", g.apply1(id, {in}, attrs));
+  return compile(g, {})->run({{in, x}}).at("y");
+}
+
+TEST_CASE("each reduction's rule: identity, combine, folds and the NaN rule agree") {
+  Philox rng(7);
+  for (const OpDef* op : all_ops()) {
+    if (op->kind != OpKind::reduction) continue;
+    CAPTURE(op->name);
+    const ReductionRule& r = op->reduction;
+    REQUIRE(static_cast<bool>(r.combine));
+    REQUIRE_FALSE(r.cuda_combine.empty());
+    Tensor x = Tensor::empty({3, 5}, DType::f32);
+    float* p = x.data<float>();
+    rng.fill_uniform(x, -2.0, 2.0);
+    // combine(identity, v) == v: the identity really is one.
+    for (int i = 0; i < 15; ++i) CHECK(r.combine(r.identity, p[i]) == doctest::Approx(p[i]));
+    // The table's fold gives what the op's CPU kernel and the fused evaluator give.
+    const Tensor y = reduce_on_cpu(op->id, x, true), y_fused = reduce_on_cpu(op->id, x, false);
+    for (int row = 0; row < 3; ++row) {
+      const double folded = r.fold_f32(r.identity, p + row * 5, 5, 1);
+      CHECK(y.data<float>()[row] == static_cast<float>(folded));
+      CHECK(y_fused.data<float>()[row] == static_cast<float>(folded));
+      double accumulated = r.identity;
+      r.accumulate_f32(&accumulated, 0, p + row * 5, 5, 1);
+      CHECK(accumulated == folded);
+    }
+    // A NaN anywhere in a row makes that row's result NaN, for every rule.
+    p[7] = std::numeric_limits<float>::quiet_NaN();
+    for (bool direct : {true, false}) {
+      const Tensor z = reduce_on_cpu(op->id, x, direct);
+      CHECK(std::isnan(z.data<float>()[1]));
+      CHECK_FALSE(std::isnan(z.data<float>()[0]));
+    }
+  }
+}
+
+}  // namespace kiln
