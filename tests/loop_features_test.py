@@ -2,10 +2,12 @@
 # Every task gets every loop feature: for a classifier (lenet), a GAN (gan) and the LM
 # (char-lstm), --trace writes a Perfetto JSON trace (the GAN's with the kernels of both its
 # programs) and --metrics-every 5 gives step lines every 5 steps and after the last, every
-# line of every task in the one metrics schema.
+# line of every task in the one metrics schema. Also: every flag of --help (made from the
+# one flag table) is in README.md's table.
 #   loop_features_test.py TRAINER
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -95,8 +97,20 @@ def check_trace(trainer, model, workdir):
     check(not [p for p in os.listdir(workdir) if ".part" in p], f"{model}: trace parts left")
 
 
+def check_help_in_readme(trainer):
+    done = subprocess.run([trainer, "--help"], capture_output=True, text=True)
+    check(done.returncode == 0, f"--help exited {done.returncode}")
+    flags = set(re.findall(r"^\s+(--[a-z0-9-]+)", done.stdout, re.M)) - {"--help"}
+    check(len(flags) > 40, f"--help lists only {sorted(flags)}")
+    with open(os.path.join(HERE, "..", "README.md")) as f:
+        readme = f.read()
+    missing = sorted(f for f in flags if f"`{f}" not in readme)
+    check(not missing, f"README.md does not document {missing}")
+
+
 def main():
     trainer = os.path.abspath(sys.argv[1])
+    check_help_in_readme(trainer)
     with tempfile.TemporaryDirectory() as workdir:
         for model in MODELS:
             check_metrics(trainer, model, workdir)

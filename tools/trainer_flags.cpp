@@ -20,13 +20,20 @@ std::string tasks_note(const Flag& f) {
 
 std::string help_of(const Flag& f) {
   std::string help = f.help + tasks_note(f);
-  if (!f.choices.empty()) help += fmt::format(" ({})", fmt::join(f.choices, ", "));
   if (f.name == "model") {
     std::vector<std::string> names;
     for (const ModelInfo& m : model_infos()) names.push_back(m.name);
     help += fmt::format(": {}", fmt::join(names, ", "));
   }
   return help;
+}
+
+// INT, NUMBER, TEXT or the choices, for --help.
+std::string type_of(const Flag& f, const nlohmann::json& value) {
+  if (!f.choices.empty()) return fmt::format("{}", fmt::join(f.choices, "|"));
+  if (f.field.index() == 2) return "NUMBER";  // double
+  if (f.field.index() == 3) return "TEXT";    // std::string
+  return value.is_null() || value.is_number() ? "INT" : "TEXT";
 }
 
 }  // namespace
@@ -40,6 +47,7 @@ void add_training_flags(CLI::App& app, const TrainConfig& defaults, FlagValues& 
       continue;
     }
     CLI::Option* o = app.add_option(option, values.text[f.name], help_of(f));
+    o->type_name(type_of(f, value));
     if (!value.is_null() && !(value.is_string() && value.get<std::string>().empty()))
       o->default_str(value.is_string() ? value.get<std::string>() : value.dump());
   }
