@@ -4,7 +4,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(kiln_libraries kiln_core kiln_graph kiln_gpu kiln_fusion kiln_backends kiln_dist kiln_models)
+set(kiln_libraries kiln_core kiln_graph kiln_gpu kiln_fusion kiln_backends kiln_distributed kiln_data kiln_models kiln_train)
 if(TARGET kiln_cuda_kernels)
   list(APPEND kiln_libraries kiln_cuda_kernels)
 endif()
@@ -14,7 +14,7 @@ target_include_directories(kiln_core PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_D
                                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/kiln>)
 
 add_library(kiln INTERFACE)  # the one target users link
-target_link_libraries(kiln INTERFACE kiln_models)
+target_link_libraries(kiln INTERFACE kiln_train)
 add_library(kiln::kiln ALIAS kiln)
 
 install(TARGETS kiln ${kiln_libraries} EXPORT kilnTargets
@@ -22,7 +22,7 @@ install(TARGETS kiln ${kiln_libraries} EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS trainer dump bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(folder core graph gpu fusion backends dist models)
+foreach(folder core graph gpu fusion backends distributed data models train)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln FILES_MATCHING PATTERN "*.h")
 endforeach()
 

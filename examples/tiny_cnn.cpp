@@ -8,8 +8,8 @@
 #include "backends/compile.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/module.h"
-#include "models/dataset.h"
-#include "models/evaluate.h"
+#include "data/dataset.h"
+#include "train/evaluate.h"
 
 // conv 3x3 1->8, ReLU, max-pool 2; conv 3x3 8->16, ReLU, max-pool 2; linear 784->64, ReLU; linear
 // 64->10.

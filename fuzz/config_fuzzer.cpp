@@ -5,14 +5,14 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "models/config_file.h"
+#include "train/config_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     const kiln::TrainConfig c = kiln::parse_train_config(text, "fuzz.json", kiln::TrainConfig{});
-    if (c.epochs < 1 || c.batch_size < 1 ||
-        !(c.lr > 0)) {  // accepted values obey the documented ranges
+    if (c.loop.epochs < 1 || c.loop.batch_size < 1 ||
+        !(c.loop.lr > 0)) {  // accepted values obey the documented ranges
       std::fprintf(stderr, "accepted an out-of-range config\n");
       std::abort();
     }

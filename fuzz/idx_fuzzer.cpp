@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "models/idx.h"
+#include "data/idx.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const int fd = memfd_create("idx_fuzz", MFD_CLOEXEC);

@@ -2,19 +2,18 @@
 #include "models/char_lstm.h"
 
 #include "graph/ops.h"
-#include "models/text_dataset.h"
 
 namespace kiln {
 
 CharLstm::CharLstm(const CharLstmOptions& options, Philox& rng)
     : options_(options),
-      embedding_(kVocabulary, options.embedding, rng),
+      embedding_(kCharLstmVocabulary, options.embedding, rng),
       recurrent_({.input_size = options.embedding,
                   .hidden_size = options.hidden,
                   .layers = options.layers,
                   .cell = options.cell},
                  rng),
-      head_(options.hidden, kVocabulary, rng, true, nn::Init::xavier_uniform) {
+      head_(options.hidden, kCharLstmVocabulary, rng, true, nn::Init::xavier_uniform) {
   register_module("embedding", embedding_);
   register_module("rnn", recurrent_);
   register_module("head", head_);

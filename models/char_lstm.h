@@ -6,6 +6,10 @@
 
 namespace kiln {
 
+// Tokens the model reads and predicts: data/text_dataset.h's vocabulary (96 characters;
+// train/ checks that the two agree).
+inline constexpr std::int64_t kCharLstmVocabulary = 96;
+
 struct CharLstmOptions {
   std::int64_t embedding = 64;
   std::int64_t hidden = 256;

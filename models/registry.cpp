@@ -9,7 +9,7 @@
 #include "models/resnet.h"
 #include "models/vgg.h"
 #include "models/row_lstm.h"
-#include "models/text_dataset.h"
+#include "models/char_lstm.h"
 
 namespace kiln {
 
@@ -37,7 +37,7 @@ const std::vector<ModelInfo>& model_infos() {
       {"char-lstm",
        "character-level language model: embedding, LSTM or tanh RNN layers, linear head (96 "
        "characters)",
-       ModelTask::language_model, Shape{}, kVocabulary},
+       ModelTask::language_model, Shape{}, kCharLstmVocabulary},
   };
   return infos;
 }

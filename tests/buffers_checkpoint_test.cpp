@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "core/safetensors.h"
-#include "models/checkpoint.h"
+#include "train/checkpoint.h"
 
 namespace kiln {
 

@@ -26,7 +26,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
-#include "models/idx.h"
+#include "data/idx.h"
 
 namespace kiln {
 namespace {

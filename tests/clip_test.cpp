@@ -8,8 +8,8 @@
 #include "backends/compile.h"
 #include "graph/ops.h"
 #include "graph/nn/functional.h"
-#include "models/step_graph.h"
-#include "models/train.h"
+#include "train/step_graph.h"
+#include "train/loop.h"
 #include "tests/support.h"
 
 namespace kiln {
@@ -163,15 +163,16 @@ TEST_CASE(
     "huge one does not") {
   auto final_params = [](double clip) {
     TrainConfig c;
-    c.synthetic = true;
-    c.progress = false;
-    c.batch_size = 8;
-    c.max_steps = 3;
-    c.optimizer = "sgd";
-    c.lr = 0.05;
-    c.clip_grad_norm = clip;
+    c.images.synthetic = true;
+    c.loop.progress = false;
+    c.loop.batch_size = 8;
+    c.loop.max_steps = 3;
+    c.loop.optimizer = "sgd";
+    c.loop.lr = 0.05;
+    c.loop.clip_grad_norm = clip;
     std::vector<Tensor> out;
-    train_classifier(c, {}, [&](const std::vector<VariablePtr>& p) {
+    train(c, {}, [&](const TaskState& state) {
+      const std::vector<VariablePtr>& p = state.parameters;
       for (const VariablePtr& v : p) out.push_back(v->value.clone());
     });
     return out;

@@ -10,7 +10,7 @@
 #include "gpu/cuda_runtime.h"
 #include "graph/autograd.h"
 #include "graph/op_table.h"
-#include "models/step_graph.h"
+#include "train/step_graph.h"
 #include "graph/testing/lstm_step_graph.h"
 #include "graph/testing/random_graph.h"
 #include "tests/support.h"

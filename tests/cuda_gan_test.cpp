@@ -7,10 +7,11 @@
 
 #include "backends/host_copy.h"
 #include "gpu/cuda_runtime.h"
-#include "models/checkpoint.h"
-#include "models/gan_steps.h"
+#include "train/checkpoint.h"
+#include "train/gan_steps.h"
 #include "models/lenet.h"
-#include "models/train_gan.h"
+#include "train/gan_task.h"
+#include "train/loop.h"
 #include "tests/support.h"
 
 namespace kiln {
@@ -60,21 +61,22 @@ TEST_CASE("GPU: train_gan runs on the GPU: finite losses, a grid and an FID per 
     CAPTURE(name);
     TrainConfig c;
     c.model = name;
-    c.device = Device::cuda();
-    c.synthetic = true;
-    c.progress = false;
-    c.lr = kGanLr;
-    c.lr_schedule = "constant";
-    c.epochs = 1;
-    c.max_steps = 20;
-    c.samples_dir = dir.path.string();
-    c.fid_classifier = classifier;
-    const std::vector<GanEpochResult> results = train_gan(c);
+    c.device.name = "cuda";
+    c.images.synthetic = true;
+    c.loop.progress = false;
+    c.loop.lr = kGanLr;
+    c.loop.lr_schedule = "constant";
+    c.loop.epochs = 1;
+    c.loop.max_steps = 20;
+    c.gan.samples_dir = dir.path.string();
+    c.gan.fid_classifier = classifier;
+    const std::vector<EpochReport> results = train(c);
     REQUIRE(results.size() == 1);
-    CHECK(std::isfinite(results[0].d_loss));
-    CHECK(std::isfinite(results[0].g_loss));
-    CHECK(std::isfinite(results[0].fid));
-    CHECK(std::filesystem::file_size(results[0].samples_path) > 1000);
+    CHECK(std::isfinite(results[0].value("d_loss")));
+    CHECK(std::isfinite(results[0].value("g_loss")));
+    CHECK(std::isfinite(results[0].value("fid")));
+    REQUIRE(results[0].files.size() == 1);
+    CHECK(std::filesystem::file_size(results[0].files[0].second) > 1000);
   }
 }
 

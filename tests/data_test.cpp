@@ -19,8 +19,8 @@
 
 #include <unistd.h>
 
-#include "models/dataset.h"
-#include "models/idx.h"
+#include "data/dataset.h"
+#include "data/idx.h"
 
 namespace kiln {
 namespace {

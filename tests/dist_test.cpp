@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "dist/launch.h"
+#include "distributed/launch.h"
 #include "dist_test_support.h"
 
 namespace kiln::dist {

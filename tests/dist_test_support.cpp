@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "dist/launch.h"
+#include "distributed/launch.h"
 
 namespace kiln::dist::testing {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace kiln::dist::testing {
 

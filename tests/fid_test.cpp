@@ -5,9 +5,9 @@
 #include <cmath>
 #include <filesystem>
 
-#include "models/checkpoint.h"
-#include "models/dataset.h"
-#include "models/fid.h"
+#include "train/checkpoint.h"
+#include "data/dataset.h"
+#include "train/fid.h"
 #include "tests/support.h"
 
 namespace kiln {

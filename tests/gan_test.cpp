@@ -9,11 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/nn/functional.h"
-#include "models/checkpoint.h"
-#include "models/dataset.h"
-#include "models/gan_steps.h"
+#include "train/checkpoint.h"
+#include "data/dataset.h"
+#include "train/gan_steps.h"
 #include "models/lenet.h"
-#include "models/train_gan.h"
+#include "train/gan_task.h"
+#include "train/loop.h"
 #include "tests/support.h"
 
 namespace kiln {
@@ -38,11 +39,11 @@ using test::TempDir;
 TrainConfig gan_run(const std::filesystem::path& samples_dir) {
   TrainConfig c;
   c.model = "gan";
-  c.lr = kGanLr;
-  c.lr_schedule = "constant";
-  c.progress = false;
-  c.epochs = 1;
-  c.samples_dir = samples_dir.string();
+  c.loop.lr = kGanLr;
+  c.loop.lr_schedule = "constant";
+  c.loop.progress = false;
+  c.loop.epochs = 1;
+  c.gan.samples_dir = samples_dir.string();
   return c;
 }
 
@@ -97,18 +98,19 @@ TEST_CASE(
   }
   TempDir dir("kiln-gan-train-test");
   TrainConfig c = gan_run(dir.path);
-  c.max_steps = 60;
-  c.metrics_path = (dir.path / "metrics.jsonl").string();
-  const std::vector<GanEpochResult> results = train_gan(c);
+  c.loop.max_steps = 60;
+  c.loop.metrics = (dir.path / "metrics.jsonl").string();
+  c.loop.metrics_every = 1;
+  const std::vector<EpochReport> results = train(c);
   REQUIRE(results.size() == 1);
-  const GanEpochResult& r = results[0];
-  MESSAGE("60 steps: D loss " << r.d_loss << ", G loss " << r.g_loss << ", D accuracy "
-                              << r.d_accuracy << ", " << r.seconds * 1e3 / 60
-                              << " ms per D+G step");
+  const EpochReport& r = results[0];
+  MESSAGE("60 steps: D loss " << r.value("d_loss") << ", G loss " << r.value("g_loss")
+                              << ", D accuracy " << r.value("d_accuracy") << ", "
+                              << r.seconds * 1e3 / 60 << " ms per D+G step");
   CHECK(r.steps == 60);
-  CHECK(std::isfinite(r.d_loss));
-  CHECK(std::isfinite(r.g_loss));
-  const std::vector<nlohmann::json> lines = read_metrics(c.metrics_path);
+  CHECK(std::isfinite(r.value("d_loss")));
+  CHECK(std::isfinite(r.value("g_loss")));
+  const std::vector<nlohmann::json> lines = read_metrics(c.loop.metrics);
   REQUIRE(lines.size() == 61);  // 60 steps and the epoch
   double late_accuracy = 0;     // the last 20 steps: D must not have won or lost outright
   for (std::size_t i = 40; i < 60; ++i) {
@@ -128,22 +130,25 @@ TEST_CASE(
     "GAN checkpoints: save at step N, resume, train to 2N: the same bits as an uninterrupted run") {
   TempDir dir("kiln-gan-resume-test");
   TrainConfig base = gan_run(dir.path);
-  base.synthetic = true;  // 4096 images: 64 steps of 64 per epoch
-  base.epochs = 2;
+  base.images.synthetic = true;  // 4096 images: 64 steps of 64 per epoch
+  base.loop.epochs = 2;
   auto final_params = [](const TrainConfig& c) {
     std::vector<Tensor> out;
-    train_gan(c, {}, [&](const std::vector<VariablePtr>& p) { out = snapshot(p); });
+    train(c, {}, [&](const TaskState& state) {
+      const std::vector<VariablePtr>& p = state.parameters;
+      out = snapshot(p);
+    });
     return out;
   };
   TrainConfig whole = base;
-  whole.max_steps = 80;  // crosses the epoch boundary
+  whole.loop.max_steps = 80;  // crosses the epoch boundary
   const std::vector<Tensor> uninterrupted = final_params(whole);
   TrainConfig first = base;
-  first.max_steps = 40;
-  first.checkpoint_path = (dir.path / "half.safetensors").string();
+  first.loop.max_steps = 40;
+  first.loop.checkpoint = (dir.path / "half.safetensors").string();
   const std::vector<Tensor> halfway = final_params(first);
   TrainConfig second = whole;
-  second.resume_path = first.checkpoint_path;
+  second.loop.resume = first.loop.checkpoint;
   const std::vector<Tensor> resumed = final_params(second);
   CHECK_FALSE(same_bits(halfway, uninterrupted));
   CHECK(same_bits(resumed, uninterrupted));
@@ -152,7 +157,7 @@ TEST_CASE(
   std::unique_ptr<Gan> gan = make_gan("gan", rng);
   GanSteps steps(*gan, 64, {.name = "adam"}, {});
   const TrainingPosition at =
-      load_checkpoint(first.checkpoint_path, gan->parameters(), steps.optimizer_state());
+      load_checkpoint(first.loop.checkpoint, gan->parameters(), steps.optimizer_state());
   CHECK(at.step == 40);
   CHECK(at.batch == 40);
   CHECK(same_bits(snapshot(gan->parameters()), halfway));
@@ -165,38 +170,37 @@ TEST_CASE("a GAN run writes a grid per epoch and, with --fid-classifier, the FID
   const std::string classifier = (dir.path / "lenet.safetensors").string();
   save_checkpoint(classifier, lenet.parameters(), {}, {}, {{"model", "lenet"}});
   TrainConfig c = gan_run(dir.path);
-  c.synthetic = true;
-  c.epochs = 2;
-  c.max_steps = 10;
-  c.batch_size = 8;  // synthetic: 512 steps per epoch, so max_steps ends epoch 1
-  c.fid_classifier = classifier;
-  c.metrics_path = (dir.path / "metrics.jsonl").string();
-  std::vector<GanEpochResult> results = train_gan(c);
+  c.images.synthetic = true;
+  c.loop.epochs = 2;
+  c.loop.max_steps = 10;
+  c.loop.batch_size = 8;  // synthetic: 512 steps per epoch, so max_steps ends epoch 1
+  c.gan.fid_classifier = classifier;
+  c.loop.metrics = (dir.path / "metrics.jsonl").string();
+  std::vector<EpochReport> results = train(c);
   REQUIRE(results.size() == 1);
-  CHECK(std::isfinite(results[0].fid));
-  CHECK(results[0].fid > 0);
-  const std::vector<nlohmann::json> lines = read_metrics(c.metrics_path);
-  CHECK(lines.back()["fid"].get<double>() == results[0].fid);
+  CHECK(std::isfinite(results[0].value("fid")));
+  CHECK(results[0].value("fid") > 0);
+  const std::vector<nlohmann::json> lines = read_metrics(c.loop.metrics);
+  CHECK(lines.back()["fid"].get<double>() == results[0].value("fid"));
   CHECK(std::filesystem::exists(gan_samples_path(c, 1)));
 }
 
 TEST_CASE(
-    "GAN settings errors name the value: a classifier name, a missing samples directory, a lenet "
-    "checkpoint to resume") {
+    "GAN settings errors name the value: a missing samples directory, a lenet checkpoint to "
+    "resume") {
   TempDir dir("kiln-gan-errors-test");
   TrainConfig c = gan_run(dir.path);
-  c.synthetic = true;
-  c.model = "lenet";
-  CHECK_THROWS_WITH_AS(train_gan(c), doctest::Contains("model 'lenet' is not a GAN"), Error);
-  c.model = "gan";
-  c.samples_dir = (dir.path / "missing").string();
-  CHECK_THROWS_WITH_AS(train_gan(c), doctest::Contains("--samples-dir"), Error);
-  c.samples_dir = dir.path.string();
+  c.images.synthetic = true;
+  c.gan.samples_dir = (dir.path / "missing").string();
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("--samples-dir"), Error);
+  c.gan.samples_dir = dir.path.string();
   Philox rng(2);
   LeNet lenet(rng);
-  c.resume_path = (dir.path / "lenet.safetensors").string();
-  save_checkpoint(c.resume_path, lenet.parameters(), {}, {}, {{"model", "lenet"}});
-  CHECK_THROWS_WITH_AS(train_gan(c), doctest::Contains("has no tensor 'param/generator."), Error);
+  c.loop.resume = (dir.path / "lenet.safetensors").string();
+  save_checkpoint(c.loop.resume, lenet.parameters(), {}, {}, {{"model", "lenet"}});
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("a checkpoint of model 'lenet'"), Error);
+  save_checkpoint(c.loop.resume, lenet.parameters(), {}, {}, {});  // no model named
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("has no tensor 'param/generator."), Error);
 }
 
 }  // namespace kiln
@@ -239,22 +243,25 @@ TEST_CASE(
   TempDir dir("kiln-dcgan-resume-test");
   TrainConfig base = gan_run(dir.path);
   base.model = "dcgan";
-  base.synthetic = true;
-  base.batch_size = 8;
+  base.images.synthetic = true;
+  base.loop.batch_size = 8;
   auto final_variables = [](const TrainConfig& c) {
     std::vector<Tensor> out;
-    train_gan(c, {}, [&](const std::vector<VariablePtr>& v) { out = snapshot(v); });
+    train(c, {}, [&](const TaskState& state) {
+      const std::vector<VariablePtr>& v = state.parameters;
+      out = snapshot(v);
+    });
     return out;
   };
   TrainConfig whole = base;
-  whole.max_steps = 4;
+  whole.loop.max_steps = 4;
   const std::vector<Tensor> uninterrupted = final_variables(whole);
   TrainConfig first = base;
-  first.max_steps = 2;
-  first.checkpoint_path = (dir.path / "half.safetensors").string();
+  first.loop.max_steps = 2;
+  first.loop.checkpoint = (dir.path / "half.safetensors").string();
   final_variables(first);
   TrainConfig second = whole;
-  second.resume_path = first.checkpoint_path;
+  second.loop.resume = first.loop.checkpoint;
   CHECK(same_bits(final_variables(second), uninterrupted));
 }
 

@@ -25,7 +25,7 @@ step() { echo "--- $*"; }
 
 step "cmake --install into $TMP/prefix"
 cmake --install "$BUILD" --prefix "$TMP/prefix" >"$TMP/install.log" || { cat "$TMP/install.log"; exit 1; }
-for f in include/kiln/core/tensor.h include/kiln/graph/nn/module.h include/kiln/models/evaluate.h \
+for f in include/kiln/core/tensor.h include/kiln/graph/nn/module.h include/kiln/train/evaluate.h \
          lib/cmake/kiln/kilnConfig.cmake lib/cmake/kiln/kilnTargets.cmake bin/trainer; do
   [[ -e $TMP/prefix/$f ]] || { echo "FAIL: $f was not installed"; exit 1; }
 done

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "dist/launch.h"
-#include "dist/process_group.h"
+#include "distributed/launch.h"
+#include "distributed/process_group.h"
 #include "dist_test_support.h"
 
 namespace kiln::dist {

@@ -8,10 +8,11 @@
 #include <cstring>
 #include <fstream>
 
-#include "models/dataset.h"
-#include "models/text_dataset.h"
-#include "models/train.h"
-#include "models/train_lm.h"
+#include "data/dataset.h"
+#include "data/text_dataset.h"
+#include "train/loop.h"
+#include "train/lm_task.h"
+#include "train/loop.h"
 
 namespace kiln {
 namespace {
@@ -47,13 +48,13 @@ fs::path small_text() {
 TrainConfig small_lm(const fs::path& text) {
   TrainConfig c;
   c.model = "char-lstm";
-  c.text_path = text.string();
-  c.embedding = 16;
-  c.hidden = 48;
-  c.seq_len = 24;
-  c.batch_size = 16;
-  c.lr = 1e-2;
-  c.progress = false;
+  c.lm.text = text.string();
+  c.lm.embedding = 16;
+  c.lm.hidden = 48;
+  c.lm.seq_len = 24;
+  c.loop.batch_size = 16;
+  c.loop.lr = 1e-2;
+  c.loop.progress = false;
   return c;
 }
 
@@ -136,32 +137,39 @@ TEST_CASE("random windows depend only on (seed, step); targets are the inputs sh
 
 TEST_CASE("char-lstm learns: validation bits per character fall clearly over ~100 steps") {
   TrainConfig c = small_lm(small_text());
-  c.epochs = 6;  // 8550 training characters / (16 x 24) = 22 steps per epoch
-  const std::vector<LmEpochResult> r = train_language_model(c);
+  c.loop.epochs = 6;  // 8550 training characters / (16 x 24) = 22 steps per epoch
+  const std::vector<EpochReport> r = train(c);
   REQUIRE(r.size() == 6);
-  for (const LmEpochResult& e : r)
-    MESSAGE("epoch " << e.epoch << ": train " << e.train_bits_per_char << ", validation "
-                     << e.validation_bits_per_char);
+  for (const EpochReport& e : r)
+    MESSAGE("epoch " << e.epoch << ": train " << e.value("bits_per_char") << ", validation "
+                     << e.value("validation_bits_per_char"));
   CHECK(r.front().steps == 22);
-  CHECK(r.front().validation_bits_per_char < 4.5);  // uniform guessing: log2(96) = 6.58
-  CHECK(r.back().validation_bits_per_char < r.front().validation_bits_per_char - 1.0);
-  CHECK(r.back().validation_bits_per_char < 2.2);
+  CHECK(r.front().value("validation_bits_per_char") < 4.5);  // uniform guessing: log2(96) = 6.58
+  CHECK(r.back().value("validation_bits_per_char") <
+        r.front().value("validation_bits_per_char") - 1.0);
+  CHECK(r.back().value("validation_bits_per_char") < 2.2);
 }
 
 TEST_CASE("a resumed char-lstm run equals an uninterrupted one, bit for bit") {
   TrainConfig c = small_lm(small_text());
-  c.epochs = 2;  // 44 planned steps, cosine schedule over all of them
-  c.max_steps = 30;
+  c.loop.epochs = 2;  // 44 planned steps, cosine schedule over all of them
+  c.loop.max_steps = 30;
   std::vector<Tensor> straight, resumed;
-  train_language_model(c, {}, [&](const std::vector<VariablePtr>& p) { straight = snapshot(p); });
+  train(c, {}, [&](const TaskState& state) {
+    const std::vector<VariablePtr>& p = state.parameters;
+    straight = snapshot(p);
+  });
   const fs::path checkpoint = temp_path("resume.safetensors");
-  c.max_steps = 13;
-  c.checkpoint_path = checkpoint.string();
-  train_language_model(c);
-  c.max_steps = 30;
-  c.checkpoint_path.clear();
-  c.resume_path = checkpoint.string();
-  train_language_model(c, {}, [&](const std::vector<VariablePtr>& p) { resumed = snapshot(p); });
+  c.loop.max_steps = 13;
+  c.loop.checkpoint = checkpoint.string();
+  train(c);
+  c.loop.max_steps = 30;
+  c.loop.checkpoint.clear();
+  c.loop.resume = checkpoint.string();
+  train(c, {}, [&](const TaskState& state) {
+    const std::vector<VariablePtr>& p = state.parameters;
+    resumed = snapshot(p);
+  });
   REQUIRE(straight.size() == resumed.size());
   for (std::size_t i = 0; i < straight.size(); ++i) {
     CAPTURE(i);
@@ -171,53 +179,48 @@ TEST_CASE("a resumed char-lstm run equals an uninterrupted one, bit for bit") {
 
 TEST_CASE("sampling: deterministic for a seed, only vocabulary characters, the prime first") {
   TrainConfig c = small_lm(small_text());
-  c.epochs = 1;
-  c.max_steps = 40;
+  c.loop.epochs = 1;
+  c.loop.max_steps = 40;
   const fs::path checkpoint = temp_path("sample.safetensors");
-  c.checkpoint_path = checkpoint.string();
-  train_language_model(c);
+  c.loop.checkpoint = checkpoint.string();
+  train(c);
   TrainConfig s;
-  s.resume_path =
+  s.loop.resume =
       checkpoint.string();  // the architecture comes from the checkpoint, not these defaults
-  s.sample_chars = 200;
-  s.temperature = 0.8;
-  s.prime = "the c";
-  s.seed = 5;
+  s.lm.sample = 200;
+  s.lm.temperature = 0.8;
+  s.lm.prime = "the c";
+  s.loop.seed = 5;
   const std::string a = sample_language_model(s), b = sample_language_model(s);
   MESSAGE("sample: " << a);
   CHECK(a == b);
   CHECK(a.size() == 205);
   CHECK(a.rfind("the c", 0) == 0);
   for (char ch : a) CHECK(in_vocabulary(ch));
-  s.seed = 6;
+  s.loop.seed = 6;
   CHECK(sample_language_model(s) != a);
-  s.resume_path.clear();
+  s.loop.resume.clear();
   CHECK_THROWS_WITH_AS(sample_language_model(s), doctest::Contains("--sample needs --resume"),
                        Error);
 }
 
 TEST_CASE("char-lstm settings are checked") {
   TrainConfig c = small_lm(small_text());
-  c.bidirectional = true;
-  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("cannot be bidirectional"),
-                       Error);
-  c.bidirectional = false;
-  c.cell = "gru";
-  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("unknown recurrent cell 'gru'"),
-                       Error);
-  c.cell = "rnn";
-  c.text_path = "/nonexistent/corpus.txt";
-  CHECK_THROWS_WITH_AS(train_language_model(c), doctest::Contains("does not exist"), Error);
+  c.lm.cell = "gru";
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("--cell is 'gru' (one of: lstm, rnn)"), Error);
+  c.lm.cell = "rnn";
+  c.lm.text = "/nonexistent/corpus.txt";
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("does not exist"), Error);
 }
 
 TEST_CASE("a tanh-RNN char model learns too") {
   TrainConfig c = small_lm(small_text());
-  c.cell = "rnn";
-  c.epochs = 3;
-  const std::vector<LmEpochResult> r = train_language_model(c);
-  MESSAGE("rnn validation bits per char: " << r.front().validation_bits_per_char << " -> "
-                                           << r.back().validation_bits_per_char);
-  CHECK(r.back().validation_bits_per_char < 3.0);
+  c.lm.cell = "rnn";
+  c.loop.epochs = 3;
+  const std::vector<EpochReport> r = train(c);
+  MESSAGE("rnn validation bits per char: " << r.front().value("validation_bits_per_char") << " -> "
+                                           << r.back().value("validation_bits_per_char"));
+  CHECK(r.back().value("validation_bits_per_char") < 3.0);
 }
 
 TEST_CASE("row-lstm learns Fashion-MNIST: 200 Adam steps reach 75% test accuracy") {
@@ -227,16 +230,16 @@ TEST_CASE("row-lstm learns Fashion-MNIST: 200 Adam steps reach 75% test accuracy
   }
   TrainConfig c;
   c.model = "row-lstm";
-  c.epochs = 1;
-  c.max_steps = 200;
-  c.lr = 2e-3;
-  c.progress = false;
-  const std::vector<EpochResult> r = train_classifier(c);
+  c.loop.epochs = 1;
+  c.loop.max_steps = 200;
+  c.loop.lr = 2e-3;
+  c.loop.progress = false;
+  const std::vector<EpochReport> r = train(c);
   REQUIRE(r.size() == 1);
-  MESSAGE("row-lstm after 200 steps: accuracy " << r[0].test_accuracy << ", loss "
-                                                << r[0].train_loss << ", " << r[0].images_per_second
+  MESSAGE("row-lstm after 200 steps: accuracy " << r[0].value("test_accuracy") << ", loss "
+                                                << r[0].loss << ", " << r[0].examples_per_second
                                                 << " images/s");
-  CHECK(r[0].test_accuracy >= 0.75);
+  CHECK(r[0].value("test_accuracy") >= 0.75);
 }
 
 }  // namespace kiln

@@ -4,7 +4,7 @@
 // a two-GPU machine (bench/README.md).
 #include <doctest/doctest.h>
 
-#include "dist/collectives.h"
+#include "distributed/collectives.h"
 #include "graph/collective.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/module.h"

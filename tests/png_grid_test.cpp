@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "models/png_grid.h"
+#include "train/png_grid.h"
 #include "tests/support.h"
 
 namespace kiln {

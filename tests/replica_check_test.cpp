@@ -3,7 +3,7 @@
 // the variable, the ranks and the step.
 #include <doctest/doctest.h>
 
-#include "dist/data_parallel.h"
+#include "distributed/data_parallel.h"
 #include "tests/dist_test_support.h"
 
 namespace kiln {

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "models/lr_schedule.h"
+#include "train/lr_schedule.h"
 
 namespace kiln {
 

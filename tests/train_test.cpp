@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "models/dataset.h"
-#include "models/train.h"
+#include "data/dataset.h"
+#include "train/loop.h"
 
 namespace kiln {
 namespace {
@@ -16,18 +16,18 @@ namespace {
 // A quick run on synthetic data, without a progress bar.
 TrainConfig synthetic_run() {
   TrainConfig config;
-  config.synthetic = true;
-  config.progress = false;
+  config.images.synthetic = true;
+  config.loop.progress = false;
   return config;
 }
 
 // A run that diverges: SGD at a huge constant learning rate.
 TrainConfig diverging_run(double lr) {
   TrainConfig config = synthetic_run();
-  config.optimizer = "sgd";
-  config.lr = lr;
-  config.lr_schedule = "constant";
-  config.max_steps = 50;
+  config.loop.optimizer = "sgd";
+  config.loop.lr = lr;
+  config.loop.lr_schedule = "constant";
+  config.loop.max_steps = 50;
   return config;
 }
 
@@ -39,61 +39,58 @@ TEST_CASE("LeNet learns Fashion-MNIST: 300 Adam steps reach 80% test accuracy") 
     return;
   }
   TrainConfig config;
-  config.epochs = 1;
-  config.max_steps = 300;
-  config.progress = false;
-  const std::vector<EpochResult> results = train_classifier(config);
+  config.loop.epochs = 1;
+  config.loop.max_steps = 300;
+  config.loop.progress = false;
+  const std::vector<EpochReport> results = train(config);
   REQUIRE(results.size() == 1);
-  MESSAGE("accuracy after 300 steps: " << results[0].test_accuracy << ", loss "
-                                       << results[0].train_loss);
+  MESSAGE("accuracy after 300 steps: " << results[0].value("test_accuracy") << ", loss "
+                                       << results[0].loss);
   CHECK(results[0].steps == 300);
-  CHECK(results[0].train_loss < 0.9);
-  CHECK(results[0].test_accuracy >= 0.80);
+  CHECK(results[0].loss < 0.9);
+  CHECK(results[0].value("test_accuracy") >= 0.80);
 }
 
 TEST_CASE("the same seed gives the same run; another seed a different one") {
   TrainConfig config;
-  config.synthetic = true;
-  config.epochs = 2;
-  config.max_steps = 40;
-  config.progress = false;
-  const auto a = train_classifier(config);
-  const auto b = train_classifier(config);
-  config.seed = 1;
-  const auto c = train_classifier(config);
+  config.images.synthetic = true;
+  config.loop.epochs = 2;
+  config.loop.max_steps = 40;
+  config.loop.progress = false;
+  const auto a = train(config);
+  const auto b = train(config);
+  config.loop.seed = 1;
+  const auto c = train(config);
   REQUIRE(a.size() == 1);  // 4096 synthetic examples: 64 steps per epoch, stopped at 40
-  CHECK(a[0].train_loss == b[0].train_loss);
-  CHECK(a[0].test_accuracy == b[0].test_accuracy);
-  CHECK(a[0].train_loss != c[0].train_loss);
+  CHECK(a[0].loss == b[0].loss);
+  CHECK(a[0].value("test_accuracy") == b[0].value("test_accuracy"));
+  CHECK(a[0].loss != c[0].loss);
 }
 
 TEST_CASE("bad training settings are rejected with the value in the message") {
   TrainConfig config = synthetic_run();
   config.model = "resnet9000";
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown model 'resnet9000'"),
-                       Error);
+  CHECK_THROWS_WITH_AS(train(config), doctest::Contains("unknown model 'resnet9000'"), Error);
   config.model = "lenet";
-  config.optimizer = "rmsprop";
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("unknown optimizer 'rmsprop'"),
-                       Error);
-  config.optimizer = "sgd";
-  config.batch_size = 100000;
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("batch size 100000 is larger"),
-                       Error);
+  config.loop.optimizer = "rmsprop";
+  CHECK_THROWS_WITH_AS(train(config), doctest::Contains("--optimizer is 'rmsprop'"), Error);
+  config.loop.optimizer = "sgd";
+  config.loop.batch_size = 100000;
+  CHECK_THROWS_WITH_AS(train(config), doctest::Contains("batch size 100000 is larger"), Error);
 }
 
 TEST_CASE("a diverging run stops with the step where the loss became non-finite") {
   TrainConfig config = diverging_run(1e6);
-  CHECK_THROWS_WITH_AS(train_classifier(config), doctest::Contains("training diverged"), Error);
+  CHECK_THROWS_WITH_AS(train(config), doctest::Contains("training diverged"), Error);
 }
 
 TEST_CASE(
     "--check-numerics stops a diverging run at the op that overflowed, with the step and input "
     "ranges") {
   TrainConfig config = diverging_run(1e12);
-  config.check_numerics = true;
+  config.device.check_numerics = true;
   try {
-    train_classifier(config);
+    train(config);
     FAIL("the run should have stopped");
   } catch (const Error& e) {
     const std::string message = e.what();
@@ -115,12 +112,13 @@ TEST_CASE("the CPU training step gives the same bits for any number of threads")
   for (int threads : {1, 2, 5}) {
     omp_set_num_threads(threads);
     TrainConfig config;
-    config.synthetic = true;
-    config.progress = false;
-    config.max_steps = 5;
-    config.epochs = 1;
+    config.images.synthetic = true;
+    config.loop.progress = false;
+    config.loop.max_steps = 5;
+    config.loop.epochs = 1;
     std::vector<Tensor> snapshot;
-    train_classifier(config, {}, [&](const std::vector<VariablePtr>& p) {
+    train(config, {}, [&](const TaskState& state) {
+      const std::vector<VariablePtr>& p = state.parameters;
       for (const VariablePtr& v : p) snapshot.push_back(v->value.clone());
     });
     params.push_back(snapshot);
@@ -144,29 +142,30 @@ TEST_CASE("save at step N, resume, train to 2N: the same bits as an uninterrupte
       std::filesystem::temp_directory_path() / ("kiln-resume-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainConfig base;
-  base.synthetic = true;
-  base.progress = false;
-  base.epochs = 2;
-  base.optimizer = "adam";
-  base.lr_schedule =
+  base.images.synthetic = true;
+  base.loop.progress = false;
+  base.loop.epochs = 2;
+  base.loop.optimizer = "adam";
+  base.loop.lr_schedule =
       "constant";  // the first run stops early by max_steps, which sets a cosine's horizon
   auto final_params = [](const TrainConfig& c) {
     std::vector<Tensor> out;
-    train_classifier(c, {}, [&](const std::vector<VariablePtr>& p) {
+    train(c, {}, [&](const TaskState& state) {
+      const std::vector<VariablePtr>& p = state.parameters;
       for (const VariablePtr& v : p) out.push_back(v->value.clone());
     });
     return out;
   };
   TrainConfig whole = base;
-  whole.max_steps = 90;  // crosses the epoch boundary (64 steps per epoch)
+  whole.loop.max_steps = 90;  // crosses the epoch boundary (64 steps per epoch)
   const std::vector<Tensor> uninterrupted = final_params(whole);
 
   TrainConfig first = base;
-  first.max_steps = 45;
-  first.checkpoint_path = (dir / "half.safetensors").string();
+  first.loop.max_steps = 45;
+  first.loop.checkpoint = (dir / "half.safetensors").string();
   final_params(first);
   TrainConfig second = whole;
-  second.resume_path = first.checkpoint_path;
+  second.loop.resume = first.loop.checkpoint;
   const std::vector<Tensor> resumed = final_params(second);
   REQUIRE(resumed.size() == uninterrupted.size());
   for (std::size_t i = 0; i < resumed.size(); ++i) {
@@ -181,18 +180,17 @@ TEST_CASE("resuming from a checkpoint of another model is a clear error and chan
       std::filesystem::temp_directory_path() / ("kiln-resume-bad-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainConfig c;
-  c.synthetic = true;
-  c.progress = false;
-  c.max_steps = 2;
-  c.optimizer = "sgd";
-  c.checkpoint_path = (dir / "sgd.safetensors").string();
-  train_classifier(c);
+  c.images.synthetic = true;
+  c.loop.progress = false;
+  c.loop.max_steps = 2;
+  c.loop.optimizer = "sgd";
+  c.loop.checkpoint = (dir / "sgd.safetensors").string();
+  train(c);
   TrainConfig other = c;
-  other.optimizer = "adam";  // Adam's state (m, v, step) is not in an SGD checkpoint
-  other.checkpoint_path.clear();
-  other.resume_path = c.checkpoint_path;
-  CHECK_THROWS_WITH_AS(train_classifier(other),
-                       doctest::Contains("has no tensor 'state/optimizer."), Error);
+  other.loop.optimizer = "adam";  // Adam's state (m, v, step) is not in an SGD checkpoint
+  other.loop.checkpoint.clear();
+  other.loop.resume = c.loop.checkpoint;
+  CHECK_THROWS_WITH_AS(train(other), doctest::Contains("has no tensor 'state/optimizer."), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -267,8 +267,36 @@ expect_error "--sample needs --resume"
 ok
 
 run "--sample for an image classifier" --model lenet --sample 10
-expect_rc 1
-expect_error "model lenet is not a language model"
+expect_rc 2
+expect_error "--sample does not apply to model lenet" "char-lstm"
+ok
+
+run "a GAN flag for a classifier" --model lenet --fid-classifier x.safetensors
+expect_rc 2
+expect_error "--fid-classifier does not apply to model lenet" "gan, dcgan"
+ok
+
+printf '{"hidden": 32}' > "$TMP/lm_config.json"
+run "a language-model key in --config for a classifier" --config "$TMP/lm_config.json" --synthetic
+expect_rc 2
+expect_error "--hidden does not apply to model lenet"
+ok
+
+printf '{"epochs": 1, "epochs": 2}' > "$TMP/twice.json"
+run "a key given twice in --config" --config "$TMP/twice.json"
+expect_rc 2
+expect_error "the key 'epochs' is given twice"
+ok
+
+printf '{"lr-gamma": 3}' > "$TMP/gamma.json"
+run "--config goes through the same range checks" --config "$TMP/gamma.json"
+expect_rc 2
+expect_error "'lr-gamma' is 3 but must be in (0, 1]"
+ok
+
+run "--lr-gamma out of range on the command line" --lr-gamma 3
+expect_rc 2
+expect_error "--lr-gamma is 3" "must be in (0, 1]"
 ok
 
 run "char-lstm on a missing text" --model char-lstm --text /nonexistent/text.txt

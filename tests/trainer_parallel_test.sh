@@ -89,6 +89,6 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   run "--gpus without a GPU" --model lenet --synthetic --gpus 1
   ((RC == 1)) && grep -q "device cuda" "$TMP/stderr" || fail "no clear error"
 fi
-run "a GAN is not data parallel" --model gan --ranks 2
+run "sampling is not data parallel" --model char-lstm --sample 10 --ranks 2
 ((RC == 1)) && grep -q "one process" "$TMP/stderr" || fail "no clear error"
 echo "trainer_parallel_test: all scenarios passed"

@@ -13,9 +13,9 @@
 #include "fusion/fuse.h"
 #include "graph/op.h"
 #include "graph/passes/dead_code.h"
-#include "models/dataset.h"
+#include "data/dataset.h"
 #include "models/registry.h"
-#include "models/step_graph.h"
+#include "train/step_graph.h"
 
 namespace kiln {
 namespace {

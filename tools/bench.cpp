@@ -22,11 +22,11 @@
 #include "backends/compile.h"
 #include "backends/device_warm_up.h"
 #include "graph/nn/functional.h"
-#include "models/dataset.h"
-#include "models/gan_steps.h"
+#include "data/dataset.h"
+#include "train/gan_steps.h"
 #include "models/registry.h"
-#include "models/step_graph.h"
-#include "models/train_lm.h"
+#include "train/step_graph.h"
+#include "train/lm_task.h"
 #include "tools/bench_parallel.h"
 #include "tools/bench_timing.h"
 #include "tools/cli.h"
@@ -66,11 +66,11 @@ BenchStep training_step(const std::string& model_name, std::int64_t batch) {
   const kiln::ModelInfo& info = kiln::model_info(model_name);
   if (info.task == kiln::ModelTask::language_model) {
     kiln::TrainConfig c;
-    c.batch_size = batch;
-    return {
-        kiln::char_lstm_graph(c, true), kiln::random_text_feeds(c, 1),
-        fmt::format("{} training step, batch {}, sequence {}, Adam", model_name, batch, c.seq_len),
-        batch * c.seq_len};
+    c.loop.batch_size = batch;
+    return {kiln::char_lstm_graph(c, true), kiln::random_text_feeds(c, 1),
+            fmt::format("{} training step, batch {}, sequence {}, Adam", model_name, batch,
+                        c.lm.seq_len),
+            batch * c.lm.seq_len};
   }
   kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch,
                                                {.name = "sgd", .lr = 0.01, .momentum = 0.9});

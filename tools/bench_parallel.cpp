@@ -9,12 +9,12 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "dist/data_parallel.h"
-#include "dist/launch.h"
+#include "distributed/data_parallel.h"
+#include "distributed/launch.h"
 #include "graph/op.h"
-#include "models/dataset.h"
+#include "data/dataset.h"
 #include "models/registry.h"
-#include "models/step_graph.h"
+#include "train/step_graph.h"
 #include "tools/bench_timing.h"
 
 namespace kiln::tools {

@@ -4,19 +4,18 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
-#include "models/gan.h"
-#include "models/gan_steps.h"
-#include "models/registry.h"
-#include "models/step_graph.h"
-#include "models/train_lm.h"
 #include "tools/graph_render.h"
 #include "tools/cli.h"
+#include "train/tasks.h"
 
 int main(int argc, char** argv) {
-  std::string model = "lenet", stage = "train", format = "text", optimizer = "sgd", output;
+  std::string model = "lenet", stage = "train", format = "text", optimizer, output;
   std::int64_t batch = 64;
   bool kernels = false;
   std::vector<std::string> models;
@@ -36,9 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch, "batch size")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sgd, adam or adamw (train stage)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
-      ->capture_default_str();
+  app.add_option("--optimizer", optimizer,
+                 "sgd, adam or adamw (train stage; default: the trainer's)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("-o,--output", output, "write here instead of standard output");
   std::string device = "cpu";
   app.add_option(
@@ -49,37 +48,18 @@ int main(int argc, char** argv) {
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
-    std::unique_ptr<kiln::Graph> graph;
-    const kiln::ModelTask task = kiln::model_info(model).task;
-    if (task == kiln::ModelTask::gan) {  // GAN defaults: the discriminator step, Adam
-      if (app.count("--stage") == 0) stage = "discriminator";
-      if (app.count("--optimizer") == 0) optimizer = "adam";
-    }
-    KILN_CHECK((task == kiln::ModelTask::gan) == (stage == "discriminator" || stage == "generator"),
-               "--stage {}: {} has the stages {}", stage, model,
-               task == kiln::ModelTask::gan ? "discriminator and generator" : "forward and train");
-    std::unique_ptr<kiln::Gan> gan;  // owns the variables the GAN graph reads
-    std::unique_ptr<kiln::Optimizer> gan_optimizer;
-    if (task == kiln::ModelTask::gan) {
-      kiln::Philox rng(0);
-      gan = kiln::make_gan(model, rng);
-      gan_optimizer = kiln::make_optimizer({.name = optimizer, .lr = 2e-4, .beta1 = 0.5});
-      graph = std::make_unique<kiln::Graph>();
-      if (stage == "discriminator")
-        kiln::record_discriminator_step(*graph, *gan, batch, *gan_optimizer);
-      else
-        kiln::record_generator_step(*graph, *gan, batch, *gan_optimizer);
-    } else if (task == kiln::ModelTask::language_model) {
-      kiln::TrainConfig config;  // char-lstm at its defaults (sequence 64)
-      config.batch_size = batch;
-      config.optimizer = optimizer;
-      graph = kiln::char_lstm_graph(config, stage == "train");
-    } else {
-      graph = std::move(kiln::build_model_graph(
-                            model, stage == "train" ? kiln::Stage::train : kiln::Stage::forward,
-                            batch, {.name = optimizer, .lr = 0.01})
-                            .graph);
-    }
+    const kiln::TaskEntry& task = kiln::task_entry(model);  // its step graphs, by stage
+    if (app.count("--stage") == 0) stage = task.stages.front();
+    KILN_CHECK(std::find(task.stages.begin(), task.stages.end(), stage) != task.stages.end(),
+               "--stage {}: {} has the stages {}", stage, model, fmt::join(task.stages, " and "));
+    kiln::TrainConfig config;  // the trainer's settings at its defaults
+    config.model = model;
+    config.loop.batch_size = batch;
+    if (task.apply_defaults) task.apply_defaults(config, {});
+    if (!optimizer.empty()) config.loop.optimizer = optimizer;
+    optimizer = config.loop.optimizer;
+    const kiln::RecordedStep recorded = task.record(config, stage);
+    const kiln::Graph* graph = recorded.graph.get();
     kiln::tools::FusionView view = kiln::tools::fuse_for_view(*graph);
     if (device == "cuda") kiln::tools::add_occupancy(view);
     const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch,

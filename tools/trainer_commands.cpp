@@ -7,8 +7,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "models/evaluate.h"
-#include "models/saved_classifier.h"
+#include "train/classifier_task.h"
+#include "train/evaluate.h"
+#include "train/saved_classifier.h"
 
 namespace kiln::tools {
 namespace {
@@ -57,16 +58,16 @@ void run_eval(const InferenceArgs& args, Device device) {
   TrainConfig data =
       saved.config;  // the test set it was trained against, unless the flags say otherwise
   if (!args.data_dir.empty()) {
-    data.data_dir = args.data_dir;
-    data.synthetic = false;
+    data.images.data_dir = args.data_dir;
+    data.images.synthetic = false;
   }
-  if (args.synthetic) data.synthetic = true;
+  if (args.synthetic) data.images.synthetic = true;
   const ModelInfo& info = model_info(saved.config.model);
   const Dataset test = classifier_data(data, info, Split::test);
   Evaluator evaluator(*saved.model, info.input_shape, args.batch, {.device = device});
   const EvalResult r = evaluator.evaluate(test);
   fmt::print("{}: model {} after {} steps, {} test set of {} images on {}\n", args.checkpoint,
-             saved.config.model, saved.step, data.synthetic ? "synthetic" : "Fashion-MNIST",
+             saved.config.model, saved.step, data.images.synthetic ? "synthetic" : "Fashion-MNIST",
              r.examples, device.str());
   fmt::print("test accuracy {:.2f}% ({} of {}), test loss {:.4f}\n", 100.0 * r.accuracy, r.correct,
              r.examples, r.loss);

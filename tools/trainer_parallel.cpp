@@ -7,8 +7,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "dist/launch.h"
-#include "models/registry.h"
+#include "distributed/launch.h"
 
 namespace kiln::tools {
 namespace {
@@ -30,49 +29,17 @@ std::vector<std::string> rank_arguments(int argc, char** argv) {
 
 }  // namespace
 
-void add_parallel_options(CLI::App& app, TrainConfig& config, ParallelArgs& args) {
-  app.add_option("--gpus", args.gpus,
-                 "data parallel: train on N GPUs of this host, one process each (NCCL)")
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--ranks", args.ranks,
-                 "data parallel: N processes on this host on --device (the CPU averages over TCP)")
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--rank", config.rank,
-                 "data parallel: this process's rank in a job of --world-size")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--world-size", config.world_size,
-                 "data parallel: processes in the job (all hosts)")
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--init", config.init,
-                 "data parallel: HOST:PORT where rank 0 listens for the others")
-      ->capture_default_str();
-  app.add_option("--init-timeout", args.init_timeout_s,
-                 "data parallel: seconds to wait for the other ranks (and for a silent rank)")
-      ->check(CLI::Range(0.1, 86400.0))
-      ->capture_default_str();
-  app.add_option("--bucket-kib", config.bucket_kib,
-                 "data parallel: KiB of gradients per all-reduce")
-      ->check(CLI::Range(1, 1 << 22))
-      ->capture_default_str();
-  app.add_option("--check-replicas", config.check_replicas,
-                 "data parallel: compare every variable across the ranks every K steps")
-      ->check(CLI::NonNegativeNumber);
-}
-
-std::optional<int> launch_ranks_if_asked(const ParallelArgs& args, TrainConfig& config, int argc,
-                                         char** argv) {
-  config.init_timeout_ms = static_cast<std::int64_t>(args.init_timeout_s * 1000);
+std::optional<int> launch_ranks_if_asked(const TrainConfig& config, int argc, char** argv) {
+  const ParallelSettings& args = config.parallel;
   KILN_CHECK(args.gpus == 0 || args.ranks == 0, "--gpus and --ranks: give one of them");
   const int local = std::max(args.gpus, args.ranks);
-  KILN_CHECK(local == 0 || config.world_size == 1,
+  KILN_CHECK(local == 0 || args.world_size == 1,
              "--{} starts its own ranks: --world-size and --rank are for one rank of a job",
              args.gpus > 0 ? "gpus" : "ranks");
-  KILN_CHECK(config.rank < config.world_size, "--rank {} is not a rank of --world-size {}",
-             config.rank, config.world_size);
-  const bool parallel = local > 1 || config.world_size > 1;
-  KILN_CHECK(!parallel || model_info(config.model).task == ModelTask::image_classifier,
-             "data-parallel training runs the image classifiers; '{}' trains on one process",
-             config.model);
+  KILN_CHECK(args.rank < args.world_size, "--rank {} is not a rank of --world-size {}", args.rank,
+             args.world_size);
+  KILN_CHECK(config.lm.sample == 0 || (local <= 1 && args.world_size == 1),
+             "--sample runs on one process");
   if (local <= 1) return std::nullopt;  // one rank on this host is just this process
   std::vector<std::string> rank_args = rank_arguments(argc, argv);
   if (args.gpus > 0) rank_args.insert(rank_args.end(), {"--device", "cuda"});
@@ -83,7 +50,7 @@ std::optional<int> launch_ranks_if_asked(const ParallelArgs& args, TrainConfig& 
       dist::self_executable(), rank_args,
       {.world_size = local,
        .one_gpu_per_rank = args.gpus > 0,
-       .grace = std::chrono::milliseconds(static_cast<std::int64_t>(args.init_timeout_s * 1000))});
+       .grace = std::chrono::milliseconds(static_cast<std::int64_t>(args.init_timeout * 1000))});
 }
 
 }  // namespace kiln::tools

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+# Behaviour pinned by a recording: every zoo model's first 50 CPU training steps must give
+# bitwise the losses in tests/fixtures/first_losses.json (float32 bit patterns, recorded
+# from the build before the training loops were merged into one).
+#   loss_fixture_test.py TRAINER [MODEL...]            check (all models by default)
+#   loss_fixture_test.py TRAINER --record [MODEL...]   write the fixture from this build
+# Float summation order follows the vector width the build was compiled for (KILN_MARCH
+# native): on a CPU with other vector extensions than the recording's the test is skipped
+# (exit 77) rather than failed; re-record there from the commit that added the fixture.
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "first_losses.json")
+CORPUS = os.path.join(HERE, "fixtures", "lm_corpus.txt")
+STEPS = 50
+
+# Small batches on one thread: a few seconds per model, bitwise stable.
+COMMON = ["--max-steps", str(STEPS), "--batch-size", "8", "--threads", "1", "--device", "cpu",
+          "--no-progress", "--metrics-every", "1", "--seed", "7"]
+CLASSIFIER = ["--synthetic", "--eval-batch", "250"]
+MODELS = {
+    "lenet": CLASSIFIER,
+    "resnet": CLASSIFIER,
+    "vgg": CLASSIFIER,
+    "alexnet": CLASSIFIER,
+    "inception": CLASSIFIER,
+    "row-lstm": CLASSIFIER,
+    "char-lstm": ["--text", "@CORPUS@", "--seq-len", "32", "--epochs", "10"],
+    "gan": ["--synthetic"],
+    "dcgan": ["--synthetic"],
+}
+# The loss keys of each step line: GANs report both programs' losses.
+LOSS_KEYS = {"gan": ["d_loss", "g_loss"], "dcgan": ["d_loss", "g_loss"]}
+
+
+def vector_extensions():
+    """The CPU's vector extensions that change Eigen's and the kernels' summation order."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return " ".join(sorted(f for f in set(flags) if f in ("avx2", "fma", "avx512f")))
+
+
+def float_bits(value):
+    """The float32 bit pattern of a loss written as a double (losses are f32 tensors)."""
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    if struct.unpack("<f", struct.pack("<I", bits))[0] != value:
+        raise AssertionError(f"loss {value!r} is not a float32 value")
+    return f"{bits:08x}"
+
+
+def train(trainer, model, flags, workdir):
+    metrics = os.path.join(workdir, model + ".jsonl")
+    args = [trainer, "--model", model, "--metrics", metrics]
+    args += [CORPUS if f == "@CORPUS@" else f for f in flags]
+    done = subprocess.run(args, cwd=workdir, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AssertionError(f"{model}: trainer exited {done.returncode}: {done.stderr.strip()}")
+    with open(metrics) as f:
+        lines = [json.loads(line) for line in f]
+    steps = [line for line in lines if line["kind"] in ("step", "train")]
+    if [line["step"] for line in steps] != list(range(1, STEPS + 1)):
+        raise AssertionError(f"{model}: expected step lines 1..{STEPS}, got "
+                             f"{[line['step'] for line in steps]}")
+    return {key: [float_bits(line[key]) for line in steps]
+            for key in LOSS_KEYS.get(model, ["loss"])}
+
+
+def main():
+    trainer, rest = os.path.abspath(sys.argv[1]), sys.argv[2:]
+    record = "--record" in rest
+    models = [m for m in rest if m != "--record"] or list(MODELS)
+    fixture = {}
+    if os.path.exists(FIXTURE):
+        with open(FIXTURE) as f:
+            fixture = json.load(f)
+    if not record and fixture.get("cpu") != vector_extensions():
+        print(f"skipped: recorded on a CPU with '{fixture.get('cpu')}', "
+              f"this one has '{vector_extensions()}'")
+        return 77
+    fixture["cpu"] = vector_extensions()
+    failures = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for model in models:
+            flags = COMMON + MODELS[model]
+            got = train(trainer, model, flags, workdir)
+            if record:
+                fixture[model] = {"flags": flags, **got}
+                print(f"{model}: recorded {STEPS} steps")
+                continue
+            want, before = fixture[model], len(failures)
+            if want["flags"] != flags:
+                failures.append(f"{model}: the fixture was recorded with {want['flags']}")
+                continue
+            for key, bits in got.items():
+                first = next((i for i, (a, b) in enumerate(zip(bits, want[key])) if a != b), None)
+                if first is not None:
+                    failures.append(f"{model}: {key} of step {first + 1} is 0x{bits[first]}, "
+                                    f"recorded 0x{want[key][first]}")
+            print(f"{model}: {'differs' if len(failures) > before else 'ok'}")
+    if record:
+        with open(FIXTURE, "w") as f:
+            json.dump(fixture, f, indent=1, sort_keys=True)
+            f.write("\n")
+    for failure in failures:
+        print("FAIL", failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

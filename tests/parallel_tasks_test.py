@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+# Data parallelism for the LM and the GAN, with the classifiers' guarantees: 2 CPU ranks
+# (--ranks 2, gradients over TCP) at batch 8 train with the losses of one process at the
+# global batch 16 (relative difference <= 1e-5 over 20 steps, replicas checked every 5), and
+# their checkpoint resumes on one process, which then continues as an uninterrupted one.
+#   parallel_tasks_test.py TRAINER
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "fixtures", "lm_corpus.txt")
+COMMON = ["--device", "cpu", "--threads", "1", "--no-progress", "--metrics-every", "1"]
+MODELS = {
+    "char-lstm": ["--text", CORPUS, "--seq-len", "32", "--epochs", "10"],
+    "gan": ["--synthetic", "--epochs", "1"],
+}
+LOSS_KEYS = {"char-lstm": ["loss"], "gan": ["loss", "d_loss", "g_loss", "d_accuracy"]}
+TOLERANCE = 1e-5
+
+failures = []
+
+
+def train(trainer, model, name, extra, workdir):
+    metrics = os.path.join(workdir, f"{model}-{name}.jsonl")
+    args = [trainer, "--model", model, "--metrics", metrics] + COMMON + MODELS[model] + extra
+    done = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise AssertionError(f"{model} {name}: exit {done.returncode}: {done.stderr.strip()}")
+    with open(metrics) as f:
+        return [line for line in map(json.loads, f) if line["kind"] == "step"]
+
+
+def compare(model, what, got, want):
+    if [g["step"] for g in got] != [w["step"] for w in want]:
+        failures.append(f"{model} {what}: steps {[g['step'] for g in got]}, expected "
+                        f"{[w['step'] for w in want]}")
+        return
+    for g, w in zip(got, want):
+        for key in LOSS_KEYS[model]:
+            scale = max(abs(w[key]), 1e-12)
+            if abs(g[key] - w[key]) / scale > TOLERANCE:
+                failures.append(f"{model} {what}: step {g['step']} {key} {g[key]} but one "
+                                f"process gives {w[key]}")
+
+
+def main():
+    trainer = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory() as workdir:
+        for model in MODELS:
+            ckpt = os.path.join(workdir, model + ".safetensors")
+            one = train(trainer, model, "one", ["--batch-size", "16", "--max-steps", "30"],
+                        workdir)
+            two = train(trainer, model, "two",
+                        ["--batch-size", "8", "--ranks", "2", "--max-steps", "20",
+                         "--check-replicas", "5", "--checkpoint", ckpt], workdir)
+            compare(model, "2 ranks", two, one[:20])
+            resumed = train(trainer, model, "resumed",
+                            ["--batch-size", "16", "--max-steps", "30", "--resume", ckpt], workdir)
+            compare(model, "resumed on one process", resumed, one[20:])
+            print(f"{model}: done")
+    for failure in failures:
+        print("FAIL", failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

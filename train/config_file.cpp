@@ -1,0 +1,70 @@
+// JSON configs through the flag table (train/flags.h), read with nlohmann::json.
+#include "train/config_file.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "train/flags.h"
+
+namespace kiln {
+namespace {
+
+// Parses `json`, refusing an object with the same key twice (nlohmann keeps the last).
+nlohmann::json parse_without_duplicates(std::string_view json, const std::string& source) {
+  std::vector<std::set<std::string>> keys;  // per open object
+  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+    if (event == nlohmann::json::parse_event_t::object_end) keys.pop_back();
+    if (event == nlohmann::json::parse_event_t::key) {
+      const auto key = parsed.get<std::string>();
+      KILN_CHECK(keys.back().insert(key).second, "{}: the key '{}' is given twice", source, key);
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(json.begin(), json.end(), callback);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON ({})", source, e.what()));
+  }
+}
+
+const Flag* find_flag(const std::string& name) {
+  for (const Flag& f : training_flags())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(std::string_view json, const std::string& source, TrainConfig config,
+                               std::set<std::string>* given, bool saved) {
+  const nlohmann::json doc = parse_without_duplicates(json, source);
+  KILN_CHECK(doc.is_object(), "{}: a config must be a JSON object of flag names and values, not {}",
+             source, doc.type_name());
+  std::set<std::string> keys;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const Flag* flag = find_flag(it.key());
+    if (flag == nullptr && saved && it.key() == "bidirectional") continue;  // retired
+    KILN_CHECK(flag != nullptr, "{}: unknown key '{}' (the keys are the trainer's flag names)",
+               source, it.key());
+    KILN_CHECK(flag->saved, "{}: '{}' is a command-line flag only", source, it.key());
+    set_flag(*flag, config, it.value(), fmt::format("{}: '{}'", source, it.key()));
+    keys.insert(it.key());
+  }
+  if (given) given->insert(keys.begin(), keys.end());
+  return config;
+}
+
+TrainConfig read_train_config(const std::string& path, TrainConfig config,
+                              std::set<std::string>* given) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), "{}: cannot open the config file", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  KILN_CHECK(text.str().size() <= (1u << 20), "{}: a config file larger than 1 MiB", path);
+  return parse_train_config(text.str(), path, std::move(config), given);
+}
+
+}  // namespace kiln

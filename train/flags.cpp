@@ -1,0 +1,318 @@
+// The table of training flags, and the checks every value goes through.
+#include "train/flags.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+namespace kiln {
+namespace {
+
+// The field `member` of the settings group `group` of TrainConfig.
+template <class Group, class T>
+Flag::Field at(Group TrainConfig::*group, T Group::*member) {
+  return std::function<T&(TrainConfig&)>([=](TrainConfig& c) -> T& { return (c.*group).*member; });
+}
+
+Flag::Field model_field() {
+  return std::function<std::string&(TrainConfig&)>(
+      [](TrainConfig& c) -> std::string& { return c.model; });
+}
+
+using L = LoopSettings;
+using D = DeviceSettings;
+using P = ParallelSettings;
+using I = ImageSettings;
+using M = LmSettings;
+using G = GanSettings;
+constexpr auto loop = &TrainConfig::loop;
+constexpr auto device = &TrainConfig::device;
+constexpr auto parallel = &TrainConfig::parallel;
+constexpr auto images = &TrainConfig::images;
+constexpr auto lm = &TrainConfig::lm;
+constexpr auto gan = &TrainConfig::gan;
+constexpr unsigned all = kAllTasks;
+
+// Numbers in [min, max]; open_number: min excluded.
+Flag number(std::string name, Flag::Field field, unsigned tasks, std::string help, double min,
+            double max = 1e300) {
+  Flag f{
+      .name = std::move(name), .field = std::move(field), .tasks = tasks, .help = std::move(help)};
+  f.min = min;
+  f.max = max;
+  return f;
+}
+Flag open_number(std::string name, Flag::Field field, unsigned tasks, std::string help, double min,
+                 double max = 1e300) {
+  Flag f = number(std::move(name), std::move(field), tasks, std::move(help), min, max);
+  f.min_open = true;
+  return f;
+}
+// An integer whose value `off` means "not set" (written as null).
+Flag with_off(Flag f, std::int64_t off) {
+  f.has_off = true;
+  f.off = off;
+  return f;
+}
+Flag text(std::string name, Flag::Field field, unsigned tasks, std::string help,
+          std::vector<std::string> choices = {}) {
+  return {.name = std::move(name),
+          .field = std::move(field),
+          .tasks = tasks,
+          .help = std::move(help),
+          .choices = std::move(choices)};
+}
+Flag boolean(std::string name, Flag::Field field, unsigned tasks, std::string help) {
+  return {
+      .name = std::move(name), .field = std::move(field), .tasks = tasks, .help = std::move(help)};
+}
+Flag negated(Flag f) {
+  f.negated = true;
+  return f;
+}
+Flag command_line_only(Flag f) {
+  f.saved = false;
+  return f;
+}
+
+std::vector<Flag> loop_flags() {
+  return {
+      text("model", model_field(), all, "model to train"),
+      number("epochs", at(loop, &L::epochs), all, "passes over the training data", 1),
+      number("batch-size", at(loop, &L::batch_size), all, "examples per step (per rank)", 1),
+      with_off(number("max-steps", at(loop, &L::max_steps), all,
+                      "stop after this many training steps", 1),
+               -1),
+      text("optimizer", at(loop, &L::optimizer), all, "the update rule", {"sgd", "adam", "adamw"}),
+      open_number("lr", at(loop, &L::lr), all, "learning rate (GANs: 2e-4 unless given)", 0),
+      number("momentum", at(loop, &L::momentum), all, "SGD momentum", 0, 1),
+      number("weight-decay", at(loop, &L::weight_decay), all, "weight decay", 0),
+      number("clip-grad-norm", at(loop, &L::clip_grad_norm), all,
+             "scale gradients to a global L2 norm of at most this (0: off)", 0),
+      text("lr-schedule", at(loop, &L::lr_schedule), all,
+           "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0 (GANs: "
+           "constant unless given)",
+           {"constant", "step", "cosine"}),
+      number("warmup-steps", at(loop, &L::warmup_steps), all, "linear learning-rate warm-up steps",
+             0),
+      number("lr-step-size", at(loop, &L::lr_step_size), all, "step schedule: steps between decays",
+             1),
+      open_number("lr-gamma", at(loop, &L::lr_gamma), all, "step schedule: decay factor", 0, 1),
+      number("seed", at(loop, &L::seed), all, "seed of initialisation, data order and noise", 0),
+      text("checkpoint", at(loop, &L::checkpoint), all, "save a checkpoint here after every epoch"),
+      with_off(number("save-every", at(loop, &L::save_every), all, "also save every N steps", 1),
+               0),
+      text("resume", at(loop, &L::resume), all, "continue training from this checkpoint"),
+      text("metrics", at(loop, &L::metrics), all, "append metrics as JSON lines here"),
+      number("metrics-every", at(loop, &L::metrics_every), all,
+             "steps per 'step' line of --metrics", 1),
+      text("trace", at(loop, &L::trace), all,
+           "write a Chrome/Perfetto trace (JSON) of the 10th training step here"),
+      negated(boolean("no-progress", at(loop, &L::progress), all, "no progress bar")),
+  };
+}
+
+std::vector<Flag> device_flags() {
+  return {
+      text("device", at(device, &D::name), all, "where the steps run (auto: the GPU if any)",
+           {"cpu", "cuda", "auto"}),
+      number("threads", at(device, &D::threads), all, "CPU threads (0: all cores)", 0, 4096),
+      negated(boolean("no-cuda-graphs", at(device, &D::cuda_graphs), all,
+                      "CUDA: launch kernel by kernel instead of replaying a captured graph")),
+      boolean("tf32", at(device, &D::tf32), all, "CUDA: TF32 tensor-core math in GEMMs"),
+      number("streams", at(device, &D::streams), all, "CUDA: streams of the schedule", 1, 2),
+      boolean("check-numerics", at(device, &D::check_numerics), all,
+              "stop at the first op whose output has a NaN or Inf (ops then run unfused)"),
+      boolean("deterministic", at(device, &D::deterministic), all,
+              "bitwise-reproducible runs (on the GPU this also forbids cuBLAS atomics)"),
+  };
+}
+
+std::vector<Flag> parallel_flags() {
+  return {
+      command_line_only(
+          with_off(number("gpus", at(parallel, &P::gpus), all,
+                          "data parallel: train on N GPUs of this host (NCCL)", 1, 1024),
+                   0)),
+      command_line_only(with_off(number("ranks", at(parallel, &P::ranks), all,
+                                        "data parallel: N processes on this host on --device "
+                                        "(CPU: TCP)",
+                                        1, 1024),
+                                 0)),
+      number("rank", at(parallel, &P::rank), all, "data parallel: this process's rank", 0, 1 << 16),
+      number("world-size", at(parallel, &P::world_size), all,
+             "data parallel: processes in the job (all hosts)", 1, 1 << 16),
+      text("init", at(parallel, &P::init), all, "data parallel: HOST:PORT where rank 0 listens"),
+      number("init-timeout", at(parallel, &P::init_timeout), all,
+             "data parallel: seconds to wait for the other ranks (and a silent rank)", 0.1, 86400),
+      number("bucket-kib", at(parallel, &P::bucket_kib), all,
+             "data parallel: KiB of gradients per all-reduce", 1, 1 << 22),
+      number("check-replicas", at(parallel, &P::check_replicas), all,
+             "data parallel: compare every variable across the ranks every K steps (0: off)", 0),
+  };
+}
+
+std::vector<Flag> task_flags() {
+  return {
+      text("data-dir", at(images, &I::data_dir), kImageTasks,
+           "directory with the Fashion-MNIST IDX files"),
+      boolean("synthetic", at(images, &I::synthetic), kImageTasks,
+              "train on random images of the right shape"),
+      number("eval-batch", at(images, &I::eval_batch), kClassifierTask,
+             "examples per evaluation step", 1),
+      text("text", at(lm, &M::text), kLmTask,
+           "the training text, a file or a directory of fortunes-style files"),
+      number("seq-len", at(lm, &M::seq_len), kLmTask, "characters per sequence", 1),
+      number("embedding", at(lm, &M::embedding), kLmTask, "embedding width", 1),
+      number("hidden", at(lm, &M::hidden), kLmTask, "LSTM/RNN hidden width", 1),
+      number("layers", at(lm, &M::layers), kLmTask, "LSTM/RNN layers", 1),
+      text("cell", at(lm, &M::cell), kLmTask, "recurrent cell: lstm or rnn (tanh)",
+           {"lstm", "rnn"}),
+      number("sample", at(lm, &M::sample), kLmTask,
+             "generate N characters from the --resume checkpoint instead of training", 0),
+      open_number("temperature", at(lm, &M::temperature), kLmTask, "sampling temperature", 0),
+      text("prime", at(lm, &M::prime), kLmTask, "text the sample starts from"),
+      text("samples-dir", at(gan, &G::samples_dir), kGanTask,
+           "directory for the PNG grid of samples after each epoch"),
+      text("fid-classifier", at(gan, &G::fid_classifier), kGanTask,
+           "a lenet checkpoint whose features the FID uses"),
+  };
+}
+
+std::string range_text(const Flag& f) {
+  if (f.max < 1e300) return fmt::format("in {}{}, {}]", f.min_open ? "(" : "[", f.min, f.max);
+  return f.min_open ? fmt::format("> {}", f.min) : fmt::format("at least {}", f.min);
+}
+
+void check_number(const Flag& f, double value, const nlohmann::json& v, const std::string& where) {
+  const bool above = f.min_open ? value > f.min : value >= f.min;
+  KILN_CHECK(std::isfinite(value) && above && value <= f.max, "{} is {} but must be {}", where,
+             v.dump(), range_text(f));
+}
+
+template <class T>
+void set_integer(const Flag& f, T& field, const nlohmann::json& v, const std::string& where) {
+  if (f.has_off && v.is_null()) {
+    field = static_cast<T>(f.off);
+    return;
+  }
+  KILN_CHECK(v.is_number_integer(), "{} must be an integer{}, not {}", where,
+             f.has_off ? " or null" : "", v.dump());
+  check_number(f,
+               v.is_number_unsigned() ? static_cast<double>(v.get<std::uint64_t>())
+                                      : static_cast<double>(v.get<std::int64_t>()),
+               v, where);
+  field = v.get<T>();
+}
+
+}  // namespace
+
+unsigned task_bit(ModelTask task) {
+  switch (task) {
+    case ModelTask::image_classifier:
+      return kClassifierTask;
+    case ModelTask::gan:
+      return kGanTask;
+    case ModelTask::language_model:
+      return kLmTask;
+  }
+  return 0;
+}
+
+const std::vector<Flag>& training_flags() {
+  static const std::vector<Flag> table = [] {
+    std::vector<Flag> all_flags;
+    for (auto part : {loop_flags, device_flags, parallel_flags, task_flags})
+      for (Flag& f : part()) all_flags.push_back(std::move(f));
+    return all_flags;
+  }();
+  return table;
+}
+
+const Flag& training_flag(const std::string& name) {
+  for (const Flag& f : training_flags())
+    if (f.name == name) return f;
+  throw Error(fmt::format("unknown flag '{}'", name));
+}
+
+void set_flag(const Flag& f, TrainConfig& c, const nlohmann::json& v, const std::string& where) {
+  std::visit(
+      [&](const auto& access) {
+        auto& field = access(c);
+        using T = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          KILN_CHECK(v.is_boolean(), "{} must be true or false, not {}", where, v.dump());
+          field = f.negated ? !v.get<bool>() : v.get<bool>();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          KILN_CHECK(v.is_string(), "{} must be a string, not {}", where, v.dump());
+          const auto text = v.get<std::string>();
+          KILN_CHECK(f.choices.empty() ||
+                         std::find(f.choices.begin(), f.choices.end(), text) != f.choices.end(),
+                     "{} is '{}' (one of: {})", where, text, fmt::join(f.choices, ", "));
+          field = text;
+        } else if constexpr (std::is_same_v<T, double>) {
+          KILN_CHECK(v.is_number(), "{} must be a number, not {}", where, v.dump());
+          check_number(f, v.get<double>(), v, where);
+          field = v.get<double>();
+        } else {
+          set_integer(f, field, v, where);
+        }
+      },
+      f.field);
+}
+
+nlohmann::json get_flag(const Flag& f, const TrainConfig& config) {
+  TrainConfig& c = const_cast<TrainConfig&>(config);  // the accessors only read here
+  return std::visit(
+      [&](const auto& access) -> nlohmann::json {
+        const auto& field = access(c);
+        using T = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return f.negated ? !field : field;
+        } else if constexpr (std::is_integral_v<T>) {
+          if (f.has_off && static_cast<std::int64_t>(field) == f.off) return nullptr;
+          return field;
+        } else {
+          return field;
+        }
+      },
+      f.field);
+}
+
+nlohmann::json flag_text_value(const Flag& f, const std::string& text, const std::string& where) {
+  return std::visit(
+      [&](const auto& access) -> nlohmann::json {
+        using T = std::decay_t<decltype(access(std::declval<TrainConfig&>()))>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return true;
+        } else {
+          std::size_t used = 0;
+          nlohmann::json value;
+          try {
+            if constexpr (std::is_same_v<T, double>)
+              value = std::stod(text, &used);
+            else if constexpr (std::is_same_v<T, std::uint64_t>)
+              value = text.find('-') == std::string::npos ? nlohmann::json(std::stoull(text, &used))
+                                                          : nlohmann::json(std::stoll(text, &used));
+            else
+              value = std::stoll(text, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          KILN_CHECK(used != 0 && used == text.size(), "{}: '{}' is not {}", where, text,
+                     std::is_same_v<T, double> ? "a number" : "an integer");
+          return value;
+        }
+      },
+      f.field);
+}
+
+void validate_config(const TrainConfig& config) {
+  TrainConfig scratch = config;
+  for (const Flag& f : training_flags()) set_flag(f, scratch, get_flag(f, config), "--" + f.name);
+}
+
+}  // namespace kiln

@@ -1,0 +1,280 @@
+// train(): the loop over epochs and steps, the same for every task.
+#include "train/loop.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/log.h"
+#include "distributed/data_parallel.h"
+#include "train/checkpoint.h"
+#include "train/flags.h"
+#include "train/progress.h"
+#include "train/saved_classifier.h"
+#include "train/step_lines.h"
+#include "train/step_trace.h"
+#include "train/tasks.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void check_config(const TrainConfig& c) {
+  validate_config(c);
+  lr_schedule_of(c.loop).validate();
+  const ParallelSettings& p = c.parallel;
+  KILN_CHECK(p.rank < p.world_size, "--rank {} is not a rank of --world-size {}", p.rank,
+             p.world_size);
+  if (!c.loop.checkpoint.empty() && p.rank == 0)
+    check_checkpoint_directory(c.loop.checkpoint);  // fail now, not after an epoch of work
+}
+
+// This process's place in the config's data-parallel job (joined now), or null for one.
+std::unique_ptr<dist::DataParallel> join_data_parallel(const TrainConfig& c, Device device) {
+  if (c.parallel.world_size <= 1) return nullptr;
+  dist::ProcessGroupOptions options{.rank = c.parallel.rank,
+                                    .world_size = c.parallel.world_size,
+                                    .address = c.parallel.init,
+                                    .connect_timeout = std::chrono::milliseconds(
+                                        static_cast<std::int64_t>(c.parallel.init_timeout * 1000))};
+  options.peer_timeout = std::min(options.peer_timeout, options.connect_timeout);
+  options.heartbeat = std::min(options.heartbeat, options.peer_timeout / 4);
+  return std::make_unique<dist::DataParallel>(options, device);
+}
+
+TaskContext task_context(const TrainConfig& c, dist::DataParallel* parallel) {
+  TaskContext context{.options = compile_options(c.device)};
+  if (parallel == nullptr) return context;
+  context.rank = parallel->rank();
+  context.world_size = parallel->world_size();
+  context.collective_group = parallel->collective_group();
+  context.average = [parallel](std::span<double> v) { parallel->group().all_reduce_mean(v); };
+  return context;
+}
+
+// One training run: everything the epochs share.
+class Loop {
+ public:
+  Loop(const TrainConfig& c, dist::DataParallel* parallel)
+      : c_(c),
+        parallel_(parallel),
+        leader_(c.parallel.rank == 0),
+        task_(task_entry(c.model).make(c, task_context(c, parallel))),
+        schedule_(lr_schedule_of(c.loop)),
+        metrics_(c.loop.metrics.empty() || !leader_
+                     ? std::make_unique<MetricsWriter>()
+                     : std::make_unique<MetricsWriter>(c.loop.metrics)),
+        lines_(*metrics_, task_->examples_per_step(), c.loop.metrics_every) {
+    const std::int64_t all = c.loop.epochs * task_->steps_per_epoch();
+    last_ = c.loop.max_steps >= 0 ? std::min(c.loop.max_steps, all) : all;
+    horizon_ = task_->max_steps_sets_horizon() ? last_ : all;
+  }
+
+  std::vector<EpochReport> run(const std::function<void(const EpochReport&)>& on_epoch);
+  const Task& task() const { return *task_; }
+
+ private:
+  void resume();
+  void save(const TrainingPosition& at);
+  TrainingPosition after(std::int64_t epoch, std::int64_t batch, std::int64_t done) const {
+    return batch == task_->steps_per_epoch() ? TrainingPosition{done, epoch + 1, 0}
+                                             : TrainingPosition{done, epoch, batch};
+  }
+  std::vector<Outputs> run_programs(const std::vector<std::vector<Feed>>& feeds, bool trace);
+  StepValues step(std::int64_t epoch, std::int64_t batch, std::int64_t first, std::int64_t end);
+  EpochReport run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t end);
+  void evaluate(EpochReport& r);
+  void check_replicas(std::int64_t step);
+
+  const TrainConfig& c_;
+  dist::DataParallel* parallel_;
+  bool leader_;  // rank 0: saves, evaluates, reports
+  std::unique_ptr<Task> task_;
+  LrSchedule schedule_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  StepLines lines_;
+  std::vector<std::vector<Feed>> next_;  // the next batch's feeds, filled (and prefetched) ahead
+  TrainingPosition start_;
+  std::int64_t total_ = 0;    // steps done, over the whole run
+  std::int64_t last_ = 0;     // the step the run stops after
+  std::int64_t horizon_ = 0;  // the schedule's length
+  double lr_ = 0;             // of the last step run
+};
+
+void Loop::resume() {
+  if (c_.loop.resume.empty()) return;
+  const Checkpoint checkpoint(c_.loop.resume);
+  check_resumable(c_, checkpoint);
+  const TaskState s = task_->state();
+  checkpoint.restore(s.parameters, s.optimizer_state, s.buffers);
+  start_ = checkpoint.position();
+  log().info("resumed from {} at epoch {} batch {} (step {})", c_.loop.resume, start_.epoch,
+             start_.batch, start_.step);
+}
+
+void Loop::save(const TrainingPosition& at) {
+  if (c_.loop.checkpoint.empty() || !leader_) return;  // the replicas are identical: rank 0 writes
+  const TaskState s = task_->state();
+  save_checkpoint(c_.loop.checkpoint, s.parameters, s.optimizer_state, at, training_metadata(c_),
+                  s.buffers);
+}
+
+// Data parallelism: every variable (parameters, optimizer state, buffers) equal on all ranks.
+void Loop::check_replicas(std::int64_t step) {
+  if (parallel_ == nullptr) return;
+  const TaskState s = task_->state();
+  std::vector<VariablePtr> vars = s.parameters;
+  for (const std::vector<VariablePtr>* more : {&s.optimizer_state, &s.buffers})
+    vars.insert(vars.end(), more->begin(), more->end());
+  parallel_->check_replicas(vars, step);
+}
+
+std::vector<Outputs> Loop::run_programs(const std::vector<std::vector<Feed>>& feeds, bool trace) {
+  const std::vector<StepProgram> programs = task_->programs();
+  std::unique_ptr<StepTrace> tracer =
+      trace ? std::make_unique<StepTrace>(c_.loop.trace, programs) : nullptr;
+  std::vector<Outputs> outputs;
+  for (std::size_t i = 0; i < programs.size(); ++i)
+    outputs.push_back(programs[i].program->run(feeds[i]));
+  if (tracer) tracer->finish();
+  return outputs;
+}
+
+// Runs batch `batch` of the epoch (whose batches [first, end) this run trains).
+StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
+                      std::int64_t end) {
+  const std::int64_t done = total_ + (batch - first);  // steps before this one
+  lr_ = schedule_.at(done, horizon_);
+  task_->set_lr(lr_);
+  const bool trace =
+      !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
+  std::vector<std::vector<Feed>> feeds =
+      batch == first ? task_->feeds(batch, done) : std::move(next_);
+  if (batch + 1 < end) {  // a GPU copies the next batch while this step computes
+    next_ = task_->feeds(batch + 1, done + 1);
+    const std::vector<StepProgram> programs = task_->programs();
+    for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
+  }
+  std::vector<Outputs> outputs;
+  try {
+    outputs = run_programs(feeds, trace);
+  } catch (const Error& e) {
+    throw Error(fmt::format("epoch {} step {}: {}", epoch, batch + 1, e.what()));
+  }
+  const StepValues v = task_->step_values(outputs);
+  bool finite = std::isfinite(v.loss);
+  std::string values;
+  for (const auto& [name, value] : v.extras) {
+    finite = finite && std::isfinite(value);
+    values += fmt::format(", {} {}", name, value);
+  }
+  KILN_CHECK(finite,
+             "training diverged: loss is {}{} at epoch {} step {} (lower the learning rate)",
+             v.loss, values, epoch, batch + 1);
+  lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
+  const std::int64_t every = c_.parallel.check_replicas;
+  if (every > 0 && (done + 1) % every == 0) check_replicas(done + 1);
+  return v;
+}
+
+// Trains batches [first, end) of `epoch`, saves, evaluates.
+EpochReport Loop::run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t end) {
+  EpochReport r{.epoch = epoch, .steps = end - first};
+  const bool show_progress = c_.loop.progress && leader_;
+  Progress progress(fmt::format("epoch {}/{}", epoch, c_.loop.epochs), r.steps,
+                    show_progress && stderr_is_terminal());
+  const double examples = static_cast<double>(task_->examples_per_step());
+  double loss_sum = 0;
+  const auto clock_start = Clock::now();
+  lines_.restart_clock();
+  for (std::int64_t b = first; b < end; ++b) {
+    const StepValues v = step(epoch, b, first, end);
+    loss_sum += v.loss;
+    if (r.values.empty())
+      r.values = v.extras;
+    else
+      for (std::size_t i = 0; i < v.extras.size(); ++i) r.values[i].second += v.extras[i].second;
+    const std::int64_t in_epoch = b + 1 - first, done = total_ + in_epoch;
+    if (show_progress)
+      progress.update(in_epoch, loss_sum / static_cast<double>(in_epoch),
+                      static_cast<double>(in_epoch) * examples / seconds_since(clock_start));
+    if (c_.loop.save_every > 0 && done % c_.loop.save_every == 0) save(after(epoch, b + 1, done));
+  }
+  if (show_progress) progress.finish();
+  r.seconds = seconds_since(clock_start);
+  r.examples_per_second = static_cast<double>(r.steps) * examples / r.seconds;
+  r.loss = loss_sum / static_cast<double>(r.steps);
+  for (auto& [name, sum] : r.values) sum /= static_cast<double>(r.steps);
+  total_ += r.steps;
+  r.step = total_;
+  r.lr = lr_;
+  save(after(epoch, end, total_));
+  if (leader_) evaluate(r);  // rank 0 evaluates the (identical) model
+  return r;
+}
+
+// The task's evaluation, then the epoch's line of the metrics.
+void Loop::evaluate(EpochReport& r) {
+  const Values evaluation = task_->evaluate(r.epoch, r.files);
+  r.values.insert(r.values.end(), evaluation.begin(), evaluation.end());
+  std::map<std::string, MetricsWriter::Field> fields = {
+      {"epoch", r.epoch}, {"step", r.step},       {"loss", r.loss},
+      {"lr", r.lr},       {"seconds", r.seconds}, {"examples_per_second", r.examples_per_second}};
+  for (const auto& [name, value] : r.values) fields[name] = value;
+  for (const auto& [name, path] : r.files) fields[name] = path;
+  metrics_->write("epoch", fields);
+}
+
+std::vector<EpochReport> Loop::run(const std::function<void(const EpochReport&)>& on_epoch) {
+  resume();
+  total_ = start_.step;
+  check_replicas(total_);  // the same initialisation (or checkpoint) on every rank
+  std::vector<EpochReport> reports;
+  for (std::int64_t epoch = start_.epoch; epoch <= c_.loop.epochs; ++epoch) {
+    task_->start_epoch(epoch);
+    const std::int64_t first = epoch == start_.epoch ? start_.batch : 0;  // a resumed epoch
+    const std::int64_t end = std::min(task_->steps_per_epoch(), first + last_ - total_);
+    if (end <= first) break;
+    reports.push_back(run_epoch(epoch, first, end));
+    if (on_epoch) on_epoch(reports.back());
+  }
+  return reports;
+}
+
+}  // namespace
+
+double EpochReport::value(const std::string& name) const {
+  for (const auto& [key, v] : values)
+    if (key == name) return v;
+  throw Error(fmt::format("epoch {} has no value '{}'", epoch, name));
+}
+
+bool EpochReport::has(const std::string& name) const {
+  for (const auto& [key, v] : values)
+    if (key == name) return true;
+  return false;
+}
+
+std::vector<EpochReport> train(const TrainConfig& c,
+                               const std::function<void(const EpochReport&)>& on_epoch,
+                               const std::function<void(const TaskState&)>& on_finish) {
+  check_config(c);
+  std::unique_ptr<dist::DataParallel> parallel =
+      join_data_parallel(c, compile_options(c.device).device);
+  try {
+    Loop loop(c, parallel.get());
+    std::vector<EpochReport> reports = loop.run(on_epoch);
+    if (on_finish) on_finish(loop.task().state());
+    if (parallel) parallel->finish();
+    return reports;
+  } catch (const std::exception& e) {
+    if (parallel) parallel->report_error(e.what());  // the other ranks end with this rank's reason
+    throw;
+  }
+}
+
+}  // namespace kiln
