@@ -18,7 +18,8 @@ namespace kiln {
   X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad)                              \
   X(matmul) X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight)                            \
   X(max_pool2d) X(max_pool2d_grad) X(max_pool2d_select) X(avg_pool2d) X(avg_pool2d_grad)    \
-  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)
+  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)                \
+  X(cast)
 // clang-format on
 
 enum class OpId : std::uint8_t {

@@ -24,6 +24,8 @@ Value sqrt(Value x);
 Value relu(Value x);
 Value tanh(Value x);
 Value detach(Value x);  // identity whose gradient is cut
+// x converted to `dtype` (a floating one), rounded to nearest even; x itself if already so.
+Value cast(Value x, DType dtype);
 Value broadcast_to(Value x, const Shape& shape);
 
 Value operator+(Value a, Value b);
