@@ -107,6 +107,10 @@ class Writer {
   }
 
   CudaKernelSource generate() {
+    KILN_CHECK(!is_low_precision(g_.dtype),
+               "a fused group of {} values: the CUDA code generator does not handle bf16 or f16 "
+               "yet (the CPU runs them; on the GPU only cast converts them)",
+               dtype_name(g_.dtype));
     CudaKernelSource k;
     k.reduction = g_.reduction.has_value();
     k.work_items = g_.shape.numel();

@@ -225,7 +225,10 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
 void FusedGroup::run_cpu(const KernelCall& call) const {
   KILN_ASSERT(call.inputs.size() == inputs.size(), "fused group: {} inputs bound, {} expected",
               call.inputs.size(), inputs.size());
-  visit_floating(dtype, "fused", [&](auto zero) { run_group<decltype(zero)>(*this, call); });
+  // The tensors' dtype, not the group's: the CPU runs a bf16/f16 group in f32
+  // (backends/cpu/low_precision.h).
+  visit_floating(call.outputs[0].dtype(), "fused",
+                 [&](auto zero) { run_group<decltype(zero)>(*this, call); });
 }
 
 }  // namespace kiln

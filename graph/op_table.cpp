@@ -47,6 +47,7 @@ const Table& table() {
     ops::register_random_ops(built.entries);
     ops::register_collective_ops(built.entries);
     ops::register_recurrent_ops(built.entries);
+    ops::register_cast_ops(built.entries);
     for (OpDef& op : built.entries) {
       op.name = op_id_name(op.id);
       check_entry(op);

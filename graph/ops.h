@@ -27,6 +27,8 @@ Value tanh(Value x);
 // gelu(approximate="tanh").
 Value gelu(Value x);
 Value detach(Value x);  // identity whose gradient is cut
+// x converted to `dtype` (a floating one), rounded to nearest even; x itself if already so.
+Value cast(Value x, DType dtype);
 Value broadcast_to(Value x, const Shape& shape);
 
 Value operator+(Value a, Value b);

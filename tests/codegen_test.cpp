@@ -58,6 +58,16 @@ bool contains(const std::string& text, const std::string& line) {
 
 }  // namespace
 
+TEST_CASE("the code generator refuses a bf16 or f16 group rather than read it as float") {
+  for (DType low : {DType::bf16, DType::f16}) {
+    Graph g;
+    g.output("y", relu(g.input("x", {8, 16}, low)) * 0.5);
+    CHECK_THROWS_WITH_AS(generate_cuda(*single_group(g)),
+                         doctest::Contains("the CUDA code generator does not handle bf16 or f16"),
+                         Error);
+  }
+}
+
 TEST_CASE("golden: a bias-add + relu group over [8, 16] with a [16] bias") {
   Graph g;
   const Value x = g.input("x", {8, 16});

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "backends/cpu/low_precision.h"
 #include "backends/feeds.h"
 #include "backends/numerics.h"
 #include "backends/plan.h"
@@ -113,7 +114,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       const bool timed = profile_ || !trace_path_.empty();
       const auto start =
           timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-      n.op->cpu(KernelCall{n, in, out});
+      run_cpu_kernel(n, in, out);
       if (check_numerics_) check_numerics(graph_, static_cast<std::int32_t>(id), in, out, runs_);
       if (!trace_path_.empty()) {
         const auto now = std::chrono::steady_clock::now();

@@ -62,7 +62,7 @@ const CudaOpTable& cuda_op_table();
 // file (conv: conv_op.cpp, collective: all_reduce.cpp, norm: layer_norm.cpp, the others
 // <family>.cpp). A new family adds its name here.
 #define KILN_CUDA_OP_FAMILIES(X) \
-  X(matmul) X(conv) X(pool) X(layout) X(random) X(lstm) X(collective) X(norm)
+  X(matmul) X(conv) X(pool) X(layout) X(random) X(lstm) X(collective) X(norm) X(cast)
 
 #define KILN_CUDA_OP_FAMILY_DECLARE(family) void add_##family##_ops(CudaOpTable& table);
 KILN_CUDA_OP_FAMILIES(KILN_CUDA_OP_FAMILY_DECLARE)

@@ -18,6 +18,7 @@ void register_pool_ops(std::vector<OpDef>& table);
 void register_random_ops(std::vector<OpDef>& table);
 void register_collective_ops(std::vector<OpDef>& table);
 void register_recurrent_ops(std::vector<OpDef>& table);
+void register_cast_ops(std::vector<OpDef>& table);
 
 // Checks that every input has a floating dtype and the same dtype as input 0.
 void check_floating_inputs(const char* op, std::span<const TensorType> inputs);
