@@ -9,11 +9,12 @@
 
 namespace kiln {
 
-// What a model is trained for; each task has its own training loop (models/train*.h).
+// What a model is trained for; the one training loop runs each through its task
+// (train/tasks.h).
 enum class ModelTask {
-  image_classifier,  // Fashion-MNIST images -> 10 classes; make_model builds it (train.h)
-  language_model,    // next character of a text (train_lm.h)
-  gan,               // generator and discriminator (train_gan.h)
+  image_classifier,  // Fashion-MNIST images -> 10 classes; make_model builds it
+  language_model,    // next character of a text (train/lm_task.h)
+  gan,               // generator and discriminator (train/gan_task.h)
 };
 
 struct ModelInfo {

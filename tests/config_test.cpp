@@ -1,7 +1,11 @@
 // trainer --config: JSON settings with the flags' names, validated before anything applies.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+#include <set>
+
 #include "train/config_file.h"
+#include "train/flags.h"
 
 namespace kiln {
 
@@ -47,6 +51,56 @@ TEST_CASE("a bad config names the file and the problem, and applies nothing") {
   }
   CHECK_THROWS_WITH_AS(read_train_config("/nonexistent/c.json", base),
                        doctest::Contains("/nonexistent/c.json: cannot open"), Error);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+TEST_CASE("the flag table: unique names, defaults in range, every saved flag in some task's JSON") {
+  std::set<std::string> names;
+  for (const Flag& f : training_flags()) {
+    CAPTURE(f.name);
+    CHECK(names.insert(f.name).second);
+    CHECK(!f.help.empty());
+  }
+  CHECK_NOTHROW(validate_config(TrainConfig{}));
+  std::set<std::string> saved;
+  for (const char* model : {"lenet", "gan", "char-lstm"}) {
+    TrainConfig c;
+    c.model = model;
+    const nlohmann::json doc = nlohmann::json::parse(train_config_json(c));
+    for (const auto& [key, value] : doc.items()) saved.insert(key);
+  }
+  for (const Flag& f : training_flags()) CHECK(saved.count(f.name) == (f.saved ? 1u : 0u));
+}
+
+TEST_CASE("a value from the command line goes through the same check as from JSON") {
+  TrainConfig c;
+  const Flag& lr = training_flag("lr");
+  set_flag(lr, c, flag_text_value(lr, "0.25", "--lr"), "--lr");
+  CHECK(c.loop.lr == 0.25);
+  CHECK_THROWS_WITH_AS(flag_text_value(lr, "fast", "--lr"),
+                       doctest::Contains("--lr: 'fast' is not a number"), Error);
+  CHECK_THROWS_WITH_AS(set_flag(lr, c, flag_text_value(lr, "0", "--lr"), "--lr"),
+                       doctest::Contains("--lr is 0.0 but must be > 0"), Error);
+  const Flag& max_steps = training_flag("max-steps");
+  CHECK_THROWS_WITH_AS(
+      set_flag(max_steps, c, flag_text_value(max_steps, "0", "--max-steps"), "--max-steps"),
+      doctest::Contains("--max-steps is 0 but must be at least 1"), Error);
+  c.loop.epochs = 0;  // a config built in code is checked by the same table
+  CHECK_THROWS_WITH_AS(validate_config(c),
+                       doctest::Contains("--epochs is 0 but must be at least 1"), Error);
+}
+
+TEST_CASE("flags that do not apply to the model are named with the models they are for") {
+  CHECK_NOTHROW(check_flags_apply({"lr", "epochs", "synthetic"}, "gan"));
+  CHECK_THROWS_WITH_AS(check_flags_apply({"hidden"}, "resnet"),
+                       doctest::Contains("--hidden does not apply to model resnet (it is for: "
+                                         "char-lstm)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(check_flags_apply({"eval-batch"}, "dcgan"),
+                       doctest::Contains("--eval-batch does not apply to model dcgan"), Error);
 }
 
 }  // namespace kiln

@@ -208,18 +208,6 @@ void set_integer(const Flag& f, T& field, const nlohmann::json& v, const std::st
 
 }  // namespace
 
-unsigned task_bit(ModelTask task) {
-  switch (task) {
-    case ModelTask::image_classifier:
-      return kClassifierTask;
-    case ModelTask::gan:
-      return kGanTask;
-    case ModelTask::language_model:
-      return kLmTask;
-  }
-  return 0;
-}
-
 const std::vector<Flag>& training_flags() {
   static const std::vector<Flag> table = [] {
     std::vector<Flag> all_flags;

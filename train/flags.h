@@ -16,15 +16,16 @@
 
 namespace kiln {
 
-// Bits of the tasks a flag applies to.
+// The tasks a flag applies to, one bit per ModelTask (task_bit); kAllTasks includes tasks
+// added later, so a new task gets every loop flag.
+constexpr unsigned task_bit(ModelTask task) { return 1u << static_cast<unsigned>(task); }
 enum TaskBits : unsigned {
-  kClassifierTask = 1,
-  kGanTask = 2,
-  kLmTask = 4,
+  kClassifierTask = task_bit(ModelTask::image_classifier),
+  kGanTask = task_bit(ModelTask::gan),
+  kLmTask = task_bit(ModelTask::language_model),
   kImageTasks = kClassifierTask | kGanTask,
-  kAllTasks = kClassifierTask | kGanTask | kLmTask,
+  kAllTasks = ~0u,
 };
-unsigned task_bit(ModelTask task);
 
 struct Flag {
   using Field =
