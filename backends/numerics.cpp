@@ -74,7 +74,14 @@ void check_numerics(const Graph& g, std::int32_t id, std::span<const Tensor> inp
 
 bool check_numerics_from_environment() {
   const char* v = std::getenv("KILN_CHECK_NUMERICS");
-  return v != nullptr && std::string(v) != "0" && std::string(v) != "";
+  if (v == nullptr) return false;
+  const std::string value = v;
+  for (const char* on : {"1", "true", "yes", "on"})
+    if (value == on) return true;
+  for (const char* off : {"", "0", "false", "no", "off"})
+    if (value == off) return false;
+  throw Error(fmt::format(
+      "KILN_CHECK_NUMERICS='{}' is not a switch (1, true, yes, on; or 0, false, no, off)", value));
 }
 
 }  // namespace kiln

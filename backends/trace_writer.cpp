@@ -1,11 +1,10 @@
-// Trace JSON through nlohmann::json, written to a temp file and renamed into place.
+// Trace JSON through nlohmann::json, written atomically (core/atomic_file.h).
 #include "backends/trace_writer.h"
 
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace kiln {
@@ -30,15 +29,10 @@ void write_trace(const std::string& path, const std::vector<TraceEvent>& events,
                     {"tid", e.track},
                     {"ts", e.start_us},
                     {"dur", e.duration_us}});
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp);
-    KILN_CHECK(out.good(), "{}: cannot write the trace", path);
-    out << nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ns"}}.dump(1) << "\n";
-    KILN_CHECK(out.good(), "{}: writing the trace failed", path);
-  }
-  KILN_CHECK(std::rename(temp.c_str(), path.c_str()) == 0, "{}: cannot move the trace into place",
-             path);
+  const std::string text =
+      nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
+  write_file_atomically(path,
+                        std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
 }
 
 }  // namespace kiln

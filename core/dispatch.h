@@ -21,6 +21,10 @@ decltype(auto) visit_dtype(DType dtype, F&& f) {
       return f(std::int64_t{});
     case DType::u8:
       return f(std::uint8_t{});
+    case DType::bf16:
+      return f(bf16{});
+    case DType::f16:
+      return f(f16{});
   }
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }

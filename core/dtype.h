@@ -4,15 +4,19 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/half.h"
+
 namespace kiln {
 
-enum class DType : std::uint8_t { f32, f64, i32, i64, u8 };
+// bf16 and f16 are storage types: kernels compute in float and round where they store.
+enum class DType : std::uint8_t { f32, f64, i32, i64, u8, bf16, f16 };
 
 std::size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 // Parses "f32", "float32", ...; throws kiln::Error on an unknown name.
 DType dtype_from_name(std::string_view name);
-bool is_floating(DType dtype);
+bool is_floating(DType dtype);       // f32, f64, bf16, f16
+bool is_low_precision(DType dtype);  // bf16, f16
 
 // The DType of a C++ scalar type, for typed access to tensor data.
 template <class T>
@@ -36,6 +40,14 @@ constexpr DType dtype_of<std::int64_t>() {
 template <>
 constexpr DType dtype_of<std::uint8_t>() {
   return DType::u8;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<f16>() {
+  return DType::f16;
 }
 
 }  // namespace kiln

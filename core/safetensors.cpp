@@ -22,6 +22,7 @@
 #include <system_error>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 
 namespace kiln {
 namespace {
@@ -65,20 +66,25 @@ std::string_view safetensors_dtype(DType dtype) {
       return "I64";
     case DType::u8:
       return "U8";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
   }
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
-  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
+  for (DType d :
+       {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8})
     if (safetensors_dtype(d) == name) return d;
   return std::nullopt;
 }
 
 bool is_other_safetensors_dtype(std::string_view name) {
-  constexpr std::array<std::string_view, 16> kOthers = {
-      "BOOL",    "I8",      "I16",     "U16", "U32",     "U64",     "F16", "BF16",
-      "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64", "E8M0"};
+  constexpr std::array<std::string_view, 14> kOthers = {
+      "BOOL",    "I8",      "I16", "U16",     "U32",     "U64", "F8_E4M3",
+      "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64", "E8M0"};
   return std::find(kOthers.begin(), kOthers.end(), name) != kOthers.end();
 }
 
@@ -117,9 +123,11 @@ DType parse_dtype(const json& value, const std::string& what) {
   const auto& name = value.get_ref<const std::string&>();
   if (auto dtype = dtype_from_safetensors(name)) return *dtype;
   KILN_CHECK(!is_other_safetensors_dtype(name),
-             "{} has dtype {}, which kiln does not support (F32, F64, I32, I64, U8)", what, name);
-  throw Error(fmt::format("{} has the unknown dtype '{}' (kiln reads F32, F64, I32, I64 and U8)",
-                          what, shown(name)));
+             "{} has dtype {}, which kiln does not support (F32, F64, BF16, F16, I32, I64, U8)",
+             what, name);
+  throw Error(
+      fmt::format("{} has the unknown dtype '{}' (kiln reads F32, F64, BF16, F16, I32, I64 and U8)",
+                  what, shown(name)));
 }
 
 // The shape, with its element count checked against overflow.
@@ -212,6 +220,10 @@ void check_layout(std::vector<Entry>& entries, std::uint64_t data_bytes, const s
 Header parse_header(std::string_view text, std::uint64_t data_bytes, const std::string& file) {
   KILN_CHECK(!text.empty() && text.front() == '{',
              "{}: the header does not start with '{{' (not a safetensors file?)", file);
+  // JSON text has no NUL byte; a parser may stop at one and ignore the rest of the header.
+  const auto nul = text.find('\0');
+  KILN_CHECK(nul == std::string_view::npos, "{}: the header has a NUL byte at offset {}", file,
+             8 + nul);
   const json root = parse_json(text, file);
   KILN_CHECK(root.is_object(), "{}: the header is a JSON {}, not an object", file,
              root.type_name());
@@ -290,11 +302,9 @@ SafetensorsFile parse_safetensors(std::span<const std::uint8_t> bytes,
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   const std::string file = path.string();
-  File f(std::fopen(path.c_str(), "rb"), std::fclose);
-  KILN_CHECK(f != nullptr, "{}: cannot open for reading ({})", file, reason(errno));
+  const FilePtr f = open_regular_file(path);  // refuses a FIFO or device before it blocks
   struct stat st {};
   KILN_CHECK(::fstat(fileno(f.get()), &st) == 0, "{}: cannot stat ({})", file, reason(errno));
-  KILN_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", file);
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   check_long_enough(file_bytes, file);
   std::array<std::uint8_t, 8> prefix{};

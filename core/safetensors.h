@@ -33,9 +33,9 @@ void save_safetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Reads and validates a safetensors file of dtypes F32, F64, I32, I64 and U8. Every problem
-// (truncation, bad JSON, unknown keys or dtypes, bad shapes or offsets, overlapping tensors,
-// bytes that belong to no tensor) throws kiln::Error "<path>: <what is wrong>".
+// Reads and validates a safetensors file of dtypes F32, F64, BF16, F16, I32, I64 and U8. Every
+// problem (truncation, bad JSON, unknown keys or dtypes, bad shapes or offsets, overlapping
+// tensors, bytes that belong to no tensor) throws kiln::Error "<path>: <what is wrong>".
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
 // The same validation over bytes in memory; `name_for_errors` starts every message.

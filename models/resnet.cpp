@@ -55,4 +55,31 @@ Value ResNet::forward(Value x) {
   return fc_(dropout_(global_avg_pool(x)));  // [B, 64] -> [B, 10]
 }
 
+ResNet18::ResNet18(Philox& rng, std::int64_t in_channels, std::int64_t classes)
+    : in_channels_(in_channels),
+      stem_({.in_channels = in_channels, .out_channels = 64}, rng),
+      fc_(512, classes, rng, true, nn::Init::xavier_uniform) {
+  KILN_CHECK(in_channels >= 1 && classes >= 2,
+             "resnet18: needs at least 1 input channel and 2 classes, got {} and {}", in_channels,
+             classes);
+  std::int64_t channels = 64;
+  for (const std::int64_t stage : {64, 128, 256, 512}) {
+    blocks_.add<BasicBlock>(channels, stage, stage == 64 ? 1 : 2, rng);
+    blocks_.add<BasicBlock>(stage, stage, 1, rng);
+    channels = stage;
+  }
+  register_module("stem", stem_);
+  register_module("blocks", blocks_);
+  register_module("fc", fc_);
+}
+
+Value ResNet18::forward(Value x) {
+  const Shape& s = x.shape();
+  KILN_CHECK(s.rank() == 4 && s[1] == in_channels_ && s[2] >= 8 && s[3] >= 8,
+             "resnet18: input is {} but the model takes [B, {}, H, W] with H, W >= 8", s.str(),
+             in_channels_);
+  x = blocks_(stem_(x));           // [B, 512, H/8, W/8]
+  return fc_(global_avg_pool(x));  // [B, 512] -> [B, classes]
+}
+
 }  // namespace kiln

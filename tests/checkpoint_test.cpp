@@ -329,8 +329,8 @@ std::vector<Malformed> malformed_files() {
        "tensor 't' has the unknown key 'x' (expected dtype, shape and data_offsets)"},
       {"dtype not a string", st_bytes(one("4", "[1]", "[0,4]"), Bytes(4)),
        "tensor 't': dtype is a JSON number"},
-      {"unsupported dtype", st_bytes(one("\"BF16\"", "[2]", "[0,4]"), Bytes(4)),
-       "tensor 't' has dtype BF16, which kiln does not support (F32, F64, I32, I64, U8)"},
+      {"unsupported dtype", st_bytes(one("\"I16\"", "[2]", "[0,4]"), Bytes(4)),
+       "tensor 't' has dtype I16, which kiln does not support (F32, F64, BF16, F16, I32, I64, U8)"},
       {"unknown dtype", st_bytes(one("\"F33\"", "[1]", "[0,4]"), Bytes(4)),
        "tensor 't' has the unknown dtype 'F33'"},
       {"shape not an array", st_bytes(one("\"U8\"", "\"2\"", "[0,2]"), Bytes(2)),
@@ -504,7 +504,8 @@ TEST_CASE("atomic save: a full disk leaves the previous checkpoint and no temp f
     REQUIRE(::setenv("KILN_FAKE_DISK_FULL_AFTER", limit, 1) == 0);
     const std::string error = error_of([&] { save_safetensors(path, next, {{"step", "2"}}); });
     ::unsetenv("KILN_FAKE_DISK_FULL_AFTER");
-    CHECK(error == fmt::format("{}: write failed after {} bytes (No space left on device)",
+    CHECK(error == fmt::format("{}: write failed after {} bytes (No space left on device); "
+                               "the previous file is intact",
                                path.string(), limit));
     check_contents(load_safetensors(path), previous);
     CHECK(load_safetensors(path).metadata.at("step") == "1");
@@ -531,7 +532,11 @@ TEST_CASE("atomic save: a real write error (file size limit) leaves the previous
     const rlimit limit{65536, 65536};
     if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
     const std::string error = error_of([&] { save_safetensors(path, checkpoint(2.0f, 1 << 20)); });
-    return error == path.string() + ": write failed after 65536 bytes (File too large)" ? 0 : 1;
+    return error == path.string() +
+                        ": write failed after 65536 bytes (File too large); the previous file is "
+                        "intact"
+               ? 0
+               : 1;
   });
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -611,7 +616,7 @@ TEST_CASE("atomic save: an unwritable place is a kiln::Error and loses nothing")
   fs::create_directory(dir.file("taken"));
   CHECK(error_of([&] { save_safetensors(dir.file("taken"), previous); }) ==
         dir.file("taken").string() +
-            ": could not replace it with the written file (Is a directory)");
+            ": exists and is a directory; refusing to replace it with a file");
   CHECK(dir.others("").size() == 2);  // "plain" and "taken": no temp file left
 
   // A read-only directory holding a good checkpoint. Root ignores permissions, so the save then

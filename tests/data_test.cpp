@@ -2,6 +2,7 @@
 // loading and its validation, synthetic data, and the seeded batcher.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -293,8 +294,10 @@ TEST_CASE("a gzip-compressed IDX file reads back equal") {
 TEST_CASE("read_idx: a missing file") {
   TempDir dir;
   check_idx_error(dir.file("absent-idx3-ubyte"), "no such file");
-  // A directory is not a file either.
-  check_idx_error(dir.path().string(), "no such file");
+  // A directory is not a file either, nor is a FIFO (which must not block the reader).
+  check_idx_error(dir.path().string(), "is a directory, not a regular file");
+  REQUIRE(::mkfifo(dir.file("fifo-idx3-ubyte").c_str(), 0600) == 0);
+  check_idx_error(dir.file("fifo-idx3-ubyte"), "is a FIFO, not a regular file");
 }
 
 TEST_CASE("read_idx: a truncated header") {
@@ -476,7 +479,7 @@ TEST_CASE("read_idx: a gzip stream missing its CRC-32 / length trailer is caught
   write_idx(dir.file("good.idx"), t);
   write_gzip(dir.file("good.idx.gz"), read_bytes(dir.file("good.idx")));
   const Bytes gz = read_bytes(dir.file("good.idx.gz"));
-  for (std::size_t cut : {1, 4, 8}) {
+  for (std::size_t cut = 1; cut <= 8; ++cut) {  // every cut inside the 8-byte trailer
     CAPTURE(cut);
     write_bytes(dir.file("cut.idx.gz"),
                 Bytes(gz.begin(), gz.end() - static_cast<std::ptrdiff_t>(cut)));
@@ -486,6 +489,21 @@ TEST_CASE("read_idx: a gzip stream missing its CRC-32 / length trailer is caught
     CHECK((message.find("truncated") != std::string::npos ||
            message.find("corrupt") != std::string::npos));
   }
+}
+
+TEST_CASE("read_idx: a gzip file whose header announces more images than it holds") {
+  // 100,000 images announced, 1,000 present: within what the compressed size could hold, so
+  // only reading finds the lie; the data is read in growing steps, not allocated up front.
+  TempDir dir;
+  Bytes b = idx_header(0x08, {100000, 28, 28});
+  const Bytes images = noisy(1000 * 28 * 28, 5);
+  b.insert(b.end(), images.begin(), images.end());
+  write_gzip(dir.file("lying.idx.gz"), b);
+  const std::string message = error_of([&] { (void)read_idx(dir.file("lying.idx.gz")); });
+  INFO(message);
+  CHECK(message.find(dir.file("lying.idx.gz")) != std::string::npos);
+  CHECK(message.find("truncated") != std::string::npos);
+  CHECK(message.find("78400000") != std::string::npos);  // what the header announced
 }
 
 TEST_CASE("read_idx: a tiny file whose header promises gigabytes fails naming the file") {

@@ -29,6 +29,10 @@ const char* cuda_type_name(DType dtype) {
       return "long long";
     case DType::u8:
       return "unsigned char";
+    case DType::bf16:
+      return "__nv_bfloat16";
+    case DType::f16:
+      return "__half";
   }
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }
