@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace kiln {
 namespace {
@@ -86,16 +87,6 @@ class TempFile {
   int fd_ = -1;
 };
 
-// What a non-regular file is, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // The file that an atomic write of `path` replaces: `path` itself, or, where `path` is a
 // symbolic link, the file it points to (the link stays a link). Refuses a dangling link
 // and a target that exists but is not a regular file (a device, a FIFO, a directory), so
@@ -117,7 +108,7 @@ fs::path replaced_file(const fs::path& path) {
                target.string());
   }
   KILN_CHECK(S_ISREG(st.st_mode), "{}: exists and is {}; refusing to replace it with a file",
-             path.string(), file_kind(st.st_mode));
+             path.string(), file_kind_name(st.st_mode));
   return target;
 }
 

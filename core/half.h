@@ -53,37 +53,26 @@ constexpr float f16_bits_to_float(std::uint16_t h) {
   return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-struct bf16 {
+// A 16-bit floating-point value stored as its bit pattern, with the format's conversions.
+template <std::uint16_t (*kEncode)(float), float (*kDecode)(std::uint16_t)>
+struct Float16Storage {
   std::uint16_t bits = 0;
-  constexpr bf16() = default;
-  constexpr explicit bf16(float f) : bits(float_to_bf16_bits(f)) {}
-  constexpr explicit bf16(double d) : bf16(static_cast<float>(d)) {}  // via float, as the GPU
+  constexpr Float16Storage() = default;
+  constexpr explicit Float16Storage(float f) : bits(kEncode(f)) {}
+  constexpr explicit Float16Storage(double d) : bits(kEncode(static_cast<float>(d))) {}  // as GPU
   template <class I>
   requires std::is_integral_v<I>
-  constexpr explicit bf16(I i) : bf16(static_cast<float>(i)) {}
-  constexpr operator float() const { return bf16_bits_to_float(bits); }
-  static constexpr bf16 from_bits(std::uint16_t b) {
-    bf16 v;
+  constexpr explicit Float16Storage(I i) : bits(kEncode(static_cast<float>(i))) {}
+  constexpr operator float() const { return kDecode(bits); }
+  static constexpr Float16Storage from_bits(std::uint16_t b) {
+    Float16Storage v;
     v.bits = b;
     return v;
   }
 };
 
-struct f16 {
-  std::uint16_t bits = 0;
-  constexpr f16() = default;
-  constexpr explicit f16(float f) : bits(float_to_f16_bits(f)) {}
-  constexpr explicit f16(double d) : f16(static_cast<float>(d)) {}  // via float, as the GPU
-  template <class I>
-  requires std::is_integral_v<I>
-  constexpr explicit f16(I i) : f16(static_cast<float>(i)) {}
-  constexpr operator float() const { return f16_bits_to_float(bits); }
-  static constexpr f16 from_bits(std::uint16_t b) {
-    f16 v;
-    v.bits = b;
-    return v;
-  }
-};
+using bf16 = Float16Storage<float_to_bf16_bits, bf16_bits_to_float>;
+using f16 = Float16Storage<float_to_f16_bits, f16_bits_to_float>;
 
 static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2);
 

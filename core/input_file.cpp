@@ -15,7 +15,9 @@ namespace {
 
 std::string reason(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-const char* kind_of(mode_t mode) {
+}  // namespace
+
+const char* file_kind_name(unsigned mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISCHR(mode)) return "a character device";
@@ -23,8 +25,6 @@ const char* kind_of(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
 }
-
-}  // namespace
 
 int open_regular_fd(const std::filesystem::path& path) {
   // O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever.
@@ -40,7 +40,8 @@ int open_regular_fd(const std::filesystem::path& path) {
     ::close(fd);
     if (stat_failed)
       throw Error(fmt::format("{}: cannot look at it ({})", path.string(), reason(err)));
-    throw Error(fmt::format("{}: is {}, not a regular file", path.string(), kind_of(st.st_mode)));
+    throw Error(
+        fmt::format("{}: is {}, not a regular file", path.string(), file_kind_name(st.st_mode)));
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);

@@ -13,6 +13,10 @@ namespace kiln {
 
 using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
 
+// What a file of this st_mode is, for messages: "a directory", "a FIFO", "a character device",
+// "a block device", "a socket", or "not a regular file".
+const char* file_kind_name(unsigned mode);
+
 // Opens `path` for binary reading if it is a regular file (after following symbolic links);
 // otherwise throws kiln::Error "<path>: is a FIFO, not a regular file" (a directory, a device,
 // ...) or "<path>: cannot open for reading (<reason>)". Never blocks on a FIFO.

@@ -20,6 +20,10 @@ const std::vector<ModelInfo>& model_infos() {
       {"resnet",
        "ResNet-14 (3 stages of 2 basic blocks, batch norm, global average pooling, dropout)",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+      {"resnet18",
+       "ResNet-18, CIFAR form (3x3 stem, 4 stages of 2 basic blocks at 64-512 channels, batch "
+       "norm, global average pooling) for 3x32x32 images",
+       ModelTask::image_classifier, Shape{3, 32, 32}, 10},
       {"vgg", "VGG-style stacks of 3x3 conv + batch norm and 2x2 max pooling, dropout",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
       {"alexnet", "AlexNet-style CNN (5x5 stride-2 first conv, overlapping pools, dropout)",
@@ -56,6 +60,7 @@ std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
              "model '{}' is not an image classifier", name);
   if (name == "lenet") return std::make_unique<LeNet>(rng);
   if (name == "resnet") return std::make_unique<ResNet>(rng);
+  if (name == "resnet18") return std::make_unique<ResNet18>(rng, 3, 10);
   if (name == "vgg") return std::make_unique<Vgg>(rng);
   if (name == "alexnet") return std::make_unique<AlexNet>(rng);
   if (name == "inception") return std::make_unique<Inception>(rng);

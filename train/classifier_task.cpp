@@ -87,8 +87,15 @@ Dataset classifier_data(const TrainConfig& c, const ModelInfo& info, Split split
   if (c.images.synthetic)
     return split == Split::train ? synthetic_images(4096, info.input_shape, info.classes, seed)
                                  : synthetic_images(1000, info.input_shape, info.classes, seed + 1);
-  return load_fashion_mnist(c.images.data_dir.empty() ? kFashionMnistDir : c.images.data_dir,
-                            split);
+  Dataset data =
+      load_fashion_mnist(c.images.data_dir.empty() ? kFashionMnistDir : c.images.data_dir, split);
+  const std::vector<std::int64_t>& dims = data.images.shape().dims();
+  const Shape example(std::vector<std::int64_t>(dims.begin() + 1, dims.end()));
+  KILN_CHECK(example == info.input_shape,
+             "model {} takes {} images but Fashion-MNIST's are {}: train it with --synthetic "
+             "(a CIFAR data source is still to come)",
+             info.name, info.input_shape.str(), example.str());
+  return data;
 }
 
 TaskEntry classifier_task() {
