@@ -446,4 +446,31 @@ else
   skip "eval and predict on Fashion-MNIST" "$DATA is not installed"
 fi
 
+# Output that cannot be written (a full disk, a closed descriptor) is an error, not a success.
+if [[ -w /dev/full ]]; then
+  SCENARIO="--help into a full disk"
+  timeout "$LIMIT" "$TRAINER" --help >/dev/full 2>"$TMP/stderr" </dev/null
+  RC=$?
+  : >"$TMP/stdout"
+  expect_rc 1
+  expect_error "standard output" "incomplete"
+  ok
+  SCENARIO="predict into a full disk"
+  timeout "$LIMIT" "$TRAINER" predict --checkpoint "$TMP/eval.safetensors" \
+    --images "$TMP/three-images-idx3-ubyte" >/dev/full 2>"$TMP/stderr" </dev/null
+  RC=$?
+  expect_rc 1
+  expect_error "standard output"
+  ok
+else
+  skip "output into a full disk" "/dev/full is not writable here"
+fi
+SCENARIO="training with standard output closed"
+timeout "$LIMIT" "$TRAINER" --model lenet --synthetic --max-steps 1 --batch-size 8 \
+  >&- 2>"$TMP/stderr" </dev/null
+RC=$?
+expect_rc 1
+expect_error "standard output"
+ok
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

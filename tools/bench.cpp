@@ -32,6 +32,7 @@
 #include "tools/cli.h"
 #ifdef KILN_HAVE_CUDA
 #include "tools/bench_cuda.h"
+#include "tools/output_check.h"
 #endif
 
 namespace {
@@ -232,7 +233,9 @@ nlohmann::json bench_startup(const std::string& model_name, std::int64_t batch, 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   std::string model = "lenet";
   std::vector<std::int64_t> batches = {64};
   int warmup = 5, steps = 50, threads = 0;
@@ -382,3 +385,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return kiln::tools::finish_output("bench", run(argc, argv)); }

@@ -12,9 +12,12 @@
 
 #include "tools/graph_render.h"
 #include "tools/cli.h"
+#include "tools/output_check.h"
 #include "train/tasks.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   std::string model = "lenet", stage = "train", format = "text", optimizer, output;
   std::int64_t batch = 64;
   bool kernels = false;
@@ -84,3 +87,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return kiln::tools::finish_output("dump", run(argc, argv)); }

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <filesystem>
+
 #include "backends/device_warm_up.h"
 #include "core/log.h"
 #include "train/config_file.h"
@@ -17,6 +19,7 @@
 #include "tools/trainer_commands.h"
 #include "tools/trainer_flags.h"
 #include "tools/trainer_parallel.h"
+#include "tools/output_check.h"
 
 namespace {
 
@@ -74,7 +77,9 @@ int run_inference(const kiln::tools::InferenceArgs& inference, bool eval) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   kiln::TrainConfig config = trainer_defaults();
   std::set<std::string> given;  // flags set by --config or the command line
   std::string config_path = config_argument(argc, argv);
@@ -110,8 +115,16 @@ int main(int argc, char** argv) {
   } catch (const kiln::Error& e) {
     fmt::print(stderr, "trainer: error: {}\n", e.what());
     return 1;
+  } catch (
+      const std::filesystem::filesystem_error& e) {  // the user's paths, not a broken invariant
+    fmt::print(stderr, "trainer: error: {}\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "trainer: internal error: {}\n", e.what());
     return 1;
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return kiln::tools::finish_output("trainer", run(argc, argv)); }
