@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/input_file.h"
 #include "core/philox.h"
 
 namespace kiln {
@@ -35,12 +36,12 @@ std::string normalize_text(const std::string& text) {
 
 namespace {
 
+// A text is a regular file (a FIFO or a device such as /dev/urandom is refused before it is read)
+// of at most 1 GiB.
+constexpr std::uint64_t kMaxTextBytes = std::uint64_t{1} << 30;
+
 std::string read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), "cannot read {}", path.string());
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
+  return read_regular_file(path, kMaxTextBytes, "a text (at most 1 GiB)");
 }
 
 // Entries of one fortune file, appended to `out` each after a blank line.

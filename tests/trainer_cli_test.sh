@@ -473,4 +473,19 @@ expect_rc 1
 expect_error "standard output"
 ok
 
+# Special files as inputs are refused at once, never read until a writer comes or forever.
+mkfifo "$TMP/fifo"
+run "--config a FIFO" --config "$TMP/fifo"
+expect_rc 2
+expect_error "$TMP/fifo" "is a FIFO, not a regular file"
+ok
+run "--text a FIFO" --model char-lstm --text "$TMP/fifo" --max-steps 1
+expect_rc 1
+expect_error "$TMP/fifo" "is a FIFO, not a regular file"
+ok
+run "--text a character device" --model char-lstm --text /dev/urandom --max-steps 1
+expect_rc 1
+expect_error "/dev/urandom" "is a character device, not a regular file"
+ok
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

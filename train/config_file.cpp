@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/input_file.h"
 #include "train/flags.h"
 
 namespace kiln {
@@ -59,12 +60,9 @@ TrainConfig parse_train_config(std::string_view json, const std::string& source,
 
 TrainConfig read_train_config(const std::string& path, TrainConfig config,
                               std::set<std::string>* given) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), "{}: cannot open the config file", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  KILN_CHECK(text.str().size() <= (1u << 20), "{}: a config file larger than 1 MiB", path);
-  return parse_train_config(text.str(), path, std::move(config), given);
+  // A regular file of at most 1 MiB, checked before reading (a FIFO or /dev/zero never hangs it).
+  const std::string text = read_regular_file(path, 1u << 20, "a config file");
+  return parse_train_config(text, path, std::move(config), given);
 }
 
 }  // namespace kiln
