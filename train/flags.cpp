@@ -109,7 +109,9 @@ std::vector<Flag> loop_flags() {
              "steps per 'step' line of --metrics", 1),
       text("trace", at(loop, &L::trace), all,
            "write a Chrome/Perfetto trace (JSON) of the 10th training step here"),
-      negated(boolean("no-progress", at(loop, &L::progress), all, "no progress bar")),
+      negated(boolean(
+          "no-progress", at(loop, &L::progress), all,
+          "no progress output (a redrawn bar on a terminal, else a line per 10 % of an epoch)")),
   };
 }
 
