@@ -483,6 +483,13 @@ run "--text a FIFO" --model char-lstm --text "$TMP/fifo" --max-steps 1
 expect_rc 1
 expect_error "$TMP/fifo" "is a FIFO, not a regular file"
 ok
+run "--checkpoint a FIFO, refused before training" --model lenet --synthetic --max-steps 1 \
+  --checkpoint "$TMP/fifo"
+expect_rc 1
+expect_error "$TMP/fifo" "is a FIFO; refusing to replace it"
+[[ -p $TMP/fifo ]] || fail "the FIFO was replaced"
+! grep -q '^epoch' "$TMP/stderr" "$TMP/stdout" || fail "it trained before refusing"
+ok
 run "--text a character device" --model char-lstm --text /dev/urandom --max-steps 1
 expect_rc 1
 expect_error "/dev/urandom" "is a character device, not a regular file"

@@ -45,8 +45,9 @@ Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix,
 }  // namespace
 
 void check_checkpoint_directory(const std::filesystem::path& path) {
-  check_writable_directory(std::filesystem::absolute(path).parent_path(),
-                           "--checkpoint " + path.string());
+  // What the save will check, before training: a file path whose target (through a symbolic
+  // link) is absent or a regular file, in a directory where a file can be created.
+  check_atomic_target(path, "--checkpoint " + path.string());
 }
 
 void save_checkpoint(const std::filesystem::path& path, const std::vector<VariablePtr>& params,

@@ -27,8 +27,9 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
                      const std::map<std::string, std::string>& settings,
                      const std::vector<VariablePtr>& buffers = {});
 
-// kiln::Error unless the directory of `path` exists and is writable (checked before training,
-// so that a bad --checkpoint fails at once rather than after an epoch of work).
+// kiln::Error unless a checkpoint could be saved at `path` now: not a directory or special file,
+// in a directory that exists and is writable (checked before training, so that a bad
+// --checkpoint fails at once rather than after an epoch of work).
 void check_checkpoint_directory(const std::filesystem::path& path);
 
 // A checkpoint file read and validated once: its metadata can be looked at (which model,
