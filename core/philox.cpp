@@ -46,6 +46,12 @@ std::uint64_t Philox::take_blocks(std::int64_t values) {
 }
 
 void Philox::fill_uniform(Tensor& t, double low, double high) {
+  if (is_low_precision(t.dtype())) {  // drawn in f32, rounded to nearest even: the same stream
+    Tensor wide = Tensor::empty(t.shape(), DType::f32);
+    fill_uniform(wide, low, high);
+    t.copy_from(wide.to(t.dtype()));
+    return;
+  }
   const std::uint64_t first = take_blocks(t.numel());
   visit_floating(t.dtype(), "fill_uniform", [&](auto zero) {
     using T = decltype(zero);
@@ -59,6 +65,12 @@ void Philox::fill_uniform(Tensor& t, double low, double high) {
 }
 
 void Philox::fill_normal(Tensor& t, double mean, double stddev) {
+  if (is_low_precision(t.dtype())) {  // drawn in f32, rounded to nearest even: the same stream
+    Tensor wide = Tensor::empty(t.shape(), DType::f32);
+    fill_normal(wide, mean, stddev);
+    t.copy_from(wide.to(t.dtype()));
+    return;
+  }
   const std::uint64_t first = take_blocks(t.numel());
   visit_floating(t.dtype(), "fill_normal", [&](auto zero) {
     using T = decltype(zero);

@@ -27,9 +27,10 @@ class Philox {
   std::uint64_t seed() const { return seed_; }
   std::uint64_t offset() const { return offset_; }
 
-  // Fills a host f32/f64 tensor with uniform values in [low, high).
+  // Fills a host floating tensor with uniform values in [low, high) (bf16/f16: the f32 values
+  // rounded to nearest even).
   void fill_uniform(Tensor& t, double low, double high);
-  // Fills a host f32/f64 tensor with normal values (Box-Muller on word pairs).
+  // Fills a host floating tensor with normal values (Box-Muller on word pairs; bf16/f16 as above).
   void fill_normal(Tensor& t, double mean, double stddev);
   // A uniformly random integer in [0, n); uses one block.
   std::uint64_t next_below(std::uint64_t n);

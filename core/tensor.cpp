@@ -116,7 +116,8 @@ Tensor Tensor::to(DType dtype) const {
       using D = decltype(dst_zero);
       const S* src = static_cast<const S*>(raw());
       D* dst = static_cast<D*>(out.raw());
-      for (std::int64_t i = 0; i < numel(); ++i) dst[i] = static_cast<D>(src[i]);
+      const std::int64_t n = numel();  // hoisted: dst may alias anything to the compiler
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(src[i]);
     });
   });
   return out;

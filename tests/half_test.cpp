@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/philox.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 
@@ -151,6 +153,19 @@ TEST_CASE("bf16 and f16 tensors round-trip through a safetensors file as BF16 an
   CHECK(std::memcmp(b2.raw(), b.raw(), b.nbytes()) == 0);
   CHECK(std::memcmp(h2.raw(), h.raw(), h.nbytes()) == 0);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("Philox fills bf16 and f16 tensors with the f32 stream rounded to nearest even") {
+  for (DType low : {DType::bf16, DType::f16}) {
+    Tensor wide = Tensor::empty({37}, DType::f32), narrow = Tensor::empty({37}, low);
+    Philox(9).fill_uniform(wide, -3, 3);
+    Philox(9).fill_uniform(narrow, -3, 3);
+    const Tensor rounded = wide.to(low);
+    CHECK(std::memcmp(narrow.raw(), rounded.raw(), rounded.nbytes()) == 0);
+    Philox(4).fill_normal(wide, 0, 1);
+    Philox(4).fill_normal(narrow, 0, 1);
+    CHECK(std::memcmp(narrow.raw(), wide.to(low).raw(), narrow.nbytes()) == 0);
+  }
 }
 
 }  // namespace kiln

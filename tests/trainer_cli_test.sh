@@ -214,6 +214,16 @@ expect_rc 0
 [ -f "$TMP/c.safetensors" ] || fail "no checkpoint was written"
 ok
 
+run "--resume in another precision says so" --synthetic --max-steps 3 --epochs 1 --resume "$TMP/c.safetensors" --precision bf16 --no-progress
+expect_rc 0
+expect_output "trained in fp32 so far, continuing in bf16 (master weights and optimizer state are fp32 in both)"
+ok
+
+run "--tf32 with --precision bf16" --synthetic --max-steps 1 --tf32 --precision bf16
+expect_rc 1
+expect_error "--tf32 with --precision bf16: --tf32 means --precision tf32"
+ok
+
 printf 'not a checkpoint' > "$TMP/broken.safetensors"
 run "--resume from a corrupt file" --synthetic --max-steps 2 --resume "$TMP/broken.safetensors"
 expect_rc 1

@@ -92,7 +92,7 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
              saved.images.synthetic ? "synthetic" : "real",
              c.images.synthetic ? "synthetic" : "real");
   if (has_config && precision_of(saved.device) != precision_of(c.device))
-    log().info(
+    log().warn(
         "--resume {}: trained in {} so far, continuing in {} (master weights and optimizer state "
         "are fp32 in both)",
         path, precision_name(precision_of(saved.device)), precision_name(precision_of(c.device)));
