@@ -264,4 +264,55 @@ TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::
   }
 }
 
+// The first tensor-core GEMM of kiln: n^3 bf16 and f16 (f32 accumulation) against f32, side by
+// side on the same rounded random inputs, each checked on 256 sampled outputs against f64 dot
+// products on the CPU (bf16/f16: within a few of the output's own rounding; f32: 1e-4).
+TEST_CASE("benchmark: bf16 and f16 GEMM on the tensor cores against f32 (n = 8192)" *
+          doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  constexpr std::int64_t n = 8192;
+  BenchTimer timer;
+  for (DType low : {DType::bf16, DType::f16}) {
+    const Tensor a_low = random_tensor({n, n}, DType::f32, 11).to(low);
+    const Tensor b_low = random_tensor({n, n}, DType::f32, 12).to(low);
+    const Tensor a32 = a_low.to(DType::f32), b32 = b_low.to(DType::f32);
+    DeviceBuffer a(a_low), b(b_low), a_f32(a32), b_f32(b32), c(n * n * 4), c_f32(n * n * 4);
+    for (DType dtype : {low, DType::f32}) {
+      const bool f32 = dtype == DType::f32;
+      const auto body = [&](cudaStream_t st) {
+        cuda::matmul({.dtype = dtype,
+                      .m = n,
+                      .n = n,
+                      .k = n,
+                      .a = f32 ? a_f32.get() : a.get(),
+                      .b = f32 ? b_f32.get() : b.get(),
+                      .c = f32 ? c_f32.get() : c.get()},
+                     st);
+      };
+      const double us = timer.events_us(body);
+      const Tensor out = (f32 ? c_f32 : c).download({n, n}, dtype);
+      Philox rng(5);
+      double worst = 0;
+      for (int s = 0; s < 256; ++s) {
+        const auto i = static_cast<std::int64_t>(rng.next_below(n)),
+                   j = static_cast<std::int64_t>(rng.next_below(n));
+        double ref = 0, magnitude = 0;
+        for (std::int64_t k = 0; k < n; ++k) {
+          const double p = static_cast<double>(a32.data<float>()[i * n + k]) *
+                           static_cast<double>(b32.data<float>()[k * n + j]);
+          ref += p;
+          magnitude += std::abs(p);
+        }
+        const double rtol = f32 ? 1e-4 : 4.0 * (low == DType::bf16 ? 0x1p-8 : 0x1p-11);
+        worst = std::max(worst, std::abs(out.at(i * n + j) - ref) /
+                                    (rtol * std::abs(ref) + 1e-4 * magnitude / std::sqrt(n)));
+      }
+      CHECK(worst <= 1.0);
+      MESSAGE("BENCH gemm " << n << "^3 " << dtype_name(dtype) << " (inputs rounded to "
+                            << dtype_name(low) << ") events_us " << us << " TFLOP/s "
+                            << 2.0 * n * n * n / us * 1e-6 << " worst sampled error ratio "
+                            << worst);
+    }
+  }
+}
 }  // namespace kiln
