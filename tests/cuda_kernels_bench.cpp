@@ -315,4 +315,51 @@ TEST_CASE("benchmark: bf16 and f16 GEMM on the tensor cores against f32 (n = 819
     }
   }
 }
+
+// The bf16 convolution forward on the tensor cores (conv_mma.cuh) against the CUDA-core
+// implicit GEMM in bf16 and in f32, on LeNet's and ResNet-18's shapes; the two bf16 results
+// must agree to two bf16 ulps.
+TEST_CASE("benchmark: bf16 conv2d forward, tensor cores against CUDA cores and f32" *
+          doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
+  struct Case {
+    const char* name;
+    std::int64_t batch, cin, cout, hw;
+  };
+  for (const Case& c :
+       {Case{"lenet conv2", 256, 32, 64, 14}, Case{"resnet18 stage1", 64, 64, 64, 32},
+        Case{"resnet18 stage1", 256, 64, 64, 32}, Case{"resnet18 stage2", 256, 128, 128, 16},
+        Case{"resnet18 stage3", 256, 256, 256, 8}, Case{"resnet18 stage4", 256, 512, 512, 4}}) {
+    const auto g =
+        kernels::conv_geometry({c.batch, c.cin, c.hw, c.hw}, {c.cout, c.cin, 3, 3}, 1, 1);
+    const Tensor x32 = random_tensor({c.batch, c.cin, c.hw, c.hw}, DType::f32, 1);
+    const Tensor w32 = random_tensor({c.cout, c.cin, 3, 3}, DType::f32, 2, -0.1, 0.1);
+    DeviceBuffer x(x32.to(DType::bf16)), w(w32.to(DType::bf16)), xf(x32), wf(w32);
+    const Shape y_shape{c.batch, c.cout, c.hw, c.hw};
+    DeviceBuffer y_tc(y_shape.numel() * 2), y_cc(y_shape.numel() * 2), y_f32(y_shape.numel() * 4);
+    const double flops = 2.0 * c.cout * c.cin * 9 * c.batch * c.hw * c.hw;
+    auto time = [&](cuda::detail::ConvAlgo algo, DType dtype, DeviceBuffer& a, DeviceBuffer& b,
+                    DeviceBuffer& out) {
+      cuda::detail::set_conv_algo_for_testing(algo);
+      const double us = timer.events_us([&](cudaStream_t st) {
+        cuda::conv2d_forward(dtype, g, a.get(), b.get(), out.get(), {}, st);
+      });
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+      return us;
+    };
+    const double tc = time(cuda::detail::ConvAlgo::automatic, DType::bf16, x, w, y_tc);
+    const double cc = time(cuda::detail::ConvAlgo::cuda_cores, DType::bf16, x, w, y_cc);
+    const double f32 = time(cuda::detail::ConvAlgo::automatic, DType::f32, xf, wf, y_f32);
+    const Tensor a = y_tc.download(y_shape, DType::bf16), b = y_cc.download(y_shape, DType::bf16);
+    double worst = 0;
+    for (std::int64_t i = 0; i < a.numel(); ++i)
+      worst = std::max(worst, std::abs(a.at(i) - b.at(i)) / (0x1p-6 * std::abs(b.at(i)) + 1e-3));
+    CHECK(worst <= 1.0);
+    MESSAGE("BENCH conv2d fwd " << c.name << " B=" << c.batch << " bf16 tensor cores us " << tc
+                                << " (" << flops / tc * 1e-6 << " TFLOP/s), bf16 CUDA cores us "
+                                << cc << ", f32 us " << f32 << ", speed-up " << cc / tc
+                                << "x; agreement " << worst);
+  }
+}
 }  // namespace kiln

@@ -177,12 +177,17 @@ void force_im2col(bool on) {
   cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::im2col_gemm
                                              : cuda::detail::ConvAlgo::automatic);
 }
+void force_cuda_cores(bool on) {
+  cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::cuda_cores
+                                             : cuda::detail::ConvAlgo::automatic);
+}
 void force_persistent_lstm(bool on) {
   cuda::detail::set_lstm_persistent_for_testing(on ? cuda::detail::LstmPersistent::when_resident
                                                    : cuda::detail::LstmPersistent::automatic);
 }
 #else
 void force_im2col(bool) {}
+void force_cuda_cores(bool) {}
 void force_persistent_lstm(bool) {}
 #endif
 
@@ -340,6 +345,23 @@ std::vector<OpRow> gemm_conv_rows() {
          Value x = in.x({2, 3, 9, 8});
          return Values{conv2d(x, in.x({3, 3, 3, 3}), 2, 0), conv2d(x, in.x({5, 3, 1, 1}))};
        }},
+      {OpId::conv2d, "conv2d on the tensor cores: 70 5x3 filters, stride 2 (scalar weight loads)",
+       [](Inputs& in) {
+         return one(conv2d(in.x({3, 3, 17, 13}), in.x({70, 3, 5, 3}), 2, 1));
+       }},
+      {OpId::conv2d, "conv2d on the tensor cores: 33 filters over 24 channels (partial tiles)",
+       [](Inputs& in) {
+         return one(conv2d(in.x({2, 24, 11, 9}), in.x({33, 24, 3, 3}), 1, 1));
+       }},
+      {OpId::conv2d, "conv2d on the tensor cores: 18 K steps, 96 filters",
+       [](Inputs& in) {
+         return one(conv2d(in.x({4, 64, 10, 10}, 1.0), in.x({96, 64, 3, 3}, 0.5), 1, 1));
+       }},
+      {OpId::conv2d, "conv2d forced to the CUDA-core implicit GEMM",
+       [](Inputs& in) {
+         return one(conv2d(in.x({2, 24, 11, 9}), in.x({33, 24, 3, 3}), 1, 1));
+       },
+       2, false, force_cuda_cores},
       {OpId::conv2d, "conv2d, every pass forced to im2col + cuBLAS",
        [](Inputs& in) {
          return one(conv2d(in.x({3, 4, 9, 7}), in.x({16, 4, 3, 3}), 1, 1));

@@ -25,6 +25,7 @@
 #include <climits>
 #include <vector>
 
+#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "backends/cuda/kernel_registry.h"
@@ -115,6 +116,12 @@ bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass p
     if (e > kMaxExtent) return false;
   const GemmDims d = dims_of(g, pass);
   return d.m / 16 < 65535;  // grid.y
+}
+
+// The bf16/f16 forward runs on the tensor cores wherever the implicit GEMM would.
+bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  return pass == ConvPass::forward && is_low_precision(dtype) &&
+         detail::g_algo != detail::ConvAlgo::cuda_cores && use_igemm(g, dtype, pass);
 }
 
 IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
@@ -369,6 +376,8 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
     return {pass == ConvPass::grad_input ? col2im_source(dtype) : im2col_source(dtype)};
   }
   const GemmDims d = dims_of(g, pass);
+  if (use_mma(g, dtype, pass))
+    return {conv_mma_source(dtype, conv_mma_vector_weights(static_cast<int>(d.k)))};
   const IgemmTile tile = tile_for(d, dtype, pass);
   std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
   if (splits_for(d, tile, pass).count == 1) return sources;
@@ -384,6 +393,11 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
+  if (use_mma(g, dtype, ConvPass::forward)) {
+    const GemmDims d = dims_of(g, ConvPass::forward);
+    conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
+    return;
+  }
   if (use_igemm(g, dtype, ConvPass::forward)) {
     run_igemm(dtype, g, ConvPass::forward, w, x, y, ws, stream);
     return;

@@ -54,7 +54,8 @@ namespace detail {
 // Test and benchmark hooks, not for production code (not thread-safe; take effect at the
 // next call, conv_workspace_bytes included). im2col_gemm forces the fallback everywhere,
 // im2col_grad_weight only for the weight gradient.
-enum class ConvAlgo { automatic, im2col_gemm, im2col_grad_weight };
+// cuda_cores: bf16/f16 forward on the CUDA-core implicit GEMM, not the tensor cores.
+enum class ConvAlgo { automatic, im2col_gemm, im2col_grad_weight, cuda_cores };
 void set_conv_algo_for_testing(ConvAlgo algo);
 // Forces the implicit GEMM's tile (bm x bn, kg thread groups of ks K rows per step; bm 0:
 // the default choice) and grad_weight's number of K splits (0: the default) for one pass.
