@@ -356,10 +356,10 @@ TEST_CASE("benchmark: bf16 conv2d forward, tensor cores against CUDA cores and f
     for (std::int64_t i = 0; i < a.numel(); ++i)
       worst = std::max(worst, std::abs(a.at(i) - b.at(i)) / (0x1p-6 * std::abs(b.at(i)) + 1e-3));
     CHECK(worst <= 1.0);
-    MESSAGE("BENCH conv2d fwd " << c.name << " B=" << c.batch << " bf16 tensor cores us " << tc
-                                << " (" << flops / tc * 1e-6 << " TFLOP/s), bf16 CUDA cores us "
-                                << cc << ", f32 us " << f32 << ", speed-up " << cc / tc
-                                << "x; agreement " << worst);
+    MESSAGE("BENCH conv2d fwd " << std::string(c.name) << " B=" << c.batch
+                                << " bf16 tensor cores us " << tc << " (" << flops / tc * 1e-6
+                                << " TFLOP/s), bf16 CUDA cores us " << cc << ", f32 us " << f32
+                                << ", speed-up " << cc / tc << "x; agreement " << worst);
   }
 }
 }  // namespace kiln

@@ -357,6 +357,12 @@ std::vector<OpRow> gemm_conv_rows() {
        [](Inputs& in) {
          return one(conv2d(in.x({4, 64, 10, 10}, 1.0), in.x({96, 64, 3, 3}, 0.5), 1, 1));
        }},
+      {OpId::conv2d, "conv2d on the tensor cores in tiles of 128 filters (130 of them; K 144, 45)",
+       [](Inputs& in) {
+         return Values{conv2d(in.x({5, 16, 30, 30}, 1.0), in.x({130, 16, 3, 3}, 0.5), 1, 1),
+                       conv2d(in.x({5, 5, 30, 30}, 1.0), in.x({130, 5, 3, 3}, 0.5), 1, 1)};
+       },
+       2, false},
       {OpId::conv2d, "conv2d forced to the CUDA-core implicit GEMM",
        [](Inputs& in) {
          return one(conv2d(in.x({2, 24, 11, 9}), in.x({33, 24, 3, 3}), 1, 1));

@@ -377,7 +377,7 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
   }
   const GemmDims d = dims_of(g, pass);
   if (use_mma(g, dtype, pass))
-    return {conv_mma_source(dtype, conv_mma_vector_weights(static_cast<int>(d.k)))};
+    return {conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n), conv_mma_vector_weights(d.k))};
   const IgemmTile tile = tile_for(d, dtype, pass);
   std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
   if (splits_for(d, tile, pass).count == 1) return sources;

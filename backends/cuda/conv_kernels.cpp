@@ -112,16 +112,21 @@ gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype,
                           {"KILN_TN", number(tile.tn)}});
 }
 
-// The tensor-core forward (conv_mma.cuh): bf16 or f16, weights by cp.async when vec_a.
-std::string conv_mma_name(DType dtype, bool vec_a) {
-  return fmt::format("kiln_conv_mma_fwd_64x64x32_{}{}", dtype_name(dtype), vec_a ? "_vec" : "");
+// The tensor-core forward (conv_mma.cuh): bf16 or f16, bm x 64 tiles, weights by cp.async
+// when vec_a.
+std::string conv_mma_name(DType dtype, int bm, bool vec_a) {
+  return fmt::format("kiln_conv_mma_fwd_{}x64x32_{}{}", bm, dtype_name(dtype), vec_a ? "_vec" : "");
 }
 
-gpu::KernelSource conv_mma_source(DType dtype, bool vec_a) {
-  KILN_CHECK(is_low_precision(dtype), "conv tensor-core kernel: bf16 or f16, not {}",
-             dtype_name(dtype));
-  return embedded_kernel(conv_mma_name(dtype, vec_a), kernel_files::conv_mma_cuh, "KILN_CONV_MMA",
-                         {{"KILN_T", cuda_type_name(dtype)}, {"KILN_VEC_A", vec_a ? "1" : "0"}});
+gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a) {
+  KILN_CHECK(is_low_precision(dtype) && (bm == 64 || bm == 128),
+             "conv tensor-core kernel: bf16 or f16 in tiles of 64 or 128 filters, not {} in {}",
+             dtype_name(dtype), bm);
+  return embedded_kernel(conv_mma_name(dtype, bm, vec_a), kernel_files::conv_mma_cuh,
+                         "KILN_CONV_MMA",
+                         {{"KILN_T", cuda_type_name(dtype)},
+                          {"KILN_BM", std::to_string(bm)},
+                          {"KILN_VEC_A", vec_a ? "1" : "0"}});
 }
 
 // The ordered sum of grad_weight's split-K partials (conv.cuh, splitk_sum).

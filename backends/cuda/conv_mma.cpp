@@ -13,14 +13,14 @@ void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, co
   if (shape.m == 0 || shape.n == 0) return;
   const bool vec_a =
       conv_mma_vector_weights(shape.k) && reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
-  const DeviceKernel& k =
-      device_kernel(conv_mma_name(dtype, vec_a), [&] { return conv_mma_source(dtype, vec_a); });
+  const int bm = conv_mma_tile_m(shape.m, shape.n);
+  const DeviceKernel& k = device_kernel(conv_mma_name(dtype, bm, vec_a),
+                                        [&] { return conv_mma_source(dtype, bm, vec_a); });
   ConvGemmShape s = shape;
   void* args[] = {&w, &x, &y, &s};
-  const auto tiles = [](int n) {
-    return static_cast<unsigned>((n + kConvMmaTile - 1) / kConvMmaTile);
-  };
-  k.kernel.launch({tiles(shape.n), tiles(shape.m), 1}, {kConvMmaThreads, 1, 1}, 0, stream, args);
+  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + 63) / 64),
+                       static_cast<unsigned>((shape.m + bm - 1) / bm), 1};
+  k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
 }
 
 }  // namespace kiln::cuda

@@ -66,7 +66,8 @@ std::vector<gpu::KernelSource> every_conv_source() {
       }
     all.push_back(conv_splitk_sum_source(t));
     if (is_low_precision(t))  // the tensor-core forward
-      for (bool vec_a : {false, true}) all.push_back(conv_mma_source(t, vec_a));
+      for (int bm : {64, 128})
+        for (bool vec_a : {false, true}) all.push_back(conv_mma_source(t, bm, vec_a));
   }
   for (DType t :
        {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16})

@@ -51,11 +51,11 @@ gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype,
 // can return for `mode` (the ones all_kernel_sources lists).
 IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n);
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype);
-// The tensor-core forward (kernels/conv_mma.cuh) of bf16/f16: 64x64 tiles of 128 threads,
-// 32 K rows a step; vec_a: weights by 16-byte cp.async (K % 8 == 0, aligned rows).
-inline constexpr int kConvMmaTile = 64, kConvMmaThreads = 128;
-std::string conv_mma_name(DType dtype, bool vec_a);
-gpu::KernelSource conv_mma_source(DType dtype, bool vec_a);
+// The tensor-core forward (kernels/conv_mma.cuh) of bf16/f16: tiles of bm (64 or 128) filters
+// by 64 pixels, 2 * bm threads, 32 K rows a step; vec_a: weights by 16-byte cp.async
+// (K % 8 == 0, aligned rows).
+std::string conv_mma_name(DType dtype, int bm, bool vec_a);
+gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a);
 // out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight, f32
 // for bf16/f16 outputs).
 gpu::KernelSource conv_splitk_sum_source(DType dtype);
