@@ -229,6 +229,11 @@ std::vector<OpRow> fused_rows() {
          return one(equal(relu(a), a));
        },
        0, false},
+      {OpId::select, "select by a comparison",
+       [](Inputs& in) {
+         Value a = in.x({5, 7});
+         return one(select(greater(a, in.x({7})), a, in.x({5, 7}) * 3.0));
+       }},
       {OpId::neg, "neg",
        [](Inputs& in) {
          return one(-in.x({6, 5}));
