@@ -25,9 +25,13 @@ void check_nccl(ncclResult_t result, ncclComm_t comm, const char* what) {
                           detail && *detail ? ": " : "", detail ? detail : ""));
 }
 
+// bf16 and f16 buffers are averaged by NCCL in their own type (its ring rounds each partial
+// sum, unlike the CPU's f32 mean, which rounds once).
 ncclDataType_t nccl_type(DType dtype) {
   if (dtype == DType::f32) return ncclFloat32;
   if (dtype == DType::f64) return ncclFloat64;
+  if (dtype == DType::bf16) return ncclBfloat16;
+  if (dtype == DType::f16) return ncclFloat16;
   throw Error(fmt::format("all_reduce_mean: NCCL cannot average {} buffers", dtype_name(dtype)));
 }
 

@@ -264,4 +264,102 @@ TEST_CASE("benchmark variants: implicit-GEMM tiles and split counts" * doctest::
   }
 }
 
+// The first tensor-core GEMM of kiln: n^3 bf16 and f16 (f32 accumulation) against f32, side by
+// side on the same rounded random inputs, each checked on 256 sampled outputs against f64 dot
+// products on the CPU (bf16/f16: within a few of the output's own rounding; f32: 1e-4).
+TEST_CASE("benchmark: bf16 and f16 GEMM on the tensor cores against f32 (n = 8192)" *
+          doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  constexpr std::int64_t n = 8192;
+  BenchTimer timer;
+  for (DType low : {DType::bf16, DType::f16}) {
+    const Tensor a_low = random_tensor({n, n}, DType::f32, 11).to(low);
+    const Tensor b_low = random_tensor({n, n}, DType::f32, 12).to(low);
+    const Tensor a32 = a_low.to(DType::f32), b32 = b_low.to(DType::f32);
+    DeviceBuffer a(a_low), b(b_low), a_f32(a32), b_f32(b32), c(n * n * 4), c_f32(n * n * 4);
+    for (DType dtype : {low, DType::f32}) {
+      const bool f32 = dtype == DType::f32;
+      const auto body = [&](cudaStream_t st) {
+        cuda::matmul({.dtype = dtype,
+                      .m = n,
+                      .n = n,
+                      .k = n,
+                      .a = f32 ? a_f32.get() : a.get(),
+                      .b = f32 ? b_f32.get() : b.get(),
+                      .c = f32 ? c_f32.get() : c.get()},
+                     st);
+      };
+      const double us = timer.events_us(body);
+      const Tensor out = (f32 ? c_f32 : c).download({n, n}, dtype);
+      Philox rng(5);
+      double worst = 0;
+      for (int s = 0; s < 256; ++s) {
+        const auto i = static_cast<std::int64_t>(rng.next_below(n)),
+                   j = static_cast<std::int64_t>(rng.next_below(n));
+        double ref = 0, magnitude = 0;
+        for (std::int64_t k = 0; k < n; ++k) {
+          const double p = static_cast<double>(a32.data<float>()[i * n + k]) *
+                           static_cast<double>(b32.data<float>()[k * n + j]);
+          ref += p;
+          magnitude += std::abs(p);
+        }
+        const double rtol = f32 ? 1e-4 : 4.0 * (low == DType::bf16 ? 0x1p-8 : 0x1p-11);
+        worst = std::max(worst, std::abs(out.at(i * n + j) - ref) /
+                                    (rtol * std::abs(ref) + 1e-4 * magnitude / std::sqrt(n)));
+      }
+      CHECK(worst <= 1.0);
+      MESSAGE("BENCH gemm " << n << "^3 " << dtype_name(dtype) << " (inputs rounded to "
+                            << dtype_name(low) << ") events_us " << us << " TFLOP/s "
+                            << 2.0 * n * n * n / us * 1e-6 << " worst sampled error ratio "
+                            << worst);
+    }
+  }
+}
+
+// The bf16 convolution forward on the tensor cores (conv_mma.cuh) against the CUDA-core
+// implicit GEMM in bf16 and in f32, on LeNet's and ResNet-18's shapes; the two bf16 results
+// must agree to two bf16 ulps.
+TEST_CASE("benchmark: bf16 conv2d forward, tensor cores against CUDA cores and f32" *
+          doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
+  struct Case {
+    const char* name;
+    std::int64_t batch, cin, cout, hw;
+  };
+  for (const Case& c :
+       {Case{"lenet conv2", 256, 32, 64, 14}, Case{"resnet18 stage1", 64, 64, 64, 32},
+        Case{"resnet18 stage1", 256, 64, 64, 32}, Case{"resnet18 stage2", 256, 128, 128, 16},
+        Case{"resnet18 stage3", 256, 256, 256, 8}, Case{"resnet18 stage4", 256, 512, 512, 4}}) {
+    const auto g =
+        kernels::conv_geometry({c.batch, c.cin, c.hw, c.hw}, {c.cout, c.cin, 3, 3}, 1, 1);
+    const Tensor x32 = random_tensor({c.batch, c.cin, c.hw, c.hw}, DType::f32, 1);
+    const Tensor w32 = random_tensor({c.cout, c.cin, 3, 3}, DType::f32, 2, -0.1, 0.1);
+    DeviceBuffer x(x32.to(DType::bf16)), w(w32.to(DType::bf16)), xf(x32), wf(w32);
+    const Shape y_shape{c.batch, c.cout, c.hw, c.hw};
+    DeviceBuffer y_tc(y_shape.numel() * 2), y_cc(y_shape.numel() * 2), y_f32(y_shape.numel() * 4);
+    const double flops = 2.0 * c.cout * c.cin * 9 * c.batch * c.hw * c.hw;
+    auto time = [&](cuda::detail::ConvAlgo algo, DType dtype, DeviceBuffer& a, DeviceBuffer& b,
+                    DeviceBuffer& out) {
+      cuda::detail::set_conv_algo_for_testing(algo);
+      const double us = timer.events_us([&](cudaStream_t st) {
+        cuda::conv2d_forward(dtype, g, a.get(), b.get(), out.get(), {}, st);
+      });
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+      return us;
+    };
+    const double tc = time(cuda::detail::ConvAlgo::automatic, DType::bf16, x, w, y_tc);
+    const double cc = time(cuda::detail::ConvAlgo::cuda_cores, DType::bf16, x, w, y_cc);
+    const double f32 = time(cuda::detail::ConvAlgo::automatic, DType::f32, xf, wf, y_f32);
+    const Tensor a = y_tc.download(y_shape, DType::bf16), b = y_cc.download(y_shape, DType::bf16);
+    double worst = 0;
+    for (std::int64_t i = 0; i < a.numel(); ++i)
+      worst = std::max(worst, std::abs(a.at(i) - b.at(i)) / (0x1p-6 * std::abs(b.at(i)) + 1e-3));
+    CHECK(worst <= 1.0);
+    MESSAGE("BENCH conv2d fwd " << std::string(c.name) << " B=" << c.batch
+                                << " bf16 tensor cores us " << tc << " (" << flops / tc * 1e-6
+                                << " TFLOP/s), bf16 CUDA cores us " << cc << ", f32 us " << f32
+                                << ", speed-up " << cc / tc << "x; agreement " << worst);
+  }
+}
 }  // namespace kiln

@@ -141,8 +141,24 @@ TEST_CASE("conv workspace sizes (no GPU needed)") {
   }
   const auto pointwise = kernels::conv_geometry({8, 16, 5, 5}, {4, 16, 1, 1}, 1, 0);
   CHECK(cuda::conv_workspace_bytes(pointwise, DType::f32, cuda::ConvPass::forward) == 0);
+  // bf16/f16 (DESIGN.md, Precision): grad_weight's split-K partials are f32, as many as in
+  // f32; the im2col fallback's patch matrix is of the input's dtype where it is copied (forward)
+  // and f32 where it holds sums (grad_input's col), and grad_weight sums its chunks in an f32 dW.
+  for (DType low : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(low));
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 0);
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_weight) == 49u * 64 * 288 * 4);
+    CHECK(cuda::conv_workspace_bytes(strided, low, cuda::ConvPass::grad_input) ==
+          64u * 288 * 49 * 4);
+    ForceIm2col im2col;
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 64u * 288 * 196 * 2);
+    // col [P = 288][64 * 196] and dy transposed [64][64 * 196] in bf16, each rounded up to
+    // 256 bytes, then dW [64, 288] in f32.
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_weight) ==
+          64u * (288 + 64) * 196 * 2 + 64u * 288 * 4);
+  }
   // Every tile the passes choose from has a kernel (shared memory, thread count).
-  for (DType dtype : {DType::f32, DType::f64})
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (auto mode :
          {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
       for (cuda::IgemmTile tile : cuda::igemm_tiles(mode, dtype))

@@ -278,8 +278,9 @@ int run(int argc, char** argv) {
   app.add_option("--chain", chain,
                  "also time the fused elementwise chain over this many floats (e.g. 4194304)");
   app.add_option("--conv-algo", conv_algo,
-                 "CUDA: auto, im2col (im2col + cuBLAS everywhere) or im2col-grad-weight")
-      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))
+                 "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight or "
+                 "cuda-cores (bf16/f16 forward off the tensor cores)")
+      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight", "cuda-cores"}))
       ->capture_default_str();
   app.add_flag("--startup", startup,
                "only time the start-up: context, graph, compile (JIT or disk cache), first step");

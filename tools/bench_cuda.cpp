@@ -75,10 +75,11 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps, DTy
 
 void force_conv_algo(const std::string& name) {
   using cuda::detail::ConvAlgo;
-  const ConvAlgo algo = name == "auto"     ? ConvAlgo::automatic
-                        : name == "im2col" ? ConvAlgo::im2col_gemm
-                        : name == "im2col-grad-weight"
-                            ? ConvAlgo::im2col_grad_weight
+  const ConvAlgo algo = name == "auto"                 ? ConvAlgo::automatic
+                        : name == "im2col"             ? ConvAlgo::im2col_gemm
+                        : name == "im2col-grad-weight" ? ConvAlgo::im2col_grad_weight
+                        : name == "cuda-cores"
+                            ? ConvAlgo::cuda_cores
                             : throw Error(fmt::format("unknown convolution algorithm '{}'", name));
   cuda::detail::set_conv_algo_for_testing(algo);
 }

@@ -13,6 +13,10 @@
 // images, whose per-image outputs land directly in NCHW order. grad_weight folds the batch into the
 // GEMM's K: patches as [P][b][OH*OW] and dy transposed to [Cout][b][OH*OW], then one GEMM dW = dy^T
 // col^T.
+// bf16 and f16 (DESIGN.md, Precision) compute in float and round each output once: the
+// implicit GEMM widens as it loads and sums split-K partials in f32 scratch; the fallback
+// GEMMs accumulate in f32 on the tensor cores, grad_input's col is f32 scratch that col2im
+// sums, and grad_weight sums its chunks in an f32 dW that one pass rounds at the end.
 #include "backends/cuda/conv.h"
 
 #include <fmt/format.h>
@@ -21,6 +25,7 @@
 #include <climits>
 #include <vector>
 
+#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "backends/cuda/kernel_registry.h"
@@ -58,6 +63,9 @@ std::size_t col_bytes(const ConvGeometry& g, DType dtype, std::int64_t images) {
   return static_cast<std::size_t>(images * patch_rows(g) * patch_cols(g)) * dtype_size(dtype);
 }
 
+// What sums are kept in: f64 for f64, else f32 (bf16 and f16 accumulate in f32 scratch).
+DType wide_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
 // ---- implicit GEMM ----
 
 constexpr std::int64_t kGradWeightBlocks =
@@ -89,11 +97,10 @@ GemmDims dims_of(const ConvGeometry& g, ConvPass pass) {
   return {0, 0, 0};
 }
 
-bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
+bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass pass) {
   if (detail::g_algo == detail::ConvAlgo::im2col_gemm) return false;
   if (detail::g_algo == detail::ConvAlgo::im2col_grad_weight && pass == ConvPass::grad_weight)
     return false;
-  if (dtype != DType::f32 && dtype != DType::f64) return false;
   if (pass == ConvPass::grad_input && g.stride != 1) return false;
   if (pass != ConvPass::grad_weight && pointwise(g))
     return false;  // plain cuBLAS, no scratch either
@@ -109,6 +116,12 @@ bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass) {
     if (e > kMaxExtent) return false;
   const GemmDims d = dims_of(g, pass);
   return d.m / 16 < 65535;  // grid.y
+}
+
+// The bf16/f16 forward runs on the tensor cores wherever the implicit GEMM would.
+bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  return pass == ConvPass::forward && is_low_precision(dtype) &&
+         detail::g_algo != detail::ConvAlgo::cuda_cores && use_igemm(g, dtype, pass);
 }
 
 IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
@@ -147,7 +160,7 @@ std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (pass != ConvPass::grad_weight) return 0;
   const GemmDims d = dims_of(g, pass);
   const Splits s = splits_for(d, tile_for(d, dtype, pass), pass);
-  return s.count > 1 ? static_cast<std::size_t>(s.count * d.m * d.n) * dtype_size(dtype) : 0;
+  return s.count > 1 ? static_cast<std::size_t>(s.count * d.m * d.n) * wide_size(dtype) : 0;
 }
 
 std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
@@ -190,6 +203,19 @@ ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d
   return s;
 }
 
+// out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
+// once to `dtype`; a count of 1 is the rounding alone.
+void splitk_sum(DType dtype, const void* part, void* out, std::int64_t elements, std::int64_t count,
+                gpu::Stream stream) {
+  const DeviceKernel& sum = device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)),
+                                          [&] { return conv_splitk_sum_source(dtype); });
+  int mn = i32(elements), splits = i32(count);
+  void* sum_args[] = {&part, &out, &mn, &splits};
+  const unsigned lanes = mn >= 4096 ? 8 : 32;  // more lanes per output when there are few outputs
+  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream,
+                    sum_args);
+}
+
 // One implicit-GEMM pass: a = W (forward, grad_input) or dy; img = x or dy; out = y, dx or dW.
 void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
                void* out, const ConvWorkspace& ws, gpu::Stream stream) {
@@ -197,7 +223,7 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
   if (d.m == 0 || d.n == 0) return;
   const IgemmTile tile = tile_for(d, dtype, pass);
   Splits splits = splits_for(d, tile, pass);
-  const std::size_t partial_bytes = static_cast<std::size_t>(d.m * d.n) * dtype_size(dtype);
+  const std::size_t partial_bytes = static_cast<std::size_t>(d.m * d.n) * wide_size(dtype);
   if (splits.count > 1 &&
       ws.bytes < splits.count * partial_bytes)  // as many splits as the scratch holds
     splits =
@@ -208,32 +234,41 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
                "conv2d_grad_weight: the workspace is not 256-byte aligned");
   ConvGemmShape shape = gemm_shape(g, pass, d, splits.chunk);
   const IgemmMode mode = mode_of(pass);
-  const DeviceKernel& k = device_kernel(conv_igemm_name(mode, tile, dtype),
-                                        [&] { return conv_igemm_source(mode, tile, dtype); });
+  const bool float_out = splits.count > 1 && is_low_precision(dtype);  // f32 partials
+  const DeviceKernel& k = device_kernel(conv_igemm_name(mode, tile, dtype, float_out), [&] {
+    return conv_igemm_source(mode, tile, dtype, float_out);
+  });
   void* target = splits.count > 1 ? ws.data : out;
   void* args[] = {&a, &img, &target, &shape};
   const gpu::Dim3 grid{static_cast<unsigned>((d.n + tile.bn - 1) / tile.bn),
                        static_cast<unsigned>((d.m + tile.bm - 1) / tile.bm),
                        static_cast<unsigned>(splits.count)};
   k.kernel.launch(grid, {static_cast<unsigned>(igemm_threads(tile)), 1, 1}, 0, stream, args);
-  if (splits.count == 1) return;
-  const DeviceKernel& sum = device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)),
-                                          [&] { return conv_splitk_sum_source(dtype); });
-  const void* part = ws.data;
-  int mn = i32(d.m * d.n), count = i32(splits.count);
-  void* sum_args[] = {&part, &out, &mn, &count};
-  const unsigned lanes = mn >= 4096 ? 8 : 32;  // more lanes per output when there are few outputs
-  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream,
-                    sum_args);
+  if (splits.count > 1) splitk_sum(dtype, ws.data, out, d.m * d.n, splits.count, stream);
 }
 
 // ---- im2col + cuBLAS ----
 
-std::size_t workspace_for(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images) {
-  if (pass != ConvPass::grad_weight) return pointwise(g) ? 0 : col_bytes(g, dtype, images);
-  const auto dy_t =
+// grad_weight's scratch: col, then dy transposed, then (bf16, f16) the f32 dW the chunks sum in.
+struct GradWeightScratch {
+  std::size_t dy_t = 0, dw_wide = 0, bytes = 0;
+};
+GradWeightScratch grad_weight_scratch(const ConvGeometry& g, DType dtype, std::int64_t images) {
+  GradWeightScratch s;
+  s.dy_t = round_up(col_bytes(g, dtype, images));
+  const auto dy_t_bytes =
       static_cast<std::size_t>(images * g.out_channels * patch_cols(g)) * dtype_size(dtype);
-  return round_up(col_bytes(g, dtype, images)) + dy_t;
+  s.dw_wide = s.dy_t + round_up(dy_t_bytes);
+  const auto dw_bytes = static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 4;
+  s.bytes = is_low_precision(dtype) ? s.dw_wide + dw_bytes : s.dy_t + dy_t_bytes;
+  return s;
+}
+
+std::size_t workspace_for(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images) {
+  if (pass == ConvPass::forward) return pointwise(g) ? 0 : col_bytes(g, dtype, images);
+  if (pass == ConvPass::grad_input)  // col holds the GEMM's sums: f32 for bf16, f16
+    return pointwise(g) ? 0 : col_bytes(g, wide_dtype(dtype), images);
+  return grad_weight_scratch(g, dtype, images).bytes;
 }
 
 // How many images one step of `pass` processes with `bytes` of scratch.
@@ -254,8 +289,8 @@ std::int64_t chunk_images(const ConvGeometry& g, DType dtype, ConvPass pass,
 }
 
 void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
-             "{}: dtype {} is not supported (f32 or f64 expected)", op, dtype_name(dtype));
+  KILN_CHECK(is_floating(dtype), "{}: dtype {} is not supported (f32, f64, bf16 or f16 expected)",
+             op, dtype_name(dtype));
   KILN_CHECK(g.batch >= 0 && g.stride >= 1 && g.padding >= 0 && g.out_h >= 1 && g.out_w >= 1,
              "{}: batch {}, stride {}, padding {} give a {}x{} output", op, g.batch, g.stride,
              g.padding, g.out_h, g.out_w);
@@ -301,10 +336,11 @@ char* at(void* base, std::int64_t elements, DType dtype) {
   return static_cast<char*>(base) + static_cast<std::size_t>(elements) * dtype_size(dtype);
 }
 
-// Per image b of a chunk: out_b[M, OH*OW] = op(A)[M, K] in_b[K, OH*OW], A shared by all.
+// Per image b of a chunk: out_b[M, OH*OW] = op(A)[M, K] in_b[K, OH*OW], A shared by all;
+// out of `out_dtype` (dtype, or f32 for bf16/f16 sums that are summed further).
 void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, std::int64_t cols,
                     const void* a, const void* in, void* out, std::int64_t images,
-                    gpu::Stream stream) {
+                    gpu::Stream stream, DType out_dtype) {
   RowMajorGemm gemm_args;
   gemm_args.trans_a = trans_a;
   gemm_args.m = m;
@@ -319,7 +355,7 @@ void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, s
   gemm_args.c = out;
   gemm_args.ld_c = cols;
   gemm_args.stride_c = m * cols;
-  gemm(dtype, gemm_args, stream);
+  gemm(dtype, out_dtype, gemm_args, stream);
 }
 
 }  // namespace
@@ -335,12 +371,19 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
                                                    ConvPass pass) {
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
+    if (pass == ConvPass::grad_weight && is_low_precision(dtype))  // rounding the f32 dW
+      return {im2col_source(dtype), conv_splitk_sum_source(dtype)};
     return {pass == ConvPass::grad_input ? col2im_source(dtype) : im2col_source(dtype)};
   }
   const GemmDims d = dims_of(g, pass);
+  if (use_mma(g, dtype, pass))
+    return {conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n), conv_mma_vector_weights(d.k))};
   const IgemmTile tile = tile_for(d, dtype, pass);
   std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
-  if (splits_for(d, tile, pass).count > 1) sources.push_back(conv_splitk_sum_source(dtype));
+  if (splits_for(d, tile, pass).count == 1) return sources;
+  if (is_low_precision(dtype))  // the splits write f32 partials
+    sources.push_back(conv_igemm_source(mode_of(pass), tile, dtype, true));
+  sources.push_back(conv_splitk_sum_source(dtype));
   return sources;
 }
 
@@ -350,13 +393,18 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
   if (g.batch == 0) return;
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
+  if (use_mma(g, dtype, ConvPass::forward)) {
+    const GemmDims d = dims_of(g, ConvPass::forward);
+    conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
+    return;
+  }
   if (use_igemm(g, dtype, ConvPass::forward)) {
     run_igemm(dtype, g, ConvPass::forward, w, x, y, ws, stream);
     return;
   }
   if (pointwise(g)) {  // y_b[Cout, HW] = W[Cout, Cin] x_b[Cin, HW]
     per_image_gemm(dtype, false, g.out_channels, g.in_channels, patch_cols(g), w, x, y, g.batch,
-                   stream);
+                   stream, dtype);
     return;
   }
   const std::int64_t chunk = chunk_images(g, dtype, ConvPass::forward, ws, "conv2d");
@@ -365,7 +413,7 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
     im2col(dtype, shape_of(g, images, false), at(x, b0 * in_size, dtype), ws.data, stream);
     // y_b[Cout, OH*OW] = W[Cout, P] col_b[P, OH*OW]
     per_image_gemm(dtype, false, g.out_channels, patch_rows(g), patch_cols(g), w, ws.data,
-                   at(y, b0 * out_size, dtype), images, stream);
+                   at(y, b0 * out_size, dtype), images, stream, dtype);
   }
 }
 
@@ -381,7 +429,7 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
   }
   if (pointwise(g)) {  // dx_b[Cin, HW] = W^T[Cin, Cout] dy_b[Cout, HW]
     per_image_gemm(dtype, true, g.in_channels, g.out_channels, patch_cols(g), w, dy, dx, g.batch,
-                   stream);
+                   stream, dtype);
     return;
   }
   const std::int64_t chunk = chunk_images(g, dtype, ConvPass::grad_input, ws, "conv2d_grad_input");
@@ -389,7 +437,7 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
     const std::int64_t images = std::min(chunk, g.batch - b0);
     // col_b[P, OH*OW] = W^T[P, Cout] dy_b[Cout, OH*OW], then dx_b = col2im(col_b)
     per_image_gemm(dtype, true, patch_rows(g), g.out_channels, patch_cols(g), w,
-                   at(dy, b0 * out_size, dtype), ws.data, images, stream);
+                   at(dy, b0 * out_size, dtype), ws.data, images, stream, wide_dtype(dtype));
     col2im(dtype, shape_of(g, images, false), ws.data, at(dx, b0 * in_size, dtype), stream);
   }
 }
@@ -409,8 +457,11 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
   const std::int64_t out_size = g.out_channels * patch_cols(g);
   const std::int64_t chunk =
       chunk_images(g, dtype, ConvPass::grad_weight, ws, "conv2d_grad_weight");
+  const GradWeightScratch scratch = grad_weight_scratch(g, dtype, chunk);
   void* col = ws.data;
-  void* dy_t = static_cast<char*>(ws.data) + round_up(col_bytes(g, dtype, chunk));
+  void* dy_t = static_cast<char*>(ws.data) + scratch.dy_t;
+  const bool low = is_low_precision(dtype);  // chunks summed in f32, rounded once at the end
+  void* dw_sum = low ? static_cast<char*>(ws.data) + scratch.dw_wide : dw;
   for (std::int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
     const std::int64_t images = std::min(chunk, g.batch - b0);
     const std::int64_t k = images * patch_cols(g);
@@ -429,11 +480,12 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
     gemm_args.ld_a = k;
     gemm_args.b = col;
     gemm_args.ld_b = k;
-    gemm_args.c = dw;
+    gemm_args.c = dw_sum;
     gemm_args.ld_c = patch_rows(g);
     gemm_args.beta = b0 == 0 ? 0.0 : 1.0;
-    gemm(dtype, gemm_args, stream);
+    gemm(dtype, low ? DType::f32 : dtype, gemm_args, stream);
   }
+  if (low) splitk_sum(dtype, dw_sum, dw, g.out_channels * patch_rows(g), 1, stream);
 }
 
 }  // namespace kiln::cuda

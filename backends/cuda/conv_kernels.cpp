@@ -39,10 +39,13 @@ const char* mode_name(IgemmMode mode) {
 
 }  // namespace
 
-std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype) {
-  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}t{}x{}_{}", mode_name(mode), tile.bm, tile.bn,
-                     tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype));
+std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype, bool float_out) {
+  return fmt::format("kiln_conv_igemm_{}_{}x{}x{}k{}t{}x{}_{}{}", mode_name(mode), tile.bm, tile.bn,
+                     tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype),
+                     float_out ? "_f32out" : "");
 }
+
+std::size_t wide_size(DType dtype) { return dtype == DType::f64 ? 8 : 4; }
 
 int igemm_threads(IgemmTile tile) {
   return tile.tm > 0 && tile.tn > 0 ? tile.kg * (tile.bm / tile.tm) * (tile.bn / tile.tn) : 0;
@@ -50,9 +53,9 @@ int igemm_threads(IgemmTile tile) {
 
 namespace {
 
-// Shared memory of a tile with a K table of `table` entries.
+// Shared memory of a tile with a K table of `table` entries (the tiles are of the compute type).
 std::size_t igemm_shared(IgemmTile tile, DType dtype, std::size_t table) {
-  const std::size_t t = dtype_size(dtype), bk = static_cast<std::size_t>(tile.ks) * tile.kg;
+  const std::size_t t = wide_size(dtype), bk = static_cast<std::size_t>(tile.ks) * tile.kg;
   return 2 * bk * (tile.bm + 4) * t + 2 * bk * (tile.bn + 4) * t + (table + tile.bn) * 16;
 }
 
@@ -85,15 +88,19 @@ bool igemm_tile_valid(IgemmTile tile, DType dtype) {
   return igemm_table(tile, dtype) > 0;
 }
 
-gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype) {
+gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype, bool float_out) {
   KILN_CHECK(
       igemm_tile_valid(tile, dtype),
       "conv implicit GEMM: no kernel for the {}x{}x{} tile (K step {}, {}x{} per thread) in {}",
       tile.bm, tile.bn, tile.kg, tile.ks, tile.tm, tile.tn, dtype_name(dtype));
   auto number = [](int v) { return std::to_string(v); };
-  return embedded_kernel(conv_igemm_name(mode, tile, dtype), kernel_files::conv_igemm_cuh,
-                         "KILN_CONV_IGEMM",
+  KILN_CHECK(!float_out || is_low_precision(dtype),
+             "conv implicit GEMM: f32 partials are for bf16 and f16 inputs, not {}",
+             dtype_name(dtype));
+  return embedded_kernel(conv_igemm_name(mode, tile, dtype, float_out),
+                         kernel_files::conv_igemm_cuh, "KILN_CONV_IGEMM",
                          {{"KILN_T", cuda_type_name(dtype)},
+                          {"KILN_OT", float_out ? "float" : cuda_type_name(dtype)},
                           {"KILN_THREADS", number(igemm_threads(tile))},
                           {"KILN_MODE", number(static_cast<int>(mode))},
                           {"KILN_BM", number(tile.bm)},
@@ -103,6 +110,23 @@ gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype)
                           {"KILN_TK", number(igemm_table(tile, dtype))},
                           {"KILN_TM", number(tile.tm)},
                           {"KILN_TN", number(tile.tn)}});
+}
+
+// The tensor-core forward (conv_mma.cuh): bf16 or f16, bm x 64 tiles, weights by cp.async
+// when vec_a.
+std::string conv_mma_name(DType dtype, int bm, bool vec_a) {
+  return fmt::format("kiln_conv_mma_fwd_{}x64x32_{}{}", bm, dtype_name(dtype), vec_a ? "_vec" : "");
+}
+
+gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a) {
+  KILN_CHECK(is_low_precision(dtype) && (bm == 64 || bm == 128),
+             "conv tensor-core kernel: bf16 or f16 in tiles of 64 or 128 filters, not {} in {}",
+             dtype_name(dtype), bm);
+  return embedded_kernel(conv_mma_name(dtype, bm, vec_a), kernel_files::conv_mma_cuh,
+                         "KILN_CONV_MMA",
+                         {{"KILN_T", cuda_type_name(dtype)},
+                          {"KILN_BM", std::to_string(bm)},
+                          {"KILN_VEC_A", vec_a ? "1" : "0"}});
 }
 
 // The ordered sum of grad_weight's split-K partials (conv.cuh, splitk_sum).

@@ -50,18 +50,27 @@ CudaOpEntry conv_entry(ConvPass pass) {
   return e;
 }
 
-// Every tile the choice can return for each pass, the split-K sum, the im2col fallback's
-// kernels, and fill (grad_weight zeroes dW where the batch is empty).
+// Every tile the choice can return for each pass and floating dtype (bf16/f16 grad_weight
+// also with f32 partials), the split-K sum, the im2col fallback's kernels, and fill
+// (grad_weight zeroes dW where the batch is empty).
 std::vector<gpu::KernelSource> every_conv_source() {
   std::vector<gpu::KernelSource> all;
-  for (DType t : {DType::f32, DType::f64}) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     all.push_back(im2col_source(t));
     all.push_back(col2im_source(t));
     for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight})
-      for (IgemmTile tile : igemm_tiles(mode, t)) all.push_back(conv_igemm_source(mode, tile, t));
+      for (IgemmTile tile : igemm_tiles(mode, t)) {
+        all.push_back(conv_igemm_source(mode, tile, t));
+        if (mode == IgemmMode::grad_weight && is_low_precision(t))  // f32 split-K partials
+          all.push_back(conv_igemm_source(mode, tile, t, true));
+      }
     all.push_back(conv_splitk_sum_source(t));
+    if (is_low_precision(t))  // the tensor-core forward
+      for (int bm : {64, 128})
+        for (bool vec_a : {false, true}) all.push_back(conv_mma_source(t, bm, vec_a));
   }
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8})
+  for (DType t :
+       {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16})
     all.push_back(fill_source(t));
   return all;
 }

@@ -24,8 +24,13 @@ struct RowMajorGemm {
   double alpha = 1.0, beta = 0.0;
 };
 
-// f32 (TF32 tensor cores only when allow_tf32()) or f64; asynchronous on `stream`.
-// Throws kiln::Error for another dtype or a size beyond cuBLAS's 32-bit int arguments.
+// f32 (TF32 tensor cores only when allow_tf32()), f64, or bf16/f16 on the tensor cores with
+// f32 accumulation and alpha, beta (each element of C rounded once, where it is stored);
+// asynchronous on `stream`. Throws kiln::Error for another dtype or a size beyond cuBLAS's
+// 32-bit int arguments.
 void gemm(DType dtype, const RowMajorGemm& g, gpu::Stream stream);
+// The same with A and B of `ab` and C of `c`: c == ab, or bf16/f16 operands into an f32 C
+// (the convolutions' f32 scratch where partial results are summed further).
+void gemm(DType ab, DType c, const RowMajorGemm& g, gpu::Stream stream);
 
 }  // namespace kiln::cuda

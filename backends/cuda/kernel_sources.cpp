@@ -30,9 +30,9 @@ const char* cuda_type_name(DType dtype) {
     case DType::u8:
       return "unsigned char";
     case DType::bf16:
-      return "__nv_bfloat16";
+      return "kiln::cuda::Bf16";  // kernels/storage.cuh
     case DType::f16:
-      return "__half";
+      return "kiln::cuda::F16";
   }
   KILN_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
 }

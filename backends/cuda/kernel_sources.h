@@ -14,7 +14,8 @@
 
 namespace kiln::cuda {
 
-// "float", "double", "int", "long long", "unsigned char".
+// "float", "double", "int", "long long", "unsigned char"; bf16 and f16 as the storage types
+// of kernels/storage.cuh, which a kernel using them includes.
 const char* cuda_type_name(DType dtype);
 
 // The kernel `name` of an embedded .cuh file (kiln_kernel_files.h): the file's text after
@@ -41,13 +42,22 @@ struct IgemmTile {
 bool igemm_tile_valid(IgemmTile tile, DType dtype);
 int igemm_threads(IgemmTile tile);  // threads per block
 std::size_t igemm_static_shared_bytes(IgemmTile tile, DType dtype);
-std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype);
-gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype);
+std::size_t wide_size(DType dtype);  // bytes of what kernels compute in: 8 for f64, else 4
+// float_out: a bf16/f16 kernel that writes f32 (split-K partials, summed and rounded later).
+std::string conv_igemm_name(IgemmMode mode, IgemmTile tile, DType dtype, bool float_out = false);
+gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype,
+                                    bool float_out = false);
 // The tile for a pass whose GEMM is C[m, n] = A[m, k] B[k, n], and every tile that choice
 // can return for `mode` (the ones all_kernel_sources lists).
 IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n);
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype);
-// out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight).
+// The tensor-core forward (kernels/conv_mma.cuh) of bf16/f16: tiles of bm (64 or 128) filters
+// by 64 pixels, 2 * bm threads, 32 K rows a step; vec_a: weights by 16-byte cp.async
+// (K % 8 == 0, aligned rows).
+std::string conv_mma_name(DType dtype, int bm, bool vec_a);
+gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a);
+// out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight, f32
+// for bf16/f16 outputs).
 gpu::KernelSource conv_splitk_sum_source(DType dtype);
 
 // pool_kernels.cpp
@@ -79,13 +89,13 @@ gpu::KernelSource one_hot_source(DType label, DType out);
 gpu::KernelSource one_hot_finish_source(DType label);
 gpu::KernelSource fill_source(DType dtype);
 
-// random.cpp: Philox uniform values (f32, f64) for random_uniform.
+// random.cpp: Philox uniform values (any floating dtype) for random_uniform.
 gpu::KernelSource random_uniform_source(DType dtype);
 
 // lstm_kernels.cpp: one time step of lstm_sequence (forward) or lstm_sequence_grad
 // (backward), the recurrent GEMM fused with the cell (backends/cuda/lstm.h).
 std::string lstm_step_name(bool backward, DType dtype);
-gpu::KernelSource lstm_step_source(bool backward, DType dtype);  // f32 or f64
+gpu::KernelSource lstm_step_source(bool backward, DType dtype);  // any floating dtype
 std::string lstm_persistent_name(DType dtype);
 gpu::KernelSource lstm_persistent_source(DType dtype);  // the forward, all steps in one launch
 

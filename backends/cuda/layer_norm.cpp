@@ -48,7 +48,7 @@ void launch_rows(bool backward, DType dtype, long long rows, gpu::Stream stream,
 }
 
 void check_dtype(DType dtype, const char* op) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "{}: dtype {} (f32 or f64 expected)", op,
+  KILN_CHECK(is_floating(dtype), "{}: dtype {} (f32, f64, bf16 or f16 expected)", op,
              dtype_name(dtype));
 }
 
@@ -62,7 +62,8 @@ Launch prepare_forward(const LaunchSetup& s) {
   void *y = s.outputs[0], *mean = s.outputs[1], *rstd = s.outputs[2];
   return [=](gpu::Stream st) mutable {
     float eps32 = static_cast<float>(eps);
-    void* eps_arg = dtype == DType::f32 ? static_cast<void*>(&eps32) : static_cast<void*>(&eps);
+    // eps is of the compute type: double for f64, float for the others.
+    void* eps_arg = dtype != DType::f64 ? static_cast<void*>(&eps32) : static_cast<void*>(&eps);
     long long rows = r.rows;
     int d = r.d;
     void* args[] = {&x, &y, &mean, &rstd, &rows, &d, eps_arg};
@@ -87,7 +88,7 @@ Launch prepare_backward(const LaunchSetup& s) {
 
 std::vector<gpu::KernelSource> every_source() {
   std::vector<gpu::KernelSource> all;
-  for (DType t : {DType::f32, DType::f64})
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (bool backward : {false, true}) all.push_back(layer_norm_source(backward, t));
   return all;
 }

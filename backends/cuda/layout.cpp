@@ -88,8 +88,8 @@ void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t
              const void* labels, void* out, void* device_status, gpu::Stream stream) {
   KILN_CHECK(label_dtype == DType::i32 || label_dtype == DType::i64 || label_dtype == DType::u8,
              "one_hot: labels must be i32, i64 or u8 but are {}", dtype_name(label_dtype));
-  KILN_CHECK(out_dtype == DType::f32 || out_dtype == DType::f64,
-             "one_hot: output dtype {} (f32 or f64 expected)", dtype_name(out_dtype));
+  KILN_CHECK(is_floating(out_dtype), "one_hot: output dtype {} (f32, f64, bf16 or f16 expected)",
+             dtype_name(out_dtype));
   KILN_CHECK(rows >= 0 && classes > 0, "one_hot: {} rows of {} classes", rows, classes);
   KILN_CUDA_CHECK(
       cudaMemsetAsync(device_status, 0xff, kOneHotStatusBytes, stream));  // bad_row = -1
@@ -268,7 +268,8 @@ CudaOpEntry one_hot_entry() {
   e.every_source = [] {
     std::vector<gpu::KernelSource> all;
     for (DType label : {DType::i32, DType::i64, DType::u8}) {
-      for (DType out : {DType::f32, DType::f64}) all.push_back(one_hot_source(label, out));
+      for (DType out : {DType::f32, DType::f64, DType::bf16, DType::f16})
+        all.push_back(one_hot_source(label, out));
       all.push_back(one_hot_finish_source(label));
     }
     return all;

@@ -26,7 +26,7 @@ struct OneHotStatus {
 inline constexpr std::size_t kOneHotStatusBytes = sizeof(OneHotStatus);
 
 // out[r, c] = (labels[r] == c) for labels of `label_dtype` (i32, i64, u8) into rows of
-// `out_dtype` (f32, f64). An out-of-range label leaves its row zero (nothing is written
+// `out_dtype` (f32, f64, bf16, f16). An out-of-range label leaves its row zero (nothing is written
 // outside out) and is reported in `device_status` (a device OneHotStatus, overwritten).
 void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes,
              const void* labels, void* out, void* device_status, gpu::Stream stream);

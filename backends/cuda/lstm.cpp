@@ -20,8 +20,8 @@ constexpr std::int64_t kUnitsPerBlock = 8, kRowsPerBlock = 16;
 constexpr unsigned kThreads = 256;
 
 void check_shape(const LstmShape& s) {
-  KILN_CHECK(s.dtype == DType::f32 || s.dtype == DType::f64,
-             "lstm_sequence: dtype {} (f32 or f64 expected)", dtype_name(s.dtype));
+  KILN_CHECK(is_floating(s.dtype), "lstm_sequence: dtype {} (f32, f64, bf16 or f16 expected)",
+             dtype_name(s.dtype));
   KILN_CHECK(s.steps >= 1 && s.batch >= 0 && s.hidden >= 0,
              "lstm_sequence: {} steps of batch {}, hidden {}", s.steps, s.batch, s.hidden);
   constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
@@ -52,7 +52,7 @@ const DeviceKernel& persistent_kernel(DType dtype) {
 }
 
 std::size_t persistent_shared_bytes(const LstmShape& s) {
-  return static_cast<std::size_t>(48 * s.hidden) * dtype_size(s.dtype);
+  return static_cast<std::size_t>(48 * s.hidden) * wide_size(s.dtype);  // of the compute type
 }
 
 gpu::Dim3 grid_of(const LstmShape& s) {
@@ -211,7 +211,7 @@ void add_lstm_ops(CudaOpTable& table) {
                                 .status_bytes = forward_status_bytes,
                                 .every_source = [] {
                                   std::vector<gpu::KernelSource> all;
-                                  for (DType t : {DType::f32, DType::f64})
+                                  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
                                     for (auto& s : lstm_kernel_sources(t)) all.push_back(s);
                                   return all;
                                 }};

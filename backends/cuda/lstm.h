@@ -13,7 +13,8 @@
 
 namespace kiln::cuda {
 
-// One direction: `steps` (T) times of `batch` (B) rows, `hidden` (H) units; f32 or f64.
+// One direction: `steps` (T) times of `batch` (B) rows, `hidden` (H) units; f32, f64, or
+// bf16/f16 (gates and sums in float registers, h, c and the activations stored rounded).
 struct LstmShape {
   DType dtype = DType::f32;
   std::int64_t steps = 0, batch = 0, hidden = 0;

@@ -23,8 +23,7 @@ GemmTiling tiling(bool backward, DType dtype) {
 }
 
 void check_dtype(DType dtype) {
-  KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}",
-              dtype_name(dtype));
+  KILN_ASSERT(is_floating(dtype), "lstm kernels: dtype {}", dtype_name(dtype));
 }
 
 }  // namespace

@@ -15,8 +15,7 @@ std::string lstm_persistent_name(DType dtype) {
 }
 
 gpu::KernelSource lstm_persistent_source(DType dtype) {
-  KILN_ASSERT(dtype == DType::f32 || dtype == DType::f64, "lstm kernels: dtype {}",
-              dtype_name(dtype));
+  KILN_ASSERT(is_floating(dtype), "lstm kernels: dtype {}", dtype_name(dtype));
   return embedded_kernel(lstm_persistent_name(dtype), kernel_files::lstm_persistent_cuh,
                          "KILN_LSTM_PERSISTENT_FORWARD", {{"KILN_T", cuda_type_name(dtype)}});
 }

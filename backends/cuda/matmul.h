@@ -21,8 +21,9 @@ struct MatmulArgs {
   double alpha = 1.0, beta = 0.0;
 };
 
-// One cuBLAS strided-batched GEMM on `stream` (asynchronous). f32 or f64; f32 uses TF32
-// only when set_allow_tf32(true). K == 0 gives c = beta * c.
+// One cuBLAS strided-batched GEMM on `stream` (asynchronous). f32, f64, bf16 or f16 (on the
+// tensor cores, accumulating in f32); f32 uses TF32 only when set_allow_tf32(true).
+// K == 0 gives c = beta * c.
 void matmul(const MatmulArgs& args, gpu::Stream stream);
 
 }  // namespace kiln::cuda

@@ -27,8 +27,8 @@ PoolShape shape_of(const kernels::PoolGeometry& g, const char* op = "max_pool2d"
 }
 
 void check_dtype(DType dtype, const char* op = "max_pool2d") {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
-             "{}: dtype {} is not supported (f32 or f64 expected)", op, dtype_name(dtype));
+  KILN_CHECK(is_floating(dtype), "{}: dtype {} is not supported (f32, f64, bf16 or f16 expected)",
+             op, dtype_name(dtype));
 }
 
 const DeviceKernel& pool_kernel(PoolKernel which, DType dtype) {
@@ -191,7 +191,7 @@ std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> av
 
 std::vector<gpu::KernelSource> every_pool_source() {
   std::vector<gpu::KernelSource> all;
-  for (DType t : {DType::f32, DType::f64}) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     all = max_pool_sources_of(t, std::move(all));
     for (bool grad : {false, true}) all.push_back(avg_pool_source(grad, t));
   }

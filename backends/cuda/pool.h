@@ -9,7 +9,8 @@
 
 namespace kiln::cuda {
 
-// x: [planes, H, W] -> y: [planes, OH, OW], f32 or f64.
+// x: [planes, H, W] -> y: [planes, OH, OW]; f32, f64, or bf16/f16 (compared and summed in
+// float, each output rounded once).
 void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
                         gpu::Stream stream);
 // dx (x-shaped) = dy (y-shaped) routed to each window's maximum; overlapping windows sum.

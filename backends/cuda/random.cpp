@@ -22,8 +22,8 @@ gpu::KernelSource random_uniform_source(DType dtype) {
 
 void random_uniform(DType dtype, std::uint64_t seed, std::int64_t n, const void* step, void* out,
                     void* next_step, gpu::Stream stream) {
-  KILN_CHECK(dtype == DType::f32 || dtype == DType::f64,
-             "random_uniform: dtype {} (f32 or f64 expected)", dtype_name(dtype));
+  KILN_CHECK(is_floating(dtype), "random_uniform: dtype {} (f32, f64, bf16 or f16 expected)",
+             dtype_name(dtype));
   const DeviceKernel& k = device_kernel(fmt::format("kiln_random_uniform_{}", dtype_name(dtype)),
                                         [&] { return random_uniform_source(dtype); });
   unsigned long long key = seed;
@@ -48,8 +48,10 @@ void add_random_ops(CudaOpTable& table) {
     return std::vector<gpu::KernelSource>{random_uniform_source(n.outputs[0].dtype)};
   };
   e.every_source = [] {
-    return std::vector<gpu::KernelSource>{random_uniform_source(DType::f32),
-                                          random_uniform_source(DType::f64)};
+    std::vector<gpu::KernelSource> all;
+    for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
+      all.push_back(random_uniform_source(t));
+    return all;
   };
   table[OpId::random_uniform] = e;
 }

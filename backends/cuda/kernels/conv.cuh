@@ -2,10 +2,13 @@
 // per patch-matrix element) and col2im as a gather (one thread per input element, no
 // atomics); and the ordered sum of the implicit GEMM's split-K partials. The host defines
 // KILN_T (the element type) and the entry it wants as the kernel's name (conv_kernels.cpp).
+// For bf16/f16 the sums are float: col2im gathers a float col (cuBLAS's f32 result) and
+// splitk_sum float partials, and each output is rounded once, where it is stored.
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/conv_params.h"
+#include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
 
@@ -34,16 +37,17 @@ __device__ __forceinline__ void im2col(const T* __restrict__ x, T* __restrict__ 
 // The adjoint of im2col: x[b, c, ih, iw] = sum over (kh, kw) of the col element that read
 // it, in the CPU col2im's order of (kh, kw), so each element's sum is deterministic.
 template <typename T>
-__device__ __forceinline__ void col2im(const T* __restrict__ col, T* __restrict__ x,
-                                       const ConvShape& g) {
+__device__ __forceinline__ void col2im(const typename Wide<T>::type* __restrict__ col,
+                                       T* __restrict__ x, const ConvShape& g) {
+  typedef typename Wide<T>::type W;
   const long long n = g.images * g.channels * g.height * g.width;
   KILN_FOR_EACH_ITEM(i, n) {
     const long long iw = i % g.width;
     const long long ih = (i / g.width) % g.height;
     const long long c = (i / (g.width * g.height)) % g.channels;
     const long long b = i / (g.width * g.height * g.channels);
-    const T* image = col + b * g.image_stride;
-    T sum = T(0);
+    const W* image = col + b * g.image_stride;
+    W sum = W(0);
     for (long long kh = 0; kh < g.kernel_h; ++kh) {
       const long long oh_s = ih + g.padding - kh;  // oh * stride
       if (oh_s < 0 || oh_s % g.stride != 0 || oh_s / g.stride >= g.out_h) continue;
@@ -54,7 +58,7 @@ __device__ __forceinline__ void col2im(const T* __restrict__ col, T* __restrict_
         sum += image[row * g.row_stride + (oh_s / g.stride) * g.out_w + ow_s / g.stride];
       }
     }
-    x[i] = sum;
+    x[i] = T(sum);
   }
 }
 
@@ -62,19 +66,20 @@ __device__ __forceinline__ void col2im(const T* __restrict__ col, T* __restrict_
 // (lane y takes z = y, y + blockDim.y, ...), then the lanes in order: a fixed order for a
 // given (splits, blockDim.y). Blocks of (32, lanes) threads, 32 outputs each.
 template <typename T>
-__device__ __forceinline__ void splitk_sum(const T* __restrict__ part, T* __restrict__ out, int mn,
-                                           int splits) {
-  __shared__ T sums[32][33];
+__device__ __forceinline__ void splitk_sum(const typename Wide<T>::type* __restrict__ part,
+                                           T* __restrict__ out, int mn, int splits) {
+  typedef typename Wide<T>::type W;
+  __shared__ W sums[32][33];
   const int i = blockIdx.x * 32 + threadIdx.x;
-  T s = T(0);
+  W s = W(0);
   if (i < mn)
     for (int z = threadIdx.y; z < splits; z += blockDim.y) s += part[(size_t)z * mn + i];
   sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && i < mn) {
-    T total = sums[0][threadIdx.x];
+    W total = sums[0][threadIdx.x];
     for (int y = 1; y < blockDim.y; ++y) total += sums[y][threadIdx.x];
-    out[i] = total;
+    out[i] = T(total);
   }
 }
 
@@ -88,14 +93,14 @@ extern "C" __global__ void KILN_IM2COL(const KILN_T* __restrict__ x, KILN_T* __r
 #endif
 
 #ifdef KILN_COL2IM
-extern "C" __global__ void KILN_COL2IM(const KILN_T* __restrict__ col, KILN_T* __restrict__ x,
-                                       kiln::cuda::ConvShape g) {
+extern "C" __global__ void KILN_COL2IM(const kiln::cuda::Wide<KILN_T>::type* __restrict__ col,
+                                       KILN_T* __restrict__ x, kiln::cuda::ConvShape g) {
   kiln::cuda::col2im(col, x, g);
 }
 #endif
 
 #ifdef KILN_SPLITK_SUM
-extern "C" __global__ void KILN_SPLITK_SUM(const KILN_T* __restrict__ part,
+extern "C" __global__ void KILN_SPLITK_SUM(const kiln::cuda::Wide<KILN_T>::type* __restrict__ part,
                                            KILN_T* __restrict__ out, int mn, int splits) {
   kiln::cuda::splitk_sum(part, out, mn, splits);
 }

@@ -1,11 +1,13 @@
 // The implicit-GEMM convolution kernel of every pass it can run (conv.cpp chooses), one
-// kernel per (pass, tile, element type): the host defines KILN_T, KILN_CONV_IGEMM (the
+// kernel per (pass, tile, element types): the host defines KILN_T (the inputs' element type),
+// KILN_OT (the output's: KILN_T, or float for bf16/f16 split-K partials), KILN_CONV_IGEMM (the
 // kernel's name), KILN_MODE (0 forward, 1 grad_input, 2 grad_weight), the tile KILN_BM,
 // KILN_BN, KILN_KG, KILN_KS, KILN_TM, KILN_TN, the K table's size KILN_TK and the block's
 // threads KILN_THREADS (conv_kernels.cpp).
 #pragma once
 
 #include "backends/cuda/kernels/conv_params.h"
+#include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
 
@@ -24,6 +26,9 @@ namespace kiln::cuda {
 // split-K partials). Forward and grad_input: N spatial, K patch; grad_weight the reverse.
 // Loads along K (all of A, and B in grad_weight) go through 8 (k) x 4 (m or n) blocks per
 // warp: 32-byte pieces of memory, and shared-memory stores to 32 distinct banks.
+// bf16 and f16 inputs are widened as they are loaded: the tiles in shared memory, the
+// products and the sums are float (Wide<T>), and each output is rounded once, where it is
+// stored.
 #define KILN_OUTSIDE (-30000)
 
 __device__ __forceinline__ void load4(const float* p, float (&r)[4]) {
@@ -47,6 +52,12 @@ __device__ __forceinline__ void store4(float* p, const float (&r)[4]) {
 __device__ __forceinline__ void store4(double* p, const double (&r)[4]) {
   reinterpret_cast<double2*>(p)[0] = make_double2(r[0], r[1]);
   reinterpret_cast<double2*>(p)[1] = make_double2(r[2], r[3]);
+}
+// A 16-bit storage type (Bf16, F16): four rounded values as one 8-byte store.
+template <typename OT>
+__device__ __forceinline__ void store4(OT* p, const float (&r)[4]) {
+  const unsigned b0 = OT(r[0]).bits, b1 = OT(r[1]).bits, b2 = OT(r[2]).bits, b3 = OT(r[3]).bits;
+  *reinterpret_cast<uint2*>(p) = make_uint2(b0 | (b1 << 16), b2 | (b3 << 16));
 }
 
 // Spatial index j = (b, oh, ow) of the [B, M, s_hw] tensor (y, dx or dy): the window's
@@ -80,9 +91,10 @@ __device__ __forceinline__ int4 n_entry(const ConvGemmShape& g, int j, int end) 
   return MODE == 2 ? patch_entry<MODE>(g, j, end) : spatial_entry(g, j, end);
 }
 
-template <typename T, int MODE, int BM, int BN, int KG, int KS, int TK, int TM, int TN>
+template <typename T, typename OT, int MODE, int BM, int BN, int KG, int KS, int TK, int TM, int TN>
 __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T* __restrict__ img,
-                                           T* __restrict__ out, const ConvGemmShape& g) {
+                                           OT* __restrict__ out, const ConvGemmShape& g) {
+  typedef typename Wide<T>::type W;
   constexpr int BK = KS * KG, CT = (BM / TM) * (BN / TN), NT = KG * CT, WARPS = NT / 32;
   constexpr int RM = TM / 4,
                 RN = TN / 4;  // runs of 4 rows (columns) per thread, BM / RM (BN / RN) apart
@@ -93,8 +105,8 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
                     TK % BK == 0,
                 "tile shape");
   static_assert(KG == 1 || (KG - 1) * BM * BN <= 2 * BK * (BM + 4), "group sums must fit in As");
-  __shared__ __align__(16) T As[2][BK][BM + 4];
-  __shared__ __align__(16) T Bs[2][BK][BN + 4];
+  __shared__ __align__(16) W As[2][BK][BM + 4];
+  __shared__ __align__(16) W Bs[2][BK][BN + 4];
   __shared__ int4 ktab[TK];
   __shared__ int4 ntab[BN];
 
@@ -127,12 +139,12 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 #pragma unroll
   for (int j = 0; j < B_PER; ++j) nent[j] = ntab[K_FAST ? col_of(j) : t % BN];
 
-  T acc[TM][TN];
+  W acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
-  T ra[A_PER], rb[B_PER];
+    for (int j = 0; j < TN; ++j) acc[i][j] = W(0);
+  W ra[A_PER], rb[B_PER];
 
   auto load_tiles = [&](int step) {
     const int kk0 = step * BK;
@@ -140,15 +152,15 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
     for (int j = 0; j < A_PER; ++j) {
       const int aux = ktab[kk0 + k_of(j)].w;
       const int m = m0 + col_of(j);
-      ra[j] = aux >= 0 && m < g.m ? a_src[aux + m * g.a_ms] : T(0);
+      ra[j] = aux >= 0 && m < g.m ? W(a_src[aux + m * g.a_ms]) : W(0);
     }
 #pragma unroll
     for (int j = 0; j < B_PER; ++j) {
       const int4 ke = ktab[kk0 + (K_FAST ? k_of(j) : t / BN + j * (NT / BN))];
       const int h = ke.y + nent[j].y, w = ke.z + nent[j].z;
       rb[j] = (unsigned)h < (unsigned)g.img_h && (unsigned)w < (unsigned)g.img_w
-                  ? img[ke.x + nent[j].x]
-                  : T(0);
+                  ? W(img[ke.x + nent[j].x])
+                  : W(0);
     }
   };
   auto store_tiles = [&](int buf) {
@@ -165,7 +177,7 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
   auto compute = [&](int buf) {
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-      T a[RM][4], b[RN][4];
+      W a[RM][4], b[RN][4];
 #pragma unroll
       for (int r = 0; r < RM; ++r) load4(&As[buf][grp * KS + kk][r * (BM / RM) + ty * 4], a[r]);
 #pragma unroll
@@ -195,7 +207,7 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
   }
 
   if (KG > 1) {  // group 0 adds the other groups' sums, in group order
-    T* red = &As[0][0][0];
+    W* red = &As[0][0][0];
     __syncthreads();
     if (grp > 0)
 #pragma unroll
@@ -224,16 +236,16 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
     for (int i = 0; i < TM; ++i) {
       const int m = m0 + row(i);
       if (m >= g.m) continue;
-      T* dst = out + m * g.c_ms;
-      T v[4];
+      OT* dst = out + m * g.c_ms;
+      W v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = acc[i][r * 4 + j];
-      if (run && ((size_t)(dst + ne[0].w) & 15) == 0) {
+      if (run && ((size_t)(dst + ne[0].w) & (4 * sizeof(OT) >= 16 ? 15 : 7)) == 0) {
         store4(dst + ne[0].w, v);
       } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          if (ne[j].w >= 0) dst[ne[j].w] = v[j];
+          if (ne[j].w >= 0) dst[ne[j].w] = OT(v[j]);
       }
     }
   }
@@ -244,8 +256,8 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 #ifdef KILN_CONV_IGEMM
 extern "C" __global__ void __launch_bounds__(KILN_THREADS)
     KILN_CONV_IGEMM(const KILN_T* __restrict__ a, const KILN_T* __restrict__ img,
-                    KILN_T* __restrict__ out, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_igemm<KILN_T, KILN_MODE, KILN_BM, KILN_BN, KILN_KG, KILN_KS, KILN_TK, KILN_TM,
-                         KILN_TN>(a, img, out, g);
+                    KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g) {
+  kiln::cuda::conv_igemm<KILN_T, KILN_OT, KILN_MODE, KILN_BM, KILN_BN, KILN_KG, KILN_KS, KILN_TK,
+                         KILN_TM, KILN_TN>(a, img, out, g);
 }
 #endif

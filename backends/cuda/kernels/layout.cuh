@@ -1,11 +1,13 @@
 // The layout kernels: transpose (by element size, any permutation of rank <= 8), concat (by
 // element size, up to 32 pieces a launch), one_hot with an out-of-range report, and fill.
 // The host defines the entry it wants as the kernel's name and its types: KILN_U (an
-// unsigned integer of the element's size), KILN_L (labels), KILN_T (values); layout_kernels.cpp.
+// unsigned integer of the element's size), KILN_L (labels), KILN_T (values: f32, f64 or the
+// bf16/f16 storage types); layout_kernels.cpp.
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/layout_params.h"
+#include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
 

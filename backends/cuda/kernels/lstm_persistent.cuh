@@ -4,7 +4,8 @@
 // barrier, not a launch and a reload of the weight. (A persistent backward of the same design
 // was correct but slower than the per-step kernels on the H200: char-lstm 1.09 -> 1.28-1.47
 // ms, bimodal; it holds 96 KiB of shared memory per block.) The host defines KILN_T and
-// KILN_LSTM_PERSISTENT_FORWARD, the kernel's name (lstm_persistent_kernels.cpp).
+// KILN_LSTM_PERSISTENT_FORWARD, the kernel's name (lstm_persistent_kernels.cpp). Shared
+// memory, the sums and the carried c are W = Wide<T>::type (float for bf16 and f16).
 #pragma once
 
 #include "backends/cuda/kernels/lstm_cell.cuh"
@@ -40,39 +41,52 @@ __device__ __forceinline__ void grid_exit(unsigned* bar, unsigned blocks) {
     __threadfence();
   }
 }
-template <typename T>
-__device__ __forceinline__ Quad<T> load_l2(
-    const T* p) {  // past L1: other blocks wrote it this launch
-  Quad<T> q;
-  if (sizeof(T) == 4) {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
-    q.v[0] = v.x;
-    q.v[1] = v.y;
-    q.v[2] = v.z;
-    q.v[3] = v.w;
-  } else {
-    const double2 a = __ldcg(reinterpret_cast<const double2*>(p)),
-                  b = __ldcg(reinterpret_cast<const double2*>(p) + 1);
-    q.v[0] = a.x;
-    q.v[1] = a.y;
-    q.v[2] = b.x;
-    q.v[3] = b.y;
+// Four elements from past L1 (other blocks wrote them this launch), widened.
+__device__ __forceinline__ Quad<float> load_l2(const float* p) {
+  const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+  Quad<float> q;
+  q.v[0] = v.x;
+  q.v[1] = v.y;
+  q.v[2] = v.z;
+  q.v[3] = v.w;
+  return q;
+}
+__device__ __forceinline__ Quad<double> load_l2(const double* p) {
+  const double2 a = __ldcg(reinterpret_cast<const double2*>(p)),
+                b = __ldcg(reinterpret_cast<const double2*>(p) + 1);
+  Quad<double> q;
+  q.v[0] = a.x;
+  q.v[1] = a.y;
+  q.v[2] = b.x;
+  q.v[3] = b.y;
+  return q;
+}
+template <typename T>  // Bf16, F16: one 8-byte load
+__device__ __forceinline__ Quad<float> load_l2(const T* p) {
+  const uint2 v = __ldcg(reinterpret_cast<const uint2*>(p));
+  const unsigned words[4] = {v.x & 0xffffu, v.x >> 16, v.y & 0xffffu, v.y >> 16};
+  Quad<float> q;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    T e;
+    e.bits = (unsigned short)words[i];
+    q.v[i] = e;
   }
   return q;
 }
 // Rows row0 .. row0 + 15 of a [batch, width] matrix into dst[r * width / 4 + i] as Quads
 // (zeros past the batch): eight loads in flight per thread before any store, so a step
 // waits for about one round trip to L2, not one per load.
-template <typename T>
-__device__ __forceinline__ void rows_to_shared(Quad<T>* dst, const T* src, int row0, int batch,
+template <typename T, typename W>
+__device__ __forceinline__ void rows_to_shared(Quad<W>* dst, const T* src, int row0, int batch,
                                                int width) {
   const int quads = width / 4, n = 16 * quads;
   for (int base = threadIdx.x; base < n; base += 256 * 8) {
-    Quad<T> q[8];
+    Quad<W> q[8];
 #pragma unroll
     for (int x = 0; x < 8; ++x) {
       const int e = base + 256 * x, r = e / quads;
-      q[x] = Quad<T>{{T(0), T(0), T(0), T(0)}};
+      q[x] = Quad<W>{{W(0), W(0), W(0), W(0)}};
       if (e < n && row0 + r < batch)
         q[x] = load_l2(src + (long long)(row0 + r) * width + 4 * (e % quads));
     }
@@ -94,9 +108,10 @@ __device__ __forceinline__ void lstm_persistent_forward(
     const T* __restrict__ projected, const T* __restrict__ u, const T* __restrict__ h0,
     const T* __restrict__ c0, T* hs, T* __restrict__ cs, T* __restrict__ acts, unsigned* bar,
     int batch, int hidden, int steps, int reverse) {
-  extern __shared__ Quad<T> smem_quads[];
-  T* us = reinterpret_cast<T*>(smem_quads);
-  T* hsm = us + 32 * hidden;
+  typedef typename Wide<T>::type W;
+  extern __shared__ Quad<W> smem_quads[];
+  W* us = reinterpret_cast<W*>(smem_quads);
+  W* hsm = us + 32 * hidden;
   const int j0 = blockIdx.x * 8, row0 = blockIdx.y * 16;
   const unsigned blocks = gridDim.x;  // of this row group
   bar += 2 * blockIdx.y;
@@ -108,11 +123,11 @@ __device__ __forceinline__ void lstm_persistent_forward(
             half = hidden / 2;
   const int r_own = threadIdx.x / 8, uu = threadIdx.x % 8, b = row0 + r_own, j = j0 + uu;
   const bool owner = threadIdx.x < 128 && b < batch;
-  T c_carry = owner ? c0[(long long)b * hidden + j] : T(0);
+  W c_carry = owner ? W(c0[(long long)b * hidden + j]) : W(0);
   for (int s = 0; s < steps; ++s) {
     const int t = reverse ? steps - 1 - s : s;
     const long long row = (long long)t * batch + b;
-    T gate[4] = {T(0), T(0), T(0), T(0)};
+    W gate[4] = {W(0), W(0), W(0), W(0)};
     if (owner)  // read before the barrier: projected is an input
       for (int g = 0; g < 4; ++g) gate[g] = projected[row * 4 * hidden + g * hidden + j];
     const T* h_prev = h0;
@@ -125,13 +140,13 @@ __device__ __forceinline__ void lstm_persistent_forward(
     rows_to_shared(smem_quads + 8 * hidden, h_prev, row0, batch,
                    hidden);  // us spans 8 * hidden Quads
     __syncthreads();
-    T acc[4] = {T(0), T(0), T(0), T(0)};
+    W acc[4] = {W(0), W(0), W(0), W(0)};
     for (int k = kh * half; k < (kh + 1) * half; k += 4) {
-      const T u0 = us[k * 32 + lane], u1 = us[(k + 1) * 32 + lane], u2 = us[(k + 2) * 32 + lane],
+      const W u0 = us[k * 32 + lane], u1 = us[(k + 1) * 32 + lane], u2 = us[(k + 2) * 32 + lane],
               u3 = us[(k + 3) * 32 + lane];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const Quad<T> h = smem_quads[8 * hidden + ((4 * rg + q) * hidden + k) / 4];
+        const Quad<W> h = smem_quads[8 * hidden + ((4 * rg + q) * hidden + k) / 4];
         acc[q] += h.v[0] * u0;
         acc[q] += h.v[1] * u1;
         acc[q] += h.v[2] * u2;

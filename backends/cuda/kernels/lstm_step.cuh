@@ -2,7 +2,9 @@
 // per time step that computes the step's recurrent GEMM for a block's hidden units and batch
 // rows, then applies the cell (forward) or its gradient (backward). The host defines KILN_T,
 // the K tile KILN_GEMM_KT and split KILN_GEMM_S, and the entry it wants as the kernel's name
-// (lstm_kernels.cpp).
+// (lstm_kernels.cpp). The tiles, sums and the cell are of W = Wide<T>::type (float for bf16
+// and f16): the loaders widen what they read, and every stored value is rounded once. (The
+// recurrence reads h, c and the carried dc of the step before as stored, rounded to T.)
 #pragma once
 
 #include "backends/cuda/kernels/lstm_cell.cuh"
@@ -120,18 +122,18 @@ __device__ __forceinline__ T tile_sum(const T* red, int r, int c) {
 // Time t of lstm_sequence: gates = projected[t] + h_prev @ u for the block's units and
 // rows, then the cell. h_prev, c_prev: [B, H], h0/c0 or the previous processed step's rows
 // of hs/cs (so h_prev and hs share a buffer: no __restrict__ on them).
-template <typename T>
+template <typename T, typename W>
 struct ForwardLoader {
   const T* h;
   const T* u;
   int batch, hidden, row0, j0;
-  __device__ T a(int r, int k) const {
+  __device__ W a(int r, int k) const {
     const int row = row0 + r;
-    return row < batch ? h[(long long)row * hidden + k] : T(0);
+    return row < batch ? W(h[(long long)row * hidden + k]) : W(0);
   }
-  __device__ T b(int k, int c) const {
+  __device__ W b(int k, int c) const {
     const int j = j0 + c % LSTM_UNITS;
-    return j < hidden ? u[(long long)k * 4 * hidden + (c / LSTM_UNITS) * hidden + j] : T(0);
+    return j < hidden ? W(u[(long long)k * 4 * hidden + (c / LSTM_UNITS) * hidden + j]) : W(0);
   }
 };
 
@@ -142,19 +144,20 @@ __device__ __forceinline__ void lstm_forward_step(const T* __restrict__ projecte
                                                   T* __restrict__ acts, int batch, int hidden,
                                                   int t) {
   typedef TileGemm<4 * LSTM_UNITS, GEMM_S, GEMM_KT> G;
-  __shared__ Quad<T> smem_quads[(G::SMEM + 3) / 4];
-  T* smem = reinterpret_cast<T*>(smem_quads);
+  typedef typename Wide<T>::type W;
+  __shared__ Quad<W> smem_quads[(G::SMEM + 3) / 4];
+  W* smem = reinterpret_cast<W*>(smem_quads);
   const int row0 = blockIdx.y * LSTM_ROWS, j0 = blockIdx.x * LSTM_UNITS;
   const int r = threadIdx.x / LSTM_UNITS, uu = threadIdx.x % LSTM_UNITS, b = row0 + r, j = j0 + uu;
   // The first 128 threads own one (row, unit) each for the cell.
   const bool owner = threadIdx.x < LSTM_ROWS * LSTM_UNITS && b < batch && j < hidden;
   const long long row = (long long)t * batch + b;  // time t's row b in projected, hs, cs, acts
-  T gate[4] = {T(0), T(0), T(0), T(0)}, c_old = T(0);
+  W gate[4] = {W(0), W(0), W(0), W(0)}, c_old = W(0);
   if (owner) {  // loaded before the GEMM, so that their latency hides behind it
     for (int g = 0; g < 4; ++g) gate[g] = projected[row * 4 * hidden + g * hidden + j];
     c_old = c_prev[(long long)b * hidden + j];
   }
-  const ForwardLoader<T> ld{h_prev, u, batch, hidden, row0, j0};
+  const ForwardLoader<T, W> ld{h_prev, u, batch, hidden, row0, j0};
   tile_gemm<4 * LSTM_UNITS, GEMM_S, GEMM_KT>(ld, hidden, smem);
   if (!owner) return;
   for (int g = 0; g < 4; ++g)
@@ -167,18 +170,18 @@ __device__ __forceinline__ void lstm_forward_step(const T* __restrict__ projecte
 // dh_next = dc_next = 0), then the cell's gradient; dc_next is carried in dc_carry (dc0's
 // buffer, each element read and written by its owner thread only). The last launch passes
 // dh0 and only writes dh0 = d_next @ u^T.
-template <typename T>
+template <typename T, typename W>
 struct BackwardLoader {
   const T* d;
   const T* u;
   int batch, hidden, row0, j0;
-  __device__ T a(int r, int k) const {
+  __device__ W a(int r, int k) const {
     const int row = row0 + r;
-    return row < batch ? d[(long long)row * 4 * hidden + k] : T(0);
+    return row < batch ? W(d[(long long)row * 4 * hidden + k]) : W(0);
   }
-  __device__ T b(int k, int c) const {
+  __device__ W b(int k, int c) const {
     const int j = j0 + c;
-    return j < hidden ? u[(long long)j * 4 * hidden + k] : T(0);
+    return j < hidden ? W(u[(long long)j * 4 * hidden + k]) : W(0);
   }
 };
 
@@ -189,40 +192,41 @@ __device__ __forceinline__ void lstm_backward_step(
     const T* __restrict__ c_prev, T* dc_carry, T* d_projected, T* dh0, int batch, int hidden,
     int t) {
   typedef TileGemm<LSTM_UNITS, GEMM_S, GEMM_KT> G;
-  __shared__ Quad<T> smem_quads[(G::SMEM + 3) / 4];
-  T* smem = reinterpret_cast<T*>(smem_quads);
+  typedef typename Wide<T>::type W;
+  __shared__ Quad<W> smem_quads[(G::SMEM + 3) / 4];
+  W* smem = reinterpret_cast<W*>(smem_quads);
   const int row0 = blockIdx.y * LSTM_ROWS, j0 = blockIdx.x * LSTM_UNITS;
   const int r = threadIdx.x / LSTM_UNITS, uu = threadIdx.x % LSTM_UNITS, b = row0 + r, j = j0 + uu;
   const bool owner = threadIdx.x < LSTM_ROWS * LSTM_UNITS && b < batch && j < hidden;
   const long long row = (long long)t * batch + b, at = row * hidden + j,
                   at0 = (long long)b * hidden + j;
-  T act[4] = {T(0), T(0), T(0), T(0)}, c = T(0), c_old = T(0), dh = T(0), dc = T(0);
+  W act[4] = {W(0), W(0), W(0), W(0)}, c = W(0), c_old = W(0), dh = W(0), dc = W(0);
   if (owner && dh0 == nullptr) {  // loaded before the GEMM
     for (int g = 0; g < 4; ++g) act[g] = acts[row * 4 * hidden + g * hidden + j];
     c = cs[at];
     c_old = c_prev[at0];
     dh = d_hs[at];
-    dc = d_cs[at] + (d_next != nullptr ? dc_carry[at0] : T(0));
+    dc = W(d_cs[at]) + (d_next != nullptr ? W(dc_carry[at0]) : W(0));
   }
   if (d_next != nullptr) {  // uniform over the block
-    const BackwardLoader<T> ld{d_next, u, batch, hidden, row0, j0};
+    const BackwardLoader<T, W> ld{d_next, u, batch, hidden, row0, j0};
     tile_gemm<LSTM_UNITS, GEMM_S, GEMM_KT>(ld, 4 * hidden, smem);
     if (owner) dh += tile_sum<LSTM_UNITS, GEMM_S>(smem, r, uu);
   }
   if (!owner) return;
   if (dh0 != nullptr) {
-    dh0[at0] = dh;
+    dh0[at0] = T(dh);
     return;
   }
-  const T i = act[0], f = act[1], g = act[2], o = act[3];
-  const T tc = lstm_tanh(c);
-  dc += dh * o * (T(1) - tc * tc);
+  const W i = act[0], f = act[1], g = act[2], o = act[3];
+  const W tc = lstm_tanh(c);
+  dc += dh * o * (W(1) - tc * tc);
   T* dp = d_projected + row * 4 * hidden + j;
-  dp[0] = dc * g * i * (T(1) - i);
-  dp[hidden] = dc * c_old * f * (T(1) - f);
-  dp[2 * hidden] = dc * i * (T(1) - g * g);
-  dp[3 * hidden] = dh * tc * o * (T(1) - o);
-  dc_carry[at0] = dc * f;
+  dp[0] = T(dc * g * i * (W(1) - i));
+  dp[hidden] = T(dc * c_old * f * (W(1) - f));
+  dp[2 * hidden] = T(dc * i * (W(1) - g * g));
+  dp[3 * hidden] = T(dh * tc * o * (W(1) - o));
+  dc_carry[at0] = T(dc * f);
 }
 
 }  // namespace kiln::cuda

@@ -2,11 +2,13 @@
 // with the window size fixed at 2 (KILN_WINDOW 2) or any (0); the gradient as one thread per
 // cell of windows that do not overlap (stride >= kernel; KILN_EXACT2: exact 2x2 cells) or as
 // a gather per input element (overlap). The host defines KILN_T, the entry it wants as the
-// kernel's name and that entry's constants (pool_kernels.cpp).
+// kernel's name and that entry's constants (pool_kernels.cpp). bf16/f16 values compare and
+// sum as float (Wide<T>), each output rounded once.
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/pool_params.h"
+#include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
 
@@ -109,7 +111,7 @@ __device__ __forceinline__ void max_pool32_grad_cells(const T* __restrict__ x,
     T best_value;
     const int corner = window_corner(g, i, oh, ow);
     const int best = window_max32 < EXACT2 ? 2 : 0 > (x, g, corner, best_value);
-    const T value = T(0) + dy[i];
+    const T value = T(typename Wide<T>::type(0) + dy[i]);  // exact: 0 + dy
     if (EXACT2) {
       dx[corner] = best == corner ? value : T(0);
       dx[corner + 1] = best == corner + 1 ? value : T(0);
@@ -141,14 +143,14 @@ __device__ __forceinline__ void max_pool32_grad_overlap(const T* __restrict__ x,
     int oh_lo, oh_hi, ow_lo, ow_hi;
     windows_over32(ih, g.out_h, g, oh_lo, oh_hi);
     windows_over32(iw, g.out_w, g, ow_lo, ow_hi);
-    T sum = T(0);
+    typename Wide<T>::type sum = 0;
     for (int oh = oh_lo; oh <= oh_hi; ++oh)
       for (int ow = ow_lo; ow <= ow_hi; ++ow) {
         T best_value;
         if (window_max32_clipped(x, g, plane, oh, ow, best_value) == i)
           sum += dy[(plane * g.out_h + oh) * g.out_w + ow];
       }
-    dx[i] = sum;
+    dx[i] = T(sum);
   }
 }
 

@@ -2,11 +2,13 @@
 // and the gradient as a gather (one thread per input element, summing the windows whose
 // first maximum it is). Average: forward per window, gradient as a gather. Windows are
 // clipped to the plane (Note [padded pooling], graph/kernels/pool_cpu.cpp). The host defines
-// KILN_T and the entry it wants as the kernel's name (pool_kernels.cpp).
+// KILN_T and the entry it wants as the kernel's name (pool_kernels.cpp). bf16/f16 values
+// compare, sum and divide as float (Wide<T>), each output rounded once.
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/pool_params.h"
+#include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
 
@@ -80,12 +82,12 @@ __device__ __forceinline__ void max_pool_grad(const T* __restrict__ x, const T* 
     long long oh_lo, oh_hi, ow_lo, ow_hi;
     windows_over(ih, g.out_h, g, oh_lo, oh_hi);
     windows_over(iw, g.out_w, g, ow_lo, ow_hi);
-    T sum = T(0);
+    typename Wide<T>::type sum = 0;
     for (long long oh = oh_lo; oh <= oh_hi; ++oh)
       for (long long ow = ow_lo; ow <= ow_hi; ++ow)
         if (window_argmax(x, g, plane, oh, ow) == i)
           sum += dy[(plane * g.out_h + oh) * g.out_w + ow];
-    dx[i] = sum;
+    dx[i] = T(sum);
   }
 }
 
@@ -100,10 +102,11 @@ __device__ __forceinline__ void avg_pool_forward(const T* __restrict__ x, T* __r
     const long long oh = (i / g.out_w) % g.out_h;
     const T* __restrict__ in = x + i / (g.out_w * g.out_h) * g.height * g.width;
     const WindowRange r = window_range(g, oh, ow);
-    T sum = T(0);
+    typedef typename Wide<T>::type W;
+    W sum = W(0);
     for (long long h = r.h0; h < r.h1; ++h)
       for (long long c = r.w0; c < r.w1; ++c) sum += in[h * g.width + c];
-    y[i] = sum / (T)((r.h1 - r.h0) * (r.w1 - r.w0));
+    y[i] = T(sum / (W)((r.h1 - r.h0) * (r.w1 - r.w0)));
   }
 }
 
@@ -120,13 +123,14 @@ __device__ __forceinline__ void avg_pool_grad(const T* __restrict__ dy, T* __res
     long long oh_lo, oh_hi, ow_lo, ow_hi;
     windows_over(ih, g.out_h, g, oh_lo, oh_hi);
     windows_over(iw, g.out_w, g, ow_lo, ow_hi);
-    T sum = T(0);
+    typedef typename Wide<T>::type W;
+    W sum = W(0);
     for (long long oh = oh_lo; oh <= oh_hi; ++oh)
       for (long long ow = ow_lo; ow <= ow_hi; ++ow) {
         const WindowRange r = window_range(g, oh, ow);
-        sum += grad[oh * g.out_w + ow] / (T)((r.h1 - r.h0) * (r.w1 - r.w0));
+        sum += grad[oh * g.out_w + ow] / (W)((r.h1 - r.h0) * (r.w1 - r.w0));
       }
-    dx[i] = sum;
+    dx[i] = T(sum);
   }
 }
 

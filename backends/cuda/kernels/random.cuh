@@ -1,7 +1,11 @@
 // random_uniform: one thread per Philox block of four values, in a grid-stride loop; integer
 // Philox4x32-10 exactly as core/philox.cpp, then (bits >> 8) * 2^-24 in float. The host
-// defines KILN_T and KILN_RANDOM_UNIFORM, the kernel's name (random.cpp).
+// defines KILN_T and KILN_RANDOM_UNIFORM, the kernel's name (random.cpp). bf16/f16 values
+// are that float rounded to nearest even, as the CPU rounds its f32 values (1 - 2^-24 rounds
+// to 1 there).
 #pragma once
+
+#include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
 

@@ -1,0 +1,257 @@
+// The tensor-core convolution forward for bf16 and f16 (issue 17; conv.cpp chooses it): the
+// implicit GEMM y[co, (b, pix)] = W[co, P] x patches[P, (b, pix)] of conv_igemm.cuh on
+// mma.sync m16n8k16 with f32 accumulation. The host defines KILN_T (kiln::cuda::Bf16 or F16),
+// KILN_BM (64 or 128 filters a block), KILN_VEC_A (1: every weight row starts 16-byte aligned,
+// K % 8 == 0) and KILN_CONV_MMA, the kernel's name (conv_kernels.cpp).
+//
+// A block of 2 * BM threads (BM / 32 x 2 warps) computes a BM x 64 tile of C over K in steps
+// of 32, double-buffered in shared memory: the weights by cp.async (16-byte pieces, zero-filled
+// past M and K; scalar loads when rows are not aligned), the patches gathered by each thread
+// into registers (1024 / BM consecutive K rows of one column, so a warp reads 32 adjacent
+// pixels of one (c, kh, kw), through a table of each K row's offset and window position that
+// the first warp makes two steps ahead) while the tensor cores work on the other buffer. Each
+// warp takes a 32 x 32 piece: 2 x 4 mma tiles per 16 K rows, fragments read by ldmatrix (x4
+// for A, x4.trans for B from [k][n] rows). Rows of 40 (A) and 72 (B) elements keep ldmatrix
+// free of bank conflicts. Each output is rounded once where it is stored; the sum over K is
+// in a fixed order.
+#pragma once
+
+#include "backends/cuda/kernels/conv_params.h"
+#include "backends/cuda/kernels/storage.cuh"
+
+namespace kiln::cuda {
+
+#define KILN_MMA_BN 64
+#define KILN_MMA_BK 32
+#define KILN_MMA_OUTSIDE (-30000)      // a table entry that is never inside the image
+#define KILN_MMA_AS (KILN_MMA_BK + 8)  // A row length in shared memory (elements)
+#define KILN_MMA_BS (KILN_MMA_BN + 8)  // B row length
+
+template <typename T>
+struct MmaOp;
+template <>
+struct MmaOp<Bf16> {
+  __device__ static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct MmaOp<F16> {
+  __device__ static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+// 16 bytes from global to shared memory; src_bytes 0 fills them with zeros.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+// The shared tiles of one K step, and the K table of two steps: per K row (c, kh, kw) its
+// offset c * H*W + kh * W + kw from a window's corner and (kh, kw), KILN_MMA_OUTSIDE past K.
+template <int BM>
+struct MmaTiles {
+  unsigned short a[2][BM][KILN_MMA_AS];
+  unsigned short b[2][KILN_MMA_BK][KILN_MMA_BS];
+  int4 ktab[2][KILN_MMA_BK];
+};
+
+__device__ __forceinline__ int4 mma_k_entry(const ConvGemmShape& g, int k) {
+  if (k >= g.k) return make_int4(0, KILN_MMA_OUTSIDE, KILN_MMA_OUTSIDE, 0);
+  const int c = k / g.khkw, r = k - c * g.khkw, kh = r / g.kw, kw = r - kh * g.kw;
+  return make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, 0);
+}
+
+// This thread's column of the patch matrix: its window's corner (offset, h, w) in the image;
+// a column past N has a corner that is never inside.
+struct MmaColumn {
+  int corner, h0, w0;
+};
+__device__ __forceinline__ MmaColumn mma_column(const ConvGemmShape& g, int n) {
+  if (n >= g.n) return MmaColumn{0, KILN_MMA_OUTSIDE, KILN_MMA_OUTSIDE};
+  const int b = n / g.s_hw, pix = n - b * g.s_hw, oh = pix / g.s_w, ow = pix - oh * g.s_w;
+  const int h0 = oh * g.stride - g.pad_h, w0 = ow * g.stride - g.pad_w;
+  return MmaColumn{b * g.img_chw + h0 * g.img_w + w0, h0, w0};
+}
+
+// B rows kb .. kb + R - 1 of the step's table into registers (zeros outside the image).
+template <int R>
+__device__ __forceinline__ void mma_gather_b(const unsigned short* __restrict__ img,
+                                             const ConvGemmShape& g, const MmaColumn& col,
+                                             const int4* ktab, int kb, unsigned short (&rb)[R]) {
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int4 e = ktab[kb + j];
+    const int h = col.h0 + e.y, w = col.w0 + e.z;
+    const bool inside = (unsigned)h < (unsigned)g.img_h && (unsigned)w < (unsigned)g.img_w;
+    rb[j] = inside ? img[col.corner + e.x] : (unsigned short)0;
+  }
+}
+
+// A rows of the K step at k0: 16-byte cp.async pieces (VEC_A) or 16 scalar loads into ra.
+template <int BM, bool VEC_A>
+__device__ __forceinline__ void mma_load_a(const unsigned short* __restrict__ w,
+                                           const ConvGemmShape& g, int m0, int k0,
+                                           unsigned short (*as)[KILN_MMA_AS],
+                                           unsigned short (&ra)[16]) {
+  constexpr int THREADS = 2 * BM;
+  const int t = threadIdx.x;
+  if (VEC_A) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int q = t + THREADS * i, row = q / 4, kc = (q % 4) * 8;
+      const int m = m0 + row, k = k0 + kc;
+      const bool in = m < g.m && k < g.k;
+      cp_async16(&as[row][kc], in ? w + (long long)m * g.k + k : w, in ? 16 : 0);
+    }
+    cp_async_commit();
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int q = t + THREADS * i, row = q / KILN_MMA_BK, kk = q % KILN_MMA_BK;
+    const int m = m0 + row, k = k0 + kk;
+    ra[i] = m < g.m && k < g.k ? w[(long long)m * g.k + k] : (unsigned short)0;
+  }
+}
+
+template <int BM, bool VEC_A, int R>
+__device__ __forceinline__ void mma_store_staged(MmaTiles<BM>& s, int buf,
+                                                 const unsigned short (&ra)[16],
+                                                 const unsigned short (&rb)[R], int kb, int nn) {
+  if (!VEC_A)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int q = threadIdx.x + 2 * BM * i;
+      s.a[buf][q / KILN_MMA_BK][q % KILN_MMA_BK] = ra[i];
+    }
+#pragma unroll
+  for (int j = 0; j < R; ++j) s.b[buf][kb + j][nn] = rb[j];
+}
+
+// The warp's 32 x 32 piece over one buffer: two 16-row K slices of 2 x 4 mma tiles.
+template <typename T, int BM>
+__device__ __forceinline__ void mma_compute(const MmaTiles<BM>& s, int buf, int wm, int wn,
+                                            float (&acc)[2][4][4]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < KILN_MMA_BK; kk += 16) {
+    unsigned af[2][4], bf[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      ldmatrix_x4(af[mi], &s.a[buf][wm * 32 + mi * 16 + lane % 16][kk + (lane / 16) * 8]);
+#pragma unroll
+    for (int nj = 0; nj < 2; ++nj)
+      ldmatrix_x4_trans(
+          bf[nj],
+          &s.b[buf][kk + lane % 8 + ((lane / 8) % 2) * 8][wn * 32 + nj * 16 + (lane / 16) * 8]);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+        MmaOp<T>::run(acc[mi][ni], af[mi], bf[ni / 2][(ni % 2) * 2], bf[ni / 2][(ni % 2) * 2 + 1]);
+  }
+}
+
+// Each accumulator rounded once into y[b, m, pix] (n = b * s_hw + pix).
+template <typename T>
+__device__ __forceinline__ void mma_store_c(T* __restrict__ out, const ConvGemmShape& g, int m0,
+                                            int n0, int wm, int wn, const float (&acc)[2][4][4]) {
+  const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int n = n0 + wn * 32 + ni * 8 + tig * 2 + e;
+      if (n >= g.n) continue;
+      const int b = n / g.s_hw, pix = n - b * g.s_hw;
+      T* column = out + (long long)b * g.m * g.s_hw + pix;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int m = m0 + wm * 32 + mi * 16 + group + half * 8;
+          if (m < g.m) column[(long long)m * g.s_hw] = T(acc[mi][ni][half * 2 + e]);
+        }
+    }
+}
+
+template <typename T, int BM, bool VEC_A>
+__device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const T* __restrict__ x,
+                                                 T* __restrict__ y, const ConvGemmShape& g) {
+  constexpr int R = 1024 / BM;  // B rows per thread and step
+  __shared__ __align__(16) MmaTiles<BM> s;
+  const unsigned short* wb = reinterpret_cast<const unsigned short*>(w);
+  const unsigned short* xb = reinterpret_cast<const unsigned short*>(x);
+  const int t = threadIdx.x, warp = t / 32, wm = warp / 2, wn = warp % 2;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * KILN_MMA_BN;
+  const int nn = t % KILN_MMA_BN, kb = (t / KILN_MMA_BN) * R;  // this thread's B column, rows
+  const MmaColumn col = mma_column(g, n0 + nn);
+  float acc[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+  unsigned short ra[16], rb[R];
+  const int steps = (g.k + KILN_MMA_BK - 1) / KILN_MMA_BK;
+  if (t < KILN_MMA_BK) {  // the tables of steps 0 and 1
+    s.ktab[0][t] = mma_k_entry(g, t);
+    s.ktab[1][t] = mma_k_entry(g, KILN_MMA_BK + t);
+  }
+  __syncthreads();
+  mma_load_a<BM, VEC_A>(wb, g, m0, 0, s.a[0], ra);
+  mma_gather_b<R>(xb, g, col, s.ktab[0], kb, rb);
+  for (int step = 0; step < steps; ++step) {
+    const int buf = step & 1;
+    mma_store_staged<BM, VEC_A, R>(s, buf, ra, rb, kb, nn);
+    if (VEC_A) cp_async_wait_all();
+    __syncthreads();  // this step's tiles are complete; the other buffer's readers are done
+    if (step + 1 < steps) {
+      const int k0 = (step + 1) * KILN_MMA_BK;
+      mma_load_a<BM, VEC_A>(wb, g, m0, k0, s.a[buf ^ 1], ra);
+      mma_gather_b<R>(xb, g, col, s.ktab[buf ^ 1], kb, rb);
+    }
+    // This step's table was last read before the barrier above: it becomes step + 2's.
+    if (t < KILN_MMA_BK) s.ktab[buf][t] = mma_k_entry(g, (step + 2) * KILN_MMA_BK + t);
+    mma_compute<T, BM>(s, buf, wm, wn, acc);
+  }
+  mma_store_c(y, g, m0, n0, wm, wn, acc);
+}
+
+}  // namespace kiln::cuda
+
+#ifdef KILN_CONV_MMA
+extern "C" __global__ void __launch_bounds__(2 * KILN_BM)
+    KILN_CONV_MMA(const KILN_T* __restrict__ w, const KILN_T* __restrict__ x,
+                  KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
+  kiln::cuda::conv_mma_forward<KILN_T, KILN_BM, KILN_VEC_A>(w, x, y, g);
+}
+#endif
