@@ -96,7 +96,9 @@ const char* low_precision_prelude() {
          "__device__ __forceinline__ float kiln_from_f16(unsigned short v) { float f; "
          "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(v)); return f; }\n"
          "__device__ __forceinline__ unsigned short kiln_to_f16(float v) { unsigned short h; "
-         "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v)); return h; }\n";
+         "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v)); return h; }\n"
+         "__device__ __forceinline__ float kiln_tanh_approx(float v) { float t; "
+         "asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(t) : \"f\"(v)); return t; }\n";
 }
 
 InputPlan plan_input(const FusedGroup& g, const FusedInput& in, int width) {
@@ -125,8 +127,20 @@ bool any_low_precision_instr(const FusedGroup& g) {
 }  // namespace
 
 Writer::Writer(const FusedGroup& g) : g_(g), t_(g.compute == DType::f64 ? "double" : "float") {
-  const int width = g.low_precision() ? 8 : 4;
-  for (const FusedInput& in : g.inputs) plans_.push_back(plan_input(g, in, width));
+  // 16-bit groups take 8 lanes (16-byte loads) where every access allows, else 4 (8-byte
+  // loads: per-channel values over 14x14 or 7x7 maps); f32 groups take 4 (float4).
+  lanes_ = g.low_precision() ? 8 : 4;
+  for (const FusedInput& in : g.inputs) plans_.push_back(plan_input(g, in, lanes_));
+  auto vectorizable = [&] {
+    for (const InputPlan& p : plans_)
+      if (!p.vector_load && !p.lane_invariant) return false;
+    return true;
+  };
+  if (lanes_ == 8 && !vectorizable()) {
+    lanes_ = 4;
+    plans_.clear();
+    for (const FusedInput& in : g.inputs) plans_.push_back(plan_input(g, in, lanes_));
+  }
 }
 
 CudaKernelSource Writer::generate() {
@@ -222,8 +236,10 @@ std::string Writer::compute(const std::string& indent, const std::string& lane) 
                             !plans_[static_cast<std::size_t>(a.index)].lane_invariant;
       args.push_back(operand(a, per_lane ? lane : ""));
     }
-    std::string value = expand(g_.instrs[i].op->cuda, args);
     const DType d = g_.instrs[i].dtype;
+    const OpDef& op = *g_.instrs[i].op;
+    const bool fast = d == DType::bf16 && g_.compute == DType::f32 && !op.cuda_bf16.empty();
+    std::string value = expand(fast ? op.cuda_bf16 : op.cuda, args);
     if (is_low_precision(d)) value = widen(d, narrow(d, value));  // what the op would store
     out += fmt::format("{}const T r{} = {};  // {}\n", indent, i, value, g_.instrs[i].op->name);
   }
@@ -268,8 +284,9 @@ std::string Writer::elementwise_body(int& vector_width) const {
   out += hoisted_scalars();
   vector_width = this->vector_width();
   std::string start = "first";
-  if (vector_width == 4) out += vector_loop_f32();
-  if (vector_width == 8) {
+  const bool wide = vector_width > 1 && g_.low_precision();
+  if (vector_width == 4 && !wide) out += vector_loop_f32();
+  if (wide) {
     out += "  long long start = first;\n" + vector_loop_wide();
     start = "start";
   }

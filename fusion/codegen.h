@@ -15,7 +15,7 @@ struct CudaKernelSource {
   bool reduction = false;
   std::int64_t work_items = 0;  // elements (elementwise) or reduction jobs (outputs x splits; tiles
                                 // of 32 outputs x splits for columns)
-  int vector_width = 1;         // 4 when the float4 path exists
+  int vector_width = 1;         // f32 groups: 4 (float4); 16-bit groups: 8 or 4; 1: no vector path
   // A reduction with few outputs over many elements is split: `name` writes reduced_outputs x
   // splits partial results (its last parameter is then a scratch buffer of that many values) and
   // `finish_name` (partial, reduced) combines each output's partials in order.

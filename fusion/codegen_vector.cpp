@@ -1,6 +1,7 @@
-// The vector paths of elementwise kernels: a thread takes 4 (f32 groups: float4) or 8
-// (groups that read or write bf16 or f16: one 16-byte load of 8 values, two for f32 values)
-// adjacent elements when every pointer is 16-byte aligned (checked at run time).
+// The vector paths of elementwise kernels: a thread takes 4 (f32 groups: float4) or, in
+// groups that read or write bf16 or f16, 8 adjacent elements (one 16-byte load of 8 16-bit
+// values, two for f32 values) or 4 where 8 would cross a row (8-byte loads), when every pointer
+// is 16-byte aligned (checked at run time).
 #include <fmt/format.h>
 
 #include "fusion/codegen_writer.h"
@@ -11,7 +12,7 @@ int Writer::vector_width() const {
   const std::int64_t n = g_.shape.numel();
   for (const InputPlan& p : plans_)
     if (!p.vector_load && !p.lane_invariant) return 1;
-  if (g_.low_precision()) return n >= 8 ? 8 : 1;  // a scalar tail takes n % 8
+  if (g_.low_precision()) return n >= lanes_ ? lanes_ : 1;  // a scalar tail takes the rest
   return g_.compute == DType::f32 && n % 4 == 0 && n >= 4 ? 4 : 1;
 }
 
@@ -54,22 +55,23 @@ std::string Writer::vector_loop_f32() const {
 
 namespace {
 
-// 16-byte chunks that hold 8 elements of `dtype`.
-int chunks_of_8(DType dtype) { return static_cast<int>(dtype_size(dtype)) * 8 / 16; }
-
-// Copies 8 elements between `to` and `from` (pointer expressions) in 16-byte chunks.
-std::string copy_8(DType dtype, const std::string& to, const std::string& from, bool from_const) {
+// Copies `lanes` elements between `to` and `from` (pointer expressions) in 16-byte chunks
+// (uint4), or one 8-byte chunk (uint2) for 4 16-bit values.
+std::string copy_lanes(DType dtype, int lanes, const std::string& to, const std::string& from,
+                       bool from_const) {
+  const int bytes = static_cast<int>(dtype_size(dtype)) * lanes;
+  const char* chunk = bytes >= 16 ? "uint4" : "uint2";
   std::string out;
-  for (int c = 0; c < chunks_of_8(dtype); ++c)
-    out += fmt::format("reinterpret_cast<uint4*>({})[{}] = reinterpret_cast<{}uint4*>({})[{}]; ",
-                       to, c, from_const ? "const " : "", from, c);
+  for (int c = 0; c < (bytes >= 16 ? bytes / 16 : 1); ++c)
+    out += fmt::format("reinterpret_cast<{0}*>({1})[{2}] = reinterpret_cast<{3}{0}*>({4})[{2}]; ",
+                       chunk, to, c, from_const ? "const " : "", from);
   return out;
 }
 
 }  // namespace
 
-// Lanes 0..7 of input k are x<k>_<lane>, widened from a 16-byte-aligned register array; the
-// vectors stop at n / 8 * 8 and the scalar loop after this one takes the rest from `start`.
+// Lanes 0..L-1 (L = lanes_) of input k are x<k>_<lane>, widened from an aligned register array;
+// the vectors stop at n / L * L and the scalar loop after this one takes the rest from `start`.
 std::string Writer::vector_loop_wide() const {
   std::string aligned;
   for (std::size_t k = 0; k < plans_.size(); ++k)
@@ -77,8 +79,10 @@ std::string Writer::vector_loop_wide() const {
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     aligned += fmt::format(" | (unsigned long long)out{}", o);
   std::string out = fmt::format("  if (((0ULL{}) & 15ULL) == 0ULL) {{\n", aligned);
-  out +=
-      "    for (long long v = first; v < n / 8; v += step) {\n      const long long i = v * 8;\n";
+  out += fmt::format(
+      "    for (long long v = first; v < n / {0}; v += step) {{\n      const long long i = v * "
+      "{0};\n",
+      lanes_);
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     const InputPlan& p = plans_[k];
     if (p.access == Access::scalar) continue;
@@ -88,16 +92,17 @@ std::string Writer::vector_loop_wide() const {
       out += fmt::format("      const T x{} = {};\n", k, widen(d, fmt::format("in{}[{}]", k, off)));
       continue;
     }
-    out += fmt::format("      __align__(16) {} s{}[8]; ", storage_name(d), k);
-    out += copy_8(d, fmt::format("s{}", k), fmt::format("(in{} + {})", k, off), true) + "\n";
-    for (int lane = 0; lane < 8; ++lane)
+    out += fmt::format("      __align__(16) {} s{}[{}]; ", storage_name(d), k, lanes_);
+    out += copy_lanes(d, lanes_, fmt::format("s{}", k), fmt::format("(in{} + {})", k, off), true) +
+           "\n";
+    for (int lane = 0; lane < lanes_; ++lane)
       out += fmt::format("      const T x{}_{} = {};\n", k, lane,
                          widen(d, fmt::format("s{}[{}]", k, lane)));
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-    out += fmt::format("      __align__(16) {} o{}[8];\n",
-                       storage_name(g_.operand_dtype(g_.outputs[o])), o);
-  for (int lane = 0; lane < 8; ++lane) {
+    out += fmt::format("      __align__(16) {} o{}[{}];\n",
+                       storage_name(g_.operand_dtype(g_.outputs[o])), o, lanes_);
+  for (int lane = 0; lane < lanes_; ++lane) {
     const std::string suffix = fmt::format("_{}", lane);
     out += "      {\n" + compute("        ", suffix);
     for (std::size_t o = 0; o < g_.outputs.size(); ++o)
@@ -106,10 +111,10 @@ std::string Writer::vector_loop_wide() const {
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     out += "      " +
-           copy_8(g_.operand_dtype(g_.outputs[o]), fmt::format("(out{} + i)", o),
-                  fmt::format("o{}", o), false) +
+           copy_lanes(g_.operand_dtype(g_.outputs[o]), lanes_, fmt::format("(out{} + i)", o),
+                      fmt::format("o{}", o), false) +
            "\n";
-  out += "    }\n    start = n / 8 * 8 + first;\n  }\n";
+  out += fmt::format("    }}\n    start = n / {0} * {0} + first;\n  }}\n", lanes_);
   return out;
 }
 

@@ -75,6 +75,7 @@ class Writer {
   const FusedGroup& g_;
   std::string t_;  // the compute type's name
   std::vector<InputPlan> plans_;
+  int lanes_ = 4;  // of the vector path, when there is one
 };
 
 }  // namespace kiln::codegen

@@ -117,8 +117,11 @@ struct OpDef {
   GradFn grad;             // empty: the op has no gradient (integer or piecewise-constant output)
   CpuKernel cpu;           // empty for sources and for elementwise ops (see loops)
   ElementwiseLoops loops;  // elementwise ops only
-  std::string cuda;    // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
-  bool alias = false;  // output shares input 0's storage (reshape, detach)
+  std::string cuda;  // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
+  // Elementwise ops with a costly `cuda` (tanh, exp): a hardware approximation used where the
+  // value is stored in bf16, whose 8 significant bits it exceeds (relative error 2^-11).
+  std::string cuda_bf16;
+  bool alias = false;       // output shares input 0's storage (reshape, detach)
   ReductionRule reduction;  // reductions only
   AutocastPolicy autocast = AutocastPolicy::follow;
 };

@@ -258,8 +258,10 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   }
   table.push_back(
       elementwise<Neg>(OpId::neg, 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
-  table.push_back(elementwise<Exp>(OpId::exp, 1, "exp({0})",
-                                   [](const GradContext& c) { return Grads{dy(c) * out(c)}; }));
+  OpDef exp_op = elementwise<Exp>(OpId::exp, 1, "exp({0})",
+                                  [](const GradContext& c) { return Grads{dy(c) * out(c)}; });
+  exp_op.cuda_bf16 = "__expf({0})";
+  table.push_back(std::move(exp_op));
   table.push_back(elementwise<Log>(OpId::log, 1, "log({0})",
                                    [](const GradContext& c) { return Grads{dy(c) / in(c, 0)}; }));
   table.push_back(elementwise<Sqrt>(OpId::sqrt, 1, "sqrt({0})", [](const GradContext& c) {
@@ -272,9 +274,11 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
       elementwise<Relu>(OpId::relu, 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
         return Grads{dy(c) * greater(out(c), scalar_like(out(c), 0.0))};
       }));
-  table.push_back(elementwise<Tanh>(OpId::tanh, 1, "tanh({0})", [](const GradContext& c) {
+  OpDef tanh_op = elementwise<Tanh>(OpId::tanh, 1, "tanh({0})", [](const GradContext& c) {
     return Grads{dy(c) * (1.0 - out(c) * out(c))};
-  }));
+  });
+  tanh_op.cuda_bf16 = "kiln_tanh_approx({0})";
+  table.push_back(std::move(tanh_op));
 
   // gelu' = (1 + t) / 2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
   table.push_back(elementwise<Gelu>(
