@@ -246,12 +246,16 @@ int run(int argc, char** argv) {
   std::string conv_algo = "auto";
   CLI::App app{"kiln bench: times training steps on the CPU"};
   app.add_option("--model", model, "model")->capture_default_str();
-  app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--batch-size", batches, "batch sizes (several allowed)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--json", json_path, "write the results as JSON here");
   std::string device = "cpu";
   bool no_graphs = false;
@@ -268,7 +272,8 @@ int run(int argc, char** argv) {
                "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain,
-                 "also time the fused elementwise chain over this many floats (e.g. 4194304)");
+                 "also time the fused elementwise chain over this many floats (e.g. 4194304)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 32));
   app.add_option("--conv-algo", conv_algo,
                  "CUDA: auto, im2col (im2col + cuBLAS everywhere) or im2col-grad-weight")
       ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight"}))
@@ -291,8 +296,9 @@ int run(int argc, char** argv) {
   app.add_option("--bucket-kib", bucket_kib, "--gpus: KiB of gradients per all-reduce")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
-  app.add_option("--rank", rank, "(set by --gpus) this process's rank");
-  app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job");
+  app.add_option("--rank", rank, "(set by --gpus) this process's rank")->check(CLI::Range(0, 1024));
+  app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--init", init, "(set by --gpus) rank 0's HOST:PORT");
   app.add_option("--rank-json", rank_json, "(set by --gpus) where rank 0 writes its figures");
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
@@ -381,7 +387,7 @@ int run(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "bench: error: {}\n", e.what());
+    fmt::print(stderr, "bench: error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   }
 }

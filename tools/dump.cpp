@@ -83,7 +83,7 @@ int run(int argc, char** argv) {
     if (!out || !(out << text)) throw kiln::Error(fmt::format("{}: cannot write", output));
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dump: error: {}\n", e.what());
+    fmt::print(stderr, "dump: error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   }
 }

@@ -9,23 +9,6 @@
 namespace kiln {
 namespace {
 
-std::int64_t metadata_integer(const std::map<std::string, std::string>& m, const std::string& key,
-                              const std::filesystem::path& path) {
-  auto it = m.find(key);
-  KILN_CHECK(it != m.end(), "{}: not a kiln checkpoint (no '{}' in its metadata)", path.string(),
-             key);
-  std::size_t used = 0;
-  std::int64_t value = 0;
-  try {
-    value = std::stoll(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  KILN_CHECK(used == it->second.size() && value >= 0, "{}: metadata '{}' is '{}', not a count",
-             path.string(), key, it->second);
-  return value;
-}
-
 // The checked tensor for `var` (nothing is assigned until every tensor has been checked).
 Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix,
                       const VariablePtr& var, const std::filesystem::path& path) {
@@ -67,9 +50,7 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
 
 Checkpoint::Checkpoint(const std::filesystem::path& path)
     : path_(path), file_(load_safetensors(path)) {
-  position_ = {metadata_integer(file_.metadata, "kiln.step", path),
-               metadata_integer(file_.metadata, "kiln.epoch", path),
-               metadata_integer(file_.metadata, "kiln.batch", path)};
+  position_ = checkpoint_position(file_.metadata, path.string());
 }
 
 std::string Checkpoint::metadata_value(const std::string& key) const {

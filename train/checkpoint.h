@@ -9,15 +9,9 @@
 
 #include "core/safetensors.h"
 #include "graph/graph.h"
+#include "train/checkpoint_metadata.h"
 
 namespace kiln {
-
-// Where training stands: the next step to run is batch `batch` of epoch `epoch`.
-struct TrainingPosition {
-  std::int64_t step = 0;  // steps done
-  std::int64_t epoch = 1;
-  std::int64_t batch = 0;
-};
 
 // Tensors are stored as "param/<name>", "state/<name>" (optimizer state) and
 // "buffer/<name>" (a model's non-trainable state: running statistics, RNG step counters);
