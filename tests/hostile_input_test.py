@@ -6,7 +6,7 @@ Each scenario runs the real binary in a fresh directory and checks its exit code
 has exactly one "<tool>: error:" line holding the expected texts (no internal error, no
 crash), and that no file outside the one it may write was created, changed or removed.
 
-    python3 tests/hostile_input_test.py build/tools/trainer build/tools/bench
+    python3 tests/hostile_input_test.py build/tools/trainer build/tools/bench build/tools/dump
 """
 import hashlib
 import json
@@ -114,7 +114,7 @@ def idx_images(path, count):
 
 
 def main():
-    trainer, bench = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    trainer, bench, dump = (os.path.abspath(a) for a in sys.argv[1:4])
     with tempfile.TemporaryDirectory(prefix='kiln_hostile.') as top:
         def folder(name):
             path = os.path.join(top, name)
@@ -126,6 +126,7 @@ def main():
         resume_positions(trainer, folder)
         deep_json_and_paths(trainer, folder)
         predict_output(trainer, folder)
+        tool_outputs(bench, dump, folder)
     print(f'hostile_input_test: {passed} scenarios passed')
 
 
@@ -296,6 +297,18 @@ def predict_output(trainer, folder):
     with open(os.path.join(d, 'out.txt')) as f:
         if len(f.read().splitlines()) != 500:
             fail('predict --output', 'expected 500 lines')
+
+
+def tool_outputs(bench, dump, folder):
+    d = folder('outputs')
+    os.mkfifo(os.path.join(d, 'fifo'))
+    run('dump -o at a FIFO is refused and kept', dump, ['--model', 'lenet', '-o', 'fifo'], 1,
+        ['fifo', 'is a FIFO'], d)
+    run('bench --json at a FIFO is refused and kept', bench,
+        ['--model', 'lenet', '--batch-size', '8', '--steps', '1', '--warmup', '0', '--json',
+         'fifo'], 1, ['fifo', 'is a FIFO'], d)
+    run('dump -o writes its file whole', dump, ['--model', 'lenet', '-o', 'lenet.txt'], 0,
+        folder=d, may_change=['lenet.txt'])
 
 
 if __name__ == '__main__':
