@@ -9,6 +9,13 @@
 namespace kiln {
 namespace {
 
+// An f32 tensor as f64 (exact).
+Tensor widened(const Tensor& t) {
+  Tensor wide = Tensor::empty(t.shape(), DType::f64);
+  for (std::int64_t i = 0; i < t.numel(); ++i) wide.data<double>()[i] = t.data<float>()[i];
+  return wide;
+}
+
 // The checked tensor for `var` (nothing is assigned until every tensor has been checked).
 Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix,
                       const VariablePtr& var, const std::filesystem::path& path) {
@@ -18,6 +25,9 @@ Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix,
              "{}: has no tensor '{}' (the checkpoint is of another model or optimizer)",
              path.string(), key);
   const Tensor& t = it->second;
+  if (t.shape() == var->value.shape() && t.dtype() == DType::f32 &&
+      var->value.dtype() == DType::f64)
+    return widened(t);  // Adam's step count, f32 in checkpoints before it was kept in f64
   KILN_CHECK(t.shape() == var->value.shape() && t.dtype() == var->value.dtype(),
              "{}: tensor '{}' is {}{} but the model has {}{}", path.string(), key,
              dtype_name(t.dtype()), t.shape().str(), dtype_name(var->value.dtype()),

@@ -37,7 +37,8 @@ class Checkpoint {
   std::string metadata_value(const std::string& key) const;
   TrainingPosition position() const { return position_; }
   // Copies the tensors into the variables (see load_checkpoint); nothing is assigned unless
-  // every variable has its tensor with the exact shape and dtype.
+  // every variable has its tensor with the exact shape and dtype (or, for an f64 variable, an
+  // f32 tensor of its shape, widened exactly: older checkpoints' Adam step count).
   void restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
                const std::vector<VariablePtr>& buffers = {}) const;
 
