@@ -15,6 +15,7 @@
 #include "fusion/fuse.h"
 #include "graph/train_step.h"
 #include "graph/op.h"
+#include "graph/passes/autocast.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/pool_grad_masks.h"
@@ -52,6 +53,11 @@ Graph simplify_for_fusion(const Graph& recorded) {
   return g;
 }
 
+Graph apply_precision(const Graph& g, Precision precision) {
+  const std::optional<DType> low = low_precision_dtype(precision);
+  return low ? eliminate_dead_code(autocast(g, *low)) : g;
+}
+
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   const Node& n = input.graph().node(input.ref().node);
   KILN_CHECK(n.op->id == OpId::input, "feed: {} is not a graph input", input.str());
@@ -68,6 +74,11 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   g = eliminate_dead_code(g);
   verify(g);
   dump_after("dead_code", g);
+  if (low_precision_dtype(options.precision)) {
+    g = apply_precision(g, options.precision);
+    verify(g);
+    dump_after("autocast", g);
+  }
   if (options.fuse) {  // the unfused baseline and check-numerics keep every op
     g = simplify_for_fusion(g);
     verify(g);
@@ -88,7 +99,7 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   const Lowering lowering = lower_for_device(g, streams, dump_lowering);
   return make_cuda_program(g, lowering,
                            {.graphs = options.cuda_graphs && !options.check_numerics,
-                            .tf32 = options.tf32,
+                            .tf32 = options.tf32 || options.precision == Precision::tf32,
                             .streams = streams,
                             .check_numerics = options.check_numerics,
                             .deterministic = options.deterministic});
@@ -102,7 +113,10 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
 
 std::unique_ptr<Program> compile_training(Value loss, const std::vector<VariablePtr>& params,
                                           Optimizer& optimizer, const CompileOptions& options,
-                                          const TrainStepOptions& step_options) {
+                                          const TrainStepOptions& requested) {
+  TrainStepOptions step_options = requested;
+  if (options.precision == Precision::fp16 && !step_options.loss_scale)
+    step_options.loss_scale = LossScaleOptions{};
   append_training_step(loss, params, optimizer, step_options);
   return compile(loss.graph(), options);
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backends/program.h"
+#include "core/precision.h"
 #include "graph/optim.h"
 #include "graph/train_step.h"
 
@@ -13,7 +14,10 @@ struct CompileOptions {
   Device device = Device::cpu();
   bool fuse = true;         // false: every op runs as its own kernel (the unfused reference)
   bool cuda_graphs = true;  // CUDA: capture the step as a CUDA graph after the first run
-  bool tf32 = false;        // CUDA: allow TF32 tensor-core math in GEMMs
+  // fp32; tf32 (CUDA: TF32 tensor-core math in GEMMs); bf16 or fp16: the autocast pass
+  // (graph/passes/autocast.h) stores activations in 16 bits, fp32 master weights.
+  Precision precision = Precision::fp32;
+  bool tf32 = false;  // the same as precision tf32 (kept for callers that set it)
   int cuda_streams =
       2;  // CUDA: 1 runs everything in order; 2 puts off-critical-path kernels on a side stream
   // Scan every op's outputs for NaN/Inf and stop at the first op that made one (also
@@ -27,6 +31,10 @@ struct CompileOptions {
 // The rewrites that run before fusion when fusing (constant folding, pool-gradient masks),
 // each followed by dead-code elimination; `dump` tools show the graph this returns.
 Graph simplify_for_fusion(const Graph& g);
+
+// The autocast pass (graph/passes/autocast.h) for bf16 and fp16, then dead-code elimination;
+// `g` itself for fp32 and tf32. compile() and the dump tool's view run it the same way.
+Graph apply_precision(const Graph& g, Precision precision);
 
 struct Lowering;
 // Prints a lowering step's result (backends/lowering.h) to stderr when KILN_DUMP names the

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/dispatch.h"
+#include "core/half.h"
 #include "fusion/fused_group.h"
 #include "fusion/strided_walk.h"
 #include "graph/reduction_rule.h"
@@ -33,6 +33,14 @@ std::vector<std::int64_t> reduction_strides(const Shape& shape,
     step *= shape[static_cast<std::size_t>(kept[k])];
   }
   return strides;
+}
+
+// A bf16 or f16 value inside a group holds what the unfused op would have stored.
+void round_to(DType dtype, float* x, std::int64_t n) {
+  if (dtype == DType::bf16)
+    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(bf16(x[i]));
+  else
+    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(f16(x[i]));
 }
 
 template <class T>
@@ -83,6 +91,8 @@ class TileEvaluator {
       for (std::size_t a = 0; a < instr.args.size(); ++a)
         operand(instr.args[a], args[a], steps[a], literals[a]);
       loop_of<T> (*instr.op)(args, steps, &regs_[i * kTile], count);
+      if constexpr (std::is_same_v<T, float>)
+        if (is_low_precision(instr.dtype)) round_to(instr.dtype, &regs_[i * kTile], count);
     }
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       const T* src;
@@ -225,10 +235,12 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
 void FusedGroup::run_cpu(const KernelCall& call) const {
   KILN_ASSERT(call.inputs.size() == inputs.size(), "fused group: {} inputs bound, {} expected",
               call.inputs.size(), inputs.size());
-  // The tensors' dtype, not the group's: the CPU runs a bf16/f16 group in f32
-  // (backends/cpu/low_precision.h).
-  visit_floating(call.outputs[0].dtype(), "fused",
-                 [&](auto zero) { run_group<decltype(zero)>(*this, call); });
+  // bf16 and f16 tensors arrive widened to f32 (backends/cpu/low_precision.h) and the outputs
+  // are rounded where they are stored, so the group runs in its compute dtype.
+  if (compute == DType::f64)
+    run_group<double>(*this, call);
+  else
+    run_group<float>(*this, call);
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 
 #include "fusion/fused_group.h"
@@ -15,8 +16,24 @@
 namespace kiln {
 namespace {
 
-bool fusible(const Node& n) {
-  return n.op->kind == OpKind::elementwise && !n.op->alias && is_floating(n.outputs[0].dtype);
+// The register dtype a node computes in: f64 for f64 values; f32 for f32, bf16 and f16 (loads
+// widen, stores round). A node mixing f64 with the others (a cast between them) has none and
+// runs on its own.
+std::optional<DType> compute_dtype(const Graph& g, const Node& n) {
+  bool wide = false, narrow = false;
+  auto see = [&](DType d) {
+    if (!is_floating(d)) return;
+    (d == DType::f64 ? wide : narrow) = true;
+  };
+  for (const ValueRef& in : n.inputs) see(g.type(in).dtype);
+  for (const TensorType& t : n.outputs) see(t.dtype);
+  if (wide && narrow) return std::nullopt;
+  return wide ? DType::f64 : DType::f32;
+}
+
+bool fusible(const Graph& g, const Node& n) {
+  return n.op->kind == OpKind::elementwise && !n.op->alias && is_floating(n.outputs[0].dtype) &&
+         compute_dtype(g, n).has_value();
 }
 bool is_fill(const Node& n) { return n.op->id == OpId::fill; }
 bool is_reduction(const Node& n) { return n.op->kind == OpKind::reduction; }
@@ -26,6 +43,7 @@ struct Grouping {
   std::vector<std::vector<int>> members;  // group -> elementwise members in node order
   std::vector<int> tail;                  // group -> reduction node, or -1
   std::vector<Shape> shape;               // group -> iteration shape
+  std::vector<DType> compute;             // group -> register dtype (compute_dtype)
 };
 
 // Whether `start` depends on group `target` once every group is contracted to one node.
@@ -110,17 +128,19 @@ void move_to_readers(const Graph& g, Grouping& gr) {
   for (const auto& [name, ref] : g.outputs()) stored[static_cast<std::size_t>(ref.node)] = 1;
   for (const auto& [var, ref] : g.assignments()) stored[static_cast<std::size_t>(ref.node)] = 1;
   for (int id = 0; id < count; ++id) {
-    if (!fusible(g.node(id)) && !is_fill(g.node(id))) stored[static_cast<std::size_t>(id)] = 1;
+    if (!fusible(g, g.node(id)) && !is_fill(g.node(id))) stored[static_cast<std::size_t>(id)] = 1;
     for (int r : readers[static_cast<std::size_t>(id)])
-      if (!fusible(g.node(r)) && !is_reduction(g.node(r))) stored[static_cast<std::size_t>(id)] = 1;
+      if (!fusible(g, g.node(r)) && !is_reduction(g.node(r)))
+        stored[static_cast<std::size_t>(id)] = 1;
   }
   for (int id = 0; id < count; ++id) {
     const Node& n = g.node(id);
     const auto& mine = readers[static_cast<std::size_t>(id)];
-    if (!fusible(n) || stored[static_cast<std::size_t>(id)] || mine.size() != 1) continue;
+    if (!fusible(g, n) || stored[static_cast<std::size_t>(id)] || mine.size() != 1) continue;
     const int from = gr.group_of[static_cast<std::size_t>(id)],
               to = gr.group_of[static_cast<std::size_t>(mine[0])];
-    if (to < 0 || to == from || gr.shape[static_cast<std::size_t>(to)] != n.outputs[0].shape)
+    if (to < 0 || to == from || gr.shape[static_cast<std::size_t>(to)] != n.outputs[0].shape ||
+        gr.compute[static_cast<std::size_t>(to)] != *compute_dtype(g, n))
       continue;
     int inputs = 0;
     bool inputs_stored = true;
@@ -145,12 +165,15 @@ Grouping group_nodes(const Graph& g, const FuseOptions& options) {
   gr.group_of.assign(static_cast<std::size_t>(count), -1);
   for (int id = 0; id < count; ++id) {
     const Node& n = g.node(id);
-    if (!fusible(n)) continue;
+    if (!fusible(g, n)) continue;
+    const DType compute = *compute_dtype(g, n);
     // Producer groups of this shape; the node joins (and merges) as many as stay acyclic.
     std::vector<int> joined;
     for (const ValueRef& in : options.single_ops ? std::vector<ValueRef>{} : n.inputs) {
       const int h = gr.group_of[static_cast<std::size_t>(in.node)];
-      if (h < 0 || gr.shape[static_cast<std::size_t>(h)] != n.outputs[0].shape) continue;
+      if (h < 0 || gr.shape[static_cast<std::size_t>(h)] != n.outputs[0].shape ||
+          gr.compute[static_cast<std::size_t>(h)] != compute)
+        continue;
       if (std::find(joined.begin(), joined.end(), h) != joined.end()) continue;
       std::vector<int> trial = joined;
       trial.push_back(h);
@@ -161,6 +184,7 @@ Grouping group_nodes(const Graph& g, const FuseOptions& options) {
       gr.members.emplace_back();
       gr.tail.push_back(-1);
       gr.shape.push_back(n.outputs[0].shape);
+      gr.compute.push_back(compute);
     }
     for (std::size_t k = 1; k < joined.size(); ++k) absorb(gr, joined[0], joined[k]);
     gr.group_of[static_cast<std::size_t>(id)] = joined[0];
@@ -173,12 +197,17 @@ Grouping group_nodes(const Graph& g, const FuseOptions& options) {
   for (int id = 0; id < count; ++id) {
     const Node& n = g.node(id);
     if (!is_reduction(n) || !is_floating(n.outputs[0].dtype)) continue;
+    const std::optional<DType> compute = compute_dtype(g, n);
+    KILN_CHECK(compute.has_value(), "fuse: a reduction of {} into {} (cast first)",
+               g.type(n.inputs[0]).str(), n.outputs[0].str());
     int h = options.single_ops ? -1 : gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
-    if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0) {
+    if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0 ||
+        gr.compute[static_cast<std::size_t>(h)] != *compute) {
       h = static_cast<int>(gr.members.size());
       gr.members.emplace_back();
       gr.tail.push_back(-1);
       gr.shape.push_back(g.type(n.inputs[0]).shape);
+      gr.compute.push_back(*compute);
     }
     gr.tail[static_cast<std::size_t>(h)] = id;
     gr.group_of[static_cast<std::size_t>(id)] = h;
@@ -247,6 +276,7 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
   b.body = std::make_shared<FusedGroup>();
   FusedGroup& body = *b.body;
   body.shape = gr.shape[static_cast<std::size_t>(group)];
+  body.compute = gr.compute[static_cast<std::size_t>(group)];
   std::map<ValueRef, Operand> local;
   std::map<ValueRef, int> input_index;
   auto operand_for = [&](const ValueRef& ref) {
@@ -266,8 +296,7 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
   };
   for (int m : gr.members[static_cast<std::size_t>(group)]) {
     const Node& n = g.node(m);
-    body.dtype = n.outputs[0].dtype;
-    FusedInstr instr{n.op, {}};
+    FusedInstr instr{n.op, {}, n.outputs[0].dtype};
     for (const ValueRef& in : n.inputs) instr.args.push_back(operand_for(in));
     local[{m, 0}] = Operand::instr(static_cast<int>(body.instrs.size()));
     body.instrs.push_back(std::move(instr));
@@ -279,7 +308,6 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
   }
   if (const int t = gr.tail[static_cast<std::size_t>(group)]; t >= 0) {
     const Node& r = g.node(t);
-    body.dtype = r.outputs[0].dtype;
     body.reduction = FusedReduction{r.op, operand_for(r.inputs[0]), r.attrs.integers("axes"),
                                     r.attrs.integer("keepdims") != 0, r.outputs[0]};
     b.output_slot[{t, 0}] = static_cast<int>(body.outputs.size());

@@ -5,19 +5,19 @@
 // output and assignment refers to the same value as before (now possibly a fused node's
 // output); no group depends on itself through a node outside it (no cycles).
 //
-// What is fused: elementwise ops (including broadcast_to) whose producer in the group has
-// the same shape; scalar fills are folded into the code as literals; a value used inside
-// and outside a group is computed once and becomes a group output; one reduce_sum or
-// reduce_max of a group value joins the group as its tail. A group reads a slice (or a
-// chain of slices) in place from the sliced value, at its strides and an offset: the four
-// gates of an LSTM's one GEMM output cost no copies. (The sliced value is never in the
-// reading group: the slice node lies between them, so joining would be a cycle.)
-// What is not, and why: matmul, conv and pooling (they go to GEMM libraries or their own
-// kernels; epilogue fusion into them is future work); a producer of a smaller shape than
-// its consumer (fusing it would recompute it once per broadcast element; it stays a
-// separate group whose output is read at broadcast strides); a second reduction, or ops
-// after a reduction (another iteration space); views (reshape, detach) stay zero-cost
-// aliases outside groups; non-floating values.
+// What is fused: elementwise ops (including broadcast_to and cast) whose producer in the group
+// has the same shape and computes in the same register dtype (f64 groups alone; f32, bf16 and
+// f16 values together, loaded widened to f32 and rounded where stored); scalar fills are folded
+// into the code as literals; a value used inside and outside a group is computed once and becomes a
+// group output; one reduce_sum or reduce_max of a group value joins the group as its tail. A group
+// reads a slice (or a chain of slices) in place from the sliced value, at its strides and an
+// offset: the four gates of an LSTM's one GEMM output cost no copies. (The sliced value is never in
+// the reading group: the slice node lies between them, so joining would be a cycle.) What is not,
+// and why: matmul, conv and pooling (they go to GEMM libraries or their own kernels; epilogue
+// fusion into them is future work); a producer of a smaller shape than its consumer (fusing it
+// would recompute it once per broadcast element; it stays a separate group whose output is read at
+// broadcast strides); a second reduction, or ops after a reduction (another iteration space); views
+// (reshape, detach) stay zero-cost aliases outside groups; non-floating values.
 #pragma once
 
 #include "graph/graph.h"

@@ -38,9 +38,30 @@ std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const 
   for (std::size_t i = 0; i < in.size(); ++i)
     KILN_ASSERT(in[i] == inputs[i].type, "fused input {} is {} but the group reads {}", i,
                 in[i].str(), inputs[i].type.str());
-  std::vector<TensorType> out(outputs.size(), TensorType{shape, dtype});
+  std::vector<TensorType> out;
+  for (const Operand& o : outputs) out.push_back({shape, operand_dtype(o)});
   if (reduction) out.push_back(reduction->type);
   return out;
+}
+
+DType FusedGroup::operand_dtype(const Operand& op) const {
+  switch (op.kind) {
+    case Operand::Kind::input:
+      return inputs[static_cast<std::size_t>(op.index)].type.dtype;
+    case Operand::Kind::instr:
+      return instrs[static_cast<std::size_t>(op.index)].dtype;
+    case Operand::Kind::constant:
+      break;
+  }
+  return compute;
+}
+
+bool FusedGroup::low_precision() const {
+  for (const FusedInput& in : inputs)
+    if (is_low_precision(in.type.dtype)) return true;
+  for (const Operand& o : outputs)
+    if (is_low_precision(operand_dtype(o))) return true;
+  return reduction && is_low_precision(reduction->type.dtype);
 }
 
 std::string FusedGroup::summary() const {
@@ -49,7 +70,15 @@ std::string FusedGroup::summary() const {
     ops += (i ? ", " : "") + instrs[i].op->name;
   if (instrs.size() > 6) ops += ", ...";
   if (reduction) ops += (ops.empty() ? "" : ", ") + reduction->op->name;
-  return fmt::format("{} ops ({}) over {}", instrs.size() + (reduction ? 1 : 0), ops, shape.str());
+  std::string stored;  // the 16-bit dtypes it loads or stores, for groups that have any
+  for (DType d : {DType::bf16, DType::f16}) {
+    bool uses = reduction && reduction->type.dtype == d;
+    for (const FusedInput& in : inputs) uses = uses || in.type.dtype == d;
+    for (const Operand& o : outputs) uses = uses || operand_dtype(o) == d;
+    if (uses) stored += std::string(stored.empty() ? "" : "+") + std::string(dtype_name(d));
+  }
+  return fmt::format("{} ops ({}) over {}{}", instrs.size() + (reduction ? 1 : 0), ops, shape.str(),
+                     stored.empty() ? "" : fmt::format(", {} storage, f32 math", stored));
 }
 
 std::int64_t FusedGroup::bytes_read() const {
@@ -60,25 +89,26 @@ std::int64_t FusedGroup::bytes_read() const {
 }
 
 std::int64_t FusedGroup::bytes_written() const {
-  std::int64_t total = static_cast<std::int64_t>(outputs.size()) * type_bytes({shape, dtype});
+  std::int64_t total = 0;
+  for (const Operand& o : outputs) total += type_bytes({shape, operand_dtype(o)});
   if (reduction) total += type_bytes(reduction->type);
   return total;
 }
 
 std::int64_t FusedGroup::unfused_bytes() const {
-  const std::int64_t full = type_bytes({shape, dtype});
   std::int64_t total = 0;
   for (const FusedInstr& instr : instrs) {
-    total += full;  // its output
+    total += type_bytes({shape, instr.dtype});  // its output
     for (const Operand& a : instr.args) {
-      if (a.kind == Operand::Kind::instr) total += full;
+      if (a.kind == Operand::Kind::instr) total += type_bytes({shape, operand_dtype(a)});
       if (a.kind == Operand::Kind::input) {
         const FusedInput& in = inputs[static_cast<std::size_t>(a.index)];
         total += in.elements_read(shape) * static_cast<std::int64_t>(dtype_size(in.type.dtype));
       }
     }
   }
-  if (reduction) total += full + type_bytes(reduction->type);
+  if (reduction)
+    total += type_bytes({shape, operand_dtype(reduction->value)}) + type_bytes(reduction->type);
   return total;
 }
 

@@ -36,6 +36,9 @@ struct FusedInput {
 struct FusedInstr {
   const OpDef* op = nullptr;  // an elementwise op of the table
   std::vector<Operand> args;
+  // The value's dtype: computed in the group's compute dtype, rounded to it in registers when
+  // it is bf16 or f16 (as the unfused op would store it), so fusion never changes a result.
+  DType dtype = DType::f32;
 };
 
 // A reduction (sum or max) of one operand over axes of the group's shape.
@@ -50,7 +53,9 @@ struct FusedReduction {
 class FusedGroup final : public NodeBody {
  public:
   Shape shape;  // the iteration space
-  DType dtype = DType::f32;
+  // The register type: f64 for a group of f64 values, else f32 (f32, bf16 and f16 values mix
+  // in one group: loads widen, stores round to nearest even).
+  DType compute = DType::f32;
   std::vector<FusedInput> inputs;  // node inputs, in order
   std::vector<FusedInstr> instrs;
   std::vector<Operand> outputs;             // node outputs 0..k-1, each of the group's shape
@@ -59,6 +64,9 @@ class FusedGroup final : public NodeBody {
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
   void run_cpu(const KernelCall& call) const override;
   std::string summary() const override;
+
+  DType operand_dtype(const Operand& op) const;  // a constant has the compute dtype
+  bool low_precision() const;                    // some input or output is bf16 or f16
 
   // Bytes the group reads (its inputs once each) and writes (its outputs).
   std::int64_t bytes_read() const;

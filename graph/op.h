@@ -96,6 +96,17 @@ struct ReductionRule {
                          std::int64_t step) = nullptr;
 };
 
+// How the autocast pass (graph/passes/autocast.h) stores an op's values when a step runs in
+// bf16 or f16 (DESIGN.md, Precision).
+enum class AutocastPolicy {
+  follow,  // elementwise, layout, pooling, norms: the dtype of the inputs of the output's own
+           // size (f32 wins over bf16/f16); broadcast inputs and fills take that dtype
+  low,     // GEMMs, convolutions, LSTMs: bf16/f16 inputs and output, fp32 accumulation inside
+  fp32,    // reductions: fp32 inputs (widened where they are loaded) and output
+  exact,   // comparisons: computed as `follow`, then stored low (0 and 1 are exact in any dtype)
+  keep,    // sources, casts, collectives, one_hot, random numbers: left as they are
+};
+
 struct OpDef {
   OpId id = OpId::input;
   std::string name;  // op_id_name(id), filled in by the table
@@ -109,6 +120,7 @@ struct OpDef {
   std::string cuda;    // elementwise ops: CUDA C expression, {0} {1} the inputs, T the element type
   bool alias = false;  // output shares input 0's storage (reshape, detach)
   ReductionRule reduction;  // reductions only
+  AutocastPolicy autocast = AutocastPolicy::follow;
 };
 
 }  // namespace kiln

@@ -12,7 +12,8 @@ namespace kiln {
 // clang-format off
 #define KILN_OP_IDS(X)                                                                      \
   X(input) X(variable) X(fill) X(tensor_constant) X(fused)                                  \
-  X(add) X(sub) X(mul) X(div) X(maximum) X(greater) X(equal) X(neg) X(exp) X(log) X(sqrt)   \
+  X(add) X(sub) X(mul) X(div) X(maximum) X(greater) X(equal) X(select)                     \
+  X(neg) X(exp) X(log) X(sqrt)                                                              \
   X(relu) X(tanh) X(gelu) X(broadcast_to) X(detach)                                         \
   X(reduce_sum) X(reduce_max)                                                               \
   X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad)                              \

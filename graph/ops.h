@@ -17,6 +17,9 @@ Value div(Value a, Value b);
 Value maximum(Value a, Value b);
 Value greater(Value a, Value b);  // 1 where a > b, else 0 (same dtype as a); no gradient
 Value equal(Value a, Value b);    // 1 where a == b, else 0; no gradient
+// a where condition is not 0, else b (broadcast); an Inf or NaN in the value not chosen does
+// not reach the result. No gradient to the condition.
+Value select(Value condition, Value a, Value b);
 Value neg(Value x);
 Value exp(Value x);
 Value log(Value x);

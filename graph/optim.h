@@ -39,11 +39,12 @@ class Optimizer {
   // The learning rate is a variable the graph reads: changing it needs no recompilation.
   void set_lr(double lr);
   double lr() const;
+  // A scalar state variable of `dtype`, created on first use (public for state that belongs
+  // with the optimizer's in checkpoints: the loss scaler's).
+  VariablePtr scalar_state(const std::string& name, double initial, DType dtype);
 
  protected:
   explicit Optimizer(double lr) : initial_lr_(lr) {}
-  // A scalar state variable of `dtype`, created on first use.
-  VariablePtr scalar_state(const std::string& name, double initial, DType dtype);
   // A zero-initialised buffer shaped like `param`, one per (param, name).
   VariablePtr buffer_for(const VariablePtr& param, const std::string& name);
   Value lr_value(Graph& g, DType dtype);

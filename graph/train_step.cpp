@@ -85,13 +85,16 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
     KILN_CHECK(p->trainable, "training step: '{}' is not trainable", p->name);
     wrt.push_back(g.variable(p));
   }
-  std::vector<Value> grads = grad(loss, wrt);
+  std::optional<LossScaler> scaler;
+  if (options.loss_scale) scaler.emplace(optimizer, *options.loss_scale);
+  std::vector<Value> grads = grad(scaler ? scaler->scaled(loss) : loss, wrt);
   if (options.data_parallel_group >= 0) {
     KILN_CHECK(options.bucket_bytes > 0,
                "training step: the all-reduce bucket size must be positive");
     average_buffer_updates(g, params, options.data_parallel_group);
     grads = average_over_ranks(grads, options.data_parallel_group, options.bucket_bytes, &loss);
   }
+  if (scaler) grads = scaler->unscaled(grads);
   KILN_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0,
              "training step: clip_grad_norm must be >= 0 (got {})", options.clip_grad_norm);
   if (options.clip_grad_norm > 0) {
@@ -100,6 +103,7 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
     g.output("grad_norm", norm);
   }
   optimizer.append_update(g, params, grads);
+  if (scaler) scaler->guard_update(g, grads, params);
   g.output("loss", loss);
 }
 

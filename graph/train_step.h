@@ -2,8 +2,10 @@
 // norm, then the optimizer's update.
 #pragma once
 
+#include <optional>
 #include <vector>
 
+#include "graph/loss_scale.h"
 #include "graph/optim.h"
 
 namespace kiln {
@@ -21,6 +23,9 @@ struct TrainStepOptions {
   // loss is that of the global batch. -1: one process.
   int data_parallel_group = -1;
   std::size_t bucket_bytes = std::size_t{4} << 20;
+  // Dynamic loss scaling (graph/loss_scale.h), for fp16; compile_training turns it on for
+  // Precision::fp16 when it is not set.
+  std::optional<LossScaleOptions> loss_scale;
 };
 
 // The gradients scaled to a global L2 norm of at most `max_norm` (> 0), as graph ops that
@@ -36,7 +41,8 @@ std::vector<Value> average_over_ranks(const std::vector<Value>& grads, int group
 
 // Appends to loss's graph the gradients of `params`, the optimizer update (as
 // assignments) and the output "loss" (and "grad_norm", the norm before clipping, when
-// clipping is on). `params` must be trainable.
+// clipping is on; "loss_scale" and "skipped_steps" with loss scaling). `params` must be
+// trainable.
 void append_training_step(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
                           const TrainStepOptions& options = {});
 

@@ -3,12 +3,14 @@
 // every fused kernel against the CPU evaluator on fresh random inputs.
 #include <doctest/doctest.h>
 
+#include "backends/cpu/low_precision.h"
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
 #include "gpu/kernel_cache.h"
 #include "gpu/nvrtc_compiler.h"
 #include "graph/autograd.h"
+#include "graph/passes/autocast.h"
 #include "graph/passes/dead_code.h"
 #include "models/lenet.h"
 #include "graph/testing/lstm_step_graph.h"
@@ -58,14 +60,51 @@ bool contains(const std::string& text, const std::string& line) {
 
 }  // namespace
 
-TEST_CASE("the code generator refuses a bf16 or f16 group rather than read it as float") {
+TEST_CASE("golden: bf16 and f16 groups load bits, compute in float, store rounded, 8 a vector") {
+  std::vector<CudaKernelSource> kernels;
   for (DType low : {DType::bf16, DType::f16}) {
+    const std::string from = low == DType::bf16 ? "kiln_from_bf16" : "kiln_from_f16";
+    const std::string to = low == DType::bf16 ? "kiln_to_bf16" : "kiln_to_f16";
     Graph g;
-    g.output("y", relu(g.input("x", {8, 16}, low)) * 0.5);
-    CHECK_THROWS_WITH_AS(generate_cuda(*single_group(g)),
-                         doctest::Contains("the CUDA code generator does not handle bf16 or f16"),
-                         Error);
+    g.output("y", relu(g.input("x", {8, 20}, low)) * 0.5);
+    const CudaKernelSource k = generate_cuda(*single_group(g));
+    CAPTURE(k.source);
+    CHECK(contains(k.source, "typedef float T;"));
+    CHECK(contains(k.source,
+                   "(const unsigned short* __restrict__ in0, unsigned short* __restrict__ out0)"));
+    CHECK(k.vector_width == 8);
+    CHECK(contains(
+        k.source,
+        "reinterpret_cast<uint4*>(s0)[0] = reinterpret_cast<const uint4*>((in0 + i))[0];"));
+    CHECK(contains(k.source, "const T x0_7 = " + from + "(s0[7]);"));
+    // relu's value is rounded as the unfused op would store it, then the product is stored.
+    CHECK(
+        contains(k.source, "const T r0 = " + from + "(" + to + "((x0_7 > T(0) ? x0_7 : T(0))));"));
+    CHECK(contains(k.source, "o0[7] = " + to + "(r1);"));
+    CHECK(contains(k.source, "start = n / 8 * 8 + first;"));  // 160 = 20 vectors: no tail
+    CHECK(contains(k.source, "for (long long i = start; i < n; i += step) {"));
+    kernels.push_back(k);
+    // A cast from f32 fuses: the input stays T (float), the output is 16 bits.
+    Graph c;
+    c.output("y", cast(tanh(c.input("x", {3, 7})), low));
+    const CudaKernelSource ck = generate_cuda(*single_group(c));
+    CAPTURE(ck.source);
+    CHECK(contains(ck.source, "(const T* __restrict__ in0, unsigned short* __restrict__ out0)"));
+    CHECK(ck.vector_width == 8);  // 21 elements: two vectors, then a tail of 5
+    kernels.push_back(ck);
+    // A sum of 16-bit values accumulates in float and rounds once.
+    Graph r;
+    r.output("s", sum(cast(r.input("x", {6, 50}, low), DType::f32) * 2.0, {1}));
+    const CudaKernelSource rk = generate_cuda(*single_group(r));
+    CAPTURE(rk.source);
+    CHECK(contains(rk.source, "T acc = 0.0f;"));
+    CHECK(contains(rk.source, "const T x0 = " + from + "(in0["));
+    kernels.push_back(rk);
   }
+#ifdef KILN_HAVE_CUDA
+  for (const CudaKernelSource& k : kernels)
+    CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
+#endif
 }
 
 TEST_CASE("golden: a bias-add + relu group over [8, 16] with a [16] bias") {
@@ -251,7 +290,7 @@ double gpu_vs_cpu(const Node& node, const FusedGroup& group, const CudaFusedKern
     out_ptrs.push_back(p);
   }
   std::vector<Tensor> outs = cpu_outputs;
-  group.run_cpu(KernelCall{node, inputs, outs});
+  run_cpu_kernel(node, inputs, outs);  // bf16 and f16 through f32, as the CPU backend runs them
   kernel.launch(in_ptrs, out_ptrs, nullptr);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   double worst = 0;
@@ -266,7 +305,9 @@ double gpu_vs_cpu(const Node& node, const FusedGroup& group, const CudaFusedKern
         reduced
             ? static_cast<double>(group.shape.numel() / std::max<std::int64_t>(1, outs[o].numel()))
             : 1.0;
-    const double tolerance = 1e-5 * std::sqrt(n);
+    const double tolerance =
+        std::max(test::dtype_tolerance(outs[o].dtype()), test::dtype_tolerance(group.compute)) *
+        std::sqrt(n);
     worst = std::max(worst, test::closeness(gpu, outs[o], tolerance, tolerance));
   }
   for (void* p : device) cudaFree(p);
@@ -301,6 +342,8 @@ TEST_CASE(
   int kernels = 0;
   check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(64))), 1, kernels);
   check_graph_on_gpu(fuse(eliminate_dead_code(lenet_step(256))), 2, kernels);
+  for (DType low : {DType::bf16, DType::f16})  // mixed groups: 16-bit activations, f32 updates
+    check_graph_on_gpu(fuse(eliminate_dead_code(autocast(lenet_step(64), low))), 4, kernels);
   for (const DType dtype : {DType::f32, DType::f64}) {
     Graph lstm;
     testing::lstm_step_graph(lstm, 5, 7, 12, true, dtype);
@@ -314,6 +357,10 @@ TEST_CASE(
     for (std::size_t i = 0; i < r.outputs.size(); ++i)
       g.output("o" + std::to_string(i), r.outputs[i]);
     check_graph_on_gpu(fuse(eliminate_dead_code(g)), 100 + static_cast<std::uint64_t>(s), kernels);
+    if (s % 4 == 1)  // the same DAG in 16 bits
+      check_graph_on_gpu(
+          fuse(eliminate_dead_code(autocast(g, s % 8 == 1 ? DType::bf16 : DType::f16))),
+          500 + static_cast<std::uint64_t>(s), kernels);
   }
   MESSAGE(kernels << " fused kernels matched the CPU evaluator on the GPU");
 }

@@ -52,9 +52,12 @@ TEST_CASE("every elementwise op fused alone and in a chain matches the unfused r
     const Value a = g.input("a", {3, 5});
     const Value b = g.input("b", {5});
     const Value safe = a * a + 0.5;  // log and sqrt need positive inputs
-    const Value y = op->arity == 1
-                        ? g.apply1(op->id, {op->id == OpId::log || op->id == OpId::sqrt ? safe : a})
-                        : g.apply1(op->id, {safe, b});
+    // cast rounds to bf16: the chain after it is bf16, fused with f32 loads and bf16 stores.
+    const Attrs attrs = op->id == OpId::cast ? Attrs{{"dtype", std::string("bf16")}} : Attrs{};
+    std::vector<Value> inputs = {safe, b};  // select: a mask of a, then the two values
+    if (op->arity == 1) inputs = {op->id == OpId::log || op->id == OpId::sqrt ? safe : a};
+    if (op->arity == 3) inputs = {greater(a, scalar_like(a, 0.0)), safe, b};
+    const Value y = g.apply1(op->id, inputs, attrs);
     g.output("y", tanh(y) * 0.5 + y);
     check_fused_matches_unfused(g, 1);
   }

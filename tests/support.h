@@ -37,6 +37,17 @@ inline Outputs run_once(const Graph& g, const std::vector<Feed>& feeds = {}) {
   return compile(g)->run(feeds);
 }
 
+// The tolerance (relative and absolute) of a GPU value against the CPU's in one dtype. Both
+// compute in f32 and round where they store, but the GPU's exp, tanh or division may differ
+// from the CPU's in the last f32 bit, which flips a 16-bit rounding now and then: one unit in
+// the last place is 2^-8 relative for bf16 (8 significant bits) and 2^-11 for f16, and a flip
+// feeds the operations after it, hence 4 units.
+inline double dtype_tolerance(DType dtype) {
+  if (dtype == DType::bf16) return 4.0 / 256;
+  if (dtype == DType::f16) return 4.0 / 2048;
+  return 1e-5;
+}
+
 // Largest |a - b| / (atol + rtol * |b|) over two tensors of the same shape; <= 1 means close.
 inline double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
   REQUIRE(a.shape() == b.shape());

@@ -38,7 +38,10 @@ using kiln::time_runs;
 kiln::CompileOptions g_options;  // the device and CUDA settings of this run
 
 nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t items) {
-  return {{"name", name},
+  const bool fp32 = g_options.precision == kiln::Precision::fp32 && !g_options.tf32;
+  const kiln::Precision precision = g_options.tf32 ? kiln::Precision::tf32 : g_options.precision;
+  return {{"name", fp32 ? name : fmt::format("{} [{}]", name, kiln::precision_name(precision))},
+          {"precision", kiln::precision_name(precision)},
           {"device", g_options.device.str()},
           {"threads", omp_get_max_threads()},
           {"median_ms", t.median_ms},
@@ -213,7 +216,12 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_flag("--no-cuda-graphs", no_graphs, "CUDA: no graph capture");
-  app.add_flag("--tf32", g_options.tf32, "CUDA: TF32 GEMMs");
+  app.add_flag("--tf32", g_options.tf32, "CUDA: TF32 GEMMs (the same as --precision tf32)");
+  std::string precision = "fp32";
+  app.add_option("--precision", precision,
+                 "fp32, tf32, bf16 or fp16 (bf16/fp16: 16-bit activations, fp32 master weights)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
   bool compare_streams = false;
   bool numerics = false;
   app.add_flag("--check-numerics", numerics,
@@ -257,6 +265,9 @@ int run(int argc, char** argv) {
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
+    g_options.precision = *kiln::precision_from_name(precision);
+    KILN_CHECK(!g_options.tf32 || precision == "fp32" || precision == "tf32",
+               "--tf32 with --precision {}: --tf32 means --precision tf32", precision);
     auto scaling = [&](std::int64_t batch, std::int64_t items) {
       return kiln::tools::ScalingRun{.ranks = gpus,
                                      .model = model,
@@ -332,7 +343,9 @@ int run(int argc, char** argv) {
     }
 #ifdef KILN_HAVE_CUDA
     if (chain > 0 && !g_options.device.is_cpu())
-      report(kiln::tools::bench_fused_chain_cuda(chain, warmup, steps));
+      report(kiln::tools::bench_fused_chain_cuda(
+          chain, warmup, steps,
+          kiln::low_precision_dtype(g_options.precision).value_or(kiln::DType::f32)));
 #endif
     if (!json_path.empty()) write_json(json_path, results);
     return 0;

@@ -18,10 +18,10 @@
 
 namespace kiln::tools {
 
-nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
+nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps, DType dtype) {
   Graph g;
-  const Value a = g.input("a", {n});
-  const Value b = g.input("b", {n});
+  const Value a = g.input("a", {n}, dtype);
+  const Value b = g.input("b", {n}, dtype);
   g.output("y", tanh(relu(a * b + 1.0)) * 0.5);
   const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g)));
   std::vector<const FusedGroup*> groups;
@@ -29,14 +29,14 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
     if (node.body) groups.push_back(dynamic_cast<const FusedGroup*>(node.body.get()));
   KILN_CHECK(groups.size() == 1, "the chain fused into {} groups, not one", groups.size());
   const auto kernels = compile_fused_kernels(groups);
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   auto da = cuda::device_allocator().allocate(bytes), db = cuda::device_allocator().allocate(bytes),
        dy = cuda::device_allocator().allocate(bytes);
   Tensor host = Tensor::empty({n}, DType::f32);
   Philox(1).fill_uniform(host, -1, 1);  // random data, never zeros
-  KILN_CUDA_CHECK(cudaMemcpy(da->data(), host.raw(), bytes, cudaMemcpyHostToDevice));
+  KILN_CUDA_CHECK(cudaMemcpy(da->data(), host.to(dtype).raw(), bytes, cudaMemcpyHostToDevice));
   Philox(2).fill_uniform(host, -1, 1);
-  KILN_CUDA_CHECK(cudaMemcpy(db->data(), host.raw(), bytes, cudaMemcpyHostToDevice));
+  KILN_CUDA_CHECK(cudaMemcpy(db->data(), host.to(dtype).raw(), bytes, cudaMemcpyHostToDevice));
   cudaEvent_t start, stop;
   KILN_CUDA_CHECK(cudaEventCreate(&start));
   KILN_CUDA_CHECK(cudaEventCreate(&stop));
@@ -58,13 +58,16 @@ nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps) {
   };
   const double median = at(0.5);
   const LaunchShape& shape = kernels[0]->launch_shape();
-  return {{"name", fmt::format("tanh(relu(a*b+1))*0.5, {} floats, one fused kernel", n)},
+  return {{"name", fmt::format("tanh(relu(a*b+1))*0.5, {} {} values, one fused kernel", n,
+                               dtype_name(dtype))},
+          {"dtype", dtype_name(dtype)},
           {"device", "cuda:0"},
           {"median_ms", median},
           {"p10_ms", at(0.1)},
           {"p90_ms", at(0.9)},
           {"items_per_second", static_cast<double>(n) * 1000.0 / median},
           {"tb_per_second", 3.0 * static_cast<double>(bytes) / (median * 1e9)},
+          {"vector_width", kernels[0]->source().vector_width},
           {"block", shape.block.x},
           {"grid", shape.grid.x},
           {"occupancy", shape.occupancy}};

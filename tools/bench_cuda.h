@@ -4,11 +4,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace kiln::tools {
 
-// tanh(relu(a * b + 1)) * 0.5 over n floats as one fused kernel: CUDA events around `steps`
-// launches after `warmup`; reports the median time and TB/s counting 2 reads + 1 write.
-nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps);
+// tanh(relu(a * b + 1)) * 0.5 over n values of `dtype` (f32, bf16 or f16) as one fused kernel:
+// CUDA events around `steps` launches after `warmup`; reports the median time and TB/s
+// counting 2 reads + 1 write.
+nlohmann::json bench_fused_chain_cuda(std::int64_t n, int warmup, int steps, DType dtype);
 
 // The caching allocator's peak of bytes in use since the last reset (what kiln's tensors,
 // arenas and staging hold; cuBLAS's own workspace is not counted).

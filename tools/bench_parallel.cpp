@@ -27,6 +27,8 @@ nlohmann::json bench_scaling(const ScalingRun& run, const nlohmann::json& one_ra
                                    "--rank-json",  report.string(),
                                    "--bucket-kib", std::to_string(run.bucket_kib)};
   if (run.options.tf32) args.push_back("--tf32");
+  args.push_back("--precision");
+  args.push_back(precision_name(run.options.precision));
   if (!run.options.cuda_graphs) args.push_back("--no-cuda-graphs");
   const int code = dist::launch_local(
       dist::self_executable(), args,

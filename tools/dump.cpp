@@ -49,6 +49,12 @@ int run(int argc, char** argv) {
          "cuda: also compile every kernel for the GPU and show registers, spills and occupancy")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  std::string precision = "fp32";
+  app.add_option("--precision", precision,
+                 "fp32, tf32, bf16 or fp16: the step as compile() rewrites it (bf16/fp16: the "
+                 "autocast pass; every value shows its dtype)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
@@ -64,10 +70,12 @@ int run(int argc, char** argv) {
     optimizer = config.loop.optimizer;
     const kiln::RecordedStep recorded = task.record(config, stage);
     const kiln::Graph* graph = recorded.graph.get();
-    kiln::tools::FusionView view = kiln::tools::fuse_for_view(*graph);
+    kiln::tools::FusionView view =
+        kiln::tools::fuse_for_view(*graph, *kiln::precision_from_name(precision));
     if (device == "cuda") kiln::tools::add_occupancy(view);
-    const std::string title = fmt::format("{} {} step, batch {}{}", model, stage, batch,
-                                          stage == "forward" ? "" : ", " + optimizer);
+    const std::string title = fmt::format("{} {} step, batch {}{}{}", model, stage, batch,
+                                          stage == "forward" ? "" : ", " + optimizer,
+                                          precision == "fp32" ? "" : ", precision " + precision);
     std::string text;
     if (format == "text") text = kiln::tools::render_text(view, title, kernels);
     if (format == "dot") text = kiln::tools::render_dot(view, title);

@@ -97,10 +97,10 @@ nlohmann::json lowering_json(const Graph& g, const Lowering& l) {
 
 }  // namespace
 
-FusionView fuse_for_view(const Graph& recorded) {
+FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   FusionView v;
   verify(recorded);
-  v.before = simplify_for_fusion(eliminate_dead_code(recorded));  // as compile() does
+  v.before = simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision));
   v.after = fuse(v.before, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)

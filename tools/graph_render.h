@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/lowering.h"
+#include "core/precision.h"
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
 
@@ -33,7 +34,7 @@ struct FusionView {
 // Compiles every fused kernel for the GPU present and records its resources and occupancy.
 void add_occupancy(FusionView& view);
 
-FusionView fuse_for_view(const Graph& recorded);
+FusionView fuse_for_view(const Graph& recorded, Precision precision = Precision::fp32);
 
 struct FusionSummary {
   int ops_before = 0;

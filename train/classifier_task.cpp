@@ -22,7 +22,8 @@ class ClassifierTask : public Task {
             c.model, Stage::train, c.loop.batch_size, optimizer_config(c.loop), c.loop.seed,
             {.clip_grad_norm = c.loop.clip_grad_norm,
              .data_parallel_group = context.collective_group,
-             .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024})),
+             .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
+             .loss_scale = loss_scale_of(c.device)})),
         step_(compile(*graph_.graph, context.options)),
         evaluator_(*graph_.model, info_.input_shape, c.images.eval_batch, context.options) {}
 
@@ -72,9 +73,10 @@ std::string summary(const TrainConfig&, const EpochReport& r) {
 }
 
 RecordedStep record(const TrainConfig& c, const std::string& stage) {
-  ModelGraph m = build_model_graph(c.model, stage == "train" ? Stage::train : Stage::forward,
-                                   c.loop.batch_size, optimizer_config(c.loop), c.loop.seed,
-                                   {.clip_grad_norm = c.loop.clip_grad_norm});
+  ModelGraph m = build_model_graph(
+      c.model, stage == "train" ? Stage::train : Stage::forward, c.loop.batch_size,
+      optimizer_config(c.loop), c.loop.seed,
+      {.clip_grad_norm = c.loop.clip_grad_norm, .loss_scale = loss_scale_of(c.device)});
   auto owner = std::make_shared<ModelGraph>(std::move(m));
   std::unique_ptr<Graph> graph = std::move(owner->graph);
   return {owner, std::move(graph)};

@@ -17,10 +17,23 @@ Device resolve_device(const std::string& name) {
   throw Error(fmt::format("unknown device '{}' (cpu, cuda, auto)", name));
 }
 
+Precision precision_of(const DeviceSettings& d) {
+  const std::optional<Precision> p = precision_from_name(d.precision);
+  KILN_CHECK(p.has_value(), "unknown precision '{}' (fp32, tf32, bf16, fp16)", d.precision);
+  KILN_CHECK(!d.tf32 || *p == Precision::fp32 || *p == Precision::tf32,
+             "--tf32 with --precision {}: --tf32 means --precision tf32", d.precision);
+  return d.tf32 ? Precision::tf32 : *p;
+}
+
+std::optional<LossScaleOptions> loss_scale_of(const DeviceSettings& d) {
+  if (precision_of(d) != Precision::fp16) return std::nullopt;
+  return LossScaleOptions{};
+}
+
 CompileOptions compile_options(const DeviceSettings& d) {
   return {.device = resolve_device(d.name),
           .cuda_graphs = d.cuda_graphs,
-          .tf32 = d.tf32,
+          .precision = precision_of(d),
           .cuda_streams = d.streams,
           .check_numerics = d.check_numerics,
           .deterministic = d.deterministic};

@@ -38,11 +38,12 @@ struct LoopSettings {
 
 // Where and how the steps run; compile_options() is the one CompileOptions of a run.
 struct DeviceSettings {
-  std::string name = "cpu";  // cpu, cuda, auto (the GPU when there is one)
-  int threads = 0;           // CPU threads; 0: all cores (the tools apply it)
-  bool cuda_graphs = true;   // CUDA: replay the step as a captured graph
-  bool tf32 = false;         // CUDA: TF32 tensor-core GEMMs
-  int streams = 2;           // CUDA: streams of the schedule (1 or 2)
+  std::string name = "cpu";        // cpu, cuda, auto (the GPU when there is one)
+  int threads = 0;                 // CPU threads; 0: all cores (the tools apply it)
+  bool cuda_graphs = true;         // CUDA: replay the step as a captured graph
+  std::string precision = "fp32";  // fp32, tf32, bf16, fp16 (core/precision.h)
+  bool tf32 = false;               // the same as precision tf32
+  int streams = 2;                 // CUDA: streams of the schedule (1 or 2)
   bool check_numerics = false;
   bool deterministic = false;
 };
@@ -101,6 +102,10 @@ struct TrainConfig {
 // without a usable GPU, naming why.
 Device resolve_device(const std::string& name);
 CompileOptions compile_options(const DeviceSettings& device);
+// --precision, with --tf32 as its alias (a contradiction of the two is an error).
+Precision precision_of(const DeviceSettings& device);
+// The loss scaler's settings: PyTorch's defaults for fp16, none otherwise.
+std::optional<LossScaleOptions> loss_scale_of(const DeviceSettings& device);
 LrSchedule lr_schedule_of(const LoopSettings& loop);
 OptimizerConfig optimizer_config(const LoopSettings& loop);
 

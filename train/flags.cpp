@@ -130,7 +130,11 @@ std::vector<Flag> device_flags() {
       number("threads", at(device, &D::threads), all, "CPU threads (0: all cores)", 0, 4096),
       negated(boolean("no-cuda-graphs", at(device, &D::cuda_graphs), all,
                       "CUDA: launch kernel by kernel instead of replaying a captured graph")),
-      boolean("tf32", at(device, &D::tf32), all, "CUDA: TF32 tensor-core math in GEMMs"),
+      text("precision", at(device, &D::precision), all,
+           "fp32; tf32 (CUDA: TF32 GEMMs); bf16 or fp16: 16-bit activations and GEMM/conv "
+           "inputs, fp32 master weights and optimizer state (fp16 with a dynamic loss scale)",
+           {"fp32", "tf32", "bf16", "fp16"}),
+      boolean("tf32", at(device, &D::tf32), all, "the same as --precision tf32"),
       number("streams", at(device, &D::streams), all, "CUDA: streams of the schedule", 1, 2),
       boolean("check-numerics", at(device, &D::check_numerics), all,
               "stop at the first op whose output has a NaN or Inf (ops then run unfused)"),

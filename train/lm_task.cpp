@@ -36,7 +36,8 @@ void append_lm_step(Graph& g, CharLstm& model, Optimizer& optimizer, const Train
                        optimizer,
                        {.clip_grad_norm = c.loop.clip_grad_norm,
                         .data_parallel_group = collective_group,
-                        .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024});
+                        .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
+                        .loss_scale = loss_scale_of(c.device)});
 }
 
 // Bits per character over every validation window, `batch` windows per run.

@@ -1,6 +1,8 @@
 // train(): the loop over epochs and steps, the same for every task.
 #include "train/loop.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -90,6 +92,7 @@ class Loop {
   }
   std::vector<Outputs> run_programs(const std::vector<std::vector<Feed>>& feeds, bool trace);
   StepValues step(std::int64_t epoch, std::int64_t batch, std::int64_t first, std::int64_t end);
+  void add_loss_scale_values(const std::vector<Outputs>& outputs, StepValues& v);
   EpochReport run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t end);
   void evaluate(EpochReport& r);
   void check_replicas(std::int64_t step);
@@ -186,6 +189,20 @@ std::vector<Outputs> Loop::run_programs(const std::vector<std::vector<Feed>>& fe
   return outputs;
 }
 
+// The fp16 loss scaler's outputs (graph/loss_scale.h) in the step's values, so that the
+// metrics lines show them: "loss_scale" and "skipped_steps", prefixed by the program's name
+// after the first (a GAN's generator step).
+void Loop::add_loss_scale_values(const std::vector<Outputs>& outputs, StepValues& v) {
+  const std::vector<StepProgram> programs = task_->programs();
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    std::string prefix = i == 0 ? "" : programs[i].name + "_";
+    std::replace(prefix.begin(), prefix.end(), ' ', '_');
+    for (const char* name : {"loss_scale", "skipped_steps"})
+      if (auto it = outputs[i].find(name); it != outputs[i].end())
+        v.extras.emplace_back(prefix + name, it->second.item());
+  }
+}
+
 // Runs batch `batch` of the epoch (whose batches [first, end) this run trains).
 StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
                       std::int64_t end) {
@@ -207,7 +224,8 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   } catch (const Error& e) {
     throw Error(fmt::format("epoch {} step {}: {}", epoch, batch + 1, e.what()));
   }
-  const StepValues v = task_->step_values(outputs);
+  StepValues v = task_->step_values(outputs);
+  add_loss_scale_values(outputs, v);
   divergence_.check_step(v, epoch, batch + 1);
   lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
   const std::int64_t every = c_.parallel.check_replicas;

@@ -1,6 +1,7 @@
 // Training settings in checkpoint metadata, resume checks, loading trained classifiers.
 #include "train/saved_classifier.h"
 
+#include "core/log.h"
 #include "train/config_file.h"
 #include "train/flags.h"
 
@@ -66,6 +67,11 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
              "--resume {}: the checkpoint was trained on {} data but this run uses {}", path,
              saved.images.synthetic ? "synthetic" : "real",
              c.images.synthetic ? "synthetic" : "real");
+  if (has_config && precision_of(saved.device) != precision_of(c.device))
+    log().info(
+        "--resume {}: trained in {} so far, continuing in {} (master weights and optimizer state "
+        "are fp32 in both)",
+        path, precision_name(precision_of(saved.device)), precision_name(precision_of(c.device)));
   const std::string data_seed = checkpoint.metadata_value("kiln.data_seed");
   const std::string seed = data_seed.empty() ? checkpoint.metadata_value("seed") : data_seed;
   KILN_CHECK(

@@ -44,6 +44,7 @@ void ops::register_collective_ops(std::vector<OpDef>& table) {
   op.infer = infer_all_reduce;
   op.grad = all_reduce_grad;
   op.cpu = all_reduce_kernel;
+  op.autocast = AutocastPolicy::keep;
   table.push_back(std::move(op));
 }
 

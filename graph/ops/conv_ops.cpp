@@ -54,6 +54,7 @@ OpDef conv_forward_op() {
                             kernels::conv_geometry(call.inputs[0].shape(), call.inputs[1].shape(),
                                                    a.stride, a.padding));
   };
+  op.autocast = AutocastPolicy::low;
   return op;
 }
 
@@ -88,6 +89,7 @@ OpDef conv_grad_input_op() {
         kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
                                a.padding));
   };
+  op.autocast = AutocastPolicy::low;
   return op;
 }
 
@@ -122,6 +124,7 @@ OpDef conv_grad_weight_op() {
         kernels::conv_geometry(call.inputs[0].shape(), call.outputs[0].shape(), a.stride,
                                a.padding));
   };
+  op.autocast = AutocastPolicy::low;
   return op;
 }
 

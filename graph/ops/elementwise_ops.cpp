@@ -67,6 +67,14 @@ void binary_loop(const T* const* in, const std::int64_t* in_step, T* out, std::i
   }
 }
 
+// select(c, a, b): a where c is not 0, else b; the unchosen value is never read into the
+// result, so an Inf or NaN there does not leak (the loss scaler's skipped update).
+template <class T>
+void select_loop(const T* const* in, const std::int64_t* in_step, T* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    out[i] = in[0][i * in_step[0]] != T(0) ? in[1][i * in_step[1]] : in[2][i * in_step[2]];
+}
+
 std::vector<TensorType> infer_same(const char* op, std::span<const TensorType> in) {
   ops::check_floating_inputs(op, in);
   Shape shape = in[0].shape;
@@ -226,8 +234,28 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
         const Value a_wins = greater(in(c, 0), in(c, 1));
         return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
       }));
-  table.push_back(elementwise<Greater>(OpId::greater, 2, "({0} > {1} ? T(1) : T(0))", nullptr));
-  table.push_back(elementwise<Equal>(OpId::equal, 2, "({0} == {1} ? T(1) : T(0))", nullptr));
+  OpDef select_op{.id = OpId::select,
+                  .kind = OpKind::elementwise,
+                  .arity = 3,
+                  .loops = {select_loop<float>, select_loop<double>},
+                  .cuda = "({0} != T(0) ? {1} : {2})"};
+  select_op.infer = [](std::span<const TensorType> in, const Attrs&) {
+    return infer_same("select", in);
+  };
+  select_op.cpu = [loops = select_op.loops](const KernelCall& call) {
+    kernels::run_elementwise(loops, call.inputs, call.outputs[0]);
+  };
+  select_op.grad = [](const GradContext& c) {
+    const Value zero = scalar_like(dy(c), 0.0);
+    return Grads{Value(), select(in(c, 0), dy(c), zero), select(in(c, 0), zero, dy(c))};
+  };
+  table.push_back(std::move(select_op));
+  for (OpDef comparison :
+       {elementwise<Greater>(OpId::greater, 2, "({0} > {1} ? T(1) : T(0))", nullptr),
+        elementwise<Equal>(OpId::equal, 2, "({0} == {1} ? T(1) : T(0))", nullptr)}) {
+    comparison.autocast = AutocastPolicy::exact;
+    table.push_back(std::move(comparison));
+  }
   table.push_back(
       elementwise<Neg>(OpId::neg, 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
   table.push_back(elementwise<Exp>(OpId::exp, 1, "exp({0})",
@@ -289,6 +317,9 @@ Value div(Value a, Value b) { return a.graph().apply1(OpId::div, {a, b}); }
 Value maximum(Value a, Value b) { return a.graph().apply1(OpId::maximum, {a, b}); }
 Value greater(Value a, Value b) { return a.graph().apply1(OpId::greater, {a, b}); }
 Value equal(Value a, Value b) { return a.graph().apply1(OpId::equal, {a, b}); }
+Value select(Value condition, Value a, Value b) {
+  return a.graph().apply1(OpId::select, {condition, a, b});
+}
 Value neg(Value x) { return x.graph().apply1(OpId::neg, {x}); }
 Value exp(Value x) { return x.graph().apply1(OpId::exp, {x}); }
 Value log(Value x) { return x.graph().apply1(OpId::log, {x}); }

@@ -115,6 +115,7 @@ void ops::register_layout_ops(std::vector<OpDef>& table) {
         {Shape{in[0].shape[0], classes}, dtype_from_name(attrs.text("dtype"))}};
   };
   one_hot_op.cpu = one_hot_kernel;
+  one_hot_op.autocast = AutocastPolicy::keep;
   table.push_back(std::move(one_hot_op));
 }
 

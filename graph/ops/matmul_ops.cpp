@@ -125,6 +125,7 @@ void ops::register_matmul_ops(std::vector<OpDef>& table) {
     visit_floating(call.inputs[0].dtype(), "matmul",
                    [&](auto zero) { matmul_kernel_typed<decltype(zero)>(call); });
   };
+  op.autocast = AutocastPolicy::low;
   table.push_back(std::move(op));
 }
 

@@ -50,6 +50,7 @@ void ops::register_random_ops(std::vector<OpDef>& table) {
            .attrs = {"seed", "shape", "dtype"}};
   op.infer = infer_random;
   op.cpu = random_kernel;
+  op.autocast = AutocastPolicy::keep;
   table.push_back(std::move(op));
 }
 

@@ -124,6 +124,7 @@ void ops::register_recurrent_ops(std::vector<OpDef>& table) {
   forward.infer = infer_lstm_sequence;
   forward.grad = lstm_sequence_backward;
   forward.cpu = lstm_sequence_cpu;
+  forward.autocast = AutocastPolicy::low;
   table.push_back(std::move(forward));
   OpDef backward{.id = OpId::lstm_sequence_grad,
                  .kind = OpKind::other,
@@ -131,6 +132,7 @@ void ops::register_recurrent_ops(std::vector<OpDef>& table) {
                  .attrs = {"steps", "reverse"}};
   backward.infer = infer_lstm_sequence_grad;
   backward.cpu = lstm_sequence_grad_cpu;  // no gradient: lstm_sequence's gradient check covers it
+  backward.autocast = AutocastPolicy::low;
   table.push_back(std::move(backward));
 }
 

@@ -104,6 +104,7 @@ Value keep_dims_view(const GradContext& c, Value v) {
 OpDef reduction_op(OpId id, ReductionRule rule, GradFn grad) {
   const char* name = op_id_name(id);
   OpDef op{.id = id, .kind = OpKind::reduction, .arity = 1, .attrs = {"axes", "keepdims"}};
+  op.autocast = AutocastPolicy::fp32;
   op.infer = [name](std::span<const TensorType> in, const Attrs& a) {
     return infer_reduce(name, in, a);
   };

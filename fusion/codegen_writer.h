@@ -1,0 +1,80 @@
+// The CUDA code generator's internals (fusion/codegen.h is its interface): the Writer that
+// turns one fused group into CUDA C, and the text helpers its bodies share. The elementwise
+// bodies are in codegen.cpp and codegen_vector.cpp, the reduction bodies in
+// codegen_reduction.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fusion/codegen.h"
+#include "fusion/strided_walk.h"
+
+namespace kiln::codegen {
+
+// A literal of the compute dtype (NaN and infinities as bit patterns).
+std::string literal(double v, DType compute);
+// Offset into an input for element `index` (a C expression), from merged dims and strides.
+std::string offset_expr(const StridedWalk& walk, const std::string& index);
+// Replaces {0}, {1}, ... in an op's snippet with argument expressions.
+std::string expand(const std::string& snippet, const std::vector<std::string>& args);
+
+// Storage in generated code: bf16 and f16 are their bit patterns (unsigned short), widened to
+// the compute type where they are loaded and rounded to nearest even where they are stored.
+std::string storage_name(DType dtype);
+std::string widen(DType dtype, const std::string& stored);  // a loaded element as compute
+std::string narrow(DType dtype, const std::string& value);  // a compute value to store
+// The conversion functions the two above use, emitted once by kernels that store 16 bits.
+const char* low_precision_prelude();
+
+enum class Access { contiguous, scalar, strided };
+
+struct InputPlan {
+  Access access;
+  StridedWalk walk;
+  bool vector_load;     // one vector load at offset(i) for lanes i..i+width-1
+  bool lane_invariant;  // the same element for lanes i..i+width-1
+};
+InputPlan plan_input(const FusedGroup& g, const FusedInput& in, int width);
+
+class Writer {
+ public:
+  explicit Writer(const FusedGroup& g);
+  CudaKernelSource generate();
+
+ private:
+  // Few outputs over many elements would leave most SMs idle with one block per output:
+  // aim at about `blocks` blocks, each reducing at least `least` elements (the row body:
+  // 2048 and 512, so that a per-channel sum over [64, 32, 14, 14] runs 32 x 25 blocks, not
+  // 32 x 7 of 1792 elements each; the column body: 1024 and 2048).
+  static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output,
+                                       std::int64_t blocks, std::int64_t least);
+  std::string parameters(std::int64_t splits) const;
+  std::string offsets() const;
+  std::string operand(const Operand& op, const std::string& lane) const;
+  std::string compute(const std::string& indent, const std::string& lane) const;
+  std::string scalar_loads(const std::string& indent, const std::string& index) const;
+  std::string hoisted_scalars() const;
+  std::string store(std::size_t output, const std::string& target, const std::string& lane) const;
+
+  std::string elementwise_body(int& vector_width) const;
+  // codegen_vector.cpp: float4 loads and stores for f32 groups; 16-byte loads of 8 elements
+  // (two for f32 values) for groups that read or write bf16 or f16.
+  int vector_width() const;
+  std::string vector_loop_f32() const;
+  std::string vector_loop_wide() const;
+
+  // codegen_reduction.cpp
+  std::string reduction_body(std::int64_t splits) const;
+  std::string column_reduction_body(std::int64_t splits) const;
+  std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
+  bool columns_reduced() const;
+  std::string store_reduced(const std::string& index, const std::string& value,
+                            std::int64_t splits) const;
+
+  const FusedGroup& g_;
+  std::string t_;  // the compute type's name
+  std::vector<InputPlan> plans_;
+};
+
+}  // namespace kiln::codegen
