@@ -63,7 +63,7 @@ void check_numerics(const Graph& g, std::int32_t id, std::span<const Tensor> inp
     std::string in;
     for (std::size_t i = 0; i < inputs.size(); ++i)
       in +=
-          fmt::format("\n  input {} (%{}, {}{}): {}", i, n.inputs[i].node,
+          fmt::format("; input {} (%{}, {}{}): {}", i, n.inputs[i].node,
                       dtype_name(inputs[i].dtype()), inputs[i].shape().str(), range_of(inputs[i]));
     throw Error(fmt::format(
         "check-numerics: run {}: op '{}' (%{}) produced {} at element {} of its output {} ({}{}){}",

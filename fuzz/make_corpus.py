@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-# Writes the seed corpora fuzz/corpus/{safetensors,idx}/: small valid files and near-valid
-# ones (one thing wrong each), so the fuzzers start next to every validation branch.
+# Writes the seed corpora fuzz/corpus/{safetensors,idx,config,checkpoint_metadata}/: small
+# valid files and near-valid ones (one thing wrong each), so the fuzzers start next to every
+# validation branch, and deeply nested JSON for the JSON readers.
 import gzip
 import json
 import os
@@ -72,7 +73,49 @@ def idx_seeds():
     }
 
 
-for name, seeds in (("safetensors", safetensors_seeds()), ("idx", idx_seeds())):
+def deep(depth, inner="1"):
+    return ("[" * depth + inner + "]" * depth).encode()
+
+
+CONFIG = {"model": "char-lstm", "epochs": 3, "batch-size": 32, "lr": 0.002, "seed": 7,
+          "hidden": 128, "max-steps": None, "cell": "lstm"}
+
+
+def config_seeds():
+    return {
+        "valid_seed_list": json.dumps(CONFIG).encode(),
+        "bad_deep_33": b'{"lr": ' + deep(33) + b"}",
+        "bad_deep_1000": deep(1000),
+        "bad_deep_200000": deep(200000),
+        "bad_deep_objects": b'{"a": ' * 5000 + b"1" + b"}" * 5000,
+        "bad_duplicate": b'{"lr": 0.1, "lr": 0.2}',
+        "bad_huge_integer": b'{"seed": 99999999999999999999999}',
+        "bad_subnormal": b'{"lr": 1e-310}',
+    }
+
+
+def metadata(*fields):
+    return b"\xff".join(f.encode() if isinstance(f, str) else f for f in fields)
+
+
+def checkpoint_metadata_seeds():
+    config = json.dumps(CONFIG)
+    legacy = ["", "char-lstm", "40", "2", "8", "32", "7", "128", "64", "1", "64", "rnn"]
+    return {
+        "valid_config": metadata(config, "char-lstm", "40", "2", "8"),
+        "valid_legacy": metadata(*legacy),
+        "bad_contradiction": metadata(config, "lenet", "0", "1", "0"),
+        "bad_step_near_2_63": metadata(config, "char-lstm", "9223372036854775800", "1", "0"),
+        "bad_negative_hidden": metadata(*legacy[:7], "-1"),
+        "bad_text_hidden": metadata(*legacy[:7], "abc"),
+        "bad_huge_hidden": metadata(*legacy[:7], "100000000000"),
+        "bad_deep_config": metadata(deep(200000), "char-lstm", "0", "1", "0"),
+    }
+
+
+for name, seeds in (("safetensors", safetensors_seeds()), ("idx", idx_seeds()),
+                    ("config", config_seeds()),
+                    ("checkpoint_metadata", checkpoint_metadata_seeds())):
     folder = os.path.join(HERE, "corpus", name)
     os.makedirs(folder, exist_ok=True)
     for seed, data in seeds.items():

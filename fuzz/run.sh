@@ -7,7 +7,7 @@
 #
 # --runs N      executions per job (default 20000); --time SECONDS instead fuzzes for that long
 # --jobs J      parallel fuzzing processes per harness (default 1); executions add up over jobs
-# --only NAME   only this harness: safetensors, idx or config
+# --only NAME   only this harness: safetensors, idx, config or checkpoint_metadata
 # --build-dir   where the build, the working corpus and crash artifacts go (default build-fuzz/)
 # Crashes are written to <build-dir>/artifacts/<name>/; add each to fuzz/regressions/<name>/.
 set -euo pipefail
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     *) echo "fuzz/run.sh: unknown argument '$1' (see the comment at the top of the script)" >&2; exit 2 ;;
   esac
 done
-case "$only" in ""|safetensors|idx|config) ;; *) echo "fuzz/run.sh: --only takes safetensors, idx or config, not '$only'" >&2; exit 2 ;; esac
+case "$only" in ""|safetensors|idx|config|checkpoint_metadata) ;; *) echo "fuzz/run.sh: --only takes safetensors, idx, config or checkpoint_metadata, not '$only'" >&2; exit 2 ;; esac
 
 for tool in clang++-14 clang-14 cmake; do
   command -v "$tool" >/dev/null || { echo "fuzz/run.sh: $tool not found (apt-get install clang-14 libclang-rt-14-dev cmake); skipping" >&2; exit 77; }
@@ -49,7 +49,7 @@ fi
 cmake --build "$build" >"$build/build.log" 2>&1 || { cat "$build/build.log" >&2; exit 1; }
 
 status=0
-for name in safetensors idx config; do
+for name in safetensors idx config checkpoint_metadata; do
   [ -z "$only" ] || [ "$only" = "$name" ] || continue
   binary="$build/${name}_fuzzer"
   work="$build/work/$name"
@@ -67,6 +67,9 @@ for name in safetensors idx config; do
 
   flags=(-artifact_prefix="$artifacts/" -timeout=10 -print_final_stats=1)
   [ -f "$here/$name.dict" ] && flags+=(-dict="$here/$name.dict")
+  # The JSON readers see inputs long enough to nest 200,000 deep (the config reader's 1 MiB
+  # bound); the binary loaders keep libFuzzer's default length.
+  case "$name" in config|checkpoint_metadata) flags+=(-max_len=600000) ;; esac
   if [ -n "$seconds" ]; then flags+=(-max_total_time="$seconds"); else flags+=(-runs="$runs"); fi
   [ "$jobs" -gt 1 ] && flags+=(-jobs="$jobs" -workers="$jobs")
   start=$(date +%s)

@@ -82,9 +82,13 @@ void Adam::append_update(Graph& g, const std::vector<VariablePtr>& params,
   KILN_ASSERT(params.size() == grads.size(), "{} params, {} grads", params.size(), grads.size());
   if (params.empty()) return;
   const DType dtype = params[0]->value.dtype();
-  const VariablePtr step_var = scalar_state("step", 0.0, dtype);
-  const Value t = g.variable(step_var) + 1.0;
-  g.assign(step_var, t);
+  // The step count is kept in f64, exact to 2^53 steps (f32 stops counting at 2^24), and the
+  // bias corrections use it in the parameters' dtype, as before.
+  // (t is computed from the old count, so that the new one has no reader but its update,
+  // which then writes in place.)
+  const VariablePtr step_var = scalar_state("step", 0.0, DType::f64);
+  const Value t = cast(g.variable(step_var), dtype) + 1.0;
+  g.assign(step_var, g.variable(step_var) + 1.0);
   // Bias corrections 1 - beta^t, as exp(t * log(beta)).
   const Value correction1 = 1.0 - exp(t * std::log(options_.beta1));
   const Value correction2 = 1.0 - exp(t * std::log(options_.beta2));

@@ -52,7 +52,8 @@ const ModelInfo& model_info(const std::string& name) {
     if (m.name == name) return m;
     names.push_back(m.name);
   }
-  throw Error(fmt::format("unknown model '{}' (known: {})", name, fmt::join(names, ", ")));
+  const std::string shown = name.size() > 60 ? name.substr(0, 60) + "..." : name;  // user text
+  throw Error(fmt::format("unknown model '{}' (known: {})", shown, fmt::join(names, ", ")));
 }
 
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {

@@ -27,6 +27,8 @@
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "data/idx.h"
+#include "train/checkpoint_metadata.h"
+#include "train/config_file.h"
 
 namespace kiln {
 namespace {
@@ -451,6 +453,23 @@ TEST_CASE(
   CHECK(accepted > 0);  // padding spaces and digits that keep the layout
 }
 
+// A checkpoint_metadata fuzz input as its harness reads it: the values of these keys in
+// order, split at 0xFF bytes; an empty value leaves its key out.
+Metadata fuzzed_metadata(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Metadata metadata;
+  std::string_view rest = text;
+  for (const char* key :
+       {"kiln.config", "model", "kiln.step", "kiln.epoch", "kiln.batch", "batch_size", "seed",
+        "hidden", "embedding", "layers", "seq_len", "cell"}) {
+    const std::size_t end = std::min(rest.find('\xff'), rest.size());
+    if (end > 0) metadata[key] = std::string(rest.substr(0, end));
+    rest.remove_prefix(std::min(end + 1, rest.size()));
+  }
+  return metadata;
+}
+
 // Loads every file of fuzz/{corpus,regressions}/<harness>/: "valid_*" seeds must load; the
 // other seeds and every input that once crashed a fuzzer must fail with a kiln::Error.
 int check_fuzz_inputs(const std::string& harness,
@@ -483,6 +502,12 @@ TEST_CASE("fuzz inputs: the seed corpora and every input a fuzzer crashed on loa
   }
   CHECK(check_fuzz_inputs("safetensors", [](const fs::path& p) { load_safetensors(p); }) >= 10);
   CHECK(check_fuzz_inputs("idx", [](const fs::path& p) { read_idx(p.string()); }) >= 10);
+  CHECK(check_fuzz_inputs("config", [](const fs::path& p) { read_train_config(p, {}); }) >= 10);
+  CHECK(check_fuzz_inputs("checkpoint_metadata", [](const fs::path& p) {
+          const Metadata metadata = fuzzed_metadata(p);
+          checkpoint_position(metadata, p.string());
+          checkpoint_settings(metadata, p.string());
+        }) >= 8);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -93,4 +93,22 @@ TEST_CASE("optimizer state is exposed for checkpoints") {
   CHECK(std::find(names.begin(), names.end(), "optimizer.p.m") != names.end());
 }
 
+TEST_CASE("adam counts its steps exactly past 2^24, where f32 stops counting") {
+  VariablePtr p = make_variable("p", Tensor::from_vector<float>({2}, {1.0f, -1.0f}));
+  Graph g;
+  const Value loss = sum_all(g.variable(p) * 0.5);
+  Adam opt({.lr = 0.01});
+  auto step = compile_training(loss, {p}, opt);
+  VariablePtr count;
+  for (const VariablePtr& v : opt.state())
+    if (v->name == "optimizer.step") count = v;
+  REQUIRE(count != nullptr);
+  CHECK(count->value.dtype() == DType::f64);
+  const double start = 16777216.0;  // 2^24: f32's t + 1 == t from here
+  count->value = Tensor::full({}, start, DType::f64);
+  for (int i = 0; i < 3; ++i) step->run({});
+  CHECK(count->value.at(0) == start + 3);
+  CHECK(std::isfinite(p->value.at(0)));
+}
+
 }  // namespace kiln

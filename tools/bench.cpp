@@ -9,37 +9,31 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/compile.h"
+#include "core/atomic_file.h"
 #include "backends/device_warm_up.h"
 #include "graph/nn/functional.h"
-#include "data/dataset.h"
-#include "train/gan_steps.h"
-#include "models/registry.h"
-#include "train/step_graph.h"
-#include "train/lm_task.h"
 #include "tools/bench_parallel.h"
-#include "tools/bench_timing.h"
 #include "tools/cli.h"
+#include "tools/output_check.h"
+#include "train/tasks.h"
 #ifdef KILN_HAVE_CUDA
 #include "tools/bench_cuda.h"
-#include "tools/output_check.h"
 #endif
 
 namespace {
 
-using kiln::tools::quantile;
-using kiln::tools::StepTimes;
-using kiln::tools::time_runs;
+using kiln::StepTimes;
+using kiln::time_runs;
 
 kiln::CompileOptions g_options;  // the device and CUDA settings of this run
 
@@ -57,45 +51,38 @@ nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t 
           {"device_median_ms", t.device_median_ms}};
 }
 
-// A training step to time: its graph, random inputs of the right shape, and what it is.
-struct BenchStep {
-  std::unique_ptr<kiln::Graph> graph;
-  std::vector<kiln::Feed> feeds;
-  std::string label;
-  std::int64_t items;  // examples (characters for a language model) per step
-};
-
-// Image classifiers with SGD and momentum; char-lstm with Adam at its defaults (sequence 64).
-BenchStep training_step(const std::string& model_name, std::int64_t batch) {
-  const kiln::ModelInfo& info = kiln::model_info(model_name);
-  if (info.task == kiln::ModelTask::language_model) {
-    kiln::TrainConfig c;
-    c.loop.batch_size = batch;
-    return {kiln::char_lstm_graph(c, true), kiln::random_text_feeds(c, 1),
-            fmt::format("{} training step, batch {}, sequence {}, Adam", model_name, batch,
-                        c.lm.seq_len),
-            batch * c.lm.seq_len};
-  }
-  kiln::ModelGraph m = kiln::build_model_graph(model_name, kiln::Stage::train, batch,
-                                               {.name = "sgd", .lr = 0.01, .momentum = 0.9});
-  const kiln::Dataset data = kiln::synthetic_images(batch, info.input_shape, info.classes, 1);
-  return {std::move(m.graph),
-          {{"x", data.images}, {"y", data.labels}},
-          fmt::format("{} training step, batch {}, SGD momentum", model_name, batch),
-          batch};
+// The task's training step for `model` at `batch` (train/tasks.h): the registry says what
+// is timed (classifiers: SGD with momentum; char-lstm: Adam at its defaults, sequence 64;
+// GANs: a D step and a G step, timed by the task).
+kiln::BenchStep bench_step(const std::string& model, std::int64_t batch,
+                           const kiln::TaskContext& context = {}) {
+  kiln::TrainConfig c;
+  c.model = model;
+  c.loop.batch_size = batch;
+  return kiln::task_entry(model).bench(c, context);
 }
 
-// Times training steps of `model` at `batch` on random data.
-nlohmann::json bench_training_step(const std::string& model_name, std::int64_t batch, bool fuse,
-                                   int warmup, int steps) {
-  BenchStep m = training_step(model_name, batch);
+void reset_peak() {
 #ifdef KILN_HAVE_CUDA
   if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
 #endif
+}
+
+void add_peak(nlohmann::json& r) {
+#ifdef KILN_HAVE_CUDA
+  if (!g_options.device.is_cpu())
+    r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
+#endif
+  (void)r;
+}
+
+// Compiles and times a step of one program.
+nlohmann::json bench_training_step(kiln::BenchStep m, bool fuse, int warmup, int steps) {
+  reset_peak();
   const auto compile_start = std::chrono::steady_clock::now();
   kiln::CompileOptions options = g_options;
   options.fuse = fuse;
-  auto step = kiln::compile(*m.graph, options);
+  auto step = kiln::compile(*m.recorded.graph, options);
   const double compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start)
           .count();
@@ -104,64 +91,18 @@ nlohmann::json bench_training_step(const std::string& model_name, std::int64_t b
   r["compile_ms"] = compile_ms;
   r["streams"] = g_options.device.is_cpu() ? 1 : g_options.cuda_streams;
   r["planned_bytes"] = step->planned_bytes();
-#ifdef KILN_HAVE_CUDA
-  if (!g_options.device.is_cpu())
-    r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
-#endif
+  add_peak(r);
   return r;
 }
 
-double process_cpu_ms() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
-}
-
-// A GAN's training step: one discriminator step and one generator step (Adam, beta1 0.5),
-// with the noise drawn on the host, one step ahead on a worker thread, as the training loop does.
-// Also reports the process CPU time per step (all threads), which a loaded machine inflates less
-// than wall time.
-nlohmann::json bench_gan_step(const std::string& model_name, std::int64_t batch, int warmup,
-                              int steps) {
-#ifdef KILN_HAVE_CUDA
-  if (!g_options.device.is_cpu()) kiln::tools::reset_device_peak();
-#endif
-  kiln::Philox rng(0);
-  std::unique_ptr<kiln::Gan> gan = kiln::make_gan(model_name, rng);
-  const auto compile_start = std::chrono::steady_clock::now();
-  kiln::GanSteps gan_steps(*gan, batch, {.name = "adam", .lr = 2e-4, .beta1 = 0.5}, g_options);
-  const double compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start)
-          .count();
-  kiln::Tensor real = kiln::Tensor::empty({batch, 1, 28, 28}, kiln::DType::f32);
-  kiln::Philox(1).fill_uniform(real, -1, 1);
-  std::vector<double> ms, device_ms;
-  double cpu_ms = 0;
-  kiln::NoiseAhead noise(
-      batch, 0,
-      !g_options.device.is_cpu());  // as train_gan draws it: one step ahead, on a worker thread
-  for (int i = 0; i < warmup + steps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    const double cpu_start = process_cpu_ms();
-    gan_steps.run(real, noise.take(static_cast<std::uint64_t>(i)));
-    if (i < warmup) continue;
-    cpu_ms += process_cpu_ms() - cpu_start;
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count());
-    const double d_ms = gan_steps.discriminator_step().last_step_device_ms(),
-                 g_ms = gan_steps.generator_step().last_step_device_ms();
-    if (d_ms >= 0 && g_ms >= 0) device_ms.push_back(d_ms + g_ms);
-  }
-  StepTimes times{quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
-  if (!device_ms.empty()) times.device_median_ms = quantile(device_ms, 0.5);
-  nlohmann::json r =
-      result(fmt::format("{} D step + G step, batch {}, Adam", model_name, batch), times, batch);
-#ifdef KILN_HAVE_CUDA
-  if (!g_options.device.is_cpu())
-    r["peak_device_mib"] = static_cast<double>(kiln::tools::device_peak_bytes()) / (1 << 20);
-#endif
-  r["compile_ms"] = compile_ms;
-  r["cpu_ms_per_step"] = cpu_ms / steps;
+// A step of several programs, timed by its task.
+nlohmann::json bench_timed_step(const kiln::BenchStep& m, int warmup, int steps) {
+  reset_peak();
+  const kiln::TimedSteps timed = m.time(g_options, warmup, steps);
+  nlohmann::json r = result(m.label, timed.times, m.items);
+  add_peak(r);
+  r["compile_ms"] = timed.compile_ms;
+  for (const auto& [name, value] : timed.extras) r[name] = value;
   return r;
 }
 
@@ -184,6 +125,13 @@ nlohmann::json bench_chain(std::int64_t n, bool fuse, int warmup, int steps) {
   r["gb_per_second"] =
       static_cast<double>(n) * 12.0 / (r["median_ms"].get<double>() * 1e6);  // 2 reads + 1 write
   return r;
+}
+
+// --json: written atomically (a failed write leaves the previous file whole).
+void write_json(const std::string& path, const nlohmann::json& results) {
+  const std::string text = results.dump(2) + "\n";
+  kiln::write_file_atomically(
+      path, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
 }
 
 // Milliseconds from this process's start (by the kernel's clock) to now: the dynamic
@@ -225,10 +173,12 @@ nlohmann::json bench_startup(const std::string& model_name, std::int64_t batch, 
 #ifdef KILN_HAVE_CUDA
   if (!warm_up && !g_options.device.is_cpu()) r["context_ms"] = kiln::tools::cuda_context_ms();
 #endif
-  BenchStep m;
-  r["graph_ms"] = phase([&] { m = training_step(model_name, batch); });
+  kiln::BenchStep m;
+  r["graph_ms"] = phase([&] { m = bench_step(model_name, batch); });
+  KILN_CHECK(!m.time, "--startup: {}'s step is several programs; it times a step of one",
+             model_name);
   std::unique_ptr<kiln::Program> step;
-  r["compile_ms"] = phase([&] { step = kiln::compile(*m.graph, g_options); });
+  r["compile_ms"] = phase([&] { step = kiln::compile(*m.recorded.graph, g_options); });
   r["first_step_ms"] = phase([&] { step->run(m.feeds); });
   r["process_to_first_step_ms"] = ms_since_process_start();
   return r;
@@ -249,12 +199,16 @@ int run(int argc, char** argv) {
   std::string conv_algo = "auto";
   CLI::App app{"kiln bench: times training steps on the CPU"};
   app.add_option("--model", model, "model")->capture_default_str();
-  app.add_option("--batch-size", batches, "batch sizes (several allowed)")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--batch-size", batches, "batch sizes (several allowed)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--json", json_path, "write the results as JSON here");
   std::string device = "cpu";
   bool no_graphs = false;
@@ -276,7 +230,8 @@ int run(int argc, char** argv) {
                "CUDA: also time each step on a single stream, side by side");
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain,
-                 "also time the fused elementwise chain over this many floats (e.g. 4194304)");
+                 "also time the fused elementwise chain over this many floats (e.g. 4194304)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 32));
   app.add_option("--conv-algo", conv_algo,
                  "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight or "
                  "cuda-cores (bf16/f16 forward off the tensor cores)")
@@ -300,29 +255,33 @@ int run(int argc, char** argv) {
   app.add_option("--bucket-kib", bucket_kib, "--gpus: KiB of gradients per all-reduce")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
-  app.add_option("--rank", rank, "(set by --gpus) this process's rank");
-  app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job");
+  app.add_option("--rank", rank, "(set by --gpus) this process's rank")->check(CLI::Range(0, 1024));
+  app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--init", init, "(set by --gpus) rank 0's HOST:PORT");
   app.add_option("--rank-json", rank_json, "(set by --gpus) where rank 0 writes its figures");
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
   try {
+    if (!json_path.empty()) kiln::check_atomic_target(json_path, "--json " + json_path);  // now
     if (threads > 0) omp_set_num_threads(threads);
     g_options.device = device == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
     g_options.cuda_graphs = !no_graphs;
     g_options.precision = *kiln::precision_from_name(precision);
     KILN_CHECK(!g_options.tf32 || precision == "fp32" || precision == "tf32",
                "--tf32 with --precision {}: --tf32 means --precision tf32", precision);
-    auto scaling = [&](std::int64_t batch) {
+    auto scaling = [&](std::int64_t batch, std::int64_t items) {
       return kiln::tools::ScalingRun{.ranks = gpus,
                                      .model = model,
                                      .batch = batch,
+                                     .items = items,
                                      .bucket_kib = bucket_kib,
                                      .warmup = warmup,
                                      .steps = steps,
                                      .options = g_options};
     };
     if (world_size > 1)
-      return kiln::tools::bench_rank(scaling(batches.front()), rank, world_size, init, rank_json);
+      return kiln::tools::bench_rank(scaling(batches.front(), 0), rank, world_size, init,
+                                     rank_json);
 #ifdef KILN_HAVE_CUDA
     if (!g_options.device.is_cpu()) kiln::tools::force_conv_algo(conv_algo);
 #endif
@@ -331,7 +290,7 @@ int run(int argc, char** argv) {
       const nlohmann::json r = bench_startup(model, batches.front(), !no_warm_up);
       fmt::print("{}\n", r.dump(2));
       results.push_back(r);
-      if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+      if (!json_path.empty()) write_json(json_path, results);
       return 0;
     }
     fmt::print("{:<58} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}\n", "benchmark", "median ms",
@@ -354,25 +313,26 @@ int run(int argc, char** argv) {
               : "");
       results.push_back(r);
     };
-    const bool gan = kiln::model_info(model).task == kiln::ModelTask::gan;
     for (std::int64_t batch : batches) {
-      if (gan) {
-        report(bench_gan_step(model, batch, warmup, steps));
+      kiln::BenchStep first = bench_step(model, batch);
+      if (first.time) {  // several programs: the task's own timing, this row alone
+        report(bench_timed_step(first, warmup, steps));
         continue;
       }
-      report(bench_training_step(model, batch, true, warmup, steps));
-      if (gpus > 1) report(kiln::tools::bench_scaling(scaling(batch), results.back()));
-      if (unfused) report(bench_training_step(model, batch, false, warmup, steps));
+      const std::int64_t items = first.items;
+      report(bench_training_step(std::move(first), true, warmup, steps));
+      if (gpus > 1) report(kiln::tools::bench_scaling(scaling(batch, items), results.back()));
+      if (unfused) report(bench_training_step(bench_step(model, batch), false, warmup, steps));
       if (numerics) {
         g_options.check_numerics = true;
-        nlohmann::json checked = bench_training_step(model, batch, true, warmup, steps);
+        nlohmann::json checked = bench_training_step(bench_step(model, batch), true, warmup, steps);
         checked["name"] = checked["name"].get<std::string>() + " (check-numerics)";
         report(checked);
         g_options.check_numerics = false;
       }
       if (compare_streams) {
         g_options.cuda_streams = 1;
-        nlohmann::json one = bench_training_step(model, batch, true, warmup, steps);
+        nlohmann::json one = bench_training_step(bench_step(model, batch), true, warmup, steps);
         one["name"] = one["name"].get<std::string>() + " (one stream)";
         report(one);
         g_options.cuda_streams = 2;
@@ -388,14 +348,10 @@ int run(int argc, char** argv) {
           chain, warmup, steps,
           kiln::low_precision_dtype(g_options.precision).value_or(kiln::DType::f32)));
 #endif
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      if (!out) throw kiln::Error(fmt::format("{}: cannot open for writing", json_path));
-      out << results.dump(2) << "\n";
-    }
+    if (!json_path.empty()) write_json(json_path, results);
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "bench: error: {}\n", e.what());
+    fmt::print(stderr, "bench: error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   }
 }

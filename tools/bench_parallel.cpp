@@ -12,10 +12,7 @@
 #include "distributed/data_parallel.h"
 #include "distributed/launch.h"
 #include "graph/op.h"
-#include "data/dataset.h"
-#include "models/registry.h"
-#include "train/step_graph.h"
-#include "tools/bench_timing.h"
+#include "train/tasks.h"
 
 namespace kiln::tools {
 
@@ -41,7 +38,7 @@ nlohmann::json bench_scaling(const ScalingRun& run, const nlohmann::json& one_ra
   KILN_CHECK(in, "bench: rank 0 wrote no result to {}", report.string());
   nlohmann::json r = nlohmann::json::parse(in);
   std::filesystem::remove(report);
-  const double global_items = static_cast<double>(run.batch * run.ranks);
+  const double global_items = static_cast<double>(run.items * run.ranks);
   r["items_per_second"] = global_items * 1000.0 / r["median_ms"].get<double>();
   r["scaling_efficiency"] = r["items_per_second"].get<double>() /
                             (run.ranks * one_rank["items_per_second"].get<double>());
@@ -52,18 +49,19 @@ int bench_rank(const ScalingRun& run, int rank, int world_size, const std::strin
                const std::string& json_path) {
   dist::DataParallel parallel({.rank = rank, .world_size = world_size, .address = init},
                               run.options.device);
-  const ModelInfo& info = model_info(run.model);
-  KILN_CHECK(info.task == ModelTask::image_classifier,
-             "bench --gpus: '{}' is not an image classifier", run.model);
-  ModelGraph m = build_model_graph(
-      run.model, Stage::train, run.batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}, 0,
-      {.data_parallel_group = parallel.collective_group(),
-       .bucket_bytes = static_cast<std::size_t>(run.bucket_kib) * 1024});
-  const Dataset data = synthetic_images(run.batch, info.input_shape, info.classes,
-                                        1 + static_cast<std::uint64_t>(rank));
-  auto step = compile(*m.graph, run.options);
-  const StepTimes t =
-      time_runs(*step, {{"x", data.images}, {"y", data.labels}}, run.warmup, run.steps);
+  TrainConfig c;
+  c.model = run.model;
+  c.loop.batch_size = run.batch;
+  c.parallel.bucket_kib = run.bucket_kib;
+  const TaskContext context{.options = run.options,
+                            .rank = rank,
+                            .world_size = world_size,
+                            .collective_group = parallel.collective_group()};
+  BenchStep m = task_entry(run.model).bench(c, context);
+  KILN_CHECK(!m.time, "bench --gpus: {}'s step is several programs, timed on one rank only",
+             run.model);
+  auto step = compile(*m.recorded.graph, run.options);
+  const StepTimes t = time_runs(*step, m.feeds, run.warmup, run.steps);
   parallel.finish();
   if (rank != 0) return 0;
   const std::string device = run.options.device.is_cpu() ? "CPU ranks (TCP)" : "GPUs (NCCL)";

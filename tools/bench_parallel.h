@@ -14,6 +14,7 @@ struct ScalingRun {
   int ranks = 2;
   std::string model;
   std::int64_t batch = 64;         // per rank
+  std::int64_t items = 64;         // examples (an LM: characters) of one rank's step
   std::int64_t bucket_kib = 4096;  // gradients per all-reduce
   int warmup = 5, steps = 50;
   CompileOptions options;

@@ -7,9 +7,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <fstream>
+#include <span>
 #include <iostream>
 
+#include "core/atomic_file.h"
 #include "tools/graph_render.h"
 #include "tools/cli.h"
 #include "tools/output_check.h"
@@ -87,11 +88,11 @@ int run(int argc, char** argv) {
       std::cout << text;
       return 0;
     }
-    std::ofstream out(output);
-    if (!out || !(out << text)) throw kiln::Error(fmt::format("{}: cannot write", output));
+    kiln::write_file_atomically(  // a failed write leaves the previous file whole
+        output, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dump: error: {}\n", e.what());
+    fmt::print(stderr, "dump: error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   }
 }

@@ -67,6 +67,16 @@ int train_here(const kiln::TrainConfig& config) {
   return 0;
 }
 
+// eval and predict take their own flags: a training flag before them would be ignored.
+void refuse_training_flags(const std::set<std::string>& given, bool config, const char* command) {
+  KILN_CHECK(!config, "--config does not apply to trainer {} (its flags: trainer {} --help)",
+             command, command);
+  KILN_CHECK(given.empty(),
+             "--{} is a training flag: it does not apply to trainer {} (its flags: trainer {} "
+             "--help)",
+             given.empty() ? "" : *given.begin(), command, command);
+}
+
 int run_inference(const kiln::tools::InferenceArgs& inference, bool eval) {
   const kiln::Device device = kiln::resolve_device(inference.device);
   if (inference.threads > 0) omp_set_num_threads(inference.threads);
@@ -97,11 +107,14 @@ int run(int argc, char** argv) {
   if (const auto code = kiln::tools::parse_command_line(app, argc, argv)) return *code;
 
   try {
+    const char* command = eval->parsed() ? "eval" : predict->parsed() ? "predict" : nullptr;
+    if (command) refuse_training_flags({}, !config_path.empty(), command);
     if (!config_path.empty()) config = kiln::read_train_config(config_path, config, &given);
     kiln::tools::apply_training_flags(app, values, config, given);
-    if (!eval->parsed() && !predict->parsed()) kiln::check_flags_apply(given, config.model);
+    if (command) refuse_training_flags(given, false, command);
+    if (!command) kiln::check_flags_apply(given, config.model);
   } catch (const kiln::Error& e) {  // a bad flag or value
-    fmt::print(stderr, "trainer: error: {}\n", e.what());
+    fmt::print(stderr, "trainer: error: {}\n", kiln::tools::one_line(e.what()));
     return 2;
   }
   try {
@@ -113,14 +126,14 @@ int run(int argc, char** argv) {
     if (config.device.threads > 0) omp_set_num_threads(config.device.threads);
     return train_here(config);
   } catch (const kiln::Error& e) {
-    fmt::print(stderr, "trainer: error: {}\n", e.what());
+    fmt::print(stderr, "trainer: error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   } catch (
       const std::filesystem::filesystem_error& e) {  // the user's paths, not a broken invariant
-    fmt::print(stderr, "trainer: error: {}\n", e.what());
+    fmt::print(stderr, "trainer: error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "trainer: internal error: {}\n", e.what());
+    fmt::print(stderr, "trainer: internal error: {}\n", kiln::tools::one_line(e.what()));
     return 1;
   }
 }

@@ -3,10 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <span>
 
+#include "core/atomic_file.h"
 #include "train/classifier_task.h"
 #include "train/evaluate.h"
 #include "train/saved_classifier.h"
@@ -20,13 +19,13 @@ void add_common_options(CLI::App& command, InferenceArgs& args) {
       ->required()
       ->check(CLI::ExistingFile);
   command.add_option("--batch", args.batch, "images per forward step")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   command.add_option("--device", args.device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   command.add_option("--threads", args.threads, "CPU threads (0: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
 }
 
 }  // namespace
@@ -89,12 +88,13 @@ void run_predict(const InferenceArgs& args, Device device) {
     fmt::print("{}", lines);
     return;
   }
-  std::FILE* file = std::fopen(args.output.c_str(), "w");
-  KILN_CHECK(file != nullptr, "--output {}: cannot open for writing: {}", args.output,
-             std::strerror(errno));
-  const bool written = std::fwrite(lines.data(), 1, lines.size(), file) == lines.size();
-  const bool closed = std::fclose(file) == 0;
-  KILN_CHECK(written && closed, "--output {}: write failed: {}", args.output, std::strerror(errno));
+  // Atomically: a failed or interrupted write leaves the previous file, never half of one.
+  try {
+    write_file_atomically(
+        args.output, std::span(reinterpret_cast<const std::uint8_t*>(lines.data()), lines.size()));
+  } catch (const Error& e) {
+    throw Error(fmt::format("--output {}", e.what()));
+  }
 }
 
 }  // namespace kiln::tools

@@ -9,21 +9,11 @@
 namespace kiln {
 namespace {
 
-std::int64_t metadata_integer(const std::map<std::string, std::string>& m, const std::string& key,
-                              const std::filesystem::path& path) {
-  auto it = m.find(key);
-  KILN_CHECK(it != m.end(), "{}: not a kiln checkpoint (no '{}' in its metadata)", path.string(),
-             key);
-  std::size_t used = 0;
-  std::int64_t value = 0;
-  try {
-    value = std::stoll(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  KILN_CHECK(used == it->second.size() && value >= 0, "{}: metadata '{}' is '{}', not a count",
-             path.string(), key, it->second);
-  return value;
+// An f32 tensor as f64 (exact).
+Tensor widened(const Tensor& t) {
+  Tensor wide = Tensor::empty(t.shape(), DType::f64);
+  for (std::int64_t i = 0; i < t.numel(); ++i) wide.data<double>()[i] = t.data<float>()[i];
+  return wide;
 }
 
 // The checked tensor for `var` (nothing is assigned until every tensor has been checked).
@@ -35,6 +25,9 @@ Tensor checked_tensor(const SafetensorsFile& file, const std::string& prefix,
              "{}: has no tensor '{}' (the checkpoint is of another model or optimizer)",
              path.string(), key);
   const Tensor& t = it->second;
+  if (t.shape() == var->value.shape() && t.dtype() == DType::f32 &&
+      var->value.dtype() == DType::f64)
+    return widened(t);  // Adam's step count, f32 in checkpoints before it was kept in f64
   KILN_CHECK(t.shape() == var->value.shape() && t.dtype() == var->value.dtype(),
              "{}: tensor '{}' is {}{} but the model has {}{}", path.string(), key,
              dtype_name(t.dtype()), t.shape().str(), dtype_name(var->value.dtype()),
@@ -67,9 +60,7 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<Variab
 
 Checkpoint::Checkpoint(const std::filesystem::path& path)
     : path_(path), file_(load_safetensors(path)) {
-  position_ = {metadata_integer(file_.metadata, "kiln.step", path),
-               metadata_integer(file_.metadata, "kiln.epoch", path),
-               metadata_integer(file_.metadata, "kiln.batch", path)};
+  position_ = checkpoint_position(file_.metadata, path.string());
 }
 
 std::string Checkpoint::metadata_value(const std::string& key) const {

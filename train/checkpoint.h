@@ -9,15 +9,9 @@
 
 #include "core/safetensors.h"
 #include "graph/graph.h"
+#include "train/checkpoint_metadata.h"
 
 namespace kiln {
-
-// Where training stands: the next step to run is batch `batch` of epoch `epoch`.
-struct TrainingPosition {
-  std::int64_t step = 0;  // steps done
-  std::int64_t epoch = 1;
-  std::int64_t batch = 0;
-};
 
 // Tensors are stored as "param/<name>", "state/<name>" (optimizer state) and
 // "buffer/<name>" (a model's non-trainable state: running statistics, RNG step counters);
@@ -43,7 +37,8 @@ class Checkpoint {
   std::string metadata_value(const std::string& key) const;
   TrainingPosition position() const { return position_; }
   // Copies the tensors into the variables (see load_checkpoint); nothing is assigned unless
-  // every variable has its tensor with the exact shape and dtype.
+  // every variable has its tensor with the exact shape and dtype (or, for an f64 variable, an
+  // f32 tensor of its shape, widened exactly: older checkpoints' Adam step count).
   void restore(const std::vector<VariablePtr>& params, const std::vector<VariablePtr>& state,
                const std::vector<VariablePtr>& buffers = {}) const;
 

@@ -82,6 +82,24 @@ RecordedStep record(const TrainConfig& c, const std::string& stage) {
   return {owner, std::move(graph)};
 }
 
+// bench: SGD with momentum on random images.
+BenchStep bench_step(const TrainConfig& c, const TaskContext& context) {
+  const ModelInfo& info = model_info(c.model);
+  const std::int64_t batch = c.loop.batch_size;
+  ModelGraph m = build_model_graph(
+      c.model, Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}, 0,
+      {.data_parallel_group = context.collective_group,
+       .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024});
+  const Dataset data = synthetic_images(batch, info.input_shape, info.classes,
+                                        1 + static_cast<std::uint64_t>(context.rank));
+  auto owner = std::make_shared<ModelGraph>(std::move(m));
+  std::unique_ptr<Graph> graph = std::move(owner->graph);
+  return {.label = fmt::format("{} training step, batch {}, SGD momentum", c.model, batch),
+          .items = batch,
+          .recorded = {owner, std::move(graph)},
+          .feeds = {{"x", data.images}, {"y", data.labels}}};
+}
+
 }  // namespace
 
 Dataset classifier_data(const TrainConfig& c, const ModelInfo& info, Split split) {
@@ -109,7 +127,8 @@ TaskEntry classifier_task() {
           .apply_defaults = nullptr,
           .summary = summary,
           .stages = {"train", "forward"},
-          .record = record};
+          .record = record,
+          .bench = bench_step};
 }
 
 }  // namespace kiln

@@ -4,7 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 
 namespace kiln {
 namespace {
@@ -33,6 +37,7 @@ constexpr auto images = &TrainConfig::images;
 constexpr auto lm = &TrainConfig::lm;
 constexpr auto gan = &TrainConfig::gan;
 constexpr unsigned all = kAllTasks;
+constexpr double kMaxSteps = 1e15;  // kMaxCheckpointSteps: the most steps a run may count
 
 // Numbers in [min, max]; open_number: min excluded.
 Flag number(std::string name, Flag::Field field, unsigned tasks, std::string help, double min,
@@ -79,34 +84,37 @@ Flag command_line_only(Flag f) {
 std::vector<Flag> loop_flags() {
   return {
       text("model", model_field(), all, "model to train"),
-      number("epochs", at(loop, &L::epochs), all, "passes over the training data", 1),
-      number("batch-size", at(loop, &L::batch_size), all, "examples per step (per rank)", 1),
+      number("epochs", at(loop, &L::epochs), all, "passes over the training data", 1, 1e9),
+      number("batch-size", at(loop, &L::batch_size), all, "examples per step (per rank)", 1,
+             1 << 24),
       with_off(number("max-steps", at(loop, &L::max_steps), all,
-                      "stop after this many training steps", 1),
+                      "stop after this many training steps", 1, kMaxSteps),
                -1),
       text("optimizer", at(loop, &L::optimizer), all, "the update rule", {"sgd", "adam", "adamw"}),
-      open_number("lr", at(loop, &L::lr), all, "learning rate (GANs: 2e-4 unless given)", 0),
+      open_number("lr", at(loop, &L::lr), all, "learning rate (GANs: 2e-4 unless given)", 0, 1e12),
       number("momentum", at(loop, &L::momentum), all, "SGD momentum", 0, 1),
-      number("weight-decay", at(loop, &L::weight_decay), all, "weight decay", 0),
+      number("weight-decay", at(loop, &L::weight_decay), all, "weight decay", 0, 1e12),
       number("clip-grad-norm", at(loop, &L::clip_grad_norm), all,
-             "scale gradients to a global L2 norm of at most this (0: off)", 0),
+             "scale gradients to a global L2 norm of at most this (0: off)", 0, 1e30),
       text("lr-schedule", at(loop, &L::lr_schedule), all,
            "constant, step (x --lr-gamma every --lr-step-size steps) or cosine decay to 0 (GANs: "
            "constant unless given)",
            {"constant", "step", "cosine"}),
       number("warmup-steps", at(loop, &L::warmup_steps), all, "linear learning-rate warm-up steps",
-             0),
+             0, kMaxSteps),
       number("lr-step-size", at(loop, &L::lr_step_size), all, "step schedule: steps between decays",
-             1),
+             1, kMaxSteps),
       open_number("lr-gamma", at(loop, &L::lr_gamma), all, "step schedule: decay factor", 0, 1),
-      number("seed", at(loop, &L::seed), all, "seed of initialisation, data order and noise", 0),
+      number("seed", at(loop, &L::seed), all,
+             "seed of initialisation, data order and noise (up to 2^64 - 1)", 0),
       text("checkpoint", at(loop, &L::checkpoint), all, "save a checkpoint here after every epoch"),
-      with_off(number("save-every", at(loop, &L::save_every), all, "also save every N steps", 1),
+      with_off(number("save-every", at(loop, &L::save_every), all, "also save every N steps", 1,
+                      kMaxSteps),
                0),
       text("resume", at(loop, &L::resume), all, "continue training from this checkpoint"),
       text("metrics", at(loop, &L::metrics), all, "append metrics as JSON lines here"),
       number("metrics-every", at(loop, &L::metrics_every), all,
-             "steps per 'step' line of --metrics", 1),
+             "steps per 'step' line of --metrics", 1, kMaxSteps),
       text("trace", at(loop, &L::trace), all,
            "write a Chrome/Perfetto trace (JSON) of the 10th training step here"),
       negated(boolean(
@@ -155,7 +163,8 @@ std::vector<Flag> parallel_flags() {
       number("bucket-kib", at(parallel, &P::bucket_kib), all,
              "data parallel: KiB of gradients per all-reduce", 1, 1 << 22),
       number("check-replicas", at(parallel, &P::check_replicas), all,
-             "data parallel: compare every variable across the ranks every K steps (0: off)", 0),
+             "data parallel: compare every variable across the ranks every K steps (0: off)", 0,
+             kMaxSteps),
   };
 }
 
@@ -166,18 +175,18 @@ std::vector<Flag> task_flags() {
       boolean("synthetic", at(images, &I::synthetic), kImageTasks,
               "train on random images of the right shape"),
       number("eval-batch", at(images, &I::eval_batch), kClassifierTask,
-             "examples per evaluation step", 1),
+             "examples per evaluation step", 1, 1 << 24),
       text("text", at(lm, &M::text), kLmTask,
            "the training text, a file or a directory of fortunes-style files"),
-      number("seq-len", at(lm, &M::seq_len), kLmTask, "characters per sequence", 1),
-      number("embedding", at(lm, &M::embedding), kLmTask, "embedding width", 1),
-      number("hidden", at(lm, &M::hidden), kLmTask, "LSTM/RNN hidden width", 1),
-      number("layers", at(lm, &M::layers), kLmTask, "LSTM/RNN layers", 1),
+      number("seq-len", at(lm, &M::seq_len), kLmTask, "characters per sequence", 1, 1 << 20),
+      number("embedding", at(lm, &M::embedding), kLmTask, "embedding width", 1, 1 << 14),
+      number("hidden", at(lm, &M::hidden), kLmTask, "LSTM/RNN hidden width", 1, 1 << 14),
+      number("layers", at(lm, &M::layers), kLmTask, "LSTM/RNN layers", 1, 64),
       text("cell", at(lm, &M::cell), kLmTask, "recurrent cell: lstm or rnn (tanh)",
            {"lstm", "rnn"}),
       number("sample", at(lm, &M::sample), kLmTask,
-             "generate N characters from the --resume checkpoint instead of training", 0),
-      open_number("temperature", at(lm, &M::temperature), kLmTask, "sampling temperature", 0),
+             "generate N characters from the --resume checkpoint instead of training", 0, 1 << 30),
+      open_number("temperature", at(lm, &M::temperature), kLmTask, "sampling temperature", 0, 1e6),
       text("prime", at(lm, &M::prime), kLmTask, "text the sample starts from"),
       text("samples-dir", at(gan, &G::samples_dir), kGanTask,
            "directory for the PNG grid of samples after each epoch"),
@@ -187,14 +196,18 @@ std::vector<Flag> task_flags() {
 }
 
 std::string range_text(const Flag& f) {
-  if (f.max < 1e300) return fmt::format("in {}{}, {}]", f.min_open ? "(" : "[", f.min, f.max);
+  if (f.max < 1e300) return fmt::format("in {}{}, {:g}]", f.min_open ? "(" : "[", f.min, f.max);
   return f.min_open ? fmt::format("> {}", f.min) : fmt::format("at least {}", f.min);
 }
 
 void check_number(const Flag& f, double value, const nlohmann::json& v, const std::string& where) {
   const bool above = f.min_open ? value > f.min : value >= f.min;
   KILN_CHECK(std::isfinite(value) && above && value <= f.max, "{} is {} but must be {}", where,
-             v.dump(), range_text(f));
+             json_excerpt(v), range_text(f));
+  // A double below the smallest normal one has lost precision (1e-310 is not what it says).
+  KILN_CHECK(value == 0 || std::abs(value) >= std::numeric_limits<double>::min(),
+             "{} is {}, too close to 0 to be held exactly (nonzero values start at {:g})", where,
+             json_excerpt(v), std::numeric_limits<double>::min());
 }
 
 template <class T>
@@ -204,7 +217,7 @@ void set_integer(const Flag& f, T& field, const nlohmann::json& v, const std::st
     return;
   }
   KILN_CHECK(v.is_number_integer(), "{} must be an integer{}, not {}", where,
-             f.has_off ? " or null" : "", v.dump());
+             f.has_off ? " or null" : "", json_excerpt(v));
   check_number(f,
                v.is_number_unsigned() ? static_cast<double>(v.get<std::uint64_t>())
                                       : static_cast<double>(v.get<std::int64_t>()),
@@ -212,7 +225,50 @@ void set_integer(const Flag& f, T& field, const nlohmann::json& v, const std::st
   field = v.get<T>();
 }
 
+// A command-line number, parsed exactly: a double that overflows or an integer beyond 64
+// bits is refused as out of range (never clamped or wrapped), and a double too close to 0
+// to be held exactly is refused as such.
+template <class T>
+nlohmann::json number_from_text(const std::string& text, const std::string& where) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  nlohmann::json value;
+  const bool negative = text.find('-') != std::string::npos;
+  if constexpr (std::is_same_v<T, double>)
+    value = std::strtod(begin, &end);
+  else if (std::is_unsigned_v<T> && !negative)
+    value = static_cast<std::uint64_t>(std::strtoull(begin, &end, 10));
+  else
+    value = static_cast<std::int64_t>(std::strtoll(begin, &end, 10));
+  const bool whole = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0])) &&
+                     end == begin + text.size();
+  KILN_CHECK(whole, "{}: '{}' is not {}", where, excerpt(text),
+             std::is_same_v<T, double> ? "a number" : "an integer");
+  constexpr bool is_double = std::is_same_v<T, double>;
+  const bool range_error = errno == ERANGE;
+  const bool underflow = is_double && range_error && std::abs(value.get<double>()) <= 1;
+  KILN_CHECK(!underflow,
+             "{}: '{}' is too close to 0 to be held exactly (nonzero values start at {:g})", where,
+             excerpt(text), std::numeric_limits<double>::min());
+  const bool overflow = range_error && !underflow;
+  KILN_CHECK(!overflow, "{}: '{}' is out of range ({})", where, excerpt(text),
+             std::is_same_v<T, double> ? "beyond the largest double, 1.8e308"
+             : std::is_unsigned_v<T>   ? "an integer from 0 to 18446744073709551615"
+                                       : "beyond a 64-bit integer");
+  return value;
+}
+
 }  // namespace
+
+std::string excerpt(std::string_view text, std::size_t max) {
+  if (text.size() <= max) return std::string(text);
+  return std::string(text.substr(0, max)) + "...";
+}
+
+std::string json_excerpt(const nlohmann::json& value, std::size_t max) {
+  return excerpt(value.dump(), max);
+}
 
 const std::vector<Flag>& training_flags() {
   static const std::vector<Flag> table = [] {
@@ -236,17 +292,17 @@ void set_flag(const Flag& f, TrainConfig& c, const nlohmann::json& v, const std:
         auto& field = access(c);
         using T = std::decay_t<decltype(field)>;
         if constexpr (std::is_same_v<T, bool>) {
-          KILN_CHECK(v.is_boolean(), "{} must be true or false, not {}", where, v.dump());
+          KILN_CHECK(v.is_boolean(), "{} must be true or false, not {}", where, json_excerpt(v));
           field = f.negated ? !v.get<bool>() : v.get<bool>();
         } else if constexpr (std::is_same_v<T, std::string>) {
-          KILN_CHECK(v.is_string(), "{} must be a string, not {}", where, v.dump());
+          KILN_CHECK(v.is_string(), "{} must be a string, not {}", where, json_excerpt(v));
           const auto text = v.get<std::string>();
           KILN_CHECK(f.choices.empty() ||
                          std::find(f.choices.begin(), f.choices.end(), text) != f.choices.end(),
-                     "{} is '{}' (one of: {})", where, text, fmt::join(f.choices, ", "));
+                     "{} is '{}' (one of: {})", where, excerpt(text), fmt::join(f.choices, ", "));
           field = text;
         } else if constexpr (std::is_same_v<T, double>) {
-          KILN_CHECK(v.is_number(), "{} must be a number, not {}", where, v.dump());
+          KILN_CHECK(v.is_number(), "{} must be a number, not {}", where, json_excerpt(v));
           check_number(f, v.get<double>(), v, where);
           field = v.get<double>();
         } else {
@@ -283,22 +339,7 @@ nlohmann::json flag_text_value(const Flag& f, const std::string& text, const std
         } else if constexpr (std::is_same_v<T, bool>) {
           return true;
         } else {
-          std::size_t used = 0;
-          nlohmann::json value;
-          try {
-            if constexpr (std::is_same_v<T, double>)
-              value = std::stod(text, &used);
-            else if constexpr (std::is_same_v<T, std::uint64_t>)
-              value = text.find('-') == std::string::npos ? nlohmann::json(std::stoull(text, &used))
-                                                          : nlohmann::json(std::stoll(text, &used));
-            else
-              value = std::stoll(text, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          KILN_CHECK(used != 0 && used == text.size(), "{}: '{}' is not {}", where, text,
-                     std::is_same_v<T, double> ? "a number" : "an integer");
-          return value;
+          return number_from_text<T>(text, where);
         }
       },
       f.field);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -55,6 +56,11 @@ void set_flag(const Flag& flag, TrainConfig& config, const nlohmann::json& value
 nlohmann::json get_flag(const Flag& flag, const TrainConfig& config);
 // A command-line value ("1e-3", "adam") as the JSON value set_flag takes.
 nlohmann::json flag_text_value(const Flag& flag, const std::string& text, const std::string& where);
+
+// At most `max` characters of user text for a message (a longer one is cut, with "...").
+std::string excerpt(std::string_view text, std::size_t max = 60);
+// A JSON value as a message shows it: its dump, cut to `max` characters.
+std::string json_excerpt(const nlohmann::json& value, std::size_t max = 60);
 
 // kiln::Error unless every flag in `given` applies to the config's model; names the flag,
 // the model and the models it is for.

@@ -215,7 +215,8 @@ TaskEntry gan_task() {
           .apply_defaults = apply_defaults,
           .summary = summary,
           .stages = {"discriminator", "generator"},
-          .record = record};
+          .record = record,
+          .bench = gan_bench_step};
 }
 
 }  // namespace kiln

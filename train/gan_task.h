@@ -18,6 +18,11 @@ inline constexpr std::int64_t kFidSamples = 10000;
 // Samples in the grid written after each epoch (8 x 8).
 inline constexpr std::int64_t kGridSamples = 64;
 
+struct BenchStep;
+struct TaskContext;
+// bench: both steps at the config's batch, timed by the task (train/gan_bench.cpp).
+BenchStep gan_bench_step(const TrainConfig& config, const TaskContext& context);
+
 // The path of the grid of `epoch`: samples_dir/<model>-epoch-<epoch>.png.
 std::string gan_samples_path(const TrainConfig& config, std::int64_t epoch);
 

@@ -140,9 +140,19 @@ RecordedStep record(const TrainConfig& c, const std::string& stage) {
   return {nullptr, char_lstm_graph(c, stage == "train")};
 }
 
+// bench: Adam at its defaults on random tokens.
+BenchStep bench_step(const TrainConfig& c, const TaskContext& context) {
+  const std::int64_t batch = c.loop.batch_size;
+  return {.label = fmt::format("{} training step, batch {}, sequence {}, Adam", c.model, batch,
+                               c.lm.seq_len),
+          .items = batch * c.lm.seq_len,
+          .recorded = {nullptr, char_lstm_graph(c, true, context.collective_group)},
+          .feeds = random_text_feeds(c, 1 + static_cast<std::uint64_t>(context.rank))};
+}
+
 }  // namespace
 
-std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& c, bool train) {
+std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& c, bool train, int collective_group) {
   Philox rng(c.loop.seed);
   CharLstm model(lm_options(c.lm), rng);  // the graph's variable nodes keep the parameters alive
   auto g = std::make_unique<Graph>();
@@ -151,7 +161,7 @@ std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& c, bool train) {
     return g;
   }
   const auto optimizer = make_optimizer(optimizer_config(c.loop));
-  append_lm_step(*g, model, *optimizer, c, -1);
+  append_lm_step(*g, model, *optimizer, c, collective_group);
   return g;
 }
 
@@ -181,7 +191,8 @@ TaskEntry language_model_task() {
           .apply_defaults = nullptr,
           .summary = summary,
           .stages = {"train", "forward"},
-          .record = record};
+          .record = record,
+          .bench = bench_step};
 }
 
 }  // namespace kiln

@@ -29,7 +29,8 @@ std::string sample_language_model(const TrainConfig& config);
 // inputs "x" and "y", i64 [seq_len, batch]; with `train`, the whole step (gradients,
 // clipping, the optimizer) and the output "loss", else the forward loss only. Parameters
 // from the seed; the graph's variable nodes keep them alive.
-std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& config, bool train);
+std::unique_ptr<Graph> char_lstm_graph(const TrainConfig& config, bool train,
+                                       int collective_group = -1);
 // Random tokens for "x" and "y" of that graph.
 std::vector<Feed> random_text_feeds(const TrainConfig& config, std::uint64_t seed);
 

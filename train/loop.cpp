@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "core/log.h"
 #include "distributed/data_parallel.h"
 #include "train/checkpoint.h"
+#include "train/divergence.h"
 #include "train/flags.h"
 #include "train/progress.h"
 #include "train/saved_classifier.h"
@@ -81,6 +83,8 @@ class Loop {
 
  private:
   void resume();
+  void check_position(const TrainingPosition& at) const;
+  void check_steps_left(const TrainingPosition& at) const;
   void save(const TrainingPosition& at);
   TrainingPosition after(std::int64_t epoch, std::int64_t batch, std::int64_t done) const {
     return batch == task_->steps_per_epoch() ? TrainingPosition{done, epoch + 1, 0}
@@ -100,6 +104,7 @@ class Loop {
   LrSchedule schedule_;
   std::unique_ptr<MetricsWriter> metrics_;
   StepLines lines_;
+  DivergenceCheck divergence_;
   std::vector<std::vector<Feed>> next_;  // the next batch's feeds, filled (and prefetched) ahead
   TrainingPosition start_;
   std::int64_t total_ = 0;    // steps done, over the whole run
@@ -112,18 +117,55 @@ void Loop::resume() {
   if (c_.loop.resume.empty()) return;
   const Checkpoint checkpoint(c_.loop.resume);
   check_resumable(c_, checkpoint);
+  start_ = checkpoint.position();
+  check_position(start_);
   const TaskState s = task_->state();
   checkpoint.restore(s.parameters, s.optimizer_state, s.buffers);
-  start_ = checkpoint.position();
+  check_steps_left(start_);
   log().info("resumed from {} at epoch {} batch {} (step {})", c_.loop.resume, start_.epoch,
              start_.batch, start_.step);
 }
 
+// A resumed position must be one of this run's data, with steps left to train.
+void Loop::check_position(const TrainingPosition& at) const {
+  const std::string& path = c_.loop.resume;
+  const std::int64_t per_epoch = task_->steps_per_epoch();
+  KILN_CHECK(at.batch < per_epoch,
+             "--resume {}: its position is batch {} of epoch {}, but an epoch of this run has {} "
+             "batches (is the data the same as the run that wrote it?)",
+             path, at.batch, at.epoch, per_epoch);
+  KILN_CHECK(at.epoch <= kMaxCheckpointSteps / per_epoch &&
+                 at.step == (at.epoch - 1) * per_epoch + at.batch,
+             "--resume {}: its position is inconsistent: step {} is not batch {} of epoch {} at {} "
+             "batches per epoch (is the data the same as the run that wrote it?)",
+             path, at.step, at.batch, at.epoch, per_epoch);
+}
+
+// A resumed run that would train nothing is refused (it used to exit 0 without a word).
+void Loop::check_steps_left(const TrainingPosition& at) const {
+  const std::string& path = c_.loop.resume;
+  KILN_CHECK(at.epoch <= c_.loop.epochs,
+             "--resume {}: the checkpoint is at the end of epoch {} (step {}): nothing is left to "
+             "train in --epochs {} (raise --epochs)",
+             path, at.epoch - 1, at.step, c_.loop.epochs);
+  KILN_CHECK(c_.loop.max_steps < 0 || at.step < c_.loop.max_steps,
+             "--resume {}: the checkpoint is at step {}: nothing is left to train with --max-steps "
+             "{} (raise --max-steps)",
+             path, at.step, c_.loop.max_steps);
+}
+
+// Checks the state for NaN and Inf first (on every rank, as the replicas are identical), so
+// that no checkpoint with a non-finite value is ever written.
 void Loop::save(const TrainingPosition& at) {
-  if (c_.loop.checkpoint.empty() || !leader_) return;  // the replicas are identical: rank 0 writes
   const TaskState s = task_->state();
-  save_checkpoint(c_.loop.checkpoint, s.parameters, s.optimizer_state, at, training_metadata(c_),
-                  s.buffers);
+  const std::string& path = c_.loop.checkpoint;
+  std::string consequence;
+  if (!path.empty())
+    consequence = fmt::format(": the checkpoint {} was not written{}", path,
+                              std::filesystem::exists(path) ? " (the previous one is kept)" : "");
+  DivergenceCheck::check_state(s, fmt::format("after step {} of the run", at.step), consequence);
+  if (path.empty() || !leader_) return;  // the replicas are identical: rank 0 writes
+  save_checkpoint(path, s.parameters, s.optimizer_state, at, training_metadata(c_), s.buffers);
 }
 
 // Data parallelism: every variable (parameters, optimizer state, buffers) equal on all ranks.
@@ -184,15 +226,7 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   }
   StepValues v = task_->step_values(outputs);
   add_loss_scale_values(outputs, v);
-  bool finite = std::isfinite(v.loss);
-  std::string values;
-  for (const auto& [name, value] : v.extras) {
-    finite = finite && std::isfinite(value);
-    values += fmt::format(", {} {}", name, value);
-  }
-  KILN_CHECK(finite,
-             "training diverged: loss is {}{} at epoch {} step {} (lower the learning rate)",
-             v.loss, values, epoch, batch + 1);
+  divergence_.check_step(v, epoch, batch + 1);
   lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
   const std::int64_t every = c_.parallel.check_replicas;
   if (every > 0 && (done + 1) % every == 0) check_replicas(done + 1);
@@ -238,6 +272,7 @@ EpochReport Loop::run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t
 // The task's evaluation, then the epoch's line of the metrics.
 void Loop::evaluate(EpochReport& r) {
   const Values evaluation = task_->evaluate(r.epoch, r.files);
+  DivergenceCheck::check_evaluation(evaluation, r.epoch);
   r.values.insert(r.values.end(), evaluation.begin(), evaluation.end());
   std::map<std::string, MetricsWriter::Field> fields = {
       {"epoch", r.epoch}, {"step", r.step},       {"loss", r.loss},

@@ -19,7 +19,7 @@ namespace {
 CharLstmOptions checkpoint_options(const Checkpoint& checkpoint, const LmSettings& fallback) {
   const std::string model = checkpoint.metadata_value("model");
   KILN_CHECK(model.empty() || model == "char-lstm", "{} is a checkpoint of '{}', not of char-lstm",
-             checkpoint.path().string(), model);
+             checkpoint.path().string(), model.substr(0, 60));
   const LmSettings lm = model.empty() ? fallback : checkpoint_config(checkpoint).lm;
   return {.embedding = lm.embedding,
           .hidden = lm.hidden,
@@ -75,9 +75,15 @@ std::string sample_language_model(const TrainConfig& config) {
              "--temperature must be positive (got {})", c.temperature);
   Philox init(config.loop.seed);
   const Checkpoint checkpoint(config.loop.resume);
-  CharLstm model(checkpoint_options(checkpoint, c), init);
-  checkpoint.restore(model.parameters(), {});
-  std::unique_ptr<Program> program = compile_sampler(model, resolve_device(config.device.name));
+  const CharLstmOptions options = checkpoint_options(checkpoint, c);
+  std::unique_ptr<CharLstm> model;
+  try {  // a size in the metadata the host cannot allocate names the checkpoint too
+    model = std::make_unique<CharLstm>(options, init);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", checkpoint.path().string(), e.what()));
+  }
+  checkpoint.restore(model->parameters(), {});
+  std::unique_ptr<Program> program = compile_sampler(*model, resolve_device(config.device.name));
 
   std::vector<Feed> feeds;  // the state, then the token
   for (const Node& n : program->graph().nodes())

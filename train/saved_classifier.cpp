@@ -3,16 +3,15 @@
 
 #include "core/log.h"
 #include "train/config_file.h"
+#include "train/flags.h"
 
 namespace kiln {
 namespace {
 
-// A count in the metadata (kiln.world_size, or an older checkpoint's loose key), or
-// `fallback` when the key is missing.
-std::int64_t metadata_count(const Checkpoint& checkpoint, const std::string& key,
-                            std::int64_t fallback) {
-  const std::string text = checkpoint.metadata_value(key);
-  if (text.empty()) return fallback;
+// kiln.world_size: the ranks of the run that wrote the checkpoint (1 when it says nothing).
+std::int64_t saved_world_size(const Checkpoint& checkpoint) {
+  const std::string text = checkpoint.metadata_value("kiln.world_size");
+  if (text.empty()) return 1;
   std::size_t used = 0;
   std::int64_t value = -1;
   try {
@@ -20,24 +19,10 @@ std::int64_t metadata_count(const Checkpoint& checkpoint, const std::string& key
   } catch (const std::exception&) {
     used = 0;
   }
-  KILN_CHECK(used == text.size() && value >= 0, "--resume {}: metadata '{}' is '{}', not a count",
-             checkpoint.path().string(), key, text);
+  KILN_CHECK(used == text.size() && value >= 1 && value <= (1 << 16),
+             "--resume {}: metadata 'kiln.world_size' is '{}', not a number of ranks (1 to 65536)",
+             checkpoint.path().string(), excerpt(text));
   return value;
-}
-
-// The settings of a checkpoint written before kiln.config: the GANs and the LM kept some
-// as loose keys ("batch_size", "seed", "hidden", ...); classifiers only the model.
-TrainConfig legacy_config(const Checkpoint& checkpoint, TrainConfig config) {
-  config.loop.batch_size = metadata_count(checkpoint, "batch_size", config.loop.batch_size);
-  config.loop.seed = static_cast<std::uint64_t>(
-      metadata_count(checkpoint, "seed", static_cast<std::int64_t>(config.loop.seed)));
-  config.lm.embedding = metadata_count(checkpoint, "embedding", config.lm.embedding);
-  config.lm.hidden = metadata_count(checkpoint, "hidden", config.lm.hidden);
-  config.lm.layers = metadata_count(checkpoint, "layers", config.lm.layers);
-  config.lm.seq_len = metadata_count(checkpoint, "seq_len", config.lm.seq_len);
-  if (!checkpoint.metadata_value("cell").empty())
-    config.lm.cell = checkpoint.metadata_value("cell");
-  return config;
 }
 
 }  // namespace
@@ -50,32 +35,23 @@ std::map<std::string, std::string> training_metadata(const TrainConfig& config) 
 }
 
 TrainConfig checkpoint_config(const Checkpoint& checkpoint) {
-  const std::string path = checkpoint.path().string();
-  const std::string json = checkpoint.metadata_value("kiln.config");
-  if (!json.empty())
-    return parse_train_config(json, path + ": metadata 'kiln.config'", TrainConfig{}, nullptr,
-                              true);
-  TrainConfig config;
-  config.model = checkpoint.metadata_value("model");
-  KILN_CHECK(!config.model.empty(), "{}: not a training checkpoint (its metadata names no model)",
-             path);
-  return legacy_config(checkpoint, config);
+  return checkpoint_settings(checkpoint.metadata(), checkpoint.path().string());
 }
 
 void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
   const std::string path = checkpoint.path().string();
   const std::string model = checkpoint.metadata_value("model");
-  KILN_CHECK(model.empty() || model == c.model,
-             "--resume {}: a checkpoint of model '{}', but this run trains '{}'", path, model,
-             c.model);
   const bool has_config = !checkpoint.metadata_value("kiln.config").empty();
+  if (has_config) checkpoint_config(checkpoint);  // its own metadata agrees with itself
+  KILN_CHECK(model.empty() || model == c.model,
+             "--resume {}: a checkpoint of model '{}', but this run trains '{}'", path,
+             excerpt(model), c.model);
   if (model.empty() || (!has_config && checkpoint.metadata_value("batch_size").empty()))
     return;  // no settings to compare: the tensors are checked on restore
   const TrainConfig saved = checkpoint_config(checkpoint);
   // A run on N ranks trains on the global batch batch_size * N: a checkpoint resumes on any
   // number of ranks (or the CPU) whose global batch is the same.
-  const std::int64_t saved_world = metadata_count(checkpoint, "kiln.world_size", 1);
-  KILN_CHECK(saved_world >= 1, "--resume {}: metadata 'kiln.world_size' is 0", path);
+  const std::int64_t saved_world = saved_world_size(checkpoint);
   const std::int64_t batch = c.loop.batch_size, world = c.parallel.world_size;
   if (saved_world == 1 && world == 1)
     KILN_CHECK(saved.loop.batch_size == batch,
@@ -101,7 +77,7 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
   KILN_CHECK(
       seed.empty() || seed == std::to_string(c.loop.seed),
       "--resume {}: the checkpoint's data order comes from seed {} but this run has --seed {}",
-      path, seed, c.loop.seed);
+      path, excerpt(seed), c.loop.seed);
 }
 
 SavedClassifier load_classifier(const std::filesystem::path& path) {

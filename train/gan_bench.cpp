@@ -1,0 +1,72 @@
+// The GAN's step as bench times it: one discriminator step and one generator step (Adam,
+// beta1 0.5), with the noise drawn on the host one step ahead on a worker thread, as the
+// training loop does; also the process CPU time per step (all threads), which a loaded
+// machine inflates less than wall time.
+#include <fmt/format.h>
+#include <time.h>
+
+#include <chrono>
+
+#include "models/gan.h"
+#include "train/gan_steps.h"
+#include "train/gan_task.h"
+#include "train/tasks.h"
+
+namespace kiln {
+namespace {
+
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+TimedSteps time_gan_steps(const std::string& model, std::int64_t batch,
+                          const CompileOptions& options, int warmup, int steps) {
+  Philox rng(0);
+  std::unique_ptr<Gan> gan = make_gan(model, rng);
+  const auto compile_start = std::chrono::steady_clock::now();
+  GanSteps gan_steps(*gan, batch, {.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1}, options);
+  TimedSteps timed{.compile_ms = ms_since(compile_start)};
+  Tensor real = Tensor::empty({batch, 1, 28, 28}, DType::f32);
+  Philox(1).fill_uniform(real, -1, 1);
+  std::vector<double> ms, device_ms;
+  double cpu_ms = 0;
+  NoiseAhead noise(batch, 0, !options.device.is_cpu());
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_ms();
+    gan_steps.run(real, noise.take(static_cast<std::uint64_t>(i)));
+    if (i < warmup) continue;
+    cpu_ms += process_cpu_ms() - cpu_start;
+    ms.push_back(ms_since(start));
+    const double d_ms = gan_steps.discriminator_step().last_step_device_ms(),
+                 g_ms = gan_steps.generator_step().last_step_device_ms();
+    if (d_ms >= 0 && g_ms >= 0) device_ms.push_back(d_ms + g_ms);
+  }
+  timed.times = {quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
+  if (!device_ms.empty()) timed.times.device_median_ms = quantile(device_ms, 0.5);
+  timed.extras = {{"cpu_ms_per_step", cpu_ms / steps}};
+  return timed;
+}
+
+}  // namespace
+
+BenchStep gan_bench_step(const TrainConfig& c, const TaskContext&) {
+  const std::string model = c.model;
+  const std::int64_t batch = c.loop.batch_size;
+  return {.label = fmt::format("{} D step + G step, batch {}, Adam", model, batch),
+          .items = batch,
+          .recorded = {},
+          .feeds = {},
+          .time = [model, batch](const CompileOptions& options, int warmup, int steps) {
+            return time_gan_steps(model, batch, options, warmup, steps);
+          }};
+}
+
+}  // namespace kiln
