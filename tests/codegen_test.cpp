@@ -72,7 +72,7 @@ TEST_CASE("golden: bf16 and f16 groups load bits, compute in float, store rounde
     CHECK(contains(k.source, "typedef float T;"));
     CHECK(contains(k.source,
                    "(const unsigned short* __restrict__ in0, unsigned short* __restrict__ out0)"));
-    CHECK(k.vector_width == 8);
+    CHECK(k.vector_width == 8);  // one 16-byte load per thread
     CHECK(contains(
         k.source,
         "reinterpret_cast<uint4*>(s0)[0] = reinterpret_cast<const uint4*>((in0 + i))[0];"));
@@ -92,6 +92,14 @@ TEST_CASE("golden: bf16 and f16 groups load bits, compute in float, store rounde
     CHECK(contains(ck.source, "(const T* __restrict__ in0, unsigned short* __restrict__ out0)"));
     CHECK(ck.vector_width == 8);  // 21 elements: two vectors, then a tail of 5
     kernels.push_back(ck);
+    // A per-channel value over 2x2 maps: 4 lanes (8-byte loads) keep a vector in one channel.
+    Graph pc;
+    pc.output("y", pc.input("x", {2, 3, 2, 2}, low) * pc.input("b", {1, 3, 1, 1}, low));
+    const CudaKernelSource pk = generate_cuda(*single_group(pc));
+    CAPTURE(pk.source);
+    CHECK(pk.vector_width == 4);
+    CHECK(contains(pk.source, "reinterpret_cast<uint2*>(s0)[0] = reinterpret_cast<const uint2*>("));
+    kernels.push_back(pk);
     // A sum of 16-bit values accumulates in float and rounds once.
     Graph r;
     r.output("s", sum(cast(r.input("x", {6, 50}, low), DType::f32) * 2.0, {1}));
