@@ -367,6 +367,23 @@ expect_output "model lenet after 30 steps, synthetic test set of 1000 images"
 expect_output "test loss"
 ok
 
+run "train a bf16 checkpoint" --synthetic --max-steps 30 --epochs 1 --precision bf16 --checkpoint "$TMP/eval16.safetensors" --no-progress
+expect_rc 0
+trained16=$(printed_accuracy)
+ok
+
+run "eval: a bf16 checkpoint evaluates in bf16, as trained" eval --checkpoint "$TMP/eval16.safetensors"
+expect_rc 0
+expect_output "synthetic test set of 1000 images on cpu in bf16"
+[[ $(printed_accuracy) == "$trained16" ]] || fail "eval printed '$(printed_accuracy)', training '$trained16'"
+ok
+
+run "eval: --precision fp32 overrides the checkpoint's" eval --checkpoint "$TMP/eval16.safetensors" --precision fp32
+expect_rc 0
+expect_output "synthetic test set of 1000 images on cpu"
+grep -q " in bf16" "$TMP/stdout" && fail "evaluated in bf16 though fp32 was asked for"
+ok
+
 run "eval: a missing checkpoint" eval --checkpoint "$TMP/nonexistent.safetensors"
 expect_rc 2
 expect_output "nonexistent.safetensors"

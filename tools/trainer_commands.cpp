@@ -24,8 +24,20 @@ void add_common_options(CLI::App& command, InferenceArgs& args) {
   command.add_option("--device", args.device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
+  command
+      .add_option("--precision", args.precision,
+                  "fp32, tf32, bf16 or fp16 (default: the precision it was trained in)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   command.add_option("--threads", args.threads, "CPU threads (0: all cores)")
       ->check(CLI::Range(0, 4096));
+}
+
+// The forward's compile options: the given precision, else the checkpoint's.
+CompileOptions inference_options(const InferenceArgs& args, const SavedClassifier& saved,
+                                 Device device) {
+  const Precision precision = args.precision.empty() ? precision_of(saved.config.device)
+                                                     : *precision_from_name(args.precision);
+  return {.device = device, .precision = precision};
 }
 
 }  // namespace
@@ -63,11 +75,15 @@ void run_eval(const InferenceArgs& args, Device device) {
   if (args.synthetic) data.images.synthetic = true;
   const ModelInfo& info = model_info(saved.config.model);
   const Dataset test = classifier_data(data, info, Split::test);
-  Evaluator evaluator(*saved.model, info.input_shape, args.batch, {.device = device});
+  const CompileOptions options = inference_options(args, saved, device);
+  Evaluator evaluator(*saved.model, info.input_shape, args.batch, options);
   const EvalResult r = evaluator.evaluate(test);
-  fmt::print("{}: model {} after {} steps, {} test set of {} images on {}\n", args.checkpoint,
+  fmt::print("{}: model {} after {} steps, {} test set of {} images on {}{}\n", args.checkpoint,
              saved.config.model, saved.step, data.images.synthetic ? "synthetic" : "Fashion-MNIST",
-             r.examples, device.str());
+             r.examples, device.str(),
+             options.precision == Precision::fp32
+                 ? ""
+                 : fmt::format(" in {}", precision_name(options.precision)));
   fmt::print("test accuracy {:.2f}% ({} of {}), test loss {:.4f}\n", 100.0 * r.accuracy, r.correct,
              r.examples, r.loss);
 }
@@ -77,7 +93,8 @@ void run_predict(const InferenceArgs& args, Device device) {
   const ModelInfo& info = model_info(saved.config.model);
   const Tensor images = load_images(args.images);
   KILN_CHECK(images.shape()[0] >= 1, "{}: has no images", args.images);
-  Evaluator evaluator(*saved.model, info.input_shape, args.batch, {.device = device});
+  Evaluator evaluator(*saved.model, info.input_shape, args.batch,
+                      inference_options(args, saved, device));
   const Tensor classes = predicted_classes(evaluator.logits(images));
   std::string lines;
   for (std::int64_t i = 0; i < classes.numel(); ++i) {

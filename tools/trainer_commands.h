@@ -20,6 +20,7 @@ struct InferenceArgs {
   std::int64_t batch = 1000;  // examples per forward step
   std::string device = "auto";
   int threads = 0;
+  std::string precision;  // "": the checkpoint's (--precision it was trained with)
 };
 
 // Adds the two subcommands to `app`; `args` receives their options.
