@@ -131,11 +131,6 @@ Writer::Writer(const FusedGroup& g) : g_(g), t_(g.compute == DType::f64 ? "doubl
   // loads: per-channel values over 14x14 or 7x7 maps), whichever every access allows; f32
   // groups take 4 (float4). 16 lanes (two loads per thread) was measured slower on the H200:
   // the bf16 chain at 3.55 TB/s against 3.66.
-  auto vectorizable = [&] {
-    for (const InputPlan& p : plans_)
-      if (!p.vector_load && !p.lane_invariant) return false;
-    return true;
-  };
   for (int lanes : g.low_precision() ? std::vector<int>{8, 4} : std::vector<int>{4}) {
     lanes_ = lanes;
     plans_.clear();

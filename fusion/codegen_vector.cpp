@@ -8,21 +8,31 @@
 
 namespace kiln::codegen {
 
-int Writer::vector_width() const {
-  const std::int64_t n = g_.shape.numel();
+bool Writer::vectorizable() const {
   for (const InputPlan& p : plans_)
-    if (!p.vector_load && !p.lane_invariant) return 1;
-  if (g_.low_precision()) return n >= lanes_ ? lanes_ : 1;  // a scalar tail takes the rest
-  return g_.compute == DType::f32 && n % 4 == 0 && n >= 4 ? 4 : 1;
+    if (!p.vector_load && !p.lane_invariant) return false;
+  return true;
 }
 
-std::string Writer::vector_loop_f32() const {
+// The vector path's guard: every pointer it reads or writes in vectors is 16-byte aligned.
+std::string Writer::alignment_test() const {
   std::string aligned;
   for (std::size_t k = 0; k < plans_.size(); ++k)
     if (!plans_[k].lane_invariant) aligned += fmt::format(" | (unsigned long long)in{}", k);
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     aligned += fmt::format(" | (unsigned long long)out{}", o);
-  std::string out = fmt::format("  if (((0ULL{}) & 15ULL) == 0ULL) {{\n", aligned);
+  return fmt::format("  if (((0ULL{}) & 15ULL) == 0ULL) {{\n", aligned);
+}
+
+int Writer::vector_width() const {
+  const std::int64_t n = g_.shape.numel();
+  if (!vectorizable()) return 1;
+  if (g_.low_precision()) return n >= lanes_ ? lanes_ : 1;  // a scalar tail takes the rest
+  return g_.compute == DType::f32 && n % 4 == 0 && n >= 4 ? 4 : 1;
+}
+
+std::string Writer::vector_loop_f32() const {
+  std::string out = alignment_test();
   out +=
       "    for (long long v = first; v < n / 4; v += step) {\n      const long long i = v * 4;\n";
   for (std::size_t k = 0; k < plans_.size(); ++k) {
@@ -73,12 +83,7 @@ std::string copy_lanes(DType dtype, int lanes, const std::string& to, const std:
 // Lanes 0..L-1 (L = lanes_) of input k are x<k>_<lane>, widened from an aligned register array;
 // the vectors stop at n / L * L and the scalar loop after this one takes the rest from `start`.
 std::string Writer::vector_loop_wide() const {
-  std::string aligned;
-  for (std::size_t k = 0; k < plans_.size(); ++k)
-    if (!plans_[k].lane_invariant) aligned += fmt::format(" | (unsigned long long)in{}", k);
-  for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-    aligned += fmt::format(" | (unsigned long long)out{}", o);
-  std::string out = fmt::format("  if (((0ULL{}) & 15ULL) == 0ULL) {{\n", aligned);
+  std::string out = alignment_test();
   out += fmt::format(
       "    for (long long v = first; v < n / {0}; v += step) {{\n      const long long i = v * "
       "{0};\n",

@@ -60,6 +60,8 @@ class Writer {
   std::string elementwise_body(int& vector_width) const;
   // codegen_vector.cpp: float4 loads and stores for f32 groups; 16-byte loads of 8 elements
   // (two for f32 values) for groups that read or write bf16 or f16.
+  bool vectorizable() const;  // every input loads as a vector or is the same for all lanes
+  std::string alignment_test() const;
   int vector_width() const;
   std::string vector_loop_f32() const;
   std::string vector_loop_wide() const;
