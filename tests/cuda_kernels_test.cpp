@@ -141,15 +141,17 @@ TEST_CASE("conv workspace sizes (no GPU needed)") {
   }
   const auto pointwise = kernels::conv_geometry({8, 16, 5, 5}, {4, 16, 1, 1}, 1, 0);
   CHECK(cuda::conv_workspace_bytes(pointwise, DType::f32, cuda::ConvPass::forward) == 0);
-  // bf16/f16 (DESIGN.md, Precision): grad_weight's split-K partials are f32, as many as in
-  // f32; the im2col fallback's patch matrix is of the input's dtype where it is copied (forward)
-  // and f32 where it holds sums (grad_input's col), and grad_weight sums its chunks in an f32 dW.
+  // bf16/f16 (DESIGN.md, Precision) run on the tensor cores: grad_input (stride 1 or 2)
+  // transposes the 64 x 288 weights into scratch; grad_weight's split-K partials are f32 (392 steps
+  // of 32 pixels over 5 tiles of 64 x 64: 49 splits of 8 steps, the fewest steps a split takes);
+  // the im2col fallback's patch matrix is of the input's dtype where it is copied (forward) and f32
+  // where it holds sums (grad_input's col), and grad_weight sums its chunks in an f32 dW.
   for (DType low : {DType::bf16, DType::f16}) {
     CAPTURE(dtype_name(low));
     CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 0);
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_input) == 64u * 288 * 2);
     CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_weight) == 49u * 64 * 288 * 4);
-    CHECK(cuda::conv_workspace_bytes(strided, low, cuda::ConvPass::grad_input) ==
-          64u * 288 * 49 * 4);
+    CHECK(cuda::conv_workspace_bytes(strided, low, cuda::ConvPass::grad_input) == 64u * 288 * 2);
     ForceIm2col im2col;
     CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 64u * 288 * 196 * 2);
     // col [P = 288][64 * 196] and dy transposed [64][64 * 196] in bf16, each rounded up to

@@ -378,7 +378,7 @@ std::vector<OpRow> gemm_conv_rows() {
          return one(conv2d(in.x({3, 4, 9, 7}), in.x({16, 4, 3, 3}), 1, 1));
        },
        2, true, force_im2col},
-      {OpId::conv2d_grad_input, "conv2d_grad_input stride 1 (implicit GEMM) and 2 (col2im)",
+      {OpId::conv2d_grad_input, "conv2d_grad_input stride 1 and 2",
        [](Inputs& in) {
          Value w = in.x({16, 24, 3, 3});
          return Values{conv2d_grad_input(in.x({2, 16, 7, 7}), w, {2, 24, 7, 7}, 1, 1),
@@ -391,6 +391,43 @@ std::vector<OpRow> gemm_conv_rows() {
                                        1, 1));
        },
        2, false},
+      // The tensor-core grad_input (stride 1, transposed weights, mirrored taps): partial tiles of
+      // 33 and 130 channels (64 and 128 a tile), a 5x3 filter with padding 2 and 1, batch 1.
+      {OpId::conv2d_grad_input, "conv2d_grad_input on the tensor cores: 33 and 130 channels",
+       [](Inputs& in) {
+         return Values{
+             conv2d_grad_input(in.x({1, 20, 11, 11}), in.x({20, 33, 5, 3}), {1, 33, 11, 9}, 1, 2),
+             conv2d_grad_input(in.x({5, 24, 30, 30}), in.x({24, 130, 3, 3}, 0.5), {5, 130, 30, 30},
+                               1, 1)};
+       },
+       2, false},
+      // At stride 2 the tensor cores read dy as if dilated: a 1x1 filter over odd and even sizes
+      // (7 and 8: the last row and column get nothing), 3x3 with padding over 130 channels.
+      {OpId::conv2d_grad_input, "conv2d_grad_input on the tensor cores at stride 2",
+       [](Inputs& in) {
+         Value w1 = in.x({20, 40, 1, 1});
+         return Values{conv2d_grad_input(in.x({3, 20, 4, 4}), w1, {3, 40, 7, 7}, 2, 0),
+                       conv2d_grad_input(in.x({3, 20, 4, 4}), w1, {3, 40, 8, 8}, 2, 0),
+                       conv2d_grad_input(in.x({2, 24, 8, 8}), in.x({24, 130, 3, 3}, 0.5),
+                                         {2, 130, 16, 16}, 2, 1)};
+       },
+       2, false},
+      // The tensor-core grad_weight: odd pixel counts (dy by scalar loads), stride 2, 70 and 130
+      // filters, one split and many (a K of 8 * 32 * 32 pixels).
+      {OpId::conv2d_grad_weight, "conv2d_grad_weight on the tensor cores: odd sizes, split K",
+       [](Inputs& in) {
+         return Values{
+             conv2d_grad_weight(in.x({1, 5, 13, 11}), in.x({1, 70, 7, 6}), {70, 5, 3, 3}, 2, 1),
+             conv2d_grad_weight(in.x({8, 3, 32, 32}), in.x({8, 130, 32, 32}, 0.5), {130, 3, 3, 3},
+                                1, 1),
+             conv2d_grad_weight(in.x({2, 40, 8, 8}), in.x({2, 64, 8, 8}), {64, 40, 3, 3}, 1, 1)};
+       },
+       2, false},
+      {OpId::conv2d, "conv2d backward forced to the CUDA-core implicit GEMM",
+       [](Inputs& in) {
+         return one(conv2d(in.x({2, 20, 9, 9}), in.x({24, 20, 3, 3}), 1, 1));
+       },
+       2, true, force_cuda_cores},
   };
 }
 

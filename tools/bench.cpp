@@ -234,7 +234,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 32));
   app.add_option("--conv-algo", conv_algo,
                  "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight or "
-                 "cuda-cores (bf16/f16 forward off the tensor cores)")
+                 "cuda-cores (bf16/f16 passes off the tensor cores)")
       ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight", "cuda-cores"}))
       ->capture_default_str();
   app.add_flag("--startup", startup,

@@ -6,17 +6,10 @@
 // with the patch matrix never written to memory and y, dx read and written in NCHW order.
 // grad_weight splits its long K = B*OH*OW over blocks and sums the partials in a fixed
 // order (a second small kernel), so it stays deterministic.
-// Tiles: igemm_choose_tile (kernel_sources.cpp). The fallback (grad_input at stride > 1;
-// forward and grad_input with fewer than 16 output channels or a 1x1 filter; offsets past
-// 2^30 elements; image or filter sides past 4096) is im2col + cuBLAS: forward and grad_input use a
-// per-image patch layout [b][P][OH*OW] (P = Cin*KH*KW) and one strided-batched GEMM per chunk of
-// images, whose per-image outputs land directly in NCHW order. grad_weight folds the batch into the
-// GEMM's K: patches as [P][b][OH*OW] and dy transposed to [Cout][b][OH*OW], then one GEMM dW = dy^T
-// col^T.
-// bf16 and f16 (DESIGN.md, Precision) compute in float and round each output once: the
-// implicit GEMM widens as it loads and sums split-K partials in f32 scratch; the fallback
-// GEMMs accumulate in f32 on the tensor cores, grad_input's col is f32 scratch that col2im
-// sums, and grad_weight sums its chunks in an f32 dW that one pass rounds at the end.
+// bf16 and f16 (DESIGN.md, Precision) run every pass on the tensor cores wherever an implicit
+// GEMM fits (conv_mma.cpp; grad_input transposes the weights into the workspace first, and at
+// stride 2 reads dy as if dilated by 2). Tiles:
+// igemm_choose_tile (kernel_sources.cpp). The fallback is im2col + cuBLAS (conv_im2col.cpp).
 #include "backends/cuda/conv.h"
 
 #include <fmt/format.h>
@@ -26,6 +19,7 @@
 #include <vector>
 
 #include "backends/cuda/conv_mma.h"
+#include "backends/cuda/conv_passes.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "backends/cuda/kernel_registry.h"
@@ -48,23 +42,7 @@ void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling) {
 
 namespace {
 
-using kernels::ConvGeometry;
-
-std::int64_t patch_rows(const ConvGeometry& g) { return g.in_channels * g.kernel_h * g.kernel_w; }
-std::int64_t patch_cols(const ConvGeometry& g) { return g.out_h * g.out_w; }
-std::size_t round_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// A 1x1 kernel at stride 1 without padding: x itself is the patch matrix.
-bool pointwise(const ConvGeometry& g) {
-  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride == 1 && g.padding == 0;
-}
-
-std::size_t col_bytes(const ConvGeometry& g, DType dtype, std::int64_t images) {
-  return static_cast<std::size_t>(images * patch_rows(g) * patch_cols(g)) * dtype_size(dtype);
-}
-
-// What sums are kept in: f64 for f64, else f32 (bf16 and f16 accumulate in f32 scratch).
-DType wide_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+using namespace conv_detail;
 
 // ---- implicit GEMM ----
 
@@ -97,11 +75,11 @@ GemmDims dims_of(const ConvGeometry& g, ConvPass pass) {
   return {0, 0, 0};
 }
 
-bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass pass) {
+// Whether `pass` fits an implicit GEMM kernel (the stride of grad_input aside).
+bool igemm_fits(const ConvGeometry& g, ConvPass pass) {
   if (detail::g_algo == detail::ConvAlgo::im2col_gemm) return false;
   if (detail::g_algo == detail::ConvAlgo::im2col_grad_weight && pass == ConvPass::grad_weight)
     return false;
-  if (pass == ConvPass::grad_input && g.stride != 1) return false;
   if (pass != ConvPass::grad_weight && pointwise(g))
     return false;  // plain cuBLAS, no scratch either
   // Fewer than 16 output channels (conv1's grad_input: 1) would leave most of a tile's rows
@@ -118,10 +96,44 @@ bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass p
   return d.m / 16 < 65535;  // grid.y
 }
 
-// The bf16/f16 forward runs on the tensor cores wherever the implicit GEMM would.
+// The CUDA-core implicit GEMM: grad_input at stride 1 only.
+bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass pass) {
+  return igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride == 1);
+}
+
+// bf16/f16 run on the tensor cores wherever an implicit GEMM fits, grad_input at stride 1 or 2.
 bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
-  return pass == ConvPass::forward && is_low_precision(dtype) &&
-         detail::g_algo != detail::ConvAlgo::cuda_cores && use_igemm(g, dtype, pass);
+  return is_low_precision(dtype) && detail::g_algo != detail::ConvAlgo::cuda_cores &&
+         igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2);
+}
+
+ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
+  if (pass != ConvPass::grad_input) return ConvMmaKind::forward;
+  return g.stride == 1 ? ConvMmaKind::grad_input : ConvMmaKind::grad_input_stride2;
+}
+
+// The tensor cores' scratch: grad_input's transposed weights (16-bit), grad_weight's partials.
+std::size_t mma_workspace(const ConvGeometry& g, ConvPass pass) {
+  const GemmDims d = dims_of(g, pass);
+  if (pass == ConvPass::grad_input)
+    return round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 2);
+  if (pass == ConvPass::grad_weight)
+    return conv_mma_wgrad_scratch(conv_mma_wgrad_splits(d.m, d.n, d.k), d.m, d.n);
+  return 0;
+}
+
+std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  const GemmDims d = dims_of(g, pass);
+  if (pass == ConvPass::forward)
+    return {conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n), conv_mma_vector_weights(d.k))};
+  if (pass == ConvPass::grad_input)  // the weights are transposed into 256-byte-aligned scratch
+    return {transpose_source(2), conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n),
+                                                 conv_mma_vector_weights(d.k), mma_kind(g, pass))};
+  const bool split = conv_mma_wgrad_splits(d.m, d.n, d.k).count > 1;
+  std::vector<gpu::KernelSource> sources = {conv_mma_wgrad_source(
+      dtype, conv_mma_wgrad_tile_m(d.m), conv_mma_vector_dy(g.out_h * g.out_w), split)};
+  if (split) sources.push_back(conv_splitk_sum_source(dtype));
+  return sources;
 }
 
 IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
@@ -203,19 +215,6 @@ ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d
   return s;
 }
 
-// out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
-// once to `dtype`; a count of 1 is the rounding alone.
-void splitk_sum(DType dtype, const void* part, void* out, std::int64_t elements, std::int64_t count,
-                gpu::Stream stream) {
-  const DeviceKernel& sum = device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)),
-                                          [&] { return conv_splitk_sum_source(dtype); });
-  int mn = i32(elements), splits = i32(count);
-  void* sum_args[] = {&part, &out, &mn, &splits};
-  const unsigned lanes = mn >= 4096 ? 8 : 32;  // more lanes per output when there are few outputs
-  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream,
-                    sum_args);
-}
-
 // One implicit-GEMM pass: a = W (forward, grad_input) or dy; img = x or dy; out = y, dx or dW.
 void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
                void* out, const ConvWorkspace& ws, gpu::Stream stream) {
@@ -247,47 +246,6 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
   if (splits.count > 1) splitk_sum(dtype, ws.data, out, d.m * d.n, splits.count, stream);
 }
 
-// ---- im2col + cuBLAS ----
-
-// grad_weight's scratch: col, then dy transposed, then (bf16, f16) the f32 dW the chunks sum in.
-struct GradWeightScratch {
-  std::size_t dy_t = 0, dw_wide = 0, bytes = 0;
-};
-GradWeightScratch grad_weight_scratch(const ConvGeometry& g, DType dtype, std::int64_t images) {
-  GradWeightScratch s;
-  s.dy_t = round_up(col_bytes(g, dtype, images));
-  const auto dy_t_bytes =
-      static_cast<std::size_t>(images * g.out_channels * patch_cols(g)) * dtype_size(dtype);
-  s.dw_wide = s.dy_t + round_up(dy_t_bytes);
-  const auto dw_bytes = static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 4;
-  s.bytes = is_low_precision(dtype) ? s.dw_wide + dw_bytes : s.dy_t + dy_t_bytes;
-  return s;
-}
-
-std::size_t workspace_for(const ConvGeometry& g, DType dtype, ConvPass pass, std::int64_t images) {
-  if (pass == ConvPass::forward) return pointwise(g) ? 0 : col_bytes(g, dtype, images);
-  if (pass == ConvPass::grad_input)  // col holds the GEMM's sums: f32 for bf16, f16
-    return pointwise(g) ? 0 : col_bytes(g, wide_dtype(dtype), images);
-  return grad_weight_scratch(g, dtype, images).bytes;
-}
-
-// How many images one step of `pass` processes with `bytes` of scratch.
-std::int64_t chunk_images(const ConvGeometry& g, DType dtype, ConvPass pass,
-                          const ConvWorkspace& ws, const char* op) {
-  const std::size_t one = workspace_for(g, dtype, pass, 1);
-  KILN_CHECK(ws.bytes >= one,
-             "{}: the workspace of {} bytes is smaller than the {} bytes one image needs", op,
-             ws.bytes, one);
-  KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0,
-             "{}: the workspace is not 256-byte aligned", op);
-  std::int64_t images = std::min<std::int64_t>(g.batch, static_cast<std::int64_t>(ws.bytes / one));
-  while (images > 1 && workspace_for(g, dtype, pass, images) > ws.bytes)
-    --images;  // the alignment padding
-  if (pass == ConvPass::grad_weight)
-    images = std::min<std::int64_t>(images, INT_MAX / patch_cols(g));  // GEMM's K
-  return std::max<std::int64_t>(images, 1);
-}
-
 void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
   KILN_CHECK(is_floating(dtype), "{}: dtype {} is not supported (f32, f64, bf16 or f16 expected)",
              op, dtype_name(dtype));
@@ -296,79 +254,19 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
              g.padding, g.out_h, g.out_w);
 }
 
-ConvShape shape_of(const ConvGeometry& g, std::int64_t images, bool batch_folded) {
-  const std::int64_t cols = patch_cols(g);
-  return {images,
-          g.in_channels,
-          g.height,
-          g.width,
-          g.kernel_h,
-          g.kernel_w,
-          g.stride,
-          g.padding,
-          g.out_h,
-          g.out_w,
-          batch_folded ? images * cols : cols,
-          batch_folded ? cols : patch_rows(g) * cols};
-}
-
-void im2col(DType dtype, ConvShape shape, const void* x, void* col, gpu::Stream stream) {
-  const DeviceKernel& k = device_kernel(fmt::format("kiln_im2col_{}", dtype_name(dtype)),
-                                        [&] { return im2col_source(dtype); });
-  void* args[] = {&x, &col, &shape};
-  launch_items(
-      k,
-      shape.images * shape.channels * shape.kernel_h * shape.kernel_w * shape.out_h * shape.out_w,
-      stream, args);
-}
-
-void col2im(DType dtype, ConvShape shape, const void* col, void* x, gpu::Stream stream) {
-  const DeviceKernel& k = device_kernel(fmt::format("kiln_col2im_{}", dtype_name(dtype)),
-                                        [&] { return col2im_source(dtype); });
-  void* args[] = {&col, &x, &shape};
-  launch_items(k, shape.images * shape.channels * shape.height * shape.width, stream, args);
-}
-
-const char* at(const void* base, std::int64_t elements, DType dtype) {
-  return static_cast<const char*>(base) + static_cast<std::size_t>(elements) * dtype_size(dtype);
-}
-char* at(void* base, std::int64_t elements, DType dtype) {
-  return static_cast<char*>(base) + static_cast<std::size_t>(elements) * dtype_size(dtype);
-}
-
-// Per image b of a chunk: out_b[M, OH*OW] = op(A)[M, K] in_b[K, OH*OW], A shared by all;
-// out of `out_dtype` (dtype, or f32 for bf16/f16 sums that are summed further).
-void per_image_gemm(DType dtype, bool trans_a, std::int64_t m, std::int64_t k, std::int64_t cols,
-                    const void* a, const void* in, void* out, std::int64_t images,
-                    gpu::Stream stream, DType out_dtype) {
-  RowMajorGemm gemm_args;
-  gemm_args.trans_a = trans_a;
-  gemm_args.m = m;
-  gemm_args.n = cols;
-  gemm_args.k = k;
-  gemm_args.batch = images;
-  gemm_args.a = a;
-  gemm_args.ld_a = trans_a ? m : k;
-  gemm_args.b = in;
-  gemm_args.ld_b = cols;
-  gemm_args.stride_b = k * cols;
-  gemm_args.c = out;
-  gemm_args.ld_c = cols;
-  gemm_args.stride_c = m * cols;
-  gemm(dtype, out_dtype, gemm_args, stream);
-}
-
 }  // namespace
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk) {
+  if (use_mma(g, dtype, pass)) return mma_workspace(g, pass);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
-  return workspace_for(g, dtype, pass, std::max<std::int64_t>(images, 1));
+  return im2col_workspace(g, dtype, pass, std::max<std::int64_t>(images, 1));
 }
 
 std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
                                                    ConvPass pass) {
+  if (use_mma(g, dtype, pass)) return mma_sources(g, dtype, pass);
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
     if (pass == ConvPass::grad_weight && is_low_precision(dtype))  // rounding the f32 dW
@@ -376,8 +274,6 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
     return {pass == ConvPass::grad_input ? col2im_source(dtype) : im2col_source(dtype)};
   }
   const GemmDims d = dims_of(g, pass);
-  if (use_mma(g, dtype, pass))
-    return {conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n), conv_mma_vector_weights(d.k))};
   const IgemmTile tile = tile_for(d, dtype, pass);
   std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
   if (splits_for(d, tile, pass).count == 1) return sources;
@@ -391,29 +287,13 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
                     ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d");
   if (g.batch == 0) return;
-  const std::int64_t in_size = g.in_channels * g.height * g.width;
-  const std::int64_t out_size = g.out_channels * patch_cols(g);
   if (use_mma(g, dtype, ConvPass::forward)) {
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
-    return;
-  }
-  if (use_igemm(g, dtype, ConvPass::forward)) {
+  } else if (use_igemm(g, dtype, ConvPass::forward)) {
     run_igemm(dtype, g, ConvPass::forward, w, x, y, ws, stream);
-    return;
-  }
-  if (pointwise(g)) {  // y_b[Cout, HW] = W[Cout, Cin] x_b[Cin, HW]
-    per_image_gemm(dtype, false, g.out_channels, g.in_channels, patch_cols(g), w, x, y, g.batch,
-                   stream, dtype);
-    return;
-  }
-  const std::int64_t chunk = chunk_images(g, dtype, ConvPass::forward, ws, "conv2d");
-  for (std::int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
-    const std::int64_t images = std::min(chunk, g.batch - b0);
-    im2col(dtype, shape_of(g, images, false), at(x, b0 * in_size, dtype), ws.data, stream);
-    // y_b[Cout, OH*OW] = W[Cout, P] col_b[P, OH*OW]
-    per_image_gemm(dtype, false, g.out_channels, patch_rows(g), patch_cols(g), w, ws.data,
-                   at(y, b0 * out_size, dtype), images, stream, dtype);
+  } else {
+    im2col_forward(dtype, g, x, w, y, ws, stream);
   }
 }
 
@@ -421,24 +301,20 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
                        ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d_grad_input");
   if (g.batch == 0) return;
-  const std::int64_t in_size = g.in_channels * g.height * g.width;
-  const std::int64_t out_size = g.out_channels * patch_cols(g);
-  if (use_igemm(g, dtype, ConvPass::grad_input)) {
+  if (use_mma(g, dtype, ConvPass::grad_input)) {
+    KILN_CHECK(ws.bytes >= mma_workspace(g, ConvPass::grad_input),
+               "conv2d_grad_input: a workspace of {} bytes cannot hold the {} transposed weights",
+               ws.bytes, g.out_channels * patch_rows(g));
+    // A[ci, (co, kh, kw)] = w[co, ci, kh, kw]; the kernel mirrors the taps.
+    transpose(dtype, Shape{g.out_channels, g.in_channels, g.kernel_h * g.kernel_w}, {1, 0, 2}, w,
+              ws.data, stream);
+    const GemmDims d = dims_of(g, ConvPass::grad_input);
+    conv_mma_forward(dtype, gemm_shape(g, ConvPass::grad_input, d, d.k), ws.data, dy, dx, stream,
+                     mma_kind(g, ConvPass::grad_input));
+  } else if (use_igemm(g, dtype, ConvPass::grad_input)) {
     run_igemm(dtype, g, ConvPass::grad_input, w, dy, dx, ws, stream);
-    return;
-  }
-  if (pointwise(g)) {  // dx_b[Cin, HW] = W^T[Cin, Cout] dy_b[Cout, HW]
-    per_image_gemm(dtype, true, g.in_channels, g.out_channels, patch_cols(g), w, dy, dx, g.batch,
-                   stream, dtype);
-    return;
-  }
-  const std::int64_t chunk = chunk_images(g, dtype, ConvPass::grad_input, ws, "conv2d_grad_input");
-  for (std::int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
-    const std::int64_t images = std::min(chunk, g.batch - b0);
-    // col_b[P, OH*OW] = W^T[P, Cout] dy_b[Cout, OH*OW], then dx_b = col2im(col_b)
-    per_image_gemm(dtype, true, patch_rows(g), g.out_channels, patch_cols(g), w,
-                   at(dy, b0 * out_size, dtype), ws.data, images, stream, wide_dtype(dtype));
-    col2im(dtype, shape_of(g, images, false), ws.data, at(dx, b0 * in_size, dtype), stream);
+  } else {
+    im2col_grad_input(dtype, g, dy, w, dx, ws, stream);
   }
 }
 
@@ -447,45 +323,17 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
   check_geometry(g, dtype, "conv2d_grad_weight");
   if (g.batch == 0) {
     fill(dtype, 0.0, g.out_channels * patch_rows(g), dw, stream);
-    return;
-  }
-  if (use_igemm(g, dtype, ConvPass::grad_weight)) {
+  } else if (use_mma(g, dtype, ConvPass::grad_weight)) {
+    const GemmDims d = dims_of(g, ConvPass::grad_weight);
+    const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k, ws.bytes);
+    conv_mma_grad_weight(dtype, gemm_shape(g, ConvPass::grad_weight, d, splits.chunk), splits, dy,
+                         x, dw, ws.data, stream);
+    if (splits.count > 1) splitk_sum(dtype, ws.data, dw, d.m * d.n, splits.count, stream);
+  } else if (use_igemm(g, dtype, ConvPass::grad_weight)) {
     run_igemm(dtype, g, ConvPass::grad_weight, dy, x, dw, ws, stream);
-    return;
+  } else {
+    im2col_grad_weight(dtype, g, x, dy, dw, ws, stream);
   }
-  const std::int64_t in_size = g.in_channels * g.height * g.width;
-  const std::int64_t out_size = g.out_channels * patch_cols(g);
-  const std::int64_t chunk =
-      chunk_images(g, dtype, ConvPass::grad_weight, ws, "conv2d_grad_weight");
-  const GradWeightScratch scratch = grad_weight_scratch(g, dtype, chunk);
-  void* col = ws.data;
-  void* dy_t = static_cast<char*>(ws.data) + scratch.dy_t;
-  const bool low = is_low_precision(dtype);  // chunks summed in f32, rounded once at the end
-  void* dw_sum = low ? static_cast<char*>(ws.data) + scratch.dw_wide : dw;
-  for (std::int64_t b0 = 0; b0 < g.batch; b0 += chunk) {
-    const std::int64_t images = std::min(chunk, g.batch - b0);
-    const std::int64_t k = images * patch_cols(g);
-    im2col(dtype, shape_of(g, images, true), at(x, b0 * in_size, dtype), col,
-           stream);  // [P][b][OH*OW]
-    transpose(dtype, Shape{images, g.out_channels, patch_cols(g)}, {1, 0, 2},
-              at(dy, b0 * out_size, dtype), dy_t,
-              stream);  // [Cout][b][OH*OW]
-    // dW[Cout, P] (+)= dy_t[Cout, K] col[P, K]^T with K = images * OH*OW
-    RowMajorGemm gemm_args;
-    gemm_args.trans_b = true;
-    gemm_args.m = g.out_channels;
-    gemm_args.n = patch_rows(g);
-    gemm_args.k = k;
-    gemm_args.a = dy_t;
-    gemm_args.ld_a = k;
-    gemm_args.b = col;
-    gemm_args.ld_b = k;
-    gemm_args.c = dw_sum;
-    gemm_args.ld_c = patch_rows(g);
-    gemm_args.beta = b0 == 0 ? 0.0 : 1.0;
-    gemm(dtype, low ? DType::f32 : dtype, gemm_args, stream);
-  }
-  if (low) splitk_sum(dtype, dw_sum, dw, g.out_channels * patch_rows(g), 1, stream);
 }
 
 }  // namespace kiln::cuda

@@ -1,6 +1,7 @@
-// 2-D convolution on the GPU (NCHW; f32, f64, and bf16/f16 computed in float; stride and padding as
-// in graph/kernels/conv_cpu.cpp). Each pass is one implicit GEMM (patches gathered on the fly, no
-// scratch for forward and grad_input; grad_weight sums split-K partials in a fixed order);
+// 2-D convolution on the GPU (NCHW; f32, f64, and bf16/f16 computed in float on the tensor cores;
+// stride and padding as in graph/kernels/conv_cpu.cpp). Each pass is one implicit GEMM (patches
+// gathered on the fly; grad_weight sums split-K partials in a fixed order; bf16/f16 grad_input
+// transposes the weights into scratch first);
 // grad_input at stride > 1, very few output channels, 1x1 filters and sizes past 32-bit offsets use
 // im2col + cuBLAS GEMM with col2im as a deterministic gather. No atomics: results are bitwise
 // repeatable.
@@ -54,7 +55,7 @@ namespace detail {
 // Test and benchmark hooks, not for production code (not thread-safe; take effect at the
 // next call, conv_workspace_bytes included). im2col_gemm forces the fallback everywhere,
 // im2col_grad_weight only for the weight gradient.
-// cuda_cores: bf16/f16 forward on the CUDA-core implicit GEMM, not the tensor cores.
+// cuda_cores: bf16/f16 passes on the CUDA-core implicit GEMM, not the tensor cores.
 enum class ConvAlgo { automatic, im2col_gemm, im2col_grad_weight, cuda_cores };
 void set_conv_algo_for_testing(ConvAlgo algo);
 // Forces the implicit GEMM's tile (bm x bn, kg thread groups of ks K rows per step; bm 0:

@@ -113,18 +113,48 @@ gpu::KernelSource conv_igemm_source(IgemmMode mode, IgemmTile tile, DType dtype,
 }
 
 // The tensor-core forward (conv_mma.cuh): bf16 or f16, bm x 64 tiles, weights by cp.async
-// when vec_a.
-std::string conv_mma_name(DType dtype, int bm, bool vec_a) {
-  return fmt::format("kiln_conv_mma_fwd_{}x64x32_{}{}", bm, dtype_name(dtype), vec_a ? "_vec" : "");
+// when vec_a; grad_input over the transposed weights.
+std::string conv_mma_name(DType dtype, int bm, bool vec_a, ConvMmaKind kind) {
+  const char* pass = kind == ConvMmaKind::forward      ? "fwd"
+                     : kind == ConvMmaKind::grad_input ? "dgrad"
+                                                       : "dgrad_s2";
+  return fmt::format("kiln_conv_mma_{}_{}x64x32_{}{}", pass, bm, dtype_name(dtype),
+                     vec_a ? "_vec" : "");
 }
 
-gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a) {
+namespace {
+void check_mma_tile(DType dtype, int bm) {
   KILN_CHECK(is_low_precision(dtype) && (bm == 64 || bm == 128),
              "conv tensor-core kernel: bf16 or f16 in tiles of 64 or 128 filters, not {} in {}",
              dtype_name(dtype), bm);
-  return embedded_kernel(conv_mma_name(dtype, bm, vec_a), kernel_files::conv_mma_cuh,
+}
+}  // namespace
+
+gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a, ConvMmaKind kind) {
+  check_mma_tile(dtype, bm);
+  const bool flip = kind != ConvMmaKind::forward;
+  const bool dilated = kind == ConvMmaKind::grad_input_stride2;
+  return embedded_kernel(conv_mma_name(dtype, bm, vec_a, kind), kernel_files::conv_mma_cuh,
                          "KILN_CONV_MMA",
                          {{"KILN_T", cuda_type_name(dtype)},
+                          {"KILN_BM", std::to_string(bm)},
+                          {"KILN_VEC_A", vec_a ? "1" : "0"},
+                          {"KILN_FLIP", flip ? "1" : "0"},
+                          {"KILN_DIL", dilated ? "2" : "1"}});
+}
+
+// The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out.
+std::string conv_mma_wgrad_name(DType dtype, int bm, bool vec_a, bool float_out) {
+  return fmt::format("kiln_conv_mma_wgrad_{}x64x32_{}{}{}", bm, dtype_name(dtype),
+                     vec_a ? "_vec" : "", float_out ? "_f32out" : "");
+}
+
+gpu::KernelSource conv_mma_wgrad_source(DType dtype, int bm, bool vec_a, bool float_out) {
+  check_mma_tile(dtype, bm);
+  return embedded_kernel(conv_mma_wgrad_name(dtype, bm, vec_a, float_out),
+                         kernel_files::conv_mma_wgrad_cuh, "KILN_CONV_MMA_WGRAD",
+                         {{"KILN_T", cuda_type_name(dtype)},
+                          {"KILN_OT", float_out ? "float" : cuda_type_name(dtype)},
                           {"KILN_BM", std::to_string(bm)},
                           {"KILN_VEC_A", vec_a ? "1" : "0"}});
 }

@@ -1,25 +1,74 @@
-// The launch of the tensor-core convolution forward (conv_mma.h, kernels/conv_mma.cuh).
+// The launches of the tensor-core convolution passes (conv_mma.h, kernels/conv_mma*.cuh).
 #include "backends/cuda/conv_mma.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "core/error.h"
 
 namespace kiln::cuda {
 
+namespace {
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+constexpr std::int64_t kStep = 32;           // pixels per K step of the weight gradient
+constexpr std::int64_t kTargetBlocks = 528;  // four per SM of an H100/H200
+constexpr std::int64_t kMinSteps = 8;        // K steps per split at least
+}  // namespace
+
 void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, const void* x,
-                      void* y, gpu::Stream stream) {
+                      void* y, gpu::Stream stream, ConvMmaKind kind) {
   if (shape.m == 0 || shape.n == 0) return;
-  const bool vec_a =
-      conv_mma_vector_weights(shape.k) && reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
+  const bool vec_a = conv_mma_vector_weights(shape.k) && aligned16(w);
   const int bm = conv_mma_tile_m(shape.m, shape.n);
-  const DeviceKernel& k = device_kernel(conv_mma_name(dtype, bm, vec_a),
-                                        [&] { return conv_mma_source(dtype, bm, vec_a); });
+  const DeviceKernel& k = device_kernel(conv_mma_name(dtype, bm, vec_a, kind),
+                                        [&] { return conv_mma_source(dtype, bm, vec_a, kind); });
   ConvGemmShape s = shape;
   void* args[] = {&w, &x, &y, &s};
   const gpu::Dim3 grid{static_cast<unsigned>((shape.n + 63) / 64),
                        static_cast<unsigned>((shape.m + bm - 1) / bm), 1};
+  k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
+}
+
+MmaSplits conv_mma_wgrad_splits(std::int64_t m, std::int64_t n, std::int64_t k,
+                                std::size_t scratch_bytes) {
+  const std::int64_t bm = conv_mma_wgrad_tile_m(m);
+  const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + 63) / 64);
+  const std::int64_t steps = std::max<std::int64_t>(1, (k + kStep - 1) / kStep);
+  std::int64_t wanted = std::clamp<std::int64_t>((kTargetBlocks + tiles - 1) / tiles, 1,
+                                                 std::max<std::int64_t>(1, steps / kMinSteps));
+  const auto per_split = static_cast<std::size_t>(m * n) * 4;
+  if (wanted > 1 && per_split > 0)
+    wanted = std::min<std::int64_t>(wanted, static_cast<std::int64_t>(scratch_bytes / per_split));
+  wanted = std::clamp<std::int64_t>(wanted, 1, 65535);
+  const std::int64_t per = (steps + wanted - 1) / wanted;
+  return {(steps + per - 1) / per, per * kStep};
+}
+
+void conv_mma_grad_weight(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
+                          const void* dy, const void* x, void* dw, void* partials,
+                          gpu::Stream stream) {
+  if (shape.m == 0 || shape.n == 0) return;
+  const bool split = splits.count > 1;
+  KILN_CHECK(
+      !split || (partials != nullptr && reinterpret_cast<std::uintptr_t>(partials) % 256 == 0),
+      "conv2d_grad_weight: the split-K scratch is missing or not 256-byte aligned");
+  KILN_CHECK(shape.k_chunk == splits.chunk, "conv2d_grad_weight: K chunk {} for splits of {}",
+             shape.k_chunk, splits.chunk);
+  const bool vec_a = conv_mma_vector_dy(shape.s_hw) && aligned16(dy);
+  const int bm = conv_mma_wgrad_tile_m(shape.m);
+  const DeviceKernel& k = device_kernel(conv_mma_wgrad_name(dtype, bm, vec_a, split), [&] {
+    return conv_mma_wgrad_source(dtype, bm, vec_a, split);
+  });
+  ConvGemmShape s = shape;
+  void* target = split ? partials : dw;
+  void* args[] = {&dy, &x, &target, &s};
+  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + 63) / 64),
+                       static_cast<unsigned>((shape.m + bm - 1) / bm),
+                       static_cast<unsigned>(splits.count)};
   k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
 }
 

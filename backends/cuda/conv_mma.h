@@ -1,9 +1,12 @@
-// The tensor-core convolution forward of bf16 and f16 (kernels/conv_mma.cuh): its launch over
-// one implicit GEMM; conv.cpp decides where it runs (wherever the implicit GEMM would).
+// The tensor-core convolution passes of bf16 and f16 (kernels/conv_mma.cuh, conv_mma_wgrad.cuh):
+// their launches over one implicit GEMM each; conv.cpp decides where they run (wherever the
+// implicit GEMM would).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "core/dtype.h"
 #include "gpu/cuda_runtime.h"
@@ -12,8 +15,9 @@ namespace kiln::cuda {
 
 // y = W x patches as `shape` describes the forward GEMM (conv.cpp's gemm_shape): one launch of
 // conv_mma_tile_m x 64 tiles; the weights by cp.async where K % 8 == 0 and w is 16-byte aligned.
+// grad_input kinds: w is the weights transposed to [Cin][Cout][KH][KW], x is dy.
 void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, const void* x,
-                      void* y, gpu::Stream stream);
+                      void* y, gpu::Stream stream, ConvMmaKind kind = ConvMmaKind::forward);
 // Whether conv_mma_forward loads the weights of a K-long filter by cp.async (w aligned).
 inline bool conv_mma_vector_weights(std::int64_t k) { return k % 8 == 0; }
 // Its tile's filters for an M x N GEMM: 128 (each gathered patch feeds twice the tensor-core
@@ -21,5 +25,28 @@ inline bool conv_mma_vector_weights(std::int64_t k) { return k % 8 == 0; }
 inline int conv_mma_tile_m(std::int64_t m, std::int64_t n) {
   return m >= 128 && (m + 127) / 128 * ((n + 63) / 64) >= 132 ? 128 : 64;
 }
+
+// The weight gradient's split of its K = B*OH*OW pixels: `count` pieces of `chunk` (a multiple
+// of the 32-pixel step), enough blocks for four per SM of an H100/H200, at least 8 steps each,
+// and no more partials than `scratch_bytes` holds (f32, M * N each; count 1 needs none).
+struct MmaSplits {
+  std::int64_t count = 1, chunk = 0;
+};
+MmaSplits conv_mma_wgrad_splits(std::int64_t m, std::int64_t n, std::int64_t k,
+                                std::size_t scratch_bytes = SIZE_MAX);
+inline std::size_t conv_mma_wgrad_scratch(const MmaSplits& s, std::int64_t m, std::int64_t n) {
+  return s.count > 1 ? static_cast<std::size_t>(s.count * m * n) * 4 : 0;
+}
+// The weight tile's filters: 128 where there are that many, else 64.
+inline int conv_mma_wgrad_tile_m(std::int64_t m) { return m >= 128 ? 128 : 64; }
+// Whether the weight gradient loads dy by cp.async: 8-pixel pieces never cross an image.
+inline bool conv_mma_vector_dy(std::int64_t pixels) { return pixels % 8 == 0; }
+
+// dW[M, N] = dy x patches as `shape` describes grad_weight's GEMM (k_chunk = splits.chunk):
+// straight into dw with one split, else f32 partials into `partials` (conv_mma_wgrad_scratch
+// bytes, 256-byte aligned) summed in order into dw.
+void conv_mma_grad_weight(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
+                          const void* dy, const void* x, void* dw, void* partials,
+                          gpu::Stream stream);
 
 }  // namespace kiln::cuda

@@ -65,9 +65,15 @@ std::vector<gpu::KernelSource> every_conv_source() {
           all.push_back(conv_igemm_source(mode, tile, t, true));
       }
     all.push_back(conv_splitk_sum_source(t));
-    if (is_low_precision(t))  // the tensor-core forward
+    if (is_low_precision(t))  // the tensor-core passes
       for (int bm : {64, 128})
-        for (bool vec_a : {false, true}) all.push_back(conv_mma_source(t, bm, vec_a));
+        for (bool vec : {false, true}) {
+          for (ConvMmaKind kind :
+               {ConvMmaKind::forward, ConvMmaKind::grad_input, ConvMmaKind::grad_input_stride2})
+            all.push_back(conv_mma_source(t, bm, vec, kind));
+          for (bool f32_partials : {false, true})
+            all.push_back(conv_mma_wgrad_source(t, bm, vec, f32_partials));
+        }
   }
   for (DType t :
        {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16})

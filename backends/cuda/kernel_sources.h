@@ -53,9 +53,17 @@ IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::in
 std::vector<IgemmTile> igemm_tiles(IgemmMode mode, DType dtype);
 // The tensor-core forward (kernels/conv_mma.cuh) of bf16/f16: tiles of bm (64 or 128) filters
 // by 64 pixels, 2 * bm threads, 32 K rows a step; vec_a: weights by 16-byte cp.async
-// (K % 8 == 0, aligned rows).
-std::string conv_mma_name(DType dtype, int bm, bool vec_a);
-gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a);
+// (K % 8 == 0, aligned rows); grad_input: weights transposed to [Cin][Cout][KH][KW], taps
+// mirrored.
+// kind: the forward, or grad_input at stride 1 or 2 (over dy dilated by 2).
+enum class ConvMmaKind { forward, grad_input, grad_input_stride2 };
+std::string conv_mma_name(DType dtype, int bm, bool vec_a, ConvMmaKind kind = ConvMmaKind::forward);
+gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a,
+                                  ConvMmaKind kind = ConvMmaKind::forward);
+// The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): bm filters by 64 patch rows,
+// 32 pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0); float_out: f32 split-K partials.
+std::string conv_mma_wgrad_name(DType dtype, int bm, bool vec_a, bool float_out);
+gpu::KernelSource conv_mma_wgrad_source(DType dtype, int bm, bool vec_a, bool float_out);
 // out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight, f32
 // for bf16/f16 outputs).
 gpu::KernelSource conv_splitk_sum_source(DType dtype);

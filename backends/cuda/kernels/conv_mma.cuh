@@ -2,7 +2,10 @@
 // implicit GEMM y[co, (b, pix)] = W[co, P] x patches[P, (b, pix)] of conv_igemm.cuh on
 // mma.sync m16n8k16 with f32 accumulation. The host defines KILN_T (kiln::cuda::Bf16 or F16),
 // KILN_BM (64 or 128 filters a block), KILN_VEC_A (1: every weight row starts 16-byte aligned,
-// K % 8 == 0) and KILN_CONV_MMA, the kernel's name (conv_kernels.cpp).
+// K % 8 == 0), KILN_FLIP (1: grad_input, the stride-1 convolution of dy with the flipped
+// filter, A being the weights transposed to [Cin][Cout][KH][KW]), KILN_DIL (2: grad_input of a
+// stride-2 convolution, over dy dilated by 2: taps that meet an inserted zero read nothing)
+// and KILN_CONV_MMA, the kernel's name (conv_kernels.cpp).
 //
 // A block of 2 * BM threads (BM / 32 x 2 warps) computes a BM x 64 tile of C over K in steps
 // of 32, double-buffered in shared memory: the weights by cp.async (16-byte pieces, zero-filled
@@ -17,6 +20,7 @@
 #pragma once
 
 #include "backends/cuda/kernels/conv_params.h"
+#include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/storage.cuh"
 
 namespace kiln::cuda {
@@ -27,52 +31,6 @@ namespace kiln::cuda {
 #define KILN_MMA_AS (KILN_MMA_BK + 8)  // A row length in shared memory (elements)
 #define KILN_MMA_BS (KILN_MMA_BN + 8)  // B row length
 
-template <typename T>
-struct MmaOp;
-template <>
-struct MmaOp<Bf16> {
-  __device__ static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <>
-struct MmaOp<F16> {
-  __device__ static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-// 16 bytes from global to shared memory; src_bytes 0 fills them with zeros.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
 // The shared tiles of one K step, and the K table of two steps: per K row (c, kh, kw) its
 // offset c * H*W + kh * W + kw from a window's corner and (kh, kw), KILN_MMA_OUTSIDE past K.
 template <int BM>
@@ -82,26 +40,34 @@ struct MmaTiles {
   int4 ktab[2][KILN_MMA_BK];
 };
 
+// FLIP (grad_input): K row k = (c, r') is the filter tap r' of A = the weights transposed to
+// [Cin][Cout][KH][KW], which meets the image at the mirrored tap khkw - 1 - r'. DIL 2: the
+// offset is the channel's alone; the gather adds the tap's position once it halves it.
+template <bool FLIP, int DIL>
 __device__ __forceinline__ int4 mma_k_entry(const ConvGemmShape& g, int k) {
   if (k >= g.k) return make_int4(0, KILN_MMA_OUTSIDE, KILN_MMA_OUTSIDE, 0);
-  const int c = k / g.khkw, r = k - c * g.khkw, kh = r / g.kw, kw = r - kh * g.kw;
-  return make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, 0);
+  const int c = k / g.khkw, tap = k - c * g.khkw, r = FLIP ? g.khkw - 1 - tap : tap;
+  const int kh = r / g.kw, kw = r - kh * g.kw;
+  return make_int4(c * g.img_hw + (DIL == 1 ? kh * g.img_w + kw : 0), kh, kw, 0);
 }
 
-// This thread's column of the patch matrix: its window's corner (offset, h, w) in the image;
-// a column past N has a corner that is never inside.
+// This thread's column of the patch matrix: its window's corner (offset, h, w) in the image
+// (DIL 2: in the dilated image, the offset the image's alone); a column past N has a corner
+// that is never inside.
 struct MmaColumn {
   int corner, h0, w0;
 };
+template <int DIL>
 __device__ __forceinline__ MmaColumn mma_column(const ConvGemmShape& g, int n) {
   if (n >= g.n) return MmaColumn{0, KILN_MMA_OUTSIDE, KILN_MMA_OUTSIDE};
   const int b = n / g.s_hw, pix = n - b * g.s_hw, oh = pix / g.s_w, ow = pix - oh * g.s_w;
   const int h0 = oh * g.stride - g.pad_h, w0 = ow * g.stride - g.pad_w;
-  return MmaColumn{b * g.img_chw + h0 * g.img_w + w0, h0, w0};
+  return MmaColumn{b * g.img_chw + (DIL == 1 ? h0 * g.img_w + w0 : 0), h0, w0};
 }
 
-// B rows kb .. kb + R - 1 of the step's table into registers (zeros outside the image).
-template <int R>
+// B rows kb .. kb + R - 1 of the step's table into registers (zeros outside the image and,
+// DIL 2, at the dilated image's inserted zeros: odd rows or columns).
+template <int R, int DIL>
 __device__ __forceinline__ void mma_gather_b(const unsigned short* __restrict__ img,
                                              const ConvGemmShape& g, const MmaColumn& col,
                                              const int4* ktab, int kb, unsigned short (&rb)[R]) {
@@ -109,8 +75,15 @@ __device__ __forceinline__ void mma_gather_b(const unsigned short* __restrict__ 
   for (int j = 0; j < R; ++j) {
     const int4 e = ktab[kb + j];
     const int h = col.h0 + e.y, w = col.w0 + e.z;
-    const bool inside = (unsigned)h < (unsigned)g.img_h && (unsigned)w < (unsigned)g.img_w;
-    rb[j] = inside ? img[col.corner + e.x] : (unsigned short)0;
+    if (DIL == 1) {
+      const bool inside = (unsigned)h < (unsigned)g.img_h && (unsigned)w < (unsigned)g.img_w;
+      rb[j] = inside ? img[col.corner + e.x] : (unsigned short)0;
+    } else {
+      const int hs = h >> 1, ws = w >> 1;
+      const bool inside = ((h | w) & 1) == 0 && (unsigned)hs < (unsigned)g.img_h &&
+                          (unsigned)ws < (unsigned)g.img_w;
+      rb[j] = inside ? img[col.corner + e.x + hs * g.img_w + ws] : (unsigned short)0;
+    }
   }
 }
 
@@ -202,7 +175,7 @@ __device__ __forceinline__ void mma_store_c(T* __restrict__ out, const ConvGemmS
     }
 }
 
-template <typename T, int BM, bool VEC_A>
+template <typename T, int BM, bool VEC_A, bool FLIP, int DIL>
 __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const T* __restrict__ x,
                                                  T* __restrict__ y, const ConvGemmShape& g) {
   constexpr int R = 1024 / BM;  // B rows per thread and step
@@ -212,7 +185,7 @@ __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const 
   const int t = threadIdx.x, warp = t / 32, wm = warp / 2, wn = warp % 2;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * KILN_MMA_BN;
   const int nn = t % KILN_MMA_BN, kb = (t / KILN_MMA_BN) * R;  // this thread's B column, rows
-  const MmaColumn col = mma_column(g, n0 + nn);
+  const MmaColumn col = mma_column<DIL>(g, n0 + nn);
   float acc[2][4][4];
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -223,12 +196,12 @@ __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const 
   unsigned short ra[16], rb[R];
   const int steps = (g.k + KILN_MMA_BK - 1) / KILN_MMA_BK;
   if (t < KILN_MMA_BK) {  // the tables of steps 0 and 1
-    s.ktab[0][t] = mma_k_entry(g, t);
-    s.ktab[1][t] = mma_k_entry(g, KILN_MMA_BK + t);
+    s.ktab[0][t] = mma_k_entry<FLIP, DIL>(g, t);
+    s.ktab[1][t] = mma_k_entry<FLIP, DIL>(g, KILN_MMA_BK + t);
   }
   __syncthreads();
   mma_load_a<BM, VEC_A>(wb, g, m0, 0, s.a[0], ra);
-  mma_gather_b<R>(xb, g, col, s.ktab[0], kb, rb);
+  mma_gather_b<R, DIL>(xb, g, col, s.ktab[0], kb, rb);
   for (int step = 0; step < steps; ++step) {
     const int buf = step & 1;
     mma_store_staged<BM, VEC_A, R>(s, buf, ra, rb, kb, nn);
@@ -237,10 +210,10 @@ __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const 
     if (step + 1 < steps) {
       const int k0 = (step + 1) * KILN_MMA_BK;
       mma_load_a<BM, VEC_A>(wb, g, m0, k0, s.a[buf ^ 1], ra);
-      mma_gather_b<R>(xb, g, col, s.ktab[buf ^ 1], kb, rb);
+      mma_gather_b<R, DIL>(xb, g, col, s.ktab[buf ^ 1], kb, rb);
     }
     // This step's table was last read before the barrier above: it becomes step + 2's.
-    if (t < KILN_MMA_BK) s.ktab[buf][t] = mma_k_entry(g, (step + 2) * KILN_MMA_BK + t);
+    if (t < KILN_MMA_BK) s.ktab[buf][t] = mma_k_entry<FLIP, DIL>(g, (step + 2) * KILN_MMA_BK + t);
     mma_compute<T, BM>(s, buf, wm, wn, acc);
   }
   mma_store_c(y, g, m0, n0, wm, wn, acc);
@@ -252,6 +225,6 @@ __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const 
 extern "C" __global__ void __launch_bounds__(2 * KILN_BM)
     KILN_CONV_MMA(const KILN_T* __restrict__ w, const KILN_T* __restrict__ x,
                   KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_mma_forward<KILN_T, KILN_BM, KILN_VEC_A>(w, x, y, g);
+  kiln::cuda::conv_mma_forward<KILN_T, KILN_BM, KILN_VEC_A, KILN_FLIP, KILN_DIL>(w, x, y, g);
 }
 #endif

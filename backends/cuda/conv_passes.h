@@ -1,0 +1,44 @@
+// The internals that the convolution passes share (conv.cpp dispatches; conv_im2col.cpp is the
+// im2col + cuBLAS fallback; conv_mma.cpp the tensor cores): the patch matrix's sizes, the
+// ordered split-K sum, and the fallback's passes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/conv.h"
+#include "core/dtype.h"
+#include "graph/kernels/conv_cpu.h"
+
+namespace kiln::cuda::conv_detail {
+
+using kernels::ConvGeometry;
+
+inline std::int64_t patch_rows(const ConvGeometry& g) {
+  return g.in_channels * g.kernel_h * g.kernel_w;
+}
+inline std::int64_t patch_cols(const ConvGeometry& g) { return g.out_h * g.out_w; }
+inline std::size_t round_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+// A 1x1 kernel at stride 1 without padding: x itself is the patch matrix.
+inline bool pointwise(const ConvGeometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride == 1 && g.padding == 0;
+}
+// What sums are kept in: f64 for f64, else f32 (bf16 and f16 accumulate in f32 scratch).
+inline DType wide_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
+// once to `dtype`; a count of 1 is the rounding alone.
+void splitk_sum(DType dtype, const void* part, void* out, std::int64_t elements, std::int64_t count,
+                gpu::Stream stream);
+
+// The fallback (conv_im2col.cpp): scratch for `images` images a step, and each pass.
+std::size_t im2col_workspace(const ConvGeometry& g, DType dtype, ConvPass pass,
+                             std::int64_t images);
+void im2col_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
+                    const ConvWorkspace& ws, gpu::Stream stream);
+void im2col_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const void* w, void* dx,
+                       const ConvWorkspace& ws, gpu::Stream stream);
+void im2col_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const void* dy, void* dw,
+                        const ConvWorkspace& ws, gpu::Stream stream);
+
+}  // namespace kiln::cuda::conv_detail
