@@ -109,13 +109,23 @@ void absorb(Grouping& gr, int into, int from) {
   gr.members[static_cast<std::size_t>(from)].clear();
 }
 
+// Whether a value of shape `part` broadcasts to `whole` (numpy rules, `whole` unchanged).
+bool broadcasts_to(const Shape& part, const Shape& whole) {
+  if (part.rank() > whole.rank()) return false;
+  const std::size_t lead = whole.rank() - part.rank();
+  for (std::size_t i = 0; i < part.rank(); ++i)
+    if (part[i] != 1 && part[i] != whole[lead + i]) return false;
+  return true;
+}
+
 // Nodes computed where they are read instead of stored where their input is made: an
 // elementwise node whose one input (fills aside) is stored anyway (made outside any group,
 // read by a node that is neither elementwise nor a reduction, or a graph output), and whose
-// only reader is an elementwise node in another group of its shape. In its producer's group
-// it is one more output to store and load again (relu's mask greater(y, 0), made in the
-// forward for the backward); in its reader's group it costs only reading its input. The move
-// keeps the contracted graph acyclic: the reader's group already depended on that input.
+// only reader is an elementwise node in another group of its shape or of a shape it broadcasts
+// to (a per-channel scale's cast to bf16: recomputed per element instead of a kernel of its own).
+// In its producer's group it is one more output to store and load again (relu's mask greater(y, 0),
+// made in the forward for the backward); in its reader's group it costs only reading its input. The
+// move keeps the contracted graph acyclic: the reader's group already depended on that input.
 void move_to_readers(const Graph& g, Grouping& gr) {
   const int count = static_cast<int>(g.nodes().size());
   std::vector<std::vector<int>> readers(static_cast<std::size_t>(count));
@@ -139,7 +149,8 @@ void move_to_readers(const Graph& g, Grouping& gr) {
     if (!fusible(g, n) || stored[static_cast<std::size_t>(id)] || mine.size() != 1) continue;
     const int from = gr.group_of[static_cast<std::size_t>(id)],
               to = gr.group_of[static_cast<std::size_t>(mine[0])];
-    if (to < 0 || to == from || gr.shape[static_cast<std::size_t>(to)] != n.outputs[0].shape ||
+    if (to < 0 || to == from ||
+        !broadcasts_to(n.outputs[0].shape, gr.shape[static_cast<std::size_t>(to)]) ||
         gr.compute[static_cast<std::size_t>(to)] != *compute_dtype(g, n))
       continue;
     int inputs = 0;
