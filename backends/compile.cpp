@@ -20,6 +20,7 @@
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/pool_grad_masks.h"
 #include "graph/passes/verify.h"
+#include "graph/passes/weight_copies.h"
 
 namespace kiln {
 namespace {
@@ -55,7 +56,7 @@ Graph simplify_for_fusion(const Graph& recorded) {
 
 Graph apply_precision(const Graph& g, Precision precision) {
   const std::optional<DType> low = low_precision_dtype(precision);
-  return low ? eliminate_dead_code(autocast(g, *low)) : g;
+  return low ? eliminate_dead_code(add_weight_copies(autocast(g, *low))) : g;
 }
 
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {

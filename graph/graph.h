@@ -32,6 +32,9 @@ struct Variable {
   std::string name;
   Tensor value;
   bool trainable = true;
+  // A low-precision copy that a compiled step writes with each update (passes/weight_copies.h):
+  // the variable it rounds. Programs refresh the copy when `copy_of` was written from outside.
+  std::shared_ptr<Variable> copy_of;
 };
 using VariablePtr = std::shared_ptr<Variable>;
 VariablePtr make_variable(std::string name, Tensor value, bool trainable = true);

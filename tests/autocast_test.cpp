@@ -3,10 +3,13 @@
 // that train and stay close to fp32 (fused equal to unfused).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "backends/compile.h"
+#include "backends/host_copy.h"
 #include "core/philox.h"
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
@@ -15,6 +18,7 @@
 #include "graph/passes/autocast.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
+#include "graph/passes/weight_copies.h"
 #include "models/char_lstm.h"
 #include "models/lenet.h"
 #include "tests/support.h"
@@ -201,6 +205,101 @@ TEST_CASE("a bf16 step fused equals the same step unfused on the CPU") {
     CHECK(loss[1][step] == doctest::Approx(loss[0][step]).epsilon(1e-4));
   for (std::size_t i = 0; i < weights[0].size(); ++i)
     CHECK(test::closeness(weights[1][i], weights[0][i], 1e-4, 1e-4) <= 1.0);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The weights, every value bitwise.
+void check_same_bits(const std::vector<VariablePtr>& a, const std::vector<VariablePtr>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(a[i]->name);
+    const Tensor x = to_host(a[i]->value), y = to_host(b[i]->value);
+    REQUIRE(x.nbytes() == y.nbytes());
+    CHECK(std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0);
+  }
+}
+
+// lenet in bf16 with the weight copies (compile's default) against the same step with a cast of
+// each weight every step (autocast alone, compiled as it is): the same losses and weights to the
+// bit, also after every weight is assigned from outside (as a loaded checkpoint is), which the
+// copies must be rounded from again.
+void check_copies_equal_casts(Device device) {
+  const Tensor x = random_images(8, 21);
+  const Tensor y = labels(8);
+  Step with_copies, with_casts;
+  lenet_step(with_copies, 8, 31);
+  lenet_step(with_casts, 8, 32);
+  for (std::size_t i = 0; i < with_casts.params.size(); ++i)
+    with_casts.params[i]->value = with_copies.params[i]->value.clone();  // the same start
+  auto copies = compile(with_copies.graph, {.device = device, .precision = Precision::bf16});
+  const Graph cast_graph = autocast(eliminate_dead_code(with_casts.graph), DType::bf16);
+  auto casts = compile(cast_graph, {.device = device});
+  int copy_variables = 0;
+  for (const Node& n : copies->graph().nodes()) {
+    if (n.op->id != OpId::variable || !n.variable->copy_of) continue;
+    ++copy_variables;
+    CHECK(n.outputs[0].dtype == DType::bf16);
+    CHECK(n.variable->name == n.variable->copy_of->name + "@bf16");
+  }
+  CHECK(copy_variables == 6);  // conv1, conv2, fc1, fc2 weights, fc1, fc2 biases (added in bf16)
+  for (int step = 0; step < 6; ++step) {
+    CAPTURE(step);
+    if (step == 3)  // every weight replaced from outside, in both
+      for (std::size_t i = 0; i < with_casts.params.size(); ++i) {
+        const VariablePtr& p = with_copies.params[i];
+        p->value = test::random_tensor(p->value.shape(), DType::f32, 100 + i, -0.2, 0.2);
+        with_casts.params[i]->value = p->value.clone();
+      }
+    const double a = copies->run({{"x", x}, {"y", y}}).at("loss").item();
+    const double b = casts->run({{"x", x}, {"y", y}}).at("loss").item();
+    CHECK(a == b);
+  }
+  check_same_bits(with_copies.params, with_casts.params);
+}
+
+}  // namespace
+
+TEST_CASE("weight copies: the optimizer writes each cast weight's bf16 copy; no cast remains") {
+  Step s;
+  lenet_step(s, 8);
+  const Graph cast = autocast(eliminate_dead_code(s.graph), DType::bf16);
+  const Graph copied = eliminate_dead_code(add_weight_copies(cast));
+  verify(copied);
+  std::map<const Variable*, const Node*> variables;
+  for (const Node& n : copied.nodes()) {
+    if (n.op->id == OpId::variable) variables[n.variable.get()] = &n;
+    if (n.op->id == OpId::cast && is_low_precision(n.outputs[0].dtype))
+      CHECK(copied.node(n.inputs[0].node).op->id != OpId::variable);
+  }
+  int copies = 0;
+  for (const auto& [var, ref] : copied.assignments()) {
+    if (!var->copy_of) continue;
+    ++copies;
+    const Node& update = copied.node(ref.node);  // cast(the weight's new value)
+    CHECK(update.op->id == OpId::cast);
+    CHECK(copied.type(ref).dtype == DType::bf16);
+    CHECK(variables.count(var.get()) == 1);
+    const auto source = std::find_if(copied.assignments().begin(), copied.assignments().end(),
+                                     [&](const auto& a) { return a.first == var->copy_of; });
+    REQUIRE(source != copied.assignments().end());
+    CHECK(update.inputs[0] == source->second);
+  }
+  CHECK(copies == 6);  // the four weights and the two fc biases, added to bf16 GEMM outputs
+  CHECK(copied.assignments().size() == cast.assignments().size() + 6);
+  CHECK(copied.outputs() == cast.outputs());
+}
+
+TEST_CASE("weight copies on the CPU: bitwise the step with casts, also after outside writes") {
+  check_copies_equal_casts(Device::cpu());
+}
+
+TEST_CASE("GPU: weight copies bitwise the step with casts, also after outside writes") {
+  if (!test::have_gpu()) return;
+  check_copies_equal_casts(Device::cuda());
 }
 
 }  // namespace kiln

@@ -29,6 +29,7 @@ class CpuProgram final : public Program {
       if (n.op->id == OpId::fill)
         fills_.push_back(
             Tensor::full(n.outputs[0].shape, n.attrs.real("value"), n.outputs[0].dtype));
+      if (n.op->id == OpId::variable && n.variable->copy_of) copies_.push_back({n.variable, {}});
     }
   }
 
@@ -42,6 +43,7 @@ class CpuProgram final : public Program {
 
  private:
   Tensor planned_output(std::int32_t slot, const TensorType& type);
+  void refresh_copies();
 
   Graph graph_;
   MemoryPlan plan_;
@@ -53,8 +55,28 @@ class CpuProgram final : public Program {
   bool check_numerics_;
   std::int64_t runs_ = 0;
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds_;
+  // Low-precision weight copies (passes/weight_copies.h) and the storage of the weight each
+  // was last rounded from: a weight written from outside has new storage.
+  struct Copy {
+    VariablePtr copy;
+    std::shared_ptr<Storage> rounded_from;
+  };
+  std::vector<Copy> copies_;
   void print_profile() const;
 };
+
+// A copy equals its weight rounded at the start of every step: the step's own update writes
+// both; a weight assigned from outside (a loaded checkpoint) is rounded again here.
+void CpuProgram::refresh_copies() {
+  for (Copy& c : copies_) {
+    const Tensor& weight = c.copy->copy_of->value;
+    if (weight.storage() == c.rounded_from) continue;
+    KILN_CHECK(weight.device().is_cpu(), "run: variable '{}' is on {}, not the CPU",
+               c.copy->copy_of->name, weight.device().str());
+    c.copy->value = weight.to(c.copy->value.dtype());
+    c.rounded_from = weight.storage();
+  }
+}
 
 void CpuProgram::print_profile() const {
   if (!profile_ || op_seconds_.empty()) return;
@@ -83,6 +105,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
     KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU",
                f.name, f.tensor.device().str());
   buffers_.resize(plan_.slot_bytes.size());
+  refresh_copies();
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());
   std::vector<TraceEvent> trace;
   const auto run_start = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 // grid-stride launch, and the op's CUDA entry.
 #include <fmt/format.h>
 
+#include "backends/cuda/cast.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/op_entry.h"
@@ -38,23 +39,30 @@ gpu::KernelSource cast_source(DType from, DType to) {
                          {{"KILN_FROM", storage_traits(from)}, {"KILN_TO", storage_traits(to)}});
 }
 
+const DeviceKernel& cast_kernel(DType from, DType to) {
+  return device_kernel(cast_name(from, to), [&] { return cast_source(from, to); });
+}
+
+void launch_cast(const DeviceKernel& k, std::int64_t n, const void* x, void* y,
+                 gpu::Stream stream) {
+  long long count = n;
+  void* args[] = {&x, &y, &count};
+  launch_items(k, n, stream, args);
+}
+
 Launch prepare_cast(const LaunchSetup& s) {
-  const DType from = s.input_types[0].dtype, to = s.node.outputs[0].dtype;
-  const DeviceKernel* k =
-      &device_kernel(cast_name(from, to), [&] { return cast_source(from, to); });
-  const long long n = s.input_types[0].shape.numel();
+  const DeviceKernel* k = &cast_kernel(s.input_types[0].dtype, s.node.outputs[0].dtype);
+  const std::int64_t n = s.input_types[0].shape.numel();
   const void* x = s.inputs[0];
   void* y = s.outputs[0];
-  return [=](gpu::Stream stream) {
-    const void* in = x;
-    void* out = y;
-    long long count = n;
-    void* args[] = {&in, &out, &count};
-    launch_items(*k, n, stream, args);
-  };
+  return [=](gpu::Stream stream) { launch_cast(*k, n, x, y, stream); };
 }
 
 }  // namespace
+
+void cast(DType from, DType to, std::int64_t n, const void* x, void* y, gpu::Stream stream) {
+  launch_cast(cast_kernel(from, to), n, x, y, stream);
+}
 
 void add_cast_ops(CudaOpTable& table) {
   CudaOpEntry e{.prepare = prepare_cast};

@@ -15,6 +15,7 @@
 
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/device_allocator.h"
+#include "backends/cuda/cast.h"
 #include "backends/cuda/device_buffers.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/op_entry.h"
@@ -298,9 +299,13 @@ void CudaProgram::check_step(std::int32_t node, cudaStream_t stream) const {
 }
 
 // Variables are adopted by their device tensor; a host tensor the user assigned since
-// (a new learning rate, a loaded checkpoint) is uploaded into the adopted buffer.
+// (a new learning rate, a loaded checkpoint) is uploaded into the adopted buffer. A weight's
+// low-precision copy (passes/weight_copies.h) is rounded from its weight on the first run and
+// whenever the weight was uploaded; after that the step's own update writes it.
 void CudaProgram::adopt_variables(cudaStream_t stream) {
+  std::map<const Variable*, const Tensor*> uploaded;
   for (auto& [var, adopted] : buffers_.variables) {
+    if (runs_ == 0) uploaded.emplace(var.get(), &adopted);
     if (var->value.storage() == adopted.storage()) continue;
     KILN_CHECK(var->value.shape() == adopted.shape() && var->value.dtype() == adopted.dtype(),
                "run: variable '{}' is now {}{} but was compiled as {}{}", var->name,
@@ -311,6 +316,14 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
     if (var->value.device().is_cpu())
       KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host tensor may go away
     var->value = adopted;
+    uploaded.emplace(var.get(), &adopted);
+  }
+  for (auto& [var, adopted] : buffers_.variables) {
+    if (!var->copy_of) continue;
+    const auto source = uploaded.find(var->copy_of.get());
+    if (source == uploaded.end()) continue;
+    cuda::cast(source->second->dtype(), adopted.dtype(), adopted.numel(), source->second->raw(),
+               adopted.raw(), stream);
   }
 }
 
