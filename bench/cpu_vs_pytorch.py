@@ -9,7 +9,8 @@ in turn, two rounds each, in the current CPU affinity: pin the whole script with
     taskset -c 0-7 python3 bench/cpu_vs_pytorch.py --bench build/tools/bench --threads 8 --json out.json
 
 Prints one line per model (median step time of each, kiln / PyTorch) and writes the JSON.
-PyTorch runs in float32 on the CPU with torch.set_num_threads(N), no compilation.
+PyTorch runs in float32 on the CPU with torch.set_num_threads(N), eager, its default
+environment; kiln's bench runs with OMP_WAIT_POLICY=passive.
 """
 import argparse
 import json
@@ -195,7 +196,10 @@ def time_kiln(bench, model, batch, threads, warmup, steps):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [bench, "--device", "cpu", "--model", model, "--batch-size", str(batch), "--threads",
                str(threads), "--warmup", str(warmup), "--steps", str(steps), "--json", out.name]
-        run = subprocess.run(cmd, capture_output=True, text=True)
+        # kiln's threads sleep when idle (no spinning on cores others need); PyTorch keeps
+        # its defaults, which is the conservative comparison for kiln.
+        env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if run.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {run.stderr.strip()[-500:]}")
         rows = json.load(open(out.name))
@@ -206,22 +210,23 @@ def time_kiln(bench, model, batch, threads, warmup, steps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", required=True, help="kiln's bench binary")
+    parser.add_argument("--base", help="an earlier build's bench, timed once per model beside it")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--models", default=",".join(m[0] for m in MODELS))
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--base-models", default="lenet,resnet,vgg,char-lstm,gan,dcgan")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     torch.manual_seed(0)
     wanted = args.models.split(",")
     affinity = sorted(os.sched_getaffinity(0))
     print(f"torch {torch.__version__}, {args.threads} threads, cores {affinity}, "
           f"mkldnn {torch.backends.mkldnn.is_available()}", flush=True)
-    print(f"{'model':<10} {'batch':>5} {'kiln ms':>9} {'torch ms':>9} {'kiln/torch':>10}", flush=True)
+    print(f"{'model':<10} {'batch':>5} {'kiln ms':>9} {'torch ms':>9} {'kiln/torch':>10}"
+          + (f" {'base ms':>9} {'base/torch':>10}" if args.base else ""), flush=True)
     results = []
     for name, batch, make_step in MODELS:
         if name not in wanted:
@@ -234,11 +239,17 @@ def main():
             torch_ms += time_torch(make_step, batch, args.warmup, args.steps)
         k = statistics.median(kiln_ms)
         t = statistics.median(torch_ms)
-        print(f"{name:<10} {batch:>5} {k:>9.2f} {t:>9.2f} {k / t:>10.3f}", flush=True)
-        results.append({"model": name, "batch": batch, "threads": args.threads,
-                        "kiln_median_ms": k, "kiln_round_medians_ms": kiln_ms,
-                        "torch_median_ms": t, "torch_p10_ms": statistics.quantiles(torch_ms, n=10)[0],
-                        "kiln_over_torch": k / t, "kiln_rows": kiln_rows})
+        row = {"model": name, "batch": batch, "threads": args.threads,
+               "kiln_median_ms": k, "kiln_round_medians_ms": kiln_ms,
+               "torch_median_ms": t, "torch_p10_ms": statistics.quantiles(torch_ms, n=10)[0],
+               "kiln_over_torch": k / t, "kiln_rows": kiln_rows}
+        line = f"{name:<10} {batch:>5} {k:>9.2f} {t:>9.2f} {k / t:>10.3f}"
+        if args.base and name in args.base_models.split(","):
+            base, _ = time_kiln(args.base, name, batch, args.threads, args.warmup, args.steps)
+            row["base_median_ms"] = base
+            line += f" {base:>9.2f} {base / t:>10.3f}"
+        print(line, flush=True)
+        results.append(row)
     json.dump({"torch": torch.__version__, "threads": args.threads, "cores": affinity,
                "results": results}, open(args.json, "w"), indent=1)
 
