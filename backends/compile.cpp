@@ -94,7 +94,8 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   }
   log().debug("compile: {} nodes after the passes", g.nodes().size());
 
-  if (options.device.is_cpu()) return make_cpu_program(g, options.check_numerics);
+  if (options.device.is_cpu())
+    return make_cpu_program(g, options.check_numerics, options.deterministic);
 #ifdef KILN_HAVE_CUDA
   const int streams = options.check_numerics ? 1 : options.cuda_streams;
   const Lowering lowering = lower_for_device(g, streams, dump_lowering);

@@ -1,6 +1,7 @@
 // The CPU evaluator of fused groups: the iteration space is cut into tiles that stay in
 // cache; each instruction runs its op's elementwise loop over the tile, so intermediates
-// live only in per-thread tile registers and never touch the output tensors. Broadcast
+// live only in per-thread tile registers (an instruction that is a group output computes
+// straight into it). Broadcast
 // inputs are gathered per tile; a reduction accumulates per thread and is combined last.
 #include <omp.h>
 
@@ -76,8 +77,22 @@ template <class T>
 class TileEvaluator {
  public:
   TileEvaluator(const FusedGroup& g, const KernelCall& call)
-      : g_(g), call_(call), gathered_(g.inputs.size() * kTile), regs_(g.instrs.size() * kTile) {
+      : g_(g),
+        call_(call),
+        gathered_(g.inputs.size() * kTile),
+        regs_(g.instrs.size() * kTile),
+        output_of_instr_(g.instrs.size(), -1),
+        results_(g.instrs.size()) {
     for (const FusedInput& in : g.inputs) walks_.emplace_back(g.shape, in.strides);
+    // An instruction whose value is a group output computes straight into that output
+    // (a node's outputs never share its inputs' buffers: backends/plan.cpp frees a slot
+    // only after its last reader), which saves copying it out of the tile registers.
+    for (std::size_t o = 0; o < g.outputs.size(); ++o) {
+      const Operand& out = g.outputs[o];
+      if (out.kind == Operand::Kind::instr &&
+          output_of_instr_[static_cast<std::size_t>(out.index)] < 0)
+        output_of_instr_[static_cast<std::size_t>(out.index)] = static_cast<int>(o);
+    }
   }
 
   // Evaluates elements [start, start + count) and writes the full-shape outputs.
@@ -90,15 +105,23 @@ class TileEvaluator {
       T literals[8];
       for (std::size_t a = 0; a < instr.args.size(); ++a)
         operand(instr.args[a], args[a], steps[a], literals[a]);
-      loop_of<T> (*instr.op)(args, steps, &regs_[i * kTile], count);
+      const int out = output_of_instr_[i];
+      T* result = out >= 0 ? call_.outputs[static_cast<std::size_t>(out)].template data<T>() + start
+                           : &regs_[i * kTile];
+      results_[i] = result;
+      loop_of<T> (*instr.op)(args, steps, result, count);
       if constexpr (std::is_same_v<T, float>)
-        if (is_low_precision(instr.dtype)) round_to(instr.dtype, &regs_[i * kTile], count);
+        if (is_low_precision(instr.dtype)) round_to(instr.dtype, result, count);
     }
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
+      const Operand& operand_o = g_.outputs[o];
+      if (operand_o.kind == Operand::Kind::instr &&
+          output_of_instr_[static_cast<std::size_t>(operand_o.index)] == static_cast<int>(o))
+        continue;  // computed in place
       const T* src;
       std::int64_t step;
       T literal;
-      operand(g_.outputs[o], src, step, literal);
+      operand(operand_o, src, step, literal);
       T* dst = call_.outputs[o].template data<T>() + start;
       if (step == 1)
         std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
@@ -162,7 +185,7 @@ class TileEvaluator {
         step = bound_[static_cast<std::size_t>(op.index)].second;
         return;
       case Operand::Kind::instr:
-        ptr = &regs_[static_cast<std::size_t>(op.index) * kTile];
+        ptr = results_[static_cast<std::size_t>(op.index)];
         step = 1;
         return;
       case Operand::Kind::constant:
@@ -176,6 +199,8 @@ class TileEvaluator {
   const FusedGroup& g_;
   const KernelCall& call_;
   AlignedBuffer<T> gathered_, regs_;
+  std::vector<int> output_of_instr_;  // the output an instruction writes in place, or -1
+  std::vector<T*> results_;           // where each instruction's tile went this time
   std::vector<StridedWalk> walks_;
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };
@@ -192,12 +217,14 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
                                               : std::vector<std::int64_t>(g.shape.rank(), 0));
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
   // depends only on the shapes, so the result is the same bits for any number of threads.
+  // Blocks of 8 tiles, up to 64 of them, keep 8-16 threads busy on batch norm's reductions
+  // (ResNet's [64, 64, 7, 7] has 196 tiles: 24 blocks; 64-tile blocks gave 3).
   const std::int64_t max_blocks =
       reduces
           ? std::max<std::int64_t>(1, (std::int64_t{1} << 22) / std::max<std::int64_t>(1, reduced))
           : 1;
   const std::int64_t blocks =
-      reduces ? std::clamp<std::int64_t>(tiles / 64, 1, std::min<std::int64_t>(16, max_blocks))
+      reduces ? std::clamp<std::int64_t>(tiles / 8, 1, std::min<std::int64_t>(64, max_blocks))
               : tiles;
   const std::int64_t tiles_per_block = (tiles + blocks - 1) / blocks;
   std::vector<std::vector<double>> partial(

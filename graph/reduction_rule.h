@@ -20,9 +20,22 @@ struct ReductionLoops {
     }
     return Combine{}(acc, v);
   }
+  // Long runs fold into kLanes interleaved accumulators (independent chains the processor
+  // overlaps and the compiler vectorises), combined in lane order at the end: the order
+  // depends only on n, so the result is the same bits for any thread count.
   template <class T>
   static double fold(double acc, const T* x, std::int64_t n, std::int64_t step) {
-    for (std::int64_t i = 0; i < n; ++i) acc = combine(acc, static_cast<double>(x[i * step]));
+    constexpr std::int64_t kLanes = 8;
+    std::int64_t i = 0;
+    if (n >= 2 * kLanes) {
+      double lanes[kLanes];
+      for (std::int64_t k = 0; k < kLanes; ++k) lanes[k] = static_cast<double>(x[k * step]);
+      for (i = kLanes; i + kLanes <= n; i += kLanes)
+        for (std::int64_t k = 0; k < kLanes; ++k)
+          lanes[k] = combine(lanes[k], static_cast<double>(x[(i + k) * step]));
+      for (std::int64_t k = 0; k < kLanes; ++k) acc = combine(acc, lanes[k]);
+    }
+    for (; i < n; ++i) acc = combine(acc, static_cast<double>(x[i * step]));
     return acc;
   }
   template <class T>

@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev doctest-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libstb-dev
+  libdnnl-dev  # oneDNN: the CPU's float32 convolutions
   dataset-fashion-mnist fortunes
   python3  # tests/checkpoint_format_test.py (standard library only)
   clang-14 libclang-rt-14-dev

@@ -67,6 +67,37 @@ TEST_CASE("matmul matches the definition, with transposes and a batch axis") {
       }
 }
 
+// The zoo's GEMM shapes through oneDNN's sgemm: one block (a lone task, limited to one
+// thread), many blocks, both transposes; against the f64 definition, and the same bits for
+// 1, 2 and 3 threads.
+TEST_CASE("float32 matmul: close to the f64 definition, the same bits for any thread count") {
+  struct Case {
+    std::int64_t m, k, n;
+    bool ta, tb;
+  };
+  const int before = omp_get_max_threads();
+  for (const Case c : {Case{8, 30, 12, false, false}, Case{64, 784, 256, false, false},
+                       Case{300, 96, 520, true, false}, Case{64, 256, 784, false, true},
+                       Case{130, 70, 90, true, true}}) {
+    CAPTURE(c.m);
+    CAPTURE(c.ta);
+    CAPTURE(c.tb);
+    const Tensor a = test::random_tensor(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, DType::f32, 1);
+    const Tensor b = test::random_tensor(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, DType::f32, 2);
+    auto product = [&](int threads) {
+      omp_set_num_threads(threads);
+      return run_binary(a, b, [&](Value p, Value q) { return matmul(p, q, c.ta, c.tb); });
+    };
+    const Tensor one = product(1);
+    for (const int threads : {2, 3})
+      CHECK(std::memcmp(one.raw(), product(threads).raw(), one.nbytes()) == 0);
+    const Tensor exact = run_binary(a.to(DType::f64), b.to(DType::f64),
+                                    [&](Value p, Value q) { return matmul(p, q, c.ta, c.tb); });
+    CHECK(test::closeness(one, exact, 1e-5, 1e-5) <= 1);
+  }
+  omp_set_num_threads(before);
+}
+
 TEST_CASE("matmul names both shapes when the inner dimensions differ") {
   Graph g;
   const Value a = g.input("a", {64, 3136});

@@ -3,7 +3,9 @@
 # a GAN and the LM, 5 steps are trained and saved, the checkpoint's __metadata__ is replaced
 # by the one the old build wrote (tests/fixtures/old_checkpoints.json: the old classifier
 # format had kiln.config, the old GAN and LM formats had loose keys instead), and the run
-# resumed to step 10 must give bitwise the losses the old build gave for steps 6..10.
+# resumed to step 10 must give bitwise the recorded losses for steps 6..10 (the old build's,
+# re-recorded with the old metadata kept when the CPU kernels changed their summation order:
+# oneDNN convolutions and matmuls, issue 20).
 # (The tensors need no rewriting: their names and layout did not change, and the first
 # steps are bitwise the old ones, see loss_fixture_test.py.)
 #   old_checkpoint_test.py TRAINER            check

@@ -7,12 +7,14 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string_view>
 
 #include "backends/cpu/low_precision.h"
 #include "backends/feeds.h"
 #include "backends/numerics.h"
 #include "backends/plan.h"
 #include "backends/trace_writer.h"
+#include "graph/kernels/conv_cpu.h"
 #include "graph/op.h"
 
 namespace kiln {
@@ -20,11 +22,13 @@ namespace {
 
 class CpuProgram final : public Program {
  public:
-  CpuProgram(const Graph& compiled, bool check_numerics)
+  CpuProgram(const Graph& compiled, bool check_numerics, bool deterministic)
       : graph_(compiled),
         plan_(plan_memory(graph_)),
         profile_(std::getenv("KILN_PROFILE") != nullptr),
-        check_numerics_(check_numerics) {
+        profile_groups_(profile_ && std::string_view(std::getenv("KILN_PROFILE")) == "groups"),
+        check_numerics_(check_numerics),
+        deterministic_(deterministic) {
     for (const Node& n : graph_.nodes()) {
       if (n.op->id == OpId::fill)
         fills_.push_back(
@@ -49,10 +53,16 @@ class CpuProgram final : public Program {
   MemoryPlan plan_;
   std::vector<Tensor> fills_;                      // in node order
   std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
-  // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed.
+  // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed;
+  // KILN_PROFILE=groups: each fused group on its own line (its ops and shape).
   bool profile_;
+  bool profile_groups_;
+  std::string profile_key(const Node& n) const {
+    return profile_groups_ && n.body ? n.body->summary() : n.op->name;
+  }
   std::string trace_path_;  // non-empty: the next run writes a trace here
   bool check_numerics_;
+  bool deterministic_;
   std::int64_t runs_ = 0;
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds_;
   // Low-precision weight copies (passes/weight_copies.h) and the storage of the weight each
@@ -106,6 +116,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                f.name, f.tensor.device().str());
   buffers_.resize(plan_.slot_bytes.size());
   refresh_copies();
+  const kernels::ReproducibleConvolutions reproducible(deterministic_);
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());
   std::vector<TraceEvent> trace;
   const auto run_start = std::chrono::steady_clock::now();
@@ -146,7 +157,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                          std::chrono::duration<double, std::micro>(now - start).count()});
       }
       if (profile_) {
-        auto& entry = op_seconds_[n.op->name];
+        auto& entry = op_seconds_[profile_key(n)];
         entry.first +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         entry.second += 1;
@@ -179,8 +190,9 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
 
 }  // namespace
 
-std::unique_ptr<Program> make_cpu_program(const Graph& compiled, bool check_numerics) {
-  return std::make_unique<CpuProgram>(compiled, check_numerics);
+std::unique_ptr<Program> make_cpu_program(const Graph& compiled, bool check_numerics,
+                                          bool deterministic) {
+  return std::make_unique<CpuProgram>(compiled, check_numerics, deterministic);
 }
 
 }  // namespace kiln

@@ -9,6 +9,8 @@
 namespace kiln {
 
 // check_numerics: scan every op's outputs for NaN and Inf (backends/numerics.h).
-std::unique_ptr<Program> make_cpu_program(const Graph& compiled, bool check_numerics = false);
+// deterministic: the same bits for any thread count (kiln's own convolutions, not oneDNN's).
+std::unique_ptr<Program> make_cpu_program(const Graph& compiled, bool check_numerics = false,
+                                          bool deterministic = false);
 
 }  // namespace kiln

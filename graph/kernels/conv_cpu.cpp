@@ -1,6 +1,7 @@
-// im2col convolution: each image's patches become a [Cin*KH*KW, OH*OW] matrix, so the
-// forward pass and both backward passes are one GEMM per image. Threads split the batch;
-// Eigen runs single-threaded inside a parallel region.
+// CPU convolutions: float32 through oneDNN (conv_dnnl.cpp) unless reproducible ones are
+// asked for; otherwise kiln's im2col kernels, where each image's patches become a
+// [Cin*KH*KW, OH*OW] matrix, so every pass is one GEMM per image (threads split the batch,
+// Eigen runs single-threaded inside the parallel region).
 #include "graph/kernels/conv_cpu.h"
 
 #include <omp.h>
@@ -11,6 +12,7 @@
 #include <limits>
 
 #include "core/dispatch.h"
+#include "graph/kernels/conv_dnnl.h"
 
 namespace kiln::kernels {
 namespace {
@@ -131,7 +133,23 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
   for (const Matrix<T>& partial : partials) total += partial;
 }
 
+thread_local bool reproducible_convolutions = false;
+
+bool use_dnnl(const Tensor& t) { return !reproducible_convolutions && t.dtype() == DType::f32; }
+
+// oneDNN's backward passes over one to three input channels (a network's first layer) fall
+// back to slow reference-like code: kiln's im2col kernels were 1.6-4x faster there (LeNet's
+// and ResNet's first convolutions, batch 64, 2 threads), and 2-5x slower everywhere else.
+bool use_dnnl_backward(const Tensor& t, const ConvGeometry& g) {
+  return use_dnnl(t) && g.in_channels >= 4;
+}
+
 }  // namespace
+
+ReproducibleConvolutions::ReproducibleConvolutions(bool on) : previous_(reproducible_convolutions) {
+  reproducible_convolutions = on;
+}
+ReproducibleConvolutions::~ReproducibleConvolutions() { reproducible_convolutions = previous_; }
 
 ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
                            std::int64_t padding) {
@@ -142,16 +160,19 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+  if (use_dnnl(x)) return dnnl_conv2d_forward(x, w, y, g);
   visit_floating(x.dtype(), "conv2d",
                  [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g) {
+  if (use_dnnl_backward(dy, g)) return dnnl_conv2d_backward_input(dy, w, dx, g);
   visit_floating(dy.dtype(), "conv2d_grad_input",
                  [&](auto zero) { backward_input_typed<decltype(zero)>(dy, w, dx, g); });
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
+  if (use_dnnl_backward(x, g)) return dnnl_conv2d_backward_weight(x, dy, dw, g);
   visit_floating(x.dtype(), "conv2d_grad_weight",
                  [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
 }

@@ -1,4 +1,5 @@
-// CPU convolution (im2col + Eigen GEMM, threads over the batch). Pooling: pool_cpu.h.
+// CPU convolution: oneDNN for float32, im2col + Eigen GEMM (threads over the batch) for the
+// other dtypes and where reproducible results are asked for. Pooling: pool_cpu.h.
 #pragma once
 
 #include "core/tensor.h"
@@ -14,6 +15,19 @@ struct ConvGeometry {
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW]
 ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
                            std::int64_t padding);
+
+// While one lives, this thread's convolutions use kiln's own kernels, whose results are the
+// same bits for any thread count (oneDNN's reductions are split by thread).
+class ReproducibleConvolutions {
+ public:
+  explicit ReproducibleConvolutions(bool on);
+  ~ReproducibleConvolutions();
+  ReproducibleConvolutions(const ReproducibleConvolutions&) = delete;
+  ReproducibleConvolutions& operator=(const ReproducibleConvolutions&) = delete;
+
+ private:
+  bool previous_;
+};
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "core/dispatch.h"
 
@@ -33,7 +34,7 @@ std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t 
 
 bool parallel_worth_it(const PoolGeometry& g) { return g.planes * g.out_h * g.out_w > 4096; }
 
-// Calls visit(window_output_index, offset_of_first_max) for every pooling window, in window
+// Calls visit(window_output_index, offset_of_first_max, max) for every pooling window, in window
 // order within a plane; threads share out whole planes, so visits that write to x's
 // positions (the gradient) never collide and sum in the same order for any thread count.
 // Unpadded windows all have kernel x kernel cells: that loop-invariant trip count makes
@@ -61,7 +62,44 @@ void windows_max(const T* x, const PoolGeometry& g, Visit visit) {
             best = take ? at : best;
             best_value = take ? v : best_value;
           }
-        visit(i, best);
+        visit(i, best, best_value);
+      }
+    }
+  }
+}
+
+// Unpadded windows of a kKernel x kKernel pool at stride kStride, a row of windows at a time:
+// each cell offset (r, c) of the window is compared across the whole row, so the inner loop
+// runs over windows with compile-time strides (the compiler vectorises it). Cells are taken
+// in the same order as windows_max (row-major within a window), so the same maximum wins.
+template <int kKernel, int kStride, class T, class Visit>
+void row_windows_max(const T* x, const PoolGeometry& g, Visit visit) {
+#pragma omp parallel if (parallel_worth_it(g))
+  {
+    std::vector<T> best_value(static_cast<std::size_t>(g.out_w));
+    std::vector<std::int64_t> best(static_cast<std::size_t>(g.out_w));
+#pragma omp for schedule(static)
+    for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+      const std::int64_t base = plane * g.height * g.width;
+      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+        const std::int64_t top = base + oh * kStride * g.width;
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+          best[ow] = top + ow * kStride;
+          best_value[ow] = x[top + ow * kStride];
+        }
+        for (int r = 0; r < kKernel; ++r)
+          for (int c = 0; c < kKernel; ++c) {
+            const std::int64_t cell = top + r * g.width + c;
+            for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+              const std::int64_t at = cell + ow * kStride;
+              const T v = x[at];
+              const bool take = v > best_value[ow] || v != v;
+              best[ow] = take ? at : best[ow];
+              best_value[ow] = take ? v : best_value[ow];
+            }
+          }
+        const std::int64_t first = (plane * g.out_h + oh) * g.out_w;
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow) visit(first + ow, best[ow], best_value[ow]);
       }
     }
   }
@@ -70,6 +108,8 @@ void windows_max(const T* x, const PoolGeometry& g, Visit visit) {
 template <class T, class Visit>
 void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
   if (g.padding > 0) return windows_max<true>(x, g, visit);
+  if (g.kernel == 2 && g.stride == 2) return row_windows_max<2, 2>(x, g, visit);
+  if (g.kernel == 3 && g.stride == 2) return row_windows_max<3, 2>(x, g, visit);
   windows_max<false>(x, g, visit);
 }
 
@@ -130,7 +170,7 @@ void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
     using T = decltype(zero);
     const T* in = x.data<T>();
     T* out = y.data<T>();
-    for_each_window_max(in, g, [&](std::int64_t i, std::int64_t best) { out[i] = in[best]; });
+    for_each_window_max(in, g, [&](std::int64_t i, std::int64_t, T value) { out[i] = value; });
   });
 }
 
@@ -139,9 +179,12 @@ void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const Po
     using T = decltype(zero);
     const T* grad = dy.data<T>();
     T* out = dx.data<T>();
-    std::fill_n(out, dx.numel(), T(0));
+    const std::int64_t plane_size = g.height * g.width;
+#pragma omp parallel for schedule(static) if (parallel_worth_it(g))
+    for (std::int64_t plane = 0; plane < g.planes; ++plane)
+      std::fill_n(out + plane * plane_size, plane_size, T(0));
     for_each_window_max(x.data<T>(), g,
-                        [&](std::int64_t i, std::int64_t best) { out[best] += grad[i]; });
+                        [&](std::int64_t i, std::int64_t best, T) { out[best] += grad[i]; });
   });
 }
 
@@ -151,7 +194,7 @@ void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const P
     const T* src = g_in.data<T>();
     T* dst = out.data<T>();
     for_each_window_max(x.data<T>(), g,
-                        [&](std::int64_t i, std::int64_t best) { dst[i] = src[best]; });
+                        [&](std::int64_t i, std::int64_t best, T) { dst[i] = src[best]; });
   });
 }
 

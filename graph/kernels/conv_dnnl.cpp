@@ -1,0 +1,197 @@
+// float32 convolutions through oneDNN in the blocked layouts it picks for this processor,
+// reordered from and to kiln's NCHW/OIHW buffers: one plan per geometry and direction, made
+// once and kept, run on OpenMP's threads.
+#include "graph/kernels/conv_dnnl.h"
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+
+namespace kiln::kernels {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+enum class Direction { forward, grad_input, grad_weight };
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+memory::desc src_desc(const ConvGeometry& g, Tag tag) {
+  return {{g.batch, g.in_channels, g.height, g.width}, memory::data_type::f32, tag};
+}
+memory::desc dst_desc(const ConvGeometry& g, Tag tag) {
+  return {{g.batch, g.out_channels, g.out_h, g.out_w}, memory::data_type::f32, tag};
+}
+memory::desc weight_desc(const ConvGeometry& g, Tag tag) {
+  return {{g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}, memory::data_type::f32, tag};
+}
+
+struct Window {
+  memory::dims strides, padding, padding_end;
+};
+Window window(const ConvGeometry& g) {
+  // The right/bottom padding that makes oneDNN's output size equal kiln's (floor division).
+  return {{g.stride, g.stride},
+          {g.padding, g.padding},
+          {(g.out_h - 1) * g.stride + g.kernel_h - g.height - g.padding,
+           (g.out_w - 1) * g.stride + g.kernel_w - g.width - g.padding}};
+}
+
+dnnl::convolution_forward::desc forward_desc(const ConvGeometry& g, Tag tag) {
+  const Window s = window(g);
+  return {dnnl::prop_kind::forward_training,
+          dnnl::algorithm::convolution_direct,
+          src_desc(g, tag),
+          weight_desc(g, tag),
+          dst_desc(g, tag),
+          s.strides,
+          s.padding,
+          s.padding_end};
+}
+
+// One argument of a convolution: kiln's plain layout, the primitive's (blocked) one, and the
+// reorder between them when they differ (into the primitive's for an input, out of it for
+// the output).
+struct Argument {
+  int id;
+  memory::desc plain, chosen;
+  std::optional<dnnl::reorder> reorder;
+};
+
+Argument argument(int id, const memory::desc& plain, const memory::desc& chosen, bool input) {
+  Argument a{id, plain, chosen, std::nullopt};
+  if (plain != chosen) {
+    dnnl::engine& e = cpu_engine();
+    a.reorder = input ? dnnl::reorder(dnnl::reorder::primitive_desc(e, plain, e, chosen))
+                      : dnnl::reorder(dnnl::reorder::primitive_desc(e, chosen, e, plain));
+  }
+  return a;
+}
+
+// A convolution primitive in the layouts oneDNN chose for this machine (format any), with
+// its two inputs and its output.
+struct Plan {
+  dnnl::primitive convolution;
+  std::vector<Argument> inputs;
+  Argument output;
+};
+
+Plan plan_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
+             const ConvGeometry& g, Direction direction) {
+  switch (direction) {
+    case Direction::forward:
+      return {convolution,
+              {argument(DNNL_ARG_SRC, src_desc(g, Tag::nchw), pd.src_desc(), true),
+               argument(DNNL_ARG_WEIGHTS, weight_desc(g, Tag::oihw), pd.weights_desc(), true)},
+              argument(DNNL_ARG_DST, dst_desc(g, Tag::nchw), pd.dst_desc(), false)};
+    case Direction::grad_input:
+      return {convolution,
+              {argument(DNNL_ARG_DIFF_DST, dst_desc(g, Tag::nchw), pd.diff_dst_desc(), true),
+               argument(DNNL_ARG_WEIGHTS, weight_desc(g, Tag::oihw), pd.weights_desc(), true)},
+              argument(DNNL_ARG_DIFF_SRC, src_desc(g, Tag::nchw), pd.diff_src_desc(), false)};
+    default:
+      return {convolution,
+              {argument(DNNL_ARG_SRC, src_desc(g, Tag::nchw), pd.src_desc(), true),
+               argument(DNNL_ARG_DIFF_DST, dst_desc(g, Tag::nchw), pd.diff_dst_desc(), true)},
+              argument(DNNL_ARG_DIFF_WEIGHTS, weight_desc(g, Tag::oihw), pd.diff_weights_desc(),
+                       false)};
+  }
+}
+
+Plan make_plan(const ConvGeometry& g, Direction direction) {
+  dnnl::engine& engine = cpu_engine();
+  const dnnl::convolution_forward::primitive_desc forward(forward_desc(g, Tag::any), engine);
+  if (direction == Direction::forward)
+    return plan_of(dnnl::convolution_forward(forward), forward, g, direction);
+  const Window s = window(g);
+  if (direction == Direction::grad_input) {
+    const dnnl::convolution_backward_data::desc desc(
+        dnnl::algorithm::convolution_direct, src_desc(g, Tag::any), weight_desc(g, Tag::any),
+        dst_desc(g, Tag::any), s.strides, s.padding, s.padding_end);
+    const dnnl::convolution_backward_data::primitive_desc pd(desc, engine, forward);
+    return plan_of(dnnl::convolution_backward_data(pd), pd, g, direction);
+  }
+  const dnnl::convolution_backward_weights::desc desc(
+      dnnl::algorithm::convolution_direct, src_desc(g, Tag::any), weight_desc(g, Tag::any),
+      dst_desc(g, Tag::any), s.strides, s.padding, s.padding_end);
+  const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, forward);
+  return plan_of(dnnl::convolution_backward_weights(pd), pd, g, direction);
+}
+
+auto geometry_key(const ConvGeometry& g, Direction direction) {
+  return std::make_tuple(g.batch, g.in_channels, g.height, g.width, g.out_channels, g.kernel_h,
+                         g.kernel_w, g.stride, g.padding, static_cast<int>(direction));
+}
+
+// Plans are made once per geometry (making one JIT-compiles its code) and shared by every
+// program of the process; a primitive may run on several threads at once.
+const Plan& cached_plan(const ConvGeometry& g, Direction direction) {
+  static std::mutex mutex;
+  static std::map<decltype(geometry_key(g, direction)), Plan> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto key = geometry_key(g, direction);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_plan(g, direction)).first;
+  return it->second;
+}
+
+// The memory an argument runs in: the tensor itself, or this thread's scratch buffer in the
+// primitive's layout (kept between calls, so a step allocates nothing once warm).
+memory working_memory(const Argument& a, const Tensor& t, std::size_t slot) {
+  thread_local std::vector<std::vector<char>> scratch(3);
+  if (!a.reorder) return memory(a.plain, cpu_engine(), const_cast<void*>(t.raw()));
+  std::vector<char>& buffer = scratch[slot];
+  if (buffer.size() < a.chosen.get_size()) buffer.resize(a.chosen.get_size());
+  return memory(a.chosen, cpu_engine(), buffer.data());
+}
+
+void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, const Tensor& in1,
+             const Tensor& out) {
+  const Plan& plan = cached_plan(g, direction);
+  dnnl::stream stream(cpu_engine());
+  std::unordered_map<int, memory> args;
+  const Tensor* inputs[] = {&in0, &in1};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Argument& a = plan.inputs[i];
+    memory working = working_memory(a, *inputs[i], i);
+    if (a.reorder) {
+      memory plain(a.plain, cpu_engine(), const_cast<void*>(inputs[i]->raw()));
+      a.reorder->execute(stream, plain, working);
+    }
+    args.emplace(a.id, working);
+  }
+  memory result = working_memory(plan.output, out, 2);
+  args.emplace(plan.output.id, result);
+  plan.convolution.execute(stream, args);
+  if (plan.output.reorder) {
+    memory plain(plan.output.plain, cpu_engine(), out.raw());
+    plan.output.reorder->execute(stream, result, plain);
+  }
+  stream.wait();
+}
+
+}  // namespace
+
+void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+  execute(g, Direction::forward, x, w, y);
+}
+
+void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                const ConvGeometry& g) {
+  execute(g, Direction::grad_input, dy, w, dx);
+}
+
+void dnnl_conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw,
+                                 const ConvGeometry& g) {
+  execute(g, Direction::grad_weight, x, dy, dw);
+}
+
+}  // namespace kiln::kernels

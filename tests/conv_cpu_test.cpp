@@ -1,0 +1,103 @@
+// The CPU's two convolution paths: oneDNN's (float32 by default) against kiln's own im2col
+// kernels, which --deterministic runs and which give the same bits for any thread count.
+#include <doctest/doctest.h>
+
+#include <omp.h>
+
+#include <cstring>
+
+#include "graph/kernels/conv_cpu.h"
+#include "graph/ops.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+struct Case {
+  std::int64_t batch, in_channels, size, out_channels, kernel, stride, padding;
+};
+
+// LeNet's, ResNet's and VGG's layers, the first-layer shapes (one input channel) and odd
+// ones where the last window stops short of the padded edge (oneDNN's end padding < 0).
+const Case kCases[] = {{8, 1, 28, 6, 5, 1, 0},   {8, 6, 12, 16, 5, 1, 0},  {4, 1, 28, 16, 3, 1, 1},
+                       {4, 16, 28, 16, 3, 1, 1}, {4, 16, 28, 32, 3, 2, 1}, {4, 16, 28, 32, 1, 2, 0},
+                       {3, 64, 7, 64, 3, 1, 1},  {5, 8, 9, 12, 2, 2, 0},   {2, 5, 10, 7, 3, 3, 2}};
+
+struct Results {
+  Tensor y, dx, dw;
+};
+
+Results run_all(const Case& c, bool reproducible) {
+  const Shape xs{c.batch, c.in_channels, c.size, c.size};
+  const Shape ws{c.out_channels, c.in_channels, c.kernel, c.kernel};
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, c.stride, c.padding);
+  const Shape ys{c.batch, c.out_channels, g.out_h, g.out_w};
+  const Tensor x = test::random_tensor(xs, DType::f32, 1);
+  const Tensor w = test::random_tensor(ws, DType::f32, 2);
+  const Tensor dy = test::random_tensor(ys, DType::f32, 3);
+  Results r{Tensor::zeros(ys, DType::f32), Tensor::zeros(xs, DType::f32),
+            Tensor::zeros(ws, DType::f32)};
+  const kernels::ReproducibleConvolutions scope(reproducible);
+  kernels::conv2d_forward(x, w, r.y, g);
+  kernels::conv2d_backward_input(dy, w, r.dx, g);
+  kernels::conv2d_backward_weight(x, dy, r.dw, g);
+  return r;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("oneDNN's convolutions match kiln's im2col kernels (forward and both gradients)") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.in_channels);
+    CAPTURE(c.size);
+    CAPTURE(c.kernel);
+    CAPTURE(c.stride);
+    CAPTURE(c.padding);
+    const Results library = run_all(c, false);
+    const Results own = run_all(c, true);
+    // Both sum in float32 in different orders; the sums here have up to 576 terms in [-1, 1].
+    CHECK(test::closeness(library.y, own.y, 1e-5, 1e-5) <= 1);
+    CHECK(test::closeness(library.dx, own.dx, 1e-5, 1e-5) <= 1);
+    CHECK(test::closeness(library.dw, own.dw, 1e-4, 1e-5) <= 1);
+  }
+}
+
+TEST_CASE("kiln's own convolutions give the same bits for 1, 2 and 3 threads") {
+  const int before = omp_get_max_threads();
+  for (const Case& c : kCases) {
+    omp_set_num_threads(1);
+    const Results one = run_all(c, true);
+    for (int threads : {2, 3}) {
+      omp_set_num_threads(threads);
+      const Results many = run_all(c, true);
+      CAPTURE(threads);
+      CHECK(same_bits(one.y, many.y));
+      CHECK(same_bits(one.dx, many.dx));
+      CHECK(same_bits(one.dw, many.dw));
+    }
+  }
+  omp_set_num_threads(before);
+}
+
+TEST_CASE("a deterministic CPU program runs kiln's own convolutions, the default oneDNN's") {
+  const Case c{4, 16, 12, 8, 3, 1, 1};
+  Graph g;
+  const Value x = g.input("x", Shape{c.batch, c.in_channels, c.size, c.size});
+  const Value w = g.input("w", Shape{c.out_channels, c.in_channels, c.kernel, c.kernel});
+  g.output("y", conv2d(x, w, c.stride, c.padding));
+  const std::vector<Feed> feeds{
+      {"x", test::random_tensor({c.batch, c.in_channels, c.size, c.size}, DType::f32, 1)},
+      {"w",
+       test::random_tensor({c.out_channels, c.in_channels, c.kernel, c.kernel}, DType::f32, 2)}};
+  const Tensor deterministic = compile(g, {.deterministic = true})->run(feeds).at("y");
+  const Tensor fast = compile(g)->run(feeds).at("y");
+  CHECK(same_bits(deterministic, run_all(c, true).y));
+  CHECK(same_bits(fast, run_all(c, false).y));
+  CHECK_FALSE(same_bits(fast, deterministic));  // the two paths really differ
+}
+
+}  // namespace kiln

@@ -1,0 +1,80 @@
+// Max pooling's row-at-a-time paths (unpadded 2x2 and 3x3 windows at stride 2) against the
+// definition, on inputs full of ties and NaNs: the first maximum in row-major window order wins
+// (a NaN always does), for the forward, the gradient and the select, at 1 and 3 threads.
+#include <doctest/doctest.h>
+
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "graph/kernels/pool_cpu.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+// Values in {0, 1, 2} (many ties) with every 17th a NaN.
+Tensor tied_input(const Shape& shape) {
+  Tensor x = test::random_tensor(shape, DType::f32, 7, 0.0, 3.0);
+  float* p = x.data<float>();
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    p[i] = i % 17 == 5 ? std::numeric_limits<float>::quiet_NaN() : std::floor(p[i]);
+  return x;
+}
+
+// The offset of window (plane, oh, ow)'s first maximum, by the definition.
+std::int64_t first_max(const float* x, const kernels::PoolGeometry& g, std::int64_t plane,
+                       std::int64_t oh, std::int64_t ow) {
+  const std::int64_t corner = (plane * g.height + oh * g.stride) * g.width + ow * g.stride;
+  std::int64_t best = corner;
+  for (std::int64_t r = 0; r < g.kernel; ++r)
+    for (std::int64_t c = 0; c < g.kernel; ++c) {
+      const std::int64_t at = corner + r * g.width + c;
+      if (x[at] > x[best] || std::isnan(x[at])) best = at;
+    }
+  return best;
+}
+
+bool same(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+}  // namespace
+
+TEST_CASE("max pooling's row paths: the first maximum wins (ties, NaN) in all three kernels") {
+  const int before = omp_get_max_threads();
+  for (const std::int64_t kernel : {2, 3}) {
+    const Shape xs{3, 5, 9, 11};
+    const kernels::PoolGeometry g = kernels::pool_geometry(xs, kernel, 2);
+    const Tensor x = tied_input(xs);
+    const Shape ys{3, 5, g.out_h, g.out_w};
+    const Tensor dy = test::random_tensor(ys, DType::f32, 8);
+    const Tensor other = test::random_tensor(xs, DType::f32, 9);
+    for (const int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      CAPTURE(kernel);
+      CAPTURE(threads);
+      Tensor y = Tensor::zeros(ys, DType::f32), selected = Tensor::zeros(ys, DType::f32);
+      Tensor dx = Tensor::full(xs, 5.0, DType::f32);  // the gradient must clear it first
+      kernels::max_pool2d_forward(x, y, g);
+      kernels::max_pool2d_backward(x, dy, dx, g);
+      kernels::max_pool2d_select(x, other, selected, g);
+      Tensor dx_ref = Tensor::zeros(xs, DType::f32);
+      int mismatches = 0;
+      for (std::int64_t plane = 0; plane < g.planes; ++plane)
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+            const std::int64_t i = (plane * g.out_h + oh) * g.out_w + ow;
+            const std::int64_t best = first_max(x.data<float>(), g, plane, oh, ow);
+            mismatches += !same(y.data<float>()[i], x.data<float>()[best]);
+            mismatches += selected.data<float>()[i] != other.data<float>()[best];
+            dx_ref.data<float>()[best] += dy.data<float>()[i];
+          }
+      for (std::int64_t e = 0; e < x.numel(); ++e)
+        mismatches += dx.data<float>()[e] != dx_ref.data<float>()[e];
+      CHECK(mismatches == 0);
+    }
+  }
+  omp_set_num_threads(before);
+}
+
+}  // namespace kiln
