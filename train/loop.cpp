@@ -165,7 +165,9 @@ void Loop::save(const TrainingPosition& at) {
                               std::filesystem::exists(path) ? " (the previous one is kept)" : "");
   DivergenceCheck::check_state(s, fmt::format("after step {} of the run", at.step), consequence);
   if (path.empty() || !leader_) return;  // the replicas are identical: rank 0 writes
-  save_checkpoint(path, s.parameters, s.optimizer_state, at, training_metadata(c_), s.buffers);
+  std::map<std::string, std::string> metadata = training_metadata(c_);
+  metadata.merge(task_->metadata());
+  save_checkpoint(path, s.parameters, s.optimizer_state, at, metadata, s.buffers);
 }
 
 // Data parallelism: every variable (parameters, optimizer state, buffers) equal on all ranks.
