@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "data/batch_loader.h"
 #include "train/evaluate.h"
 #include "train/tasks.h"
 
@@ -25,6 +26,8 @@ class ClassifierTask : public Task {
         data_(classifier_images(c)),
         batcher_(data_.train, c.loop.batch_size, true, c.loop.seed, context.rank,
                  context.world_size, augmentation_of(c, data_)),
+        loader_(batcher_, batch_shape(c.loop.batch_size, data_.example),
+                {.threads = c.images.loader_threads, .depth = c.images.loader_depth}),
         graph_(build_model_graph(
             c.model, Stage::train, c.loop.batch_size, optimizer_config(c.loop), c.loop.seed,
             {.clip_grad_norm = c.loop.clip_grad_norm,
@@ -38,13 +41,12 @@ class ClassifierTask : public Task {
   std::int64_t steps_per_epoch() const override { return batcher_.batches_per_epoch(); }
   std::int64_t examples_per_step() const override { return batch_ * world_size_; }
   std::vector<StepProgram> programs() override { return {{"step", step_.get()}}; }
-  void start_epoch(std::int64_t epoch) override { batcher_.start_epoch(epoch); }
+  void start_epoch(std::int64_t epoch) override { loader_.start_epoch(epoch); }
 
+  // The loader's batch: filled ahead by its threads while the previous steps ran.
   std::vector<std::vector<Feed>> feeds(std::int64_t batch, std::int64_t) override {
-    Tensor images = Tensor::empty(batch_shape(batch_, data_.example), DType::f32);
-    Tensor labels = Tensor::empty({batch_}, DType::i64);
-    batcher_.fill(batch, images, labels);
-    return {{{"x", images}, {"y", labels}}};
+    BatchLoader::Batch b = loader_.take(batch);
+    return {{{"x", b.images}, {"y", b.labels}}};
   }
 
   StepValues step_values(const std::vector<Outputs>& outputs) override {
@@ -67,6 +69,7 @@ class ClassifierTask : public Task {
   int world_size_;
   ImageData data_;
   Batcher batcher_;
+  BatchLoader loader_;
   ModelGraph graph_;
   std::unique_ptr<Program> step_;
   Evaluator evaluator_;

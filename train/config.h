@@ -76,6 +76,8 @@ struct ImageSettings {
   std::string mean, std;               // per channel, "0.49,0.48,0.45"; empty: from the train set
   std::int64_t crop_padding = 0;       // > 0: random crops of the image padded by this much
   bool flip = false;                   // random horizontal flips
+  int loader_threads = 0;              // classifiers: threads filling batches ahead; 0: auto
+  int loader_depth = 0;                // ... batches filled ahead of the step; 0: auto
 };
 
 // The language model (char-lstm).

@@ -194,6 +194,12 @@ std::vector<Flag> task_flags() {
              "augment: random crops of the image padded by N pixels (0: off)", 0, 1024),
       boolean("flip", at(images, &I::flip), kClassifierTask,
               "augment: flip training images horizontally at random"),
+      number("loader-threads", at(images, &I::loader_threads), kClassifierTask,
+             "threads filling (augmenting) batches ahead of the step (0: a quarter of the cores, "
+             "1 to 8)",
+             0, 256),
+      number("loader-depth", at(images, &I::loader_depth), kClassifierTask,
+             "batches filled ahead of the step (0: 2 per loader thread)", 0, 1024),
       text("text", at(lm, &M::text), kLmTask,
            "the training text, a file or a directory of fortunes-style files"),
       number("seq-len", at(lm, &M::seq_len), kLmTask, "characters per sequence", 1, 1 << 20),

@@ -213,10 +213,16 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   task_->set_lr(lr_);
   const bool trace =
       !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
+  // The time this thread spends getting batches (filling them, or waiting for a loader that
+  // fills them ahead) is the step's data wait.
+  const auto fetch_start = Clock::now();
   std::vector<std::vector<Feed>> feeds =
       batch == first ? task_->feeds(batch, done) : std::move(next_);
+  double data_wait = seconds_since(fetch_start);
   if (batch + 1 < end) {  // a GPU copies the next batch while this step computes
+    const auto next_start = Clock::now();
     next_ = task_->feeds(batch + 1, done + 1);
+    data_wait += seconds_since(next_start);
     const std::vector<StepProgram> programs = task_->programs();
     for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
   }
@@ -228,6 +234,7 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   }
   StepValues v = task_->step_values(outputs);
   add_loss_scale_values(outputs, v);
+  v.extras.emplace_back("data_wait_ms", 1000 * data_wait);
   divergence_.check_step(v, epoch, batch + 1);
   lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
   const std::int64_t every = c_.parallel.check_replicas;
