@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "data/idx.h"
 #include "data/image_data.h"
+#include "train/saved_classifier.h"
 
 namespace kiln {
 namespace {
@@ -328,6 +330,42 @@ TEST_CASE("the --data spec: every source, shapes, and clear errors") {
     CHECK(error_of([&] {
             parse_data_source(std::string("synthetic:") + bad);
           }).find("is not an image shape CxHxW") != std::string::npos);
+}
+
+TEST_CASE("predict's inputs: image files resized to the training size, padded, normalised") {
+  Scratch dir;
+  write_image(dir / "small.png", 1, 3, 4, 4);
+  write_image(dir / "big.bmp", 2, 3, 9, 9);
+  write_image(dir / "grey.png", 3, 1, 4, 4);
+  SavedClassifier s;
+  s.example = Shape{3, 6, 6};
+  s.config.images.pad = 1;  // trained on 4x4 images with a border of 1
+  s.mean = {0.5f, 0.5f, 0.5f};
+  s.std = {0.5f, 0.25f, 1.0f};
+  const Tensor x = prediction_inputs({dir / "small.png", dir / "big.bmp", dir / "grey.png"}, s);
+  CHECK(x.shape() == Shape{3, 3, 6, 6});
+  const float* v = x.data<float>();
+  CHECK(v[0] == doctest::Approx(-1.0));  // the border: black, normalised
+  const float first = (static_cast<float>(pixel(1, 1, 0, 0)) / 255.0f - 0.5f) / 0.25f;
+  CHECK(v[36 + 7] == doctest::Approx(first));  // channel 1, (1, 1): the image's (0, 0)
+  const float* grey = v + 2 * 3 * 36 + 7;      // image 2, (1, 1): one value in all channels
+  CHECK(grey[0] * 0.5f + 0.5f == doctest::Approx(grey[72] * 1.0f + 0.5f));
+  CHECK(grey[0] * 0.5f + 0.5f == doctest::Approx(grey[36] * 0.25f + 0.5f));
+  const auto error = [&](const std::vector<std::string>& paths) {
+    return error_of([&] { prediction_inputs(paths, s); });
+  };
+  CHECK(error({dir / "small.png", dir / "x.idx"}).find("x.idx: not a PNG, JPEG or BMP file") !=
+        std::string::npos);
+  s.config.images.pad = 0;
+  s.example = Shape{3, 4, 5};
+  CHECK(error({dir / "big.bmp"}).find("only square sizes resize") != std::string::npos);
+  write_idx(dir / "images.idx", Tensor::zeros({2, 4, 4}, DType::u8));
+  CHECK(error({dir / "images.idx"}).find("images [2, 4, 4], but the model takes [3, 4, 5]") !=
+        std::string::npos);
+  s.example = Shape{1, 4, 4};
+  s.mean = {0.0f};
+  s.std = {1.0f};
+  CHECK(prediction_inputs({dir / "images.idx"}, s).shape() == Shape{2, 1, 4, 4});
 }
 
 }  // namespace kiln
