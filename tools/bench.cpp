@@ -217,10 +217,10 @@ int run(int argc, char** argv) {
                  "classifiers: random images of this shape CxHxW (default: the model's own)")
       ->check([](const std::string& s) {
         try {
-          kiln::parse_image_shape(s, "--synthetic");
+          kiln::parse_image_shape(s, "value");
           return std::string();
         } catch (const kiln::Error& e) {
-          return std::string(e.what());
+          return std::string(e.what()).substr(7);  // CLI11 names the option: drop "value: "
         }
       });
   std::string device = "cpu";
