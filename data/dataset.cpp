@@ -1,9 +1,11 @@
 // Fashion-MNIST loading with validation, synthetic data, and the batcher.
 #include "data/dataset.h"
 
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <utility>
 
 #include "data/idx.h"
 
@@ -23,6 +25,7 @@ Tensor normalised_images(const Tensor& raw, const std::string& path, PixelScale 
                  raw.shape()[2] == 28,
              "{}: expected u8 images [N, 28, 28] (28x28 Fashion-MNIST images) but found {}{}", path,
              dtype_name(raw.dtype()), raw.shape().str());
+  if (scale == PixelScale::raw) return raw.reshape({raw.shape()[0], 1, 28, 28});
   Tensor out = Tensor::empty({raw.shape()[0], 1, 28, 28}, DType::f32);
   const std::uint8_t* in = raw.data<std::uint8_t>();
   float* o = out.data<float>();
@@ -50,6 +53,14 @@ Tensor checked_labels(const Tensor& raw, const std::string& path, std::int64_t c
 }
 
 }  // namespace
+
+const char* fashion_mnist_class_name(std::int64_t label) {
+  static constexpr std::array<const char*, 10> names = {
+      "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  KILN_CHECK(label >= 0 && label < 10, "Fashion-MNIST has classes 0 to 9, not {}", label);
+  return names[static_cast<std::size_t>(label)];
+}
 
 Dataset load_fashion_mnist(const std::string& dir, Split split, PixelScale scale) {
   KILN_CHECK(std::filesystem::is_directory(dir),
@@ -84,23 +95,27 @@ Dataset synthetic_images(std::int64_t n, const Shape& image_shape, std::int64_t 
 }
 
 Batcher::Batcher(const Dataset& data, std::int64_t batch_size, bool shuffle, std::uint64_t seed,
-                 int rank, int ranks)
+                 int rank, int ranks, Augmentation augmentation)
     : data_(data),
       batch_size_(batch_size),
       shuffle_(shuffle),
       seed_(seed),
       rank_(rank),
-      ranks_(ranks) {
+      ranks_(ranks),
+      augmentation_(std::move(augmentation)) {
   KILN_CHECK(batch_size > 0, "batch size {} must be positive", batch_size);
   KILN_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "batcher: rank {} of {} ranks", rank, ranks);
   KILN_CHECK(batch_size * ranks <= data.size(),
              "batch size {}{} is larger than the dataset ({} examples)", batch_size * ranks,
              ranks > 1 ? fmt::format(" ({} x {} ranks)", batch_size, ranks) : "", data.size());
+  KILN_CHECK(!augmentation_.active() || data.images.shape().rank() == 4,
+             "augmentation needs images [N, C, H, W], not {}", data.images.shape().str());
   order_.resize(static_cast<std::size_t>(data.size()));
   std::iota(order_.begin(), order_.end(), 0);
 }
 
 void Batcher::start_epoch(std::int64_t epoch) {
+  epoch_ = epoch;
   std::iota(order_.begin(), order_.end(), 0);
   if (!shuffle_) return;
   Philox rng(seed_ ^ 0x5eed5eedULL, static_cast<std::uint64_t>(epoch) << 40);
@@ -109,21 +124,32 @@ void Batcher::start_epoch(std::int64_t epoch) {
 }
 
 void Batcher::fill(std::int64_t index, Tensor& images, Tensor& labels) const {
+  fill_range(index, 0, batch_size_, images, labels);
+}
+
+void Batcher::fill_range(std::int64_t index, std::int64_t begin, std::int64_t end, Tensor& images,
+                         Tensor& labels) const {
   const std::int64_t per_image = data_.images.numel() / data_.size();
   KILN_CHECK(index >= 0 && index < batches_per_epoch(),
              "batch {} is outside the epoch's {} batches", index, batches_per_epoch());
   KILN_CHECK(images.shape()[0] == batch_size_ && images.numel() == batch_size_ * per_image &&
-                 labels.numel() == batch_size_,
+                 labels.numel() == batch_size_ && begin >= 0 && begin <= end && end <= batch_size_,
              "batch buffers are {} and {} but the batch is {} examples of {} values",
              images.shape().str(), labels.shape().str(), batch_size_, per_image);
   const float* src = data_.images.data<float>();
   const std::int64_t* src_labels = data_.labels.data<std::int64_t>();
-  for (std::int64_t b = 0; b < batch_size_; ++b) {
+  const Shape& shape = data_.images.shape();
+  for (std::int64_t b = begin; b < end; ++b) {
     const std::int64_t item =
         order_[static_cast<std::size_t>((index * ranks_ + rank_) * batch_size_ + b)];
-    std::memcpy(images.data<float>() + b * per_image, src + item * per_image,
-                static_cast<std::size_t>(per_image) * sizeof(float));
+    float* out = images.data<float>() + b * per_image;
     labels.data<std::int64_t>()[b] = src_labels[item];
+    if (!augmentation_.active()) {
+      std::memcpy(out, src + item * per_image, static_cast<std::size_t>(per_image) * sizeof(float));
+      continue;
+    }
+    augment_image(src + item * per_image, out, shape[1], shape[2], shape[3], augmentation_,
+                  augment_draw(augmentation_, seed_, epoch_, item));
   }
 }
 

@@ -37,13 +37,13 @@ Value InceptionModule::forward(Value x) {
   return concat({branch1_(x), branch3_(x), branch5_(x), branch_pool_(x)}, 1);
 }
 
-Inception::Inception(Philox& rng)
-    : stem_(conv(1, 32, 3), rng),
+Inception::Inception(Philox& rng, std::int64_t in_channels, std::int64_t classes)
+    : stem_(conv(in_channels, 32, 3), rng),
       inception3a_(32, k3a, rng),
       inception3b_(k3a.out(), k3b, rng),
       inception4a_(k3b.out(), k4a, rng),
       dropout_(0.3, rng),
-      fc_(k4a.out(), 10, rng, true, nn::Init::xavier_uniform) {
+      fc_(k4a.out(), classes, rng, true, nn::Init::xavier_uniform) {
   register_module("stem", stem_);
   register_module("inception3a", inception3a_);
   register_module("inception3b", inception3b_);

@@ -28,7 +28,8 @@ class InceptionModule : public nn::Layer {
 
 class Inception : public nn::Layer {
  public:
-  explicit Inception(Philox& rng);
+  // Any [B, in_channels, H, W] (global pooling absorbs the size).
+  explicit Inception(Philox& rng, std::int64_t in_channels = 1, std::int64_t classes = 10);
   Value forward(Value x) override;  // x: [B, 1, 28, 28] -> logits [B, 10]
 
  private:

@@ -19,17 +19,17 @@ const std::vector<ModelInfo>& model_infos() {
        Shape{1, 28, 28}, 10},
       {"resnet",
        "ResNet-14 (3 stages of 2 basic blocks, batch norm, global average pooling, dropout)",
-       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10, true, 4},
       {"resnet18",
        "ResNet-18, CIFAR form (3x3 stem, 4 stages of 2 basic blocks at 64-512 channels, batch "
        "norm, global average pooling) for 3x32x32 images",
-       ModelTask::image_classifier, Shape{3, 32, 32}, 10},
+       ModelTask::image_classifier, Shape{3, 32, 32}, 10, true, 8},
       {"vgg", "VGG-style stacks of 3x3 conv + batch norm and 2x2 max pooling, dropout",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
       {"alexnet", "AlexNet-style CNN (5x5 stride-2 first conv, overlapping pools, dropout)",
        ModelTask::image_classifier, Shape{1, 28, 28}, 10},
       {"inception", "small GoogLeNet: Inception modules (1x1, 3x3, 5x5, pool branches), batch norm",
-       ModelTask::image_classifier, Shape{1, 28, 28}, 10},
+       ModelTask::image_classifier, Shape{1, 28, 28}, 10, true, 4},
       {"gan", "MLP GAN (G 100-256-784, D 784-256-1) for 28x28 images", ModelTask::gan,
        Shape{1, 28, 28}, 0},
       {"dcgan", "DCGAN (transposed convolutions, batch norm) for 28x28 images", ModelTask::gan,
@@ -56,15 +56,36 @@ const ModelInfo& model_info(const std::string& name) {
   throw Error(fmt::format("unknown model '{}' (known: {})", shown, fmt::join(names, ", ")));
 }
 
+void check_model_input(const ModelInfo& info, const Shape& example, std::int64_t classes) {
+  KILN_CHECK(info.task == ModelTask::image_classifier, "model '{}' is not an image classifier",
+             info.name);
+  if (example == info.input_shape && classes == info.classes) return;
+  const std::string given = fmt::format("{} in {} classes", example.str(), classes);
+  KILN_CHECK(info.any_input,
+             "model {} takes only {} images in {} classes (its layers are sized for them), not "
+             "{}: train resnet, resnet18 or inception, which take any size",
+             info.name, info.input_shape.str(), info.classes, given);
+  KILN_CHECK(example.rank() == 3 && example[1] >= info.min_input_size &&
+                 example[2] >= info.min_input_size && classes >= 2,
+             "model {} takes [C, H, W] images with H, W >= {} in at least 2 classes, not {}",
+             info.name, info.min_input_size, given);
+}
+
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng) {
-  KILN_CHECK(model_info(name).task == ModelTask::image_classifier,
-             "model '{}' is not an image classifier", name);
+  const ModelInfo& info = model_info(name);
+  return make_model(name, rng, info.input_shape, info.classes);
+}
+
+std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng, const Shape& example,
+                                      std::int64_t classes) {
+  check_model_input(model_info(name), example, classes);
+  const std::int64_t channels = example[0];
   if (name == "lenet") return std::make_unique<LeNet>(rng);
-  if (name == "resnet") return std::make_unique<ResNet>(rng);
-  if (name == "resnet18") return std::make_unique<ResNet18>(rng, 3, 10);
+  if (name == "resnet") return std::make_unique<ResNet>(rng, channels, classes);
+  if (name == "resnet18") return std::make_unique<ResNet18>(rng, channels, classes);
   if (name == "vgg") return std::make_unique<Vgg>(rng);
   if (name == "alexnet") return std::make_unique<AlexNet>(rng);
-  if (name == "inception") return std::make_unique<Inception>(rng);
+  if (name == "inception") return std::make_unique<Inception>(rng, channels, classes);
   if (name == "row-lstm") return std::make_unique<RowLstm>(rng);
   KILN_ASSERT(false, "model {} is listed but has no builder", name);
 }

@@ -21,13 +21,23 @@ struct ModelInfo {
   std::string name;
   std::string description;
   ModelTask task = ModelTask::image_classifier;
-  Shape input_shape;  // image classifiers: one example, e.g. [1, 28, 28]
+  Shape input_shape;  // image classifiers: one example, e.g. [1, 28, 28] (the default)
   std::int64_t classes = 0;
+  // Image classifiers that end in global average pooling take any channels, any size of at
+  // least min_input_size and any number of classes; the others only input_shape and classes.
+  bool any_input = false;
+  std::int64_t min_input_size = 0;
 };
 
 const std::vector<ModelInfo>& model_infos();
 const ModelInfo& model_info(const std::string& name);  // kiln::Error listing the known names
-// Image classifiers only; kiln::Error for a model of another task.
+// Image classifiers only; kiln::Error for a model of another task. Built for its
+// input_shape and classes, or for `example` ([C, H, W]) and `classes`: kiln::Error naming
+// what the model accepts when it cannot take them.
 std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng);
+std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng, const Shape& example,
+                                      std::int64_t classes);
+// The check make_model makes, alone.
+void check_model_input(const ModelInfo& info, const Shape& example, std::int64_t classes);
 
 }  // namespace kiln

@@ -31,10 +31,10 @@ Value BasicBlock::forward(Value x) {
   return relu(conv2_(conv1_(x)) + shortcut);
 }
 
-ResNet::ResNet(Philox& rng)
-    : stem_({.in_channels = 1, .out_channels = kWidth}, rng),
+ResNet::ResNet(Philox& rng, std::int64_t in_channels, std::int64_t classes)
+    : stem_({.in_channels = in_channels, .out_channels = kWidth}, rng),
       dropout_(0.2, rng),
-      fc_(4 * kWidth, 10, rng, true, nn::Init::xavier_uniform) {
+      fc_(4 * kWidth, classes, rng, true, nn::Init::xavier_uniform) {
   struct Stage {
     std::int64_t channels, stride;
   };

@@ -26,7 +26,8 @@ class BasicBlock : public nn::Layer {
 
 class ResNet : public nn::Layer {
  public:
-  explicit ResNet(Philox& rng);
+  // Any [B, in_channels, H, W] with H, W >= 4 (global pooling absorbs the size).
+  explicit ResNet(Philox& rng, std::int64_t in_channels = 1, std::int64_t classes = 10);
   Value forward(Value x) override;  // x: [B, 1, 28, 28] -> logits [B, 10]
 
  private:

@@ -23,8 +23,9 @@ MODELS = {
 }
 
 # The one schema: the keys every line of its kind has, and each task's extra values.
-STEP_KEYS = {"kind", "step", "epoch", "loss", "lr", "examples_per_second"}
-EPOCH_KEYS = {"kind", "step", "epoch", "loss", "lr", "seconds", "examples_per_second"}
+STEP_KEYS = {"kind", "step", "epoch", "loss", "lr", "examples_per_second", "data_wait_ms"}
+EPOCH_KEYS = {"kind", "step", "epoch", "loss", "lr", "seconds", "examples_per_second",
+              "data_wait_ms"}
 STEP_EXTRAS = {"lenet": set(), "gan": {"d_loss", "g_loss", "d_accuracy"},
                "char-lstm": {"bits_per_char"}}
 EPOCH_EXTRAS = {"lenet": {"test_accuracy", "test_loss"},

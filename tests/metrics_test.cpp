@@ -66,11 +66,11 @@ TEST_CASE(
   const std::vector<EpochReport> results = train(c);
   REQUIRE(results.size() == 2);
   const std::vector<nlohmann::json> lines = read_lines(c.loop.metrics);
-  const std::set<std::string> step_keys = {"kind", "step", "epoch",
-                                           "loss", "lr",   "examples_per_second"};
+  const std::set<std::string> step_keys = {
+      "kind", "step", "epoch", "loss", "lr", "examples_per_second", "data_wait_ms"};
   const std::set<std::string> epoch_keys = {
-      "kind",          "epoch",    "step", "loss", "lr", "seconds", "examples_per_second",
-      "test_accuracy", "test_loss"};
+      "kind",          "epoch",     "step",        "loss", "lr", "seconds", "examples_per_second",
+      "test_accuracy", "test_loss", "data_wait_ms"};
   std::vector<std::int64_t> steps, epochs;
   for (const nlohmann::json& line : lines) {
     CAPTURE(line.dump());

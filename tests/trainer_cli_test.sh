@@ -522,4 +522,68 @@ expect_rc 1
 expect_error "/dev/urandom" "is a character device, not a regular file"
 ok
 
+# --- image data: folders, CIFAR, models that cannot take the data -----------------------------
+# write_bmp PATH SEED: an 8x8 24-bit BMP whose colours follow the seed.
+write_bmps() {
+  python3 - "$@" <<'PY'
+import struct, sys
+for arg in sys.argv[1:]:
+    path, seed = arg.rsplit(':', 1)
+    seed = int(seed)
+    rows = b''.join(bytes((seed * 40 + x * 9 + y * 5 + c * 70) % 256 for x in range(8) for c in range(3)) for y in range(8))
+    header = b'BM' + struct.pack('<IHHI', 54 + len(rows), 0, 0, 54)
+    info = struct.pack('<IiiHHIIiiII', 40, 8, 8, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
+    open(path, 'wb').write(header + info + rows)
+PY
+}
+mkdir -p "$TMP/photos/train/cats" "$TMP/photos/train/dogs" "$TMP/photos/test/cats" "$TMP/photos/test/dogs"
+write_bmps "$TMP/photos/train/cats/a.bmp:1" "$TMP/photos/train/cats/b.bmp:2" "$TMP/photos/train/dogs/c.bmp:3" \
+  "$TMP/photos/train/dogs/d.bmp:4" "$TMP/photos/test/cats/e.bmp:5" "$TMP/photos/test/dogs/f.bmp:6"
+run "a folder of images trains resnet and saves its class names" --model resnet --data "folder:$TMP/photos" \
+  --batch-size 2 --epochs 1 --no-progress --checkpoint "$TMP/photos.safetensors"
+expect_rc 0
+expect_output "epoch 1:"
+ok
+run "predict: image files print file, class and the folder's name" predict \
+  --checkpoint "$TMP/photos.safetensors" --images "$TMP/photos/test/cats/e.bmp" "$TMP/photos/test/dogs/f.bmp"
+expect_rc 0
+(($(wc -l <"$TMP/stdout") == 2)) || fail "expected 2 lines"
+grep -qvP '^\S+/[ef]\.bmp\t[01]\t(cats|dogs)$' "$TMP/stdout" && fail "a line is not 'file<TAB>class<TAB>name'"
+ok
+run "eval: a folder-trained checkpoint evaluates on its folder" eval --checkpoint "$TMP/photos.safetensors"
+expect_rc 0
+expect_output "folder test set of 2 images"
+ok
+run "predict: a missing image file" predict --checkpoint "$TMP/photos.safetensors" \
+  --images "$TMP/broken.safetensors.png"
+expect_rc 2
+ok
+printf 'not a png' >"$TMP/photos/train/dogs/x.png"
+run "a folder with an image that does not decode" --model resnet --data "folder:$TMP/photos" --max-steps 1
+expect_rc 1
+expect_error "$TMP/photos/train/dogs/x.png" "not an image stb_image can decode"
+ok
+rm "$TMP/photos/train/dogs/x.png"
+mkdir -p "$TMP/photos/train/birds"
+run "a class folder with no images" --model resnet --data "folder:$TMP/photos" --max-steps 1
+expect_rc 1
+expect_error "$TMP/photos/train/birds" "a class folder with no images"
+ok
+rmdir "$TMP/photos/train/birds"
+run "lenet refuses images it cannot take" --model lenet --data "folder:$TMP/photos" --max-steps 1
+expect_rc 1
+expect_error "model lenet takes only [1, 28, 28] images in 10 classes" "[3, 8, 8] in 2 classes"
+ok
+mkdir -p "$TMP/cifar"
+head -c 3073 /dev/zero >"$TMP/cifar/data_batch_1.bin"
+head -c 3000 /dev/zero >"$TMP/cifar/data_batch_2.bin"
+run "CIFAR-10: a truncated record names the file" --model resnet18 --data "cifar10:$TMP/cifar" --max-steps 1
+expect_rc 1
+expect_error "$TMP/cifar/data_batch_2.bin: truncated record"
+ok
+run "--data: an unknown source" --model resnet --data "imagenet:$TMP" --max-steps 1
+expect_rc 1
+expect_error "is not a data source" "cifar10:DIR"
+ok
+
 echo "trainer_cli_test: $passed scenarios passed, $skipped skipped"

@@ -210,4 +210,34 @@ TEST_CASE("resnet18: SGD with momentum on one batch of 8 (3x16x16, two classes) 
   CHECK(last < 0.5 * first);
 }
 
+TEST_CASE("zoo: the pooled models take the data's channels, size and classes; the others refuse") {
+  struct Case {
+    const char* model;
+    Shape example;
+    std::int64_t classes;
+  };
+  for (const Case& c : {Case{"resnet", {3, 20, 24}, 7}, Case{"resnet18", {3, 32, 32}, 100},
+                        Case{"inception", {3, 16, 16}, 2}, Case{"resnet18", {1, 32, 32}, 10}}) {
+    CAPTURE(c.model);
+    ModelGraph m = build_model_graph(c.model, Stage::forward, 2, {}, 0, {}, {c.example, c.classes});
+    m.model->set_training(false);
+    Tensor images = Tensor::empty(batch_shape(2, c.example), DType::f32);
+    Philox(3).fill_uniform(images, -1.0, 1.0);
+    const Tensor logits = compile(*m.graph)->run({{"x", images}}).at("logits");
+    CHECK(logits.shape() == Shape{2, c.classes});
+  }
+  for (const char* fixed : {"lenet", "vgg", "alexnet", "row-lstm"}) {
+    CAPTURE(fixed);
+    Philox rng(0);
+    CHECK_THROWS_WITH_AS(make_model(fixed, rng, Shape{3, 32, 32}, 10),
+                         doctest::Contains("takes only [1, 28, 28] images in 10 classes"), Error);
+    CHECK_THROWS_WITH_AS(make_model(fixed, rng, Shape{1, 28, 28}, 100),
+                         doctest::Contains("not [1, 28, 28] in 100 classes"), Error);
+    CHECK(make_model(fixed, rng, Shape{1, 28, 28}, 10) != nullptr);
+  }
+  Philox rng(0);
+  CHECK_THROWS_WITH_AS(make_model("resnet18", rng, Shape{3, 4, 4}, 10),
+                       doctest::Contains("H, W >= 8"), Error);
+}
+
 }  // namespace kiln

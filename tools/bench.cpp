@@ -21,6 +21,7 @@
 #include "backends/compile.h"
 #include "core/atomic_file.h"
 #include "backends/device_warm_up.h"
+#include "data/image_sources.h"
 #include "graph/nn/functional.h"
 #include "tools/bench_parallel.h"
 #include "tools/cli.h"
@@ -36,6 +37,7 @@ using kiln::StepTimes;
 using kiln::time_runs;
 
 kiln::CompileOptions g_options;  // the device and CUDA settings of this run
+std::string g_synthetic;         // --synthetic CxHxW: a classifier's input; empty: its own
 
 nlohmann::json result(const std::string& name, const StepTimes& t, std::int64_t items) {
   const bool fp32 = g_options.precision == kiln::Precision::fp32 && !g_options.tf32;
@@ -59,6 +61,7 @@ kiln::BenchStep bench_step(const std::string& model, std::int64_t batch,
   kiln::TrainConfig c;
   c.model = model;
   c.loop.batch_size = batch;
+  if (!g_synthetic.empty()) c.images.data = "synthetic:" + g_synthetic;
   return kiln::task_entry(model).bench(c, context);
 }
 
@@ -210,6 +213,16 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--json", json_path, "write the results as JSON here");
+  app.add_option("--synthetic", g_synthetic,
+                 "classifiers: random images of this shape CxHxW (default: the model's own)")
+      ->check([](const std::string& s) {
+        try {
+          kiln::parse_image_shape(s, "value");
+          return std::string();
+        } catch (const kiln::Error& e) {
+          return std::string(e.what()).substr(7);  // CLI11 names the option: drop "value: "
+        }
+      });
   std::string device = "cpu";
   bool no_graphs = false;
   app.add_option("--device", device, "cpu or cuda")

@@ -32,6 +32,13 @@ void add_common_options(CLI::App& command, InferenceArgs& args) {
       ->check(CLI::Range(0, 4096));
 }
 
+// What the data of a config is called in eval's line.
+std::string data_name(const TrainConfig& c) {
+  if (c.images.synthetic) return "synthetic";
+  const std::string kind = parse_data_source(c.images.data).kind;
+  return kind == "fashion-mnist" ? "Fashion-MNIST" : kind;
+}
+
 // The forward's compile options: the given precision, else the checkpoint's.
 CompileOptions inference_options(const InferenceArgs& args, const SavedClassifier& saved,
                                  Device device) {
@@ -48,6 +55,8 @@ CLI::App* add_eval_command(CLI::App& app, InferenceArgs& args) {
   add_common_options(*eval, args);
   eval->add_option("--data-dir", args.data_dir,
                    "directory with the IDX files (default: the one the checkpoint was trained on)");
+  eval->add_option("--data", args.data,
+                   "the test set of this --data source (default: the checkpoint's)");
   eval->add_flag("--synthetic", args.synthetic,
                  "the synthetic test set (default when the checkpoint was trained on one)");
   return eval;
@@ -55,9 +64,12 @@ CLI::App* add_eval_command(CLI::App& app, InferenceArgs& args) {
 
 CLI::App* add_predict_command(CLI::App& app, InferenceArgs& args) {
   CLI::App* predict = app.add_subcommand(
-      "predict", "predict the class of every image of an IDX file, one line per image");
+      "predict",
+      "predict the class of every image of an IDX file or of image files, one line per image");
   add_common_options(*predict, args);
-  predict->add_option("--images", args.images, "an IDX image file, u8 [N, 28, 28], plain or .gz")
+  predict
+      ->add_option("--images", args.images,
+                   "an IDX image file (u8 [N, H, W], plain or .gz), or PNG/JPEG/BMP files")
       ->required()
       ->check(CLI::ExistingFile);
   predict->add_option("--output", args.output, "write the predictions here instead of stdout");
@@ -70,17 +82,20 @@ void run_eval(const InferenceArgs& args, Device device) {
       saved.config;  // the test set it was trained against, unless the flags say otherwise
   if (!args.data_dir.empty()) {
     data.images.data_dir = args.data_dir;
+    data.images.data = "fashion-mnist";
+    data.images.synthetic = false;
+  }
+  if (!args.data.empty()) {
+    data.images.data = args.data;
     data.images.synthetic = false;
   }
   if (args.synthetic) data.images.synthetic = true;
-  const ModelInfo& info = model_info(saved.config.model);
-  const Dataset test = classifier_data(data, info, Split::test);
+  const Dataset test = classifier_images(data).test;
   const CompileOptions options = inference_options(args, saved, device);
-  Evaluator evaluator(*saved.model, info.input_shape, args.batch, options);
+  Evaluator evaluator(*saved.model, saved.example, args.batch, options);
   const EvalResult r = evaluator.evaluate(test);
   fmt::print("{}: model {} after {} steps, {} test set of {} images on {}{}\n", args.checkpoint,
-             saved.config.model, saved.step, data.images.synthetic ? "synthetic" : "Fashion-MNIST",
-             r.examples, device.str(),
+             saved.config.model, saved.step, data_name(data), r.examples, device.str(),
              options.precision == Precision::fp32
                  ? ""
                  : fmt::format(" in {}", precision_name(options.precision)));
@@ -90,16 +105,19 @@ void run_eval(const InferenceArgs& args, Device device) {
 
 void run_predict(const InferenceArgs& args, Device device) {
   SavedClassifier saved = load_classifier(args.checkpoint);
-  const ModelInfo& info = model_info(saved.config.model);
-  const Tensor images = load_images(args.images);
-  KILN_CHECK(images.shape()[0] >= 1, "{}: has no images", args.images);
-  Evaluator evaluator(*saved.model, info.input_shape, args.batch,
+  const bool files = is_image_file(args.images[0]);
+  const Tensor images = prediction_inputs(args.images, saved);
+  Evaluator evaluator(*saved.model, saved.example, args.batch,
                       inference_options(args, saved, device));
   const Tensor classes = predicted_classes(evaluator.logits(images));
   std::string lines;
   for (std::int64_t i = 0; i < classes.numel(); ++i) {
     const std::int64_t c = classes.data<std::int64_t>()[i];
-    lines += fmt::format("{}\t{}\n", c, fashion_mnist_class_name(c));
+    const std::string& name = saved.classes.at(static_cast<std::size_t>(c));
+    if (files)
+      lines += fmt::format("{}\t{}\t{}\n", args.images[static_cast<std::size_t>(i)], c, name);
+    else
+      lines += fmt::format("{}\t{}\n", c, name);
   }
   if (args.output.empty() || args.output == "-") {
     fmt::print("{}", lines);

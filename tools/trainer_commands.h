@@ -1,11 +1,12 @@
 // `trainer eval` and `trainer predict`: a trained classifier from its checkpoint, on the
-// test set or on the images of an IDX file.
+// test set or on the images of an IDX file or of PNG/JPEG/BMP files.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 
@@ -13,11 +14,12 @@ namespace kiln::tools {
 
 struct InferenceArgs {
   std::string checkpoint;
-  std::string images;         // predict: an IDX image file
-  std::string output;         // predict: where the predictions go ("" or "-": stdout)
-  std::string data_dir;       // eval: the test set's directory ("": the checkpoint's)
-  bool synthetic = false;     // eval: the synthetic test set of the checkpoint's seed
-  std::int64_t batch = 1000;  // examples per forward step
+  std::vector<std::string> images;  // predict: an IDX image file, or PNG/JPEG/BMP files
+  std::string output;               // predict: where the predictions go ("" or "-": stdout)
+  std::string data_dir;             // eval: the test set's directory ("": the checkpoint's)
+  std::string data;                 // eval: the --data source ("": the checkpoint's)
+  bool synthetic = false;           // eval: the synthetic test set of the checkpoint's seed
+  std::int64_t batch = 1000;        // examples per forward step
   std::string device = "auto";
   int threads = 0;
   std::string precision;  // "": the checkpoint's (--precision it was trained with)

@@ -3,40 +3,50 @@
 
 #include <fmt/format.h>
 
+#include "data/batch_loader.h"
 #include "train/evaluate.h"
 #include "train/tasks.h"
 
 namespace kiln {
 namespace {
 
+// --crop-padding and --flip, the border black after normalisation.
+Augmentation augmentation_of(const TrainConfig& c, const ImageData& data) {
+  Augmentation a{.crop_padding = c.images.crop_padding, .flip = c.images.flip};
+  for (std::size_t k = 0; k < data.stats.mean.size(); ++k)
+    a.fill.push_back((0.0f - data.stats.mean[k]) / data.stats.std[k]);
+  return a;
+}
+
 class ClassifierTask : public Task {
  public:
   ClassifierTask(const TrainConfig& c, const TaskContext& context)
-      : info_(model_info(c.model)),
-        batch_(c.loop.batch_size),
+      : batch_(c.loop.batch_size),
         world_size_(context.world_size),
-        train_(classifier_data(c, info_, Split::train)),
-        test_(classifier_data(c, info_, Split::test)),
-        batcher_(train_, c.loop.batch_size, true, c.loop.seed, context.rank, context.world_size),
+        data_(classifier_images(c)),
+        batcher_(data_.train, c.loop.batch_size, true, c.loop.seed, context.rank,
+                 context.world_size, augmentation_of(c, data_)),
+        loader_(batcher_, batch_shape(c.loop.batch_size, data_.example),
+                {.threads = c.images.loader_threads, .depth = c.images.loader_depth}),
         graph_(build_model_graph(
             c.model, Stage::train, c.loop.batch_size, optimizer_config(c.loop), c.loop.seed,
             {.clip_grad_norm = c.loop.clip_grad_norm,
              .data_parallel_group = context.collective_group,
              .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
-             .loss_scale = loss_scale_of(c.device)})),
+             .loss_scale = loss_scale_of(c.device)},
+            {data_.example, static_cast<std::int64_t>(data_.classes.size())})),
         step_(compile(*graph_.graph, context.options)),
-        evaluator_(*graph_.model, info_.input_shape, c.images.eval_batch, context.options) {}
+        evaluator_(*graph_.model, data_.example, c.images.eval_batch, context.options) {}
 
   std::int64_t steps_per_epoch() const override { return batcher_.batches_per_epoch(); }
   std::int64_t examples_per_step() const override { return batch_ * world_size_; }
   std::vector<StepProgram> programs() override { return {{"step", step_.get()}}; }
-  void start_epoch(std::int64_t epoch) override { batcher_.start_epoch(epoch); }
+  void start_epoch(std::int64_t epoch) override { loader_.start_epoch(epoch); }
 
+  // The loader's batch: filled ahead by its threads while the previous steps ran.
   std::vector<std::vector<Feed>> feeds(std::int64_t batch, std::int64_t) override {
-    Tensor images = Tensor::empty(batch_shape(batch_, info_.input_shape), DType::f32);
-    Tensor labels = Tensor::empty({batch_}, DType::i64);
-    batcher_.fill(batch, images, labels);
-    return {{{"x", images}, {"y", labels}}};
+    BatchLoader::Batch b = loader_.take(batch);
+    return {{{"x", b.images}, {"y", b.labels}}};
   }
 
   StepValues step_values(const std::vector<Outputs>& outputs) override {
@@ -45,20 +55,21 @@ class ClassifierTask : public Task {
   void set_lr(double lr) override { graph_.optimizer->set_lr(lr); }
 
   Values evaluate(std::int64_t, std::vector<std::pair<std::string, std::string>>&) override {
-    const EvalResult r = evaluator_.evaluate(test_);
+    const EvalResult r = evaluator_.evaluate(data_.test);
     return {{"test_accuracy", r.accuracy}, {"test_loss", r.loss}};
   }
 
   TaskState state() const override {
     return {graph_.model->parameters(), graph_.optimizer->state(), graph_.model->buffers()};
   }
+  std::map<std::string, std::string> metadata() const override { return image_metadata(data_); }
 
  private:
-  const ModelInfo& info_;
   std::int64_t batch_;
   int world_size_;
-  Dataset train_, test_;
+  ImageData data_;
   Batcher batcher_;
+  BatchLoader loader_;
   ModelGraph graph_;
   std::unique_ptr<Program> step_;
   Evaluator evaluator_;
@@ -72,11 +83,19 @@ std::string summary(const TrainConfig&, const EpochReport& r) {
       r.examples_per_second, r.seconds);
 }
 
+// dump and bench: the model's own input, or --data synthetic:CxHxW's.
+ModelInput tool_input(const TrainConfig& c) {
+  const DataSource s = parse_data_source(c.images.data);
+  if (s.kind != "synthetic" || s.synthetic_shape.empty()) return {};
+  return {Shape(s.synthetic_shape), model_info(c.model).classes};
+}
+
 RecordedStep record(const TrainConfig& c, const std::string& stage) {
   ModelGraph m = build_model_graph(
       c.model, stage == "train" ? Stage::train : Stage::forward, c.loop.batch_size,
       optimizer_config(c.loop), c.loop.seed,
-      {.clip_grad_norm = c.loop.clip_grad_norm, .loss_scale = loss_scale_of(c.device)});
+      {.clip_grad_norm = c.loop.clip_grad_norm, .loss_scale = loss_scale_of(c.device)},
+      tool_input(c));
   auto owner = std::make_shared<ModelGraph>(std::move(m));
   std::unique_ptr<Graph> graph = std::move(owner->graph);
   return {owner, std::move(graph)};
@@ -86,37 +105,25 @@ RecordedStep record(const TrainConfig& c, const std::string& stage) {
 BenchStep bench_step(const TrainConfig& c, const TaskContext& context) {
   const ModelInfo& info = model_info(c.model);
   const std::int64_t batch = c.loop.batch_size;
+  const ModelInput input = tool_input(c);
   ModelGraph m = build_model_graph(
       c.model, Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}, 0,
       {.data_parallel_group = context.collective_group,
-       .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024});
-  const Dataset data = synthetic_images(batch, info.input_shape, info.classes,
-                                        1 + static_cast<std::uint64_t>(context.rank));
+       .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024},
+      input);
+  const Shape example = input.example.rank() == 0 ? info.input_shape : input.example;
+  const Dataset data =
+      synthetic_images(batch, example, info.classes, 1 + static_cast<std::uint64_t>(context.rank));
   auto owner = std::make_shared<ModelGraph>(std::move(m));
   std::unique_ptr<Graph> graph = std::move(owner->graph);
-  return {.label = fmt::format("{} training step, batch {}, SGD momentum", c.model, batch),
+  return {.label = fmt::format("{} training step, batch {}{}, SGD momentum", c.model, batch,
+                               input.example.rank() == 0 ? "" : ", input " + example.str()),
           .items = batch,
           .recorded = {owner, std::move(graph)},
           .feeds = {{"x", data.images}, {"y", data.labels}}};
 }
 
 }  // namespace
-
-Dataset classifier_data(const TrainConfig& c, const ModelInfo& info, Split split) {
-  const std::uint64_t seed = c.loop.seed;
-  if (c.images.synthetic)
-    return split == Split::train ? synthetic_images(4096, info.input_shape, info.classes, seed)
-                                 : synthetic_images(1000, info.input_shape, info.classes, seed + 1);
-  Dataset data =
-      load_fashion_mnist(c.images.data_dir.empty() ? kFashionMnistDir : c.images.data_dir, split);
-  const std::vector<std::int64_t>& dims = data.images.shape().dims();
-  const Shape example(std::vector<std::int64_t>(dims.begin() + 1, dims.end()));
-  KILN_CHECK(example == info.input_shape,
-             "model {} takes {} images but Fashion-MNIST's are {}: train it with --synthetic "
-             "(a CIFAR data source is still to come)",
-             info.name, info.input_shape.str(), example.str());
-  return data;
-}
 
 TaskEntry classifier_task() {
   return {.kind = ModelTask::image_classifier,

@@ -62,11 +62,22 @@ struct ParallelSettings {
   std::int64_t check_replicas = 0;  // > 0: compare the replicas' variables every this many steps
 };
 
-// Images (classifiers and GANs): Fashion-MNIST from a directory, or synthetic.
+// Images (classifiers and GANs): Fashion-MNIST from a directory, or synthetic; the
+// classifiers also CIFAR-10/100 and image folders (data/image_sources.h), padded,
+// normalised per channel and augmented (random crop, flip).
 struct ImageSettings {
-  std::string data_dir;            // empty: data/dataset.h's kFashionMnistDir
-  bool synthetic = false;          // random images of the right shape
-  std::int64_t eval_batch = 1000;  // classifiers: examples per evaluation step
+  std::string data = "fashion-mnist";  // classifiers: the --data spec (data/image_sources.h)
+  std::string data_dir;                // empty: data/dataset.h's kFashionMnistDir
+  bool synthetic = false;              // random images of the model's shape
+  std::int64_t eval_batch = 1000;      // classifiers: examples per evaluation step
+  std::int64_t image_size = 0;         // folders: resize every image to this square; 0: as stored
+  double test_fraction = 0.1;          // folders without train/ and test/: the test share
+  std::int64_t pad = 0;                // black border added to every image (28 + 2 * 2 = 32)
+  std::string mean, std;               // per channel, "0.49,0.48,0.45"; empty: from the train set
+  std::int64_t crop_padding = 0;       // > 0: random crops of the image padded by this much
+  bool flip = false;                   // random horizontal flips
+  int loader_threads = 0;              // classifiers: threads filling batches ahead; 0: auto
+  int loader_depth = 0;                // ... batches filled ahead of the step; 0: auto
 };
 
 // The language model (char-lstm).

@@ -84,12 +84,4 @@ Tensor predicted_classes(const Tensor& logits) {
   return out;
 }
 
-const char* fashion_mnist_class_name(std::int64_t label) {
-  static constexpr std::array<const char*, 10> names = {
-      "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-  KILN_CHECK(label >= 0 && label < 10, "Fashion-MNIST has classes 0 to 9, not {}", label);
-  return names[static_cast<std::size_t>(label)];
-}
-
 }  // namespace kiln

@@ -45,7 +45,4 @@ class Evaluator {
 // Index of the largest entry of each row of logits [N, C] -> i64 [N].
 Tensor predicted_classes(const Tensor& logits);
 
-// Fashion-MNIST's class names, by label.
-const char* fashion_mnist_class_name(std::int64_t label);
-
 }  // namespace kiln

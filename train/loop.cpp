@@ -165,7 +165,9 @@ void Loop::save(const TrainingPosition& at) {
                               std::filesystem::exists(path) ? " (the previous one is kept)" : "");
   DivergenceCheck::check_state(s, fmt::format("after step {} of the run", at.step), consequence);
   if (path.empty() || !leader_) return;  // the replicas are identical: rank 0 writes
-  save_checkpoint(path, s.parameters, s.optimizer_state, at, training_metadata(c_), s.buffers);
+  std::map<std::string, std::string> metadata = training_metadata(c_);
+  metadata.merge(task_->metadata());
+  save_checkpoint(path, s.parameters, s.optimizer_state, at, metadata, s.buffers);
 }
 
 // Data parallelism: every variable (parameters, optimizer state, buffers) equal on all ranks.
@@ -211,10 +213,16 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   task_->set_lr(lr_);
   const bool trace =
       !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
+  // The time this thread spends getting batches (filling them, or waiting for a loader that
+  // fills them ahead) is the step's data wait.
+  const auto fetch_start = Clock::now();
   std::vector<std::vector<Feed>> feeds =
       batch == first ? task_->feeds(batch, done) : std::move(next_);
+  double data_wait = seconds_since(fetch_start);
   if (batch + 1 < end) {  // a GPU copies the next batch while this step computes
+    const auto next_start = Clock::now();
     next_ = task_->feeds(batch + 1, done + 1);
+    data_wait += seconds_since(next_start);
     const std::vector<StepProgram> programs = task_->programs();
     for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
   }
@@ -226,6 +234,7 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   }
   StepValues v = task_->step_values(outputs);
   add_loss_scale_values(outputs, v);
+  v.extras.emplace_back("data_wait_ms", 1000 * data_wait);
   divergence_.check_step(v, epoch, batch + 1);
   lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
   const std::int64_t every = c_.parallel.check_replicas;

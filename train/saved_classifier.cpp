@@ -1,7 +1,10 @@
 // Training settings in checkpoint metadata, resume checks, loading trained classifiers.
 #include "train/saved_classifier.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/log.h"
+#include "data/image_data.h"
 #include "train/config_file.h"
 #include "train/flags.h"
 
@@ -23,6 +26,40 @@ std::int64_t saved_world_size(const Checkpoint& checkpoint) {
              "--resume {}: metadata 'kiln.world_size' is '{}', not a number of ranks (1 to 65536)",
              checkpoint.path().string(), excerpt(text));
   return value;
+}
+
+// The classifier's input, classes and normalisation from its metadata, each checked.
+void read_image_metadata(const Checkpoint& checkpoint, const ModelInfo& info, SavedClassifier& s) {
+  const std::string path = checkpoint.path().string();
+  const std::string shape = checkpoint.metadata_value("kiln.input_shape");
+  s.example = shape.empty()
+                  ? info.input_shape
+                  : Shape(parse_image_shape(shape, path + ": metadata 'kiln.input_shape'"));
+  const std::string classes = checkpoint.metadata_value("kiln.classes");
+  if (classes.empty()) {
+    for (std::int64_t c = 0; c < info.classes; ++c)
+      s.classes.push_back(info.classes == 10 ? fashion_mnist_class_name(c) : std::to_string(c));
+  } else {
+    const nlohmann::json names = nlohmann::json::parse(classes, nullptr, false, true);
+    KILN_CHECK(names.is_array() && names.size() >= 2 && names.size() <= (1 << 20),
+               "{}: metadata 'kiln.classes' is not a JSON array of class names", path);
+    for (const nlohmann::json& n : names) {
+      KILN_CHECK(n.is_string(), "{}: metadata 'kiln.classes' holds {}, not a name", path,
+                 json_excerpt(n));
+      s.classes.push_back(n.get<std::string>());
+    }
+  }
+  const std::string mean = checkpoint.metadata_value("kiln.mean");
+  const std::string std = checkpoint.metadata_value("kiln.std");
+  const auto channels = static_cast<std::size_t>(s.example[0]);
+  s.mean = mean.empty() ? std::vector<float>(channels, kFashionMnistMean)
+                        : parse_channel_values(mean, path + ": metadata 'kiln.mean'");
+  s.std = std.empty() ? std::vector<float>(channels, kFashionMnistStd)
+                      : parse_channel_values(std, path + ": metadata 'kiln.std'");
+  KILN_CHECK(
+      s.mean.size() == s.std.size() && static_cast<std::int64_t>(s.mean.size()) == s.example[0],
+      "{}: metadata 'kiln.mean' and 'kiln.std' need one value per channel of {}", path,
+      s.example.str());
 }
 
 }  // namespace
@@ -67,6 +104,11 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
              "--resume {}: the checkpoint was trained on {} data but this run uses {}", path,
              saved.images.synthetic ? "synthetic" : "real",
              c.images.synthetic ? "synthetic" : "real");
+  const std::string saved_kind = parse_data_source(saved.images.data).kind;
+  const std::string kind = parse_data_source(c.images.data).kind;
+  KILN_CHECK(!has_config || saved_kind == kind,
+             "--resume {}: the checkpoint was trained on --data {} but this run uses --data {}",
+             path, excerpt(saved.images.data), excerpt(c.images.data));
   if (has_config && precision_of(saved.device) != precision_of(c.device))
     log().warn(
         "--resume {}: trained in {} so far, continuing in {} (master weights and optimizer state "
@@ -92,8 +134,14 @@ SavedClassifier load_classifier(const std::filesystem::path& path) {
   KILN_CHECK(info->task == ModelTask::image_classifier,
              "{}: a checkpoint of '{}', which is not an image classifier", path.string(),
              saved.config.model);
+  read_image_metadata(checkpoint, *info, saved);
   Philox rng(saved.config.loop.seed);
-  saved.model = make_model(saved.config.model, rng);
+  try {
+    saved.model = make_model(saved.config.model, rng, saved.example,
+                             static_cast<std::int64_t>(saved.classes.size()));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path.string(), e.what()));
+  }
   checkpoint.restore(saved.model->parameters(), {}, saved.model->buffers());
   return saved;
 }

@@ -33,11 +33,25 @@ struct SavedClassifier {
   TrainConfig config;  // as trained
   std::unique_ptr<nn::Layer> model;
   std::int64_t step = 0;  // training steps done when it was saved
+  // From the metadata the classifier task writes (train/classifier_task.h's image_metadata);
+  // an older checkpoint: the model's own input, Fashion-MNIST's names and statistics.
+  Shape example;
+  std::vector<std::string> classes;
+  std::vector<float> mean, std;
 };
 
-// Builds the image classifier named in the checkpoint and loads its parameters.
+// Builds the image classifier named in the checkpoint (for the input its metadata names)
+// and loads its parameters.
 // kiln::Error naming the file for a missing or corrupt file, an unknown model, a model that
 // is not an image classifier, or tensors that do not fit the model.
 SavedClassifier load_classifier(const std::filesystem::path& path);
+
+// Whether the path names a PNG, JPEG or BMP file (by its extension).
+bool is_image_file(const std::string& path);
+// `trainer predict`'s input: one IDX file (u8 [N, H, W]) or image files, brought to the
+// classifier's input (decoded in its channels, resized to its size less the training's
+// --pad, padded, normalised with its statistics): f32 [N, C, H, W]. kiln::Error naming the
+// file that cannot be read or brought to that shape.
+Tensor prediction_inputs(const std::vector<std::string>& paths, const SavedClassifier& saved);
 
 }  // namespace kiln

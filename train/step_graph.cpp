@@ -27,13 +27,16 @@ Shape batch_shape(std::int64_t batch, const Shape& example) {
 
 ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch,
                              const OptimizerConfig& optimizer, std::uint64_t seed,
-                             const TrainStepOptions& step) {
+                             const TrainStepOptions& step, const ModelInput& input) {
   KILN_CHECK(batch >= 1, "batch size must be at least 1 (got {})", batch);
   const ModelInfo& info = model_info(name);
+  const bool own = input.example.rank() == 0;
+  const Shape example = own ? info.input_shape : input.example;
   Philox rng(seed);
-  ModelGraph m{make_model(name, rng), nullptr, std::make_unique<Graph>()};
+  ModelGraph m{make_model(name, rng, example, own ? info.classes : input.classes), nullptr,
+               std::make_unique<Graph>()};
   Graph& g = *m.graph;
-  const Value logits = (*m.model)(g.input("x", batch_shape(batch, info.input_shape)));
+  const Value logits = (*m.model)(g.input("x", batch_shape(batch, example)));
   if (stage == Stage::forward) {
     g.output("logits", logits);
     return m;

@@ -28,11 +28,18 @@ struct ModelGraph {
   std::unique_ptr<Graph> graph;          // inputs "x" (and "y"); output "logits" or "loss"
 };
 
-// Builds model `name` (initialised from `seed`) and records its graph for `stage`; the
-// train stage clips gradients as `step` says.
+// What an image classifier is built for: one example's shape [C, H, W] and the classes;
+// an empty example: the model's own (models/registry.h's input_shape and classes).
+struct ModelInput {
+  Shape example;
+  std::int64_t classes = 0;
+};
+
+// Builds model `name` (initialised from `seed`) for `input` and records its graph for
+// `stage`; the train stage clips gradients as `step` says.
 ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t batch,
                              const OptimizerConfig& optimizer, std::uint64_t seed = 0,
-                             const TrainStepOptions& step = {});
+                             const TrainStepOptions& step = {}, const ModelInput& input = {});
 
 // [batch, example...]
 Shape batch_shape(std::int64_t batch, const Shape& example);

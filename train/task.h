@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,8 @@ class Task {
                           std::vector<std::pair<std::string, std::string>>& files) = 0;
   // Everything a checkpoint holds and the replicas must agree on.
   virtual TaskState state() const = 0;
+  // Metadata the task adds to its checkpoints (a classifier: its class names and input).
+  virtual std::map<std::string, std::string> metadata() const { return {}; }
 };
 
 }  // namespace kiln
