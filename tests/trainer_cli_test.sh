@@ -219,6 +219,16 @@ expect_rc 0
 expect_output "trained in fp32 so far, continuing in bf16 (master weights and optimizer state are fp32 in both)"
 ok
 
+run "--resume with other augmentation says so" --synthetic --max-steps 3 --epochs 1 --resume "$TMP/c.safetensors" --flip --crop-padding 2 --no-progress
+expect_rc 0
+expect_output "augmentation changes from --crop-padding 0 to --crop-padding 2 --flip"
+ok
+
+run "--resume with another --pad is refused" --synthetic --max-steps 3 --epochs 1 --resume "$TMP/c.safetensors" --pad 2 --no-progress
+expect_rc 1
+expect_error "the checkpoint was trained on images with --pad 0 --image-size 0 but this run has --pad 2 --image-size 0 (the model's input would change)"
+ok
+
 run "--tf32 with --precision bf16" --synthetic --max-steps 1 --tf32 --precision bf16
 expect_rc 1
 expect_error "--tf32 with --precision bf16: --tf32 means --precision tf32"

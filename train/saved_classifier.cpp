@@ -62,6 +62,24 @@ void read_image_metadata(const Checkpoint& checkpoint, const ModelInfo& info, Sa
       s.example.str());
 }
 
+// The images' geometry and normalisation (--pad, --image-size, --mean, --std) are part of the
+// model's input, so a resume keeps them; augmentation may change mid-run, and one line says so.
+void check_resumed_images(const std::string& path, const ImageSettings& saved,
+                          const ImageSettings& now) {
+  KILN_CHECK(saved.pad == now.pad && saved.image_size == now.image_size,
+             "--resume {}: the checkpoint was trained on images with --pad {} --image-size {} but "
+             "this run has --pad {} --image-size {} (the model's input would change)",
+             path, saved.pad, saved.image_size, now.pad, now.image_size);
+  KILN_CHECK(saved.mean == now.mean && saved.std == now.std,
+             "--resume {}: the checkpoint was trained with --mean '{}' --std '{}' but this run has "
+             "--mean '{}' --std '{}' (empty: from the training set)",
+             path, excerpt(saved.mean), excerpt(saved.std), excerpt(now.mean), excerpt(now.std));
+  if (saved.crop_padding != now.crop_padding || saved.flip != now.flip)
+    log().warn("--resume {}: augmentation changes from --crop-padding {}{} to --crop-padding {}{}",
+               path, saved.crop_padding, saved.flip ? " --flip" : "", now.crop_padding,
+               now.flip ? " --flip" : "");
+}
+
 }  // namespace
 
 std::map<std::string, std::string> training_metadata(const TrainConfig& config) {
@@ -114,6 +132,7 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
         "--resume {}: trained in {} so far, continuing in {} (master weights and optimizer state "
         "are fp32 in both)",
         path, precision_name(precision_of(saved.device)), precision_name(precision_of(c.device)));
+  if (has_config) check_resumed_images(path, saved.images, c.images);
   const std::string data_seed = checkpoint.metadata_value("kiln.data_seed");
   const std::string seed = data_seed.empty() ? checkpoint.metadata_value("seed") : data_seed;
   KILN_CHECK(
