@@ -5,7 +5,10 @@ Parses it with the standard library only (json, struct), from the format descrip
 independently of kiln's loader: the 8-byte header length, the JSON header, dtypes, shapes,
 data offsets (contiguous, in range, aligned) and the data size. Then checks the contents
 against what the same run wrote in its --metrics file: the optimizer's step count and
-learning rate, the training config in __metadata__.
+learning rate, the training config in __metadata__. Runs in bf16 and fp16 write the same
+layout: F32 master weights and optimizer state (never the bf16/f16 weight copies the step
+keeps), the precision in kiln.config, and for fp16 the loss scale and its count of skipped
+steps.
 
     python3 tests/checkpoint_format_test.py build/tools/trainer
 """
@@ -17,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-DTYPES = {'F64': ('d', 8), 'F32': ('f', 4), 'I64': ('q', 8), 'I32': ('i', 4), 'U8': ('B', 1)}
+DTYPES = {'F64': ('d', 8), 'F32': ('f', 4), 'F16': ('e', 2), 'BF16': ('H', 2), 'I64': ('q', 8), 'I32': ('i', 4),
+          'U8': ('B', 1)}
 STEPS, BATCH, SEED, LR = 60, 32, 7, 0.004
 
 
@@ -118,6 +122,34 @@ def main():
     check(abs(lr - step_lines[-1]['lr']) <= 1e-6 * step_lines[-1]['lr'], 'state/optimizer.lr %r, metrics %r' % (lr, step_lines[-1]['lr']))
     check(abs(lr - LR * 0.25) <= 1e-6 * LR, 'lr %r: the step schedule should be at %r after 59 steps' % (lr, LR * 0.25))
     print('ok: %d parameters, step %d, lr %g' % (len(params), step_count, lr))
+    for precision in ('bf16', 'fp16'):
+        check_low_precision(trainer, precision, params)
+
+
+def check_low_precision(trainer, precision, fp32_params):
+    with tempfile.TemporaryDirectory(prefix='kiln_checkpoint_format.') as tmp:
+        path = os.path.join(tmp, 'c.safetensors')
+        command = [trainer, '--synthetic', '--epochs', '1', '--max-steps', '4', '--batch-size', '16',
+                   '--precision', precision, '--threads', '1', '--no-progress', '--checkpoint', path]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        check(run.returncode == 0, 'trainer --precision %s failed (%d): %s' % (precision, run.returncode, run.stderr))
+        metadata, tensors = parse_safetensors(open(path, 'rb').read())
+    params = sorted(name[len('param/'):] for name in tensors if name.startswith('param/'))
+    check(params == fp32_params, '%s: parameters %s, not those of fp32 %s' % (precision, params, fp32_params))
+    for name, (dtype, shape, values) in tensors.items():
+        check('@' not in name, '%s: the weight copy %s is in the checkpoint' % (precision, name))
+        if name.startswith('param/') or name.endswith('.m') or name.endswith('.v'):
+            check(dtype == 'F32' and all(math.isfinite(v) for v in values), '%s: %s is not finite F32' % (precision, name))
+    check(json.loads(metadata['kiln.config']).get('precision') == precision, '%s: kiln.config precision' % precision)
+    skipped = tensors.get('state/optimizer.loss_scale.skipped_steps')
+    if precision == 'fp16':
+        check(skipped is not None and skipped[0] == 'F64' and 0 <= skipped[2][0] <= 4,
+              'fp16: loss_scale.skipped_steps %s' % (skipped,))
+        scale = [t for n, t in tensors.items() if 'loss_scale' in n and 'skipped' not in n]
+        check(scale and all(v > 0 and math.isfinite(v) for t in scale for v in t[2]), 'fp16: the loss scale %s' % scale)
+    else:
+        check(skipped is None, 'bf16 keeps no loss scale')
+    print('ok: %s checkpoint, %d F32 parameters' % (precision, len(params)))
 
 
 if __name__ == '__main__':
