@@ -1,10 +1,9 @@
 // 2-D convolution on the GPU (NCHW; f32, f64, and bf16/f16 computed in float on the tensor cores;
 // stride and padding as in graph/kernels/conv_cpu.cpp). Each pass is one implicit GEMM (patches
 // gathered on the fly; grad_weight sums split-K partials in a fixed order; bf16/f16 grad_input
-// transposes the weights into scratch first);
-// grad_input at stride > 1, very few output channels, 1x1 filters and sizes past 32-bit offsets use
-// im2col + cuBLAS GEMM with col2im as a deterministic gather. No atomics: results are bitwise
-// repeatable.
+// transposes the weights into scratch first); grad_input at stride > 1 (bf16/f16: > 2), very
+// few output channels, 1x1 filters and sizes past 32-bit offsets use im2col + cuBLAS GEMM with
+// col2im as a deterministic gather. No atomics: results are bitwise repeatable.
 #pragma once
 
 #include "gpu/kernel_source.h"
