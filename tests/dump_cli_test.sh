@@ -9,6 +9,8 @@ fail() { echo "dump_cli_test: FAILED: $*" >&2; exit 1; }
 "$dump" --model lenet --stage train > "$tmp/text" || fail "text format exited $?"
 grep -q "^ops before: " "$tmp/text" || fail "text has no 'ops before'"
 grep -q "^kernels after: " "$tmp/text" || fail "text has no 'kernels after'"
+grep -q "^bytes read and written by the kernels: [0-9]* (fused groups [0-9]*, the others [0-9]*)" "$tmp/text" ||
+  fail "text has no 'bytes read and written'"
 grep -q "== fused kernels ==" "$tmp/text" || fail "text lists no fused kernels"
 grep -q "__global__" "$tmp/text" && fail "text without --kernels shows source"
 
@@ -23,6 +25,8 @@ s = j["summary"]
 assert s["ops_before"] > 0 and s["kernels_after"] > 0, s
 assert s["kernels_after"] * 2 < s["ops_before"], s  # fusion at least halves the kernels of the LeNet step
 assert s["bytes_saved"] > 0, s
+# LeNet's conv1 alone reads its [64, 1, 28, 28] f32 input and writes [64, 32, 28, 28]: 6.6 MB.
+assert s["other_bytes"] > 64 * 33 * 28 * 28 * 4 and s["fused_bytes"] > 0, s
 assert len(j["kernels"]) == s["fused_kernels"] and all("source" in k for k in j["kernels"]), "kernels"
 assert len(j["before"]) > len(j["after"]), "graphs"
 # The lowering: every kernel launched once with its stream and buffers, events recorded

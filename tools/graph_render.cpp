@@ -127,13 +127,28 @@ void add_occupancy(FusionView& v) {
 #endif
 }
 
+// The bytes a kernel that is not a fused group reads and writes: each operand once.
+std::int64_t operand_bytes(const Graph& g, const Node& n) {
+  std::int64_t bytes = 0;
+  for (const ValueRef& in : n.inputs) {
+    const TensorType& t = g.type(in);
+    bytes += t.shape.numel() * static_cast<std::int64_t>(dtype_size(t.dtype));
+  }
+  for (const TensorType& t : n.outputs)
+    bytes += t.shape.numel() * static_cast<std::int64_t>(dtype_size(t.dtype));
+  return bytes;
+}
+
 FusionSummary summarise(const FusionView& v) {
   FusionSummary s{count_kernels(v.before), count_kernels(v.after),
                   static_cast<int>(v.report.groups.size()), 0};
   for (const FusionReport::Group& entry : v.report.groups) {
     const FusedGroup& g = group_of(v.after, entry);
     s.bytes_saved += g.unfused_bytes() - g.bytes_read() - g.bytes_written();
+    s.fused_bytes += g.bytes_read() + g.bytes_written();
   }
+  for (const Node& n : v.after.nodes())
+    if (is_kernel(n) && !n.body) s.other_bytes += operand_bytes(v.after, n);
   return s;
 }
 
@@ -170,9 +185,11 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
       out += fmt::format("%{} {} -> stream {}\n", id, n.body ? "fused" : n.op->name,
                          v.lowering.stream_of[static_cast<std::size_t>(id)]);
   }
-  out +=
-      fmt::format("\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n",
-                  s.ops_before, s.kernels_after, s.bytes_saved);
+  out += fmt::format(
+      "\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n"
+      "bytes read and written by the kernels: {} (fused groups {}, the others {})\n",
+      s.ops_before, s.kernels_after, s.bytes_saved, s.fused_bytes + s.other_bytes, s.fused_bytes,
+      s.other_bytes);
   return out;
 }
 
@@ -254,7 +271,9 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
            {{"ops_before", s.ops_before},
             {"kernels_after", s.kernels_after},
             {"fused_kernels", s.fused_kernels},
-            {"bytes_saved", s.bytes_saved}}}};
+            {"bytes_saved", s.bytes_saved},
+            {"fused_bytes", s.fused_bytes},
+            {"other_bytes", s.other_bytes}}}};
 }
 
 }  // namespace kiln::tools

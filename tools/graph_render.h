@@ -41,6 +41,10 @@ struct FusionSummary {
   int kernels_after = 0;
   int fused_kernels = 0;
   std::int64_t bytes_saved = 0;
+  // What the step's kernels read and write after fusion, each operand counted once per kernel
+  // (a lower bound for GEMMs and convolutions, whose tiles may read an operand more than once):
+  // in fused groups, and in the others (GEMMs, convolutions, pooling, layout).
+  std::int64_t fused_bytes = 0, other_bytes = 0;
 };
 FusionSummary summarise(const FusionView& view);
 
