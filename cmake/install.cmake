@@ -21,7 +21,7 @@ install(TARGETS kiln ${kiln_libraries} EXPORT kilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS trainer dump bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS trainer dump bench kiln-cache RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(folder core graph gpu fusion backends distributed data models train)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -69,6 +69,8 @@ DiskCache::Lookup DiskCache::load(const Digest& key) const {
         path.string(), entry.problem);
     return {Status::invalid, {}, entry.problem};
   }
+  std::error_code touched;  // the time kiln-cache and the size bound order entries by
+  std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now(), touched);
   return {Status::hit, std::move(entry.payload), ""};
 }
 

@@ -2,9 +2,13 @@
 // and the cache key.
 #include "gpu/kernel_cache.h"
 
+#include "gpu/cache_admin.h"
+#include "gpu/cache_entry.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <thread>
 
@@ -72,6 +76,21 @@ void rethrow_first(const std::vector<std::exception_ptr>& errors) {
 
 }  // namespace
 
+std::uintmax_t cache_bound_bytes() {
+  const char* text = std::getenv("KILN_CACHE_MAX_MIB");
+  std::uintmax_t mib = 1024;
+  if (text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (end != nullptr && *end == '\0')
+      mib = std::min<unsigned long long>(v, 1ULL << 40);  // past a petabyte: no bound
+    else
+      log().warn("kernel cache: KILN_CACHE_MAX_MIB='{}' is not a number; the bound stays 1024 MiB",
+                 text);
+  }
+  return mib << 20;
+}
+
 Digest kernel_cache_key(const KernelSource& src, const JitTarget& target) {
   Sha256 hash;
   hash.update_field(kCompileScheme).update_field(cached_nvrtc_version());
@@ -117,7 +136,13 @@ std::vector<char> KernelCache::compile_and_store(const Request& request, const J
       std::chrono::steady_clock::now() - start;
   log().debug("kernel cache: miss, compiled {} in {:.1f} ms", request.source->name,
               elapsed.count());
-  disk_.store(request.key, cubin);
+  if (disk_.store(request.key, cubin)) {  // the side file kiln-cache lists and shows
+    const std::string meta =
+        cache_meta_text(request.source->name, target.sm, cached_nvrtc_version(),
+                        request.source->options, request.source->code);
+    write_file_atomically(meta_path(disk_.dir(), request.key),
+                          std::vector<char>(meta.begin(), meta.end()));
+  }
   std::lock_guard lock(mutex_);
   memory_.emplace(request.key, cubin);
   return cubin;
@@ -168,7 +193,14 @@ std::vector<CompiledKernel> KernelCache::get_or_compile(const std::vector<Kernel
   // Source order, so that the error reported first is the first failing kernel of `sources`.
   std::sort(misses.begin(), misses.end(),
             [](const Request* a, const Request* b) { return a->slots[0] < b->slots[0]; });
-  if (!misses.empty()) compile_in_parallel(misses, target, results);
+  if (!misses.empty()) {
+    compile_in_parallel(misses, target, results);
+    // The bound, least recently used first: at the first compile and then every 64 compiles
+    // (a listing per kernel would cost a cold start more than it saves).
+    const std::size_t before = compiled_.fetch_add(misses.size());
+    if (disk_.enabled() && (before == 0 || before / 64 != (before + misses.size()) / 64))
+      trim_cache(disk_.dir(), cache_bound_bytes());
+  }
   return results;
 }
 

@@ -2,6 +2,8 @@
 // compiled in parallel. Keys cover the source, options, architecture and NVRTC version.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -16,6 +18,10 @@ namespace kiln::gpu {
 // SHA-256 of everything that determines a kernel's CUBIN: name, code, options, sm, NVRTC
 // version and kiln's compile scheme.
 Digest kernel_cache_key(const KernelSource& src, const JitTarget& target);
+// The bound on the disk cache's size: $KILN_CACHE_MAX_MIB MiB (default 1024); after the first
+// request that compiles and then every 64 compiles, the least recently used entries go until
+// the rest fit.
+std::uintmax_t cache_bound_bytes();
 
 class KernelCache {
  public:
@@ -50,7 +56,8 @@ class KernelCache {
                            std::vector<CompiledKernel>& results);
 
   DiskCache disk_;
-  mutable std::mutex mutex_;                    // guards memory_
+  std::atomic<std::size_t> compiled_{0};  // kernels this cache compiled (the size bound's clock)
+  mutable std::mutex mutex_;              // guards memory_
   std::map<Digest, std::vector<char>> memory_;  // key -> cubin
 };
 

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "gpu/cache_admin.h"
 #include "gpu/cache_entry.h"
 #include "gpu/cuda_runtime.h"
 #include "gpu/disk_cache.h"
@@ -372,7 +373,13 @@ TEST_CASE("the misses of one request are compiled in parallel and each keeps its
   MESSAGE("6 kernels: " << parallel_ms << " ms in parallel, " << elapsed_ms(start)
                         << " ms one by one (7, checking)");
   CHECK(kernels[6].cubin == kernels[2].cubin);
-  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 6);
+  int entries = 0, side_files = 0;  // each entry and its side file (name and source)
+  for (const auto& file : fs::directory_iterator(dir.path())) {
+    entries += file.path().extension() == ".kcubin";
+    side_files += file.path().extension() == ".meta";
+  }
+  CHECK(entries == 6);
+  CHECK(side_files == 6);
   for (const CompiledKernel& kernel : cache.get_or_compile(sources, JitTarget{90}))
     CHECK(kernel.from_memory);
 
@@ -435,12 +442,15 @@ TEST_CASE("two processes caching the same kernels at once leave only whole entri
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
-  int entries = 0;
+  int entries = 0, side_files = 0;
   for (const auto& file : fs::directory_iterator(dir.path())) {
-    CHECK(file.path().extension() == ".kcubin");  // no temporary file left behind
-    ++entries;
+    const fs::path extension = file.path().extension();
+    CHECK((extension == ".kcubin" || extension == ".meta"));  // no temporary file left behind
+    entries += extension == ".kcubin";
+    side_files += extension == ".meta";
   }
   CHECK(entries == 6);
+  CHECK(side_files == 5);  // the kernels' (the entry stored through DiskCache alone has none)
   for (int round = 0; round < 5; ++round) {
     KernelSource src = tanh_kernel("kiln_race");
     src.code += "// round " + std::to_string(round) + "\n";
@@ -471,6 +481,76 @@ TEST_CASE("an unusable cache directory leaves a working memory-only cache") {
     CHECK_FALSE(cache.disk_enabled());
     CHECK(cache.get_or_compile(tanh_kernel(), JitTarget{90}).from_memory);
   }
+}
+
+// kiln-cache's operations (gpu/cache_admin.h) on a directory the cache filled.
+TEST_CASE("the cache directory as a tool: list, last use, export, clear, import, trim, bound") {
+  TempDir dir, elsewhere;
+  const JitTarget sm90{90};
+  const std::vector<KernelSource> sources = {
+      tanh_kernel("kiln_admin_0"), tanh_kernel("kiln_admin_1"), tanh_kernel("kiln_admin_2")};
+  const std::vector<CompiledKernel> compiled =
+      KernelCache(dir.path()).get_or_compile(sources, sm90);
+  std::vector<CacheEntryInfo> entries = list_cache(dir.path());
+  REQUIRE(entries.size() == 3);
+  for (const CacheEntryInfo& e : entries) {
+    CHECK(e.sm == 90);
+    CHECK(e.bytes > kEntryHeaderBytes);
+    CHECK(e.code.find("void " + e.name + "(") != std::string::npos);  // the source it came from
+    // Older than now: the next hit makes its entry the most recently used.
+    fs::last_write_time(dir.path() / (e.key + ".kcubin"),
+                        fs::file_time_type::clock::now() - std::chrono::hours(1));
+  }
+  REQUIRE(KernelCache(dir.path()).get_or_compile(sources[1], sm90).from_disk);
+  CHECK(list_cache(dir.path()).front().name == "kiln_admin_1");
+
+  const fs::path archive = elsewhere.path() / "warm.kcache";
+  CHECK(export_cache(dir.path(), archive) == 3);
+  CHECK(clear_cache(dir.path()) == 3);
+  CHECK(list_cache(dir.path()).empty());
+  CHECK(import_cache(dir.path(), archive) == 3);
+  const CompiledKernel again = KernelCache(dir.path()).get_or_compile(sources[2], sm90);
+  CHECK(again.from_disk);
+  CHECK(again.cubin == compiled[2].cubin);
+
+  // The size bound keeps the most recently used: kiln_admin_2, just read from the disk.
+  const std::uintmax_t one = list_cache(dir.path()).front().bytes;
+  CHECK(trim_cache(dir.path(), one) == 2);
+  entries = list_cache(dir.path());
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].name == "kiln_admin_2");
+  CHECK(fs::exists(dir.path() / (entries[0].key + ".meta")));  // its side file stays, the others go
+  int side_files = 0;
+  for (const auto& f : fs::directory_iterator(dir.path()))
+    side_files += f.path().extension() == ".meta";
+  CHECK(side_files == 1);
+  {
+    const ScopedEnv bound("KILN_CACHE_MAX_MIB", "0");  // every request that compiles trims
+    KernelCache(elsewhere.path() / "bounded").get_or_compile(tanh_kernel("kiln_admin_3"), sm90);
+    CHECK(list_cache(elsewhere.path() / "bounded").empty());
+  }
+
+  // An archive is checked whole before anything is written.
+  const std::vector<char> good = read_bytes(archive);
+  auto refused = [&](const std::vector<char>& bytes, const std::string& problem) {
+    const fs::path bad = elsewhere.path() / "bad.kcache";
+    write_bytes(bad, bytes);
+    const TempDir target;
+    CHECK_THROWS_WITH_AS(import_cache(target.path(), bad), doctest::Contains(problem.c_str()),
+                         kiln::Error);
+    CHECK(list_cache(target.path()).empty());
+  };
+  refused(std::vector<char>(good.begin(), good.begin() + 200), "truncated");
+  std::vector<char> flipped = good;
+  flipped[300] ^= 0x5a;  // inside the first file's CUBIN (its header ends at byte 94 + 88)
+  refused(flipped, "checksum mismatch");
+  refused({'n', 'o', 'p', 'e'}, "not a kiln cache archive");
+  std::vector<char> escape(good.begin(), good.begin() + 11);  // the magic, then "../x.kcubin"
+  const std::string name = "../" + std::string(64, 'a') + ".kcubin";
+  for (int i = 0; i < 4; ++i) escape.push_back(static_cast<char>((name.size() >> (8 * i)) & 0xff));
+  escape.insert(escape.end(), name.begin(), name.end());
+  for (int i = 0; i < 8; ++i) escape.push_back(0);
+  refused(escape, "is no kernel cache file");
 }
 
 #else  // !KILN_HAVE_CUDA
