@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "gpu/cache_entry.h"
 
 namespace kiln::gpu {
@@ -18,7 +18,8 @@ namespace {
 
 constexpr char kMagic[] = "KILNCACHE1\n";
 constexpr std::size_t kMagicBytes = sizeof(kMagic) - 1;
-constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 30;
+constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 30;     // an entry or side file
+constexpr std::uint64_t kMaxArchiveBytes = std::uint64_t{1} << 36;  // 64 GiB
 
 // A file of kiln's cache: the key of an entry (.kcubin) or side file (.meta), else "".
 std::string key_of(const std::filesystem::path& file, const char* extension) {
@@ -35,16 +36,20 @@ Digest digest_of(const std::string& hex) {
   return d;
 }
 
-std::vector<char> read_all(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), "kernel cache: cannot read {}", path.string());
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+// A regular file whole (core/input_file.h: a FIFO or a device is refused, never read).
+std::vector<char> read_all(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  try {
+    const std::string text = read_regular_file(path, max_bytes, "the kernel cache");
+    return {text.begin(), text.end()};
+  } catch (const Error& e) {
+    throw Error(fmt::format("kernel cache: cannot read {} ({})", path.string(), e.what()));
+  }
 }
 
 void read_meta(const std::filesystem::path& path, CacheEntryInfo& info) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) return;
-  const std::vector<char> bytes = read_all(path);
+  const std::vector<char> bytes = read_all(path, kMaxFileBytes);
   const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
   if (!j.is_object()) return;
   info.name = j.value("name", "");
@@ -66,17 +71,6 @@ std::vector<std::filesystem::path> cache_files(const std::filesystem::path& dir)
       files.push_back(e.path());
   std::sort(files.begin(), files.end());
   return files;
-}
-
-void put_u64(std::vector<char>& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-std::uint64_t get_u64(const std::vector<char>& in, std::size_t at, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
-  return v;
 }
 
 }  // namespace
@@ -139,11 +133,11 @@ std::size_t export_cache(const std::filesystem::path& dir, const std::filesystem
   std::vector<char> out(kMagic, kMagic + kMagicBytes);
   std::size_t entries = 0;
   for (const std::filesystem::path& file : cache_files(dir)) {
-    const std::vector<char> bytes = read_all(file);
+    const std::vector<char> bytes = read_all(file, kMaxFileBytes);
     const std::string name = file.filename().string();
-    put_u64(out, name.size(), 4);
+    put_le(out, name.size(), 4);
     out.insert(out.end(), name.begin(), name.end());
-    put_u64(out, bytes.size(), 8);
+    put_le(out, bytes.size(), 8);
     out.insert(out.end(), bytes.begin(), bytes.end());
     entries += file.extension() == ".kcubin";
   }
@@ -153,20 +147,20 @@ std::size_t export_cache(const std::filesystem::path& dir, const std::filesystem
 }
 
 std::size_t import_cache(const std::filesystem::path& dir, const std::filesystem::path& archive) {
-  const std::vector<char> in = read_all(archive);
+  const std::vector<char> in = read_all(archive, kMaxArchiveBytes);
   const std::string where = "kiln-cache import " + archive.string();
   KILN_CHECK(in.size() >= kMagicBytes && std::equal(kMagic, kMagic + kMagicBytes, in.begin()),
              "{}: not a kiln cache archive (it does not start with KILNCACHE1)", where);
   std::vector<std::pair<std::string, std::vector<char>>> files;
   for (std::size_t at = kMagicBytes; at < in.size();) {
     KILN_CHECK(in.size() - at >= 4, "{}: truncated at byte {}", where, at);
-    const std::uint64_t name_bytes = get_u64(in, at, 4);
+    const std::uint64_t name_bytes = get_le(in, at, 4);
     KILN_CHECK(name_bytes <= 80 && in.size() - at - 4 >= name_bytes + 8,
                "{}: truncated or corrupt at byte {}", where, at);
     std::string name(in.begin() + static_cast<std::ptrdiff_t>(at + 4),
                      in.begin() + static_cast<std::ptrdiff_t>(at + 4 + name_bytes));
     at += 4 + name_bytes;
-    const std::uint64_t size = get_u64(in, at, 8);
+    const std::uint64_t size = get_le(in, at, 8);
     at += 8;
     KILN_CHECK(size <= kMaxFileBytes && in.size() - at >= size, "{}: {} is truncated", where, name);
     std::vector<char> bytes(in.begin() + static_cast<std::ptrdiff_t>(at),

@@ -17,17 +17,6 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'U', 'B', 'N'};
 
-void put_le(std::vector<char>& out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-std::uint64_t get_le(const std::vector<char>& in, std::size_t offset, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i)
-    value |= std::uint64_t{static_cast<unsigned char>(in[offset + i])} << (8 * i);
-  return value;
-}
-
 bool same_digest(const std::vector<char>& in, std::size_t offset, const Digest& digest) {
   return std::memcmp(in.data() + offset, digest.data(), digest.size()) == 0;
 }
@@ -65,6 +54,17 @@ void sync_directory(const std::filesystem::path& dir) {
 }
 
 }  // namespace
+
+void put_le(std::vector<char>& out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+std::uint64_t get_le(const std::vector<char>& in, std::size_t offset, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i)
+    value |= std::uint64_t{static_cast<unsigned char>(in[offset + i])} << (8 * i);
+  return value;
+}
 
 std::vector<char> encode_entry(const Digest& key, const std::vector<char>& payload) {
   std::vector<char> out(kMagic, kMagic + sizeof(kMagic));

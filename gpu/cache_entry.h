@@ -18,6 +18,11 @@ namespace kiln::gpu {
 inline constexpr std::uint32_t kEntryFormatVersion = 1;
 inline constexpr std::size_t kEntryHeaderBytes = 88;
 
+// `bytes` (at most 8) little-endian bytes of `value` appended to `out`, and read back from `in`
+// at `offset` (the caller checks the bounds).
+void put_le(std::vector<char>& out, std::uint64_t value, int bytes);
+std::uint64_t get_le(const std::vector<char>& in, std::size_t offset, int bytes);
+
 std::vector<char> encode_entry(const Digest& key, const std::vector<char>& payload);
 
 // The payload of `bytes` if it is a whole, intact entry for `key`; otherwise an empty
