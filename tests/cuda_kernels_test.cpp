@@ -146,12 +146,25 @@ TEST_CASE("conv workspace sizes (no GPU needed)") {
   // of 32 pixels over 5 tiles of 64 x 64: 49 splits of 8 steps, the fewest steps a split takes);
   // the im2col fallback's patch matrix is of the input's dtype where it is copied (forward) and f32
   // where it holds sums (grad_input's col), and grad_weight sums its chunks in an f32 dW.
+  // With 32 input and 64 output channels (multiples of 8) the forward and grad_input read a
+  // channels-last copy of their image (x: 64 x 32 x 196, dy: 64 x 64 x 196 or, at stride 2,
+  // x 49) and the reordered 64 x 288 weights, all 16-bit, from scratch.
   for (DType low : {DType::bf16, DType::f16}) {
     CAPTURE(dtype_name(low));
-    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 0);
-    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_input) == 64u * 288 * 2);
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) ==
+          (64u * 32 * 196 + 64u * 288) * 2);
+    CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_input) ==
+          (64u * 64 * 196 + 64u * 288) * 2);
     CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_weight) == 49u * 64 * 288 * 4);
-    CHECK(cuda::conv_workspace_bytes(strided, low, cuda::ConvPass::grad_input) == 64u * 288 * 2);
+    CHECK(cuda::conv_workspace_bytes(strided, low, cuda::ConvPass::grad_input) ==
+          (64u * 64 * 49 + 64u * 288) * 2);
+    {
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::mma_nchw);
+      CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 0);
+      CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_input) == 64u * 288 * 2);
+      CHECK(cuda::conv_workspace_bytes(strided, low, cuda::ConvPass::grad_input) == 64u * 288 * 2);
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+    }
     ForceIm2col im2col;
     CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::forward) == 64u * 288 * 196 * 2);
     // col [P = 288][64 * 196] and dy transposed [64][64 * 196] in bf16, each rounded up to

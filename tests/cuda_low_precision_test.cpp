@@ -181,11 +181,16 @@ void force_cuda_cores(bool on) {
   cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::cuda_cores
                                              : cuda::detail::ConvAlgo::automatic);
 }
+void force_mma_nchw(bool on) {
+  cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::mma_nchw
+                                             : cuda::detail::ConvAlgo::automatic);
+}
 void force_persistent_lstm(bool on) {
   cuda::detail::set_lstm_persistent_for_testing(on ? cuda::detail::LstmPersistent::when_resident
                                                    : cuda::detail::LstmPersistent::automatic);
 }
 #else
+void force_mma_nchw(bool) {}
 void force_im2col(bool) {}
 void force_cuda_cores(bool) {}
 void force_persistent_lstm(bool) {}
@@ -423,6 +428,28 @@ std::vector<OpRow> gemm_conv_rows() {
              conv2d_grad_weight(in.x({2, 40, 8, 8}), in.x({2, 64, 8, 8}), {64, 40, 3, 3}, 1, 1)};
        },
        2, false},
+      // The channels-last passes (image channels % 8 == 0): 8 channels, so that each 32-row K
+      // step spans several taps; 5x5 at stride 2 and padding 2 over batch 1; no padding; filter
+      // counts that leave partial tiles.
+      {OpId::conv2d, "conv2d channels-last: 8 and 16 channels, 5x5 stride 2, no padding",
+       [](Inputs& in) {
+         return Values{conv2d(in.x({1, 8, 13, 11}), in.x({40, 8, 5, 5}), 2, 2),
+                       conv2d(in.x({3, 16, 7, 9}), in.x({72, 16, 3, 3}), 1, 0)};
+       },
+       2, false},
+      // ... and grad_input over dy of 8 and 16 channels, at stride 2 (dilated) and stride 1.
+      {OpId::conv2d_grad_input, "conv2d_grad_input channels-last: 8 and 16 dy channels",
+       [](Inputs& in) {
+         return Values{
+             conv2d_grad_input(in.x({2, 8, 6, 5}), in.x({8, 40, 3, 3}), {2, 40, 11, 9}, 2, 1),
+             conv2d_grad_input(in.x({1, 16, 9, 9}), in.x({16, 24, 5, 5}), {1, 24, 9, 9}, 1, 2)};
+       },
+       2, false},
+      {OpId::conv2d, "conv2d, forward and backward forced to the NCHW tensor-core gather",
+       [](Inputs& in) {
+         return one(conv2d(in.x({2, 24, 11, 9}), in.x({40, 24, 3, 3}), 2, 1));
+       },
+       2, true, force_mma_nchw},
       {OpId::conv2d, "conv2d backward forced to the CUDA-core implicit GEMM",
        [](Inputs& in) {
          return one(conv2d(in.x({2, 20, 9, 9}), in.x({24, 20, 3, 3}), 1, 1));

@@ -246,9 +246,10 @@ int run(int argc, char** argv) {
                  "also time the fused elementwise chain over this many floats (e.g. 4194304)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 32));
   app.add_option("--conv-algo", conv_algo,
-                 "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight or "
-                 "cuda-cores (bf16/f16 passes off the tensor cores)")
-      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight", "cuda-cores"}))
+                 "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight, "
+                 "cuda-cores (bf16/f16 passes off the tensor cores) or mma-nchw (no "
+                 "channels-last copies)")
+      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight", "cuda-cores", "mma-nchw"}))
       ->capture_default_str();
   app.add_flag("--startup", startup,
                "only time the start-up: context, graph, compile (JIT or disk cache), first step");

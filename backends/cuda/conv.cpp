@@ -8,7 +8,9 @@
 // order (a second small kernel), so it stays deterministic.
 // bf16 and f16 (DESIGN.md, Precision) run every pass on the tensor cores wherever an implicit
 // GEMM fits (conv_mma.cpp; grad_input transposes the weights into the workspace first, and at
-// stride 2 reads dy as if dilated by 2). Tiles:
+// stride 2 reads dy as if dilated by 2). Where the image's channels are a multiple of 8, the
+// forward and grad_input read a channels-last copy of it instead (16-byte loads of 8 channels:
+// conv_mma_nhwc.cuh). Tiles:
 // igemm_choose_tile (kernel_sources.cpp). The fallback is im2col + cuBLAS (conv_im2col.cpp).
 #include "backends/cuda/conv.h"
 
@@ -107,6 +109,27 @@ bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
          igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2);
 }
 
+// The channels-last tensor-core path (conv_mma_nhwc.cuh): forward and grad_input over an NHWC
+// copy of their image (x or dy) where its channels are a multiple of 8.
+bool use_nhwc(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  if (pass == ConvPass::grad_weight || detail::g_algo == detail::ConvAlgo::mma_nchw) return false;
+  const std::int64_t channels = pass == ConvPass::forward ? g.in_channels : g.out_channels;
+  return use_mma(g, dtype, pass) && conv_nhwc_fits(channels) && g.batch <= 65535;
+}
+
+// Its scratch: the image's NHWC copy, then the GEMM's A (the reordered weights).
+struct NhwcScratch {
+  std::size_t image = 0, total = 0;
+};
+NhwcScratch nhwc_scratch(const ConvGeometry& g, ConvPass pass) {
+  const std::int64_t image = pass == ConvPass::forward
+                                 ? g.batch * g.in_channels * g.height * g.width
+                                 : g.batch * g.out_channels * g.out_h * g.out_w;
+  const std::size_t image_bytes = round_up(static_cast<std::size_t>(image) * 2);
+  return {image_bytes,
+          image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 2)};
+}
+
 ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
   if (pass != ConvPass::grad_input) return ConvMmaKind::forward;
   return g.stride == 1 ? ConvMmaKind::grad_input : ConvMmaKind::grad_input_stride2;
@@ -124,6 +147,11 @@ std::size_t mma_workspace(const ConvGeometry& g, ConvPass pass) {
 
 std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const GemmDims d = dims_of(g, pass);
+  if (use_nhwc(g, dtype, pass)) {
+    const bool forward = pass == ConvPass::forward;
+    return {nhwc_image_source(), nhwc_weights_source(!forward),
+            conv_nhwc_source(dtype, conv_nhwc_tile(d.m, d.n), !forward && g.stride == 2)};
+  }
   if (pass == ConvPass::forward)
     return {conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n), conv_mma_vector_weights(d.k))};
   if (pass == ConvPass::grad_input)  // the weights are transposed into 256-byte-aligned scratch
@@ -246,6 +274,27 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
   if (splits.count > 1) splitk_sum(dtype, ws.data, out, d.m * d.n, splits.count, stream);
 }
 
+// One channels-last pass: the image (x or dy) and the weights reordered into the workspace,
+// then the GEMM into `out` (y or dx) in NCHW.
+void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
+              void* out, const ConvWorkspace& ws, gpu::Stream stream) {
+  const bool forward = pass == ConvPass::forward;
+  const NhwcScratch scratch = nhwc_scratch(g, pass);
+  KILN_CHECK(ws.bytes >= scratch.total,
+             "{}: a workspace of {} bytes cannot hold the channels-last image and weights ({})",
+             forward ? "conv2d" : "conv2d_grad_input", ws.bytes, scratch.total);
+  auto* xt = static_cast<std::uint8_t*>(ws.data);
+  void* a = xt + scratch.image;
+  if (forward)
+    nchw_to_nhwc(image, xt, g.batch, g.in_channels, g.height * g.width, stream);
+  else
+    nchw_to_nhwc(image, xt, g.batch, g.out_channels, g.out_h * g.out_w, stream);
+  nhwc_weights(w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w, !forward, stream);
+  const GemmDims d = dims_of(g, pass);
+  conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, stream,
+                    !forward && g.stride == 2);
+}
+
 void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
   KILN_CHECK(is_floating(dtype), "{}: dtype {} is not supported (f32, f64, bf16 or f16 expected)",
              op, dtype_name(dtype));
@@ -258,6 +307,7 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk) {
+  if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, pass).total;
   if (use_mma(g, dtype, pass)) return mma_workspace(g, pass);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
@@ -287,7 +337,9 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
                     ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d");
   if (g.batch == 0) return;
-  if (use_mma(g, dtype, ConvPass::forward)) {
+  if (use_nhwc(g, dtype, ConvPass::forward)) {
+    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream);
+  } else if (use_mma(g, dtype, ConvPass::forward)) {
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
   } else if (use_igemm(g, dtype, ConvPass::forward)) {
@@ -301,7 +353,9 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
                        ConvWorkspace ws, gpu::Stream stream) {
   check_geometry(g, dtype, "conv2d_grad_input");
   if (g.batch == 0) return;
-  if (use_mma(g, dtype, ConvPass::grad_input)) {
+  if (use_nhwc(g, dtype, ConvPass::grad_input)) {
+    run_nhwc(dtype, g, ConvPass::grad_input, dy, w, dx, ws, stream);
+  } else if (use_mma(g, dtype, ConvPass::grad_input)) {
     KILN_CHECK(ws.bytes >= mma_workspace(g, ConvPass::grad_input),
                "conv2d_grad_input: a workspace of {} bytes cannot hold the {} transposed weights",
                ws.bytes, g.out_channels * patch_rows(g));

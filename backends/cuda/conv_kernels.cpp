@@ -3,6 +3,8 @@
 // defines that pick an entry and its tile; the CUDA itself is in the .cuh files.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "backends/cuda/kernel_sources.h"
@@ -141,6 +143,37 @@ gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a, ConvMmaKind k
                           {"KILN_VEC_A", vec_a ? "1" : "0"},
                           {"KILN_FLIP", flip ? "1" : "0"},
                           {"KILN_DIL", dilated ? "2" : "1"}});
+}
+
+std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated) {
+  return fmt::format("kiln_conv_nhwc_{}_{}x{}x32_{}", dilated ? "dgrad_s2" : "fwd", tile.bm,
+                     tile.bn, dtype_name(dtype));
+}
+
+gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated) {
+  KILN_CHECK(is_low_precision(dtype) &&
+                 std::any_of(std::begin(kNhwcTiles), std::end(kNhwcTiles),
+                             [&](NhwcTile t) { return t.bm == tile.bm && t.bn == tile.bn; }),
+             "conv channels-last kernel: bf16 or f16 in a 128x64, 64x128 or 64x64 tile, not {} "
+             "in {}x{}",
+             dtype_name(dtype), tile.bm, tile.bn);
+  return embedded_kernel(conv_nhwc_name(dtype, tile, dilated), kernel_files::conv_mma_nhwc_cuh,
+                         "KILN_CONV_NHWC",
+                         {{"KILN_T", cuda_type_name(dtype)},
+                          {"KILN_BM", std::to_string(tile.bm)},
+                          {"KILN_BN", std::to_string(tile.bn)},
+                          {"KILN_DIL", dilated ? "2" : "1"}});
+}
+
+gpu::KernelSource nhwc_image_source() {
+  return embedded_kernel("kiln_conv_nchw_to_nhwc_u16", kernel_files::conv_mma_nhwc_cuh,
+                         "KILN_NHWC_IMAGE", {});
+}
+
+gpu::KernelSource nhwc_weights_source(bool flip) {
+  return embedded_kernel(flip ? "kiln_conv_nhwc_weights_flipped" : "kiln_conv_nhwc_weights",
+                         kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_WEIGHTS",
+                         {{"KILN_FLIP", flip ? "true" : "false"}});
 }
 
 // The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out.

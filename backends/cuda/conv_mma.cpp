@@ -33,6 +33,57 @@ void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, co
   k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
 }
 
+void nchw_to_nhwc(const void* x, void* xt, std::int64_t batch, std::int64_t channels,
+                  std::int64_t hw, gpu::Stream stream) {
+  if (batch == 0 || channels == 0 || hw == 0) return;
+  KILN_CHECK(batch <= 65535 && channels * hw < (std::int64_t{1} << 31),
+             "conv: {} images of {} x {} are too many for the channels-last copy", batch, channels,
+             hw);
+  KILN_CHECK(channels % 2 == 0, "conv: the channels-last copy takes an even channel count ({})",
+             channels);
+  const DeviceKernel& k = device_kernel("kiln_conv_nchw_to_nhwc_u16", nhwc_image_source);
+  int c = static_cast<int>(channels), n = static_cast<int>(hw);
+  void* args[] = {&x, &xt, &c, &n};
+  const gpu::Dim3 grid{static_cast<unsigned>((hw + 63) / 64),
+                       static_cast<unsigned>((channels + 63) / 64), static_cast<unsigned>(batch)};
+  k.kernel.launch(grid, {256, 1, 1}, 0, stream, args);
+}
+
+void nhwc_weights(const void* w, void* a, std::int64_t out_channels, std::int64_t in_channels,
+                  std::int64_t khkw, bool flip, gpu::Stream stream) {
+  const DeviceKernel& k =
+      device_kernel(flip ? "kiln_conv_nhwc_weights_flipped" : "kiln_conv_nhwc_weights",
+                    [flip] { return nhwc_weights_source(flip); });
+  int co = static_cast<int>(out_channels), ci = static_cast<int>(in_channels),
+      taps = static_cast<int>(khkw);
+  void* args[] = {&w, &a, &co, &ci, &taps};
+  launch_items(k, out_channels * in_channels * khkw, stream, args);
+}
+
+NhwcTile conv_nhwc_tile(std::int64_t m, std::int64_t n) {
+  for (NhwcTile t : kNhwcTiles) {
+    if (t.bm > 64 && m < t.bm) continue;  // a 128-row tile only where there are 128 rows
+    if ((m + t.bm - 1) / t.bm * ((n + t.bn - 1) / t.bn) >= 240) return t;
+  }
+  return {64, 64};
+}
+
+void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
+                       void* y, gpu::Stream stream, bool dilated) {
+  if (shape.m == 0 || shape.n == 0) return;
+  KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % 8 == 0,
+             "conv: the channels-last pass needs 16-byte aligned operands and K % 8 == 0 (K {})",
+             shape.k);
+  const NhwcTile tile = conv_nhwc_tile(shape.m, shape.n);
+  const DeviceKernel& k = device_kernel(conv_nhwc_name(dtype, tile, dilated),
+                                        [&] { return conv_nhwc_source(dtype, tile, dilated); });
+  ConvGemmShape s = shape;
+  void* args[] = {&a, &xt, &y, &s};
+  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
+                       static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm), 1};
+  k.kernel.launch(grid, {128, 1, 1}, 0, stream, args);
+}
+
 MmaSplits conv_mma_wgrad_splits(std::int64_t m, std::int64_t n, std::int64_t k,
                                 std::size_t scratch_bytes) {
   const std::int64_t bm = conv_mma_wgrad_tile_m(m);

@@ -26,6 +26,24 @@ inline int conv_mma_tile_m(std::int64_t m, std::int64_t n) {
   return m >= 128 && (m + 127) / 128 * ((n + 63) / 64) >= 132 ? 128 : 64;
 }
 
+// The channels-last passes (kernels/conv_mma_nhwc.cuh), for images whose channels are a
+// multiple of 8: every 8 K rows of a patch column are then one 16-byte load.
+inline bool conv_nhwc_fits(std::int64_t image_channels) { return image_channels % 8 == 0; }
+// xt[b, pix, c] = x[b, c, pix] of 16-bit elements (batch <= 65535).
+void nchw_to_nhwc(const void* x, void* xt, std::int64_t batch, std::int64_t channels,
+                  std::int64_t hw, gpu::Stream stream);
+// The channels-last GEMM's A from w[co, ci, kh, kw]: [co][tap][ci], or (flip, the input
+// gradient) [ci][tap][co] with the taps mirrored.
+void nhwc_weights(const void* w, void* a, std::int64_t out_channels, std::int64_t in_channels,
+                  std::int64_t khkw, bool flip, gpu::Stream stream);
+// Its tile for an M x N GEMM: the largest of kNhwcTiles that still gives 240 blocks (about two
+// per SM of an H100/H200), else 64 x 64.
+NhwcTile conv_nhwc_tile(std::int64_t m, std::int64_t n);
+// y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
+// stride 2); a and xt 16-byte aligned.
+void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
+                       void* y, gpu::Stream stream, bool dilated);
+
 // The weight gradient's split of its K = B*OH*OW pixels: `count` pieces of `chunk` (a multiple
 // of the 32-pixel step), enough blocks for four per SM of an H100/H200, at least 8 steps each,
 // and no more partials than `scratch_bytes` holds (f32, M * N each; count 1 needs none).

@@ -152,24 +152,25 @@ __device__ __forceinline__ void mma_compute(const MmaTiles<BM>& s, int buf, int 
   }
 }
 
-// Each accumulator rounded once into y[b, m, pix] (n = b * s_hw + pix).
-template <typename T>
-__device__ __forceinline__ void mma_store_c(T* __restrict__ out, const ConvGemmShape& g, int m0,
-                                            int n0, int wm, int wn, const float (&acc)[2][4][4]) {
+// Each accumulator of a warp's (16 MI) x (8 NI) piece at (row0, col0) rounded once into
+// y[b, m, pix] (n = b * s_hw + pix).
+template <typename T, int MI, int NI>
+__device__ __forceinline__ void mma_store_c(T* __restrict__ out, const ConvGemmShape& g, int row0,
+                                            int col0, const float (&acc)[MI][NI][4]) {
   const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
 #pragma unroll
-  for (int ni = 0; ni < 4; ++ni)
+  for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int n = n0 + wn * 32 + ni * 8 + tig * 2 + e;
+      const int n = col0 + ni * 8 + tig * 2 + e;
       if (n >= g.n) continue;
       const int b = n / g.s_hw, pix = n - b * g.s_hw;
       T* column = out + (long long)b * g.m * g.s_hw + pix;
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int m = m0 + wm * 32 + mi * 16 + group + half * 8;
+          const int m = row0 + mi * 16 + group + half * 8;
           if (m < g.m) column[(long long)m * g.s_hw] = T(acc[mi][ni][half * 2 + e]);
         }
     }
@@ -216,7 +217,7 @@ __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const 
     if (t < KILN_MMA_BK) s.ktab[buf][t] = mma_k_entry<FLIP, DIL>(g, (step + 2) * KILN_MMA_BK + t);
     mma_compute<T, BM>(s, buf, wm, wn, acc);
   }
-  mma_store_c(y, g, m0, n0, wm, wn, acc);
+  mma_store_c<T, 2, 4>(y, g, m0 + wm * 32, n0 + wn * 32, acc);
 }
 
 }  // namespace kiln::cuda
