@@ -264,7 +264,8 @@ namespace {
 // the workspace to that many images (0: the whole batch).
 void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int64_t padding,
                 DType dtype, std::uint64_t seed, std::int64_t chunk = 0,
-                std::int64_t max_workspace = -1) {
+                std::int64_t max_workspace = -1, double rtol = 0) {
+  if (rtol == 0) rtol = rtol_of(dtype);
   CAPTURE(xs.str());
   CAPTURE(ws.str());
   CAPTURE(stride);
@@ -291,9 +292,9 @@ void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int6
   cuda::conv2d_forward(dtype, g, dx.get(), dwt.get(), y.get(), workspace, nullptr);
   cuda::conv2d_grad_input(dtype, g, ddy.get(), dwt.get(), dxo.get(), workspace, nullptr);
   cuda::conv2d_grad_weight(dtype, g, dx.get(), ddy.get(), dwo.get(), workspace, nullptr);
-  CHECK(gemm_closeness(y.download(ys, dtype), y_ref, rtol_of(dtype)) <= 1.0);
-  CHECK(gemm_closeness(dxo.download(xs, dtype), dx_ref, rtol_of(dtype)) <= 1.0);
-  CHECK(gemm_closeness(dwo.download(ws, dtype), dw_ref, rtol_of(dtype)) <= 1.0);
+  CHECK(gemm_closeness(y.download(ys, dtype), y_ref, rtol) <= 1.0);
+  CHECK(gemm_closeness(dxo.download(xs, dtype), dx_ref, rtol) <= 1.0);
+  CHECK(gemm_closeness(dwo.download(ws, dtype), dw_ref, rtol) <= 1.0);
 }
 
 }  // namespace
@@ -316,6 +317,23 @@ TEST_CASE("conv2d: odd sizes, strides, paddings, 1x1, rectangular kernels, f64")
   check_conv({2, 3, 5, 7}, {4, 3, 1, 1}, 1, 0, DType::f32, 300);  // pointwise: no im2col
   check_conv({2, 3, 5, 7}, {4, 3, 1, 1}, 2, 0, DType::f32, 303);
   check_conv({1, 1, 3, 3}, {1, 1, 3, 3}, 1, 0, DType::f64, 306);
+}
+
+// Under TF32 the f32 forward and grad_input run on the channels-last tensor-core kernels where
+// the image's channels are a multiple of 4 (grad_weight stays on the CUDA cores): 16 and 12
+// channels, 5x3 at stride 2 and padding 2 (grad_input over dy read as if dilated), 130 filters
+// (tiles of 128), a 36-step K, and 6 channels (no channels-last path), within TF32's 1e-2.
+TEST_CASE("conv2d: TF32 on the tensor cores stays within TF32's precision") {
+  SKIP_WITHOUT_GPU();
+  struct AllowTf32 {  // off again however the case ends: the later cases are f32
+    AllowTf32() { cuda::set_allow_tf32(true); }
+    ~AllowTf32() { cuda::set_allow_tf32(false); }
+  } tf32;
+  check_conv({4, 16, 9, 7}, {24, 16, 3, 3}, 1, 1, DType::f32, 600, 0, -1, 1e-2);
+  check_conv({3, 12, 11, 10}, {40, 12, 5, 3}, 2, 2, DType::f32, 610, 0, -1, 1e-2);
+  check_conv({2, 8, 8, 8}, {130, 8, 3, 3}, 1, 0, DType::f32, 620, 0, -1, 1e-2);
+  check_conv({1, 64, 16, 16}, {64, 64, 3, 3}, 1, 1, DType::f32, 630, 0, -1, 1e-2);
+  check_conv({2, 6, 7, 7}, {8, 6, 3, 3}, 1, 1, DType::f32, 640, 0, -1, 1e-2);
 }
 
 TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {

@@ -445,6 +445,17 @@ std::vector<OpRow> gemm_conv_rows() {
              conv2d_grad_input(in.x({1, 16, 9, 9}), in.x({16, 24, 5, 5}), {1, 24, 9, 9}, 1, 2)};
        },
        2, false},
+      // grad_weight over small grids (4x4, 2x4: several images per 32-pixel K step), stride 2
+      // with padding, 8 and 40 channels, 1 split and many, 70 and 130 filters.
+      {OpId::conv2d_grad_weight, "conv2d_grad_weight on the tensor cores: small grids, split K",
+       [](Inputs& in) {
+         return Values{
+             conv2d_grad_weight(in.x({3, 8, 8, 8}), in.x({3, 70, 4, 4}), {70, 8, 3, 3}, 2, 1),
+             conv2d_grad_weight(in.x({2, 40, 5, 7}), in.x({2, 16, 2, 4}), {16, 40, 5, 3}, 2, 1),
+             conv2d_grad_weight(in.x({8, 16, 32, 32}, 0.5), in.x({8, 130, 32, 32}, 0.5),
+                                {130, 16, 3, 3}, 1, 1)};
+       },
+       2, false},
       {OpId::conv2d, "conv2d, forward and backward forced to the NCHW tensor-core gather",
        [](Inputs& in) {
          return one(conv2d(in.x({2, 24, 11, 9}), in.x({40, 24, 3, 3}), 2, 1));

@@ -22,6 +22,7 @@
 
 #include "backends/cuda/conv_mma.h"
 #include "backends/cuda/conv_passes.h"
+#include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "backends/cuda/kernel_registry.h"
@@ -109,25 +110,35 @@ bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
          igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2);
 }
 
+// f32 forward and grad_input on the TF32 tensor cores where TF32 is allowed (--precision tf32:
+// set_allow_tf32), through the channels-last path only.
+bool use_tf32_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  return dtype == DType::f32 && allow_tf32() && pass != ConvPass::grad_weight &&
+         detail::g_algo == detail::ConvAlgo::automatic && igemm_fits(g, pass) &&
+         (pass != ConvPass::grad_input || g.stride <= 2);
+}
+
 // The channels-last tensor-core path (conv_mma_nhwc.cuh): forward and grad_input over an NHWC
-// copy of their image (x or dy) where its channels are a multiple of 8.
+// copy of their image (x or dy) where its channels are a multiple of 16 bytes' worth.
 bool use_nhwc(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (pass == ConvPass::grad_weight || detail::g_algo == detail::ConvAlgo::mma_nchw) return false;
   const std::int64_t channels = pass == ConvPass::forward ? g.in_channels : g.out_channels;
-  return use_mma(g, dtype, pass) && conv_nhwc_fits(channels) && g.batch <= 65535;
+  const bool tensor_cores = use_mma(g, dtype, pass) || use_tf32_mma(g, dtype, pass);
+  return tensor_cores && conv_nhwc_fits(channels, dtype) && g.batch <= 65535;
 }
 
 // Its scratch: the image's NHWC copy, then the GEMM's A (the reordered weights).
 struct NhwcScratch {
   std::size_t image = 0, total = 0;
 };
-NhwcScratch nhwc_scratch(const ConvGeometry& g, ConvPass pass) {
+NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const std::int64_t image = pass == ConvPass::forward
                                  ? g.batch * g.in_channels * g.height * g.width
                                  : g.batch * g.out_channels * g.out_h * g.out_w;
-  const std::size_t image_bytes = round_up(static_cast<std::size_t>(image) * 2);
+  const std::size_t bytes = dtype_size(dtype);
+  const std::size_t image_bytes = round_up(static_cast<std::size_t>(image) * bytes);
   return {image_bytes,
-          image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 2)};
+          image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes)};
 }
 
 ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
@@ -149,7 +160,7 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   const GemmDims d = dims_of(g, pass);
   if (use_nhwc(g, dtype, pass)) {
     const bool forward = pass == ConvPass::forward;
-    return {nhwc_image_source(), nhwc_weights_source(!forward),
+    return {nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(!forward, dtype_size(dtype)),
             conv_nhwc_source(dtype, conv_nhwc_tile(d.m, d.n), !forward && g.stride == 2)};
   }
   if (pass == ConvPass::forward)
@@ -279,17 +290,18 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
               void* out, const ConvWorkspace& ws, gpu::Stream stream) {
   const bool forward = pass == ConvPass::forward;
-  const NhwcScratch scratch = nhwc_scratch(g, pass);
+  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass);
   KILN_CHECK(ws.bytes >= scratch.total,
              "{}: a workspace of {} bytes cannot hold the channels-last image and weights ({})",
              forward ? "conv2d" : "conv2d_grad_input", ws.bytes, scratch.total);
   auto* xt = static_cast<std::uint8_t*>(ws.data);
   void* a = xt + scratch.image;
   if (forward)
-    nchw_to_nhwc(image, xt, g.batch, g.in_channels, g.height * g.width, stream);
+    nchw_to_nhwc(dtype, image, xt, g.batch, g.in_channels, g.height * g.width, stream);
   else
-    nchw_to_nhwc(image, xt, g.batch, g.out_channels, g.out_h * g.out_w, stream);
-  nhwc_weights(w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w, !forward, stream);
+    nchw_to_nhwc(dtype, image, xt, g.batch, g.out_channels, g.out_h * g.out_w, stream);
+  nhwc_weights(dtype, w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w, !forward,
+               stream);
   const GemmDims d = dims_of(g, pass);
   conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, stream,
                     !forward && g.stride == 2);
@@ -307,7 +319,7 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk) {
-  if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, pass).total;
+  if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, dtype, pass).total;
   if (use_mma(g, dtype, pass)) return mma_workspace(g, pass);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
@@ -316,7 +328,7 @@ std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pa
 
 std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
                                                    ConvPass pass) {
-  if (use_mma(g, dtype, pass)) return mma_sources(g, dtype, pass);
+  if (use_nhwc(g, dtype, pass) || use_mma(g, dtype, pass)) return mma_sources(g, dtype, pass);
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
     if (pass == ConvPass::grad_weight && is_low_precision(dtype))  // rounding the f32 dW

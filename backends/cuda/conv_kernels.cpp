@@ -146,16 +146,17 @@ gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a, ConvMmaKind k
 }
 
 std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated) {
-  return fmt::format("kiln_conv_nhwc_{}_{}x{}x32_{}", dilated ? "dgrad_s2" : "fwd", tile.bm,
-                     tile.bn, dtype_name(dtype));
+  return fmt::format("kiln_conv_nhwc_{}_{}x{}x{}_{}", dilated ? "dgrad_s2" : "fwd", tile.bm,
+                     tile.bn, 64 / dtype_size(dtype),
+                     dtype == DType::f32 ? "tf32" : dtype_name(dtype));
 }
 
 gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated) {
-  KILN_CHECK(is_low_precision(dtype) &&
+  KILN_CHECK((is_low_precision(dtype) || dtype == DType::f32) &&
                  std::any_of(std::begin(kNhwcTiles), std::end(kNhwcTiles),
                              [&](NhwcTile t) { return t.bm == tile.bm && t.bn == tile.bn; }),
-             "conv channels-last kernel: bf16 or f16 in a 128x64, 64x128 or 64x64 tile, not {} "
-             "in {}x{}",
+             "conv channels-last kernel: bf16, f16 or f32 (TF32) in a 128x64, 64x128 or 64x64 "
+             "tile, not {} in {}x{}",
              dtype_name(dtype), tile.bm, tile.bn);
   return embedded_kernel(conv_nhwc_name(dtype, tile, dilated), kernel_files::conv_mma_nhwc_cuh,
                          "KILN_CONV_NHWC",
@@ -165,15 +166,25 @@ gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated) {
                           {"KILN_DIL", dilated ? "2" : "1"}});
 }
 
-gpu::KernelSource nhwc_image_source() {
-  return embedded_kernel("kiln_conv_nchw_to_nhwc_u16", kernel_files::conv_mma_nhwc_cuh,
-                         "KILN_NHWC_IMAGE", {});
+namespace {
+const char* unsigned_of(std::size_t element_bytes) {
+  KILN_CHECK(element_bytes == 2 || element_bytes == 4,
+             "conv channels-last copies: 2- or 4-byte elements, not {}", element_bytes);
+  return element_bytes == 2 ? "unsigned short" : "unsigned";
+}
+}  // namespace
+
+gpu::KernelSource nhwc_image_source(std::size_t element_bytes) {
+  return embedded_kernel(fmt::format("kiln_conv_nchw_to_nhwc_u{}", 8 * element_bytes),
+                         kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_IMAGE",
+                         {{"KILN_U", unsigned_of(element_bytes)}});
 }
 
-gpu::KernelSource nhwc_weights_source(bool flip) {
-  return embedded_kernel(flip ? "kiln_conv_nhwc_weights_flipped" : "kiln_conv_nhwc_weights",
-                         kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_WEIGHTS",
-                         {{"KILN_FLIP", flip ? "true" : "false"}});
+gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes) {
+  return embedded_kernel(
+      fmt::format("kiln_conv_nhwc_weights{}_u{}", flip ? "_flipped" : "", 8 * element_bytes),
+      kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_WEIGHTS",
+      {{"KILN_U", unsigned_of(element_bytes)}, {"KILN_FLIP", flip ? "true" : "false"}});
 }
 
 // The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out.

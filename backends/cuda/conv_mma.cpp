@@ -33,7 +33,7 @@ void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, co
   k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
 }
 
-void nchw_to_nhwc(const void* x, void* xt, std::int64_t batch, std::int64_t channels,
+void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
                   std::int64_t hw, gpu::Stream stream) {
   if (batch == 0 || channels == 0 || hw == 0) return;
   KILN_CHECK(batch <= 65535 && channels * hw < (std::int64_t{1} << 31),
@@ -41,7 +41,9 @@ void nchw_to_nhwc(const void* x, void* xt, std::int64_t batch, std::int64_t chan
              hw);
   KILN_CHECK(channels % 2 == 0, "conv: the channels-last copy takes an even channel count ({})",
              channels);
-  const DeviceKernel& k = device_kernel("kiln_conv_nchw_to_nhwc_u16", nhwc_image_source);
+  const std::size_t bytes = dtype_size(dtype);
+  const DeviceKernel& k = device_kernel(fmt::format("kiln_conv_nchw_to_nhwc_u{}", 8 * bytes),
+                                        [bytes] { return nhwc_image_source(bytes); });
   int c = static_cast<int>(channels), n = static_cast<int>(hw);
   void* args[] = {&x, &xt, &c, &n};
   const gpu::Dim3 grid{static_cast<unsigned>((hw + 63) / 64),
@@ -49,11 +51,12 @@ void nchw_to_nhwc(const void* x, void* xt, std::int64_t batch, std::int64_t chan
   k.kernel.launch(grid, {256, 1, 1}, 0, stream, args);
 }
 
-void nhwc_weights(const void* w, void* a, std::int64_t out_channels, std::int64_t in_channels,
-                  std::int64_t khkw, bool flip, gpu::Stream stream) {
+void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
+                  std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream) {
+  const std::size_t bytes = dtype_size(dtype);
   const DeviceKernel& k =
-      device_kernel(flip ? "kiln_conv_nhwc_weights_flipped" : "kiln_conv_nhwc_weights",
-                    [flip] { return nhwc_weights_source(flip); });
+      device_kernel(fmt::format("kiln_conv_nhwc_weights{}_u{}", flip ? "_flipped" : "", 8 * bytes),
+                    [flip, bytes] { return nhwc_weights_source(flip, bytes); });
   int co = static_cast<int>(out_channels), ci = static_cast<int>(in_channels),
       taps = static_cast<int>(khkw);
   void* args[] = {&w, &a, &co, &ci, &taps};
@@ -71,9 +74,10 @@ NhwcTile conv_nhwc_tile(std::int64_t m, std::int64_t n) {
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
                        void* y, gpu::Stream stream, bool dilated) {
   if (shape.m == 0 || shape.n == 0) return;
-  KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % 8 == 0,
-             "conv: the channels-last pass needs 16-byte aligned operands and K % 8 == 0 (K {})",
-             shape.k);
+  const auto per_piece = static_cast<int>(16 / dtype_size(dtype));
+  KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % per_piece == 0,
+             "conv: the channels-last pass needs 16-byte aligned operands and K % {} == 0 (K {})",
+             per_piece, shape.k);
   const NhwcTile tile = conv_nhwc_tile(shape.m, shape.n);
   const DeviceKernel& k = device_kernel(conv_nhwc_name(dtype, tile, dilated),
                                         [&] { return conv_nhwc_source(dtype, tile, dilated); });

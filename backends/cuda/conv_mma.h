@@ -27,15 +27,18 @@ inline int conv_mma_tile_m(std::int64_t m, std::int64_t n) {
 }
 
 // The channels-last passes (kernels/conv_mma_nhwc.cuh), for images whose channels are a
-// multiple of 8: every 8 K rows of a patch column are then one 16-byte load.
-inline bool conv_nhwc_fits(std::int64_t image_channels) { return image_channels % 8 == 0; }
-// xt[b, pix, c] = x[b, c, pix] of 16-bit elements (batch <= 65535).
-void nchw_to_nhwc(const void* x, void* xt, std::int64_t batch, std::int64_t channels,
+// multiple of 16 bytes' worth (8 bf16/f16, 4 f32): each piece of a patch column is then one
+// 16-byte load.
+inline bool conv_nhwc_fits(std::int64_t image_channels, DType dtype) {
+  return image_channels % static_cast<std::int64_t>(16 / dtype_size(dtype)) == 0;
+}
+// xt[b, pix, c] = x[b, c, pix] of elements of `dtype`'s size (batch <= 65535).
+void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
                   std::int64_t hw, gpu::Stream stream);
 // The channels-last GEMM's A from w[co, ci, kh, kw]: [co][tap][ci], or (flip, the input
 // gradient) [ci][tap][co] with the taps mirrored.
-void nhwc_weights(const void* w, void* a, std::int64_t out_channels, std::int64_t in_channels,
-                  std::int64_t khkw, bool flip, gpu::Stream stream);
+void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
+                  std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream);
 // Its tile for an M x N GEMM: the largest of kNhwcTiles that still gives 240 blocks (about two
 // per SM of an H100/H200), else 64 x 64.
 NhwcTile conv_nhwc_tile(std::int64_t m, std::int64_t n);

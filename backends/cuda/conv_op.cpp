@@ -74,12 +74,14 @@ std::vector<gpu::KernelSource> every_conv_source() {
           for (bool f32_partials : {false, true})
             all.push_back(conv_mma_wgrad_source(t, bm, vec, f32_partials));
         }
-    if (is_low_precision(t))  // the channels-last passes
+    if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)
       for (NhwcTile tile : kNhwcTiles)
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
   }
-  all.push_back(nhwc_image_source());
-  for (bool flip : {false, true}) all.push_back(nhwc_weights_source(flip));
+  for (std::size_t bytes : {2, 4}) {
+    all.push_back(nhwc_image_source(bytes));
+    for (bool flip : {false, true}) all.push_back(nhwc_weights_source(flip, bytes));
+  }
   for (DType t :
        {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16})
     all.push_back(fill_source(t));

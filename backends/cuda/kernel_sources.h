@@ -60,7 +60,8 @@ enum class ConvMmaKind { forward, grad_input, grad_input_stride2 };
 std::string conv_mma_name(DType dtype, int bm, bool vec_a, ConvMmaKind kind = ConvMmaKind::forward);
 gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a,
                                   ConvMmaKind kind = ConvMmaKind::forward);
-// The channels-last tensor-core passes (kernels/conv_mma_nhwc.cuh): the GEMM in tiles of bm x bn
+// The channels-last tensor-core passes (kernels/conv_mma_nhwc.cuh; bf16/f16, or f32 on TF32):
+// the GEMM in tiles of bm x bn
 // (128 x 64, 64 x 128 or 64 x 64) filters by pixels, 128 threads, over an NHWC image with
 // channels % 8 == 0 and A = W'[m, (kh, kw, c)]; dilated: grad_input of a stride-2
 // convolution. The two conversions before it: an NCHW image to NHWC (16-bit elements), and
@@ -71,8 +72,9 @@ struct NhwcTile {
 inline constexpr NhwcTile kNhwcTiles[] = {{128, 64}, {64, 128}, {64, 64}};
 std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated);
 gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated);
-gpu::KernelSource nhwc_image_source();
-gpu::KernelSource nhwc_weights_source(bool flip);
+// element_bytes: 2 or 4.
+gpu::KernelSource nhwc_image_source(std::size_t element_bytes);
+gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes);
 // The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): bm filters by 64 patch rows,
 // 32 pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0); float_out: f32 split-K partials.
 std::string conv_mma_wgrad_name(DType dtype, int bm, bool vec_a, bool float_out);

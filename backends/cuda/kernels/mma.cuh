@@ -1,6 +1,6 @@
-// The tensor-core building blocks of the hand-written mma.sync kernels (conv_mma.cuh,
-// conv_mma_wgrad.cuh): the m16n8k16 bf16/f16 multiply with f32 accumulation, ldmatrix and
-// cp.async. Each wraps one PTX instruction.
+// The tensor-core building blocks of the hand-written mma.sync kernels (conv_mma*.cuh): the
+// m16n8k16 bf16/f16 and m16n8k8 TF32 multiplies with f32 accumulation, ldmatrix and cp.async. Each
+// wraps one PTX instruction.
 #pragma once
 
 #include "backends/cuda/kernels/storage.cuh"
@@ -24,6 +24,18 @@ struct MmaOp<F16> {
   __device__ static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// TF32 (f32 storage, the multiplier reading 10 mantissa bits): m16n8k8, the same registers.
+template <>
+struct MmaOp<float> {
+  __device__ static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
