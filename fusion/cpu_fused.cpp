@@ -209,10 +209,10 @@ template <class T>
 void run_group(const FusedGroup& g, const KernelCall& call) {
   const std::int64_t n = g.shape.numel();
   const std::int64_t tiles = (n + kTile - 1) / kTile;
-  // At least 16 tiles (64 KiB of f32 per operand) a thread: waking a sleeping thread costs
-  // about as much as it computes on fewer ([64, 64, 3, 3] runs on 2 threads, not 8).
-  const int threads =
-      static_cast<int>(std::clamp<std::int64_t>(tiles / 16, 1, omp_get_max_threads()));
+  // One thread below 16 tiles (64 KiB of f32 per operand): waking a sleeping team costs about
+  // as much as it computes. Otherwise the whole team, never a smaller one: libgomp ends the
+  // threads a smaller team leaves out and creates them again for the next full one.
+  const int threads = tiles < 16 ? 1 : omp_get_max_threads();
   const bool reduces = g.reduction.has_value();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
   const double init = reduces ? g.reduction->op->reduction.identity : 0.0;
