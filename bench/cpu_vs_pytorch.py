@@ -192,13 +192,17 @@ def time_torch(make_step, batch, warmup, steps):
     return times
 
 
-def time_kiln(bench, model, batch, threads, warmup, steps):
+def time_kiln(bench, model, batch, threads, warmup, steps, spin_count=None):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [bench, "--device", "cpu", "--model", model, "--batch-size", str(batch), "--threads",
                str(threads), "--warmup", str(warmup), "--steps", str(steps), "--json", out.name]
         # kiln's threads sleep when idle (no spinning on cores others need); PyTorch keeps
-        # its defaults, which is the conservative comparison for kiln.
+        # its defaults, which is the conservative comparison for kiln. With spin_count, idle
+        # threads spin that many rounds of libgomp's wait loop first (GOMP_SPINCOUNT), then sleep.
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        if spin_count is not None:
+            del env["OMP_WAIT_POLICY"]
+            env["GOMP_SPINCOUNT"] = str(spin_count)
         run = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if run.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {run.stderr.strip()[-500:]}")
@@ -217,6 +221,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--base-models", default="lenet,resnet,vgg,char-lstm,gan,dcgan")
+    parser.add_argument("--spin-count", type=int,
+                        help="also time kiln with GOMP_SPINCOUNT=N (a bounded spin, then sleep)")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -226,7 +232,9 @@ def main():
     print(f"torch {torch.__version__}, {args.threads} threads, cores {affinity}, "
           f"mkldnn {torch.backends.mkldnn.is_available()}", flush=True)
     print(f"{'model':<10} {'batch':>5} {'kiln ms':>9} {'torch ms':>9} {'kiln/torch':>10}"
-          + (f" {'base ms':>9} {'base/torch':>10}" if args.base else ""), flush=True)
+          + (f" {'base ms':>9} {'base/torch':>10}" if args.base else "")
+          + (f" {'spin ms':>9} {'spin/torch':>10}" if args.spin_count is not None else ""),
+          flush=True)
     results = []
     for name, batch, make_step in MODELS:
         if name not in wanted:
@@ -248,6 +256,13 @@ def main():
             base, _ = time_kiln(args.base, name, batch, args.threads, args.warmup, args.steps)
             row["base_median_ms"] = base
             line += f" {base:>9.2f} {base / t:>10.3f}"
+        if args.spin_count is not None:
+            spin = statistics.median([
+                time_kiln(args.bench, name, batch, args.threads, args.warmup, args.steps,
+                          args.spin_count)[0] for _ in range(args.rounds)])
+            row["spin_count"] = args.spin_count
+            row["kiln_spin_median_ms"] = spin
+            line += f" {spin:>9.2f} {spin / t:>10.3f}"
         print(line, flush=True)
         results.append(row)
     json.dump({"torch": torch.__version__, "threads": args.threads, "cores": affinity,

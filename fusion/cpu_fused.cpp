@@ -209,7 +209,10 @@ template <class T>
 void run_group(const FusedGroup& g, const KernelCall& call) {
   const std::int64_t n = g.shape.numel();
   const std::int64_t tiles = (n + kTile - 1) / kTile;
-  const int threads = n > 4 * kTile ? omp_get_max_threads() : 1;
+  // One thread below 16 tiles (64 KiB of f32 per operand): waking a sleeping team costs about
+  // as much as it computes. Otherwise the whole team, never a smaller one: libgomp ends the
+  // threads a smaller team leaves out and creates them again for the next full one.
+  const int threads = tiles < 16 ? 1 : omp_get_max_threads();
   const bool reduces = g.reduction.has_value();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
   const double init = reduces ? g.reduction->op->reduction.identity : 0.0;

@@ -3,6 +3,8 @@
 // once and kept, run on OpenMP's threads.
 #include "graph/kernels/conv_dnnl.h"
 
+#include <omp.h>
+
 #include <map>
 #include <mutex>
 #include <optional>
@@ -153,6 +155,17 @@ memory working_memory(const Argument& a, const Tensor& t, std::size_t slot) {
   return memory(a.chosen, cpu_engine(), buffer.data());
 }
 
+// A reorder of at most 256 KiB (a layer's weights) runs on the calling thread alone: copying
+// it takes about as long as waking a sleeping team, which oneDNN would do for any size.
+void run_reorder(const dnnl::reorder& reorder, dnnl::stream& stream, memory& from, memory& to) {
+  constexpr std::size_t kAloneBytes = std::size_t{256} << 10;
+  const bool alone = from.get_desc().get_size() <= kAloneBytes;
+  const int threads = omp_get_max_threads();
+  if (alone) omp_set_num_threads(1);
+  reorder.execute(stream, from, to);
+  if (alone) omp_set_num_threads(threads);
+}
+
 void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, const Tensor& in1,
              const Tensor& out) {
   const Plan& plan = cached_plan(g, direction);
@@ -164,7 +177,7 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
     memory working = working_memory(a, *inputs[i], i);
     if (a.reorder) {
       memory plain(a.plain, cpu_engine(), const_cast<void*>(inputs[i]->raw()));
-      a.reorder->execute(stream, plain, working);
+      run_reorder(*a.reorder, stream, plain, working);
     }
     args.emplace(a.id, working);
   }
@@ -173,7 +186,7 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
   plan.convolution.execute(stream, args);
   if (plan.output.reorder) {
     memory plain(plan.output.plain, cpu_engine(), out.raw());
-    plan.output.reorder->execute(stream, result, plain);
+    run_reorder(*plan.output.reorder, stream, result, plain);
   }
   stream.wait();
 }

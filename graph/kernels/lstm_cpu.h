@@ -1,6 +1,7 @@
 // CPU kernels of the fused LSTM recurrence (ops lstm_sequence and lstm_sequence_grad,
-// graph/ops/recurrent_ops.cpp; the math is in docs/lstm_ops.md): per step one Eigen GEMM
-// and the cell, threads over fixed blocks of hidden units (the same bits for any thread count).
+// graph/ops/recurrent_ops.cpp; the math is in docs/lstm_ops.md): per step one GEMM (oneDNN's
+// sgemm for float, Eigen for double) and the cell, threads over fixed blocks of hidden units
+// and batch rows (the same bits for any thread count).
 #pragma once
 
 #include "core/tensor.h"

@@ -53,6 +53,30 @@ struct MatmulBlocks {
   std::int64_t row_size, column_size, rows, columns;  // block sizes and counts
 };
 
+// Halves the blocks (the longer side first) until there are 16 of them, enough for 8-16
+// threads, while each keeps at least 2^21 multiply-adds (about 40 us on one core; a weight
+// gradient's [64 x 4096] x [4096 x 1024] had 4 blocks, so 8 threads ran it at half speed).
+// Shapes only decide, never the thread count.
+void split_for_threads(const MatmulDims& d, MatmulBlocks& b) {
+  constexpr std::int64_t kWanted = 16, kMinWork = std::int64_t{1} << 21;
+  auto count = [](std::int64_t extent, std::int64_t size) { return (extent + size - 1) / size; };
+  while (d.batch * b.rows * b.columns < kWanted) {
+    const std::int64_t h = std::min(b.row_size, d.m), w = std::min(b.column_size, d.n);
+    if (h * w * d.k / 2 < kMinWork) return;
+    const bool rows_split = h >= 64 && count(d.m, b.row_size / 2) > b.rows;
+    const bool columns_split = w >= 32 && count(d.n, b.column_size / 2) > b.columns;
+    if (rows_split && (h >= w || !columns_split)) {
+      b.row_size /= 2;
+      b.rows = count(d.m, b.row_size);
+    } else if (columns_split) {
+      b.column_size /= 2;
+      b.columns = count(d.n, b.column_size);
+    } else {
+      return;
+    }
+  }
+}
+
 // Columns in blocks 64 wide, up to 256 where there are 4 such blocks (wider blocks repack
 // the left operand less often: about 10% faster on an LSTM's GEMMs); rows in blocks of 256.
 // Where that leaves one block (few rows, at most 64 columns: a one-hot embedding's weight
@@ -62,7 +86,10 @@ MatmulBlocks matmul_blocks(const MatmulDims& d) {
   std::int64_t columns = 64 * std::clamp<std::int64_t>(d.n / 256, 1, 4);
   const std::int64_t row_blocks = std::max<std::int64_t>((d.m + kRows - 1) / kRows, 1);
   if (row_blocks == 1 && d.n <= columns) columns = 16;
-  return {kRows, columns, row_blocks, std::max<std::int64_t>((d.n + columns - 1) / columns, 1)};
+  MatmulBlocks blocks{kRows, columns, row_blocks,
+                      std::max<std::int64_t>((d.n + columns - 1) / columns, 1)};
+  split_for_threads(d, blocks);
+  return blocks;
 }
 
 // Rows [r0, r0 + h) and columns [c0, c0 + w) of one batch entry's C = op(A) op(B) through
