@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dump's command line: every format, the fusion summary, and bad flags. $1: the dump binary.
 set -uo pipefail
-dump=${1:?usage: dump_cli_test.sh DUMP}
+dump=${1:?usage: dump_cli_test.sh DUMP [ON|OFF: the build has the CUDA backend]}
+have_cuda=${2:-OFF}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "dump_cli_test: FAILED: $*" >&2; exit 1; }
@@ -13,6 +14,32 @@ grep -q "^bytes read and written by the kernels: [0-9]* (fused groups [0-9]*, th
   fail "text has no 'bytes read and written'"
 grep -q "== fused kernels ==" "$tmp/text" || fail "text lists no fused kernels"
 grep -q "__global__" "$tmp/text" && fail "text without --kernels shows source"
+
+# The hand-written CUDA kernels of each node that is not a fused group, from the op entries alone
+# (no GPU needed): resnet18's convolutions over 64+ channels read a channels-last copy in bf16
+# and, under TF32, in f32; the 3-channel first convolution gathers from NCHW; fp32 stays on the
+# CUDA cores. A build without CUDA lists none.
+for p in bf16 tf32 fp32; do
+  "$dump" --model resnet18 --batch-size 8 --precision $p --format json -o "$tmp/r18_$p.json" ||
+    fail "resnet18 $p json exited $?"
+done
+python3 - "$tmp" "$have_cuda" <<'PY' || fail "the hand-written kernels are wrong"
+import json, sys
+tmp, have_cuda = sys.argv[1], sys.argv[2] in ("ON", "1", "TRUE", "true")
+def kernels(p, op):
+    j = json.load(open(f"{tmp}/r18_{p}.json"))
+    return [k for h in j["hand_written_kernels"] if h["op"] == op for k in h["kernels"]]
+if not have_cuda:
+    assert kernels("bf16", "conv2d") == [], "no CUDA backend, yet kernels are listed"
+    sys.exit(0)
+bf16 = kernels("bf16", "conv2d")
+assert any(k.startswith("kiln_conv_nhwc_fwd_") and k.endswith("_bf16") for k in bf16), bf16
+assert "kiln_conv_nchw_to_nhwc_u16" in bf16 and any(k.startswith("kiln_conv_mma_fwd_") for k in bf16)
+assert any(k.startswith("kiln_conv_nhwc_") for k in kernels("bf16", "conv2d_grad_input"))
+tf32 = kernels("tf32", "conv2d")
+assert any(k.startswith("kiln_conv_nhwc_fwd_") and k.endswith("_tf32") for k in tf32), tf32
+assert not any("nhwc" in k for k in kernels("fp32", "conv2d") + kernels("fp32", "conv2d_grad_input"))
+PY
 
 "$dump" --model lenet --kernels > "$tmp/kernels" || fail "--kernels exited $?"
 grep -q 'extern "C" __global__ void kiln_' "$tmp/kernels" || fail "--kernels shows no kernel source"

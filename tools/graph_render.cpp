@@ -2,10 +2,13 @@
 #include "tools/graph_render.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backends/compile.h"
 #include "fusion/fused_group.h"
 #ifdef KILN_HAVE_CUDA
+#include "backends/cuda/cublas_handle.h"
+#include "backends/cuda/op_entry.h"
 #include "fusion/cuda_fused.h"
 #include "gpu/cuda_runtime.h"
 #endif
@@ -97,6 +100,33 @@ nlohmann::json lowering_json(const Graph& g, const Lowering& l) {
 
 }  // namespace
 
+// Which kernels each node that is not a fused group launches on the GPU: host code only (the
+// op entries' source lists), so it needs no device. TF32 is a process-wide switch the conv
+// entries read; it is set for the listing as a program of `precision` sets it.
+std::vector<HandWrittenLaunch> hand_written_launches(const Graph& g, Precision precision) {
+  std::vector<HandWrittenLaunch> out;
+#ifdef KILN_HAVE_CUDA
+  const bool tf32_before = cuda::allow_tf32();
+  cuda::set_allow_tf32(precision == Precision::tf32);
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
+    const Node& n = g.node(id);
+    if (!is_kernel(n) || n.body) continue;
+    const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
+    if (entry == nullptr || !entry->sources) continue;
+    std::vector<TensorType> types;
+    for (const ValueRef& r : n.inputs) types.push_back(g.type(r));
+    HandWrittenLaunch launch{id, n.op->name, {}};
+    for (const gpu::KernelSource& s : entry->sources(n, types)) launch.kernels.push_back(s.name);
+    if (!launch.kernels.empty()) out.push_back(std::move(launch));
+  }
+  cuda::set_allow_tf32(tf32_before);
+#else
+  (void)g;
+  (void)precision;
+#endif
+  return out;
+}
+
 FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   FusionView v;
   verify(recorded);
@@ -106,6 +136,7 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
   v.lowering = lower_for_device(v.after, 2, dump_lowering);  // as compile() lowers it
+  v.hand_written = hand_written_launches(v.after, precision);
   return v;
 }
 
@@ -178,6 +209,9 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
     }
     if (with_source) out += v.kernels[k].source + "\n";
   }
+  if (!v.hand_written.empty()) out += "\n== hand-written CUDA kernels, by node ==\n";
+  for (const HandWrittenLaunch& h : v.hand_written)
+    out += fmt::format("%{} {}: {}\n", h.node, h.op, fmt::join(h.kernels, ", "));
   out += "\n== stream schedule (critical path on stream 0, the rest on stream 1) ==\n";
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id) {
     const Node& n = v.after.node(id);
@@ -262,7 +296,11 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
     if (is_kernel(v.after.node(id)))
       schedule.push_back(
           {{"node", id}, {"stream", v.lowering.stream_of[static_cast<std::size_t>(id)]}});
+  nlohmann::json hand_written = nlohmann::json::array();
+  for (const HandWrittenLaunch& h : v.hand_written)
+    hand_written.push_back({{"node", h.node}, {"op", h.op}, {"kernels", h.kernels}});
   return {{"schedule", schedule},
+          {"hand_written_kernels", hand_written},
           {"lowering", lowering_json(v.after, v.lowering)},
           {"before", before},
           {"after", after},

@@ -22,13 +22,22 @@ struct KernelOccupancy {
   double occupancy = 0;  // resident warps / the SM's maximum at that block size
 };
 
+// A node that is not a fused group and the hand-written CUDA kernels it launches (its op
+// entry's sources for its input types and the view's precision; none in a build without CUDA).
+struct HandWrittenLaunch {
+  std::int32_t node = 0;
+  std::string op;
+  std::vector<std::string> kernels;
+};
+
 struct FusionView {
   Graph before;  // after dead-code elimination and constant folding, before fusion
   Graph after;   // after fusion
   FusionReport report;
   std::vector<CudaKernelSource> kernels;  // one per fused group, in report order
   Lowering lowering;  // backends/lowering of `after` on two streams, as compile() lowers it
-  std::vector<KernelOccupancy> occupancy;  // per kernel, filled by add_occupancy
+  std::vector<KernelOccupancy> occupancy;       // per kernel, filled by add_occupancy
+  std::vector<HandWrittenLaunch> hand_written;  // the other kernels' CUDA sources, by node
 };
 
 // Compiles every fused kernel for the GPU present and records its resources and occupancy.
