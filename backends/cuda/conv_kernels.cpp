@@ -174,16 +174,22 @@ const char* unsigned_of(std::size_t element_bytes) {
 }
 }  // namespace
 
+std::string nhwc_image_name(std::size_t element_bytes) {
+  return fmt::format("kiln_conv_nchw_to_nhwc_u{}", 8 * element_bytes);
+}
+
+std::string nhwc_weights_name(bool flip, std::size_t element_bytes) {
+  return fmt::format("kiln_conv_nhwc_weights{}_u{}", flip ? "_flipped" : "", 8 * element_bytes);
+}
+
 gpu::KernelSource nhwc_image_source(std::size_t element_bytes) {
-  return embedded_kernel(fmt::format("kiln_conv_nchw_to_nhwc_u{}", 8 * element_bytes),
-                         kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_IMAGE",
-                         {{"KILN_U", unsigned_of(element_bytes)}});
+  return embedded_kernel(nhwc_image_name(element_bytes), kernel_files::conv_mma_nhwc_cuh,
+                         "KILN_NHWC_IMAGE", {{"KILN_U", unsigned_of(element_bytes)}});
 }
 
 gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes) {
   return embedded_kernel(
-      fmt::format("kiln_conv_nhwc_weights{}_u{}", flip ? "_flipped" : "", 8 * element_bytes),
-      kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_WEIGHTS",
+      nhwc_weights_name(flip, element_bytes), kernel_files::conv_mma_nhwc_cuh, "KILN_NHWC_WEIGHTS",
       {{"KILN_U", unsigned_of(element_bytes)}, {"KILN_FLIP", flip ? "true" : "false"}});
 }
 

@@ -42,8 +42,8 @@ void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std:
   KILN_CHECK(channels % 2 == 0, "conv: the channels-last copy takes an even channel count ({})",
              channels);
   const std::size_t bytes = dtype_size(dtype);
-  const DeviceKernel& k = device_kernel(fmt::format("kiln_conv_nchw_to_nhwc_u{}", 8 * bytes),
-                                        [bytes] { return nhwc_image_source(bytes); });
+  const DeviceKernel& k =
+      device_kernel(nhwc_image_name(bytes), [bytes] { return nhwc_image_source(bytes); });
   int c = static_cast<int>(channels), n = static_cast<int>(hw);
   void* args[] = {&x, &xt, &c, &n};
   const gpu::Dim3 grid{static_cast<unsigned>((hw + 63) / 64),
@@ -54,9 +54,8 @@ void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std:
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
                   std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream) {
   const std::size_t bytes = dtype_size(dtype);
-  const DeviceKernel& k =
-      device_kernel(fmt::format("kiln_conv_nhwc_weights{}_u{}", flip ? "_flipped" : "", 8 * bytes),
-                    [flip, bytes] { return nhwc_weights_source(flip, bytes); });
+  const DeviceKernel& k = device_kernel(nhwc_weights_name(flip, bytes),
+                                        [flip, bytes] { return nhwc_weights_source(flip, bytes); });
   int co = static_cast<int>(out_channels), ci = static_cast<int>(in_channels),
       taps = static_cast<int>(khkw);
   void* args[] = {&w, &a, &co, &ci, &taps};

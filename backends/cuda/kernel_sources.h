@@ -73,6 +73,8 @@ inline constexpr NhwcTile kNhwcTiles[] = {{128, 64}, {64, 128}, {64, 64}};
 std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated);
 gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated);
 // element_bytes: 2 or 4.
+std::string nhwc_image_name(std::size_t element_bytes);
+std::string nhwc_weights_name(bool flip, std::size_t element_bytes);
 gpu::KernelSource nhwc_image_source(std::size_t element_bytes);
 gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes);
 // The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): bm filters by 64 patch rows,
