@@ -72,12 +72,19 @@ GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimize
   rename_state(*g_optimizer_, "g_optimizer");
 }
 
+// Both steps are queued before the host waits (on the GPU they run back to back).
 GanStepResult GanSteps::run(const Tensor& real, const Tensor& z) {
-  const Outputs d = d_step_->run({{"real", real}, {"z", z}});
-  const Outputs g = g_step_->run({{"z", z}});
+  PendingRun d_run = d_step_->enqueue({{"real", real}, {"z", z}});
+  PendingRun g_run = g_step_->enqueue({{"z", z}});
+  const Outputs d = d_run.wait(), g = g_run.wait();
   return {.d_loss = d.at("loss").item(),
           .g_loss = g.at("loss").item(),
           .d_accuracy = discriminator_accuracy(d)};
+}
+
+void GanSteps::prefetch(const Tensor& real, const Tensor& z) {
+  d_step_->prefetch({{"real", real}, {"z", z}});
+  g_step_->prefetch({{"z", z}});
 }
 
 std::vector<VariablePtr> GanSteps::optimizer_state() const {

@@ -44,7 +44,12 @@ class GanSteps {
 
   // One discriminator step on (real [B, 1, 28, 28], z [B, 100]), then one generator step on
   // the same z (the generator has not changed, so it sees the fakes D was just trained on).
+  // Both are queued before the host waits once (Program::enqueue): on the GPU the generator
+  // step starts on the device as soon as the discriminator step ends.
   GanStepResult run(const Tensor& real, const Tensor& z);
+  // Announces the next run's (real, z): on the GPU they are copied to the device while this
+  // run computes (Program::prefetch); they must not change until that run.
+  void prefetch(const Tensor& real, const Tensor& z);
 
   Program& discriminator_step() {
     return *d_step_;
