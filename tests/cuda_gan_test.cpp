@@ -69,11 +69,11 @@ TEST_CASE(
     for (std::uint64_t step = 0; step < 5; ++step) {  // the first run, the capture, replays
       CAPTURE(step);
       const Tensor next_real = real_of(step + 1), next_z = gan_noise(16, 9, step + 1);
+      old_steps.set_lr(kGanLr * static_cast<double>(step + 1));  // uploads from the host
+      new_steps.set_lr(kGanLr * static_cast<double>(step + 1));
       const Outputs d = old_steps.discriminator_step().run({{"real", real}, {"z", z}});
       const Outputs g = old_steps.generator_step().run({{"z", z}});
       new_steps.prefetch(next_real, next_z);
-      old_steps.set_lr(kGanLr * static_cast<double>(step + 1));  // uploads from the host
-      new_steps.set_lr(kGanLr * static_cast<double>(step + 1));
       const GanStepResult queued = new_steps.run(real, z);
       CHECK(queued.d_loss == d.at("loss").item());
       CHECK(queued.g_loss == g.at("loss").item());
