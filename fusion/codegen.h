@@ -26,4 +26,14 @@ struct CudaKernelSource {
 
 CudaKernelSource generate_cuda(const FusedGroup& group);
 
+// A horizontal launch (backends/horizontal.h): groups of `group`'s kind (every input read
+// contiguously or as one element, no reduction) as segments of one kernel, whose parameters are
+// (const long long* table, int segments). The table holds per segment, in order, 2 + inputs +
+// outputs 8-byte words: its element count, its first tile, then the device pointers of its
+// inputs (offsets applied) and outputs. Block b computes tile b - first tile (kHorizontalTile
+// elements) of the last segment whose first tile is at most b, with the same instructions per
+// element as generate_cuda, so the results are the same bits. Sizes are not in the source.
+inline constexpr std::int64_t kHorizontalTile = 2048;
+CudaKernelSource generate_cuda_horizontal(const FusedGroup& group);
+
 }  // namespace kiln

@@ -56,7 +56,9 @@ class CudaProgram final : public Program {
   std::size_t collect_kernels(std::vector<const FusedGroup*>& groups,
                               std::vector<gpu::KernelSource>& sources);
   void* status_of(std::int32_t node) const;
-  cuda::Launch prepare_node(std::int32_t node, std::size_t& next_group, std::size_t workspace);
+  cuda::Launch prepare_node(std::int32_t node, std::size_t workspace);
+  std::vector<HorizontalMembers> horizontal_members() const;
+  cuda::Launch prepare_horizontal(const LaunchStep& step) const;
   cuda::Launch prepare_update(const LaunchStep& step) const;
   void execute(std::vector<TraceEvent>* trace);
   void launch_step(cudaStream_t main);
@@ -71,6 +73,8 @@ class CudaProgram final : public Program {
   CudaOptions options_;
   cuda::DeviceBuffers buffers_;
   std::vector<std::unique_ptr<CudaFusedKernel>> fused_;
+  std::vector<int> fused_of_node_;                                 // index into fused_, or -1
+  std::vector<std::unique_ptr<CudaHorizontalKernel>> horizontal_;  // per lowering_.horizontal
   std::vector<Step> steps_;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;  // the launch list's cross-stream events
@@ -148,8 +152,16 @@ std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
                                          std::vector<gpu::KernelSource>& sources) {
   std::set<std::string> source_names;
   std::size_t workspace = 0;
+  std::set<std::int32_t> merged;  // run by horizontal launches, not by kernels of their own
+  for (const HorizontalLaunch& h : lowering_.horizontal)
+    merged.insert(h.nodes.begin(), h.nodes.end());
+  fused_of_node_.assign(graph_.nodes().size(), -1);
   for (const Node& n : graph_.nodes()) {
-    if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+    const auto id = static_cast<std::int32_t>(&n - graph_.nodes().data());
+    if (n.body && !merged.count(id)) {
+      fused_of_node_[static_cast<std::size_t>(id)] = static_cast<int>(groups.size());
+      groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+    }
     if (n.body || n.op->kind == OpKind::source || n.op->alias) continue;
     const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
     KILN_CHECK(entry != nullptr, "the CUDA backend has no kernel for op '{}'", n.op->name);
@@ -187,8 +199,13 @@ void CudaProgram::prepare_launches() {
     KILN_CUDA_CHECK(cudaSetDevice(device));  // the current device is per thread
     cuda::preload_kernels(sources);
   });
+  std::future<void> horizontal = std::async(std::launch::async, [this, device] {
+    KILN_CUDA_CHECK(cudaSetDevice(device));
+    horizontal_ = compile_horizontal_kernels(horizontal_members());
+  });
   fused_ = compile_fused_kernels(groups);
   hand_written.get();
+  horizontal.get();
   if (workspace > 0) {
     workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
                         {static_cast<std::int64_t>(workspace)}, DType::u8);
@@ -196,10 +213,10 @@ void CudaProgram::prepare_launches() {
       side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
                                {static_cast<std::int64_t>(workspace)}, DType::u8);
   }
-  std::size_t next_group = 0;
   for (const LaunchStep& step : lowering_.launches.steps) {
-    cuda::Launch launch =
-        step.node >= 0 ? prepare_node(step.node, next_group, workspace) : prepare_update(step);
+    cuda::Launch launch = !step.merged.empty() ? prepare_horizontal(step)
+                          : step.node >= 0     ? prepare_node(step.node, workspace)
+                                               : prepare_update(step);
     if (launch) steps_.push_back({&step, std::move(launch)});
     if (step.node >= 0) first_update_ = steps_.size();
   }
@@ -210,8 +227,7 @@ void CudaProgram::prepare_launches() {
 }
 
 // A node's launch: its fused kernel, or its op's CUDA entry with the workspace of its stream.
-cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_group,
-                                       std::size_t workspace) {
+cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t workspace) {
   const Node& n = graph_.node(node);
   std::vector<const void*> in;
   std::vector<TensorType> types;
@@ -221,7 +237,8 @@ cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_grou
   }
   const std::vector<void*>& out = buffers_.ptr[static_cast<std::size_t>(node)];
   if (n.body) {
-    const CudaFusedKernel* kernel = fused_[next_group++].get();
+    const CudaFusedKernel* kernel =
+        fused_[static_cast<std::size_t>(fused_of_node_[static_cast<std::size_t>(node)])].get();
     return [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); };
   }
   // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
@@ -232,6 +249,33 @@ cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_grou
                  : nullptr;
   cuda::LaunchSetup setup{n, types, in, out, ws, workspace, status_of(node)};
   return cuda::cuda_op(n.op->id)->prepare(setup);
+}
+
+// Each horizontal launch's members with the pointers they read and write.
+std::vector<HorizontalMembers> CudaProgram::horizontal_members() const {
+  std::vector<HorizontalMembers> launches;
+  for (const HorizontalLaunch& h : lowering_.horizontal) {
+    HorizontalMembers m;
+    for (std::int32_t member : h.nodes) {
+      const Node& n = graph_.node(member);
+      m.groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+      m.inputs.emplace_back();
+      for (const ValueRef& r : n.inputs) m.inputs.back().push_back(pointer(r));
+      m.outputs.push_back(buffers_.ptr[static_cast<std::size_t>(member)]);
+    }
+    launches.push_back(std::move(m));
+  }
+  return launches;
+}
+
+cuda::Launch CudaProgram::prepare_horizontal(const LaunchStep& step) const {
+  for (std::size_t k = 0; k < lowering_.horizontal.size(); ++k)
+    if (lowering_.horizontal[k].nodes == step.merged) {
+      const CudaHorizontalKernel* kernel = horizontal_[k].get();
+      return [kernel](gpu::Stream s) { kernel->launch(s); };
+    }
+  KILN_ASSERT(false, "launch '{}' is no horizontal launch of the lowering", step.label);
+  return nullptr;
 }
 
 // An assignment not done in place: the new value copied into the variable at the end of the
