@@ -1,5 +1,5 @@
-// Horizontal launches: fused groups keyed by their kind, filtered by what a later position in
-// node order, another stream and a shared launch allow.
+// Horizontal launches: fused groups keyed by their kind and stream, filtered by what a later
+// position in node order and a shared launch allow.
 #include "backends/horizontal.h"
 
 #include <fmt/format.h>
@@ -69,26 +69,23 @@ std::optional<std::string> horizontal_kind(const FusedGroup& group) {
   return key;
 }
 
-std::vector<HorizontalLaunch> merge_horizontal(const Graph& g, std::vector<int>& stream_of,
+std::vector<HorizontalLaunch> merge_horizontal(const Graph& g, const std::vector<int>& stream_of,
                                                const std::vector<InPlaceUpdate>& in_place) {
   if (turned_off()) return {};
   std::set<std::int32_t> must_precede;  // readers that in-place updates wait for
   for (const InPlaceUpdate& u : in_place) must_precede.insert(u.after.begin(), u.after.end());
   const std::vector<char> unread = unread_by_nodes(g);
-  std::map<std::string, std::vector<std::int32_t>> by_kind;  // in node order
+  std::map<std::pair<std::string, int>, std::vector<std::int32_t>> by_kind;  // in node order
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
     const FusedGroup* group = group_of(g.node(id));
     if (group == nullptr || !unread[static_cast<std::size_t>(id)] || must_precede.count(id))
       continue;
-    if (std::optional<std::string> kind = horizontal_kind(*group)) by_kind[*kind].push_back(id);
+    if (std::optional<std::string> kind = horizontal_kind(*group))
+      by_kind[{*kind, stream_of[static_cast<std::size_t>(id)]}].push_back(id);
   }
   std::vector<HorizontalLaunch> launches;
-  for (auto& [kind, nodes] : by_kind) {
-    if (nodes.size() < 2) continue;
-    for (std::int32_t m : nodes)  // the launch runs where, and on the stream, its last member is
-      stream_of[static_cast<std::size_t>(m)] = stream_of[static_cast<std::size_t>(nodes.back())];
-    launches.push_back({std::move(nodes)});
-  }
+  for (auto& [kind, nodes] : by_kind)
+    if (nodes.size() >= 2) launches.push_back({std::move(nodes)});
   std::sort(launches.begin(), launches.end(),
             [](const HorizontalLaunch& a, const HorizontalLaunch& b) {
               return a.nodes.back() < b.nodes.back();

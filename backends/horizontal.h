@@ -4,15 +4,15 @@
 //
 // Pre: g is fused; stream_of = assign_streams(g, ...); in_place = in_place_updates(g).
 // Post: each HorizontalLaunch lists at least two nodes in increasing order, each in at most one
-// launch, all of one horizontal_kind, and stream_of of every member is now the stream of the
-// launch (that of its last member), such that: no node reads an output of a
+// launch, all of one horizontal_kind and one stream, such that: no node reads an output of a
 // member (only assignments and graph outputs do), and no member is a reader that an in-place
 // update must precede (in_place[k].after), so no member reads what another member or a
 // later update overwrites. The launch runs where its last member is in node order:
 // plan_memory keeps every member's inputs alive until there (launch_positions) and
-// build_launch_list puts the one launch there, waiting for every member's events (a member
-// moved off stream 0 keeps what it reads and writes for the whole step, as any side-stream
-// kernel does).
+// build_launch_list puts the one launch there, waiting for every member's events. Groups of
+// one kind on different streams stay apart: merged, the side stream's updates would wait for
+// the last gradient of the critical path (on the H200, LeNet's SGD step took 0.188 ms of
+// device time so, against 0.175 unmerged).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,7 @@ struct HorizontalLaunch {
 std::optional<std::string> horizontal_kind(const FusedGroup& group);
 
 // KILN_HORIZONTAL=0 turns the step off (no launch merged), to measure without it.
-std::vector<HorizontalLaunch> merge_horizontal(const Graph& g, std::vector<int>& stream_of,
+std::vector<HorizontalLaunch> merge_horizontal(const Graph& g, const std::vector<int>& stream_of,
                                                const std::vector<InPlaceUpdate>& in_place);
 
 // Where each node runs in node order: itself, or the last member of its horizontal launch.

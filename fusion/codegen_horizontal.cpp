@@ -1,25 +1,62 @@
 // The horizontal kernel: one launch over the segments of several groups of one kind. Each
 // block finds its segment in the table by binary search over the first tiles, takes the
-// segment's pointers and runs the group's scalar loop over its tile.
+// segment's pointers and runs the group's own vector and scalar code over its tile.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "fusion/codegen_writer.h"
 
 namespace kiln::codegen {
 
-// The table's words of a segment: n, first tile, inputs, outputs (see generate_cuda_horizontal).
+// The table's words of a segment: n, first tile, vectors, inputs, outputs (see
+// generate_cuda_horizontal).
 std::string Writer::segment_pointers() const {
   auto storage = [this](DType d) { return d == g_.compute ? std::string("T") : storage_name(d); };
   std::string out;
   const std::size_t inputs = g_.inputs.size();
   for (std::size_t k = 0; k < inputs; ++k)
     out += fmt::format("  const {0}* __restrict__ in{1} = (const {0}*)seg[{2}];\n",
-                       storage(g_.inputs[k].type.dtype), k, 2 + k);
+                       storage(g_.inputs[k].type.dtype), k, 3 + k);
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
     out += fmt::format("  {0}* __restrict__ out{1} = ({0}*)seg[{2}];\n",
-                       storage(g_.operand_dtype(g_.outputs[k])), k, 2 + inputs + k);
+                       storage(g_.operand_dtype(g_.outputs[k])), k, 3 + inputs + k);
+  return out;
+}
+
+// The lanes of the group's vector path, whichever of its sizes takes it (1: none).
+int Writer::horizontal_lanes() const {
+  if (!vectorizable()) return 1;
+  if (g_.low_precision()) return lanes_;
+  return g_.compute == DType::f32 ? 4 : 1;
+}
+
+bool Writer::segment_vectorized(const std::vector<const void*>& inputs,
+                                const std::vector<void*>& outputs) const {
+  if (vector_width() <= 1) return false;
+  unsigned long long bits = 0;
+  for (std::size_t k = 0; k < plans_.size(); ++k)
+    if (!plans_[k].lane_invariant) bits |= reinterpret_cast<std::uintptr_t>(inputs[k]);
+  for (void* out : outputs) bits |= reinterpret_cast<std::uintptr_t>(out);
+  return (bits & 15ULL) == 0;
+}
+
+// Where the group's own kernel takes vectors (its size allows them and its pointers are
+// aligned: the table's third word), the tile takes them too, with the same lines, so the
+// compiler contracts the same multiplies and additions into FMAs (a scalar loop can contract
+// others, and the bits differ); the elements after the last vector, scalar.
+std::string Writer::horizontal_vectors(int lanes) const {
+  if (lanes <= 1) return "";
+  std::string out = fmt::format(
+      "  if (seg[2] != 0LL) {{  // as the group's own kernel: vectors\n"
+      "    const long long vectors_end = end < n / {0} * {0} ? end : n / {0} * {0};\n"
+      "    for (long long v = begin / {0} + threadIdx.x; v < vectors_end / {0}; v += "
+      "blockDim.x) {{\n"
+      "      const long long i = v * {0};\n",
+      lanes);
+  out += g_.low_precision() ? vector_body_wide() : vector_body_f32();
+  out += "    }\n    start = (vectors_end > begin ? vectors_end : begin) + threadIdx.x;\n  }\n";
   return out;
 }
 
@@ -27,7 +64,7 @@ CudaKernelSource Writer::generate_horizontal() {
   KILN_ASSERT(!g_.reduction, "a horizontal kernel of a reduction group");
   for (const InputPlan& p : plans_)
     KILN_ASSERT(p.access != Access::strided, "a horizontal kernel reads every input contiguously");
-  const std::size_t words = 2 + g_.inputs.size() + g_.outputs.size();
+  const std::size_t words = 3 + g_.inputs.size() + g_.outputs.size();
   std::string body = fmt::format(
       "  const long long tile = blockIdx.x;\n"
       "  int lo = 0, hi = segments - 1;\n"
@@ -44,7 +81,10 @@ CudaKernelSource Writer::generate_horizontal() {
       "  const long long end = begin + {0}LL < n ? begin + {0}LL : n;\n",
       kHorizontalTile);
   body += hoisted_scalars();
-  body += "  for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {\n";
+  body += "  long long start = begin + threadIdx.x;\n";
+  const int lanes = horizontal_lanes();
+  body += horizontal_vectors(lanes);
+  body += "  for (long long i = start; i < end; i += blockDim.x) {\n";
   body += scalar_loads("    ", "i");
   body += compute("    ", "");
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
@@ -63,7 +103,7 @@ CudaKernelSource Writer::generate_horizontal() {
   for (std::size_t at = k.source.find("KERNEL"); at != std::string::npos;
        at = k.source.find("KERNEL", at))
     k.source.replace(at, 6, k.name);
-  k.vector_width = 1;
+  k.vector_width = lanes;
   return k;
 }
 
@@ -73,6 +113,11 @@ namespace kiln {
 
 CudaKernelSource generate_cuda_horizontal(const FusedGroup& group) {
   return codegen::Writer(group).generate_horizontal();
+}
+
+bool horizontal_segment_vectorized(const FusedGroup& group, const std::vector<const void*>& inputs,
+                                   const std::vector<void*>& outputs) {
+  return codegen::Writer(group).segment_vectorized(inputs, outputs);
 }
 
 }  // namespace kiln

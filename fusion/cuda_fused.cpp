@@ -74,7 +74,8 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
   finish_->launch(finish_shape_.grid, finish_shape_.block, 0, stream, finish_args);
 }
 
-// The table of generate_cuda_horizontal: per segment n, first tile, input and output pointers.
+// The table of generate_cuda_horizontal: per segment n, first tile, whether it takes vectors,
+// input and output pointers.
 CudaHorizontalKernel::CudaHorizontalKernel(CudaKernelSource source,
                                            const gpu::CompiledKernel& compiled,
                                            const std::vector<const FusedGroup*>& groups,
@@ -86,15 +87,18 @@ CudaHorizontalKernel::CudaHorizontalKernel(CudaKernelSource source,
   for (std::size_t s = 0; s < groups.size(); ++s) {
     const FusedGroup& g = *groups[s];
     const std::int64_t n = g.shape.numel();
+    std::vector<const void*> in;
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      const FusedInput& fi = g.inputs[k];  // a slice read in place starts at its offset
+      in.push_back(static_cast<const char*>(inputs[s][k]) +
+                   fi.offset * static_cast<std::int64_t>(dtype_size(fi.type.dtype)));
+    }
     table.push_back(n);
     table.push_back(tiles);
+    table.push_back(horizontal_segment_vectorized(g, in, outputs[s]) ? 1 : 0);
     tiles += (n + kHorizontalTile - 1) / kHorizontalTile;
-    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
-      const FusedInput& in = g.inputs[k];  // a slice read in place starts at its offset
-      const char* p = static_cast<const char*>(inputs[s][k]) +
-                      in.offset * static_cast<std::int64_t>(dtype_size(in.type.dtype));
+    for (const void* p : in)
       table.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p)));
-    }
     for (void* out : outputs[s])
       table.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(out)));
   }

@@ -43,7 +43,7 @@ std::shared_ptr<const FusedGroup> single_group(Graph& g) {
   return groups[0];
 }
 
-Graph lenet_step(std::int64_t batch) {
+Graph lenet_step(std::int64_t batch, bool adam = false) {
   Graph g;
   Philox rng(0);
   static LeNet model(rng);  // parameters outlive the graph's variable nodes
@@ -52,7 +52,9 @@ Graph lenet_step(std::int64_t batch) {
   std::vector<Value> params;
   for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
   Sgd sgd({.lr = 0.01, .momentum = 0.9});
-  sgd.append_update(g, model.parameters(), grad(loss, params));
+  Adam adam_optimizer({.lr = 0.01});
+  Optimizer& optimizer = adam ? static_cast<Optimizer&>(adam_optimizer) : sgd;
+  optimizer.append_update(g, model.parameters(), grad(loss, params));
   g.output("loss", loss);
   return g;
 }
@@ -248,8 +250,8 @@ namespace {
 
 // The horizontal launches of a fused step on one stream (backends/horizontal.h).
 std::vector<HorizontalLaunch> horizontal_of(const Graph& fused) {
-  std::vector<int> streams(fused.nodes().size(), 0);
-  return merge_horizontal(fused, streams, in_place_updates(fused));
+  return merge_horizontal(fused, std::vector<int>(fused.nodes().size(), 0),
+                          in_place_updates(fused));
 }
 
 const FusedGroup& group_at(const Graph& fused, std::int32_t node) {
@@ -276,8 +278,13 @@ TEST_CASE(
     // The same kernel for every member (sizes are not in the source)...
     for (std::int32_t m : h.nodes)
       CHECK(generate_cuda_horizontal(group_at(fused, m)).name == k.name);
-    // ...computing each element with the lines of the group's own kernel.
+    // ...computing each element with the lines of the group's own kernel: its vector path's
+    // (where the segment's size and alignment allow it) and its scalar loop's.
     const std::string own = generate_cuda(first).source;
+    CHECK(contains(k.source, "if (seg[2] != 0LL) {"));
+    for (const char* line : {"const float4 x0 = *reinterpret_cast<const float4*>(in0 + i);",
+                             "const T r0 = (x0.x * 0.9f);  // mul"})
+      CHECK(contains(own, line) == contains(k.source, line));
     const std::size_t scalar_loop = own.rfind("for (long long i = ");  // after any vector path
     REQUIRE(scalar_loop != std::string::npos);
     for (std::size_t at = own.find("const T r", scalar_loop); at != std::string::npos;
@@ -298,8 +305,11 @@ TEST_CASE(
     }
   };
   add(fuse(eliminate_dead_code(lenet_step(64))));
-  for (const Graph& fused : {fuse(eliminate_dead_code(lenet_step(64))),
-                             fuse(eliminate_dead_code(autocast(lenet_step(64), DType::bf16)))})
+  for (const Graph& fused :
+       {fuse(eliminate_dead_code(lenet_step(64))),
+        fuse(eliminate_dead_code(autocast(lenet_step(64), DType::bf16))),
+        fuse(eliminate_dead_code(lenet_step(64, true))),
+        fuse(eliminate_dead_code(autocast(lenet_step(64, true), DType::bf16)))})
     for (const HorizontalLaunch& h : horizontal_of(fused)) {
       const CudaKernelSource k = generate_cuda_horizontal(group_at(fused, h.nodes.front()));
       sources.push_back({k.name, k.source, {}});
@@ -505,10 +515,12 @@ TEST_CASE(
     return;
   }
   int launches = 0;
-  check_horizontal_on_gpu(fuse(eliminate_dead_code(lenet_step(64))), 1, launches);
-  check_horizontal_on_gpu(fuse(eliminate_dead_code(autocast(lenet_step(64), DType::bf16))), 99,
-                          launches);
-  CHECK(launches >= 2);
+  for (const bool adam : {false, true}) {
+    check_horizontal_on_gpu(fuse(eliminate_dead_code(lenet_step(64, adam))), 1, launches);
+    check_horizontal_on_gpu(fuse(eliminate_dead_code(autocast(lenet_step(64, adam), DType::bf16))),
+                            99, launches);
+  }
+  CHECK(launches >= 4);
 }
 #endif
 
