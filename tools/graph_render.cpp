@@ -83,7 +83,15 @@ nlohmann::json lowering_json(const Graph& g, const Lowering& l) {
     nlohmann::json j = {{"label", s.label}, {"stream", s.stream}, {"waits", s.waits}};
     if (s.record >= 0) j["records"] = s.record;
     if (s.node >= 0) j.update({{"node", s.node}, {"buffers", buffers_json(g, l, s.node)}});
-    if (!s.merged.empty()) j["merged"] = s.merged;  // a horizontal launch's member groups
+    if (!s.merged.empty()) {  // a horizontal launch: its member groups and all their buffers
+      j["merged"] = s.merged;
+      j["buffers"] = nlohmann::json::array();
+      for (std::int32_t member : s.merged)
+        for (nlohmann::json& b : buffers_json(g, l, member)) {
+          b["node"] = member;
+          j["buffers"].push_back(b);
+        }
+    }
     if (s.assignment >= 0) j["update"] = g.assignments()[std::size_t(s.assignment)].first->name;
     launches.push_back(j);
   }
