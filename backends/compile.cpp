@@ -98,7 +98,7 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     return make_cpu_program(g, options.check_numerics, options.deterministic);
 #ifdef KILN_HAVE_CUDA
   const int streams = options.check_numerics ? 1 : options.cuda_streams;
-  const Lowering lowering = lower_for_device(g, streams, dump_lowering);
+  const Lowering lowering = lower_for_device(g, streams, dump_lowering, !options.check_numerics);
   return make_cuda_program(g, lowering,
                            {.graphs = options.cuda_graphs && !options.check_numerics,
                             .tf32 = options.tf32 || options.precision == Precision::tf32,

@@ -1,5 +1,8 @@
-// The launch list: node order, with an event wherever a value crosses streams.
+// The launch list: node order, with an event wherever a value crosses streams; a horizontal
+// launch where its last member is.
 #include "backends/launch_list.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
@@ -30,15 +33,33 @@ struct Builder {
       step.waits.push_back(event_of[p]);
   }
 
+  // The waits of `node`'s launch added to `step`.
+  void add_waits(LaunchStep& step, std::int32_t node) {
+    for (const ValueRef& in : g.node(node).inputs) wait_for(step, alias_root(g, in).node);
+    if (auto after = run_after.find(node); after != run_after.end())
+      for (std::int32_t reader : after->second) wait_for(step, reader);  // old value read first
+  }
+
   void add(std::int32_t node) {
     const Node& n = g.node(node);
     LaunchStep step{.node = node,
                     .stream = stream_of[static_cast<std::size_t>(node)],
                     .label = n.body ? n.body->summary() : n.op->name};
-    for (const ValueRef& in : n.inputs) wait_for(step, alias_root(g, in).node);
-    if (auto after = run_after.find(node); after != run_after.end())
-      for (std::int32_t reader : after->second) wait_for(step, reader);  // old value read first
+    add_waits(step, node);
     step_of[static_cast<std::size_t>(node)] = list.steps.size();
+    list.steps.push_back(std::move(step));
+  }
+
+  void add_horizontal(const HorizontalLaunch& h) {
+    LaunchStep step{.node = h.nodes.back(),
+                    .stream = stream_of[static_cast<std::size_t>(h.nodes.back())],
+                    .label = fmt::format("horizontal x{}: {}", h.nodes.size(),
+                                         g.node(h.nodes.back()).body->summary()),
+                    .merged = h.nodes};
+    for (std::int32_t member : h.nodes) {
+      add_waits(step, member);
+      step_of[static_cast<std::size_t>(member)] = list.steps.size();
+    }
     list.steps.push_back(std::move(step));
   }
 };
@@ -46,7 +67,8 @@ struct Builder {
 }  // namespace
 
 LaunchList build_launch_list(const Graph& g, const std::vector<int>& stream_of,
-                             const std::vector<InPlaceUpdate>& in_place) {
+                             const std::vector<InPlaceUpdate>& in_place,
+                             const std::vector<HorizontalLaunch>& horizontal) {
   Builder b{g,
             stream_of,
             {},
@@ -58,8 +80,17 @@ LaunchList build_launch_list(const Graph& g, const std::vector<int>& stream_of,
     auto& after = b.run_after[g.assignments()[k].second.node];
     after.insert(after.end(), in_place[k].after.begin(), in_place[k].after.end());
   }
-  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id)
-    if (g.node(id).op->kind != OpKind::source && !g.node(id).op->alias) b.add(id);
+  std::map<std::int32_t, const HorizontalLaunch*> merged;  // member -> its launch
+  for (const HorizontalLaunch& h : horizontal)
+    for (std::int32_t member : h.nodes) merged[member] = &h;
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
+    if (g.node(id).op->kind == OpKind::source || g.node(id).op->alias) continue;
+    const auto h = merged.find(id);
+    if (h == merged.end())
+      b.add(id);
+    else if (h->second->nodes.back() == id)  // the launch runs where its last member is
+      b.add_horizontal(*h->second);
+  }
   b.list.first_update = b.list.steps.size();
   for (std::size_t k = 0; k < g.assignments().size(); ++k)
     if (k >= in_place.size() || !in_place[k].in_place)

@@ -1,8 +1,10 @@
 // build_launch_list: the launches of a device step in order, each with its stream and the
 // cross-stream events it waits for and records, then the variable updates that are copies.
 //
-// Pre: stream_of = assign_streams(g, ...), in_place = in_place_updates(g). Post: one launch per
-// node that runs a kernel (neither a source nor a view), in node order, on its node's stream;
+// Pre: stream_of = assign_streams(g, ...), in_place = in_place_updates(g), horizontal =
+// merge_horizontal(g, ...). Post: one launch per node that runs a kernel (neither a source nor
+// a view) and per horizontal launch (at its last member, standing for all its members: it
+// waits for what each of them would wait for), in node order, on its node's stream;
 // it waits for the event of every value it reads (views resolved to the value they alias)
 // that a launch on another stream wrote, and, for an update done in place, of every other
 // reader of the old value (in_place[k].after) on another stream; a launch records an event
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/horizontal.h"
 #include "backends/in_place.h"
 #include "graph/graph.h"
 
@@ -26,6 +29,8 @@ struct LaunchStep {
   std::vector<int> waits;  // events
   int record = -1;         // event recorded after the launch, or -1
   std::string label;       // the op's name, a fused group's summary, "update <variable>"
+  // A horizontal launch: every member group in node order (`node` is the last), else empty.
+  std::vector<std::int32_t> merged;
 };
 
 struct LaunchList {
@@ -35,6 +40,7 @@ struct LaunchList {
 };
 
 LaunchList build_launch_list(const Graph& g, const std::vector<int>& stream_of,
-                             const std::vector<InPlaceUpdate>& in_place);
+                             const std::vector<InPlaceUpdate>& in_place,
+                             const std::vector<HorizontalLaunch>& horizontal = {});
 
 }  // namespace kiln

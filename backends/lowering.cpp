@@ -51,12 +51,28 @@ std::string in_place_text(const Graph& g, const Lowering& l) {
   return out;
 }
 
+std::string horizontal_text(const Graph& g, const Lowering& l) {
+  std::string out;
+  for (const HorizontalLaunch& h : l.horizontal) {
+    std::vector<std::string> members;
+    for (std::int32_t m : h.nodes)
+      members.push_back(fmt::format("%{} {}", m, g.node(m).outputs[0].shape.str()));
+    out += fmt::format("one launch of {} groups ({}) on stream {}: {}\n", h.nodes.size(),
+                       label_of(g.node(h.nodes.back())),
+                       l.stream_of[static_cast<std::size_t>(h.nodes.back())],
+                       fmt::join(members, ", "));
+  }
+  return out;
+}
+
 std::string launches_text(const Lowering& l) {
   std::string out;
   for (std::size_t k = 0; k < l.launches.steps.size(); ++k) {
     const LaunchStep& s = l.launches.steps[k];
-    out += fmt::format("#{} ", k) + (s.node >= 0 ? fmt::format("%{} ", s.node) : std::string()) +
-           fmt::format("{} on stream {}", s.label, s.stream);
+    const std::string nodes = !s.merged.empty() ? fmt::format("%{} ", fmt::join(s.merged, " %"))
+                              : s.node >= 0     ? fmt::format("%{} ", s.node)
+                                                : std::string();
+    out += fmt::format("#{} ", k) + nodes + fmt::format("{} on stream {}", s.label, s.stream);
     if (!s.waits.empty()) out += fmt::format(", waits for event {}", fmt::join(s.waits, ", "));
     if (s.record >= 0) out += fmt::format(", records event {}", s.record);
     out += "\n";
@@ -67,15 +83,18 @@ std::string launches_text(const Lowering& l) {
 }  // namespace
 
 Lowering lower_for_device(const Graph& g, int streams,
-                          void (*after_step)(const char*, const Graph&, const Lowering&)) {
+                          void (*after_step)(const char*, const Graph&, const Lowering&),
+                          bool horizontal) {
   Lowering l;
   l.stream_of = assign_streams(g, std::max(1, streams));
   after_step("assign_streams", g, l);
-  l.plan = plan_memory(g, l.stream_of);
-  after_step("plan_memory", g, l);
   l.in_place = in_place_updates(g);
   after_step("in_place_updates", g, l);
-  l.launches = build_launch_list(g, l.stream_of, l.in_place);
+  if (horizontal) l.horizontal = merge_horizontal(g, l.stream_of, l.in_place);
+  after_step("merge_horizontal", g, l);
+  l.plan = plan_memory(g, l.stream_of, launch_positions(g, l.horizontal));
+  after_step("plan_memory", g, l);
+  l.launches = build_launch_list(g, l.stream_of, l.in_place, l.horizontal);
   after_step("launch_list", g, l);
   return l;
 }
@@ -85,6 +104,7 @@ std::string lowering_text(const char* step, const Graph& g, const Lowering& l) {
   if (s == "assign_streams") return streams_text(g, l);
   if (s == "plan_memory") return plan_text(g, l);
   if (s == "in_place_updates") return in_place_text(g, l);
+  if (s == "merge_horizontal") return horizontal_text(g, l);
   return launches_text(l);
 }
 

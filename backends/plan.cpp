@@ -2,6 +2,7 @@
 // out in one arena.
 #include "backends/plan.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "graph/op.h"
@@ -14,12 +15,19 @@ ValueRef alias_root(const Graph& g, ValueRef ref) {
 
 namespace {
 
-// Index of the last node that reads each root value (node count for values live to the end).
-std::map<ValueRef, std::int32_t> last_uses(const Graph& g) {
+// Index of the last node that reads each root value (node count for values live to the end);
+// a read by a node that runs later (`position`) counts there.
+std::map<ValueRef, std::int32_t> last_uses(const Graph& g,
+                                           const std::vector<std::int32_t>& position) {
   std::map<ValueRef, std::int32_t> last;
   const auto end = static_cast<std::int32_t>(g.nodes().size());
-  for (std::int32_t id = 0; id < end; ++id)
-    for (const ValueRef& in : g.node(id).inputs) last[alias_root(g, in)] = id;
+  for (std::int32_t id = 0; id < end; ++id) {
+    const std::int32_t at = position.empty() ? id : position[static_cast<std::size_t>(id)];
+    for (const ValueRef& in : g.node(id).inputs) {
+      std::int32_t& l = last[alias_root(g, in)];
+      l = std::max(l, at);
+    }
+  }
   for (const auto& [name, ref] : g.outputs()) last[alias_root(g, ref)] = end;
   for (const auto& [var, ref] : g.assignments()) last[alias_root(g, ref)] = end;
   return last;
@@ -63,9 +71,10 @@ std::size_t MemoryPlan::total_bytes() const {
   return std::accumulate(slot_bytes.begin(), slot_bytes.end(), std::size_t{0});
 }
 
-MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {
+MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
+                       const std::vector<std::int32_t>& launch_position) {
   MemoryPlan plan;
-  std::map<ValueRef, std::int32_t> last = last_uses(g);
+  std::map<ValueRef, std::int32_t> last = last_uses(g, launch_position);
   if (!stream_of_node.empty()) {  // values that touch a side stream live to the end
     const auto end = static_cast<std::int32_t>(g.nodes().size());
     for (std::int32_t id = 0; id < end; ++id) {
@@ -95,7 +104,10 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node) {
         std::vector<std::int32_t> none;
         slots[i] = take_slot(plan, side ? none : free_slots, bytes);
         auto it = last.find({id, static_cast<std::int32_t>(i)});
-        release_after[it == last.end() ? id : it->second].push_back(slots[i]);
+        const std::int32_t written_at =  // a merged launch writes where it runs
+            launch_position.empty() ? id : launch_position[static_cast<std::size_t>(id)];
+        release_after[it == last.end() ? written_at : std::max(it->second, written_at)].push_back(
+            slots[i]);
       }
     }
     auto done = release_after.find(id);

@@ -3,7 +3,9 @@
 // reshape) share their input's slot and extend its life; sources (inputs, variables,
 // constants) are not planned. Outputs and assigned values stay live to the end.
 //
-// Pre: verify(g) holds; stream_of_node is empty or assign_streams(g, ...). Post: a slot per
+// Pre: verify(g) holds; stream_of_node is empty or assign_streams(g, ...); launch_position is
+// empty or launch_positions(g, merge_horizontal(...)) (a node that runs later, merged into a
+// horizontal launch, keeps what it reads alive until there). Post: a slot per
 // output of every node that is neither a source nor a view (-1 for those), slots that hold
 // values alive at the same time distinct, and every slot at a kArenaAlign-aligned offset of
 // one arena of arena_bytes.
@@ -33,6 +35,7 @@ ValueRef alias_root(const Graph& g, ValueRef ref);
 // `stream_of_node` (optional) is the stream schedule: a value written or read on a stream
 // other than 0 keeps its slot for the whole step, since stream order no longer follows
 // node order there and a reused slot could be overwritten while still being read.
-MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node = {});
+MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node = {},
+                       const std::vector<std::int32_t>& launch_position = {});
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "fusion/fused_group.h"
 
@@ -25,5 +26,20 @@ struct CudaKernelSource {
 };
 
 CudaKernelSource generate_cuda(const FusedGroup& group);
+
+// A horizontal launch (backends/horizontal.h): groups of `group`'s kind (every input read
+// contiguously or as one element, no reduction) as segments of one kernel, whose parameters are
+// (const long long* table, int segments). The table holds per segment, in order, 3 + inputs +
+// outputs 8-byte words: its element count, its first tile, whether it takes the vector path
+// (horizontal_segment_vectorized), then the device pointers of its inputs (offsets applied)
+// and outputs. Block b computes tile b - first tile (kHorizontalTile elements) of the last
+// segment whose first tile is at most b with the lines of generate_cuda's kernel for that
+// segment (its vector path where that kernel would take it, else its scalar loop), so that the
+// compiler makes the same instructions and the results are the same bits. Sizes are not in
+// the source.
+inline constexpr std::int64_t kHorizontalTile = 2048;
+CudaKernelSource generate_cuda_horizontal(const FusedGroup& group);
+bool horizontal_segment_vectorized(const FusedGroup& group, const std::vector<const void*>& inputs,
+                                   const std::vector<void*>& outputs);
 
 }  // namespace kiln

@@ -35,6 +35,14 @@ std::string Writer::vector_loop_f32() const {
   std::string out = alignment_test();
   out +=
       "    for (long long v = first; v < n / 4; v += step) {\n      const long long i = v * 4;\n";
+  out += vector_body_f32();
+  out += "    }\n    return;\n  }\n";
+  return out;
+}
+
+// One vector iteration at element i: float4 loads, the four lanes' instructions, float4 stores.
+std::string Writer::vector_body_f32() const {
+  std::string out;
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     const InputPlan& p = plans_[k];
     if (p.access == Access::scalar) continue;
@@ -59,7 +67,6 @@ std::string Writer::vector_loop_f32() const {
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     out += fmt::format("      *reinterpret_cast<float4*>(out{} + i) = o{};\n", o, o);
-  out += "    }\n    return;\n  }\n";
   return out;
 }
 
@@ -88,6 +95,15 @@ std::string Writer::vector_loop_wide() const {
       "    for (long long v = first; v < n / {0}; v += step) {{\n      const long long i = v * "
       "{0};\n",
       lanes_);
+  out += vector_body_wide();
+  out += fmt::format("    }}\n    start = n / {0} * {0} + first;\n  }}\n", lanes_);
+  return out;
+}
+
+// One vector iteration at element i: L (lanes_) elements of each input through an aligned
+// register array, the lanes' instructions, the outputs stored L at a time.
+std::string Writer::vector_body_wide() const {
+  std::string out;
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     const InputPlan& p = plans_[k];
     if (p.access == Access::scalar) continue;
@@ -119,7 +135,6 @@ std::string Writer::vector_loop_wide() const {
            copy_lanes(g_.operand_dtype(g_.outputs[o]), lanes_, fmt::format("(out{} + i)", o),
                       fmt::format("o{}", o), false) +
            "\n";
-  out += fmt::format("    }}\n    start = n / {0} * {0} + first;\n  }}\n", lanes_);
   return out;
 }
 

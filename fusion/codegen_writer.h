@@ -1,7 +1,7 @@
 // The CUDA code generator's internals (fusion/codegen.h is its interface): the Writer that
 // turns one fused group into CUDA C, and the text helpers its bodies share. The elementwise
 // bodies are in codegen.cpp and codegen_vector.cpp, the reduction bodies in
-// codegen_reduction.cpp.
+// codegen_reduction.cpp, the horizontal kernel (segments of one kind) in codegen_horizontal.cpp.
 #pragma once
 
 #include <string>
@@ -41,6 +41,7 @@ class Writer {
  public:
   explicit Writer(const FusedGroup& g);
   CudaKernelSource generate();
+  CudaKernelSource generate_horizontal();  // codegen_horizontal.cpp
 
  private:
   // Few outputs over many elements would leave most SMs idle with one block per output:
@@ -65,7 +66,21 @@ class Writer {
   int vector_width() const;
   std::string vector_loop_f32() const;
   std::string vector_loop_wide() const;
+  std::string vector_body_f32() const;  // one iteration at element i (the loops' bodies)
+  std::string vector_body_wide() const;
 
+  // codegen_horizontal.cpp: the segment's pointers, from the table; its vector path
+  std::string segment_pointers() const;
+  int horizontal_lanes() const;
+  std::string horizontal_vectors(int lanes) const;
+
+ public:
+  // Whether a segment of this group with these pointers (offsets applied) takes the vector
+  // path, as the group's own kernel would (generate_cuda_horizontal's table, third word).
+  bool segment_vectorized(const std::vector<const void*>& inputs,
+                          const std::vector<void*>& outputs) const;
+
+ private:
   // codegen_reduction.cpp
   std::string reduction_body(std::int64_t splits) const;
   std::string column_reduction_body(std::int64_t splits) const;

@@ -74,6 +74,54 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
   finish_->launch(finish_shape_.grid, finish_shape_.block, 0, stream, finish_args);
 }
 
+// The table of generate_cuda_horizontal: per segment n, first tile, whether it takes vectors,
+// input and output pointers.
+CudaHorizontalKernel::CudaHorizontalKernel(CudaKernelSource source,
+                                           const gpu::CompiledKernel& compiled,
+                                           const std::vector<const FusedGroup*>& groups,
+                                           const std::vector<std::vector<const void*>>& inputs,
+                                           const std::vector<std::vector<void*>>& outputs)
+    : source_(std::move(source)), kernel_(compiled), segments_(static_cast<int>(groups.size())) {
+  std::vector<std::int64_t> table;
+  std::int64_t tiles = 0;
+  for (std::size_t s = 0; s < groups.size(); ++s) {
+    const FusedGroup& g = *groups[s];
+    const std::int64_t n = g.shape.numel();
+    std::vector<const void*> in;
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      const FusedInput& fi = g.inputs[k];  // a slice read in place starts at its offset
+      in.push_back(static_cast<const char*>(inputs[s][k]) +
+                   fi.offset * static_cast<std::int64_t>(dtype_size(fi.type.dtype)));
+    }
+    table.push_back(n);
+    table.push_back(tiles);
+    table.push_back(horizontal_segment_vectorized(g, in, outputs[s]) ? 1 : 0);
+    tiles += (n + kHorizontalTile - 1) / kHorizontalTile;
+    for (const void* p : in)
+      table.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p)));
+    for (void* out : outputs[s])
+      table.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(out)));
+  }
+  const std::size_t bytes = table.size() * sizeof(std::int64_t);
+  KILN_CUDA_CHECK(cudaMalloc(&table_, bytes));
+  KILN_CUDA_CHECK(cudaMemcpy(table_, table.data(), bytes, cudaMemcpyHostToDevice));
+  const gpu::BlockChoice choice = gpu::choose_block_size(kernel_);
+  shape_.block = {static_cast<unsigned>(choice.block), 1, 1};
+  shape_.grid = {static_cast<unsigned>(std::max<std::int64_t>(1, tiles)), 1, 1};
+  shape_.blocks_per_sm = choice.blocks_per_sm;
+}
+
+CudaHorizontalKernel::~CudaHorizontalKernel() {
+  if (table_) cudaFree(table_);
+}
+
+void CudaHorizontalKernel::launch(gpu::Stream stream) const {
+  const void* table = table_;
+  int segments = segments_;
+  void* args[] = {&table, &segments};
+  kernel_.launch(shape_.grid, shape_.block, 0, stream, args);
+}
+
 std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(
     const std::vector<const FusedGroup*>& groups) {
   std::vector<CudaKernelSource> sources;
@@ -87,6 +135,24 @@ std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(
   std::vector<std::unique_ptr<CudaFusedKernel>> kernels;
   for (std::size_t i = 0; i < groups.size(); ++i)
     kernels.push_back(std::make_unique<CudaFusedKernel>(sources[i], compiled[i]));
+  return kernels;
+}
+
+std::vector<std::unique_ptr<CudaHorizontalKernel>> compile_horizontal_kernels(
+    const std::vector<HorizontalMembers>& launches) {
+  if (launches.empty()) return {};
+  std::vector<CudaKernelSource> sources;
+  std::vector<gpu::KernelSource> requests;
+  for (const HorizontalMembers& l : launches) {
+    sources.push_back(generate_cuda_horizontal(*l.groups.front()));
+    requests.push_back({sources.back().name, sources.back().source, {}});
+  }
+  const std::vector<gpu::CompiledKernel> compiled =
+      gpu::global_kernel_cache().get_or_compile(requests, gpu::current_target());
+  std::vector<std::unique_ptr<CudaHorizontalKernel>> kernels;
+  for (std::size_t i = 0; i < launches.size(); ++i)
+    kernels.push_back(std::make_unique<CudaHorizontalKernel>(
+        sources[i], compiled[i], launches[i].groups, launches[i].inputs, launches[i].outputs));
   return kernels;
 }
 

@@ -41,8 +41,43 @@ class CudaFusedKernel {
   void* partial_ = nullptr;
 };
 
+// A horizontal launch (backends/horizontal.h): one kernel over the segments of several groups
+// of one kind (generate_cuda_horizontal), its segment table on the device, made once.
+class CudaHorizontalKernel {
+ public:
+  // `groups`: the members; per member its inputs' and outputs' device pointers.
+  CudaHorizontalKernel(CudaKernelSource source, const gpu::CompiledKernel& compiled,
+                       const std::vector<const FusedGroup*>& groups,
+                       const std::vector<std::vector<const void*>>& inputs,
+                       const std::vector<std::vector<void*>>& outputs);
+  ~CudaHorizontalKernel();
+  CudaHorizontalKernel(const CudaHorizontalKernel&) = delete;
+  CudaHorizontalKernel& operator=(const CudaHorizontalKernel&) = delete;
+
+  void launch(gpu::Stream stream) const;
+  const CudaKernelSource& source() const { return source_; }
+
+ private:
+  CudaKernelSource source_;
+  gpu::LoadedKernel kernel_;
+  LaunchShape shape_;
+  void* table_ = nullptr;  // device memory
+  int segments_ = 0;
+};
+
 // Generates, compiles (in parallel, through the kernel cache) and loads every group.
 std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(
     const std::vector<const FusedGroup*>& groups);
+
+// The members of one horizontal launch and, per member, its inputs' and outputs' pointers.
+struct HorizontalMembers {
+  std::vector<const FusedGroup*> groups;
+  std::vector<std::vector<const void*>> inputs;
+  std::vector<std::vector<void*>> outputs;
+};
+
+// Generates, compiles (through the kernel cache) and loads each launch's kernel with its table.
+std::vector<std::unique_ptr<CudaHorizontalKernel>> compile_horizontal_kernels(
+    const std::vector<HorizontalMembers>& launches);
 
 }  // namespace kiln

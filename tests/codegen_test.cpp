@@ -3,7 +3,10 @@
 // every fused kernel against the CPU evaluator on fresh random inputs.
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include "backends/cpu/low_precision.h"
+#include "backends/horizontal.h"
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
@@ -40,7 +43,7 @@ std::shared_ptr<const FusedGroup> single_group(Graph& g) {
   return groups[0];
 }
 
-Graph lenet_step(std::int64_t batch) {
+Graph lenet_step(std::int64_t batch, bool adam = false) {
   Graph g;
   Philox rng(0);
   static LeNet model(rng);  // parameters outlive the graph's variable nodes
@@ -49,7 +52,9 @@ Graph lenet_step(std::int64_t batch) {
   std::vector<Value> params;
   for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
   Sgd sgd({.lr = 0.01, .momentum = 0.9});
-  sgd.append_update(g, model.parameters(), grad(loss, params));
+  Adam adam_optimizer({.lr = 0.01});
+  Optimizer& optimizer = adam ? static_cast<Optimizer&>(adam_optimizer) : sgd;
+  optimizer.append_update(g, model.parameters(), grad(loss, params));
   g.output("loss", loss);
   return g;
 }
@@ -241,6 +246,54 @@ TEST_CASE("golden: the same group gives the same kernel name; another group anot
   CHECK(a != generate_cuda(*single_group(g2)).name);
 }
 
+namespace {
+
+// The horizontal launches of a fused step on one stream (backends/horizontal.h).
+std::vector<HorizontalLaunch> horizontal_of(const Graph& fused) {
+  return merge_horizontal(fused, std::vector<int>(fused.nodes().size(), 0),
+                          in_place_updates(fused));
+}
+
+const FusedGroup& group_at(const Graph& fused, std::int32_t node) {
+  return dynamic_cast<const FusedGroup&>(*fused.node(node).body);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "golden: the horizontal kernel of LeNet's SGD updates walks a segment table and runs each "
+    "group's own instruction lines") {
+  const Graph fused = fuse(eliminate_dead_code(lenet_step(64)));
+  const std::vector<HorizontalLaunch> launches = horizontal_of(fused);
+  REQUIRE(!launches.empty());
+  std::size_t members = 0;
+  for (const HorizontalLaunch& h : launches) {
+    members += h.nodes.size();
+    const FusedGroup& first = group_at(fused, h.nodes.front());
+    const CudaKernelSource k = generate_cuda_horizontal(first);
+    CAPTURE(k.source);
+    CHECK(contains(k.source, "(const long long* __restrict__ table, int segments)"));
+    CHECK(contains(k.source, "const long long n = seg[0];"));
+    CHECK(contains(k.source, "i += blockDim.x"));
+    // The same kernel for every member (sizes are not in the source)...
+    for (std::int32_t m : h.nodes)
+      CHECK(generate_cuda_horizontal(group_at(fused, m)).name == k.name);
+    // ...computing each element with the lines of the group's own kernel: its vector path's
+    // (where the segment's size and alignment allow it) and its scalar loop's.
+    const std::string own = generate_cuda(first).source;
+    CHECK(contains(k.source, "if (seg[2] != 0LL) {"));
+    for (const char* line : {"const float4 x0 = *reinterpret_cast<const float4*>(in0 + i);",
+                             "const T r0 = (x0.x * 0.9f);  // mul"})
+      CHECK(contains(own, line) == contains(k.source, line));
+    const std::size_t scalar_loop = own.rfind("for (long long i = ");  // after any vector path
+    REQUIRE(scalar_loop != std::string::npos);
+    for (std::size_t at = own.find("const T r", scalar_loop); at != std::string::npos;
+         at = own.find("const T r", at + 1))
+      CHECK(contains(k.source, own.substr(at, own.find('\n', at) - at)));
+  }
+  CHECK(members == 8);  // every parameter's update (LeNet has 8 parameters)
+}
+
 #ifdef KILN_HAVE_CUDA
 TEST_CASE(
     "every generated kernel of the LeNet step and of random DAGs compiles with NVRTC for sm_90") {
@@ -252,6 +305,15 @@ TEST_CASE(
     }
   };
   add(fuse(eliminate_dead_code(lenet_step(64))));
+  for (const Graph& fused :
+       {fuse(eliminate_dead_code(lenet_step(64))),
+        fuse(eliminate_dead_code(autocast(lenet_step(64), DType::bf16))),
+        fuse(eliminate_dead_code(lenet_step(64, true))),
+        fuse(eliminate_dead_code(autocast(lenet_step(64, true), DType::bf16)))})
+    for (const HorizontalLaunch& h : horizontal_of(fused)) {
+      const CudaKernelSource k = generate_cuda_horizontal(group_at(fused, h.nodes.front()));
+      sources.push_back({k.name, k.source, {}});
+    }
   Graph lstm;
   testing::lstm_step_graph(lstm, 8, 12, 16, true);
   add(fuse(eliminate_dead_code(lstm)));
@@ -371,6 +433,94 @@ TEST_CASE(
           500 + static_cast<std::uint64_t>(s), kernels);
   }
   MESSAGE(kernels << " fused kernels matched the CPU evaluator on the GPU");
+}
+namespace {
+
+struct DeviceCopy {
+  void* p = nullptr;
+  explicit DeviceCopy(const Tensor& t) {
+    REQUIRE(cudaMalloc(&p, std::max<std::size_t>(t.nbytes(), 16)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~DeviceCopy() { cudaFree(p); }
+  Tensor read(const TensorType& t) const {
+    Tensor host = Tensor::empty(t.shape, t.dtype);
+    REQUIRE(cudaMemcpy(host.raw(), p, host.nbytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return host;
+  }
+};
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Every horizontal launch of `fused` against its members' own kernels (the same bits) and the
+// CPU evaluator (close), on random inputs.
+void check_horizontal_on_gpu(const Graph& fused, std::uint64_t seed, int& launches) {
+  for (const HorizontalLaunch& h : horizontal_of(fused)) {
+    HorizontalMembers members;
+    std::vector<std::unique_ptr<DeviceCopy>> memory;
+    std::vector<std::vector<Tensor>> cpu_out;
+    std::vector<std::vector<const DeviceCopy*>> own_out, merged_out;
+    for (std::int32_t m : h.nodes) {
+      const FusedGroup& g = group_at(fused, m);
+      members.groups.push_back(&g);
+      std::vector<Tensor> in;
+      members.inputs.emplace_back();
+      for (const FusedInput& fi : g.inputs) {
+        in.push_back(test::random_tensor(fi.type.shape, fi.type.dtype, seed++, -2, 2));
+        memory.push_back(std::make_unique<DeviceCopy>(in.back()));
+        members.inputs.back().push_back(memory.back()->p);
+      }
+      std::vector<Tensor> out;
+      members.outputs.emplace_back();
+      own_out.emplace_back();
+      merged_out.emplace_back();
+      for (const TensorType& t : fused.node(m).outputs) {
+        out.push_back(Tensor::full(t.shape, 0.0, t.dtype));
+        memory.push_back(std::make_unique<DeviceCopy>(out.back()));
+        own_out.back().push_back(memory.back().get());
+        memory.push_back(std::make_unique<DeviceCopy>(out.back()));
+        merged_out.back().push_back(memory.back().get());
+        members.outputs.back().push_back(memory.back()->p);
+      }
+      run_cpu_kernel(fused.node(m), in, out);
+      cpu_out.push_back(out);
+      std::vector<void*> own_ptrs;
+      for (const DeviceCopy* d : own_out.back()) own_ptrs.push_back(d->p);
+      compile_fused_kernels({&g})[0]->launch(members.inputs.back(), own_ptrs, nullptr);
+    }
+    compile_horizontal_kernels({members})[0]->launch(nullptr);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    for (std::size_t s = 0; s < h.nodes.size(); ++s)
+      for (std::size_t o = 0; o < cpu_out[s].size(); ++o) {
+        CAPTURE(members.groups[s]->summary());
+        const TensorType& t = fused.node(h.nodes[s]).outputs[o];
+        const Tensor merged = merged_out[s][o]->read(t);
+        CHECK(same_bits(merged, own_out[s][o]->read(t)));
+        const double tolerance = test::dtype_tolerance(t.dtype);
+        CHECK(test::closeness(merged, cpu_out[s][o], tolerance, tolerance) <= 1.0);
+      }
+    ++launches;
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "GPU: horizontal launches (LeNet's SGD and Adam updates, f32 and bf16 with weight copies) "
+    "give each group's own kernel's bits and the CPU evaluator's values") {
+  if (gpu::cuda_device_count() == 0) {
+    MESSAGE("skipped: " << gpu::cuda_unavailable_reason());
+    return;
+  }
+  int launches = 0;
+  for (const bool adam : {false, true}) {
+    check_horizontal_on_gpu(fuse(eliminate_dead_code(lenet_step(64, adam))), 1, launches);
+    check_horizontal_on_gpu(fuse(eliminate_dead_code(autocast(lenet_step(64, adam), DType::bf16))),
+                            99, launches);
+  }
+  CHECK(launches >= 4);
 }
 #endif
 

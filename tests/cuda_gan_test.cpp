@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backends/host_copy.h"
 #include "gpu/cuda_runtime.h"
@@ -46,6 +47,45 @@ TEST_CASE(
         // Adam divides by sqrt(v): near-zero gradients amplify rounding differences.
         CHECK(test::closeness(to_host(gv[i]->value), cv[i]->value, 3e-4, 3e-3) <= 1.0);
       }
+    }
+  }
+}
+
+TEST_CASE(
+    "GPU: GAN steps queued back to back (with the next batch prefetched) give the bits of the "
+    "two programs run one after the other, waiting between them") {
+  if (!have_gpu()) return;
+  for (const char* name : {"gan", "dcgan"}) {
+    CAPTURE(name);
+    Philox rng_old(7), rng_new(7);
+    std::unique_ptr<Gan> old_gan = make_gan(name, rng_old), new_gan = make_gan(name, rng_new);
+    const OptimizerConfig adam{.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1};
+    const CompileOptions gpu{.device = Device::cuda()};
+    GanSteps old_steps(*old_gan, 16, adam, gpu), new_steps(*new_gan, 16, adam, gpu);
+    auto real_of = [](std::uint64_t step) {
+      return test::random_tensor({16, 1, 28, 28}, DType::f32, 60 + step);
+    };
+    Tensor real = real_of(0), z = gan_noise(16, 9, 0);
+    for (std::uint64_t step = 0; step < 5; ++step) {  // the first run, the capture, replays
+      CAPTURE(step);
+      const Tensor next_real = real_of(step + 1), next_z = gan_noise(16, 9, step + 1);
+      old_steps.set_lr(kGanLr * static_cast<double>(step + 1));  // uploads from the host
+      new_steps.set_lr(kGanLr * static_cast<double>(step + 1));
+      const Outputs d = old_steps.discriminator_step().run({{"real", real}, {"z", z}});
+      const Outputs g = old_steps.generator_step().run({{"z", z}});
+      new_steps.prefetch(next_real, next_z);
+      const GanStepResult queued = new_steps.run(real, z);
+      CHECK(queued.d_loss == d.at("loss").item());
+      CHECK(queued.g_loss == g.at("loss").item());
+      CHECK(queued.d_accuracy == discriminator_accuracy(d));
+      const std::vector<VariablePtr> ov = old_gan->parameters(), nv = new_gan->parameters();
+      for (std::size_t i = 0; i < ov.size(); ++i) {
+        CAPTURE(ov[i]->name);
+        const Tensor a = to_host(nv[i]->value), b = to_host(ov[i]->value);
+        CHECK(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
+      }
+      real = next_real;
+      z = next_z;
     }
   }
 }

@@ -60,7 +60,10 @@ assert len(j["before"]) > len(j["after"]), "graphs"
 # before they are waited for, offsets inside the arena, LeNet's SGD updates all in place.
 low = j["lowering"]
 kernels = [l for l in low["launches"] if "node" in l]
-assert len(kernels) == s["kernels_after"], (len(kernels), s)
+assert len(kernels) == s["launches"], (len(kernels), s)
+# A horizontal launch stands for its member groups (the updates of one kind on one stream).
+assert sum(len(l.get("merged", [l["node"]])) for l in kernels) == s["kernels_after"], s
+assert any(len(l.get("merged", [])) >= 2 for l in kernels), "no horizontal launch"
 assert {l["stream"] for l in kernels} == {0, 1}, "two streams"
 recorded = set()
 for l in kernels:

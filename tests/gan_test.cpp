@@ -90,6 +90,31 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "GanSteps::run queues both steps, then waits: the bits of running D's program, then G's") {
+  for (const char* name : {"gan", "dcgan"}) {
+    CAPTURE(name);
+    Philox rng_old(6), rng_new(6);
+    std::unique_ptr<Gan> old_gan = make_gan(name, rng_old), new_gan = make_gan(name, rng_new);
+    const OptimizerConfig adam{.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1};
+    GanSteps old_steps(*old_gan, 8, adam, {}), new_steps(*new_gan, 8, adam, {});
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      const Tensor real = test::random_tensor({8, 1, 28, 28}, DType::f32, 20 + step);
+      const Tensor z = gan_noise(8, 3, step);
+      const Outputs d = old_steps.discriminator_step().run({{"real", real}, {"z", z}});
+      const Outputs g = old_steps.generator_step().run({{"z", z}});
+      const GanStepResult queued = new_steps.run(real, z);
+      CHECK(queued.d_loss == d.at("loss").item());
+      CHECK(queued.g_loss == g.at("loss").item());
+      CHECK(queued.d_accuracy == discriminator_accuracy(d));
+      CHECK(same_bits(snapshot(new_gan->parameters()), snapshot(old_gan->parameters())));
+      CHECK(
+          same_bits(snapshot(new_steps.optimizer_state()), snapshot(old_steps.optimizer_state())));
+    }
+  }
+}
+
+TEST_CASE(
     "the MLP GAN trains on Fashion-MNIST: finite losses, the discriminator neither lost nor "
     "perfect") {
   if (!std::filesystem::exists(kFashionMnistDir)) {

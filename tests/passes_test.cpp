@@ -9,6 +9,8 @@
 #include "graph/op.h"
 #include "graph/op_table.h"
 #include "graph/ops.h"
+#include "graph/optim.h"
+#include "fusion/fused_group.h"
 #include "backends/compile.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
@@ -274,8 +276,8 @@ TEST_CASE("lowering steps: streams, arena offsets, in-place updates and the laun
   seen = &steps;
   const Lowering l = lower_for_device(
       g, 2, [](const char* step, const Graph&, const Lowering&) { seen->push_back(step); });
-  CHECK(steps == std::vector<std::string>{"assign_streams", "plan_memory", "in_place_updates",
-                                          "launch_list"});
+  CHECK(steps == std::vector<std::string>{"assign_streams", "in_place_updates", "merge_horizontal",
+                                          "plan_memory", "launch_list"});
   // plan_memory: aligned slots laid end to end.
   std::size_t end = 0;
   for (std::size_t s = 0; s < l.plan.slot_bytes.size(); ++s) {
@@ -299,6 +301,7 @@ TEST_CASE("lowering steps: streams, arena offsets, in-place updates and the laun
     CHECK(s.node > previous);
     previous = s.node;
     CHECK(s.stream == l.stream_of[static_cast<std::size_t>(s.node)]);
+    kernels += s.merged.empty() ? 0 : static_cast<int>(s.merged.size()) - 1;
     for (int e : s.waits) {
       REQUIRE(recorded_on[static_cast<std::size_t>(e)] >= 0);
       CHECK(recorded_on[static_cast<std::size_t>(e)] != s.stream);
@@ -322,6 +325,90 @@ TEST_CASE("lowering steps: streams, arena offsets, in-place updates and the laun
   for (const LaunchStep& s : one.launches.steps) CHECK(s.stream == 0);
   CHECK(lowering_text("launch_list", g, l).find("records event 0") != std::string::npos);
   CHECK(lowering_text("plan_memory", g, l).find("at offset 0") != std::string::npos);
+}
+
+namespace {
+
+// Adam over four weights of different sizes on one stream: the four update groups are of one
+// kind, and what they read is planned while other kernels run between them.
+Graph adam_step(std::vector<VariablePtr>& weights) {
+  Graph g;
+  Value h = g.input("x", {8, 6});
+  std::vector<Value> vars;
+  const std::vector<std::int64_t> widths = {6, 7, 5, 9, 3};
+  for (std::size_t k = 0; k + 1 < widths.size(); ++k) {
+    weights.push_back(
+        make_variable("w" + std::to_string(k),
+                      test::random_tensor({widths[k], widths[k + 1]}, DType::f32, 10 + k)));
+    vars.push_back(g.variable(weights.back()));
+    h = tanh(matmul(h, vars.back()));
+  }
+  const Value loss = sum_all(h);
+  g.output("loss", loss);
+  static Adam adam({.lr = 1e-3});
+  adam.append_update(g, weights, grad(loss, vars));
+  return fuse(eliminate_dead_code(g));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "merge_horizontal: an optimizer's update groups of one kind become one launch at the last "
+    "one, which waits for all their inputs, and nothing they read is reused before it runs") {
+  std::vector<VariablePtr> weights;
+  const Graph g = adam_step(weights);
+  const Lowering l = lower_for_device(g, 1, no_dump);  // on two streams, below
+  REQUIRE(l.horizontal.size() >= 1);
+  const HorizontalLaunch* updates = nullptr;
+  for (const HorizontalLaunch& h : l.horizontal)
+    if (h.nodes.size() == weights.size()) updates = &h;
+  REQUIRE(updates != nullptr);  // the four weights' updates (m, v and the weight each)
+  const std::optional<std::string> kind =
+      horizontal_kind(dynamic_cast<const FusedGroup&>(*g.node(updates->nodes[0]).body));
+  REQUIRE(kind.has_value());
+  for (std::int32_t m : updates->nodes)
+    CHECK(horizontal_kind(dynamic_cast<const FusedGroup&>(*g.node(m).body)) == kind);
+  // One launch for the four, at the last member, in node order.
+  int launches_of_members = 0;
+  for (const LaunchStep& s : l.launches.steps) {
+    for (std::int32_t m : updates->nodes) launches_of_members += s.node == m;
+    if (s.merged == updates->nodes) CHECK(s.node == updates->nodes.back());
+  }
+  CHECK(launches_of_members == 1);
+  // On two streams, the groups of a kind on each stream merge apart.
+  const Lowering two = lower_for_device(g, 2, no_dump);
+  std::size_t merged_on_two = 0;
+  for (const HorizontalLaunch& h : two.horizontal)
+    for (std::int32_t m : h.nodes) {
+      CHECK(two.stream_of[static_cast<std::size_t>(m)] ==
+            two.stream_of[static_cast<std::size_t>(h.nodes.back())]);
+      merged_on_two += horizontal_kind(dynamic_cast<const FusedGroup&>(*g.node(m).body)) == kind;
+    }
+  CHECK(merged_on_two >= 2);
+  // On one stream (no value lives to the end for being on a side stream), every slot a member
+  // reads holds nothing else that is written before the launch runs.
+  const Lowering& one = l;
+  const std::int32_t at = updates->nodes.back();
+  for (std::int32_t m : updates->nodes)
+    for (const ValueRef& in : g.node(m).inputs) {
+      const ValueRef root = alias_root(g, in);
+      const std::int32_t slot =
+          one.plan.slot[static_cast<std::size_t>(root.node)][static_cast<std::size_t>(root.index)];
+      if (slot < 0) continue;  // a variable or an input
+      for (std::int32_t id = root.node + 1; id <= at; ++id)
+        for (std::int32_t o : one.plan.slot[static_cast<std::size_t>(id)]) CHECK(o != slot);
+    }
+  CHECK(lowering_text("merge_horizontal", g, l).find("one launch of 4 groups") !=
+        std::string::npos);
+  CHECK(lowering_text("launch_list", g, l).find("horizontal x4") != std::string::npos);
+  // Off: every group launches on its own.
+  setenv("KILN_HORIZONTAL", "0", 1);
+  const Lowering off = lower_for_device(g, 1, no_dump);
+  unsetenv("KILN_HORIZONTAL");
+  CHECK(off.horizontal.empty());
+  CHECK(off.launches.steps.size() > l.launches.steps.size());
+  // --check-numerics lowers without merging.
+  CHECK(lower_for_device(g, 1, no_dump, false).horizontal.empty());
 }
 
 }  // namespace kiln

@@ -69,6 +69,13 @@ nlohmann::json buffers_json(const Graph& g, const Lowering& l, std::int32_t node
   return out;
 }
 
+// The launches of kernels in the launch list (the copies of updates not done in place aside).
+int kernel_launches(const Lowering& l) {
+  int n = 0;
+  for (const LaunchStep& step : l.launches.steps) n += step.node >= 0;
+  return n;
+}
+
 // The lowering steps' results: the launch list (stream, events, buffers), the plan's
 // slots, the in-place updates.
 nlohmann::json lowering_json(const Graph& g, const Lowering& l) {
@@ -78,6 +85,15 @@ nlohmann::json lowering_json(const Graph& g, const Lowering& l) {
     nlohmann::json j = {{"label", s.label}, {"stream", s.stream}, {"waits", s.waits}};
     if (s.record >= 0) j["records"] = s.record;
     if (s.node >= 0) j.update({{"node", s.node}, {"buffers", buffers_json(g, l, s.node)}});
+    if (!s.merged.empty()) {  // a horizontal launch: its member groups and all their buffers
+      j["merged"] = s.merged;
+      j["buffers"] = nlohmann::json::array();
+      for (std::int32_t member : s.merged)
+        for (nlohmann::json& b : buffers_json(g, l, member)) {
+          b["node"] = member;
+          j["buffers"].push_back(b);
+        }
+    }
     if (s.assignment >= 0) j["update"] = g.assignments()[std::size_t(s.assignment)].first->name;
     launches.push_back(j);
   }
@@ -212,6 +228,13 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
   if (!v.hand_written.empty()) out += "\n== hand-written CUDA kernels, by node ==\n";
   for (const HandWrittenLaunch& h : v.hand_written)
     out += fmt::format("%{} {}: {}\n", h.node, h.op, fmt::join(h.kernels, ", "));
+  if (!v.lowering.horizontal.empty()) {
+    out += "\n== horizontal launches (groups of one kind, one launch each) ==\n";
+    for (const LaunchStep& step : v.lowering.launches.steps)
+      if (!step.merged.empty())
+        out += fmt::format("{} on stream {}: %{}\n", step.label, step.stream,
+                           fmt::join(step.merged, " %"));
+  }
   out += "\n== stream schedule (critical path on stream 0, the rest on stream 1) ==\n";
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id) {
     const Node& n = v.after.node(id);
@@ -220,10 +243,11 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
                          v.lowering.stream_of[static_cast<std::size_t>(id)]);
   }
   out += fmt::format(
-      "\n== summary ==\nops before: {}\nkernels after: {}\nbytes saved by fusion: {}\n"
+      "\n== summary ==\nops before: {}\nkernels after: {}\nlaunches (a horizontal launch once): "
+      "{}\nbytes saved by fusion: {}\n"
       "bytes read and written by the kernels: {} (fused groups {}, the others {})\n",
-      s.ops_before, s.kernels_after, s.bytes_saved, s.fused_bytes + s.other_bytes, s.fused_bytes,
-      s.other_bytes);
+      s.ops_before, s.kernels_after, kernel_launches(v.lowering), s.bytes_saved,
+      s.fused_bytes + s.other_bytes, s.fused_bytes, s.other_bytes);
   return out;
 }
 
@@ -308,6 +332,7 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
           {"summary",
            {{"ops_before", s.ops_before},
             {"kernels_after", s.kernels_after},
+            {"launches", kernel_launches(v.lowering)},
             {"fused_kernels", s.fused_kernels},
             {"bytes_saved", s.bytes_saved},
             {"fused_bytes", s.fused_bytes},

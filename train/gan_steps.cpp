@@ -1,6 +1,8 @@
 // The discriminator and generator steps as two graphs over the same Variables.
 #include "train/gan_steps.h"
 
+#include <cstdlib>
+
 #include "graph/nn/functional.h"
 #include "graph/train_step.h"
 
@@ -57,7 +59,10 @@ double discriminator_accuracy(const Outputs& d) {
 
 GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimizer,
                    const CompileOptions& options, const TrainStepOptions& step)
-    : d_optimizer_(make_optimizer(optimizer)), g_optimizer_(make_optimizer(optimizer)) {
+    : d_optimizer_(make_optimizer(optimizer)),
+      g_optimizer_(make_optimizer(optimizer)),
+      sync_(std::getenv("KILN_GAN_SYNC") != nullptr &&
+            std::string(std::getenv("KILN_GAN_SYNC")) == "1") {
   {
     Graph g;
     record_discriminator_step(g, gan, batch, *d_optimizer_, step);
@@ -72,12 +77,22 @@ GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimize
   rename_state(*g_optimizer_, "g_optimizer");
 }
 
+// Both steps are queued before the host waits (on the GPU they run back to back), unless
+// KILN_GAN_SYNC=1 (the host waits for each: the path before, to measure against).
 GanStepResult GanSteps::run(const Tensor& real, const Tensor& z) {
-  const Outputs d = d_step_->run({{"real", real}, {"z", z}});
-  const Outputs g = g_step_->run({{"z", z}});
+  PendingRun d_run = d_step_->enqueue({{"real", real}, {"z", z}});
+  if (sync_) d_run.complete();
+  PendingRun g_run = g_step_->enqueue({{"z", z}});
+  const Outputs d = d_run.wait(), g = g_run.wait();
   return {.d_loss = d.at("loss").item(),
           .g_loss = g.at("loss").item(),
           .d_accuracy = discriminator_accuracy(d)};
+}
+
+void GanSteps::prefetch(const Tensor& real, const Tensor& z) {
+  if (sync_) return;
+  d_step_->prefetch({{"real", real}, {"z", z}});
+  g_step_->prefetch({{"z", z}});
 }
 
 std::vector<VariablePtr> GanSteps::optimizer_state() const {

@@ -44,7 +44,14 @@ class GanSteps {
 
   // One discriminator step on (real [B, 1, 28, 28], z [B, 100]), then one generator step on
   // the same z (the generator has not changed, so it sees the fakes D was just trained on).
+  // Both are queued before the host waits once (Program::enqueue): on the GPU the generator
+  // step starts on the device as soon as the discriminator step ends. KILN_GAN_SYNC=1 makes
+  // the host wait for the discriminator step first and prefetch() do nothing (the path
+  // before, to measure against).
   GanStepResult run(const Tensor& real, const Tensor& z);
+  // Announces the next run's (real, z): on the GPU they are copied to the device while this
+  // run computes (Program::prefetch); they must not change until that run.
+  void prefetch(const Tensor& real, const Tensor& z);
 
   Program& discriminator_step() {
     return *d_step_;
@@ -57,6 +64,7 @@ class GanSteps {
  private:
   std::unique_ptr<Optimizer> d_optimizer_, g_optimizer_;
   std::unique_ptr<Program> d_step_, g_step_;
+  bool sync_ = false;  // KILN_GAN_SYNC=1: wait between the steps, no prefetch (to measure)
 };
 
 // Standard normal noise [batch, 100] for training step `step`: a pure function of (seed,

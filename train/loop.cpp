@@ -184,9 +184,13 @@ std::vector<Outputs> Loop::run_programs(const std::vector<std::vector<Feed>>& fe
   const std::vector<StepProgram> programs = task_->programs();
   std::unique_ptr<StepTrace> tracer =
       trace ? std::make_unique<StepTrace>(c_.loop.trace, programs) : nullptr;
-  std::vector<Outputs> outputs;
+  // All queued before the host waits: a GAN's generator step follows its discriminator step
+  // on the device without a round trip through the host.
+  std::vector<PendingRun> runs;
   for (std::size_t i = 0; i < programs.size(); ++i)
-    outputs.push_back(programs[i].program->run(feeds[i]));
+    runs.push_back(programs[i].program->enqueue(feeds[i]));
+  std::vector<Outputs> outputs;
+  for (PendingRun& r : runs) outputs.push_back(r.wait());
   if (tracer) tracer->finish();
   return outputs;
 }

@@ -1,7 +1,8 @@
 // CudaProgram: execution only. The lowering (streams, memory plan, in-place updates, the
 // launch list) comes from compile(); the buffers are bound once (device_buffers.h), each
-// launch of the list prepared once (op_entry.h, fused kernels), and run = feeds in, the step
-// (direct, captured, or replayed; traced and timed), outputs out.
+// launch of the list prepared once (op_entry.h, fused kernels), and a run = feeds in, the step
+// (direct, captured, or replayed; traced and timed), outputs out through pinned memory, all
+// queued (enqueue) behind the run queued before it (run_order.h); the host waits in wait().
 #include "backends/cuda/cuda_program.h"
 
 #include <cuda_runtime_api.h>
@@ -17,8 +18,10 @@
 #include "backends/cuda/device_allocator.h"
 #include "backends/cuda/cast.h"
 #include "backends/cuda/device_buffers.h"
+#include "backends/cuda/host_transfers.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/op_entry.h"
+#include "backends/cuda/run_order.h"
 #include "backends/feeds.h"
 #include "backends/numerics.h"
 #include "backends/trace_writer.h"
@@ -34,7 +37,8 @@ class CudaProgram final : public Program {
   CudaProgram(const Graph& compiled, const Lowering& lowering, const CudaOptions& options);
   ~CudaProgram() override;
 
-  Outputs run(const std::vector<Feed>& feeds) override;
+  Outputs run(const std::vector<Feed>& feeds) override { return enqueue(feeds).wait(); }
+  PendingRun enqueue(const std::vector<Feed>& feeds) override;
   const Graph& graph() const override { return graph_; }
   Device device() const override { return Device::cuda(); }
   std::size_t planned_bytes() const override { return lowering_.plan.arena_bytes; }
@@ -52,9 +56,13 @@ class CudaProgram final : public Program {
   std::size_t collect_kernels(std::vector<const FusedGroup*>& groups,
                               std::vector<gpu::KernelSource>& sources);
   void* status_of(std::int32_t node) const;
-  cuda::Launch prepare_node(std::int32_t node, std::size_t& next_group, std::size_t workspace);
+  cuda::Launch prepare_node(std::int32_t node, std::size_t workspace);
+  std::vector<HorizontalMembers> horizontal_members() const;
+  cuda::Launch prepare_horizontal(const LaunchStep& step) const;
   cuda::Launch prepare_update(const LaunchStep& step) const;
   void execute(std::vector<TraceEvent>* trace);
+  void launch_step(cudaStream_t main);
+  Outputs finish_run();
   void prefetch(const std::vector<Feed>& next) override { buffers_.stager->announce(next); }
   void check_step(std::int32_t node, cudaStream_t stream) const;
   void adopt_variables(cudaStream_t stream);
@@ -65,6 +73,8 @@ class CudaProgram final : public Program {
   CudaOptions options_;
   cuda::DeviceBuffers buffers_;
   std::vector<std::unique_ptr<CudaFusedKernel>> fused_;
+  std::vector<int> fused_of_node_;                                 // index into fused_, or -1
+  std::vector<std::unique_ptr<CudaHorizontalKernel>> horizontal_;  // per lowering_.horizontal
   std::vector<Step> steps_;
   std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> events_;  // the launch list's cross-stream events
@@ -85,6 +95,10 @@ class CudaProgram final : public Program {
   std::vector<NodeStatus> statuses_;
   cudaGraphExec_t graph_exec_ = nullptr;
   int runs_ = 0;
+  std::unique_ptr<cuda::PinnedOutputs> outputs_;
+  cuda::PinnedUploads uploads_;
+  cudaEvent_t done_ = nullptr;  // the run's outputs are in outputs_
+  PendingRun pending_;          // the run queued last
 };
 
 CudaProgram::CudaProgram(const Graph& compiled, const Lowering& lowering,
@@ -98,6 +112,7 @@ CudaProgram::CudaProgram(const Graph& compiled, const Lowering& lowering,
   KILN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   KILN_CUDA_CHECK(cudaEventCreate(&step_begin_));
   KILN_CUDA_CHECK(cudaEventCreate(&step_end_));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   joins_.resize(streams_.size(), nullptr);
   for (std::size_t s = 1; s < streams_.size(); ++s)
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&joins_[s], cudaEventDisableTiming));
@@ -109,6 +124,9 @@ CudaProgram::CudaProgram(const Graph& compiled, const Lowering& lowering,
     for (cudaStream_t s : streams_)
       KILN_CUBLAS_CHECK(cublasSetAtomicsMode(cuda::handle_for(s), CUBLAS_ATOMICS_NOT_ALLOWED));
   buffers_ = cuda::bind_device_buffers(graph_, lowering_);
+  std::vector<const void*> output_pointers;
+  for (const auto& [name, ref] : graph_.outputs()) output_pointers.push_back(pointer(ref));
+  outputs_ = std::make_unique<cuda::PinnedOutputs>(graph_, std::move(output_pointers));
   prepare_launches();
 }
 
@@ -118,6 +136,8 @@ CudaProgram::~CudaProgram() {
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
+  if (step_end_) cuda::forget_run_end(step_end_);
+  if (done_) cudaEventDestroy(done_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : joins_)
     if (e) cudaEventDestroy(e);
@@ -132,8 +152,16 @@ std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
                                          std::vector<gpu::KernelSource>& sources) {
   std::set<std::string> source_names;
   std::size_t workspace = 0;
+  std::set<std::int32_t> merged;  // run by horizontal launches, not by kernels of their own
+  for (const HorizontalLaunch& h : lowering_.horizontal)
+    merged.insert(h.nodes.begin(), h.nodes.end());
+  fused_of_node_.assign(graph_.nodes().size(), -1);
   for (const Node& n : graph_.nodes()) {
-    if (n.body) groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+    const auto id = static_cast<std::int32_t>(&n - graph_.nodes().data());
+    if (n.body && !merged.count(id)) {
+      fused_of_node_[static_cast<std::size_t>(id)] = static_cast<int>(groups.size());
+      groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+    }
     if (n.body || n.op->kind == OpKind::source || n.op->alias) continue;
     const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
     KILN_CHECK(entry != nullptr, "the CUDA backend has no kernel for op '{}'", n.op->name);
@@ -171,8 +199,13 @@ void CudaProgram::prepare_launches() {
     KILN_CUDA_CHECK(cudaSetDevice(device));  // the current device is per thread
     cuda::preload_kernels(sources);
   });
+  std::future<void> horizontal = std::async(std::launch::async, [this, device] {
+    KILN_CUDA_CHECK(cudaSetDevice(device));
+    horizontal_ = compile_horizontal_kernels(horizontal_members());
+  });
   fused_ = compile_fused_kernels(groups);
   hand_written.get();
+  horizontal.get();
   if (workspace > 0) {
     workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
                         {static_cast<std::int64_t>(workspace)}, DType::u8);
@@ -180,10 +213,10 @@ void CudaProgram::prepare_launches() {
       side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
                                {static_cast<std::int64_t>(workspace)}, DType::u8);
   }
-  std::size_t next_group = 0;
   for (const LaunchStep& step : lowering_.launches.steps) {
-    cuda::Launch launch =
-        step.node >= 0 ? prepare_node(step.node, next_group, workspace) : prepare_update(step);
+    cuda::Launch launch = !step.merged.empty() ? prepare_horizontal(step)
+                          : step.node >= 0     ? prepare_node(step.node, workspace)
+                                               : prepare_update(step);
     if (launch) steps_.push_back({&step, std::move(launch)});
     if (step.node >= 0) first_update_ = steps_.size();
   }
@@ -194,8 +227,7 @@ void CudaProgram::prepare_launches() {
 }
 
 // A node's launch: its fused kernel, or its op's CUDA entry with the workspace of its stream.
-cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_group,
-                                       std::size_t workspace) {
+cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t workspace) {
   const Node& n = graph_.node(node);
   std::vector<const void*> in;
   std::vector<TensorType> types;
@@ -205,7 +237,8 @@ cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_grou
   }
   const std::vector<void*>& out = buffers_.ptr[static_cast<std::size_t>(node)];
   if (n.body) {
-    const CudaFusedKernel* kernel = fused_[next_group++].get();
+    const CudaFusedKernel* kernel =
+        fused_[static_cast<std::size_t>(fused_of_node_[static_cast<std::size_t>(node)])].get();
     return [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); };
   }
   // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
@@ -216,6 +249,33 @@ cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t& next_grou
                  : nullptr;
   cuda::LaunchSetup setup{n, types, in, out, ws, workspace, status_of(node)};
   return cuda::cuda_op(n.op->id)->prepare(setup);
+}
+
+// Each horizontal launch's members with the pointers they read and write.
+std::vector<HorizontalMembers> CudaProgram::horizontal_members() const {
+  std::vector<HorizontalMembers> launches;
+  for (const HorizontalLaunch& h : lowering_.horizontal) {
+    HorizontalMembers m;
+    for (std::int32_t member : h.nodes) {
+      const Node& n = graph_.node(member);
+      m.groups.push_back(dynamic_cast<const FusedGroup*>(n.body.get()));
+      m.inputs.emplace_back();
+      for (const ValueRef& r : n.inputs) m.inputs.back().push_back(pointer(r));
+      m.outputs.push_back(buffers_.ptr[static_cast<std::size_t>(member)]);
+    }
+    launches.push_back(std::move(m));
+  }
+  return launches;
+}
+
+cuda::Launch CudaProgram::prepare_horizontal(const LaunchStep& step) const {
+  for (std::size_t k = 0; k < lowering_.horizontal.size(); ++k)
+    if (lowering_.horizontal[k].nodes == step.merged) {
+      const CudaHorizontalKernel* kernel = horizontal_[k].get();
+      return [kernel](gpu::Stream s) { kernel->launch(s); };
+    }
+  KILN_ASSERT(false, "launch '{}' is no horizontal launch of the lowering", step.label);
+  return nullptr;
 }
 
 // An assignment not done in place: the new value copied into the variable at the end of the
@@ -311,10 +371,11 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
                "run: variable '{}' is now {}{} but was compiled as {}{}", var->name,
                dtype_name(var->value.dtype()), var->value.shape().str(),
                dtype_name(adopted.dtype()), adopted.shape().str());
-    KILN_CUDA_CHECK(cudaMemcpyAsync(adopted.raw(), var->value.raw(), adopted.nbytes(),
-                                    cudaMemcpyDefault, stream));
-    if (var->value.device().is_cpu())
-      KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host tensor may go away
+    if (var->value.device().is_cpu())  // through pinned memory: the host tensor may go away
+      uploads_.upload(var->value, adopted.raw(), stream);
+    else
+      KILN_CUDA_CHECK(cudaMemcpyAsync(adopted.raw(), var->value.raw(), adopted.nbytes(),
+                                      cudaMemcpyDeviceToDevice, stream));
     var->value = adopted;
     uploaded.emplace(var.get(), &adopted);
   }
@@ -327,13 +388,8 @@ void CudaProgram::adopt_variables(cudaStream_t stream) {
   }
 }
 
-Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
-  check_feed_names(graph_, feeds);
-  cudaStream_t main = streams_[0];
-  buffers_.stager->load(feeds, main);
-  adopt_variables(main);
-  ++runs_;
-  KILN_CUDA_CHECK(cudaEventRecord(step_begin_, main));
+// The step itself: traced launch by launch, run directly, or captured once and replayed.
+void CudaProgram::launch_step(cudaStream_t main) {
   if (!trace_path_.empty()) {  // a traced step runs launch by launch, outside any graph
     std::vector<TraceEvent> trace;
     execute(&trace);
@@ -353,23 +409,38 @@ Outputs CudaProgram::run(const std::vector<Feed>& feeds) {
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, main));
   }
+}
+
+PendingRun CudaProgram::enqueue(const std::vector<Feed>& feeds) {
+  check_feed_names(graph_, feeds);
+  pending_.complete();  // one run in flight: the next reuses its staging and output buffers
+  cudaStream_t main = streams_[0];
+  cuda::wait_for_last_run(main);
+  uploads_.start_run();
+  buffers_.stager->load(feeds, main);
+  adopt_variables(main);
+  ++runs_;
+  KILN_CUDA_CHECK(cudaEventRecord(step_begin_, main));
+  launch_step(main);
   KILN_CUDA_CHECK(cudaEventRecord(step_end_, main));
+  cuda::publish_run_end(step_end_);
   buffers_.stager->stage();  // the next batch crosses the bus while this step computes
-  Outputs outputs;
-  for (const auto& [name, ref] : graph_.outputs()) {
-    const TensorType& t = graph_.type(ref);
-    Tensor host = Tensor::empty(t.shape, t.dtype);
-    KILN_CUDA_CHECK(
-        cudaMemcpyAsync(host.raw(), pointer(ref), host.nbytes(), cudaMemcpyDeviceToHost, main));
-    outputs[name] = host;
-  }
-  KILN_CUDA_CHECK(cudaStreamSynchronize(main));
+  outputs_->download(main);
+  KILN_CUDA_CHECK(cudaEventRecord(done_, main));
+  pending_ = PendingRun([this] { return finish_run(); });
+  return pending_;
+}
+
+// Waits for the queued run, then its device time, status checks and outputs.
+Outputs CudaProgram::finish_run() {
+  KILN_CUDA_CHECK(cudaEventSynchronize(done_));
   float step_ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&step_ms, step_begin_, step_end_));
   last_step_ms_ = step_ms;
   for (const NodeStatus& s : statuses_)
-    if (s.entry->check_status) s.entry->check_status(graph_.node(s.node), s.memory.raw(), main);
-  return outputs;
+    if (s.entry->check_status)
+      s.entry->check_status(graph_.node(s.node), s.memory.raw(), streams_[0]);
+  return outputs_->read();
 }
 
 }  // namespace
