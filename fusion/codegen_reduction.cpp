@@ -86,7 +86,9 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   auto combine = [&](const std::string& a, const std::string& b) {
     return reduction_combine(red, a, b);
   };
-  const std::int64_t chunk = (n_red + splits - 1) / splits;
+  const int lanes = reduction_lanes();
+  // A split's range starts at a multiple of the lanes (so that each vector is one run).
+  const std::int64_t chunk = ((n_red + splits - 1) / splits + lanes - 1) / lanes * lanes;
   std::string out =
       fmt::format("  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n",
                   red.type.shape.numel(), n_red);
@@ -94,6 +96,7 @@ std::string Writer::reduction_body(std::int64_t splits) const {
                      chunk);
   out += "  __shared__ T warp_acc[32];\n";
   out += hoisted_scalars();
+  if (lanes > 1) out += fmt::format("  const bool vec = {};\n", aligned());
   out += "  for (long long job = blockIdx.x; job < n_out * splits; job += gridDim.x) {\n";
   out += "    const long long o = job / splits;\n";
   out += "    const long long r_first = (job % splits) * chunk;\n";
@@ -106,6 +109,23 @@ std::string Writer::reduction_body(std::int64_t splits) const {
       "    const {} base = {};\n", ix,
       coordinate_sum(axes.kept_sizes, axes.kept_strides, fmt::format("(({})o)", ix), suffix));
   out += fmt::format("    T acc = {};\n", init);
+  if (lanes > 1) {  // `lanes` adjacent elements a thread, each input one vector load
+    out += fmt::format(
+        "    if (vec) {{\n#pragma unroll 2\n    for ({0} r = ({0})r_first + ({0})threadIdx.x * "
+        "{1}; "
+        "r < ({0})r_end; r += ({0})blockDim.x * {1}) {{\n",
+        ix, lanes);
+    out += fmt::format("      const {} i = base + {};\n", ix,
+                       coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
+    auto accumulate = [&](const std::string& lane) {
+      const Operand& v = red.value;
+      const bool per_lane = v.kind == Operand::Kind::input &&
+                            !plans_[static_cast<std::size_t>(v.index)].lane_invariant;
+      return fmt::format("        acc = {};\n", combine("acc", operand(v, per_lane ? lane : "")));
+    };
+    out += g_.low_precision() ? vector_body_wide(accumulate) : vector_body_f32(accumulate);
+    out += "    }\n    } else\n";
+  }
   out += fmt::format(
       "#pragma unroll 4\n    for ({0} r = ({0})r_first + ({0})threadIdx.x; r < ({0})r_end; r += "
       "({0})blockDim.x) {{\n",
@@ -132,6 +152,13 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   out += "      " + shuffle + "\n      if (threadIdx.x == 0u) " +
          store_reduced("job", "acc", splits) + "\n    }\n    __syncthreads();\n  }\n";
   return out;
+}
+
+int Writer::reduction_lanes() const {
+  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
+  if (!vectorizable() || axes.red_strides.empty() || axes.red_strides.back() != 1) return 1;
+  const int lanes = g_.low_precision() ? lanes_ : (g_.compute == DType::f32 ? 4 : 1);
+  return lanes > 1 && axes.red_sizes.back() % lanes == 0 ? lanes : 1;
 }
 
 // The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]

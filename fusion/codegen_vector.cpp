@@ -14,15 +14,17 @@ bool Writer::vectorizable() const {
   return true;
 }
 
-// The vector path's guard: every pointer it reads or writes in vectors is 16-byte aligned.
-std::string Writer::alignment_test() const {
-  std::string aligned;
+std::string Writer::aligned() const {
+  std::string pointers;
   for (std::size_t k = 0; k < plans_.size(); ++k)
-    if (!plans_[k].lane_invariant) aligned += fmt::format(" | (unsigned long long)in{}", k);
+    if (!plans_[k].lane_invariant) pointers += fmt::format(" | (unsigned long long)in{}", k);
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-    aligned += fmt::format(" | (unsigned long long)out{}", o);
-  return fmt::format("  if (((0ULL{}) & 15ULL) == 0ULL) {{\n", aligned);
+    pointers += fmt::format(" | (unsigned long long)out{}", o);
+  return fmt::format("((0ULL{}) & 15ULL) == 0ULL", pointers);
 }
+
+// The vector path's guard: every pointer it reads or writes in vectors is 16-byte aligned.
+std::string Writer::alignment_test() const { return fmt::format("  if ({}) {{\n", aligned()); }
 
 int Writer::vector_width() const {
   const std::int64_t n = g_.shape.numel();
@@ -41,7 +43,7 @@ std::string Writer::vector_loop_f32() const {
 }
 
 // One vector iteration at element i: float4 loads, the four lanes' instructions, float4 stores.
-std::string Writer::vector_body_f32() const {
+std::string Writer::vector_body_f32(const LaneHook& after_lane) const {
   std::string out;
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     const InputPlan& p = plans_[k];
@@ -63,6 +65,7 @@ std::string Writer::vector_body_f32() const {
       out += fmt::format("        o{}.{} = {};\n", o, lane,
                          operand(op, per_lane ? std::string(".") + lane : ""));
     }
+    if (after_lane) out += after_lane(std::string(".") + lane);
     out += "      }\n";
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
@@ -102,7 +105,7 @@ std::string Writer::vector_loop_wide() const {
 
 // One vector iteration at element i: L (lanes_) elements of each input through an aligned
 // register array, the lanes' instructions, the outputs stored L at a time.
-std::string Writer::vector_body_wide() const {
+std::string Writer::vector_body_wide(const LaneHook& after_lane) const {
   std::string out;
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     const InputPlan& p = plans_[k];
@@ -128,6 +131,7 @@ std::string Writer::vector_body_wide() const {
     out += "      {\n" + compute("        ", suffix);
     for (std::size_t o = 0; o < g_.outputs.size(); ++o)
       out += "        " + store(o, fmt::format("o{}[{}]", o, lane), suffix);
+    if (after_lane) out += after_lane(suffix);
     out += "      }\n";
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)

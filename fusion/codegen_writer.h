@@ -4,6 +4,7 @@
 // codegen_reduction.cpp, the horizontal kernel (segments of one kind) in codegen_horizontal.cpp.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,13 +62,17 @@ class Writer {
   std::string elementwise_body(int& vector_width) const;
   // codegen_vector.cpp: float4 loads and stores for f32 groups; 16-byte loads of 8 elements
   // (two for f32 values) for groups that read or write bf16 or f16.
-  bool vectorizable() const;  // every input loads as a vector or is the same for all lanes
+  bool vectorizable() const;    // every input loads as a vector or is the same for all lanes
+  std::string aligned() const;  // whether every vector-loaded pointer is 16-byte aligned (C)
   std::string alignment_test() const;
   int vector_width() const;
   std::string vector_loop_f32() const;
   std::string vector_loop_wide() const;
-  std::string vector_body_f32() const;  // one iteration at element i (the loops' bodies)
-  std::string vector_body_wide() const;
+  // One iteration at element i (the loops' bodies); `after_lane` adds lines at the end of
+  // each lane's block (its argument: the lane's operand suffix), where its values are in scope.
+  using LaneHook = std::function<std::string(const std::string& lane)>;
+  std::string vector_body_f32(const LaneHook& after_lane = {}) const;
+  std::string vector_body_wide(const LaneHook& after_lane = {}) const;
 
   // codegen_horizontal.cpp: the segment's pointers, from the table; its vector path
   std::string segment_pointers() const;
@@ -83,6 +88,11 @@ class Writer {
  private:
   // codegen_reduction.cpp
   std::string reduction_body(std::int64_t splits) const;
+  // Lanes of the row-by-row body's vector loop: the vector width where every input allows it
+  // and the reduced axes end with a contiguous run of a multiple of it (per-channel sums over
+  // NCHW maps of 8 x 8, 16 x 16, ...; bf16 over 14 x 14 stays scalar: 196 is no multiple of
+  // the 8 lanes its inputs were planned for), else 1.
+  int reduction_lanes() const;
   std::string column_reduction_body(std::int64_t splits) const;
   std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
   bool columns_reduced() const;

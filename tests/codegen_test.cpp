@@ -3,7 +3,10 @@
 // every fused kernel against the CPU evaluator on fresh random inputs.
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
+#include <utility>
 
 #include "backends/cpu/low_precision.h"
 #include "backends/horizontal.h"
@@ -185,6 +188,31 @@ TEST_CASE("golden: a sum reduction tail is one block per output with a shuffle r
   Graph big;  // 3 * 2^30 elements: 64-bit indices
   big.output("s", sum(exp(big.input("x", {std::int64_t{1} << 30, 3})), {1}));
   CHECK(contains(generate_cuda(*single_group(big)).source, "const long long i = base + r * 1LL;"));
+}
+
+TEST_CASE(
+    "golden: per-channel sums over NCHW load a vector per thread (8 bf16, 4 f32) where the "
+    "maps allow it, with the element loop kept for unaligned pointers") {
+  for (const auto& [dtype, lanes] : {std::pair{DType::bf16, 8}, std::pair{DType::f32, 4}}) {
+    CAPTURE(dtype_name(dtype));
+    Graph g;
+    const Value x = g.input("x", {16, 32, 14, 14}, dtype);  // 196 = 4 x 49: f32 vectors only
+    const Value y = g.input("y", {16, 32, 16, 16}, dtype);  // 256: both
+    g.output("sx", sum(cast(x, DType::f32) * 2.0, {0, 2, 3}));
+    g.output("sy", sum(cast(y, DType::f32) * 2.0, {0, 2, 3}));
+    const auto groups = groups_of(fuse(eliminate_dead_code(g)));
+    int vectorized = 0;
+    for (const auto& group : groups) {
+      const CudaKernelSource k = generate_cuda(*group);
+      CAPTURE(k.source);
+      const bool vec = contains(k.source, fmt::format("(int)threadIdx.x * {};", lanes));
+      vectorized += vec ? 1 : 0;
+      CHECK(vec == contains(k.source, "if (vec) {"));
+      CHECK(contains(k.source, "r += (int)blockDim.x) {"));  // the element loop
+    }
+    CHECK(groups.size() == 2);
+    CHECK(vectorized == (dtype == DType::f32 ? 2 : 1));
+  }
 }
 
 TEST_CASE(

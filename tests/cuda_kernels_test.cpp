@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
@@ -262,6 +263,14 @@ namespace {
 
 // Forward, grad_input and grad_weight of one convolution against conv_cpu; `chunk` limits
 // the workspace to that many images (0: the whole batch).
+// `t` in `dtype` (f32 from bf16/f16: exact), or `t` itself.
+Tensor widened(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype);
+  for (std::int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = static_cast<float>(t.at(i));
+  return out;
+}
+
 void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int64_t padding,
                 DType dtype, std::uint64_t seed, std::int64_t chunk = 0,
                 std::int64_t max_workspace = -1, double rtol = 0) {
@@ -275,11 +284,13 @@ void check_conv(const Shape& xs, const Shape& ws, std::int64_t stride, std::int6
   const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
   const Tensor x = random_tensor(xs, dtype, seed), w = random_tensor(ws, dtype, seed + 1);
   const Tensor dy = random_tensor(ys, dtype, seed + 2);
-  Tensor y_ref = Tensor::empty(ys, dtype), dx_ref = Tensor::empty(xs, dtype),
-         dw_ref = Tensor::empty(ws, dtype);
-  kernels::conv2d_forward(x, w, y_ref, g);
-  kernels::conv2d_backward_input(dy, w, dx_ref, g);
-  kernels::conv2d_backward_weight(x, dy, dw_ref, g);
+  // bf16/f16: the CPU reference in f32 over the same (rounded) inputs.
+  const DType ref = is_low_precision(dtype) ? DType::f32 : dtype;
+  Tensor y_ref = Tensor::empty(ys, ref), dx_ref = Tensor::empty(xs, ref),
+         dw_ref = Tensor::empty(ws, ref);
+  kernels::conv2d_forward(widened(x, ref), widened(w, ref), y_ref, g);
+  kernels::conv2d_backward_input(widened(dy, ref), widened(w, ref), dx_ref, g);
+  kernels::conv2d_backward_weight(widened(x, ref), widened(dy, ref), dw_ref, g);
 
   std::size_t bytes = 0;
   for (auto pass :
@@ -334,6 +345,45 @@ TEST_CASE("conv2d: TF32 on the tensor cores stays within TF32's precision") {
   check_conv({2, 8, 8, 8}, {130, 8, 3, 3}, 1, 0, DType::f32, 620, 0, -1, 1e-2);
   check_conv({1, 64, 16, 16}, {64, 64, 3, 3}, 1, 1, DType::f32, 630, 0, -1, 1e-2);
   check_conv({2, 6, 7, 7}, {8, 6, 3, 3}, 1, 1, DType::f32, 640, 0, -1, 1e-2);
+}
+
+// Every channels-last tile (the ones conv_nhwc_plan chooses from, and 128 x 128 and 4-piece K
+// steps, which a benchmark may force), each with and without a split K (forced only), against the
+// CPU on shapes that do not divide the tiles: 16 and 8 channels (several taps in one step), 136
+// filters (a partial 128-row tile), grad_input at stride 2 (dy read as if dilated), in bf16 (the
+// output rounded: 1.5e-2) and TF32 (1e-2).
+TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32") {
+  SKIP_WITHOUT_GPU();
+  struct ForcePlan {  // the default choice again however the case ends
+    explicit ForcePlan(cuda::NhwcPlan p) { cuda::detail::force_nhwc_plan_for_testing(p); }
+    ~ForcePlan() {
+      cuda::detail::force_nhwc_plan_for_testing(std::nullopt);
+      cuda::set_allow_tf32(false);
+    }
+  };
+  std::vector<cuda::NhwcTile> tiles(std::begin(cuda::kNhwcTiles), std::end(cuda::kNhwcTiles));
+  for (cuda::NhwcTile t :
+       {cuda::NhwcTile{128, 128, 2, 4, 8, 3}, cuda::NhwcTile{128, 128, 2, 4, 4, 4},
+        cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
+    tiles.push_back(t);
+  std::uint64_t seed = 700;
+  for (const cuda::NhwcTile& tile : tiles)
+    for (std::int64_t splits : {1, 3}) {
+      CAPTURE(tile.bm);
+      CAPTURE(tile.bn);
+      CAPTURE(tile.pieces);
+      CAPTURE(tile.stages);
+      CAPTURE(splits);
+      REQUIRE(cuda::nhwc_tile_valid(tile));
+      ForcePlan force({tile, splits});
+      check_conv({3, 16, 9, 7}, {24, 16, 3, 3}, 1, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      check_conv({2, 8, 11, 10}, {136, 8, 3, 3}, 1, 0, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      check_conv({2, 16, 12, 10}, {32, 16, 3, 3}, 2, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      cuda::set_allow_tf32(true);
+      check_conv({2, 16, 9, 7}, {40, 16, 3, 3}, 1, 1, DType::f32, seed += 3, 0, -1, 1e-2);
+      check_conv({2, 8, 12, 10}, {16, 8, 3, 3}, 2, 1, DType::f32, seed += 3, 0, -1, 1e-2);
+      cuda::set_allow_tf32(false);
+    }
 }
 
 TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {

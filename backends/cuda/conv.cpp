@@ -127,9 +127,14 @@ bool use_nhwc(const ConvGeometry& g, DType dtype, ConvPass pass) {
   return tensor_cores && conv_nhwc_fits(channels, dtype) && g.batch <= 65535;
 }
 
-// Its scratch: the image's NHWC copy, then the GEMM's A (the reordered weights).
+// Its plan (conv_nhwc_plan) and scratch: the image's NHWC copy, the GEMM's A (the reordered
+// weights), then the split-K partials where the plan splits.
+NhwcPlan nhwc_plan(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  const GemmDims d = dims_of(g, pass);
+  return conv_nhwc_plan(dtype, d.m, d.n, d.k);
+}
 struct NhwcScratch {
-  std::size_t image = 0, total = 0;
+  std::size_t image = 0, partials = 0, total = 0;
 };
 NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const std::int64_t image = pass == ConvPass::forward
@@ -137,8 +142,11 @@ NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass) {
                                  : g.batch * g.out_channels * g.out_h * g.out_w;
   const std::size_t bytes = dtype_size(dtype);
   const std::size_t image_bytes = round_up(static_cast<std::size_t>(image) * bytes);
-  return {image_bytes,
-          image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes)};
+  const std::size_t partials =
+      image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes);
+  const GemmDims d = dims_of(g, pass);
+  return {image_bytes, partials,
+          partials + round_up(nhwc_plan(g, dtype, pass).partial_bytes(d.m, d.n))};
 }
 
 ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
@@ -160,8 +168,12 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   const GemmDims d = dims_of(g, pass);
   if (use_nhwc(g, dtype, pass)) {
     const bool forward = pass == ConvPass::forward;
-    return {nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(!forward, dtype_size(dtype)),
-            conv_nhwc_source(dtype, conv_nhwc_tile(d.m, d.n), !forward && g.stride == 2)};
+    const NhwcPlan plan = nhwc_plan(g, dtype, pass);
+    std::vector<gpu::KernelSource> sources = {
+        nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(!forward, dtype_size(dtype)),
+        conv_nhwc_source(dtype, plan.tile, !forward && g.stride == 2, plan.splits > 1)};
+    if (plan.splits > 1) sources.push_back(conv_splitk_sum_source(dtype));
+    return sources;
   }
   if (pass == ConvPass::forward)
     return {conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n), conv_mma_vector_weights(d.k))};
@@ -303,7 +315,7 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
   nhwc_weights(dtype, w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w, !forward,
                stream);
   const GemmDims d = dims_of(g, pass);
-  conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, stream,
+  conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, xt + scratch.partials, stream,
                     !forward && g.stride == 2);
 }
 

@@ -145,25 +145,37 @@ gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a, ConvMmaKind k
                           {"KILN_DIL", dilated ? "2" : "1"}});
 }
 
-std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated) {
-  return fmt::format("kiln_conv_nhwc_{}_{}x{}x{}_{}", dilated ? "dgrad_s2" : "fwd", tile.bm,
-                     tile.bn, 64 / dtype_size(dtype),
-                     dtype == DType::f32 ? "tf32" : dtype_name(dtype));
+bool nhwc_tile_valid(NhwcTile t) {
+  const int threads = t.threads();
+  return t.wm >= 1 && t.wn >= 1 && t.bm % (16 * t.wm) == 0 && t.bn % (16 * t.wn) == 0 &&
+         (t.pieces == 4 || t.pieces == 8) && t.stages >= 2 && t.stages <= 6 && threads <= 256 &&
+         (t.bm * t.pieces) % threads == 0 && (t.bn * t.pieces) % threads == 0 &&
+         t.shared_bytes() <= 227 * 1024;
 }
 
-gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated) {
-  KILN_CHECK((is_low_precision(dtype) || dtype == DType::f32) &&
-                 std::any_of(std::begin(kNhwcTiles), std::end(kNhwcTiles),
-                             [&](NhwcTile t) { return t.bm == tile.bm && t.bn == tile.bn; }),
-             "conv channels-last kernel: bf16, f16 or f32 (TF32) in a 128x64, 64x128 or 64x64 "
-             "tile, not {} in {}x{}",
-             dtype_name(dtype), tile.bm, tile.bn);
-  return embedded_kernel(conv_nhwc_name(dtype, tile, dilated), kernel_files::conv_mma_nhwc_cuh,
-                         "KILN_CONV_NHWC",
+std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated, bool split) {
+  return fmt::format("kiln_conv_nhwc_{}_{}x{}x{}_w{}x{}_s{}_{}{}", dilated ? "dgrad_s2" : "fwd",
+                     tile.bm, tile.bn, tile.pieces * 16 / dtype_size(dtype), tile.wm, tile.wn,
+                     tile.stages, dtype == DType::f32 ? "tf32" : dtype_name(dtype),
+                     split ? "_splitk" : "");
+}
+
+gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated, bool split) {
+  KILN_CHECK((is_low_precision(dtype) || dtype == DType::f32) && nhwc_tile_valid(tile),
+             "conv channels-last kernel: bf16, f16 or f32 (TF32) in a valid tile, not {} in "
+             "{}x{} (warps {}x{}, {} pieces, {} stages)",
+             dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn, tile.pieces, tile.stages);
+  return embedded_kernel(conv_nhwc_name(dtype, tile, dilated, split),
+                         kernel_files::conv_mma_nhwc_cuh, "KILN_CONV_NHWC",
                          {{"KILN_T", cuda_type_name(dtype)},
                           {"KILN_BM", std::to_string(tile.bm)},
                           {"KILN_BN", std::to_string(tile.bn)},
-                          {"KILN_DIL", dilated ? "2" : "1"}});
+                          {"KILN_WM", std::to_string(tile.wm)},
+                          {"KILN_WN", std::to_string(tile.wn)},
+                          {"KILN_PIECES", std::to_string(tile.pieces)},
+                          {"KILN_STAGES", std::to_string(tile.stages)},
+                          {"KILN_DIL", dilated ? "2" : "1"},
+                          {"KILN_SPLIT", split ? "true" : "false"}});
 }
 
 namespace {

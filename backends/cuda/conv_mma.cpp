@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 
+#include "backends/cuda/conv_passes.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/error.h"
@@ -62,30 +66,91 @@ void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels
   launch_items(k, out_channels * in_channels * khkw, stream, args);
 }
 
-NhwcTile conv_nhwc_tile(std::int64_t m, std::int64_t n) {
-  for (NhwcTile t : kNhwcTiles) {
-    if (t.bm > 64 && m < t.bm) continue;  // a 128-row tile only where there are 128 rows
-    if ((m + t.bm - 1) / t.bm * ((n + t.bn - 1) / t.bn) >= 240) return t;
+namespace {
+
+// KILN_NHWC_TILE's plan, if set.
+std::optional<NhwcPlan> plan_from_environment() {
+  const char* v = std::getenv("KILN_NHWC_TILE");
+  if (v == nullptr || *v == 0) return std::nullopt;
+  NhwcPlan p;
+  NhwcTile& t = p.tile;
+  long long splits = 1;
+  const int read = std::sscanf(v, "%d,%d,%d,%d,%d,%d,%lld", &t.bm, &t.bn, &t.wm, &t.wn, &t.pieces,
+                               &t.stages, &splits);
+  KILN_CHECK((read == 6 || read == 7) && nhwc_tile_valid(t) && splits >= 1,
+             "KILN_NHWC_TILE='{}': expected bm,bn,wm,wn,pieces,stages[,splits] of a valid tile", v);
+  p.splits = splits;
+  return p;
+}
+
+// The forced plan: KILN_NHWC_TILE's until a test sets another.
+std::optional<NhwcPlan>& forced_nhwc_plan() {
+  static std::optional<NhwcPlan> forced = plan_from_environment();
+  return forced;
+}
+
+// The K ranges of `wanted` splits of a K of `steps` steps of `step` rows.
+NhwcPlan split_plan(NhwcTile tile, std::int64_t wanted, std::int64_t steps, std::int64_t step) {
+  const std::int64_t per =
+      (steps + std::max<std::int64_t>(wanted, 1) - 1) / std::max<std::int64_t>(wanted, 1);
+  return {tile, (steps + per - 1) / per, per * step};
+}
+
+}  // namespace
+
+NhwcPlan conv_nhwc_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+  auto blocks = [&](NhwcTile t) { return ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn); };
+  auto steps_of = [&](NhwcTile t, std::int64_t& step) {
+    step = t.pieces * static_cast<std::int64_t>(16 / dtype_size(dtype));
+    return std::max<std::int64_t>(1, (k + step - 1) / step);
+  };
+  std::int64_t step = 0;
+  if (const std::optional<NhwcPlan> forced = forced_nhwc_plan()) {
+    const std::int64_t steps = steps_of(forced->tile, step);
+    return split_plan(forced->tile, std::min(forced->splits, steps), steps, step);
   }
-  return {64, 64};
+  const NhwcTile tile = m >= 128                       ? kNhwcTiles[0]
+                        : blocks(kNhwcTiles[1]) >= 132 ? kNhwcTiles[1]
+                                                       : kNhwcTiles[2];
+  return split_plan(tile, 1, steps_of(tile, step), step);
 }
 
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
-                       void* y, gpu::Stream stream, bool dilated) {
+                       void* y, void* partials, gpu::Stream stream, bool dilated) {
   if (shape.m == 0 || shape.n == 0) return;
   const auto per_piece = static_cast<int>(16 / dtype_size(dtype));
   KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % per_piece == 0,
              "conv: the channels-last pass needs 16-byte aligned operands and K % {} == 0 (K {})",
              per_piece, shape.k);
-  const NhwcTile tile = conv_nhwc_tile(shape.m, shape.n);
-  const DeviceKernel& k = device_kernel(conv_nhwc_name(dtype, tile, dilated),
-                                        [&] { return conv_nhwc_source(dtype, tile, dilated); });
+  const NhwcPlan plan = conv_nhwc_plan(dtype, shape.m, shape.n, shape.k);
+  const bool split = plan.splits > 1;
+  KILN_CHECK(
+      !split || (partials != nullptr && reinterpret_cast<std::uintptr_t>(partials) % 256 == 0),
+      "conv: the channels-last pass's split-K partials are missing or not 256-byte aligned");
+  const NhwcTile tile = plan.tile;
+  const DeviceKernel& k = device_kernel(
+      conv_nhwc_name(dtype, tile, dilated, split),
+      [&] { return conv_nhwc_source(dtype, tile, dilated, split); }, tile.shared_bytes());
   ConvGemmShape s = shape;
-  void* args[] = {&a, &xt, &y, &s};
+  s.k_chunk = static_cast<int>(plan.chunk);
+  void* target = split ? partials : y;
+  void* args[] = {&a, &xt, &target, &s};
   const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
-                       static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm), 1};
-  k.kernel.launch(grid, {128, 1, 1}, 0, stream, args);
+                       static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm),
+                       static_cast<unsigned>(plan.splits)};
+  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream,
+                  args);
+  if (split)
+    conv_detail::splitk_sum(dtype, partials, y, shape.m * static_cast<std::int64_t>(shape.n),
+                            plan.splits, stream);
 }
+
+namespace detail {
+void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan) {
+  KILN_CHECK(!plan || nhwc_tile_valid(plan->tile), "force_nhwc_plan_for_testing: invalid tile");
+  forced_nhwc_plan() = plan;
+}
+}  // namespace detail
 
 MmaSplits conv_mma_wgrad_splits(std::int64_t m, std::int64_t n, std::int64_t k,
                                 std::size_t scratch_bytes) {

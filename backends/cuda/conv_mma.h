@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/kernels/conv_params.h"
@@ -39,13 +40,30 @@ void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std:
 // gradient) [ci][tap][co] with the taps mirrored.
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
                   std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream);
-// Its tile for an M x N GEMM: the largest of kNhwcTiles that still gives 240 blocks (about two
-// per SM of an H100/H200), else 64 x 64.
-NhwcTile conv_nhwc_tile(std::int64_t m, std::int64_t n);
+// Its plan for an M x N x K GEMM of `dtype`: a tile of kNhwcTiles, 128 x 64 wherever there
+// are 128 filters (it was the fastest on every such ResNet-18 pass at batch 128, even at 128
+// blocks), else 64 x 128 where that gives a block per SM, else 64 x 64; K is not split (split-K
+// partials measured slower on every ResNet-18 shape). KILN_NHWC_TILE=
+// "bm,bn,wm,wn,pieces,stages[,splits]" forces one tile and split count for every pass, to
+// compare tiles (bench/README.md).
+struct NhwcPlan {
+  NhwcTile tile;
+  std::int64_t splits = 1, chunk = 0;
+  std::size_t partial_bytes(std::int64_t m, std::int64_t n) const {
+    return splits > 1 ? static_cast<std::size_t>(splits * m * n) * 4 : 0;
+  }
+};
+NhwcPlan conv_nhwc_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k);
 // y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
-// stride 2); a and xt 16-byte aligned.
+// stride 2); a and xt 16-byte aligned; `partials` (256-byte aligned, plan.partial_bytes) where
+// the plan splits K.
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
-                       void* y, gpu::Stream stream, bool dilated);
+                       void* y, void* partials, gpu::Stream stream, bool dilated);
+namespace detail {
+// Forces every channels-last pass onto `plan`'s tile and split count (nullopt: the choice
+// above), as KILN_NHWC_TILE does; a test hook (not thread-safe).
+void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan);
+}  // namespace detail
 
 // The weight gradient's split of its K = B*OH*OW pixels: `count` pieces of `chunk` (a multiple
 // of the 32-pixel step), enough blocks for four per SM of an H100/H200, at least 8 steps each,

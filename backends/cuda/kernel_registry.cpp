@@ -48,14 +48,10 @@ std::unique_ptr<DeviceKernel> load(const gpu::CompiledKernel& compiled) {
   return k;
 }
 
-}  // namespace
-
-const DeviceKernel& device_kernel(const std::string& name,
-                                  const std::function<gpu::KernelSource()>& make_source) {
-  const int device = current_device();
-  const std::string key = key_of(name, device);
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
+// The entry of `name` on the current device, loaded on first use; under r.mutex.
+DeviceKernel& entry_of(Registry& r, const std::string& name,
+                       const std::function<gpu::KernelSource()>& make_source) {
+  const std::string key = key_of(name, current_device());
   auto it = r.kernels.find(key);
   if (it != r.kernels.end()) return *it->second;
   const gpu::KernelSource source = make_source();
@@ -63,6 +59,28 @@ const DeviceKernel& device_kernel(const std::string& name,
   const gpu::CompiledKernel compiled =
       gpu::global_kernel_cache().get_or_compile(source, gpu::current_target());
   return *r.kernels.emplace(key, load(compiled)).first->second;
+}
+
+}  // namespace
+
+const DeviceKernel& device_kernel(const std::string& name,
+                                  const std::function<gpu::KernelSource()>& make_source) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return entry_of(r, name, make_source);
+}
+
+const DeviceKernel& device_kernel(const std::string& name,
+                                  const std::function<gpu::KernelSource()>& make_source,
+                                  std::size_t dynamic_shared_bytes) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  DeviceKernel& k = entry_of(r, name, make_source);
+  if (k.shared_limit < dynamic_shared_bytes) {
+    k.kernel.set_max_dynamic_shared_bytes(static_cast<int>(dynamic_shared_bytes));
+    k.shared_limit = dynamic_shared_bytes;
+  }
+  return k;
 }
 
 void preload_kernels(const std::vector<gpu::KernelSource>& sources) {

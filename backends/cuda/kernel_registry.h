@@ -14,8 +14,9 @@ namespace kiln::cuda {
 // A loaded kernel and its launch shape for grid-stride loops over independent work items.
 struct DeviceKernel {
   gpu::LoadedKernel kernel;
-  unsigned block = 0;           // threads per block with the most resident threads per SM
-  std::int64_t max_blocks = 0;  // blocks resident on the whole device at that block size
+  unsigned block = 0;            // threads per block with the most resident threads per SM
+  std::int64_t max_blocks = 0;   // blocks resident on the whole device at that block size
+  std::size_t shared_limit = 0;  // dynamic shared memory the kernel may take (0: the default)
 };
 
 // The kernel `name` for the current device; `make_source` is called only on the first
@@ -23,6 +24,12 @@ struct DeviceKernel {
 // the returned reference lives until the process exits.
 const DeviceKernel& device_kernel(const std::string& name,
                                   const std::function<gpu::KernelSource()>& make_source);
+
+// The same, for a kernel launched with `dynamic_shared_bytes` of dynamic shared memory: its
+// limit is raised to that on first use (which launches above 48 KiB need).
+const DeviceKernel& device_kernel(const std::string& name,
+                                  const std::function<gpu::KernelSource()>& make_source,
+                                  std::size_t dynamic_shared_bytes);
 
 // Compiles (in parallel) and loads all of `sources` for the current device, so that the
 // first launches of a training step do not wait for NVRTC.

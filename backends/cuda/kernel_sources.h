@@ -61,17 +61,29 @@ std::string conv_mma_name(DType dtype, int bm, bool vec_a, ConvMmaKind kind = Co
 gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a,
                                   ConvMmaKind kind = ConvMmaKind::forward);
 // The channels-last tensor-core passes (kernels/conv_mma_nhwc.cuh; bf16/f16, or f32 on TF32):
-// the GEMM in tiles of bm x bn
-// (128 x 64, 64 x 128 or 64 x 64) filters by pixels, 128 threads, over an NHWC image with
-// channels % 8 == 0 and A = W'[m, (kh, kw, c)]; dilated: grad_input of a stride-2
-// convolution. The two conversions before it: an NCHW image to NHWC (16-bit elements), and
-// the weights to A (flip: the input gradient's flipped, transposed filter).
+// the GEMM in tiles of bm filters by bn pixels, wm x wn warps, K steps of `pieces` 16-byte
+// pieces a row and `stages` of them in flight (dynamic shared memory), over an NHWC image
+// with channels % (16 bytes / element) == 0 and A = W'[m, (kh, kw, c)]; dilated: grad_input
+// of a stride-2 convolution; split: f32 partials of a K range per blockIdx.z. The two
+// conversions before it: an NCHW image to NHWC, and the weights to A (flip: the input
+// gradient's flipped, transposed filter).
 struct NhwcTile {
-  int bm, bn;
+  int bm, bn, wm, wn, pieces, stages;
+  int threads() const { return 32 * wm * wn; }
+  std::size_t shared_bytes() const {
+    return static_cast<std::size_t>((bm + bn) * (16 * pieces + 16) * stages);
+  }
+  bool operator==(const NhwcTile&) const = default;
 };
-inline constexpr NhwcTile kNhwcTiles[] = {{128, 64}, {64, 128}, {64, 64}};
-std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated);
-gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated);
+// The tiles conv_nhwc_plan chooses from: 128 x 64 where there are 128 filters, else 64 x 128
+// where that fills the SMs, else 64 x 64; K steps of 8 pieces (64 bf16 rows), 3 or 4 stages.
+inline constexpr NhwcTile kNhwcTiles[] = {
+    {128, 64, 2, 2, 8, 3}, {64, 128, 2, 2, 8, 3}, {64, 64, 2, 2, 8, 4}};
+// Whether the kernel exists for `tile`: warp pieces of whole 16 x 16 fragments, whole loads
+// per thread, 4 or 8 pieces a step, 2-6 stages, at most 256 threads and 227 KiB.
+bool nhwc_tile_valid(NhwcTile tile);
+std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated, bool split = false);
+gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated, bool split = false);
 // element_bytes: 2 or 4.
 std::string nhwc_image_name(std::size_t element_bytes);
 std::string nhwc_weights_name(bool flip, std::size_t element_bytes);

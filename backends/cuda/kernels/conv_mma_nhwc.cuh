@@ -29,24 +29,30 @@
 
 namespace kiln::cuda {
 
-#define KILN_NHWC_STAGES 3
-#define KILN_NHWC_RS \
-  40  // row length in 16-bit units: a step's 64 bytes + 16 (ldmatrix: no conflicts)
-
-// Elements per 16-byte piece, and per K step (four pieces).
+// Elements per 16-byte piece.
 template <typename T>
 struct NhwcElems {
-  static constexpr int piece = 16 / sizeof(T), step = 4 * piece;
+  static constexpr int piece = 16 / sizeof(T);
 };
 
-template <int BM, int BN>
-struct NhwcTiles {
-  unsigned short a[KILN_NHWC_STAGES][BM][KILN_NHWC_RS];
-  unsigned short b[KILN_NHWC_STAGES][BN][KILN_NHWC_RS];
+// A block's tiles: BM filters and BN pixels by PIECES 16-byte pieces of K a stage, STAGES
+// stages, in dynamic shared memory (16-bit units; each row padded by 16 bytes, so that the
+// eight rows an ldmatrix reads fall in distinct banks).
+template <int BM, int BN, int PIECES, int STAGES>
+struct NhwcSmem {
+  static constexpr int row = 8 * PIECES + 8;
+  static constexpr int a_stage = BM * row, b_stage = BN * row;
+  __device__ static unsigned short* a(unsigned short* s, int buf, int r) {
+    return s + buf * a_stage + r * row;
+  }
+  __device__ static unsigned short* b(unsigned short* s, int buf, int r) {
+    return s + STAGES * a_stage + buf * b_stage + r * row;
+  }
 };
 
+template <int STAGES>
 __device__ __forceinline__ void cp_async_wait_stages() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(KILN_NHWC_STAGES - 2) : "memory");
+  asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
 }
 
 // The next K row this thread loads of its patch columns, as the channel and the tap (kh, kw);
@@ -102,35 +108,24 @@ __device__ __forceinline__ void nhwc_load_b(const NhwcColumn<T>& col, const Conv
   cp_async16_l1(dst, src, inside ? 16 : 0);
 }
 
-template <typename T, int BM>
-__device__ __forceinline__ void nhwc_load_a(const T* __restrict__ w, const ConvGemmShape& g, int m0,
-                                            int k0, unsigned short (*as)[KILN_NHWC_RS]) {
-#pragma unroll
-  for (int i = 0; i < BM / 32; ++i) {
-    const int q = threadIdx.x + 128 * i, row = q / 4, piece = q % 4;
-    const int m = m0 + row, k = k0 + piece * NhwcElems<T>::piece;
-    const bool in = m < g.m && k < g.k;
-    cp_async16(&as[row][piece * 8], in ? w + (long long)m * g.k + k : w, in ? 16 : 0);
-  }
-}
-
-// The warp's (BM / 2) x (BN / 2) piece over one stage: two K slices of two 16-byte pieces each
-// (16 bf16 K rows, or 8 f32), read the same way for either type.
-template <typename T, int BM, int BN>
-__device__ __forceinline__ void nhwc_compute(const NhwcTiles<BM, BN>& s, int buf, int wm, int wn,
-                                             float (&acc)[BM / 32][BN / 16][4]) {
-  constexpr int MI = BM / 32, NJ = BN / 32;  // A fragments; B ldmatrix_x4 (16 pixels each)
+// The warp's WTM x WTN piece over one stage: K slices of two 16-byte pieces each (16 bf16 K
+// rows, or 8 f32), read the same way for either type.
+template <typename T, int BM, int BN, int PIECES, int STAGES, int WTM, int WTN>
+__device__ __forceinline__ void nhwc_compute(unsigned short* s, int buf, int wm, int wn,
+                                             float (&acc)[WTM / 16][WTN / 8][4]) {
+  using L = NhwcSmem<BM, BN, PIECES, STAGES>;
+  constexpr int MI = WTM / 16, NJ = WTN / 16;  // A fragments; B ldmatrix_x4 (16 pixels each)
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int kk = 0; kk < 32; kk += 16) {  // in 16-bit units of the rows
+  for (int kk = 0; kk < 8 * PIECES; kk += 16) {  // in 16-bit units of the rows
     unsigned af[MI][4], bf[NJ][4];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
-      ldmatrix_x4(af[mi], &s.a[buf][wm * (BM / 2) + mi * 16 + lane % 16][kk + (lane / 16) * 8]);
+      ldmatrix_x4(af[mi], L::a(s, buf, wm * WTM + mi * 16 + lane % 16) + kk + (lane / 16) * 8);
 #pragma unroll
     for (int nj = 0; nj < NJ; ++nj)  // matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, ...)
-      ldmatrix_x4(bf[nj], &s.b[buf][wn * (BN / 2) + nj * 16 + lane % 8 + (lane / 16) * 8]
-                              [kk + ((lane / 8) % 2) * 8]);
+      ldmatrix_x4(bf[nj], L::b(s, buf, wn * WTN + nj * 16 + lane % 8 + (lane / 16) * 8) + kk +
+                              ((lane / 8) % 2) * 8);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -139,49 +134,72 @@ __device__ __forceinline__ void nhwc_compute(const NhwcTiles<BM, BN>& s, int buf
   }
 }
 
-template <typename T, int BM, int BN, int DIL>
+// The GEMM of one block: BM x BN of the output, WM x WN warps, K in steps of PIECES pieces.
+// SPLIT: blockIdx.z takes the K rows [z * k_chunk, (z + 1) * k_chunk) (k_chunk a multiple of the
+// step) and stores f32 partials at y + z * M * N in the output's layout, summed later.
+template <typename T, int BM, int BN, int WM, int WN, int PIECES, int STAGES, int DIL, bool SPLIT>
 __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* __restrict__ xt,
                                               T* __restrict__ y, const ConvGemmShape& g) {
-  constexpr int MI = BM / 32, NI = BN / 16, COLS = BN / 32;  // B columns per thread
-  constexpr int E = NhwcElems<T>::piece, STEP = NhwcElems<T>::step;
-  __shared__ __align__(16) NhwcTiles<BM, BN> s;
-  const int t = threadIdx.x, warp = t / 32, wm = warp / 2, wn = warp % 2;
+  using L = NhwcSmem<BM, BN, PIECES, STAGES>;
+  constexpr int NT = 32 * WM * WN, WTM = BM / WM, WTN = BN / WN;
+  constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;  // pixels a pass; a thread's
+  constexpr int A_LOADS = BM * PIECES / NT;
+  constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
+  static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
+  extern __shared__ __align__(16) unsigned short nhwc_smem[];
+  unsigned short* s = nhwc_smem;
+  const int t = threadIdx.x, warp = t / 32, wm = warp / WN, wn = warp % WN;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int k_begin = SPLIT ? blockIdx.z * g.k_chunk : 0;
+  const int k_end = SPLIT ? min(g.k, k_begin + g.k_chunk) : g.k;
   const int channels = g.k / g.khkw, kh_size = g.khkw / g.kw;
-  const int q = t % 4;  // this thread's piece of each step: K rows q * E ...
+  const int q = t % PIECES;  // this thread's piece of each step: K rows q * E ...
   NhwcColumn<T> col[COLS];
 #pragma unroll
-  for (int j = 0; j < COLS; ++j) col[j] = nhwc_column(xt, g, channels, n0 + t / 4 + 32 * j);
-  NhwcPiece piece = nhwc_piece(q * E, channels, g.kw);
-  float acc[MI][NI][4];
+  for (int j = 0; j < COLS; ++j)
+    col[j] = nhwc_column(xt, g, channels, n0 + t / PIECES + PER_PASS * j);
+  NhwcPiece piece = nhwc_piece(k_begin + q * E, channels, g.kw);
+  float acc[WTM / 16][WTN / 8][4];
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
+  for (int mi = 0; mi < WTM / 16; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
+    for (int ni = 0; ni < WTN / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
-  const int steps = (g.k + STEP - 1) / STEP;
+  const int steps = (k_end - k_begin + STEP - 1) / STEP;
   auto load_stage = [&](int step) {  // the piece advances once per call: stages load in order
-    const int buf = step % KILN_NHWC_STAGES;
-    nhwc_load_a<T, BM>(w, g, m0, step * STEP, s.a[buf]);
+    const int buf = step % STAGES, k0 = k_begin + step * STEP;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
+      const int m = m0 + row, k = k0 + pc * E;
+      const bool in = m < g.m && k < k_end;
+      cp_async16(L::a(s, buf, row) + pc * 8, in ? w + (long long)m * g.k + k : w, in ? 16 : 0);
+    }
 #pragma unroll
     for (int j = 0; j < COLS; ++j)
-      nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece, &s.b[buf][t / 4 + 32 * j][q * 8]);
+      nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece,
+                          L::b(s, buf, t / PIECES + PER_PASS * j) + q * 8);
     nhwc_advance(piece, STEP, channels, g.kw);
   };
 #pragma unroll
-  for (int st = 0; st < KILN_NHWC_STAGES - 1; ++st) {
+  for (int st = 0; st < STAGES - 1; ++st) {
     if (st < steps) load_stage(st);
     cp_async_commit();
   }
   for (int step = 0; step < steps; ++step) {
-    cp_async_wait_stages();  // this step's stage has landed (for this thread's copies)
-    __syncthreads();         // ... and everyone's; the stage loaded next was read last step
-    if (step + KILN_NHWC_STAGES - 1 < steps) load_stage(step + KILN_NHWC_STAGES - 1);
+    cp_async_wait_stages<STAGES>();  // this step's stage has landed (for this thread's copies)
+    __syncthreads();                 // ... and everyone's; the stage loaded next was read last
+    if (step + STAGES - 1 < steps) load_stage(step + STAGES - 1);
     cp_async_commit();
-    nhwc_compute<T, BM, BN>(s, step % KILN_NHWC_STAGES, wm, wn, acc);
+    nhwc_compute<T, BM, BN, PIECES, STAGES, WTM, WTN>(s, step % STAGES, wm, wn, acc);
   }
-  mma_store_c<T, MI, NI>(y, g, m0 + wm * (BM / 2), n0 + wn * (BN / 2), acc);
+  if (SPLIT)
+    mma_store_c<float, WTM / 16, WTN / 8>(
+        reinterpret_cast<float*>(y) + (long long)blockIdx.z * g.m * g.n, g, m0 + wm * WTM,
+        n0 + wn * WTN, acc);
+  else
+    mma_store_c<T, WTM / 16, WTN / 8>(y, g, m0 + wm * WTM, n0 + wn * WTN, acc);
 }
 
 // xt[b, pix, c] = x[b, c, pix] of images [C][HW] (C even) of elements U (16 or 32 bits): tiles
@@ -251,10 +269,11 @@ __device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restr
 }  // namespace kiln::cuda
 
 #ifdef KILN_CONV_NHWC
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
     KILN_CONV_NHWC(const KILN_T* __restrict__ w, const KILN_T* __restrict__ xt,
                    KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_mma_nhwc<KILN_T, KILN_BM, KILN_BN, KILN_DIL>(w, xt, y, g);
+  kiln::cuda::conv_mma_nhwc<KILN_T, KILN_BM, KILN_BN, KILN_WM, KILN_WN, KILN_PIECES, KILN_STAGES,
+                            KILN_DIL, KILN_SPLIT>(w, xt, y, g);
 }
 #endif
 #ifdef KILN_NHWC_IMAGE
