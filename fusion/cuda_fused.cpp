@@ -16,7 +16,18 @@ namespace {
 LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_items,
                           int vector_width) {
   const gpu::DeviceLimits limits = gpu::current_device_limits();
-  const gpu::BlockChoice choice = gpu::choose_block_size(kernel);
+  gpu::BlockChoice choice = gpu::choose_block_size(kernel);
+  // Elementwise kernels (and finishers) in blocks of 256 where that keeps the occupancy: the
+  // smallest block that reaches it (64) made the H200 schedule 4x the blocks, and 256 was
+  // faster on every zoo step in bf16 (dcgan at batch 256: 1.695 -> 1.581 ms; resnet 2.660 ->
+  // 2.591). Reductions keep the smallest: a block per job, and more of them resident.
+  constexpr int kStreamingBlock = 256;
+  if (vector_width > 0 && choice.block < kStreamingBlock &&
+      kernel.max_active_blocks_per_sm(kStreamingBlock, 0) * kStreamingBlock >=
+          choice.block * choice.blocks_per_sm) {
+    choice.blocks_per_sm = kernel.max_active_blocks_per_sm(kStreamingBlock, 0);
+    choice.block = kStreamingBlock;
+  }
   LaunchShape best;
   best.block = {static_cast<unsigned>(choice.block), 1, 1};
   best.blocks_per_sm = choice.blocks_per_sm;
