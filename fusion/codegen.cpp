@@ -146,6 +146,7 @@ CudaKernelSource Writer::generate() {
   std::string body, extra;
   if (k.reduction) {
     k.reduced_outputs = g_.reduction->type.shape.numel();
+    k.reductions = static_cast<int>(g_.reductions().size());
     const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
     if (columns_reduced()) {  // blocks of 32 adjacent outputs, so that a warp's loads are one row
                               // segment
@@ -194,9 +195,11 @@ std::string Writer::parameters(std::int64_t splits) const {
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
     p += fmt::format("{}{}* __restrict__ out{}", p.empty() ? "" : ", ",
                      storage_name(g_.operand_dtype(g_.outputs[k])), k);
-  if (g_.reduction)
-    p += fmt::format("{}{}* __restrict__ reduced", p.empty() ? "" : ", ",
-                     splits > 1 ? std::string("T") : storage_name(g_.reduction->type.dtype));
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    p += fmt::format("{}{}* __restrict__ reduced{}", p.empty() ? "" : ", ",
+                     splits > 1 ? std::string("T") : storage_name(reds[r]->type.dtype),
+                     r == 0 ? std::string() : std::to_string(r));
   return p;
 }
 

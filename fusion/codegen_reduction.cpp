@@ -69,23 +69,28 @@ std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
 
 }  // namespace
 
+namespace {
+// Names of reduction r's accumulator, output (or partials) and shared per-warp results: the
+// first keeps the plain names, so a group of one reduction reads as it always has.
+std::string reduction_name(const char* base, std::size_t r) {
+  return r == 0 ? std::string(base) : fmt::format("{}{}", base, r);
+}
+}  // namespace
+
 // reduced[index] = value: the output rounded to its storage, or a partial result of the
 // compute type when the reduction is split.
 std::string Writer::store_reduced(const std::string& index, const std::string& value,
-                                  std::int64_t splits) const {
-  return fmt::format("reduced[{}] = {};", index,
-                     splits > 1 ? value : narrow(g_.reduction->type.dtype, value));
+                                  std::int64_t splits, std::size_t r) const {
+  return fmt::format("{}[{}] = {};", reduction_name("reduced", r), index,
+                     splits > 1 ? value : narrow(g_.reductions()[r]->type.dtype, value));
 }
 
 std::string Writer::reduction_body(std::int64_t splits) const {
-  const FusedReduction& red = *g_.reduction;
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  const FusedReduction& red = *reds[0];
   const ReductionAxes axes = split_axes(g_.shape, red.axes);
   std::int64_t n_red = 1;
   for (std::int64_t s : axes.red_sizes) n_red *= s;
-  const std::string init = reduction_identity(red, g_.compute);
-  auto combine = [&](const std::string& a, const std::string& b) {
-    return reduction_combine(red, a, b);
-  };
   const int lanes = reduction_lanes();
   // A split's range starts at a multiple of the lanes (so that each vector is one run).
   const std::int64_t chunk = ((n_red + splits - 1) / splits + lanes - 1) / lanes * lanes;
@@ -94,7 +99,8 @@ std::string Writer::reduction_body(std::int64_t splits) const {
                   red.type.shape.numel(), n_red);
   out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
                      chunk);
-  out += "  __shared__ T warp_acc[32];\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("  __shared__ T {}[32];\n", reduction_name("warp_acc", r));
   out += hoisted_scalars();
   if (lanes > 1) out += fmt::format("  const bool vec = {};\n", aligned());
   out += "  for (long long job = blockIdx.x; job < n_out * splits; job += gridDim.x) {\n";
@@ -108,7 +114,22 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   out += fmt::format(
       "    const {} base = {};\n", ix,
       coordinate_sum(axes.kept_sizes, axes.kept_strides, fmt::format("(({})o)", ix), suffix));
-  out += fmt::format("    T acc = {};\n", init);
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
+                       reduction_identity(*reds[r], g_.compute));
+  // Each reduction's value at `lane` combined into its accumulator.
+  auto accumulate = [&](const std::string& indent, const std::string& lane) {
+    std::string lines;
+    for (std::size_t r = 0; r < reds.size(); ++r) {
+      const Operand& v = reds[r]->value;
+      const bool per_lane = !lane.empty() && v.kind == Operand::Kind::input &&
+                            !plans_[static_cast<std::size_t>(v.index)].lane_invariant;
+      const std::string acc = reduction_name("acc", r);
+      lines += fmt::format("{}{} = {};\n", indent, acc,
+                           reduction_combine(*reds[r], acc, operand(v, per_lane ? lane : "")));
+    }
+    return lines;
+  };
   if (lanes > 1) {  // `lanes` adjacent elements a thread, each input one vector load
     out += fmt::format(
         "    if (vec) {{\n#pragma unroll 2\n    for ({0} r = ({0})r_first + ({0})threadIdx.x * "
@@ -117,13 +138,8 @@ std::string Writer::reduction_body(std::int64_t splits) const {
         ix, lanes);
     out += fmt::format("      const {} i = base + {};\n", ix,
                        coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
-    auto accumulate = [&](const std::string& lane) {
-      const Operand& v = red.value;
-      const bool per_lane = v.kind == Operand::Kind::input &&
-                            !plans_[static_cast<std::size_t>(v.index)].lane_invariant;
-      return fmt::format("        acc = {};\n", combine("acc", operand(v, per_lane ? lane : "")));
-    };
-    out += g_.low_precision() ? vector_body_wide(accumulate) : vector_body_f32(accumulate);
+    auto per_lane = [&](const std::string& lane) { return accumulate("        ", lane); };
+    out += g_.low_precision() ? vector_body_wide(per_lane) : vector_body_f32(per_lane);
     out += "    }\n    } else\n";
   }
   out += fmt::format(
@@ -136,21 +152,28 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   out += compute("      ", "");
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     out += "      " + store(o, fmt::format("out{}[i]", o), "");
-  out += fmt::format("      acc = {};\n    }}\n", combine("acc", operand(red.value, "")));
-  const std::string shuffle = fmt::format(
-      "for (int off = 16; off > 0; off >>= 1) {{ const T other = __shfl_down_sync(0xffffffffu, "
-      "acc, off); acc = {}; }}",
-      combine("acc", "other"));
-  out += "    " + shuffle + "\n";
-  out +=
-      "    if ((threadIdx.x & 31u) == 0u) warp_acc[threadIdx.x >> 5] = acc;\n    "
-      "__syncthreads();\n";
-  out += fmt::format(
-      "    if (threadIdx.x < 32u) {{\n      acc = threadIdx.x < (blockDim.x >> 5) ? "
-      "warp_acc[threadIdx.x] : {};\n",
-      init);
-  out += "      " + shuffle + "\n      if (threadIdx.x == 0u) " +
-         store_reduced("job", "acc", splits) + "\n    }\n    __syncthreads();\n  }\n";
+  out += accumulate("      ", "") + "    }\n";
+  auto shuffle = [&](std::size_t r) {
+    const std::string acc = reduction_name("acc", r);
+    return fmt::format(
+        "for (int off = 16; off > 0; off >>= 1) {{ const T other = __shfl_down_sync(0xffffffffu, "
+        "{}, off); {} = {}; }}",
+        acc, acc, reduction_combine(*reds[r], acc, "other"));
+  };
+  for (std::size_t r = 0; r < reds.size(); ++r) out += "    " + shuffle(r) + "\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    if ((threadIdx.x & 31u) == 0u) {}[threadIdx.x >> 5] = {};\n",
+                       reduction_name("warp_acc", r), reduction_name("acc", r));
+  out += "    __syncthreads();\n    if (threadIdx.x < 32u) {\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("      {} = threadIdx.x < (blockDim.x >> 5) ? {}[threadIdx.x] : {};\n",
+                       reduction_name("acc", r), reduction_name("warp_acc", r),
+                       reduction_identity(*reds[r], g_.compute));
+  for (std::size_t r = 0; r < reds.size(); ++r) out += "      " + shuffle(r) + "\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += "      if (threadIdx.x == 0u) " +
+           store_reduced("job", reduction_name("acc", r), splits, r) + "\n";
+  out += "    }\n    __syncthreads();\n  }\n";
   return out;
 }
 
@@ -167,6 +190,7 @@ int Writer::reduction_lanes() const {
 // Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
 // output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
 bool Writer::columns_reduced() const {
+  if (!g_.more_reductions.empty()) return false;  // the row-by-row body takes several
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
          axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
@@ -219,25 +243,37 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   return out;
 }
 
-// Combines each output's partial results in split order (deterministic: no atomics).
+// Combines each output's partial results in split order (deterministic: no atomics); with
+// several reductions, reduction r's partials follow at partial + r * outputs * splits.
 std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) const {
-  const std::string combine = reduction_combine(*g_.reduction, "acc", "v");
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  std::string params;
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    params += fmt::format(
+        ", {}* __restrict__ {}",
+        reds[r]->type.dtype == g_.compute ? std::string("T") : storage_name(reds[r]->type.dtype),
+        reduction_name("reduced", r));
   std::string out = fmt::format(
-      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial, {}* __restrict__ "
-      "reduced) {{\n",
-      g_.reduction->type.dtype == g_.compute ? std::string("T")
-                                             : storage_name(g_.reduction->type.dtype));
+      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}) {{\n", params);
   out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs,
                      splits);
   out +=
       "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += "
       "(long long)gridDim.x * blockDim.x) {\n";
-  out += "    T acc = partial[o * splits];\n";
-  out += fmt::format(
-      "    for (long long c = 1; c < splits; ++c) {{ const T v = partial[o * splits + c]; acc = "
-      "{}; }}\n",
-      combine);
-  out += "    " + store_reduced("o", "acc", 1) + "\n  }\n}\n";
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string part =
+        r == 0 ? "partial" : fmt::format("(partial + {}LL * n_out * splits)", r);
+    const std::string combine = reduction_combine(*reds[r], "acc", "v");
+    out += r == 0 ? "" : "    {\n";
+    out += fmt::format("    T acc = {}[o * splits];\n", part);
+    out += fmt::format(
+        "    for (long long c = 1; c < splits; ++c) {{ const T v = {}[o * splits + c]; acc = "
+        "{}; }}\n",
+        part, combine);
+    out += "    " + store_reduced("o", "acc", 1, r) + "\n";
+    out += r == 0 ? "" : "    }\n";
+  }
+  out += "  }\n}\n";
   return out;
 }
 

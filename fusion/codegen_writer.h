@@ -96,8 +96,8 @@ class Writer {
   std::string column_reduction_body(std::int64_t splits) const;
   std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
   bool columns_reduced() const;
-  std::string store_reduced(const std::string& index, const std::string& value,
-                            std::int64_t splits) const;
+  std::string store_reduced(const std::string& index, const std::string& value, std::int64_t splits,
+                            std::size_t r = 0) const;
 
   const FusedGroup& g_;
   std::string t_;  // the compute type's name

@@ -131,9 +131,8 @@ class TileEvaluator {
   }
 
   // Adds the tile's values of the reduced operand into per-output accumulators.
-  void accumulate(std::int64_t start, std::int64_t count, const StridedWalk& out_walk,
-                  std::vector<double>& acc) {
-    const FusedReduction& r = *g_.reduction;
+  void accumulate(const FusedReduction& r, std::int64_t start, std::int64_t count,
+                  const StridedWalk& out_walk, std::vector<double>& acc) {
     const T* src;
     std::int64_t step;
     T literal;
@@ -213,13 +212,14 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   // as much as it computes. Otherwise the whole team, never a smaller one: libgomp ends the
   // threads a smaller team leaves out and creates them again for the next full one.
   const int threads = tiles < 16 ? 1 : omp_get_max_threads();
-  const bool reduces = g.reduction.has_value();
+  const std::vector<const FusedReduction*> reductions = g.reductions();
+  const bool reduces = !reductions.empty();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
-  const double init = reduces ? g.reduction->op->reduction.identity : 0.0;
   const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes)
                                               : std::vector<std::int64_t>(g.shape.rank(), 0));
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
-  // depends only on the shapes, so the result is the same bits for any number of threads.
+  // depends only on the shapes, so the result is the same bits for any number of threads (and
+  // for a sibling reduction, the bits it had as a group of its own).
   // Blocks of 8 tiles, up to 64 of them, keep 8-16 threads busy on batch norm's reductions
   // (ResNet's [64, 64, 7, 7] has 196 tiles: 24 blocks; 64-tile blocks gave 3).
   const std::int64_t max_blocks =
@@ -230,9 +230,12 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
       reduces ? std::clamp<std::int64_t>(tiles / 8, 1, std::min<std::int64_t>(64, max_blocks))
               : tiles;
   const std::int64_t tiles_per_block = (tiles + blocks - 1) / blocks;
-  std::vector<std::vector<double>> partial(
-      static_cast<std::size_t>(reduces ? blocks : 0),
-      std::vector<double>(static_cast<std::size_t>(reduced), init));
+  // partial[r][block][output]
+  std::vector<std::vector<std::vector<double>>> partial;
+  for (const FusedReduction* r : reductions)
+    partial.emplace_back(
+        static_cast<std::size_t>(blocks),
+        std::vector<double>(static_cast<std::size_t>(reduced), r->op->reduction.identity));
 #pragma omp parallel num_threads(threads)
   {
     TileEvaluator<T> eval(g, call);
@@ -243,20 +246,21 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
         const std::int64_t start = t * kTile;
         const std::int64_t count = std::min(kTile, n - start);
         eval.run(start, count);
-        if (reduces) eval.accumulate(start, count, out_walk, partial[static_cast<std::size_t>(b)]);
+        for (std::size_t r = 0; r < reductions.size(); ++r)
+          eval.accumulate(*reductions[r], start, count, out_walk,
+                          partial[r][static_cast<std::size_t>(b)]);
       }
     }
   }
-  if (!reduces) return;
-  const ReductionRule& rule = g.reduction->op->reduction;
-  T* out = call.outputs[g.outputs.size()].template data<T>();
-  for (std::int64_t o = 0; o < reduced; ++o) {
-    double total = init;
-    for (const auto& acc : partial) {
-      const double v = acc[static_cast<std::size_t>(o)];
-      total = rule.combine(total, v);
+  for (std::size_t r = 0; r < reductions.size(); ++r) {
+    const ReductionRule& rule = reductions[r]->op->reduction;
+    T* out = call.outputs[g.outputs.size() + r].template data<T>();
+    for (std::int64_t o = 0; o < reduced; ++o) {
+      double total = rule.identity;
+      for (const auto& acc : partial[r])
+        total = rule.combine(total, acc[static_cast<std::size_t>(o)]);
+      out[o] = static_cast<T>(total);
     }
-    out[o] = static_cast<T>(total);
   }
 }
 

@@ -59,8 +59,9 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
   const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
   // One partial result per output and split (work_items counts jobs: a column job covers 32
   // outputs).
-  KILN_CUDA_CHECK(cudaMalloc(
-      &partial_, static_cast<std::size_t>(source_.reduced_outputs * source_.splits) * element));
+  partial_stride_ = static_cast<std::size_t>(source_.reduced_outputs * source_.splits) * element;
+  KILN_CUDA_CHECK(
+      cudaMalloc(&partial_, partial_stride_ * static_cast<std::size_t>(source_.reductions)));
 }
 
 CudaFusedKernel::~CudaFusedKernel() {
@@ -71,18 +72,24 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
                              const std::vector<void*>& outputs, gpu::Stream stream) const {
   std::vector<const void*> pointers(inputs.begin(), inputs.end());
   pointers.insert(pointers.end(), outputs.begin(), outputs.end());
-  void* reduced = nullptr;
-  if (finish_) {  // the main kernel writes partial results; the finisher writes the output
-    reduced = const_cast<void*>(pointers.back());
-    pointers.back() = partial_;
+  // With splits the main kernel writes each reduction's partial results and the finisher the
+  // reduced outputs (the last `reductions` pointers).
+  std::vector<const void*> finish_pointers;
+  if (finish_) {
+    finish_pointers.push_back(partial_);
+    const std::size_t first = pointers.size() - static_cast<std::size_t>(source_.reductions);
+    for (std::size_t r = 0; r < static_cast<std::size_t>(source_.reductions); ++r) {
+      finish_pointers.push_back(pointers[first + r]);
+      pointers[first + r] = static_cast<const char*>(partial_) + r * partial_stride_;
+    }
   }
   std::vector<void*> args;
   for (const void*& p : pointers) args.push_back(static_cast<void*>(&p));
   kernel_.launch(shape_.grid, shape_.block, 0, stream, args.data());
   if (!finish_) return;
-  const void* partial = partial_;
-  void* finish_args[] = {&partial, &reduced};
-  finish_->launch(finish_shape_.grid, finish_shape_.block, 0, stream, finish_args);
+  std::vector<void*> finish_args;
+  for (const void*& p : finish_pointers) finish_args.push_back(static_cast<void*>(&p));
+  finish_->launch(finish_shape_.grid, finish_shape_.block, 0, stream, finish_args.data());
 }
 
 // The table of generate_cuda_horizontal: per segment n, first tile, whether it takes vectors,

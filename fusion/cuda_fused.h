@@ -39,6 +39,7 @@ class CudaFusedKernel {
   std::unique_ptr<gpu::LoadedKernel> finish_;
   LaunchShape finish_shape_;
   void* partial_ = nullptr;
+  std::size_t partial_stride_ = 0;  // bytes of one reduction's partial results
 };
 
 // A horizontal launch (backends/horizontal.h): one kernel over the segments of several groups

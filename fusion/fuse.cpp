@@ -39,11 +39,12 @@ bool is_fill(const Node& n) { return n.op->id == OpId::fill; }
 bool is_reduction(const Node& n) { return n.op->kind == OpKind::reduction; }
 
 struct Grouping {
-  std::vector<int> group_of;              // node -> group, or -1
-  std::vector<std::vector<int>> members;  // group -> elementwise members in node order
-  std::vector<int> tail;                  // group -> reduction node, or -1
-  std::vector<Shape> shape;               // group -> iteration shape
-  std::vector<DType> compute;             // group -> register dtype (compute_dtype)
+  std::vector<int> group_of;                 // node -> group, or -1
+  std::vector<std::vector<int>> members;     // group -> elementwise members in node order
+  std::vector<int> tail;                     // group -> reduction node, or -1
+  std::vector<std::vector<int>> more_tails;  // group -> reductions after it (same axes)
+  std::vector<Shape> shape;                  // group -> iteration shape
+  std::vector<DType> compute;                // group -> register dtype (compute_dtype)
 };
 
 // Whether `start` depends on group `target` once every group is contracted to one node.
@@ -170,6 +171,18 @@ void move_to_readers(const Graph& g, Grouping& gr) {
   }
 }
 
+// Whether reduction `n` of a value of group h may join h after its tail: h has a tail over
+// the same axes of the same shape to as many outputs, with the same keepdims. Both then run in
+// one pass, and a value only they read is never stored.
+bool sibling_reduction(const Graph& g, const Grouping& gr, int h, const Node& n) {
+  const int t = gr.tail[static_cast<std::size_t>(h)];
+  if (t < 0 || is_reduction(g.node(n.inputs[0].node))) return false;  // not a reduced value
+  const Node& first = g.node(t);
+  return g.type(first.inputs[0]).shape == g.type(n.inputs[0]).shape &&
+         first.attrs.integers("axes") == n.attrs.integers("axes") &&
+         first.attrs.integer("keepdims") == n.attrs.integer("keepdims");
+}
+
 Grouping group_nodes(const Graph& g, const FuseOptions& options) {
   Grouping gr;
   const int count = static_cast<int>(g.nodes().size());
@@ -194,6 +207,7 @@ Grouping group_nodes(const Graph& g, const FuseOptions& options) {
       joined.push_back(static_cast<int>(gr.members.size()));
       gr.members.emplace_back();
       gr.tail.push_back(-1);
+      gr.more_tails.emplace_back();
       gr.shape.push_back(n.outputs[0].shape);
       gr.compute.push_back(compute);
     }
@@ -212,11 +226,18 @@ Grouping group_nodes(const Graph& g, const FuseOptions& options) {
     KILN_CHECK(compute.has_value(), "fuse: a reduction of {} into {} (cast first)",
                g.type(n.inputs[0]).str(), n.outputs[0].str());
     int h = options.single_ops ? -1 : gr.group_of[static_cast<std::size_t>(n.inputs[0].node)];
+    if (h >= 0 && gr.compute[static_cast<std::size_t>(h)] == *compute &&
+        sibling_reduction(g, gr, h, n)) {  // a second sum over the same axes: the same pass
+      gr.more_tails[static_cast<std::size_t>(h)].push_back(id);
+      gr.group_of[static_cast<std::size_t>(id)] = h;
+      continue;
+    }
     if (h < 0 || gr.tail[static_cast<std::size_t>(h)] >= 0 ||
         gr.compute[static_cast<std::size_t>(h)] != *compute) {
       h = static_cast<int>(gr.members.size());
       gr.members.emplace_back();
       gr.tail.push_back(-1);
+      gr.more_tails.emplace_back();
       gr.shape.push_back(g.type(n.inputs[0]).shape);
       gr.compute.push_back(*compute);
     }
@@ -322,6 +343,14 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
     body.reduction = FusedReduction{r.op, operand_for(r.inputs[0]), r.attrs.integers("axes"),
                                     r.attrs.integer("keepdims") != 0, r.outputs[0]};
     b.output_slot[{t, 0}] = static_cast<int>(body.outputs.size());
+    for (int more : gr.more_tails[static_cast<std::size_t>(group)]) {
+      const Node& r2 = g.node(more);
+      body.more_reductions.push_back(
+          FusedReduction{r2.op, operand_for(r2.inputs[0]), r2.attrs.integers("axes"),
+                         r2.attrs.integer("keepdims") != 0, r2.outputs[0]});
+      b.output_slot[{more, 0}] =
+          static_cast<int>(body.outputs.size() + body.more_reductions.size());
+    }
   }
   return b;
 }
@@ -390,6 +419,7 @@ Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
         FusionReport::Group entry{gr.members[static_cast<std::size_t>(u)], id};
         if (gr.tail[static_cast<std::size_t>(u)] >= 0)
           entry.members.push_back(gr.tail[static_cast<std::size_t>(u)]);
+        for (int more : gr.more_tails[static_cast<std::size_t>(u)]) entry.members.push_back(more);
         report->groups.push_back(std::move(entry));
       }
       for (const auto& [ref, slot] : b.output_slot) remap[ref] = {id, slot};

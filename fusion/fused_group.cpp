@@ -40,8 +40,16 @@ std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const 
                 in[i].str(), inputs[i].type.str());
   std::vector<TensorType> out;
   for (const Operand& o : outputs) out.push_back({shape, operand_dtype(o)});
-  if (reduction) out.push_back(reduction->type);
+  for (const FusedReduction* r : reductions()) out.push_back(r->type);
   return out;
+}
+
+std::vector<const FusedReduction*> FusedGroup::reductions() const {
+  std::vector<const FusedReduction*> all;
+  if (!reduction) return all;
+  all.push_back(&*reduction);
+  for (const FusedReduction& r : more_reductions) all.push_back(&r);
+  return all;
 }
 
 DType FusedGroup::operand_dtype(const Operand& op) const {
@@ -61,7 +69,9 @@ bool FusedGroup::low_precision() const {
     if (is_low_precision(in.type.dtype)) return true;
   for (const Operand& o : outputs)
     if (is_low_precision(operand_dtype(o))) return true;
-  return reduction && is_low_precision(reduction->type.dtype);
+  for (const FusedReduction* r : reductions())
+    if (is_low_precision(r->type.dtype)) return true;
+  return false;
 }
 
 std::string FusedGroup::summary() const {
@@ -69,15 +79,16 @@ std::string FusedGroup::summary() const {
   for (std::size_t i = 0; i < instrs.size() && i < 6; ++i)
     ops += (i ? ", " : "") + instrs[i].op->name;
   if (instrs.size() > 6) ops += ", ...";
-  if (reduction) ops += (ops.empty() ? "" : ", ") + reduction->op->name;
+  for (const FusedReduction* r : reductions()) ops += (ops.empty() ? "" : ", ") + r->op->name;
   std::string stored;  // the 16-bit dtypes it loads or stores, for groups that have any
   for (DType d : {DType::bf16, DType::f16}) {
-    bool uses = reduction && reduction->type.dtype == d;
+    bool uses = false;
+    for (const FusedReduction* r : reductions()) uses = uses || r->type.dtype == d;
     for (const FusedInput& in : inputs) uses = uses || in.type.dtype == d;
     for (const Operand& o : outputs) uses = uses || operand_dtype(o) == d;
     if (uses) stored += std::string(stored.empty() ? "" : "+") + std::string(dtype_name(d));
   }
-  return fmt::format("{} ops ({}) over {}{}", instrs.size() + (reduction ? 1 : 0), ops, shape.str(),
+  return fmt::format("{} ops ({}) over {}{}", instrs.size() + reductions().size(), ops, shape.str(),
                      stored.empty() ? "" : fmt::format(", {} storage, f32 math", stored));
 }
 
@@ -91,7 +102,7 @@ std::int64_t FusedGroup::bytes_read() const {
 std::int64_t FusedGroup::bytes_written() const {
   std::int64_t total = 0;
   for (const Operand& o : outputs) total += type_bytes({shape, operand_dtype(o)});
-  if (reduction) total += type_bytes(reduction->type);
+  for (const FusedReduction* r : reductions()) total += type_bytes(r->type);
   return total;
 }
 
@@ -107,8 +118,8 @@ std::int64_t FusedGroup::unfused_bytes() const {
       }
     }
   }
-  if (reduction)
-    total += type_bytes({shape, operand_dtype(reduction->value)}) + type_bytes(reduction->type);
+  for (const FusedReduction* r : reductions())
+    total += type_bytes({shape, operand_dtype(r->value)}) + type_bytes(r->type);
   return total;
 }
 

@@ -2,7 +2,8 @@
 // evaluator and CUDA C) read it. A group iterates over one shape; its inputs are read
 // in place at broadcast strides from an offset (slices of a value, such as an LSTM's
 // four gates of one GEMM output, need no copy); its instructions are elementwise ops in order; its
-// outputs are full-shape values and, optionally, one reduction of a value at the end.
+// outputs are full-shape values and, optionally, reductions of values at the end (over the
+// same axes).
 #pragma once
 
 #include <optional>
@@ -60,6 +61,11 @@ class FusedGroup final : public NodeBody {
   std::vector<FusedInstr> instrs;
   std::vector<Operand> outputs;             // node outputs 0..k-1, each of the group's shape
   std::optional<FusedReduction> reduction;  // node output k, when present
+  // Node outputs k+1, ...: more reductions over the same axes to the same outputs as
+  // `reduction` (batch norm's backward sums), computed in the same pass over the shape.
+  std::vector<FusedReduction> more_reductions;
+  // `reduction`, then `more_reductions` (empty without a reduction).
+  std::vector<const FusedReduction*> reductions() const;
 
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
   void run_cpu(const KernelCall& call) const override;

@@ -2,6 +2,8 @@
 // elementwise op and on random DAGs (values and gradients), and the shape of the result.
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
 #include "graph/autograd.h"
@@ -256,6 +258,41 @@ TEST_CASE(
     for (const auto& [name, tensor] : reference) {
       CAPTURE(name);
       CHECK(test::closeness(fused.at(name), tensor, 1e-6, 1e-6) <= 1.0);
+    }
+  }
+}
+
+// Batch norm's backward sums: sum(dy) and sum(dy * xhat) over (N, H, W), and a max over the
+// same axes, join one group: one pass, three reduced outputs, dy and dy * xhat never stored;
+// the values equal the unfused ones bit for bit (each reduction keeps its blocks and order),
+// in f32 and with bf16 inputs. A sum over other axes stays a group of its own.
+TEST_CASE("sibling reductions over the same axes share one fused group and its values") {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(dtype));
+    Graph g;
+    const Value dy = relu(cast(g.input("dy", {4, 6, 9, 10}, dtype), DType::f32));
+    const Value xhat = cast(g.input("xhat", {4, 6, 9, 10}, dtype), DType::f32);
+    g.output("sum_dy", sum(dy, {0, 2, 3}));
+    g.output("sum_dy_xhat", sum(dy * xhat, {0, 2, 3}));
+    g.output("max_dy", max(dy, {0, 2, 3}));
+    g.output("row_sums", sum(g.input("other", {4, 6, 9, 10}) * 2.0, {3}));
+    const Graph fused = fuse(g);
+    int groups = 0, siblings = 0;
+    for (const Node& n : fused.nodes()) {
+      if (n.op->id != OpId::fused) continue;
+      ++groups;
+      const auto& body = static_cast<const FusedGroup&>(*n.body);
+      if (body.more_reductions.size() == 2 && body.outputs.empty() && n.outputs.size() == 3)
+        ++siblings;
+    }
+    CHECK(groups == 2);
+    CHECK(siblings == 1);
+    const std::vector<Feed> feeds = random_feeds(g, 5);
+    const Outputs reference = compile(g, {.fuse = false})->run(feeds);
+    const Outputs together = compile(g, {.fuse = true})->run(feeds);
+    for (const auto& [name, tensor] : reference) {
+      CAPTURE(name);
+      CHECK(std::memcmp(together.at(name).raw(), tensor.raw(), tensor.nbytes()) == 0);
     }
   }
 }
