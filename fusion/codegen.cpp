@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/half.h"
 #include "fusion/codegen_writer.h"
 
 namespace kiln::codegen {
@@ -98,7 +99,10 @@ const char* low_precision_prelude() {
          "__device__ __forceinline__ unsigned short kiln_to_f16(float v) { unsigned short h; "
          "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v)); return h; }\n"
          "__device__ __forceinline__ float kiln_tanh_approx(float v) { float t; "
-         "asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(t) : \"f\"(v)); return t; }\n";
+         "asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(t) : \"f\"(v)); return t; }\n"
+         "__device__ __forceinline__ unsigned kiln_pack_bf16x2(float lo, float hi) { unsigned d; "
+         "asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(d) : \"f\"(hi), \"f\"(lo)); return d; "
+         "}\n";
 }
 
 InputPlan plan_input(const FusedGroup& g, const FusedInput& in, int width) {
@@ -225,6 +229,39 @@ std::string Writer::operand(const Operand& op, const std::string& lane) const {
   return "?";
 }
 
+namespace {
+
+// Whether `v` is a value of `dtype` exactly (bf16/f16; every value is an f32 or f64 one).
+bool representable(double v, DType dtype) {
+  const auto f = static_cast<float>(v);
+  if (dtype == DType::bf16) return bf16_bits_to_float(float_to_bf16_bits(f)) == v;
+  if (dtype == DType::f16) return f16_bits_to_float(float_to_f16_bits(f)) == v;
+  return true;
+}
+
+}  // namespace
+
+// Whether instruction i's value needs no rounding to its 16-bit dtype: an exact op (OpDef::exact)
+// of operands that are values of that dtype already.
+bool Writer::exact_in_dtype(std::size_t i) const {
+  const FusedInstr& instr = g_.instrs[i];
+  if (!instr.op->exact) return false;
+  for (const Operand& a : instr.args) {
+    switch (a.kind) {
+      case Operand::Kind::input:
+        if (g_.inputs[static_cast<std::size_t>(a.index)].type.dtype != instr.dtype) return false;
+        break;
+      case Operand::Kind::instr:
+        if (g_.instrs[static_cast<std::size_t>(a.index)].dtype != instr.dtype) return false;
+        break;
+      case Operand::Kind::constant:
+        if (!representable(a.constant, instr.dtype)) return false;
+        break;
+    }
+  }
+  return true;
+}
+
 // The instruction lines; `lane` selects a vector lane of vector-loaded inputs.
 std::string Writer::compute(const std::string& indent, const std::string& lane) const {
   std::string out;
@@ -239,7 +276,8 @@ std::string Writer::compute(const std::string& indent, const std::string& lane) 
     const OpDef& op = *g_.instrs[i].op;
     const bool fast = d == DType::bf16 && g_.compute == DType::f32 && !op.cuda_bf16.empty();
     std::string value = expand(fast ? op.cuda_bf16 : op.cuda, args);
-    if (is_low_precision(d)) value = widen(d, narrow(d, value));  // what the op would store
+    // What the op would store (cvt, a quarter-rate instruction on sm_90: bound the bf16 chain).
+    if (is_low_precision(d) && !exact_in_dtype(i)) value = widen(d, narrow(d, value));
     out += fmt::format("{}const T r{} = {};  // {}\n", indent, i, value, g_.instrs[i].op->name);
   }
   return out;

@@ -123,17 +123,36 @@ std::string Writer::vector_body_wide(const LaneHook& after_lane) const {
       out += fmt::format("      const T x{}_{} = {};\n", k, lane,
                          widen(d, fmt::format("s{}[{}]", k, lane)));
   }
-  for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+  // bf16 outputs are rounded two lanes at a time (one cvt.rn.bf16x2 for two cvt.rn.bf16: the
+  // conversions bound the bf16 chain on sm_90), from the lanes' values kept in v<o>.
+  auto packed = [&](std::size_t o) { return g_.operand_dtype(g_.outputs[o]) == DType::bf16; };
+  for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
     out += fmt::format("      __align__(16) {} o{}[{}];\n",
                        storage_name(g_.operand_dtype(g_.outputs[o])), o, lanes_);
+    if (packed(o)) out += fmt::format("      T v{}[{}];\n", o, lanes_);
+  }
   for (int lane = 0; lane < lanes_; ++lane) {
     const std::string suffix = fmt::format("_{}", lane);
     out += "      {\n" + compute("        ", suffix);
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-      out += "        " + store(o, fmt::format("o{}[{}]", o, lane), suffix);
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
+      if (!packed(o)) {
+        out += "        " + store(o, fmt::format("o{}[{}]", o, lane), suffix);
+        continue;
+      }
+      const Operand& op = g_.outputs[o];
+      const bool per_lane = op.kind == Operand::Kind::input &&
+                            !plans_[static_cast<std::size_t>(op.index)].lane_invariant;
+      out += fmt::format("        v{}[{}] = {};\n", o, lane, operand(op, per_lane ? suffix : ""));
+    }
     if (after_lane) out += after_lane(suffix);
     out += "      }\n";
   }
+  for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+    for (int pair = 0; packed(o) && pair < lanes_ / 2; ++pair)
+      out += fmt::format(
+          "      reinterpret_cast<unsigned*>(o{0})[{1}] = kiln_pack_bf16x2(v{0}[{2}], "
+          "v{0}[{3}]);\n",
+          o, pair, 2 * pair, 2 * pair + 1);
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     out += "      " +
            copy_lanes(g_.operand_dtype(g_.outputs[o]), lanes_, fmt::format("(out{} + i)", o),

@@ -55,6 +55,7 @@ class Writer {
   std::string offsets() const;
   std::string operand(const Operand& op, const std::string& lane) const;
   std::string compute(const std::string& indent, const std::string& lane) const;
+  bool exact_in_dtype(std::size_t instr) const;
   std::string scalar_loads(const std::string& indent, const std::string& index) const;
   std::string hoisted_scalars() const;
   std::string store(std::size_t output, const std::string& target, const std::string& lane) const;

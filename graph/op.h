@@ -121,6 +121,10 @@ struct OpDef {
   // Elementwise ops with a costly `cuda` (tanh, exp): a hardware approximation used where the
   // value is stored in bf16, whose 8 significant bits it exceeds (relative error 2^-11).
   std::string cuda_bf16;
+  // Elementwise ops whose value is one of their inputs' values, its negation, 0 or 1 (relu,
+  // maximum, select, neg, the comparisons, broadcast_to): on values representable in a dtype
+  // the result is too, so generated bf16/f16 code does not round it again.
+  bool exact = false;
   bool alias = false;       // output shares input 0's storage (reshape, detach)
   ReductionRule reduction;  // reductions only
   AutocastPolicy autocast = AutocastPolicy::follow;

@@ -229,16 +229,19 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   table.push_back(elementwise<Div>(OpId::div, 2, "({0} / {1})", [](const GradContext& c) {
     return Grads{dy(c) / in(c, 1), -(dy(c) * out(c)) / in(c, 1)};
   }));
-  table.push_back(
+  OpDef maximum_op =
       elementwise<Maximum>(OpId::maximum, 2, "({0} > {1} ? {0} : {1})", [](const GradContext& c) {
         const Value a_wins = greater(in(c, 0), in(c, 1));
         return Grads{dy(c) * a_wins, dy(c) * (1.0 - a_wins)};
-      }));
+      });
+  maximum_op.exact = true;
+  table.push_back(std::move(maximum_op));
   OpDef select_op{.id = OpId::select,
                   .kind = OpKind::elementwise,
                   .arity = 3,
                   .loops = {select_loop<float>, select_loop<double>},
-                  .cuda = "({0} != T(0) ? {1} : {2})"};
+                  .cuda = "({0} != T(0) ? {1} : {2})",
+                  .exact = true};
   select_op.infer = [](std::span<const TensorType> in, const Attrs&) {
     return infer_same("select", in);
   };
@@ -254,10 +257,13 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
        {elementwise<Greater>(OpId::greater, 2, "({0} > {1} ? T(1) : T(0))", nullptr),
         elementwise<Equal>(OpId::equal, 2, "({0} == {1} ? T(1) : T(0))", nullptr)}) {
     comparison.autocast = AutocastPolicy::exact;
+    comparison.exact = true;
     table.push_back(std::move(comparison));
   }
-  table.push_back(
-      elementwise<Neg>(OpId::neg, 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; }));
+  OpDef neg_op =
+      elementwise<Neg>(OpId::neg, 1, "(-{0})", [](const GradContext& c) { return Grads{-dy(c)}; });
+  neg_op.exact = true;
+  table.push_back(std::move(neg_op));
   OpDef exp_op = elementwise<Exp>(OpId::exp, 1, "exp({0})",
                                   [](const GradContext& c) { return Grads{dy(c) * out(c)}; });
   exp_op.cuda_bf16 = "__expf({0})";
@@ -270,10 +276,12 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   // relu's mask from its output (x > 0 exactly where relu(x) > 0): the output is stored anyway
   // when a non-elementwise op reads it (pooling, a GEMM), so the fuse pass computes the mask
   // in the backward's kernel instead of storing it in the forward's.
-  table.push_back(
+  OpDef relu_op =
       elementwise<Relu>(OpId::relu, 1, "({0} > T(0) ? {0} : T(0))", [](const GradContext& c) {
         return Grads{dy(c) * greater(out(c), scalar_like(out(c), 0.0))};
-      }));
+      });
+  relu_op.exact = true;
+  table.push_back(std::move(relu_op));
   OpDef tanh_op = elementwise<Tanh>(OpId::tanh, 1, "tanh({0})", [](const GradContext& c) {
     return Grads{dy(c) * (1.0 - out(c) * out(c))};
   });
@@ -296,6 +304,7 @@ void ops::register_elementwise_ops(std::vector<OpDef>& table) {
   OpDef broadcast = elementwise<Identity>(OpId::broadcast_to, 1, "{0}",
                                           [](const GradContext& c) { return Grads{dy(c)}; });
   broadcast.attrs = {"shape"};
+  broadcast.exact = true;
   broadcast.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("broadcast_to", in);
     const Shape target(attrs.integers("shape"));
