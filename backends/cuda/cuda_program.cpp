@@ -53,10 +53,14 @@ class CudaProgram final : public Program {
   };
 
   void prepare_launches();
-  std::size_t collect_kernels(std::vector<const FusedGroup*>& groups,
-                              std::vector<gpu::KernelSource>& sources);
+  // The largest workspace a launch needs on the main stream and on the side streams.
+  struct WorkspaceSizes {
+    std::size_t main = 0, side = 0;
+  };
+  WorkspaceSizes collect_kernels(std::vector<const FusedGroup*>& groups,
+                                 std::vector<gpu::KernelSource>& sources);
   void* status_of(std::int32_t node) const;
-  cuda::Launch prepare_node(std::int32_t node, std::size_t workspace);
+  cuda::Launch prepare_node(std::int32_t node, WorkspaceSizes workspace);
   std::vector<HorizontalMembers> horizontal_members() const;
   cuda::Launch prepare_horizontal(const LaunchStep& step) const;
   cuda::Launch prepare_update(const LaunchStep& step) const;
@@ -147,11 +151,11 @@ CudaProgram::~CudaProgram() {
 }
 
 // The fused groups and the hand-written kernels the step launches, the status memory of
-// the nodes that report errors; returns the largest workspace a launch needs.
-std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
-                                         std::vector<gpu::KernelSource>& sources) {
+// the nodes that report errors; returns the largest workspace a launch needs per stream kind.
+CudaProgram::WorkspaceSizes CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
+                                                         std::vector<gpu::KernelSource>& sources) {
   std::set<std::string> source_names;
-  std::size_t workspace = 0;
+  WorkspaceSizes workspace;
   std::set<std::int32_t> merged;  // run by horizontal launches, not by kernels of their own
   for (const HorizontalLaunch& h : lowering_.horizontal)
     merged.insert(h.nodes.begin(), h.nodes.end());
@@ -167,7 +171,11 @@ std::size_t CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
     KILN_CHECK(entry != nullptr, "the CUDA backend has no kernel for op '{}'", n.op->name);
     std::vector<TensorType> types;
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
-    if (entry->workspace_bytes) workspace = std::max(workspace, entry->workspace_bytes(n, types));
+    if (entry->workspace_bytes) {
+      std::size_t& size =
+          lowering_.stream_of[static_cast<std::size_t>(id)] != 0 ? workspace.side : workspace.main;
+      size = std::max(size, entry->workspace_bytes(n, types));
+    }
     if (entry->sources)
       for (gpu::KernelSource& source : entry->sources(n, types))
         if (source_names.insert(source.name).second) sources.push_back(std::move(source));
@@ -191,7 +199,7 @@ void* CudaProgram::status_of(std::int32_t node) const {
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
   std::vector<gpu::KernelSource> sources;  // hand-written kernels the launches will use
-  const std::size_t workspace = collect_kernels(groups, sources);
+  const WorkspaceSizes workspace = collect_kernels(groups, sources);
   // Both sets compile in parallel (through the kernel cache), side by side.
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -206,13 +214,14 @@ void CudaProgram::prepare_launches() {
   fused_ = compile_fused_kernels(groups);
   hand_written.get();
   horizontal.get();
-  if (workspace > 0) {
-    workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
-                        {static_cast<std::int64_t>(workspace)}, DType::u8);
-    if (streams_.size() > 1)
-      side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace), 0,
-                               {static_cast<std::int64_t>(workspace)}, DType::u8);
-  }
+  // Each its own size: the side stream runs weight gradients only (split-K partials), where the
+  // main stream's largest need is a channels-last copy of an activation.
+  if (workspace.main > 0)
+    workspace_ = Tensor(cuda::device_allocator().allocate(workspace.main), 0,
+                        {static_cast<std::int64_t>(workspace.main)}, DType::u8);
+  if (workspace.side > 0 && streams_.size() > 1)
+    side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace.side), 0,
+                             {static_cast<std::int64_t>(workspace.side)}, DType::u8);
   for (const LaunchStep& step : lowering_.launches.steps) {
     cuda::Launch launch = !step.merged.empty() ? prepare_horizontal(step)
                           : step.node >= 0     ? prepare_node(step.node, workspace)
@@ -222,12 +231,13 @@ void CudaProgram::prepare_launches() {
   }
   log().debug(
       "cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} "
-      "bytes",
-      steps_.size(), streams_.size(), fused_.size(), lowering_.plan.arena_bytes, workspace);
+      "bytes (side streams {})",
+      steps_.size(), streams_.size(), fused_.size(), lowering_.plan.arena_bytes, workspace.main,
+      workspace.side);
 }
 
 // A node's launch: its fused kernel, or its op's CUDA entry with the workspace of its stream.
-cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t workspace) {
+cuda::Launch CudaProgram::prepare_node(std::int32_t node, WorkspaceSizes workspace) {
   const Node& n = graph_.node(node);
   std::vector<const void*> in;
   std::vector<TensorType> types;
@@ -243,11 +253,11 @@ cuda::Launch CudaProgram::prepare_node(std::int32_t node, std::size_t workspace)
   }
   // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
   // weight gradients on the side stream; the workspace then needs its own copy there).
-  const bool side = lowering_.stream_of[static_cast<std::size_t>(node)] != 0;
-  void* ws = workspace_.defined()
-                 ? (side && side_workspace_.defined() ? side_workspace_.raw() : workspace_.raw())
-                 : nullptr;
-  cuda::LaunchSetup setup{n, types, in, out, ws, workspace, status_of(node)};
+  const bool side = lowering_.stream_of[static_cast<std::size_t>(node)] != 0 && streams_.size() > 1;
+  const Tensor& memory = side ? side_workspace_ : workspace_;
+  void* ws = memory.defined() ? memory.raw() : nullptr;
+  cuda::LaunchSetup setup{
+      n, types, in, out, ws, side ? workspace.side : workspace.main, status_of(node)};
   return cuda::cuda_op(n.op->id)->prepare(setup);
 }
 
