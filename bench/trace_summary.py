@@ -1,21 +1,38 @@
 #!/usr/bin/env python3
 """Per-kernel device time of a traced step (trainer --trace FILE): one row per kernel name
-(total ms, share, launches), the heaviest first.
+(total ms, share, launches), the heaviest first; with --passes, the convolution passes one by
+one in launch order instead (with --streams 1 each is timed alone), to compare tile settings.
 
-  python3 bench/trace_summary.py TRACE.json [--top N]
+  python3 bench/trace_summary.py TRACE.json [--top N] [--passes]
 """
 import argparse
 import collections
 import json
+
+CONV_PASSES = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight")
+
+
+def print_passes(events):
+    """One line per convolution pass kind: its sum and every launch's microseconds, in order."""
+    events = sorted(events, key=lambda e: e["ts"])
+    for name in CONV_PASSES:
+        durations = [e["dur"] for e in events if e["name"] == name]
+        print(f"{name:>18} sum {sum(durations):8.1f} us: " + " ".join(f"{d:.0f}" for d in durations))
+    span = max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)
+    print(f"{'step':>18} span {span:8.1f} us, {len(events)} launches")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--passes", action="store_true", help="the convolution passes in order")
     args = parser.parse_args()
     with open(args.trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    if args.passes:
+        print_passes(events)
+        return
     total = collections.defaultdict(float)
     launches = collections.Counter()
     for e in events:
