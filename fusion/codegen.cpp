@@ -219,8 +219,9 @@ std::string Writer::offsets() const {
 
 std::string Writer::operand(const Operand& op, const std::string& lane) const {
   switch (op.kind) {
-    case Operand::Kind::input:
-      return fmt::format("x{}{}", op.index, lane);
+    case Operand::Kind::input:  // a lane-invariant input has one register for all lanes
+      return fmt::format("x{}{}", op.index,
+                         plans_[static_cast<std::size_t>(op.index)].lane_invariant ? "" : lane);
     case Operand::Kind::instr:
       return fmt::format("r{}", op.index);
     case Operand::Kind::constant:
@@ -267,11 +268,7 @@ std::string Writer::compute(const std::string& indent, const std::string& lane) 
   std::string out;
   for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
     std::vector<std::string> args;
-    for (const Operand& a : g_.instrs[i].args) {
-      const bool per_lane = a.kind == Operand::Kind::input &&
-                            !plans_[static_cast<std::size_t>(a.index)].lane_invariant;
-      args.push_back(operand(a, per_lane ? lane : ""));
-    }
+    for (const Operand& a : g_.instrs[i].args) args.push_back(operand(a, lane));
     const DType d = g_.instrs[i].dtype;
     const OpDef& op = *g_.instrs[i].op;
     const bool fast = d == DType::bf16 && g_.compute == DType::f32 && !op.cuda_bf16.empty();
@@ -307,10 +304,7 @@ std::string Writer::hoisted_scalars() const {
 // `target` = output o's value, rounded to its storage.
 std::string Writer::store(std::size_t o, const std::string& target, const std::string& lane) const {
   const Operand& op = g_.outputs[o];
-  const bool per_lane =
-      op.kind == Operand::Kind::input && !plans_[static_cast<std::size_t>(op.index)].lane_invariant;
-  return fmt::format("{} = {};\n", target,
-                     narrow(g_.operand_dtype(op), operand(op, per_lane ? lane : "")));
+  return fmt::format("{} = {};\n", target, narrow(g_.operand_dtype(op), operand(op, lane)));
 }
 
 std::string Writer::elementwise_body(int& vector_width) const {

@@ -121,12 +121,9 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   auto accumulate = [&](const std::string& indent, const std::string& lane) {
     std::string lines;
     for (std::size_t r = 0; r < reds.size(); ++r) {
-      const Operand& v = reds[r]->value;
-      const bool per_lane = !lane.empty() && v.kind == Operand::Kind::input &&
-                            !plans_[static_cast<std::size_t>(v.index)].lane_invariant;
       const std::string acc = reduction_name("acc", r);
       lines += fmt::format("{}{} = {};\n", indent, acc,
-                           reduction_combine(*reds[r], acc, operand(v, per_lane ? lane : "")));
+                           reduction_combine(*reds[r], acc, operand(reds[r]->value, lane)));
     }
     return lines;
   };

@@ -59,11 +59,8 @@ std::string Writer::vector_body_f32(const LaneHook& after_lane) const {
   for (const char* lane : {"x", "y", "z", "w"}) {
     out += "      {\n" + compute("        ", std::string(".") + lane);
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
-      const Operand& op = g_.outputs[o];
-      const bool per_lane = op.kind == Operand::Kind::input &&
-                            !plans_[static_cast<std::size_t>(op.index)].lane_invariant;
       out += fmt::format("        o{}.{} = {};\n", o, lane,
-                         operand(op, per_lane ? std::string(".") + lane : ""));
+                         operand(g_.outputs[o], std::string(".") + lane));
     }
     if (after_lane) out += after_lane(std::string(".") + lane);
     out += "      }\n";
@@ -139,10 +136,7 @@ std::string Writer::vector_body_wide(const LaneHook& after_lane) const {
         out += "        " + store(o, fmt::format("o{}[{}]", o, lane), suffix);
         continue;
       }
-      const Operand& op = g_.outputs[o];
-      const bool per_lane = op.kind == Operand::Kind::input &&
-                            !plans_[static_cast<std::size_t>(op.index)].lane_invariant;
-      out += fmt::format("        v{}[{}] = {};\n", o, lane, operand(op, per_lane ? suffix : ""));
+      out += fmt::format("        v{}[{}] = {};\n", o, lane, operand(g_.outputs[o], suffix));
     }
     if (after_lane) out += after_lane(suffix);
     out += "      }\n";

@@ -270,11 +270,7 @@ TEST_CASE("sibling reductions over the same axes share one fused group and its v
   for (DType dtype : {DType::f32, DType::bf16}) {
     CAPTURE(dtype_name(dtype));
     Graph g;
-    const Value dy = relu(cast(g.input("dy", {4, 6, 9, 10}, dtype), DType::f32));
-    const Value xhat = cast(g.input("xhat", {4, 6, 9, 10}, dtype), DType::f32);
-    g.output("sum_dy", sum(dy, {0, 2, 3}));
-    g.output("sum_dy_xhat", sum(dy * xhat, {0, 2, 3}));
-    g.output("max_dy", max(dy, {0, 2, 3}));
+    test::add_sibling_sums(g, {4, 6, 9, 10}, dtype);
     g.output("row_sums", sum(g.input("other", {4, 6, 9, 10}) * 2.0, {3}));
     const Graph fused = fuse(g);
     int groups = 0, siblings = 0;

@@ -13,8 +13,20 @@
 #include "backends/compile.h"
 #include "core/philox.h"
 #include "gpu/cuda_runtime.h"
+#include "graph/ops.h"
 
 namespace kiln::test {
+
+// Batch norm's backward sums over (N, H, W) as graph outputs "sum_dy", "sum_dy_xhat" and
+// "max_dy" of inputs "dy" and "xhat" of `shape` stored in `dtype`: three sibling reductions of
+// one group's values.
+inline void add_sibling_sums(Graph& g, const Shape& shape, DType dtype) {
+  const Value dy = relu(cast(g.input("dy", shape, dtype), DType::f32));
+  const Value xhat = cast(g.input("xhat", shape, dtype), DType::f32);
+  g.output("sum_dy", sum(dy, {0, 2, 3}));
+  g.output("sum_dy_xhat", sum(dy * xhat, {0, 2, 3}));
+  g.output("max_dy", max(dy, {0, 2, 3}));
+}
 
 // Whether a GPU is there; without one the calling GPU case says why it is skipped.
 inline bool have_gpu() {
