@@ -227,6 +227,30 @@ TEST_CASE(
   }
 }
 
+// TF32 is a process-wide switch read while launching: an fp32 program compiled before a tf32 one
+// and first run after it must still run in fp32 (its workspace sized for that, not the TF32
+// channels-last passes), with the bits of an fp32 program run alone.
+TEST_CASE("GPU: an fp32 program run after a tf32 one was compiled stays fp32") {
+  if (!have_gpu()) return;
+  Graph g;
+  const Value x = g.input("x", {4, 8, 10, 10});
+  const Value w = g.input("w", {16, 8, 3, 3});
+  const Value y = conv2d(x, w, 1, 1);
+  g.output("y", y);
+  g.output("dx", grad(sum_all(y * y), {x})[0]);
+  const std::vector<Feed> feeds = random_feeds(g, 3);
+  const Outputs alone = compile(g, {.device = Device::cuda()})->run(feeds);
+  auto fp32 = compile(g, {.device = Device::cuda()});
+  auto tf32 = compile(g, {.device = Device::cuda(), .precision = Precision::tf32});
+  const Outputs after = fp32->run(feeds);
+  const Outputs with_tf32 = tf32->run(feeds);
+  for (const auto& [name, tensor] : alone) {
+    CAPTURE(name);
+    CHECK(std::memcmp(after.at(name).raw(), tensor.raw(), tensor.nbytes()) == 0);
+    CHECK(test::closeness(with_tf32.at(name), tensor, 1e-2, 1e-2) <= 1.0);
+  }
+}
+
 TEST_CASE("GPU: two runs of the same steps give bitwise-identical parameters") {
   if (!have_gpu()) return;
   std::vector<std::vector<Tensor>> runs;

@@ -307,6 +307,10 @@ cuda::Launch CudaProgram::prepare_update(const LaunchStep& step) const {
 // Forks the side streams from stream 0, launches every step on its stream with its event
 // waits, and joins them back; with `trace`, each launch is bracketed by timing events.
 void CudaProgram::execute(std::vector<TraceEvent>* trace) {
+  // TF32 is a process-wide switch that the convolutions and GEMMs read while launching: set it
+  // to this program's own setting, which its workspace was sized for (another program compiled
+  // since may have changed it).
+  cuda::set_allow_tf32(options_.tf32);
   cudaStream_t main = streams_[0];
   std::vector<cudaEvent_t> timing;
   auto timing_event = [&](cudaStream_t s) {
