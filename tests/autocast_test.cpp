@@ -263,7 +263,7 @@ void check_copies_equal_casts(Device device) {
 
 }  // namespace
 
-TEST_CASE("weight copies: the optimizer writes each cast weight's bf16 copy; no cast remains") {
+TEST_CASE("weight copies: the optimizer writes each cast weight's bf16 copy, no cast remains") {
   Step s;
   lenet_step(s, 8);
   const Graph cast = autocast(eliminate_dead_code(s.graph), DType::bf16);

@@ -50,7 +50,7 @@ TEST_CASE("BatchLoader: the same batches for 1 to 5 threads and any depth, with 
   }
 }
 
-TEST_CASE("BatchLoader: a resumed epoch starts mid-way; batches are fresh tensors") {
+TEST_CASE("BatchLoader: a resumed epoch starts mid-way, batches are fresh tensors") {
   const Dataset d = synthetic_images(100, {3, 6, 6}, 10, 2);
   const std::vector<Tensor> expected = expected_batches(d, {});
   Batcher b(d, 8, true, 5);
@@ -65,7 +65,7 @@ TEST_CASE("BatchLoader: a resumed epoch starts mid-way; batches are fresh tensor
   CHECK_THROWS_WITH_AS(loader.take(12), doctest::Contains("outside the epoch's 12 batches"), Error);
 }
 
-TEST_CASE("BatchLoader: the defaults come from the core count; a worker's error is rethrown") {
+TEST_CASE("BatchLoader: the defaults come from the core count, a worker's error is rethrown") {
   const LoaderOptions o = resolved_loader_options({});
   CHECK(o.threads >= 1);
   CHECK(o.threads <= 8);

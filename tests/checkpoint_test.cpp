@@ -671,7 +671,7 @@ TEST_CASE("atomic save: an unwritable place is a kiln::Error and loses nothing")
 }
 
 TEST_CASE(
-    "atomic save: a failing writer callback removes the temp file; the mode of the old file is "
+    "atomic save: a failing writer callback removes the temp file, the mode of the old file is "
     "kept") {
   TempDir dir;
   const fs::path path = dir.file("data.bin");

@@ -290,7 +290,7 @@ TEST_CASE(
 #endif
 }
 
-TEST_CASE("golden: the same group gives the same kernel name; another group another") {
+TEST_CASE("golden: the same group gives the same kernel name, another group another") {
   Graph g1, g2;
   g1.output("y", tanh(g1.input("x", {64})));
   g2.output("y", tanh(g2.input("x", {65})));

@@ -43,7 +43,7 @@ TEST_CASE("random_uniform: element i of step s is word i % 4 of Philox block (se
 }
 
 TEST_CASE(
-    "random_uniform: uniform in 0 <= u < 1: mean, variance, deciles; steps and seeds give new "
+    "random_uniform: uniform in 0 <= u < 1: mean, variance, deciles, steps and seeds give new "
     "values") {
   const std::int64_t n = 200000;
   const Tensor u = draw({n}, 7, 0).first;
@@ -90,7 +90,7 @@ TEST_CASE("Dropout: about p of the elements are zeroed, the others scaled by 1 /
 }
 
 TEST_CASE(
-    "Dropout: each run draws a new mask; the step buffer makes a resumed run repeat the stream") {
+    "Dropout: each run draws a new mask, the step buffer makes a resumed run repeat the stream") {
   Philox rng(4);
   nn::Dropout drop(0.5, rng);
   CHECK(drop.buffers().size() == 1);
@@ -133,7 +133,7 @@ TEST_CASE("Dropout: the gradient flows only through the kept elements, scaled li
   CHECK(dropped < 45);
 }
 
-TEST_CASE("Dropout: the identity in eval mode and for p = 0; p < 0 or p >= 1 is an error") {
+TEST_CASE("Dropout: the identity in eval mode and for p = 0, p < 0 or p >= 1 is an error") {
   Philox rng(6);
   nn::Dropout drop(0.5, rng);
   drop.set_training(false);

@@ -99,7 +99,7 @@ TEST_CASE("atomic write: a FIFO, a directory or a socket at the target is refuse
                        Error);
 }
 
-TEST_CASE("atomic write: through a symbolic link to its target; a dangling link is refused") {
+TEST_CASE("atomic write: through a symbolic link to its target, a dangling link is refused") {
   ScratchDir dir;
   const fs::path target = dir.path / "real.bin", link = dir.path / "link.bin";
   std::ofstream(target) << "old";
@@ -144,7 +144,7 @@ TEST_CASE("the trace writer leaves a user's own <path>.tmp alone and refuses a F
   CHECK(fs::is_fifo(fifo));
 }
 
-TEST_CASE("check_writable_directory creates a file to find out; a missing directory is named") {
+TEST_CASE("check_writable_directory creates a file to find out, a missing directory is named") {
   ScratchDir dir;
   CHECK_NOTHROW(check_writable_directory(dir.path, "--checkpoint"));
   CHECK(dir.names().empty());

@@ -102,7 +102,7 @@ int unordered_conflicts(const Graph& g, const Lowering& l, const char* label) {
 
 TEST_CASE(
     "launch lists order every two launches that touch the same memory, one writing it (LeNet, "
-    "ResNet, VGG, Inception; SGD and Adam; fp32 and bf16; with and without horizontal launches)") {
+    "ResNet, VGG, Inception, SGD and Adam, fp32 and bf16, with and without horizontal launches)") {
   int races = 0;
   for (const char* model : {"lenet", "resnet", "vgg", "inception"})
     for (const char* opt : {"sgd", "adam"})

@@ -67,7 +67,7 @@ std::vector<Tensor> snapshot(const std::vector<VariablePtr>& params) {
 }  // namespace
 
 TEST_CASE(
-    "the vocabulary: 95 printable characters and newline; tabs become spaces, the rest is "
+    "the vocabulary: 95 printable characters and newline, tabs become spaces, the rest is "
     "dropped") {
   CHECK(kVocabulary == 96);
   for (int c = 32; c <= 126; ++c)
@@ -113,7 +113,7 @@ TEST_CASE("text files: missing, empty or too short is a clear error") {
                        doctest::Contains("has 300 characters: too few"), Error);
 }
 
-TEST_CASE("random windows depend only on (seed, step); targets are the inputs shifted by one") {
+TEST_CASE("random windows depend only on (seed, step), targets are the inputs shifted by one") {
   std::vector<std::uint8_t> tokens;
   for (int i = 0; i < 500; ++i) tokens.push_back(static_cast<std::uint8_t>(i % 90));
   const TextBatcher a(tokens, 4, 8, 7), b(tokens, 4, 8, 7), other(tokens, 4, 8, 8);

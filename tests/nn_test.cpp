@@ -56,7 +56,7 @@ TEST_CASE("buffers are named like parameters and are not trainable") {
   CHECK(seq.buffers()[0]->name == "0.count");
 }
 
-TEST_CASE("set_training reaches every child; a child registered later takes the parent's mode") {
+TEST_CASE("set_training reaches every child, a child registered later takes the parent's mode") {
   Pair model;
   CHECK(model.training());
   model.set_training(false);
@@ -69,7 +69,7 @@ TEST_CASE("set_training reaches every child; a child registered later takes the 
   CHECK_FALSE(seq.add<Counting>().training());
 }
 
-TEST_CASE("a layer applied twice in one step chains its buffer updates; eval mode records none") {
+TEST_CASE("a layer applied twice in one step chains its buffer updates, eval mode records none") {
   Counting layer;
   Graph g;
   const Value x = g.input("x", {2});
@@ -172,7 +172,7 @@ TEST_CASE("BatchNorm eval mode uses the running statistics, not the batch's") {
   CHECK(bn.running_mean()->value.at(0) == 0.5);  // untouched
 }
 
-TEST_CASE("BatchNorm1d: [B, F] statistics over the batch; bad inputs are clear errors") {
+TEST_CASE("BatchNorm1d: [B, F] statistics over the batch, bad inputs are clear errors") {
   nn::BatchNorm1d bn(3);
   Graph g;
   const Value x = g.input("x", {4, 3});

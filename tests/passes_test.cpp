@@ -90,7 +90,7 @@ TEST_CASE("ops reject wrong shapes with both shapes and the op in the message") 
 namespace kiln {
 
 TEST_CASE(
-    "in_place_updates: an optimizer update writes into its variable; a value read elsewhere does "
+    "in_place_updates: an optimizer update writes into its variable, a value read elsewhere does "
     "not") {
   VariablePtr p = make_variable("p", Tensor::zeros({4}, DType::f32));
   VariablePtr q = make_variable("q", Tensor::zeros({4}, DType::f32));
@@ -148,7 +148,7 @@ TEST_CASE(
 namespace kiln {
 
 TEST_CASE(
-    "fold_constants: small all-constant ops become fills or tensor constants; the results do not "
+    "fold_constants: small all-constant ops become fills or tensor constants, the results do not "
     "change") {
   Graph g;
   const Value x = g.input("x", {4, 8});

@@ -51,7 +51,7 @@ TEST_CASE("LeNet learns Fashion-MNIST: 300 Adam steps reach 80% test accuracy") 
   CHECK(results[0].value("test_accuracy") >= 0.80);
 }
 
-TEST_CASE("the same seed gives the same run; another seed a different one") {
+TEST_CASE("the same seed gives the same run, another seed a different one") {
   TrainConfig config;
   config.images.synthetic = true;
   config.loop.epochs = 2;

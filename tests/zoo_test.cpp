@@ -210,7 +210,7 @@ TEST_CASE("resnet18: SGD with momentum on one batch of 8 (3x16x16, two classes) 
   CHECK(last < 0.5 * first);
 }
 
-TEST_CASE("zoo: the pooled models take the data's channels, size and classes; the others refuse") {
+TEST_CASE("zoo: the pooled models take the data's channels, size and classes, the others refuse") {
   struct Case {
     const char* model;
     Shape example;
