@@ -98,10 +98,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     return make_cpu_program(g, options.check_numerics, options.deterministic);
 #ifdef KILN_HAVE_CUDA
   const int streams = options.check_numerics ? 1 : options.cuda_streams;
-  const Lowering lowering = lower_for_device(g, streams, dump_lowering, !options.check_numerics);
+  const bool tf32 = options.tf32 || options.precision == Precision::tf32;
+  const Lowering lowering = lower_for_device(g, streams, dump_lowering, !options.check_numerics,
+                                             cuda_scratch_bytes(g, tf32));
   return make_cuda_program(g, lowering,
                            {.graphs = options.cuda_graphs && !options.check_numerics,
-                            .tf32 = options.tf32 || options.precision == Precision::tf32,
+                            .tf32 = tf32,
                             .streams = streams,
                             .check_numerics = options.check_numerics,
                             .deterministic = options.deterministic});

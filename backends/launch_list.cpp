@@ -8,29 +8,32 @@
 #include <map>
 
 #include "backends/plan.h"
+#include "core/error.h"
 #include "graph/op.h"
 
 namespace kiln {
 namespace {
 
+constexpr std::size_t kNone = SIZE_MAX;
+
 struct Builder {
   const Graph& g;
   const std::vector<int>& stream_of;
   LaunchList list;
-  std::vector<int> event_of;         // node -> the event its launch records, or -1
-  std::vector<std::size_t> step_of;  // node -> its launch
+  std::vector<std::size_t> step_of;                             // node -> its launch
   std::map<std::int32_t, std::vector<std::int32_t>> run_after;  // in-place update -> readers
+  const std::vector<std::vector<std::int32_t>>& reuse_waits;    // plan_memory's
 
   // `step` waits for `producer`'s launch when that ran on another stream.
   void wait_for(LaunchStep& step, std::int32_t producer) {
     const auto p = static_cast<std::size_t>(producer);
     if (g.node(producer).op->kind == OpKind::source || stream_of[p] == step.stream) return;
-    if (event_of[p] < 0) {
-      event_of[p] = list.events++;
-      list.steps[step_of[p]].record = event_of[p];
-    }
-    if (std::find(step.waits.begin(), step.waits.end(), event_of[p]) == step.waits.end())
-      step.waits.push_back(event_of[p]);
+    KILN_CHECK(step_of[p] != kNone, "build_launch_list: %{} waits for %{}, which launches later",
+               step.node, producer);
+    int& event = list.steps[step_of[p]].record;  // one per launch, for all its members
+    if (event < 0) event = list.events++;
+    if (std::find(step.waits.begin(), step.waits.end(), event) == step.waits.end())
+      step.waits.push_back(event);
   }
 
   // The waits of `node`'s launch added to `step`.
@@ -38,6 +41,8 @@ struct Builder {
     for (const ValueRef& in : g.node(node).inputs) wait_for(step, alias_root(g, in).node);
     if (auto after = run_after.find(node); after != run_after.end())
       for (std::int32_t reader : after->second) wait_for(step, reader);  // old value read first
+    if (!reuse_waits.empty())  // reused bytes: their earlier users on other streams first
+      for (std::int32_t user : reuse_waits[static_cast<std::size_t>(node)]) wait_for(step, user);
   }
 
   void add(std::int32_t node) {
@@ -68,13 +73,9 @@ struct Builder {
 
 LaunchList build_launch_list(const Graph& g, const std::vector<int>& stream_of,
                              const std::vector<InPlaceUpdate>& in_place,
-                             const std::vector<HorizontalLaunch>& horizontal) {
-  Builder b{g,
-            stream_of,
-            {},
-            std::vector<int>(g.nodes().size(), -1),
-            std::vector<std::size_t>(g.nodes().size(), 0),
-            {}};
+                             const std::vector<HorizontalLaunch>& horizontal,
+                             const std::vector<std::vector<std::int32_t>>& reuse_waits) {
+  Builder b{g, stream_of, {}, std::vector<std::size_t>(g.nodes().size(), kNone), {}, reuse_waits};
   for (std::size_t k = 0; k < in_place.size(); ++k) {
     if (!in_place[k].in_place) continue;
     auto& after = b.run_after[g.assignments()[k].second.node];

@@ -7,7 +7,9 @@
 // waits for what each of them would wait for), in node order, on its node's stream;
 // it waits for the event of every value it reads (views resolved to the value they alias)
 // that a launch on another stream wrote, and, for an update done in place, of every other
-// reader of the old value (in_place[k].after) on another stream; a launch records an event
+// reader of the old value (in_place[k].after) on another stream, and for each of its nodes
+// the launches of reuse_waits[node] (plan_memory: bytes it writes that another stream used
+// before); a launch records an event
 // only if a later launch waits for it, each event recorded once. Then, from first_update on,
 // one copy per assignment not done in place, on stream 0 after the side streams joined.
 #pragma once
@@ -41,6 +43,7 @@ struct LaunchList {
 
 LaunchList build_launch_list(const Graph& g, const std::vector<int>& stream_of,
                              const std::vector<InPlaceUpdate>& in_place,
-                             const std::vector<HorizontalLaunch>& horizontal = {});
+                             const std::vector<HorizontalLaunch>& horizontal = {},
+                             const std::vector<std::vector<std::int32_t>>& reuse_waits = {});
 
 }  // namespace kiln

@@ -29,12 +29,17 @@ std::string plan_text(const Graph& g, const Lowering& l) {
   const MemoryPlan& p = l.plan;
   std::string out = fmt::format("arena {} bytes, {} slots\n", p.arena_bytes, p.slot_bytes.size());
   for (std::size_t s = 0; s < p.slot_bytes.size(); ++s)
-    out += fmt::format("slot {}: {} bytes at offset {}\n", s, p.slot_bytes[s], p.slot_offset[s]);
-  for (std::size_t id = 0; id < p.slot.size(); ++id)
+    out += fmt::format("slot {}: {} bytes at offset {}, live at nodes {}..{}\n", s, p.slot_bytes[s],
+                       p.slot_offset[s], p.slot_first[s], p.slot_last[s]);
+  for (std::size_t id = 0; id < p.slot.size(); ++id) {
     for (std::size_t i = 0; i < p.slot[id].size(); ++i)
       if (const std::int32_t s = p.slot[id][i]; s >= 0)
         out += fmt::format("%{}.{} {} -> slot {} (offset {})\n", id, i, label_of(g.nodes()[id]), s,
                            p.slot_offset[static_cast<std::size_t>(s)]);
+    if (const std::int32_t s = p.scratch[id]; s >= 0)
+      out += fmt::format("%{} {} scratch -> slot {} (offset {})\n", id, label_of(g.nodes()[id]), s,
+                         p.slot_offset[static_cast<std::size_t>(s)]);
+  }
   return out;
 }
 
@@ -84,7 +89,7 @@ std::string launches_text(const Lowering& l) {
 
 Lowering lower_for_device(const Graph& g, int streams,
                           void (*after_step)(const char*, const Graph&, const Lowering&),
-                          bool horizontal) {
+                          bool horizontal, const std::vector<std::size_t>& scratch_bytes) {
   Lowering l;
   l.stream_of = assign_streams(g, std::max(1, streams));
   after_step("assign_streams", g, l);
@@ -92,9 +97,9 @@ Lowering lower_for_device(const Graph& g, int streams,
   after_step("in_place_updates", g, l);
   if (horizontal) l.horizontal = merge_horizontal(g, l.stream_of, l.in_place);
   after_step("merge_horizontal", g, l);
-  l.plan = plan_memory(g, l.stream_of, launch_positions(g, l.horizontal));
+  l.plan = plan_memory(g, l.stream_of, launch_positions(g, l.horizontal), scratch_bytes);
   after_step("plan_memory", g, l);
-  l.launches = build_launch_list(g, l.stream_of, l.in_place, l.horizontal);
+  l.launches = build_launch_list(g, l.stream_of, l.in_place, l.horizontal, l.plan.reuse_waits);
   after_step("launch_list", g, l);
   return l;
 }

@@ -27,9 +27,12 @@ struct Lowering {
 // The five steps in order, for `streams` streams (1: everything on stream 0), merge_horizontal
 // only with `horizontal` (off for --check-numerics, which checks launch by launch); after
 // each, `after_step(name, lowering so far)` (compile() prints it for KILN_DUMP).
+// `scratch_bytes` (empty, or one entry per node): the scratch each launch needs, planned in
+// the arena (the device backend's: cuda_scratch_bytes).
 Lowering lower_for_device(const Graph& g, int streams,
                           void (*after_step)(const char* step, const Graph&, const Lowering&),
-                          bool horizontal = true);
+                          bool horizontal = true,
+                          const std::vector<std::size_t>& scratch_bytes = {});
 
 // A step's result as text: one line per kernel (assign_streams), per assignment
 // (in_place_updates), per horizontal launch (merge_horizontal), per slot and planned value

@@ -1,9 +1,11 @@
-// Liveness over the node order, then best-fit reuse of freed slots, then the slots laid
-// out in one arena.
+// Liveness over the node order, then each slot placed in one arena, greedy by size.
 #include "backends/plan.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <numeric>
+#include <set>
 
 #include "graph/op.h"
 
@@ -13,109 +15,180 @@ ValueRef alias_root(const Graph& g, ValueRef ref) {
   return ref;
 }
 
+bool MemoryPlan::share_bytes(std::int32_t a, std::int32_t b) const {
+  const auto ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
+  if (slot_bytes[ua] == 0 || slot_bytes[ub] == 0) return false;
+  return slot_offset[ua] < slot_offset[ub] + slot_bytes[ub] &&
+         slot_offset[ub] < slot_offset[ua] + slot_bytes[ua];
+}
+
 namespace {
 
-// Index of the last node that reads each root value (node count for values live to the end);
-// a read by a node that runs later (`position`) counts there.
-std::map<ValueRef, std::int32_t> last_uses(const Graph& g,
-                                           const std::vector<std::int32_t>& position) {
-  std::map<ValueRef, std::int32_t> last;
-  const auto end = static_cast<std::int32_t>(g.nodes().size());
-  for (std::int32_t id = 0; id < end; ++id) {
-    const std::int32_t at = position.empty() ? id : position[static_cast<std::size_t>(id)];
-    for (const ValueRef& in : g.node(id).inputs) {
-      std::int32_t& l = last[alias_root(g, in)];
-      l = std::max(l, at);
-    }
-  }
-  for (const auto& [name, ref] : g.outputs()) last[alias_root(g, ref)] = end;
-  for (const auto& [var, ref] : g.assignments()) last[alias_root(g, ref)] = end;
-  return last;
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
 }
 
-std::int32_t take_slot(MemoryPlan& plan, std::vector<std::int32_t>& free_slots, std::size_t bytes) {
-  std::int32_t best = -1;
-  for (std::int32_t s : free_slots) {
-    const std::size_t size = plan.slot_bytes[static_cast<std::size_t>(s)];
-    const std::size_t best_size = best < 0 ? 0 : plan.slot_bytes[static_cast<std::size_t>(best)];
-    const bool fits = size >= bytes;
-    const bool best_fits = best >= 0 && best_size >= bytes;
-    // Prefer the smallest slot that fits; otherwise the largest one, grown.
-    if (best < 0 || (fits && (!best_fits || size < best_size)) ||
-        (!fits && !best_fits && size > best_size))
-      best = s;
-  }
-  if (best < 0) {
-    plan.slot_bytes.push_back(bytes);
-    return static_cast<std::int32_t>(plan.slot_bytes.size() - 1);
-  }
-  std::erase(free_slots, best);
-  auto& size = plan.slot_bytes[static_cast<std::size_t>(best)];
-  size = std::max(size, bytes);
-  return best;
+// The launching nodes that read each root value (views resolved to the value they alias).
+std::map<ValueRef, std::vector<std::int32_t>> readers_of(const Graph& g) {
+  std::map<ValueRef, std::vector<std::int32_t>> readers;
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id)
+    if (!g.node(id).op->alias)
+      for (const ValueRef& in : g.node(id).inputs) readers[alias_root(g, in)].push_back(id);
+  return readers;
 }
 
-// Each slot's offset in one arena, in slot order, aligned to kArenaAlign.
-void place_slots(MemoryPlan& plan) {
-  plan.slot_offset.assign(plan.slot_bytes.size(), 0);
+int side_reuse_lag() {
+  const char* v = std::getenv("KILN_SIDE_REUSE_LAG");
+  return v == nullptr || *v == 0 ? kSideReuseLag : std::max(0, std::atoi(v));
+}
+
+std::int32_t add_slot(MemoryPlan& plan, std::size_t bytes, std::int32_t first, std::int32_t last) {
+  plan.slot_bytes.push_back(bytes);
+  plan.slot_first.push_back(first);
+  plan.slot_last.push_back(last);
+  return static_cast<std::int32_t>(plan.slot_bytes.size() - 1);
+}
+
+// Greedy by size: the largest slot first, each in the smallest gap that holds it between the
+// placed slots it may not share bytes with (else above them all).
+template <typename Apart>
+void place_slots(MemoryPlan& plan, Apart apart) {
+  const std::size_t count = plan.slot_bytes.size();
+  std::vector<std::int32_t> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return plan.slot_bytes[static_cast<std::size_t>(a)] >
+           plan.slot_bytes[static_cast<std::size_t>(b)];
+  });
+  plan.slot_offset.assign(count, 0);
   plan.arena_bytes = 0;
-  for (std::size_t s = 0; s < plan.slot_bytes.size(); ++s) {
-    plan.slot_offset[s] = plan.arena_bytes;
-    plan.arena_bytes += (plan.slot_bytes[s] + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  std::vector<std::int32_t> placed;  // by offset
+  for (const std::int32_t s : order) {
+    const auto us = static_cast<std::size_t>(s);
+    const std::size_t need = aligned(plan.slot_bytes[us]);
+    std::size_t at = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+    for (const std::int32_t p : placed) {
+      const auto up = static_cast<std::size_t>(p);
+      if (apart(us, up)) continue;  // may share bytes
+      const std::size_t gap = plan.slot_offset[up] > at ? plan.slot_offset[up] - at : 0;
+      if (gap >= need && gap < best_gap) {
+        best = at;
+        best_gap = gap;
+      }
+      at = std::max(at, plan.slot_offset[up] + aligned(plan.slot_bytes[up]));
+    }
+    plan.slot_offset[us] = best != SIZE_MAX ? best : at;
+    plan.arena_bytes = std::max(plan.arena_bytes, plan.slot_offset[us] + need);
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), s,
+                                   [&](std::int32_t a, std::int32_t b) {
+                                     return plan.slot_offset[static_cast<std::size_t>(a)] <
+                                            plan.slot_offset[static_cast<std::size_t>(b)];
+                                   }),
+                  s);
   }
 }
 
 }  // namespace
 
-std::size_t MemoryPlan::total_bytes() const {
-  return std::accumulate(slot_bytes.begin(), slot_bytes.end(), std::size_t{0});
-}
-
 MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
-                       const std::vector<std::int32_t>& launch_position) {
+                       const std::vector<std::int32_t>& launch_position,
+                       const std::vector<std::size_t>& scratch_bytes) {
   MemoryPlan plan;
-  std::map<ValueRef, std::int32_t> last = last_uses(g, launch_position);
-  if (!stream_of_node.empty()) {  // values that touch a side stream live to the end
-    const auto end = static_cast<std::int32_t>(g.nodes().size());
-    for (std::int32_t id = 0; id < end; ++id) {
-      const bool side = stream_of_node[static_cast<std::size_t>(id)] != 0;
-      for (std::size_t i = 0; side && i < g.node(id).outputs.size(); ++i)
-        last[{id, static_cast<std::int32_t>(i)}] = end;
-      for (const ValueRef& in : g.node(id).inputs)
-        if (side) last[alias_root(g, in)] = end;
+  const auto end = static_cast<std::int32_t>(g.nodes().size());
+  auto stream = [&](std::int32_t id) {
+    return stream_of_node.empty() ? 0 : stream_of_node[static_cast<std::size_t>(id)];
+  };
+  auto position = [&](std::int32_t id) {
+    return launch_position.empty() ? id : launch_position[static_cast<std::size_t>(id)];
+  };
+  auto launches = [&](std::int32_t id) {
+    return g.node(id).op->kind != OpKind::source && !g.node(id).op->alias;
+  };
+  // The positions of stream 0's launches, to count kSideReuseLag of them.
+  std::vector<std::int32_t> main_positions;
+  for (std::int32_t id = 0; id < end; ++id)
+    if (launches(id) && stream(id) == 0) main_positions.push_back(position(id));
+  std::sort(main_positions.begin(), main_positions.end());
+  const int lag = side_reuse_lag();
+  // Where bytes touched at `accessor` may pass to a slot written on `stream`: at once on the
+  // same stream, or after a side stream; kSideReuseLag launches of stream 0 later from a side
+  // stream to another (stream 0 is ahead of the side streams, which then do not wait long).
+  auto release = [&](std::int32_t accessor, int writer_stream) {
+    const std::int32_t at = position(accessor);
+    if (stream(accessor) == 0 || stream(accessor) == writer_stream || lag == 0) return at;
+    const auto next = std::upper_bound(main_positions.begin(), main_positions.end(), at);
+    const auto index = static_cast<std::size_t>(next - main_positions.begin()) + lag - 1;
+    return index < main_positions.size() ? main_positions[index] : end;
+  };
+  int streams = 1;
+  for (std::int32_t id = 0; id < end; ++id) streams = std::max(streams, stream(id) + 1);
+  std::set<ValueRef> kept;  // outputs and assigned values: live to the end
+  for (const auto& [name, ref] : g.outputs()) kept.insert(alias_root(g, ref));
+  for (const auto& [var, ref] : g.assignments()) kept.insert(alias_root(g, ref));
+  const std::map<ValueRef, std::vector<std::int32_t>> readers = readers_of(g);
+  std::vector<std::vector<std::int32_t>> accessors;  // per slot
+  std::vector<std::int32_t> writer;                  // per slot
+  std::vector<std::vector<std::int32_t>> released;   // per slot: per writer stream
+  auto add = [&](std::size_t bytes, std::int32_t node, std::vector<std::int32_t> touched,
+                 bool to_end) {
+    std::int32_t last = to_end ? end : position(node);
+    std::vector<std::int32_t> after(static_cast<std::size_t>(streams), last);
+    for (std::int32_t a : touched) {
+      last = std::max(last, position(a));
+      for (int st = 0; st < streams; ++st)
+        after[static_cast<std::size_t>(st)] =
+            std::max(after[static_cast<std::size_t>(st)], release(a, st));
     }
-  }
-  std::map<std::int32_t, std::vector<std::int32_t>>
-      release_after;  // node -> slots freed after it runs
-  std::vector<std::int32_t> free_slots;
+    accessors.push_back(std::move(touched));
+    writer.push_back(node);
+    released.push_back(std::move(after));
+    return add_slot(plan, bytes, node, last);
+  };
   plan.slot.resize(g.nodes().size());
-  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
+  plan.scratch.assign(g.nodes().size(), -1);
+  for (std::int32_t id = 0; id < end; ++id) {
     const Node& n = g.node(id);
     auto& slots = plan.slot[static_cast<std::size_t>(id)];
     slots.assign(n.outputs.size(), -1);
-    if (n.op->kind != OpKind::source && !n.op->alias) {
-      for (std::size_t i = 0; i < n.outputs.size(); ++i) {
-        const TensorType& t = n.outputs[i];
-        const std::size_t bytes = static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
-        // A value written on a side stream gets a fresh slot: its writer is not ordered after
-        // the earlier readers of a reused one.
-        const bool side =
-            !stream_of_node.empty() && stream_of_node[static_cast<std::size_t>(id)] != 0;
-        std::vector<std::int32_t> none;
-        slots[i] = take_slot(plan, side ? none : free_slots, bytes);
-        auto it = last.find({id, static_cast<std::int32_t>(i)});
-        const std::int32_t written_at =  // a merged launch writes where it runs
-            launch_position.empty() ? id : launch_position[static_cast<std::size_t>(id)];
-        release_after[it == last.end() ? written_at : std::max(it->second, written_at)].push_back(
-            slots[i]);
+    if (!launches(id)) continue;
+    for (std::size_t i = 0; i < n.outputs.size(); ++i) {
+      const TensorType& t = n.outputs[i];
+      const ValueRef ref{id, static_cast<std::int32_t>(i)};
+      std::vector<std::int32_t> touched{id};
+      if (auto r = readers.find(ref); r != readers.end())
+        touched.insert(touched.end(), r->second.begin(), r->second.end());
+      slots[i] = add(static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype), id,
+                     std::move(touched), kept.count(ref) > 0);
+    }
+    const std::size_t scratch =
+        scratch_bytes.empty() ? 0 : scratch_bytes[static_cast<std::size_t>(id)];
+    if (scratch > 0) plan.scratch[static_cast<std::size_t>(id)] = add(scratch, id, {id}, false);
+  }
+  // Whether slot v's bytes may pass to slot u (u written after v is done with them).
+  auto before = [&](std::size_t v, std::size_t u) {
+    return released[v][static_cast<std::size_t>(stream(writer[u]))] < plan.slot_first[u];
+  };
+  place_slots(plan, [&](std::size_t u, std::size_t v) { return before(u, v) || before(v, u); });
+  // The waits that make reuse across streams safe: per slot, the latest launch on each other
+  // stream that touched an earlier slot sharing its bytes.
+  plan.reuse_waits.assign(g.nodes().size(), {});
+  std::vector<std::map<int, std::int32_t>> latest(g.nodes().size());  // node -> stream -> node
+  const std::size_t count = plan.slot_bytes.size();
+  for (std::size_t u = 0; u < count && !stream_of_node.empty(); ++u) {
+    const std::int32_t w = writer[u];
+    for (std::size_t v = 0; v < count; ++v) {
+      if (!before(v, u) ||
+          !plan.share_bytes(static_cast<std::int32_t>(u), static_cast<std::int32_t>(v)))
+        continue;
+      for (std::int32_t a : accessors[v]) {
+        if (stream(a) == stream(w)) continue;
+        auto [it, fresh] = latest[static_cast<std::size_t>(w)].try_emplace(stream(a), a);
+        if (!fresh && position(a) > position(it->second)) it->second = a;
       }
     }
-    auto done = release_after.find(id);
-    if (done == release_after.end()) continue;
-    free_slots.insert(free_slots.end(), done->second.begin(), done->second.end());
-    release_after.erase(done);
   }
-  place_slots(plan);
+  for (std::size_t id = 0; id < latest.size(); ++id)
+    for (const auto& [st, a] : latest[id]) plan.reuse_waits[id].push_back(a);
   return plan;
 }
 

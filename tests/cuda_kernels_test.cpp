@@ -173,6 +173,14 @@ TEST_CASE("conv workspace sizes (no GPU needed)") {
     CHECK(cuda::conv_workspace_bytes(g, low, cuda::ConvPass::grad_weight) ==
           64u * (288 + 64) * 196 * 2 + 64u * 288 * 4);
   }
+  // Below the size rule (M * N * K under 2^26: here 24 x 126 x 144) bf16 stays on the CUDA
+  // cores (the implicit GEMM forward: no scratch); forced, it takes the channels-last copy.
+  const auto small = kernels::conv_geometry({2, 16, 9, 7}, {24, 16, 3, 3}, 1, 1);
+  CHECK(cuda::conv_workspace_bytes(small, DType::bf16, cuda::ConvPass::forward) == 0);
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+  CHECK(cuda::conv_workspace_bytes(small, DType::bf16, cuda::ConvPass::forward) ==
+        (2u * 16 * 63 * 2 + 256 - 1) / 256 * 256 + (24u * 144 * 2 + 255) / 256 * 256);
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
   // Every tile the passes choose from has a kernel (shared memory, thread count).
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (auto mode :
@@ -355,9 +363,14 @@ TEST_CASE("conv2d: TF32 on the tensor cores stays within TF32's precision") {
 TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32") {
   SKIP_WITHOUT_GPU();
   struct ForcePlan {  // the default choice again however the case ends
-    explicit ForcePlan(cuda::NhwcPlan p) { cuda::detail::force_nhwc_plan_for_testing(p); }
+    explicit ForcePlan(cuda::NhwcPlan p) {
+      cuda::detail::force_nhwc_plan_for_testing(p);
+      // The shapes are below the size rule: the tensor cores all the same.
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+    }
     ~ForcePlan() {
       cuda::detail::force_nhwc_plan_for_testing(std::nullopt);
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
       cuda::set_allow_tf32(false);
     }
   };

@@ -144,10 +144,14 @@ void build_backward(const OpRow& row, Inputs& in) {
   for (std::size_t i = 0; i < grads.size(); ++i) in.g.output("grad" + std::to_string(i), grads[i]);
 }
 
+void force_tensor_cores(bool on);
+
 void check_row(const OpRow& row, DType dtype, std::uint64_t seed) {
   const std::string what = row.label + " in " + std::string(dtype_name(dtype));
   CAPTURE(what);
-  if (row.force) row.force(true);
+  // A row without a path of its own runs its convolutions on the tensor cores in bf16/f16.
+  const std::function<void(bool)> force = row.force ? row.force : force_tensor_cores;
+  force(true);
   {
     Graph g;
     Inputs in{g, dtype, {}, {}};
@@ -160,7 +164,7 @@ void check_row(const OpRow& row, DType dtype, std::uint64_t seed) {
     build_backward(row, in);
     check_on_gpu(in, seed + 1, tolerance_of(dtype, std::max(row.ulps, 4)), what + ", backward");
   }
-  if (row.force) row.force(false);
+  force(false);
 }
 
 // Every output of the graph runs on the CPU and is finite.
@@ -185,12 +189,18 @@ void force_mma_nchw(bool on) {
   cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::mma_nchw
                                              : cuda::detail::ConvAlgo::automatic);
 }
+// The tensor cores whatever a pass's size (the rows' shapes are below the size rule).
+void force_tensor_cores(bool on) {
+  cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::tensor_cores
+                                             : cuda::detail::ConvAlgo::automatic);
+}
 void force_persistent_lstm(bool on) {
   cuda::detail::set_lstm_persistent_for_testing(on ? cuda::detail::LstmPersistent::when_resident
                                                    : cuda::detail::LstmPersistent::automatic);
 }
 #else
 void force_mma_nchw(bool) {}
+void force_tensor_cores(bool) {}
 void force_im2col(bool) {}
 void force_cuda_cores(bool) {}
 void force_persistent_lstm(bool) {}

@@ -20,7 +20,7 @@ grep -q "__global__" "$tmp/text" && fail "text without --kernels shows source"
 # and, under TF32, in f32; the 3-channel first convolution gathers from NCHW; fp32 stays on the
 # CUDA cores. A build without CUDA lists none.
 for p in bf16 tf32 fp32; do
-  "$dump" --model resnet18 --batch-size 8 --precision $p --format json -o "$tmp/r18_$p.json" ||
+  "$dump" --model resnet18 --batch-size 64 --precision $p --format json -o "$tmp/r18_$p.json" ||
     fail "resnet18 $p json exited $?"
 done
 python3 - "$tmp" "$have_cuda" <<'PY' || fail "the hand-written kernels are wrong"

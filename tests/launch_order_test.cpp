@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,40 +23,68 @@ namespace {
 
 void no_dump(const char*, const Graph&, const Lowering&) {}
 
-// The memory a value lives in: its variable (read, or written in place), its arena slot, or
-// none (an input or a constant, never written).
-std::string memory_of(const Graph& g, const Lowering& l, ValueRef ref) {
-  ref = alias_root(g, ref);
-  const Node& n = g.node(ref.node);
-  if (n.op->id == OpId::variable) return "var:" + n.variable->name;
-  if (n.op->kind == OpKind::source) return "";
-  for (std::size_t k = 0; k < l.in_place.size(); ++k)
-    if (l.in_place[k].in_place && g.assignments()[k].second == ref)
-      return "var:" + g.assignments()[k].first->name;
-  return "slot:" + std::to_string(l.plan.slot[ref.node][ref.index]);
+// The memory a launch touches: a variable (read, or written in place) or a byte range of the
+// arena (a value's slot, or a launch's scratch).
+struct Memory {
+  std::string variable;
+  std::size_t begin = 0, end = 0;
+  ValueRef value{-1, -1};  // the arena value, if one
+  bool conflicts(const Memory& o) const {
+    if (!variable.empty() || !o.variable.empty()) return variable == o.variable;
+    return begin < o.end && o.begin < end;
+  }
+  std::string str() const {
+    return variable.empty() ? "arena [" + std::to_string(begin) + ", " + std::to_string(end) + ")"
+                            : "var:" + variable;
+  }
+};
+
+Memory arena_slot(const MemoryPlan& plan, std::int32_t slot, ValueRef value) {
+  const std::size_t at = plan.slot_offset[static_cast<std::size_t>(slot)];
+  return {"", at, at + plan.slot_bytes[static_cast<std::size_t>(slot)], value};
 }
 
+// The memory a value lives in, or none (an input or a constant, never written).
+std::optional<Memory> memory_of(const Graph& g, const Lowering& l, ValueRef ref) {
+  ref = alias_root(g, ref);
+  const Node& n = g.node(ref.node);
+  if (n.op->id == OpId::variable) return Memory{n.variable->name};
+  if (n.op->kind == OpKind::source) return std::nullopt;
+  for (std::size_t k = 0; k < l.in_place.size(); ++k)
+    if (l.in_place[k].in_place && g.assignments()[k].second == ref)
+      return Memory{g.assignments()[k].first->name};
+  return arena_slot(l.plan, l.plan.slot[ref.node][ref.index], ref);
+}
+
+// Races (two launches touching the same memory, one writing it, unordered) and clobbers (a
+// launch writing a value's bytes after the value's writer and before one of its readers).
 int unordered_conflicts(const Graph& g, const Lowering& l, const char* label) {
   const auto& steps = l.launches.steps;
   const std::size_t n = steps.size();
-  std::vector<std::set<std::string>> reads(n), writes(n);
+  std::vector<std::vector<Memory>> reads(n), writes(n);
+  std::map<ValueRef, std::size_t> written_by;  // arena value -> its launch
   for (std::size_t k = 0; k < n; ++k) {
     const LaunchStep& s = steps[k];
     std::vector<std::int32_t> nodes =
         s.merged.empty() ? std::vector<std::int32_t>{s.node} : s.merged;
     if (s.node < 0) {
       const auto& [var, ref] = g.assignments()[s.assignment];
-      reads[k].insert(memory_of(g, l, ref));
-      writes[k].insert("var:" + var->name);
+      if (auto m = memory_of(g, l, ref)) reads[k].push_back(*m);
+      writes[k].push_back({var->name});
       continue;
     }
     for (std::int32_t id : nodes) {
-      for (const ValueRef& in : g.node(id).inputs) {
-        const std::string memory = memory_of(g, l, in);
-        if (!memory.empty()) reads[k].insert(memory);
+      for (const ValueRef& in : g.node(id).inputs)
+        if (auto m = memory_of(g, l, in)) reads[k].push_back(*m);
+      for (std::size_t i = 0; i < g.node(id).outputs.size(); ++i) {
+        const Memory m = *memory_of(g, l, {id, static_cast<std::int32_t>(i)});
+        writes[k].push_back(m);
+        if (m.variable.empty()) written_by[m.value] = k;
       }
-      for (std::size_t i = 0; i < g.node(id).outputs.size(); ++i)
-        writes[k].insert(memory_of(g, l, {id, static_cast<std::int32_t>(i)}));
+      if (const std::int32_t scratch = l.plan.scratch[static_cast<std::size_t>(id)]; scratch >= 0) {
+        reads[k].push_back(arena_slot(l.plan, scratch, {-1, -1}));
+        writes[k].push_back(arena_slot(l.plan, scratch, {-1, -1}));
+      }
     }
   }
   // Happens-before: stream order, event waits, the join before the update copies.
@@ -80,14 +110,18 @@ int unordered_conflicts(const Graph& g, const Lowering& l, const char* label) {
         if (ordered[j][m]) ordered[k][m] = 1;
     }
   }
+  auto any_conflict = [](const std::vector<Memory>& x, const std::vector<Memory>& y) {
+    for (const Memory& a : x)
+      for (const Memory& b : y)
+        if (a.conflicts(b)) return a.str();
+    return std::string();
+  };
   int races = 0;
   for (std::size_t a = 0; a < n; ++a)
     for (std::size_t b = a + 1; b < n; ++b) {
-      std::string what;
-      for (auto& x : writes[a])
-        if (reads[b].count(x) || writes[b].count(x)) what = x;
-      for (auto& x : reads[a])
-        if (writes[b].count(x)) what = x;
+      std::string what = any_conflict(writes[a], reads[b]);
+      if (what.empty()) what = any_conflict(writes[a], writes[b]);
+      if (what.empty()) what = any_conflict(reads[a], writes[b]);
       if (!what.empty() && !ordered[a][b]) {
         ++races;
         std::printf("%s: race on %s between #%zu %s (stream %d) and #%zu %s (stream %d)\n", label,
@@ -95,14 +129,47 @@ int unordered_conflicts(const Graph& g, const Lowering& l, const char* label) {
                     steps[b].label.c_str(), steps[b].stream);
       }
     }
+  for (std::size_t r = 0; r < n; ++r)
+    for (const Memory& m : reads[r]) {
+      if (!m.variable.empty() || m.value.node < 0) continue;
+      const auto found = written_by.find(m.value);
+      REQUIRE_MESSAGE(found != written_by.end(), label, ": no launch writes %", m.value.node, ".",
+                      m.value.index);
+      const std::size_t w = found->second;
+      for (std::size_t x = 0; x < n; ++x) {
+        if (x == w) continue;
+        const bool between = x == r || (ordered[w][x] && ordered[x][r]);
+        for (const Memory& o : writes[x])
+          if (between && o.conflicts(m) && o.value != m.value) {
+            ++races;
+            std::printf("%s: #%zu %s overwrites %s between its writer #%zu and reader #%zu\n",
+                        label, x, steps[x].label.c_str(), m.str().c_str(), w, r);
+          }
+      }
+    }
   return races;
+}
+
+// Scratch for every launch that is not a fused group (convolutions, GEMMs, pools): as many
+// bytes as its first input, as a convolution's channels-last copy would take.
+std::vector<std::size_t> some_scratch(const Graph& g) {
+  std::vector<std::size_t> bytes(g.nodes().size(), 0);
+  for (std::size_t id = 0; id < bytes.size(); ++id) {
+    const Node& n = g.nodes()[id];
+    if (n.body || n.op->kind == OpKind::source || n.op->alias || n.inputs.empty()) continue;
+    const TensorType t = g.type(n.inputs[0]);
+    bytes[id] = static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
+  }
+  return bytes;
 }
 
 }  // namespace
 
 TEST_CASE(
-    "launch lists order every two launches that touch the same memory, one writing it (LeNet, "
-    "ResNet, VGG, Inception, SGD and Adam, fp32 and bf16, with and without horizontal launches)") {
+    "launch lists order every two launches that touch the same memory, one writing it, and no "
+    "launch overwrites a value before its last reader (LeNet, ResNet, VGG, Inception, SGD and "
+    "Adam, fp32 and bf16, with and without horizontal launches, scratch, and reuse across "
+    "streams at once)") {
   int races = 0;
   for (const char* model : {"lenet", "resnet", "vgg", "inception"})
     for (const char* opt : {"sgd", "adam"})
@@ -110,13 +177,38 @@ TEST_CASE(
         ModelGraph m = build_model_graph(model, Stage::train, 64, {.name = opt, .lr = 0.01}, 3);
         Graph g = apply_precision(eliminate_dead_code(*m.graph), p);
         g = eliminate_dead_code(fuse(simplify_for_fusion(g)));
-        for (bool h : {false, true}) {
-          std::string label = std::string(model) + " " + opt + " " + precision_name(p) +
-                              (h ? " merged" : " unmerged");
-          races += unordered_conflicts(g, lower_for_device(g, 2, no_dump, h), label.c_str());
-        }
+        for (bool h : {false, true})
+          for (const char* lag : {"", "0"}) {
+            const std::string label = std::string(model) + " " + opt + " " + precision_name(p) +
+                                      (h ? " merged" : " unmerged") + " lag '" + lag + "'";
+            setenv("KILN_SIDE_REUSE_LAG", lag, 1);
+            races += unordered_conflicts(g, lower_for_device(g, 2, no_dump, h), label.c_str());
+            races += unordered_conflicts(g, lower_for_device(g, 2, no_dump, h, some_scratch(g)),
+                                         (label + " scratch").c_str());
+            unsetenv("KILN_SIDE_REUSE_LAG");
+          }
       }
   CHECK(races == 0);
+}
+
+TEST_CASE(
+    "the memory plan shares bytes across streams: a value a side stream reads is not kept "
+    "to the end, and the launch that reuses its bytes waits for that reader") {
+  ModelGraph m = build_model_graph("vgg", Stage::train, 64, {.name = "sgd", .lr = 0.01}, 3);
+  const Graph g = eliminate_dead_code(fuse(simplify_for_fusion(eliminate_dead_code(*m.graph))));
+  setenv("KILN_SIDE_REUSE_LAG", "1000000", 1);  // side-stream values live to the end
+  const Lowering kept = lower_for_device(g, 2, no_dump);
+  unsetenv("KILN_SIDE_REUSE_LAG");
+  const Lowering shared = lower_for_device(g, 2, no_dump);
+  CHECK(shared.plan.arena_bytes < kept.plan.arena_bytes);
+  // Some launch of stream 0 waits for a side stream because of reuse alone.
+  int reuse_waits = 0;
+  for (std::size_t id = 0; id < g.nodes().size(); ++id)
+    for (std::int32_t user : shared.plan.reuse_waits[id]) {
+      CHECK(shared.stream_of[static_cast<std::size_t>(user)] != shared.stream_of[id]);
+      reuse_waits += 1;
+    }
+  CHECK(reuse_waits > 0);
 }
 
 }  // namespace kiln

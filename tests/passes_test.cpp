@@ -52,7 +52,8 @@ TEST_CASE("the memory plan reuses buffers along a chain and the result stays rig
   g.output("y", v);
   const Graph compiled = eliminate_dead_code(g);
   const MemoryPlan plan = plan_memory(compiled);
-  CHECK(plan.slot_bytes.size() <= 3);  // 36 kernel outputs in at most 3 buffers
+  CHECK(plan.slot_bytes.size() == 36);
+  CHECK(plan.arena_bytes <= 3 * 4096);  // 36 kernel outputs of 4000 bytes in at most 3 places
   const Tensor x = test::random_tensor({1000}, DType::f32, 1);
   const Tensor y = test::run_once(g, {{"x", x}}).at("y");
   for (std::int64_t i = 0; i < 1000; i += 37) {
@@ -278,14 +279,16 @@ TEST_CASE("lowering steps: streams, arena offsets, in-place updates and the laun
       g, 2, [](const char* step, const Graph&, const Lowering&) { seen->push_back(step); });
   CHECK(steps == std::vector<std::string>{"assign_streams", "in_place_updates", "merge_horizontal",
                                           "plan_memory", "launch_list"});
-  // plan_memory: aligned slots laid end to end.
-  std::size_t end = 0;
-  for (std::size_t s = 0; s < l.plan.slot_bytes.size(); ++s) {
+  // plan_memory: aligned slots inside the arena, those live at one node on distinct bytes.
+  const std::size_t slots = l.plan.slot_bytes.size();
+  for (std::size_t s = 0; s < slots; ++s) {
     CHECK(l.plan.slot_offset[s] % kArenaAlign == 0);
-    CHECK(l.plan.slot_offset[s] >= end);
-    end = l.plan.slot_offset[s] + l.plan.slot_bytes[s];
+    CHECK(l.plan.slot_offset[s] + l.plan.slot_bytes[s] <= l.plan.arena_bytes);
+    for (std::size_t t = s + 1; t < slots; ++t)
+      if (l.plan.slot_first[s] <= l.plan.slot_last[t] &&
+          l.plan.slot_first[t] <= l.plan.slot_last[s])
+        CHECK_FALSE(l.plan.share_bytes(static_cast<std::int32_t>(s), static_cast<std::int32_t>(t)));
   }
-  CHECK(l.plan.arena_bytes >= end);
   // launch_list: every kernel once, in node order, on its stream; each wait on an event that an
   // earlier launch on another stream recorded; then the updates not done in place.
   std::vector<int> recorded_on(static_cast<std::size_t>(l.launches.events), -1);
@@ -385,8 +388,8 @@ TEST_CASE(
       merged_on_two += horizontal_kind(dynamic_cast<const FusedGroup&>(*g.node(m).body)) == kind;
     }
   CHECK(merged_on_two >= 2);
-  // On one stream (no value lives to the end for being on a side stream), every slot a member
-  // reads holds nothing else that is written before the launch runs.
+  // On one stream, the bytes of every value a member reads hold nothing else that is written
+  // before the launch runs.
   const Lowering& one = l;
   const std::int32_t at = updates->nodes.back();
   for (std::int32_t m : updates->nodes)
@@ -396,7 +399,8 @@ TEST_CASE(
           one.plan.slot[static_cast<std::size_t>(root.node)][static_cast<std::size_t>(root.index)];
       if (slot < 0) continue;  // a variable or an input
       for (std::int32_t id = root.node + 1; id <= at; ++id)
-        for (std::int32_t o : one.plan.slot[static_cast<std::size_t>(id)]) CHECK(o != slot);
+        for (std::int32_t o : one.plan.slot[static_cast<std::size_t>(id)])
+          CHECK((o < 0 || !one.plan.share_bytes(o, slot)));
     }
   CHECK(lowering_text("merge_horizontal", g, l).find("one launch of 4 groups") !=
         std::string::npos);

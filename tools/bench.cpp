@@ -247,8 +247,8 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 32));
   app.add_option("--conv-algo", conv_algo,
                  "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight, "
-                 "cuda-cores (bf16/f16 passes off the tensor cores) or mma-nchw (no "
-                 "channels-last copies)")
+                 "cuda-cores (bf16/f16 passes off the tensor cores), tensor-cores (bf16/f16 "
+                 "passes of any size on them) or mma-nchw (no channels-last copies)")
       ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight", "cuda-cores", "mma-nchw"}))
       ->capture_default_str();
   app.add_flag("--startup", startup,

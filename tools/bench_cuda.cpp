@@ -79,6 +79,7 @@ void force_conv_algo(const std::string& name) {
                         : name == "im2col"             ? ConvAlgo::im2col_gemm
                         : name == "im2col-grad-weight" ? ConvAlgo::im2col_grad_weight
                         : name == "mma-nchw"           ? ConvAlgo::mma_nchw
+                        : name == "tensor-cores"       ? ConvAlgo::tensor_cores
                         : name == "cuda-cores"
                             ? ConvAlgo::cuda_cores
                             : throw Error(fmt::format("unknown convolution algorithm '{}'", name));

@@ -8,6 +8,7 @@
 #include "fusion/fused_group.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cublas_handle.h"
+#include "backends/cuda/cuda_program.h"
 #include "backends/cuda/op_entry.h"
 #include "fusion/cuda_fused.h"
 #include "gpu/cuda_runtime.h"
@@ -151,7 +152,12 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
-  v.lowering = lower_for_device(v.after, 2, dump_lowering);  // as compile() lowers it
+#ifdef KILN_HAVE_CUDA  // as compile() lowers it, with the convolutions' scratch
+  v.lowering = lower_for_device(v.after, 2, dump_lowering, true,
+                                cuda_scratch_bytes(v.after, precision == Precision::tf32));
+#else
+  v.lowering = lower_for_device(v.after, 2, dump_lowering);
+#endif
   v.hand_written = hand_written_launches(v.after, precision);
   return v;
 }

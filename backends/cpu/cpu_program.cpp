@@ -42,7 +42,7 @@ class CpuProgram final : public Program {
   Outputs run(const std::vector<Feed>& feeds) override;
   const Graph& graph() const override { return graph_; }
   Device device() const override { return Device::cpu(); }
-  std::size_t planned_bytes() const override { return plan_.total_bytes(); }
+  std::size_t planned_bytes() const override { return plan_.arena_bytes; }
   void trace_next_run(const std::string& path) override { trace_path_ = path; }
 
  private:
@@ -51,8 +51,8 @@ class CpuProgram final : public Program {
 
   Graph graph_;
   MemoryPlan plan_;
-  std::vector<Tensor> fills_;                      // in node order
-  std::vector<std::shared_ptr<Storage>> buffers_;  // one per slot, allocated on first run
+  std::vector<Tensor> fills_;       // in node order
+  std::shared_ptr<Storage> arena_;  // the memory plan's, allocated on the first run
   // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed;
   // KILN_PROFILE=groups: each fused group on its own line (its ops and shape).
   bool profile_;
@@ -103,9 +103,9 @@ void CpuProgram::print_profile() const {
 }
 
 Tensor CpuProgram::planned_output(std::int32_t slot, const TensorType& type) {
-  auto& buffer = buffers_[static_cast<std::size_t>(slot)];
-  if (!buffer) buffer = Storage::allocate_cpu(plan_.slot_bytes[static_cast<std::size_t>(slot)]);
-  return Tensor(buffer, 0, type.shape, type.dtype);
+  if (!arena_)
+    arena_ = Storage::allocate_cpu(std::max<std::size_t>(plan_.arena_bytes, kArenaAlign));
+  return Tensor(arena_, plan_.slot_offset[static_cast<std::size_t>(slot)], type.shape, type.dtype);
 }
 
 Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
@@ -114,7 +114,6 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
   for (const Feed& f : feeds)
     KILN_CHECK(f.tensor.device().is_cpu(), "run: '{}' is on {} but this program runs on the CPU",
                f.name, f.tensor.device().str());
-  buffers_.resize(plan_.slot_bytes.size());
   refresh_copies();
   const kernels::ReproducibleConvolutions reproducible(deterministic_);
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());

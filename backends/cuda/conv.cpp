@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <vector>
 
 #include "backends/cuda/conv_mma.h"
@@ -104,18 +105,44 @@ bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass p
   return igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride == 1);
 }
 
-// bf16/f16 run on the tensor cores wherever an implicit GEMM fits, grad_input at stride 1 or 2.
+// The smallest pass (M * N * K multiply-adds) that goes to the tensor cores by default:
+// below it, the channels-last copies and the reordered weights cost more than the faster math
+// saves. Whole-step A/B on the H200, bf16, device ms at batch 64 and 256 (2^0 / 2^24 / 2^26 /
+// 2^28): inception 1.504 1.455 1.462 1.504 and 3.192 3.201 3.179 3.338, resnet 1.159 1.150
+// 1.127 1.337 and 2.490 2.491 2.447 2.505, vgg 0.449 0.444 0.461 0.511 and 0.955 0.957 0.939
+// 0.994, dcgan 0.804 0.787 0.790 0.785 and 1.608 1.607 1.562 1.565, lenet 0.153 0.146 0.148
+// 0.169 and 0.347 0.345 0.328 0.328 (bench/results/2026-12-01-h200-size-rule.txt).
+// KILN_MMA_MIN_MACS overrides it; ConvAlgo::tensor_cores ignores it.
+constexpr std::int64_t kMmaMinMacs = std::int64_t{1} << 26;
+
+std::int64_t mma_min_macs() {
+  static const std::int64_t macs = [] {
+    const char* v = std::getenv("KILN_MMA_MIN_MACS");
+    if (v == nullptr || *v == 0) return kMmaMinMacs;
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    KILN_CHECK(*end == 0 && n >= 0, "KILN_MMA_MIN_MACS='{}': expected a count of multiply-adds", v);
+    return static_cast<std::int64_t>(n);
+  }();
+  return detail::g_algo == detail::ConvAlgo::tensor_cores ? 0 : macs;
+}
+
+// bf16/f16 run on the tensor cores wherever an implicit GEMM fits, grad_input at stride 1 or
+// 2, and the pass is not too small for them (mma_min_macs).
 bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  const GemmDims d = dims_of(g, pass);
   return is_low_precision(dtype) && detail::g_algo != detail::ConvAlgo::cuda_cores &&
-         igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2);
+         igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2) &&
+         d.m * d.n * d.k >= mma_min_macs();
 }
 
 // f32 forward and grad_input on the TF32 tensor cores where TF32 is allowed (--precision tf32:
 // set_allow_tf32), through the channels-last path only.
 bool use_tf32_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
   return dtype == DType::f32 && allow_tf32() && pass != ConvPass::grad_weight &&
-         detail::g_algo == detail::ConvAlgo::automatic && igemm_fits(g, pass) &&
-         (pass != ConvPass::grad_input || g.stride <= 2);
+         (detail::g_algo == detail::ConvAlgo::automatic ||
+          detail::g_algo == detail::ConvAlgo::tensor_cores) &&
+         igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2);
 }
 
 // The channels-last tensor-core path (conv_mma_nhwc.cuh): forward and grad_input over an NHWC

@@ -57,7 +57,15 @@ namespace detail {
 // cuda_cores: bf16/f16 passes on the CUDA-core implicit GEMM, not the tensor cores.
 // mma_nchw: bf16/f16 forward and grad_input on the tensor cores gathering from NCHW, never
 // through the channels-last copy.
-enum class ConvAlgo { automatic, im2col_gemm, im2col_grad_weight, cuda_cores, mma_nchw };
+// tensor_cores: as automatic, but bf16/f16 passes of any size on the tensor cores.
+enum class ConvAlgo {
+  automatic,
+  im2col_gemm,
+  im2col_grad_weight,
+  cuda_cores,
+  mma_nchw,
+  tensor_cores
+};
 void set_conv_algo_for_testing(ConvAlgo algo);
 // Forces the implicit GEMM's tile (bm x bn, kg thread groups of ks K rows per step; bm 0:
 // the default choice) and grad_weight's number of K splits (0: the default) for one pass.

@@ -53,14 +53,10 @@ class CudaProgram final : public Program {
   };
 
   void prepare_launches();
-  // The largest workspace a launch needs on the main stream and on the side streams.
-  struct WorkspaceSizes {
-    std::size_t main = 0, side = 0;
-  };
-  WorkspaceSizes collect_kernels(std::vector<const FusedGroup*>& groups,
-                                 std::vector<gpu::KernelSource>& sources);
+  void collect_kernels(std::vector<const FusedGroup*>& groups,
+                       std::vector<gpu::KernelSource>& sources);
   void* status_of(std::int32_t node) const;
-  cuda::Launch prepare_node(std::int32_t node, WorkspaceSizes workspace);
+  cuda::Launch prepare_node(std::int32_t node);
   std::vector<HorizontalMembers> horizontal_members() const;
   cuda::Launch prepare_horizontal(const LaunchStep& step) const;
   cuda::Launch prepare_update(const LaunchStep& step) const;
@@ -89,7 +85,6 @@ class CudaProgram final : public Program {
               step_end_ = nullptr;  // timing events around the step's kernels
   double last_step_ms_ = -1;
   std::string trace_path_;
-  Tensor workspace_, side_workspace_;
   // The status memory of the nodes whose entry asks for one (cuda/op_entry.h), by node.
   struct NodeStatus {
     std::int32_t node = -1;
@@ -150,12 +145,11 @@ CudaProgram::~CudaProgram() {
   if (step_end_) cudaEventDestroy(step_end_);
 }
 
-// The fused groups and the hand-written kernels the step launches, the status memory of
-// the nodes that report errors; returns the largest workspace a launch needs per stream kind.
-CudaProgram::WorkspaceSizes CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
-                                                         std::vector<gpu::KernelSource>& sources) {
+// The fused groups and the hand-written kernels the step launches, and the status memory of
+// the nodes that report errors.
+void CudaProgram::collect_kernels(std::vector<const FusedGroup*>& groups,
+                                  std::vector<gpu::KernelSource>& sources) {
   std::set<std::string> source_names;
-  WorkspaceSizes workspace;
   std::set<std::int32_t> merged;  // run by horizontal launches, not by kernels of their own
   for (const HorizontalLaunch& h : lowering_.horizontal)
     merged.insert(h.nodes.begin(), h.nodes.end());
@@ -171,11 +165,6 @@ CudaProgram::WorkspaceSizes CudaProgram::collect_kernels(std::vector<const Fused
     KILN_CHECK(entry != nullptr, "the CUDA backend has no kernel for op '{}'", n.op->name);
     std::vector<TensorType> types;
     for (const ValueRef& r : n.inputs) types.push_back(graph_.type(r));
-    if (entry->workspace_bytes) {
-      std::size_t& size =
-          lowering_.stream_of[static_cast<std::size_t>(id)] != 0 ? workspace.side : workspace.main;
-      size = std::max(size, entry->workspace_bytes(n, types));
-    }
     if (entry->sources)
       for (gpu::KernelSource& source : entry->sources(n, types))
         if (source_names.insert(source.name).second) sources.push_back(std::move(source));
@@ -187,7 +176,6 @@ CudaProgram::WorkspaceSizes CudaProgram::collect_kernels(std::vector<const Fused
     statuses_.push_back({static_cast<std::int32_t>(&n - graph_.nodes().data()), entry, memory});
   }
   KILN_CUDA_CHECK(cudaDeviceSynchronize());  // the status memory is zero before any launch
-  return workspace;
 }
 
 void* CudaProgram::status_of(std::int32_t node) const {
@@ -199,7 +187,7 @@ void* CudaProgram::status_of(std::int32_t node) const {
 void CudaProgram::prepare_launches() {
   std::vector<const FusedGroup*> groups;
   std::vector<gpu::KernelSource> sources;  // hand-written kernels the launches will use
-  const WorkspaceSizes workspace = collect_kernels(groups, sources);
+  collect_kernels(groups, sources);
   // Both sets compile in parallel (through the kernel cache), side by side.
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -214,30 +202,19 @@ void CudaProgram::prepare_launches() {
   fused_ = compile_fused_kernels(groups);
   hand_written.get();
   horizontal.get();
-  // Each its own size: the side stream runs weight gradients only (split-K partials), where the
-  // main stream's largest need is a channels-last copy of an activation.
-  if (workspace.main > 0)
-    workspace_ = Tensor(cuda::device_allocator().allocate(workspace.main), 0,
-                        {static_cast<std::int64_t>(workspace.main)}, DType::u8);
-  if (workspace.side > 0 && streams_.size() > 1)
-    side_workspace_ = Tensor(cuda::device_allocator().allocate(workspace.side), 0,
-                             {static_cast<std::int64_t>(workspace.side)}, DType::u8);
   for (const LaunchStep& step : lowering_.launches.steps) {
     cuda::Launch launch = !step.merged.empty() ? prepare_horizontal(step)
-                          : step.node >= 0     ? prepare_node(step.node, workspace)
+                          : step.node >= 0     ? prepare_node(step.node)
                                                : prepare_update(step);
     if (launch) steps_.push_back({&step, std::move(launch)});
     if (step.node >= 0) first_update_ = steps_.size();
   }
-  log().debug(
-      "cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes, workspace {} "
-      "bytes (side streams {})",
-      steps_.size(), streams_.size(), fused_.size(), lowering_.plan.arena_bytes, workspace.main,
-      workspace.side);
+  log().debug("cuda program: {} launches on {} streams, {} fused kernels, arena {} bytes",
+              steps_.size(), streams_.size(), fused_.size(), lowering_.plan.arena_bytes);
 }
 
-// A node's launch: its fused kernel, or its op's CUDA entry with the workspace of its stream.
-cuda::Launch CudaProgram::prepare_node(std::int32_t node, WorkspaceSizes workspace) {
+// A node's launch: its fused kernel, or its op's CUDA entry with its scratch in the arena.
+cuda::Launch CudaProgram::prepare_node(std::int32_t node) {
   const Node& n = graph_.node(node);
   std::vector<const void*> in;
   std::vector<TensorType> types;
@@ -251,14 +228,18 @@ cuda::Launch CudaProgram::prepare_node(std::int32_t node, WorkspaceSizes workspa
         fused_[static_cast<std::size_t>(fused_of_node_[static_cast<std::size_t>(node)])].get();
     return [kernel, in, out](gpu::Stream s) { kernel->launch(in, out, s); };
   }
-  // The convolution workspace is shared, so convolutions stay on one stream (the schedule puts
-  // weight gradients on the side stream; the workspace then needs its own copy there).
-  const bool side = lowering_.stream_of[static_cast<std::size_t>(node)] != 0 && streams_.size() > 1;
-  const Tensor& memory = side ? side_workspace_ : workspace_;
-  void* ws = memory.defined() ? memory.raw() : nullptr;
-  cuda::LaunchSetup setup{
-      n, types, in, out, ws, side ? workspace.side : workspace.main, status_of(node)};
-  return cuda::cuda_op(n.op->id)->prepare(setup);
+  const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
+  const std::size_t wanted = entry->workspace_bytes ? entry->workspace_bytes(n, types) : 0;
+  const std::int32_t slot = lowering_.plan.scratch[static_cast<std::size_t>(node)];
+  const std::size_t bytes =
+      slot < 0 ? 0 : lowering_.plan.slot_bytes[static_cast<std::size_t>(slot)];
+  KILN_CHECK(bytes >= wanted,
+             "cuda program: %{} ({}) needs {} bytes of scratch but the memory plan gave it {} (a "
+             "lowering without cuda_scratch_bytes?)",
+             node, n.op->name, wanted, bytes);
+  void* ws = slot < 0 ? nullptr : buffers_.scratch(slot);
+  cuda::LaunchSetup setup{n, types, in, out, ws, bytes, status_of(node)};
+  return entry->prepare(setup);
 }
 
 // Each horizontal launch's members with the pointers they read and write.
@@ -458,6 +439,21 @@ Outputs CudaProgram::finish_run() {
 }
 
 }  // namespace
+
+std::vector<std::size_t> cuda_scratch_bytes(const Graph& compiled, bool tf32) {
+  cuda::set_allow_tf32(tf32);
+  std::vector<std::size_t> bytes(compiled.nodes().size(), 0);
+  for (std::size_t id = 0; id < bytes.size(); ++id) {
+    const Node& n = compiled.nodes()[id];
+    if (n.body || n.op->kind == OpKind::source || n.op->alias) continue;
+    const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
+    if (entry == nullptr || !entry->workspace_bytes) continue;  // (no entry: an error later)
+    std::vector<TensorType> types;
+    for (const ValueRef& r : n.inputs) types.push_back(compiled.type(r));
+    bytes[id] = entry->workspace_bytes(n, types);
+  }
+  return bytes;
+}
 
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const Lowering& lowering,
                                            const CudaOptions& options) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backends/lowering.h"
 #include "backends/program.h"
@@ -22,7 +23,12 @@ struct CudaOptions {
   bool deterministic = false;
 };
 
-// `lowering` is lower_for_device(compiled, options.streams, ...).
+// The scratch each node's launch needs (a convolution's workspace; 0 for most), for
+// lower_for_device to plan in the arena. It sets the process's TF32 switch to `tf32` first,
+// as the program will run (the convolutions' paths, and so their scratch, depend on it).
+std::vector<std::size_t> cuda_scratch_bytes(const Graph& compiled, bool tf32);
+
+// `lowering` is lower_for_device(compiled, options.streams, ..., cuda_scratch_bytes(...)).
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const Lowering& lowering,
                                            const CudaOptions& options);
 

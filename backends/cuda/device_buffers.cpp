@@ -34,6 +34,7 @@ DeviceBuffers bind_device_buffers(const Graph& g, const Lowering& lowering) {
   DeviceBuffers b;
   b.arena = device_allocator().allocate(std::max<std::size_t>(plan.arena_bytes, kArenaAlign));
   auto* base = static_cast<char*>(b.arena->data());
+  b.slot_offset = plan.slot_offset;
   std::vector<std::int32_t> input_nodes;
   for (std::size_t id = 0; id < g.nodes().size(); ++id)
     if (g.nodes()[id].op->id == OpId::input) input_nodes.push_back(static_cast<std::int32_t>(id));

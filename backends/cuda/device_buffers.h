@@ -15,12 +15,17 @@ namespace kiln::cuda {
 
 struct DeviceBuffers {
   std::shared_ptr<Storage> arena;
-  std::vector<std::vector<void*>> ptr;  // [node][output]
+  std::vector<std::size_t> slot_offset;  // the memory plan's, for scratch()
+  std::vector<std::vector<void*>> ptr;   // [node][output]
   std::unique_ptr<InputStager> stager;
   std::vector<Tensor> constants;                          // fills and tensor constants
   std::vector<std::pair<VariablePtr, Tensor>> variables;  // adopted device tensors
   void* pointer(ValueRef ref) const {
     return ptr[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)];
+  }
+  // A scratch slot of the memory plan (MemoryPlan::scratch).
+  void* scratch(std::int32_t slot) const {
+    return static_cast<char*>(arena->data()) + slot_offset[static_cast<std::size_t>(slot)];
   }
 };
 
