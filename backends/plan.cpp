@@ -111,11 +111,12 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
   std::sort(main_positions.begin(), main_positions.end());
   const int lag = side_reuse_lag();
   // Where bytes touched at `accessor` may pass to a slot written on `stream`: at once on the
-  // same stream, or after a side stream; kSideReuseLag launches of stream 0 later from a side
-  // stream to another (stream 0 is ahead of the side streams, which then do not wait long).
+  // same stream, else kSideReuseLag launches of stream 0 later (a wait on a launch just
+  // queued would tie the streams together: the reverse LSTM of row-lstm waited for the
+  // forward one when bytes passed at once from stream 0).
   auto release = [&](std::int32_t accessor, int writer_stream) {
     const std::int32_t at = position(accessor);
-    if (stream(accessor) == 0 || stream(accessor) == writer_stream || lag == 0) return at;
+    if (stream(accessor) == writer_stream || lag == 0) return at;
     const auto next = std::upper_bound(main_positions.begin(), main_positions.end(), at);
     const auto index = static_cast<std::size_t>(next - main_positions.begin()) + lag - 1;
     return index < main_positions.size() ? main_positions[index] : end;
@@ -164,9 +165,31 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
         scratch_bytes.empty() ? 0 : scratch_bytes[static_cast<std::size_t>(id)];
     if (scratch > 0) plan.scratch[static_cast<std::size_t>(id)] = add(scratch, id, {id}, false);
   }
-  // Whether slot v's bytes may pass to slot u (u written after v is done with them).
+  // Which nodes each node depends on: a wait for one of them is implied.
+  const std::size_t words = (static_cast<std::size_t>(end) + 63) / 64;
+  std::vector<std::uint64_t> ancestors(static_cast<std::size_t>(end) * words, 0);
+  auto depends = [&](std::int32_t node, std::int32_t on) {
+    return (ancestors[static_cast<std::size_t>(node) * words + static_cast<std::size_t>(on) / 64] >>
+            (on % 64)) &
+           1;
+  };
+  for (std::int32_t id = 0; id < end && !stream_of_node.empty(); ++id) {
+    std::uint64_t* mine = &ancestors[static_cast<std::size_t>(id) * words];
+    for (const ValueRef& in : g.node(id).inputs) {
+      const std::uint64_t* theirs = &ancestors[static_cast<std::size_t>(in.node) * words];
+      for (std::size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
+      mine[static_cast<std::size_t>(in.node) / 64] |= std::uint64_t{1} << (in.node % 64);
+    }
+  }
+  // Whether slot v's bytes may pass to slot u (u written after v is done with them): each
+  // launch that touched v is on u's stream, or one u depends on, or long enough ago.
   auto before = [&](std::size_t v, std::size_t u) {
-    return released[v][static_cast<std::size_t>(stream(writer[u]))] < plan.slot_first[u];
+    const std::int32_t w = writer[u];
+    if (released[v][static_cast<std::size_t>(stream(w))] < plan.slot_first[u]) return true;
+    if (plan.slot_last[v] >= plan.slot_first[u]) return false;
+    for (std::int32_t a : accessors[v])
+      if (stream(a) != stream(w) && !depends(w, a)) return false;
+    return true;
   };
   place_slots(plan, [&](std::size_t u, std::size_t v) { return before(u, v) || before(v, u); });
   // The waits that make reuse across streams safe: per slot, the latest launch on each other
@@ -181,7 +204,7 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
           !plan.share_bytes(static_cast<std::int32_t>(u), static_cast<std::int32_t>(v)))
         continue;
       for (std::int32_t a : accessors[v]) {
-        if (stream(a) == stream(w)) continue;
+        if (stream(a) == stream(w) || depends(w, a)) continue;  // ordered already
         auto [it, fresh] = latest[static_cast<std::size_t>(w)].try_emplace(stream(a), a);
         if (!fresh && position(a) > position(it->second)) it->second = a;
       }

@@ -11,11 +11,9 @@
 //
 // On several streams, bytes pass between values of different streams too: the launch that
 // writes them first waits for the launches of other streams that used them before
-// (reuse_waits, which build_launch_list turns into event waits). Bytes a side stream touched
-// pass to a slot of the same stream at once, but to one of another stream only after
-// kSideReuseLag more launches of stream 0 (KILN_SIDE_REUSE_LAG overrides it), so that the
-// wait is for work long done; stream 0 runs ahead of the side streams, so bytes it touched
-// pass at once.
+// (reuse_waits, which build_launch_list turns into event waits). Bytes pass to a slot of the
+// same stream at once, but to one of another stream only after kSideReuseLag more launches
+// of stream 0 (KILN_SIDE_REUSE_LAG overrides it), so that the wait is for work long done.
 //
 // Pre: verify(g) holds; stream_of_node is empty or assign_streams(g, ...); launch_position is
 // empty or launch_positions(g, merge_horizontal(...)) (a node that runs later, merged into a
