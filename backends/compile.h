@@ -18,8 +18,10 @@ struct CompileOptions {
   // (graph/passes/autocast.h) stores activations in 16 bits, fp32 master weights.
   Precision precision = Precision::fp32;
   bool tf32 = false;  // the same as precision tf32 (kept for callers that set it)
-  int cuda_streams =
-      2;  // CUDA: 1 runs everything in order; 2 puts off-critical-path kernels on a side stream
+  // CUDA: 1 runs everything in order; N puts the kernels off the critical path on N - 1 side
+  // streams (backends/schedule.h). 4 by measurement: inception fp32 b64 1.425 ms on 2,
+  // 1.253 on 3, 1.139 on 4, no zoo model slower on 4 than on 2 (bench/README.md).
+  int cuda_streams = 4;
   // Scan every op's outputs for NaN/Inf and stop at the first op that made one (also
   // KILN_CHECK_NUMERICS=1). Ops then run unfused, one kernel each, so the op is exact.
   bool check_numerics = false;

@@ -168,8 +168,8 @@ std::vector<std::size_t> some_scratch(const Graph& g) {
 TEST_CASE(
     "launch lists order every two launches that touch the same memory, one writing it, and no "
     "launch overwrites a value before its last reader (LeNet, ResNet, VGG, Inception, SGD and "
-    "Adam, fp32 and bf16, with and without horizontal launches, scratch, and reuse across "
-    "streams at once)") {
+    "Adam, fp32 and bf16, 2 and 4 streams, with and without horizontal launches, scratch, and "
+    "reuse across streams at once)") {
   int races = 0;
   for (const char* model : {"lenet", "resnet", "vgg", "inception"})
     for (const char* opt : {"sgd", "adam"})
@@ -177,16 +177,20 @@ TEST_CASE(
         ModelGraph m = build_model_graph(model, Stage::train, 64, {.name = opt, .lr = 0.01}, 3);
         Graph g = apply_precision(eliminate_dead_code(*m.graph), p);
         g = eliminate_dead_code(fuse(simplify_for_fusion(g)));
-        for (bool h : {false, true})
-          for (const char* lag : {"", "0"}) {
-            const std::string label = std::string(model) + " " + opt + " " + precision_name(p) +
-                                      (h ? " merged" : " unmerged") + " lag '" + lag + "'";
-            setenv("KILN_SIDE_REUSE_LAG", lag, 1);
-            races += unordered_conflicts(g, lower_for_device(g, 2, no_dump, h), label.c_str());
-            races += unordered_conflicts(g, lower_for_device(g, 2, no_dump, h, some_scratch(g)),
-                                         (label + " scratch").c_str());
-            unsetenv("KILN_SIDE_REUSE_LAG");
-          }
+        for (int streams : {2, 4})
+          for (bool h : {false, true})
+            for (const char* lag : {"", "0"}) {
+              const std::string label = std::string(model) + " " + opt + " " +
+                                        precision_name(p) + (h ? " merged" : " unmerged") +
+                                        " lag '" + lag + "' streams " + std::to_string(streams);
+              setenv("KILN_SIDE_REUSE_LAG", lag, 1);
+              races +=
+                  unordered_conflicts(g, lower_for_device(g, streams, no_dump, h), label.c_str());
+              races += unordered_conflicts(
+                  g, lower_for_device(g, streams, no_dump, h, some_scratch(g)),
+                  (label + " scratch").c_str());
+              unsetenv("KILN_SIDE_REUSE_LAG");
+            }
       }
   CHECK(races == 0);
 }

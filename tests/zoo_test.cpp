@@ -152,6 +152,22 @@ TEST_CASE(
   CAPTURE(convs[1]);
   CHECK(convs[0] > 0);
   CHECK(convs[1] > 0);  // branches off the longest chain overlap it on the side stream
+  // With four streams the side branches spread over the three side streams, and a stream
+  // never runs a kernel before the kernels its inputs come from (node order is kept).
+  const std::vector<int> four = assign_streams(fused, 4);
+  int on[4] = {0, 0, 0, 0};
+  for (std::size_t id = 0; id < fused.nodes().size(); ++id) {
+    REQUIRE(four[id] >= 0);
+    REQUIRE(four[id] < 4);
+    if (fused.nodes()[id].op->id == OpId::conv2d) ++on[four[id]];
+    if (stream[id] == 0) CHECK(four[id] == 0);  // the critical path stays on stream 0
+  }
+  CAPTURE(on[1]);
+  CAPTURE(on[2]);
+  CAPTURE(on[3]);
+  CHECK(on[1] > 0);
+  CHECK(on[2] > 0);
+  CHECK(on[3] > 0);
 }
 
 // ResNet-18 in its CIFAR form: its parameter count, its output for CIFAR-sized and

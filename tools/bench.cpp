@@ -241,6 +241,9 @@ int run(int argc, char** argv) {
                "also time each step with --check-numerics, side by side (its overhead)");
   app.add_flag("--compare-streams", compare_streams,
                "CUDA: also time each step on a single stream, side by side");
+  app.add_option("--streams", g_options.cuda_streams, "CUDA: streams of the schedule")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   app.add_flag("--unfused", unfused, "also time every step without fusion, side by side");
   app.add_option("--chain", chain,
                  "also time the fused elementwise chain over this many floats (e.g. 4194304)")
@@ -345,11 +348,12 @@ int run(int argc, char** argv) {
         g_options.check_numerics = false;
       }
       if (compare_streams) {
+        const int streams = g_options.cuda_streams;
         g_options.cuda_streams = 1;
         nlohmann::json one = bench_training_step(bench_step(model, batch), true, warmup, steps);
         one["name"] = one["name"].get<std::string>() + " (one stream)";
         report(one);
-        g_options.cuda_streams = 2;
+        g_options.cuda_streams = streams;
       }
     }
     if (chain > 0 && g_options.device.is_cpu()) {

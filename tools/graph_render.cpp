@@ -153,10 +153,10 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
 #ifdef KILN_HAVE_CUDA  // as compile() lowers it, with the convolutions' scratch
-  v.lowering = lower_for_device(v.after, 2, dump_lowering, true,
+  v.lowering = lower_for_device(v.after, CompileOptions{}.cuda_streams, dump_lowering, true,
                                 cuda_scratch_bytes(v.after, precision == Precision::tf32));
 #else
-  v.lowering = lower_for_device(v.after, 2, dump_lowering);
+  v.lowering = lower_for_device(v.after, CompileOptions{}.cuda_streams, dump_lowering);
 #endif
   v.hand_written = hand_written_launches(v.after, precision);
   return v;

@@ -43,7 +43,7 @@ struct DeviceSettings {
   bool cuda_graphs = true;         // CUDA: replay the step as a captured graph
   std::string precision = "fp32";  // fp32, tf32, bf16, fp16 (core/precision.h)
   bool tf32 = false;               // the same as precision tf32
-  int streams = 2;                 // CUDA: streams of the schedule (1 or 2)
+  int streams = 4;                 // CUDA: streams of the schedule (1 to 8)
   bool check_numerics = false;
   bool deterministic = false;
 };

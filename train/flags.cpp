@@ -135,7 +135,7 @@ std::vector<Flag> device_flags() {
            "inputs, fp32 master weights and optimizer state (fp16 with a dynamic loss scale)",
            {"fp32", "tf32", "bf16", "fp16"}),
       boolean("tf32", at(device, &D::tf32), all, "the same as --precision tf32"),
-      number("streams", at(device, &D::streams), all, "CUDA: streams of the schedule", 1, 2),
+      number("streams", at(device, &D::streams), all, "CUDA: streams of the schedule", 1, 8),
       boolean("check-numerics", at(device, &D::check_numerics), all,
               "stop at the first op whose output has a NaN or Inf (ops then run unfused)"),
       boolean("deterministic", at(device, &D::deterministic), all,

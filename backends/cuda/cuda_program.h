@@ -15,7 +15,7 @@ namespace kiln {
 struct CudaOptions {
   bool graphs = true;  // capture the step as a CUDA graph after the first run
   bool tf32 = false;   // allow TF32 tensor-core math in cuBLAS GEMMs
-  int streams = 2;     // 1: everything in order on one stream; 2: backends/schedule's split
+  int streams = 4;     // 1: everything in order on one stream; N: backends/schedule's
   bool check_numerics =
       false;  // after each launch: synchronise and scan its outputs (slow; debugging)
   // Every kernel of kiln's CUDA backend is deterministic already (no atomics on values;
