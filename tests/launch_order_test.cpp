@@ -180,15 +180,15 @@ TEST_CASE(
         for (int streams : {2, 4})
           for (bool h : {false, true})
             for (const char* lag : {"", "0"}) {
-              const std::string label = std::string(model) + " " + opt + " " +
-                                        precision_name(p) + (h ? " merged" : " unmerged") +
-                                        " lag '" + lag + "' streams " + std::to_string(streams);
+              const std::string label = std::string(model) + " " + opt + " " + precision_name(p) +
+                                        (h ? " merged" : " unmerged") + " lag '" + lag +
+                                        "' streams " + std::to_string(streams);
               setenv("KILN_SIDE_REUSE_LAG", lag, 1);
               races +=
                   unordered_conflicts(g, lower_for_device(g, streams, no_dump, h), label.c_str());
-              races += unordered_conflicts(
-                  g, lower_for_device(g, streams, no_dump, h, some_scratch(g)),
-                  (label + " scratch").c_str());
+              races +=
+                  unordered_conflicts(g, lower_for_device(g, streams, no_dump, h, some_scratch(g)),
+                                      (label + " scratch").c_str());
               unsetenv("KILN_SIDE_REUSE_LAG");
             }
       }
