@@ -213,6 +213,27 @@ TEST_CASE(
       reuse_waits += 1;
     }
   CHECK(reuse_waits > 0);
+  // No reuse wait is for a launch the writer depends on anyway (that order is implied), and
+  // none is for a launch queued after it.
+  for (std::size_t id = 0; id < g.nodes().size(); ++id)
+    for (std::int32_t user : shared.plan.reuse_waits[id]) {
+      CHECK(static_cast<std::size_t>(user) < id);
+      std::vector<std::int32_t> stack{static_cast<std::int32_t>(id)};
+      std::vector<char> seen(g.nodes().size(), 0);
+      bool ancestor = false;
+      while (!stack.empty() && !ancestor) {
+        const std::int32_t at = stack.back();
+        stack.pop_back();
+        for (const ValueRef& in : g.node(at).inputs) {
+          ancestor = ancestor || in.node == user;
+          if (!seen[static_cast<std::size_t>(in.node)]) {
+            seen[static_cast<std::size_t>(in.node)] = 1;
+            stack.push_back(in.node);
+          }
+        }
+      }
+      CHECK_FALSE(ancestor);
+    }
 }
 
 }  // namespace kiln
