@@ -167,13 +167,14 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
   }
   // Which nodes each node depends on: a wait for one of them is implied.
   const std::size_t words = (static_cast<std::size_t>(end) + 63) / 64;
-  std::vector<std::uint64_t> ancestors(static_cast<std::size_t>(end) * words, 0);
+  std::vector<std::uint64_t> ancestors(streams > 1 ? static_cast<std::size_t>(end) * words : 0,
+                                       0);  // one stream: nothing crosses
   auto depends = [&](std::int32_t node, std::int32_t on) {
     return (ancestors[static_cast<std::size_t>(node) * words + static_cast<std::size_t>(on) / 64] >>
             (on % 64)) &
            1;
   };
-  for (std::int32_t id = 0; id < end && !stream_of_node.empty(); ++id) {
+  for (std::int32_t id = 0; id < end && streams > 1; ++id) {
     std::uint64_t* mine = &ancestors[static_cast<std::size_t>(id) * words];
     for (const ValueRef& in : g.node(id).inputs) {
       const std::uint64_t* theirs = &ancestors[static_cast<std::size_t>(in.node) * words];
@@ -197,11 +198,11 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node,
   plan.reuse_waits.assign(g.nodes().size(), {});
   std::vector<std::map<int, std::int32_t>> latest(g.nodes().size());  // node -> stream -> node
   const std::size_t count = plan.slot_bytes.size();
-  for (std::size_t u = 0; u < count && !stream_of_node.empty(); ++u) {
+  for (std::size_t u = 0; u < count && streams > 1; ++u) {
     const std::int32_t w = writer[u];
     for (std::size_t v = 0; v < count; ++v) {
-      if (!before(v, u) ||
-          !plan.share_bytes(static_cast<std::int32_t>(u), static_cast<std::int32_t>(v)))
+      if (!plan.share_bytes(static_cast<std::int32_t>(u), static_cast<std::int32_t>(v)) ||
+          !before(v, u))
         continue;
       for (std::int32_t a : accessors[v]) {
         if (stream(a) == stream(w) || depends(w, a)) continue;  // ordered already
