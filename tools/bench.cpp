@@ -252,7 +252,8 @@ int run(int argc, char** argv) {
                  "CUDA: auto, im2col (im2col + cuBLAS everywhere), im2col-grad-weight, "
                  "cuda-cores (bf16/f16 passes off the tensor cores), tensor-cores (bf16/f16 "
                  "passes of any size on them) or mma-nchw (no channels-last copies)")
-      ->check(CLI::IsMember({"auto", "im2col", "im2col-grad-weight", "cuda-cores", "mma-nchw"}))
+      ->check(CLI::IsMember(
+          {"auto", "im2col", "im2col-grad-weight", "cuda-cores", "tensor-cores", "mma-nchw"}))
       ->capture_default_str();
   app.add_flag("--startup", startup,
                "only time the start-up: context, graph, compile (JIT or disk cache), first step");
