@@ -13,6 +13,7 @@
 #endif
 #include "core/log.h"
 #include "fusion/fuse.h"
+#include "fusion/stages.h"
 #include "graph/train_step.h"
 #include "graph/op.h"
 #include "graph/passes/autocast.h"
@@ -91,6 +92,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     g = eliminate_dead_code(g);  // fills folded into groups as literals
     verify(g);
     dump_after("fuse", g);
+    if (options.fuse) {
+      g = eliminate_dead_code(stage_reductions(
+          g, options.device.is_cpu() ? cpu_stage_options() : cuda_stage_options()));
+      verify(g);
+      dump_after("stage_reductions", g);
+    }
   }
   log().debug("compile: {} nodes after the passes", g.nodes().size());
 

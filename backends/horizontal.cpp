@@ -24,6 +24,8 @@ std::string operand_key(const Operand& o) {
       return fmt::format("r{}", o.index);
     case Operand::Kind::constant:
       return fmt::format("c{:.17g}", o.constant);
+    case Operand::Kind::reduced:  // never: a group with reductions runs on its own
+      return fmt::format("q{}", o.index);
   }
   return "?";
 }

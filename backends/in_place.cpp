@@ -5,6 +5,7 @@
 #include <map>
 
 #include "backends/plan.h"
+#include "fusion/fused_group.h"
 #include "graph/op.h"
 
 namespace kiln {
@@ -39,9 +40,13 @@ InPlaceUpdate in_place_update(const Graph& g, const VariablePtr& var, ValueRef r
                               std::map<ValueRef, int>& readers) {
   InPlaceUpdate u;
   const Node& producer = g.node(ref.node);
-  const bool full_output =
-      producer.body != nullptr && producer.op->kind == OpKind::fused &&
-      producer.outputs[static_cast<std::size_t>(ref.index)].shape == var->value.shape();
+  // Not a reduction or a staged group's row output, which a row's elements all read before.
+  const auto* group = producer.body != nullptr && producer.op->kind == OpKind::fused
+                          ? dynamic_cast<const FusedGroup*>(producer.body.get())
+                          : nullptr;
+  const bool full_output = group != nullptr &&
+                           static_cast<std::size_t>(ref.index) < group->outputs.size() &&
+                           group->shape == var->value.shape();
   if (!full_output || readers[ref] != 0) return u;
   for (const auto& [name, out] : g.outputs())
     if (g.node(alias_root(g, out).node).variable == var) return u;

@@ -148,7 +148,12 @@ CudaKernelSource Writer::generate() {
   k.reduction = g_.reduction.has_value();
   k.work_items = g_.shape.numel();
   std::string body, extra;
-  if (k.reduction) {
+  if (g_.staged()) {  // a block per row, every pass in it (codegen_stages.cpp)
+    k.reduced_outputs = k.work_items = g_.reduction->type.shape.numel();
+    k.reductions = static_cast<int>(g_.reductions().size());
+    k.warp_jobs = true;
+    body = staged_body();
+  } else if (k.reduction) {
     k.reduced_outputs = g_.reduction->type.shape.numel();
     k.reductions = static_cast<int>(g_.reductions().size());
     const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
@@ -204,6 +209,8 @@ std::string Writer::parameters(std::int64_t splits) const {
     p += fmt::format("{}{}* __restrict__ reduced{}", p.empty() ? "" : ", ",
                      splits > 1 ? std::string("T") : storage_name(reds[r]->type.dtype),
                      r == 0 ? std::string() : std::to_string(r));
+  for (std::size_t w = 0; w < g_.row_outputs.size(); ++w)
+    p += fmt::format(", {}* __restrict__ row_out{}", storage_name(g_.row_outputs[w].type.dtype), w);
   return p;
 }
 
@@ -226,6 +233,8 @@ std::string Writer::operand(const Operand& op, const std::string& lane) const {
       return fmt::format("r{}", op.index);
     case Operand::Kind::constant:
       return literal(op.constant, g_.compute);
+    case Operand::Kind::reduced:  // the row's value of an earlier stage (codegen_stages.cpp)
+      return fmt::format("row{}", op.index);
   }
   return "?";
 }
@@ -258,15 +267,20 @@ bool Writer::exact_in_dtype(std::size_t i) const {
       case Operand::Kind::constant:
         if (!representable(a.constant, instr.dtype)) return false;
         break;
+      case Operand::Kind::reduced:
+        if (g_.operand_dtype(a) != instr.dtype) return false;
+        break;
     }
   }
   return true;
 }
 
 // The instruction lines; `lane` selects a vector lane of vector-loaded inputs.
-std::string Writer::compute(const std::string& indent, const std::string& lane) const {
+std::string Writer::compute(const std::string& indent, const std::string& lane,
+                            const std::vector<char>* needed) const {
   std::string out;
   for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
+    if (needed != nullptr && !(*needed)[i]) continue;
     std::vector<std::string> args;
     for (const Operand& a : g_.instrs[i].args) args.push_back(operand(a, lane));
     const DType d = g_.instrs[i].dtype;

@@ -23,7 +23,8 @@ struct CudaKernelSource {
   // order, reduction r's at partial + r * reduced_outputs * splits.
   std::int64_t splits = 1;
   std::int64_t reduced_outputs = 0;
-  int reductions = 0;  // the last `reductions` parameters (and node outputs) are reduced values
+  int reductions = 0;      // the last `reductions` parameters (and node outputs) are reduced values
+  bool warp_jobs = false;  // staged groups: a warp per work item (row), not a block
   std::string finish_name;  // empty when splits == 1
 };
 

@@ -8,10 +8,7 @@
 #include "fusion/codegen_writer.h"
 
 namespace kiln::codegen {
-namespace {
 
-// The reduction's start value and its combination of an accumulator with a value, from the
-// op's ReductionRule; a NaN value wins where the rule says so, as on the CPU.
 std::string reduction_identity(const FusedReduction& red, DType compute) {
   return literal(red.op->reduction.identity, compute);
 }
@@ -22,12 +19,6 @@ std::string reduction_combine(const FusedReduction& red, const std::string& acc,
   if (rule.nan == NanRule::arithmetic) return combined;
   return fmt::format("(({1}) != ({1}) ? ({1}) : {0})", combined, value);
 }
-
-// Merged axes of the iteration space, split into kept and reduced ones.
-struct ReductionAxes {
-  std::vector<std::int64_t> kept_sizes, kept_strides, red_sizes,
-      red_strides;  // strides: dense, in elements
-};
 
 ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes) {
   ReductionAxes r;
@@ -51,11 +42,9 @@ ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& ax
   return r;
 }
 
-// sum_k ((index / inner_k) % size_k) * stride_k as C code, its constants with `suffix`
-// ("LL": 64-bit arithmetic; "": 32-bit, when every index fits, for cheaper divisions).
 std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
                            const std::vector<std::int64_t>& strides, const std::string& index,
-                           const char* suffix = "LL") {
+                           const char* suffix) {
   std::string expr;
   std::int64_t inner = 1;
   for (std::size_t k = sizes.size(); k-- > 0;) {
@@ -66,8 +55,6 @@ std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
   }
   return expr.empty() ? fmt::format("0{}", suffix) : expr;
 }
-
-}  // namespace
 
 namespace {
 // Names of reduction r's accumulator, output (or partials) and shared per-warp results: the

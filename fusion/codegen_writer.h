@@ -28,6 +28,25 @@ std::string narrow(DType dtype, const std::string& value);  // a compute value t
 // The conversion functions the two above use, emitted once by kernels that store 16 bits.
 const char* low_precision_prelude();
 
+// The reduction's start value and its combination of an accumulator with a value, from the
+// op's ReductionRule; a NaN value wins where the rule says so, as on the CPU.
+std::string reduction_identity(const FusedReduction& red, DType compute);
+std::string reduction_combine(const FusedReduction& red, const std::string& acc,
+                              const std::string& value);
+
+// Merged axes of the iteration space, split into kept and reduced ones.
+struct ReductionAxes {
+  std::vector<std::int64_t> kept_sizes, kept_strides, red_sizes,
+      red_strides;  // strides: dense, in elements
+};
+ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes);
+
+// sum_k ((index / inner_k) % size_k) * stride_k as C code, its constants with `suffix`
+// ("LL": 64-bit arithmetic; "": 32-bit, when every index fits, for cheaper divisions).
+std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
+                           const std::vector<std::int64_t>& strides, const std::string& index,
+                           const char* suffix = "LL");
+
 enum class Access { contiguous, scalar, strided };
 
 struct InputPlan {
@@ -54,7 +73,9 @@ class Writer {
   std::string parameters(std::int64_t splits) const;
   std::string offsets() const;
   std::string operand(const Operand& op, const std::string& lane) const;
-  std::string compute(const std::string& indent, const std::string& lane) const;
+  // `needed`: only the instructions it marks (a staged group's earlier passes).
+  std::string compute(const std::string& indent, const std::string& lane,
+                      const std::vector<char>* needed = nullptr) const;
   bool exact_in_dtype(std::size_t instr) const;
   std::string scalar_loads(const std::string& indent, const std::string& index) const;
   std::string hoisted_scalars() const;
@@ -87,6 +108,11 @@ class Writer {
                           const std::vector<void*>& outputs) const;
 
  private:
+  // codegen_stages.cpp: a staged group, a block per row
+  std::string staged_body() const;
+  std::string stage_pass(int stage) const;
+  std::string last_pass() const;
+
   // codegen_reduction.cpp
   std::string reduction_body(std::int64_t splits) const;
   // Lanes of the row-by-row body's vector loop: the vector width where every input allows it

@@ -53,6 +53,11 @@ LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_ite
 CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKernel& compiled)
     : source_(std::move(source)), kernel_(compiled) {
   shape_ = choose_launch(kernel_, source_.work_items, source_.reduction ? 0 : source_.vector_width);
+  if (source_.warp_jobs) {  // blocks enough for a warp per row
+    const std::int64_t warps = std::max<unsigned>(1, shape_.block.x / 32);
+    shape_.grid.x = static_cast<unsigned>(
+        std::min<std::int64_t>(shape_.grid.x, (source_.work_items + warps - 1) / warps));
+  }
   if (source_.splits <= 1) return;
   finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name);
   finish_shape_ = choose_launch(*finish_, source_.reduced_outputs, 1);

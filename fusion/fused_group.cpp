@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kiln {
 namespace {
 
@@ -41,7 +43,22 @@ std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const 
   std::vector<TensorType> out;
   for (const Operand& o : outputs) out.push_back({shape, operand_dtype(o)});
   for (const FusedReduction* r : reductions()) out.push_back(r->type);
+  for (const RowOutput& w : row_outputs) out.push_back(w.type);
   return out;
+}
+
+bool FusedGroup::staged() const {
+  if (stage_count() > 1 || !row_outputs.empty()) return true;
+  auto reduced = [](const Operand& o) { return o.kind == Operand::Kind::reduced; };
+  for (const FusedInstr& instr : instrs)
+    if (std::any_of(instr.args.begin(), instr.args.end(), reduced)) return true;
+  return std::any_of(outputs.begin(), outputs.end(), reduced);
+}
+
+int FusedGroup::stage_count() const {
+  int stages = 0;
+  for (const FusedReduction* r : reductions()) stages = std::max(stages, r->stage + 1);
+  return stages;
 }
 
 std::vector<const FusedReduction*> FusedGroup::reductions() const {
@@ -52,12 +69,29 @@ std::vector<const FusedReduction*> FusedGroup::reductions() const {
   return all;
 }
 
+std::vector<char> FusedGroup::stage_instrs(int stage) const {
+  std::vector<char> mark(instrs.size(), 0);
+  std::vector<Operand> stack;
+  for (const FusedReduction* r : reductions())
+    if (r->stage == stage) stack.push_back(r->value);
+  while (!stack.empty()) {
+    const Operand op = stack.back();
+    stack.pop_back();
+    if (op.kind != Operand::Kind::instr || mark[static_cast<std::size_t>(op.index)]) continue;
+    mark[static_cast<std::size_t>(op.index)] = 1;
+    for (const Operand& a : instrs[static_cast<std::size_t>(op.index)].args) stack.push_back(a);
+  }
+  return mark;
+}
+
 DType FusedGroup::operand_dtype(const Operand& op) const {
   switch (op.kind) {
     case Operand::Kind::input:
       return inputs[static_cast<std::size_t>(op.index)].type.dtype;
     case Operand::Kind::instr:
       return instrs[static_cast<std::size_t>(op.index)].dtype;
+    case Operand::Kind::reduced:
+      return reductions()[static_cast<std::size_t>(op.index)]->type.dtype;
     case Operand::Kind::constant:
       break;
   }
@@ -71,6 +105,8 @@ bool FusedGroup::low_precision() const {
     if (is_low_precision(operand_dtype(o))) return true;
   for (const FusedReduction* r : reductions())
     if (is_low_precision(r->type.dtype)) return true;
+  for (const RowOutput& w : row_outputs)
+    if (is_low_precision(w.type.dtype)) return true;
   return false;
 }
 
@@ -88,7 +124,10 @@ std::string FusedGroup::summary() const {
     for (const Operand& o : outputs) uses = uses || operand_dtype(o) == d;
     if (uses) stored += std::string(stored.empty() ? "" : "+") + std::string(dtype_name(d));
   }
-  return fmt::format("{} ops ({}) over {}{}", instrs.size() + reductions().size(), ops, shape.str(),
+  const std::string stages =
+      staged() ? fmt::format(", {} passes a row", stage_count() + (outputs.empty() ? 0 : 1)) : "";
+  return fmt::format("{} ops ({}) over {}{}{}", instrs.size() + reductions().size(), ops,
+                     shape.str(), stages,
                      stored.empty() ? "" : fmt::format(", {} storage, f32 math", stored));
 }
 
@@ -103,6 +142,7 @@ std::int64_t FusedGroup::bytes_written() const {
   std::int64_t total = 0;
   for (const Operand& o : outputs) total += type_bytes({shape, operand_dtype(o)});
   for (const FusedReduction* r : reductions()) total += type_bytes(r->type);
+  for (const RowOutput& w : row_outputs) total += type_bytes(w.type);
   return total;
 }
 
@@ -112,6 +152,8 @@ std::int64_t FusedGroup::unfused_bytes() const {
     total += type_bytes({shape, instr.dtype});  // its output
     for (const Operand& a : instr.args) {
       if (a.kind == Operand::Kind::instr) total += type_bytes({shape, operand_dtype(a)});
+      if (a.kind == Operand::Kind::reduced)
+        total += type_bytes(reductions()[static_cast<std::size_t>(a.index)]->type);
       if (a.kind == Operand::Kind::input) {
         const FusedInput& in = inputs[static_cast<std::size_t>(a.index)];
         total += in.elements_read(shape) * static_cast<std::int64_t>(dtype_size(in.type.dtype));

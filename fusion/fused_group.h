@@ -3,7 +3,9 @@
 // in place at broadcast strides from an offset (slices of a value, such as an LSTM's
 // four gates of one GEMM output, need no copy); its instructions are elementwise ops in order; its
 // outputs are full-shape values and, optionally, reductions of values at the end (over the
-// same axes).
+// same axes). A staged group (fusion/stages.h) also holds reductions that read earlier ones:
+// reduction r's value at an element's row is an operand (Operand::reduced), each reduction
+// runs in the pass over the row its stage names, and values of one per row are outputs too.
 #pragma once
 
 #include <optional>
@@ -16,13 +18,16 @@ namespace kiln {
 
 // An operand of an instruction or an output.
 struct Operand {
-  enum class Kind { input, instr, constant };
+  // reduced: reduction `index` of FusedGroup::reductions() at this element's row, as stored
+  // (rounded to its dtype); only in staged groups, read by instructions of later stages.
+  enum class Kind { input, instr, constant, reduced };
   Kind kind = Kind::input;
-  int index = 0;          // input or instruction index
+  int index = 0;          // input, instruction or reduction index
   double constant = 0.0;  // Kind::constant: a folded fill value
   static Operand input(int i) { return {Kind::input, i, 0.0}; }
   static Operand instr(int i) { return {Kind::instr, i, 0.0}; }
   static Operand literal(double v) { return {Kind::constant, 0, v}; }
+  static Operand reduced(int r) { return {Kind::reduced, r, 0.0}; }
 };
 
 struct FusedInput {
@@ -49,6 +54,15 @@ struct FusedReduction {
   std::vector<std::int64_t> axes;  // sorted
   bool keepdims = false;
   TensorType type;  // the reduced output's type
+  int stage = 0;    // staged groups: the pass over each row that computes it (0 first)
+};
+
+// A staged group's value of one per row (batch norm's mean, a reduced-shape group that was
+// merged in): stored once per row after every pass, of its own shape (that of the reductions'
+// outputs, with or without their kept 1s).
+struct RowOutput {
+  Operand value;  // the same at every element of a row
+  TensorType type;
 };
 
 class FusedGroup final : public NodeBody {
@@ -66,6 +80,15 @@ class FusedGroup final : public NodeBody {
   std::vector<FusedReduction> more_reductions;
   // `reduction`, then `more_reductions` (empty without a reduction).
   std::vector<const FusedReduction*> reductions() const;
+  // Node outputs after the reductions (staged groups only).
+  std::vector<RowOutput> row_outputs;
+  // Whether some value reads a reduction (Operand::reduced) or there are row outputs.
+  // Every reduction of a staged group reduces the same axes, of which at most one run of
+  // adjacent axes is kept (a row is one index of it).
+  bool staged() const;
+  int stage_count() const;  // 1 + the last reduction's stage; 0 without reductions
+  // Per instruction, whether pass `stage` computes it: the reductions of that stage read it.
+  std::vector<char> stage_instrs(int stage) const;
 
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
   void run_cpu(const KernelCall& call) const override;

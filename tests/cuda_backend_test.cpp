@@ -28,23 +28,7 @@ namespace {
 
 using test::have_gpu;
 
-std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
-  std::vector<Feed> feeds;
-  for (const Node& n : g.nodes()) {
-    if (n.op->id != OpId::input) continue;
-    const TensorType& t = n.outputs[0];
-    if (is_floating(t.dtype)) {
-      feeds.emplace_back(n.name, test::random_tensor(t.shape, t.dtype, seed++, -2, 2));
-      continue;
-    }
-    Tensor labels = Tensor::empty(t.shape, t.dtype);
-    Philox rng(seed++);
-    for (std::int64_t i = 0; i < labels.numel(); ++i)
-      labels.data<std::int64_t>()[i] = static_cast<std::int64_t>(rng.next_below(10));
-    feeds.emplace_back(n.name, labels);
-  }
-  return feeds;
-}
+using test::random_feeds;
 
 // Runs g on the CPU and on the GPU with random feeds (test::check_gpu_matches_cpu).
 void check_gpu_matches_cpu(const Graph& g, std::uint64_t seed, double tolerance) {

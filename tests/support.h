@@ -13,6 +13,7 @@
 #include "backends/compile.h"
 #include "core/philox.h"
 #include "gpu/cuda_runtime.h"
+#include "graph/op.h"
 #include "graph/ops.h"
 
 namespace kiln::test {
@@ -69,6 +70,25 @@ inline double closeness(const Tensor& a, const Tensor& b, double atol, double rt
     worst = std::max(worst, std::abs(x - y) / (atol + rtol * std::abs(y)));
   }
   return worst;
+}
+
+// Random values in [-2, 2] for every floating input of g, class labels in [0, 10) for the others.
+inline std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
+  std::vector<Feed> feeds;
+  for (const Node& n : g.nodes()) {
+    if (n.op->id != OpId::input) continue;
+    const TensorType& t = n.outputs[0];
+    if (is_floating(t.dtype)) {
+      feeds.emplace_back(n.name, random_tensor(t.shape, t.dtype, seed++, -2, 2));
+      continue;
+    }
+    Tensor labels = Tensor::empty(t.shape, t.dtype);
+    Philox rng(seed++);
+    for (std::int64_t i = 0; i < labels.numel(); ++i)
+      labels.data<std::int64_t>()[i] = static_cast<std::int64_t>(rng.next_below(10));
+    feeds.emplace_back(n.name, labels);
+  }
+  return feeds;
 }
 
 // Runs g on the CPU once and on the GPU three times with the same feeds (the first run, then

@@ -6,6 +6,7 @@
 
 #include "backends/compile.h"
 #include "fusion/fused_group.h"
+#include "fusion/stages.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/cuda_program.h"
@@ -148,7 +149,8 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   FusionView v;
   verify(recorded);
   v.before = simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision));
-  v.after = fuse(v.before, &v.report);
+  // The GPU's policy: the view shows the CUDA kernels and their lowering.
+  v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));

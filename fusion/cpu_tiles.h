@@ -1,0 +1,69 @@
+// Internals shared by the CPU evaluators of fused groups (cpu_fused.cpp, cpu_staged.cpp): the
+// tile size, tile registers, rounding to 16-bit dtypes and the ops' elementwise loops.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "core/half.h"
+#include "fusion/fused_group.h"
+
+namespace kiln::cpu_tiles {
+
+constexpr std::int64_t kTile = 1024;
+
+// Strides over the group's shape of the reduced output: 0 on reduced axes.
+inline std::vector<std::int64_t> reduction_strides(const Shape& shape,
+                                                   const std::vector<std::int64_t>& axes) {
+  std::vector<std::int64_t> kept;
+  for (std::size_t d = 0; d < shape.rank(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
+      kept.push_back(static_cast<std::int64_t>(d));
+  std::vector<std::int64_t> strides(shape.rank(), 0);
+  std::int64_t step = 1;
+  for (std::size_t k = kept.size(); k-- > 0;) {
+    strides[static_cast<std::size_t>(kept[k])] = step;
+    step *= shape[static_cast<std::size_t>(kept[k])];
+  }
+  return strides;
+}
+
+// A bf16 or f16 value inside a group holds what the unfused op would have stored.
+inline void round_to(DType dtype, float* x, std::int64_t n) {
+  if (dtype == DType::bf16)
+    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(bf16(x[i]));
+  else
+    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(f16(x[i]));
+}
+
+template <class T>
+ElementwiseLoop<T> loop_of(const OpDef& op) {
+  if constexpr (std::is_same_v<T, float>)
+    return op.loops.f32;
+  else
+    return op.loops.f64;
+}
+
+// Tile registers at 64-byte alignment: Eigen's SIMD loops split an array into a scalar head
+// and vector body by address, so equal alignment everywhere keeps results bitwise equal
+// from run to run (and program to program).
+template <class T>
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(std::size_t n)
+      : data_(static_cast<T*>(
+            std::aligned_alloc(64, std::max<std::size_t>(64, (n * sizeof(T) + 63) / 64 * 64)))) {
+    KILN_CHECK(data_ != nullptr, "out of host memory for fused tiles ({} values)", n);
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  T* data_;
+};
+
+}  // namespace kiln::cpu_tiles

@@ -1,0 +1,172 @@
+// The stage pass (fusion/stages.h) and the staged groups' evaluators: softmax with its loss,
+// batch norm forward and backward, against the unfused ops on fresh random inputs, on the CPU
+// (short rows, long rows, several tiles a row, thread counts) and on the GPU.
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <limits>
+
+#include "fusion/fuse.h"
+#include "fusion/fused_group.h"
+#include "fusion/stages.h"
+#include "graph/autograd.h"
+#include "graph/nn/batch_norm.h"
+#include "graph/nn/functional.h"
+#include "graph/passes/dead_code.h"
+#include "graph/passes/verify.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+using test::random_feeds;
+
+// Softmax cross-entropy over [rows, 13] logits and its gradient.
+Graph softmax_loss(std::int64_t rows) {
+  Graph g;
+  const Value logits = g.input("logits", {rows, 13});
+  const Value labels = g.input("labels", {rows}, DType::i64);
+  const Value loss = cross_entropy(logits * 1.5, labels);
+  g.output("loss", loss);
+  g.output("dlogits", grad(loss, {logits})[0]);
+  return g;
+}
+
+// Batch norm in training mode over `shape` (NCHW) and the gradients of sum(y * w).
+Graph batch_norm_step(const Shape& shape) {
+  Graph g;
+  const Value x = g.input("x", shape);
+  const Value gamma = g.input("gamma", {shape[1]});
+  const Value beta = g.input("beta", {shape[1]});
+  const Value w = g.input("w", shape);
+  const BatchNormResult bn = batch_norm_training(x, gamma, beta, 1e-5);
+  const Value loss = sum_all(relu(bn.y) * w);
+  g.output("y", bn.y);
+  g.output("mean", bn.mean);
+  g.output("var", bn.var);
+  const std::vector<Value> grads = grad(loss, {x, gamma, beta});
+  g.output("dx", grads[0]);
+  g.output("dgamma", grads[1]);
+  g.output("dbeta", grads[2]);
+  return g;
+}
+
+struct Staged {
+  Graph graph;
+  int staged_groups = 0;
+  int most_stages = 0;
+};
+
+Staged stage(const Graph& g, const StageOptions& options) {
+  Staged s{stage_reductions(fuse(eliminate_dead_code(g)), options)};
+  verify(s.graph);
+  for (const Node& n : s.graph.nodes()) {
+    const auto* body = n.body ? dynamic_cast<const FusedGroup*>(n.body.get()) : nullptr;
+    if (body == nullptr || !body->staged()) continue;
+    ++s.staged_groups;
+    s.most_stages = std::max(s.most_stages, body->stage_count());
+  }
+  return s;
+}
+
+const StageOptions kAnyRow{.max_row_elements = std::numeric_limits<std::int64_t>::max()};
+
+void check_close(const Outputs& got, const Outputs& want, double tolerance) {
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    CHECK(test::closeness(got.at(name), tensor, tolerance, tolerance) <= 1.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("softmax, its loss and its gradient run as staged groups equal to the unfused ops") {
+  for (std::int64_t rows : {1, 37, 300}) {
+    CAPTURE(rows);
+    const Graph g = softmax_loss(rows);
+    const Staged s = stage(g, kAnyRow);
+    CHECK(s.staged_groups >= 2);
+    CHECK(s.most_stages >= 3);  // max, then the sum of exponentials, then the loss
+    const std::vector<Feed> feeds = random_feeds(g, 11 + static_cast<std::uint64_t>(rows));
+    const Outputs reference = compile(g, {.fuse = false})->run(feeds);
+    check_close(compile(s.graph, {.fuse = false})->run(feeds), reference, 1e-5);
+    check_close(compile(g)->run(feeds), reference, 1e-5);  // the CPU's own policy
+  }
+}
+
+TEST_CASE("batch norm's statistics, normalisation and backward as staged groups, any row length") {
+  // Rows of 126 elements (several rows a tile), 2304 (three tiles a row), odd channel counts,
+  // batch 1.
+  for (const Shape& shape : {Shape{6, 5, 3, 7}, Shape{16, 3, 12, 12}, Shape{1, 7, 5, 5}}) {
+    CAPTURE(shape.str());
+    const Graph g = batch_norm_step(shape);
+    const Staged s = stage(g, kAnyRow);
+    CHECK(s.staged_groups >= 1);  // the forward and the backward may become one
+    CHECK(s.most_stages >= 2);    // the mean, then the variance (and the backward's sums)
+    const Staged fewer = stage(g, {.max_row_elements = 100});
+    CHECK(fewer.graph.nodes().size() >= s.graph.nodes().size());
+    const std::vector<Feed> feeds = random_feeds(g, 3);
+    const Outputs reference = compile(g, {.fuse = false})->run(feeds);
+    check_close(compile(s.graph, {.fuse = false})->run(feeds), reference, 2e-5);
+  }
+}
+
+TEST_CASE("a staged group gives the same bits for any number of threads") {
+  const Graph g = batch_norm_step({8, 6, 9, 9});
+  const Staged s = stage(g, kAnyRow);
+  REQUIRE(s.staged_groups >= 1);
+  const std::vector<Feed> feeds = random_feeds(g, 5);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Outputs one = compile(s.graph, {.fuse = false})->run(feeds);
+  omp_set_num_threads(3);
+  const Outputs three = compile(s.graph, {.fuse = false})->run(feeds);
+  omp_set_num_threads(threads);
+  for (const auto& [name, tensor] : one) {
+    CAPTURE(name);
+    CHECK(std::memcmp(three.at(name).raw(), tensor.raw(), tensor.nbytes()) == 0);
+  }
+}
+
+TEST_CASE("a group whose other input depends on the reduction's group is not merged into it") {
+  // C = exp(x - s) * (a @ w) reads P's row sum s, and a @ w reads P's a: merging C into P
+  // would make P wait for a GEMM of its own output.
+  Graph g;
+  const Value x = g.input("x", {4, 6});
+  const Value w = g.input("w", {6, 6});
+  const Value a = tanh(x);
+  const Value s = sum(a, {1}, true);
+  g.output("c", exp(x - s) * matmul(a, w));
+  const Staged staged = stage(g, kAnyRow);
+  const std::vector<Feed> feeds = random_feeds(g, 9);
+  check_close(compile(staged.graph, {.fuse = false})->run(feeds),
+              compile(g, {.fuse = false})->run(feeds), 1e-5);
+}
+
+TEST_CASE("staged groups in bf16 round where the unfused ops store") {
+  const Graph g = batch_norm_step({4, 3, 5, 5});
+  const std::vector<Feed> feeds = random_feeds(g, 21);
+  const Outputs reference = compile(g, {.fuse = false, .precision = Precision::bf16})->run(feeds);
+  check_close(compile(g, {.precision = Precision::bf16})->run(feeds), reference, 2e-2);
+  const Graph loss = softmax_loss(29);
+  const std::vector<Feed> loss_feeds = random_feeds(loss, 23);
+  check_close(compile(loss, {.precision = Precision::bf16})->run(loss_feeds),
+              compile(loss, {.fuse = false, .precision = Precision::bf16})->run(loss_feeds), 2e-2);
+}
+
+TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm both ways") {
+  if (!test::have_gpu()) return;
+  for (std::int64_t rows : {1, 37, 300}) {
+    CAPTURE(rows);
+    const Graph g = softmax_loss(rows);
+    test::check_gpu_matches_cpu(g, random_feeds(g, 31), 1e-4);
+  }
+  for (const Shape& shape : {Shape{6, 5, 3, 7}, Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5}}) {
+    CAPTURE(shape.str());
+    const Graph g = batch_norm_step(shape);
+    test::check_gpu_matches_cpu(g, random_feeds(g, 37), 1e-4);
+  }
+}
+
+}  // namespace kiln
