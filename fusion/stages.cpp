@@ -164,6 +164,7 @@ class Merger {
       const FusedInput& in = C_.inputs[k];
       if (source.node != p_) {
         if (depends_on(g_, outer.node, p_)) return std::nullopt;  // merging would be a cycle
+        if (!waited_for(outer)) return std::nullopt;
         input_map.push_back(outer_input(outer, same_shape ? in : lifted(in)));
         continue;
       }
@@ -247,6 +248,14 @@ class Merger {
         for (const ValueRef& in : g_.node(id).inputs)
           if (in == ref) return true;
     return false;
+  }
+
+  // Whether P already waits for `outer` (a graph input, a variable, or what P depends on):
+  // merging never makes P wait for more. (A loss gradient's sum of the one-hot labels merged
+  // with the division by the forward's sum of exponentials moved onto the critical path.)
+  bool waited_for(ValueRef outer) const {
+    const int node = source_of(g_, outer).node;  // a view costs nothing: its value counts
+    return g_.node(node).op->kind == OpKind::source || depends_on(g_, p_, node);
   }
 
   // Whether a group over P's shape reads C's values (x - mean after mean = sum / n), so that

@@ -22,12 +22,13 @@ namespace {
 
 using test::random_feeds;
 
-// Softmax cross-entropy over [rows, 13] logits and its gradient.
+// Softmax cross-entropy over [rows, 13] logits against soft targets (a graph input, so the
+// loss's sum may join the softmax's group: fusion/stages.h) and its gradient.
 Graph softmax_loss(std::int64_t rows) {
   Graph g;
   const Value logits = g.input("logits", {rows, 13});
-  const Value labels = g.input("labels", {rows}, DType::i64);
-  const Value loss = cross_entropy(logits * 1.5, labels);
+  const Value targets = g.input("targets", {rows, 13});
+  const Value loss = mean_all(-sum(targets * log_softmax(logits * 1.5), {1}));
   g.output("loss", loss);
   g.output("dlogits", grad(loss, {logits})[0]);
   return g;
@@ -86,7 +87,7 @@ TEST_CASE("softmax, its loss and its gradient run as staged groups equal to the 
     CAPTURE(rows);
     const Graph g = softmax_loss(rows);
     const Staged s = stage(g, kAnyRow);
-    CHECK(s.staged_groups >= 2);
+    CHECK(s.staged_groups >= 1);
     CHECK(s.most_stages >= 3);  // max, then the sum of exponentials, then the loss
     const std::vector<Feed> feeds = random_feeds(g, 11 + static_cast<std::uint64_t>(rows));
     const Outputs reference = compile(g, {.fuse = false})->run(feeds);
