@@ -13,6 +13,7 @@
 #endif
 #include "core/log.h"
 #include "fusion/fuse.h"
+#include "fusion/gemm_epilogues.h"
 #include "fusion/stages.h"
 #include "graph/train_step.h"
 #include "graph/op.h"
@@ -97,6 +98,11 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
           g, options.device.is_cpu() ? cpu_stage_options() : cuda_stage_options()));
       verify(g);
       dump_after("stage_reductions", g);
+    }
+    if (options.fuse && !options.device.is_cpu()) {  // cuBLASLt's bias and ReLU epilogues
+      g = eliminate_dead_code(fuse_gemm_epilogues(g));
+      verify(g);
+      dump_after("gemm_epilogues", g);
     }
   }
   log().debug("compile: {} nodes after the passes", g.nodes().size());

@@ -6,6 +6,7 @@
 
 #include "backends/compile.h"
 #include "fusion/fused_group.h"
+#include "fusion/gemm_epilogues.h"
 #include "fusion/stages.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cublas_handle.h"
@@ -151,6 +152,10 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   v.before = simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision));
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
+  v.after = fuse_gemm_epilogues(v.after);  // node for node: a group may become a matmul_bias
+  std::erase_if(v.report.groups, [&](const FusionReport::Group& entry) {
+    return v.after.node(entry.fused_node).op->id != OpId::fused;
+  });
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
