@@ -5,6 +5,7 @@
 
 #include "fusion/fuse.h"
 #include "fusion/gemm_epilogues.h"
+#include "graph/passes/autocast.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 #include "tests/support.h"
@@ -47,6 +48,28 @@ TEST_CASE("a matmul and its bias (and ReLU) group become one matmul_bias equal t
       const Outputs got = compile(fused, {.fuse = false})->run(feeds);
       CHECK(test::closeness(got.at("y"), want.at("y"), 1e-5, 1e-5) <= 1.0);
     }
+}
+
+TEST_CASE("a bias cast to bf16 inside the group becomes a cast node before matmul_bias") {
+  // A hidden layer (its bf16 activation feeds the next GEMM) in autocast without weight copies.
+  Graph g;
+  const Value x = g.input("x", {16, 12});
+  const Value hidden = relu(matmul(x, g.input("w", {24, 12}), false, true) + g.input("bias", {24}));
+  g.output("y", matmul(hidden, g.input("w2", {24, 5})));
+  const Graph low = autocast(eliminate_dead_code(g), DType::bf16);  // casts, no weight copies
+  const Graph fused = eliminate_dead_code(fuse_gemm_epilogues(fuse(low)));
+  verify(fused);
+  CHECK(count(fused, OpId::matmul_bias) == 1);
+  for (const Node& n : fused.nodes())
+    if (n.op->id == OpId::matmul_bias) {
+      const Node& bias = fused.node(n.inputs[2].node);
+      CHECK(bias.op->id == OpId::cast);
+      CHECK(bias.outputs[0].dtype == DType::bf16);
+    }
+  const std::vector<Feed> feeds = test::random_feeds(g, 5);
+  CHECK(test::closeness(compile(fused, {.fuse = false})->run(feeds).at("y"),
+                        compile(low, {.fuse = false})->run(feeds).at("y"), 0.15,
+                        0.03) <= 1.0);  // one rounding against two
 }
 
 TEST_CASE("a product that is read elsewhere keeps its matmul: no epilogue") {

@@ -152,10 +152,8 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   v.before = simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision));
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
-  v.after = fuse_gemm_epilogues(v.after);  // node for node: a group may become a matmul_bias
-  std::erase_if(v.report.groups, [&](const FusionReport::Group& entry) {
-    return v.after.node(entry.fused_node).op->id != OpId::fused;
-  });
+  if (low_precision_dtype(precision))  // as compile() does: bf16/f16 products only
+    v.after = fuse_gemm_epilogues(v.after, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));

@@ -22,8 +22,8 @@ struct BiasGemm {
   void* c = nullptr;  // [m, n]
 };
 
-// The descriptors and the heuristic's algorithm, made once (no workspace: the plan's launches
-// may run on any stream at once); launch() only calls cublasLtMatmul on the stream.
+// The descriptors, the heuristic's algorithm and its workspace (the plan's own: its launches
+// may run on any stream at once), made once; launch() only calls cublasLtMatmul on the stream.
 class BiasGemmPlan {
  public:
   explicit BiasGemmPlan(const BiasGemm& g);
