@@ -6,6 +6,7 @@
 
 #include "backends/compile.h"
 #include "fusion/fused_group.h"
+#include "fusion/gemm_epilogues.h"
 #include "fusion/stages.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cublas_handle.h"
@@ -151,6 +152,8 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   v.before = simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision));
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
+  if (low_precision_dtype(precision))  // as compile() does: bf16/f16 products only
+    v.after = fuse_gemm_epilogues(v.after, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));

@@ -24,6 +24,8 @@ int to_int(std::int64_t v, const char* what) {
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+}  // namespace
+
 cudaDataType_t cuda_data_type(DType dtype) {
   switch (dtype) {
     case DType::f32:
@@ -47,8 +49,6 @@ cublasComputeType_t compute_type(DType ab) {
   if (ab == DType::f32 && allow_tf32()) return CUBLAS_COMPUTE_32F_FAST_TF32;
   return CUBLAS_COMPUTE_32F;
 }
-
-}  // namespace
 
 void gemm(DType dtype, const RowMajorGemm& g, gpu::Stream stream) { gemm(dtype, dtype, g, stream); }
 

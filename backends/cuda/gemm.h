@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include <cublas_api.h>
+#include <library_types.h>
+
 #include "core/dtype.h"
 #include "gpu/cuda_runtime.h"
 
@@ -32,5 +35,10 @@ void gemm(DType dtype, const RowMajorGemm& g, gpu::Stream stream);
 // The same with A and B of `ab` and C of `c`: c == ab, or bf16/f16 operands into an f32 C
 // (the convolutions' f32 scratch where partial results are summed further).
 void gemm(DType ab, DType c, const RowMajorGemm& g, gpu::Stream stream);
+
+// cuBLAS's name of a dtype (f32, f64, bf16, f16; kiln::Error for another), and the compute
+// type of GEMMs of `ab` operands: f64 in f64, f32 in f32 or TF32, bf16/f16 accumulating in f32.
+cudaDataType_t cuda_data_type(DType dtype);
+cublasComputeType_t compute_type(DType ab);
 
 }  // namespace kiln::cuda

@@ -3,8 +3,10 @@
 #include "backends/cuda/matmul.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/gemm_epilogue.h"
 #include "backends/cuda/op_entry.h"
 #include "core/error.h"
 
@@ -56,8 +58,34 @@ Launch prepare_matmul(const LaunchSetup& s) {
   return [args](gpu::Stream stream) { matmul(args, stream); };
 }
 
+// a, b as matmul's (2-D), bias [N] -> c = a b + bias (relu): one cuBLASLt call, its plan made
+// here once.
+Launch prepare_matmul_bias(const LaunchSetup& s) {
+  const Shape& a = s.input_types[0].shape;
+  const Shape& c = s.node.outputs[0].shape;
+  const bool ta = s.node.attrs.integer("trans_a") != 0;
+  KILN_CHECK(c.rank() == 2, "matmul_bias: the product is {} (2-D expected)", c.str());
+  auto plan =
+      std::make_shared<BiasGemmPlan>(BiasGemm{.dtype = s.input_types[0].dtype,
+                                              .bias_dtype = s.input_types[2].dtype,
+                                              .trans_a = ta,
+                                              .trans_b = s.node.attrs.integer("trans_b") != 0,
+                                              .relu = s.node.attrs.integer("relu") != 0,
+                                              .m = c[0],
+                                              .n = c[1],
+                                              .k = ta ? a[0] : a[1],
+                                              .a = s.inputs[0],
+                                              .b = s.inputs[1],
+                                              .bias = s.inputs[2],
+                                              .c = s.outputs[0]});
+  return [plan](gpu::Stream stream) { plan->launch(stream); };
+}
+
 }  // namespace
 
-void add_matmul_ops(CudaOpTable& table) { table[OpId::matmul] = {.prepare = prepare_matmul}; }
+void add_matmul_ops(CudaOpTable& table) {
+  table[OpId::matmul] = {.prepare = prepare_matmul};
+  table[OpId::matmul_bias] = {.prepare = prepare_matmul_bias};
+}
 
 }  // namespace kiln::cuda

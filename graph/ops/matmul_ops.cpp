@@ -1,6 +1,8 @@
 // matmul: [..., M, K] x [..., K, N] -> [..., M, N] (leading axes equal), optional
 // transposes of either operand's last two axes; on the CPU oneDNN's sgemm for float32 (about
-// a fifth faster than Eigen's on the zoo's shapes), Eigen's GEMM for float64.
+// a fifth faster than Eigen's on the zoo's shapes), Eigen's GEMM for float64. matmul_bias:
+// the same plus a bias [N] on every row, then ReLU when `relu` is 1: the GEMM with its
+// epilogue (fusion/gemm_epilogues.h makes it from a matmul and its bias group; no gradient).
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -173,6 +175,34 @@ std::vector<Value> matmul_grad(const GradContext& c) {
 
 }  // namespace
 
+std::vector<TensorType> infer_matmul_bias(std::span<const TensorType> in, const Attrs& attrs) {
+  KILN_CHECK(in.size() == 3, "matmul_bias: {} inputs (a, b, bias expected)", in.size());
+  std::vector<TensorType> out = infer_matmul(in.subspan(0, 2), attrs);
+  const Shape& c = out[0].shape;
+  KILN_CHECK(in[2].shape.numel() == c[c.rank() - 1] && is_floating(in[2].dtype),
+             "matmul_bias: the bias is {} but the product is {} (a float bias of {} expected)",
+             in[2].str(), out[0].str(), c[c.rank() - 1]);
+  return out;
+}
+
+// The product, then each row plus the bias (and ReLU) in place, in the compute type: one
+// rounding where the output is stored (the CPU program rounds low-precision outputs).
+template <class T>
+void matmul_bias_kernel_typed(const KernelCall& call) {
+  matmul_kernel_typed<T>(call);
+  const Tensor& bias = call.inputs[2];
+  Tensor& c = call.outputs[0];
+  const std::int64_t n = bias.numel(), rows = c.numel() / std::max<std::int64_t>(1, n);
+  const bool relu = call.node.attrs.integer("relu") != 0;
+  T* out = c.data<T>();
+  const T* b = bias.data<T>();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < n; ++j) {
+      const T v = out[r * n + j] + b[j];
+      out[r * n + j] = relu && !(v > T(0)) ? T(0) : v;
+    }
+}
+
 void ops::register_matmul_ops(std::vector<OpDef>& table) {
   OpDef op{.id = OpId::matmul, .kind = OpKind::matmul, .arity = 2, .attrs = {"trans_a", "trans_b"}};
   op.infer = infer_matmul;
@@ -183,6 +213,17 @@ void ops::register_matmul_ops(std::vector<OpDef>& table) {
   };
   op.autocast = AutocastPolicy::low;
   table.push_back(std::move(op));
+  OpDef with_bias{.id = OpId::matmul_bias,
+                  .kind = OpKind::matmul,
+                  .arity = 3,
+                  .attrs = {"trans_a", "trans_b", "relu"}};
+  with_bias.infer = infer_matmul_bias;
+  with_bias.cpu = [](const KernelCall& call) {
+    visit_floating(call.inputs[0].dtype(), "matmul_bias",
+                   [&](auto zero) { matmul_bias_kernel_typed<decltype(zero)>(call); });
+  };
+  with_bias.autocast = AutocastPolicy::keep;
+  table.push_back(std::move(with_bias));
 }
 
 Value matmul(Value a, Value b, bool trans_a, bool trans_b) {

@@ -1,0 +1,19 @@
+// fuse_gemm_epilogues: a 2-D matmul whose only reader is a fused group computing
+// `product + bias` (the bias [N] read along each row, or its cast to the product's dtype:
+// then a cast node), optionally then `relu`, and nothing else, becomes one matmul_bias node: the
+// GEMM applies both in its epilogue (cuBLASLt's BIAS / RELU_BIAS on the GPU), so the product is
+// never stored and read back.
+//
+// Pre: the output of fuse (and stage_reductions). Post: the same values (the product is
+// rounded once, after the bias and ReLU, where the unfused ops rounded it first); every output
+// and assignment refers to the same value. KILN_GEMM_EPILOGUES=0 turns it off.
+#pragma once
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+struct FusionReport;  // fusion/fuse.h: its groups follow the new node ids when given
+Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report = nullptr);
+
+}  // namespace kiln
