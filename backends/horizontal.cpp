@@ -30,11 +30,6 @@ std::string operand_key(const Operand& o) {
   return "?";
 }
 
-const FusedGroup* group_of(const Node& n) {
-  return n.body && n.op->kind == OpKind::fused ? dynamic_cast<const FusedGroup*>(n.body.get())
-                                               : nullptr;
-}
-
 // Nodes whose outputs no node reads (an update's values go to assignments and outputs only).
 std::vector<char> unread_by_nodes(const Graph& g) {
   std::vector<char> unread(g.nodes().size(), 1);
@@ -79,7 +74,7 @@ std::vector<HorizontalLaunch> merge_horizontal(const Graph& g, const std::vector
   const std::vector<char> unread = unread_by_nodes(g);
   std::map<std::pair<std::string, int>, std::vector<std::int32_t>> by_kind;  // in node order
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
-    const FusedGroup* group = group_of(g.node(id));
+    const FusedGroup* group = fused_group_of(g.node(id));
     if (group == nullptr || !unread[static_cast<std::size_t>(id)] || must_precede.count(id))
       continue;
     if (std::optional<std::string> kind = horizontal_kind(*group))

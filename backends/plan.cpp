@@ -10,11 +10,6 @@
 #include "graph/op.h"
 
 namespace kiln {
-ValueRef alias_root(const Graph& g, ValueRef ref) {
-  while (g.node(ref.node).op->alias) ref = g.node(ref.node).inputs[0];
-  return ref;
-}
-
 bool MemoryPlan::share_bytes(std::int32_t a, std::int32_t b) const {
   const auto ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
   if (slot_bytes[ua] == 0 || slot_bytes[ub] == 0) return false;

@@ -54,9 +54,6 @@ struct MemoryPlan {
   bool share_bytes(std::int32_t a, std::int32_t b) const;
 };
 
-// The value whose buffer `ref` lives in (itself unless produced by an alias op).
-ValueRef alias_root(const Graph& g, ValueRef ref);
-
 // `stream_of_node` (optional) is the stream schedule; `scratch_bytes[node]` (optional) the
 // scratch that node's launch needs, 0 for none.
 MemoryPlan plan_memory(const Graph& g, const std::vector<int>& stream_of_node = {},

@@ -165,7 +165,7 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   const std::vector<const FusedReduction*> reductions = g.reductions();
   const bool reduces = !reductions.empty();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
-  const StridedWalk out_walk(g.shape, reduces ? reduction_strides(g.shape, g.reduction->axes)
+  const StridedWalk out_walk(g.shape, reduces ? row_strides(g.shape, g.reduction->axes)
                                               : std::vector<std::int64_t>(g.shape.rank(), 0));
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
   // depends only on the shapes, so the result is the same bits for any number of threads (and

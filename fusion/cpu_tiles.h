@@ -13,22 +13,6 @@ namespace kiln::cpu_tiles {
 
 constexpr std::int64_t kTile = 1024;
 
-// Strides over the group's shape of the reduced output: 0 on reduced axes.
-inline std::vector<std::int64_t> reduction_strides(const Shape& shape,
-                                                   const std::vector<std::int64_t>& axes) {
-  std::vector<std::int64_t> kept;
-  for (std::size_t d = 0; d < shape.rank(); ++d)
-    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
-      kept.push_back(static_cast<std::int64_t>(d));
-  std::vector<std::int64_t> strides(shape.rank(), 0);
-  std::int64_t step = 1;
-  for (std::size_t k = kept.size(); k-- > 0;) {
-    strides[static_cast<std::size_t>(kept[k])] = step;
-    step *= shape[static_cast<std::size_t>(kept[k])];
-  }
-  return strides;
-}
-
 // A bf16 or f16 value inside a group holds what the unfused op would have stored.
 inline void round_to(DType dtype, float* x, std::int64_t n) {
   if (dtype == DType::bf16)

@@ -14,6 +14,22 @@ std::int64_t type_bytes(const TensorType& t) {
 
 }  // namespace
 
+const FusedGroup* fused_group_of(const Node& n) {
+  return n.body && n.op->kind == OpKind::fused ? dynamic_cast<const FusedGroup*>(n.body.get())
+                                               : nullptr;
+}
+
+std::vector<std::int64_t> row_strides(const Shape& shape, const std::vector<std::int64_t>& axes) {
+  std::vector<std::int64_t> strides(shape.rank(), 0);
+  std::int64_t step = 1;
+  for (std::size_t d = shape.rank(); d-- > 0;)
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end()) {
+      strides[d] = step;
+      step *= shape[d];
+    }
+  return strides;
+}
+
 bool FusedInput::contiguous(const Shape& group_shape) const {
   const std::vector<std::int64_t> dense = group_shape.strides();
   for (std::size_t d = 0; d < group_shape.rank(); ++d)

@@ -105,4 +105,12 @@ class FusedGroup final : public NodeBody {
   std::int64_t unfused_bytes() const;
 };
 
+// A node's fused group, or nullptr for any other node.
+const FusedGroup* fused_group_of(const Node& n);
+
+// Strides over `shape` at which a reduction over `axes` is read at each element's row: dense
+// over the kept axes in order (the reduced output's layout, with or without keepdims), 0 on
+// the reduced ones.
+std::vector<std::int64_t> row_strides(const Shape& shape, const std::vector<std::int64_t>& axes);
+
 }  // namespace kiln

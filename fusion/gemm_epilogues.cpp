@@ -14,11 +14,6 @@
 namespace kiln {
 namespace {
 
-const FusedGroup* group_of(const Node& n) {
-  return n.body && n.op->kind == OpKind::fused ? dynamic_cast<const FusedGroup*>(n.body.get())
-                                               : nullptr;
-}
-
 struct Epilogue {
   int matmul = -1;
   ValueRef bias;
@@ -30,7 +25,7 @@ struct Epilogue {
 // along each row, as it is or cast to the product's dtype first (autocast without weight
 // copies: the cast becomes a node of its own, so that both forms round the bias alike).
 std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& readers) {
-  const FusedGroup* body = group_of(g.node(f));
+  const FusedGroup* body = fused_group_of(g.node(f));
   if (body == nullptr || body->reduction || body->staged() || body->outputs.size() != 1 ||
       body->inputs.size() != 2 || body->instrs.empty() || body->instrs.size() > 3 ||
       body->shape.rank() != 2 || body->compute != DType::f32)

@@ -17,17 +17,6 @@
 namespace kiln {
 namespace {
 
-const FusedGroup* group_of(const Node& n) {
-  return n.body && n.op->kind == OpKind::fused ? dynamic_cast<const FusedGroup*>(n.body.get())
-                                               : nullptr;
-}
-
-// The value an alias chain (reshape, detach) reads: the same elements in the same order.
-ValueRef source_of(const Graph& g, ValueRef ref) {
-  while (g.node(ref.node).op->alias) ref = g.node(ref.node).inputs[0];
-  return ref;
-}
-
 bool reduced_axis(const std::vector<std::int64_t>& axes, std::size_t d) {
   return std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end();
 }
@@ -38,18 +27,6 @@ std::vector<std::size_t> kept_axes(const Shape& shape, const std::vector<std::in
   for (std::size_t d = 0; d < shape.rank(); ++d)
     if (shape[d] > 1 && !reduced_axis(axes, d)) kept.push_back(d);
   return kept;
-}
-
-// Strides over `shape` at which a reduction's output is read at each element's row.
-std::vector<std::int64_t> row_strides(const Shape& shape, const std::vector<std::int64_t>& axes) {
-  std::vector<std::int64_t> strides(shape.rank(), 0);
-  std::int64_t step = 1;
-  const std::vector<std::size_t> kept = kept_axes(shape, axes);
-  for (std::size_t k = kept.size(); k-- > 0;) {
-    strides[kept[k]] = step;
-    step *= shape[kept[k]];
-  }
-  return strides;
 }
 
 bool same_strides(const Shape& shape, const std::vector<std::int64_t>& a,
@@ -129,8 +106,8 @@ class Merger {
         options_(options),
         pn_(g.node(p)),
         cn_(g.node(c)),
-        P_(*group_of(pn_)),
-        C_(*group_of(cn_)) {}
+        P_(*fused_group_of(pn_)),
+        C_(*fused_group_of(cn_)) {}
 
   // The merged node, or nothing where the two do not merge.
   std::optional<Merge> run() {
@@ -160,7 +137,7 @@ class Merger {
     bool reads_p = false;
     for (std::size_t k = 0; k < C_.inputs.size(); ++k) {
       const ValueRef outer = cn_.inputs[k];
-      const ValueRef source = source_of(g_, outer);
+      const ValueRef source = alias_root(g_, outer);
       const FusedInput& in = C_.inputs[k];
       if (source.node != p_) {
         if (depends_on(g_, outer.node, p_)) return std::nullopt;  // merging would be a cycle
@@ -254,7 +231,7 @@ class Merger {
   // merging never makes P wait for more. (A loss gradient's sum of the one-hot labels merged
   // with the division by the forward's sum of exponentials moved onto the critical path.)
   bool waited_for(ValueRef outer) const {
-    const int node = source_of(g_, outer).node;  // a view costs nothing: its value counts
+    const int node = alias_root(g_, outer).node;  // a view costs nothing: its value counts
     return g_.node(node).op->kind == OpKind::source || depends_on(g_, p_, node);
   }
 
@@ -264,10 +241,10 @@ class Merger {
   // launch and cost vgg 0.505 -> 0.518 ms, alexnet 0.464 -> 0.484.
   bool feeds_rows() const {
     for (int id = c_ + 1; id < static_cast<int>(g_.nodes().size()); ++id) {
-      const FusedGroup* reader = group_of(g_.node(id));
+      const FusedGroup* reader = fused_group_of(g_.node(id));
       if (reader == nullptr || reader->shape != P_.shape) continue;
       for (const ValueRef& in : g_.node(id).inputs)
-        if (source_of(g_, in).node == c_) return true;
+        if (alias_root(g_, in).node == c_) return true;
     }
     return false;
   }
@@ -390,11 +367,12 @@ void update_report(FusionReport& report, int p, int c, const std::vector<int>& n
 // The first merge in node order, applied; nothing when none is left.
 std::optional<Graph> merge_once(const Graph& g, const StageOptions& options, FusionReport* report) {
   for (int c = 0; c < static_cast<int>(g.nodes().size()); ++c) {
-    if (!group_of(g.node(c))) continue;
+    if (!fused_group_of(g.node(c))) continue;
     std::vector<int> tried;
     for (const ValueRef& in : g.node(c).inputs) {
-      const int p = source_of(g, in).node;
-      if (p == c || !group_of(g.node(p)) || std::find(tried.begin(), tried.end(), p) != tried.end())
+      const int p = alias_root(g, in).node;
+      if (p == c || !fused_group_of(g.node(p)) ||
+          std::find(tried.begin(), tried.end(), p) != tried.end())
         continue;
       tried.push_back(p);
       if (std::optional<Merge> m = Merger(g, p, c, options).run()) {

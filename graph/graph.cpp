@@ -153,4 +153,9 @@ ValueRef Graph::output_ref(const std::string& name) const {
   throw Error(fmt::format("graph has no output named '{}'", name));
 }
 
+ValueRef alias_root(const Graph& g, ValueRef ref) {
+  while (g.node(ref.node).op->alias) ref = g.node(ref.node).inputs[0];
+  return ref;
+}
+
 }  // namespace kiln

@@ -124,4 +124,8 @@ class Graph {
   std::map<const Variable*, std::int32_t> variable_nodes_;
 };
 
+// The value whose buffer `ref` lives in: itself unless made by an alias op (reshape, detach),
+// whose output is its input's elements in the same order.
+ValueRef alias_root(const Graph& g, ValueRef ref);
+
 }  // namespace kiln
