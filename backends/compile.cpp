@@ -99,10 +99,9 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
       verify(g);
       dump_after("stage_reductions", g);
     }
-    // cuBLASLt's bias and ReLU epilogues, for bf16/f16 products: in fp32 its GEMMs were slower
-    // than cuBLAS's on the zoo (H200, lenet 0.153 -> 0.167 ms), in bf16 faster (0.135 -> 0.131).
-    if (options.fuse && !options.device.is_cpu() && low_precision_dtype(options.precision)) {
-      g = eliminate_dead_code(fuse_gemm_epilogues(g));
+    // cuBLASLt's bias and ReLU epilogues, for bf16/f16 products (fusion/gemm_epilogues.h).
+    if (options.fuse && !options.device.is_cpu()) {
+      g = eliminate_dead_code(fuse_gemm_epilogues(g, nullptr, {.f32_products = false}));
       verify(g);
       dump_after("gemm_epilogues", g);
     }

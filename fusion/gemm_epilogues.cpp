@@ -24,7 +24,8 @@ struct Epilogue {
 // Whether group node `f` is `product + bias [, relu]` of the matmul it reads, the bias read
 // along each row, as it is or cast to the product's dtype first (autocast without weight
 // copies: the cast becomes a node of its own, so that both forms round the bias alike).
-std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& readers) {
+std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& readers,
+                              GemmEpilogueOptions options) {
   const FusedGroup* body = fused_group_of(g.node(f));
   if (body == nullptr || body->reduction || body->staged() || body->outputs.size() != 1 ||
       body->inputs.size() != 2 || body->instrs.empty() || body->instrs.size() > 3 ||
@@ -62,8 +63,8 @@ std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& rea
         !p.contiguous(body->shape) || readers[static_cast<std::size_t>(pref.node)] != 1)
       continue;
     const DType dtype = m.outputs[0].dtype;
-    if (add.dtype != dtype || body->operand_dtype(out) != dtype ||
-        (cast_bias && body->instrs[0].dtype != dtype) ||
+    if ((!options.f32_products && !is_low_precision(dtype)) || add.dtype != dtype ||
+        body->operand_dtype(out) != dtype || (cast_bias && body->instrs[0].dtype != dtype) ||
         (!cast_bias && b.type.dtype != dtype && b.type.dtype != DType::f32))
       continue;
     if (b.offset != 0 || b.type.shape.numel() != n || b.strides[0] != 0 ||
@@ -81,7 +82,7 @@ bool turned_off() {
 
 }  // namespace
 
-Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report) {
+Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report, GemmEpilogueOptions options) {
   if (turned_off()) return fused;
   const int count = static_cast<int>(fused.nodes().size());
   // Readers of each matmul's product: nodes, graph outputs and assignments.
@@ -94,7 +95,7 @@ Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report) {
   std::map<ValueRef, ValueRef> remap;
   std::vector<int> new_id(static_cast<std::size_t>(count), -1);  // groups that stay groups
   for (int id = 0; id < count; ++id) {
-    const std::optional<Epilogue> e = match(fused, id, readers);
+    const std::optional<Epilogue> e = match(fused, id, readers, options);
     Node n = fused.node(id);
     if (e) {  // the group's node becomes the GEMM with its epilogue, where the group was
       const Node& m = fused.node(e->matmul);

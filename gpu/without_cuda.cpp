@@ -1,6 +1,7 @@
 // kiln_gpu when kiln is built without the CUDA toolkit: the same API, where everything that
 // needs NVRTC or a GPU throws kiln::Error and cuda_device_count() is 0.
 #include "core/error.h"
+#include "gpu/autotune.h"
 #include "gpu/cuda_runtime.h"
 #include "gpu/nvrtc_compiler.h"
 
@@ -23,6 +24,16 @@ std::string nvrtc_version() { throw_no_cuda("no NVRTC"); }
 int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() { return kNoCuda; }
 JitTarget current_target() { throw_no_cuda("no CUDA device"); }
+
+bool autotune_enabled() { return false; }
+TuningRecord autotune(const std::string& problem, const std::vector<std::string>&,
+                      const std::function<void(std::size_t, Stream)>&) {
+  throw_no_cuda(fmt::format("cannot time the candidates of '{}'", problem));
+}
+std::optional<TuningRecord> find_tuning(const std::string&, const std::vector<std::string>&) {
+  return std::nullopt;
+}
+std::vector<TuningRecord> tuning_decisions() { return {}; }
 
 LoadedKernel::LoadedKernel(const std::vector<char>&, const std::string& name) : name_(name) {
   throw_no_cuda(fmt::format("cannot load kernel '{}'", name));

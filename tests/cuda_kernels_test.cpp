@@ -20,6 +20,7 @@
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/conv_mma.h"
+#include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
@@ -28,6 +29,7 @@
 #include "backends/cuda/pool.h"
 #include "core/philox.h"
 #include "gpu/cuda_check.h"
+#include "gpu/autotune.h"
 #include "gpu/cuda_runtime.h"
 #include "gpu/kernel_cache.h"
 #include "graph/kernels/conv_cpu.h"
@@ -355,8 +357,8 @@ TEST_CASE("conv2d: TF32 on the tensor cores stays within TF32's precision") {
   check_conv({2, 6, 7, 7}, {8, 6, 3, 3}, 1, 1, DType::f32, 640, 0, -1, 1e-2);
 }
 
-// Every channels-last tile (the ones conv_nhwc_plan chooses from, and 128 x 128 and 4-piece K
-// steps, which a benchmark may force), each with and without a split K (forced only), against the
+// Every channels-last tile (the tuner's candidates, and 4-piece K steps, which a benchmark may
+// force), each with and without a split K (forced only), against the
 // CPU on shapes that do not divide the tiles: 16 and 8 channels (several taps in one step), 136
 // filters (a partial 128-row tile), grad_input at stride 2 (dy read as if dilated), in bf16 (the
 // output rounded: 1.5e-2) and TF32 (1e-2).
@@ -374,10 +376,10 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
       cuda::set_allow_tf32(false);
     }
   };
-  std::vector<cuda::NhwcTile> tiles(std::begin(cuda::kNhwcTiles), std::end(cuda::kNhwcTiles));
+  std::vector<cuda::NhwcTile> tiles(std::begin(cuda::kNhwcCandidates),
+                                    std::end(cuda::kNhwcCandidates));
   for (cuda::NhwcTile t :
-       {cuda::NhwcTile{128, 128, 2, 4, 8, 3}, cuda::NhwcTile{128, 128, 2, 4, 4, 4},
-        cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
+       {cuda::NhwcTile{128, 128, 2, 4, 4, 4}, cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
     tiles.push_back(t);
   std::uint64_t seed = 700;
   for (const cuda::NhwcTile& tile : tiles)
@@ -397,6 +399,74 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
       check_conv({2, 8, 12, 10}, {16, 8, 3, 3}, 2, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       cuda::set_allow_tf32(false);
     }
+}
+
+namespace {
+
+// y and dx of one bf16 convolution in channels-last tile `tile` (forced), as their bytes.
+std::pair<Tensor, Tensor> nhwc_outputs(cuda::NhwcTile tile, const Shape& xs, const Shape& ws,
+                                       std::int64_t stride, std::uint64_t seed) {
+  cuda::detail::force_nhwc_plan_for_testing(cuda::NhwcPlan{tile});
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, 1);
+  const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
+  const Tensor x = random_tensor(xs, DType::bf16, seed),
+               w = random_tensor(ws, DType::bf16, seed + 1);
+  const Tensor dy = random_tensor(ys, DType::bf16, seed + 2);
+  std::size_t bytes = 0;
+  for (auto pass : {cuda::ConvPass::forward, cuda::ConvPass::grad_input})
+    bytes = std::max(bytes, cuda::conv_workspace_bytes(g, DType::bf16, pass));
+  DeviceBuffer dx(x), dw(w), ddy(dy), work(bytes), y(ys.numel() * 2), dxo(xs.numel() * 2);
+  cuda::conv2d_forward(DType::bf16, g, dx.get(), dw.get(), y.get(), {work.get(), bytes}, nullptr);
+  cuda::conv2d_grad_input(DType::bf16, g, ddy.get(), dw.get(), dxo.get(), {work.get(), bytes},
+                          nullptr);
+  cuda::detail::force_nhwc_plan_for_testing(std::nullopt);
+  return {y.download(ys, DType::bf16), dxo.download(xs, DType::bf16)};
+}
+
+}  // namespace
+
+// The tuner may pick any candidate on any machine, so every candidate must give the same bits:
+// each sums K in the same order (16 rows a step, ascending, never split).
+TEST_CASE("conv2d: every tuning candidate gives the same bits, forward and grad_input") {
+  SKIP_WITHOUT_GPU();
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+  std::uint64_t seed = 900;
+  for (auto [xs, ws, stride] : {std::tuple{Shape{3, 16, 9, 7}, Shape{136, 16, 3, 3}, 1},
+                                std::tuple{Shape{2, 32, 12, 10}, Shape{72, 32, 3, 3}, 2},
+                                std::tuple{Shape{5, 64, 8, 8}, Shape{64, 64, 3, 3}, 1}}) {
+    CAPTURE(xs.str());
+    const auto first = nhwc_outputs(cuda::kNhwcCandidates[0], xs, ws, stride, seed += 3);
+    for (const cuda::NhwcTile& tile : cuda::kNhwcCandidates) {
+      CAPTURE(cuda::nhwc_tile_label(tile));
+      const auto other = nhwc_outputs(tile, xs, ws, stride, seed);
+      check_identical(other.first, first.first);
+      check_identical(other.second, first.second);
+    }
+  }
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+}
+
+// Sizing a pass times its candidates once (gpu/autotune.h); the fastest is kept and used, and
+// the result is still the CPU's.
+TEST_CASE("conv2d: a channels-last pass is tuned once, keeps the fastest tile, matches the CPU") {
+  SKIP_WITHOUT_GPU();
+  if (!gpu::autotune_enabled()) return;  // KILN_AUTOTUNE=0
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+  const std::size_t before = gpu::tuning_decisions().size();
+  check_conv({3, 24, 11, 9}, {40, 24, 3, 3}, 1, 1, DType::bf16, 950, 0, -1, 1.5e-2);
+  const std::vector<gpu::TuningRecord> decisions = gpu::tuning_decisions();
+  REQUIRE(decisions.size() == before + 2);  // the forward and grad_input, once each
+  for (std::size_t i = before; i < decisions.size(); ++i) {
+    const gpu::TuningRecord& r = decisions[i];
+    CAPTURE(r.problem);
+    CHECK(r.problem.rfind("conv_nhwc fwd bf16 m", 0) == 0);
+    REQUIRE(r.us.size() == std::size(cuda::kNhwcCandidates));
+    for (double us : r.us) CHECK(us > 0);
+    CHECK(*std::min_element(r.us.begin(), r.us.end()) == r.us[static_cast<std::size_t>(r.chosen)]);
+  }
+  check_conv({3, 24, 11, 9}, {40, 24, 3, 3}, 1, 1, DType::bf16, 960, 0, -1, 1.5e-2);
+  CHECK(gpu::tuning_decisions().size() == before + 2);  // nothing timed again
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
 }
 
 TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {

@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_program.h"
 #include "backends/cuda/op_entry.h"
 #include "fusion/cuda_fused.h"
+#include "gpu/autotune.h"
 #include "gpu/cuda_runtime.h"
 #endif
 #include "graph/op.h"
@@ -152,8 +153,7 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   v.before = simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision));
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
-  if (low_precision_dtype(precision))  // as compile() does: bf16/f16 products only
-    v.after = fuse_gemm_epilogues(v.after, &v.report);
+  v.after = fuse_gemm_epilogues(v.after, &v.report, {.f32_products = false});  // as compile()
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
@@ -179,6 +179,7 @@ void add_occupancy(FusionView& v) {
                            static_cast<int>(kernel->launch_shape().block.x),
                            kernel->launch_shape().occupancy});
   }
+  v.tuning = gpu::tuning_decisions();
 #else
   (void)v;
   throw Error("--device cuda: this build of kiln has no CUDA backend");
@@ -239,6 +240,15 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
   if (!v.hand_written.empty()) out += "\n== hand-written CUDA kernels, by node ==\n";
   for (const HandWrittenLaunch& h : v.hand_written)
     out += fmt::format("%{} {}: {}\n", h.node, h.op, fmt::join(h.kernels, ", "));
+  if (!v.tuning.empty()) out += "\n== autotuned (each candidate's median us; * the choice) ==\n";
+  for (const gpu::TuningRecord& r : v.tuning) {
+    std::string times;
+    for (std::size_t i = 0; i < r.candidates.size(); ++i)
+      times += fmt::format(" {}{} {:.1f}", static_cast<int>(i) == r.chosen ? "*" : "",
+                           r.candidates[i], r.us[i]);
+    out += fmt::format("{}: {} ({}):{}\n", r.problem, r.choice(),
+                       r.from_disk ? "kernel cache" : "timed now", times);
+  }
   if (!v.lowering.horizontal.empty()) {
     out += "\n== horizontal launches (groups of one kind, one launch each) ==\n";
     for (const LaunchStep& step : v.lowering.launches.steps)
@@ -334,7 +344,15 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
   nlohmann::json hand_written = nlohmann::json::array();
   for (const HandWrittenLaunch& h : v.hand_written)
     hand_written.push_back({{"node", h.node}, {"op", h.op}, {"kernels", h.kernels}});
+  nlohmann::json tuning = nlohmann::json::array();
+  for (const gpu::TuningRecord& r : v.tuning)
+    tuning.push_back({{"problem", r.problem},
+                      {"choice", r.choice()},
+                      {"candidates", r.candidates},
+                      {"us", r.us},
+                      {"from_cache", r.from_disk}});
   return {{"schedule", schedule},
+          {"autotuned", tuning},
           {"hand_written_kernels", hand_written},
           {"lowering", lowering_json(v.after, v.lowering)},
           {"before", before},

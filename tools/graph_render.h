@@ -10,6 +10,7 @@
 #include "core/precision.h"
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
+#include "gpu/tuning_record.h"
 
 namespace kiln::tools {
 
@@ -38,9 +39,12 @@ struct FusionView {
   Lowering lowering;  // backends/lowering of `after` on two streams, as compile() lowers it
   std::vector<KernelOccupancy> occupancy;       // per kernel, filled by add_occupancy
   std::vector<HandWrittenLaunch> hand_written;  // the other kernels' CUDA sources, by node
+  std::vector<gpu::TuningRecord> tuning;        // the autotuned choices (add_occupancy), in order
 };
 
-// Compiles every fused kernel for the GPU present and records its resources and occupancy.
+// Compiles every fused kernel for the GPU present and records its resources and occupancy, and
+// the autotuned choices of the hand-written kernels (timed when the view was lowered, or found
+// in the kernel cache).
 void add_occupancy(FusionView& view);
 
 FusionView fuse_for_view(const Graph& recorded, Precision precision = Precision::fp32);

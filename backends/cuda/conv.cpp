@@ -154,11 +154,15 @@ bool use_nhwc(const ConvGeometry& g, DType dtype, ConvPass pass) {
   return tensor_cores && conv_nhwc_fits(channels, dtype) && g.batch <= 65535;
 }
 
-// Its plan (conv_nhwc_plan) and scratch: the image's NHWC copy, the GEMM's A (the reordered
+// Its plan (conv_nhwc_plan, tuned here when the pass is sized or its sources listed, never
+// while a step is captured) and scratch: the image's NHWC copy, the GEMM's A (the reordered
 // weights), then the split-K partials where the plan splits.
+ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,
+                         std::int64_t k_chunk);
 NhwcPlan nhwc_plan(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const GemmDims d = dims_of(g, pass);
-  return conv_nhwc_plan(dtype, d.m, d.n, d.k);
+  return conv_nhwc_plan(dtype, gemm_shape(g, pass, d, d.k),
+                        pass == ConvPass::grad_input && g.stride == 2, true);
 }
 struct NhwcScratch {
   std::size_t image = 0, partials = 0, total = 0;

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "backends/cuda/conv_passes.h"
+#include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/error.h"
@@ -96,9 +97,28 @@ NhwcPlan split_plan(NhwcTile tile, std::int64_t wanted, std::int64_t steps, std:
   return {tile, (steps + per - 1) / per, per * step};
 }
 
+// The GEMM of `plan` (its split partials into `target` when it splits).
+void launch_nhwc(DType dtype, const ConvGemmShape& shape, const NhwcPlan& plan, const void* a,
+                 const void* xt, void* target, gpu::Stream stream, bool dilated) {
+  const NhwcTile tile = plan.tile;
+  const bool split = plan.splits > 1;
+  const DeviceKernel& k = device_kernel(
+      conv_nhwc_name(dtype, tile, dilated, split),
+      [&] { return conv_nhwc_source(dtype, tile, dilated, split); }, tile.shared_bytes());
+  ConvGemmShape s = shape;
+  s.k_chunk = static_cast<int>(plan.chunk);
+  void* args[] = {&a, &xt, &target, &s};
+  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
+                       static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm),
+                       static_cast<unsigned>(plan.splits)};
+  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream,
+                  args);
+}
+
 }  // namespace
 
-NhwcPlan conv_nhwc_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, bool may_time) {
+  const std::int64_t m = shape.m, n = shape.n, k = shape.k;
   auto blocks = [&](NhwcTile t) { return ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn); };
   auto steps_of = [&](NhwcTile t, std::int64_t& step) {
     step = t.pieces * static_cast<std::int64_t>(16 / dtype_size(dtype));
@@ -109,10 +129,17 @@ NhwcPlan conv_nhwc_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_
     const std::int64_t steps = steps_of(forced->tile, step);
     return split_plan(forced->tile, std::min(forced->splits, steps), steps, step);
   }
-  const NhwcTile tile = m >= 128                       ? kNhwcTiles[0]
-                        : blocks(kNhwcTiles[1]) >= 132 ? kNhwcTiles[1]
-                                                       : kNhwcTiles[2];
+  NhwcTile tile = m >= 128                       ? kNhwcTiles[0]
+                  : blocks(kNhwcTiles[1]) >= 132 ? kNhwcTiles[1]
+                                                 : kNhwcTiles[2];
+  if (const std::optional<NhwcTile> tuned = tuned_nhwc_tile(dtype, shape, dilated, may_time))
+    tile = *tuned;
   return split_plan(tile, 1, steps_of(tile, step), step);
+}
+
+void conv_nhwc_launch(DType dtype, const ConvGemmShape& shape, NhwcTile tile, const void* a,
+                      const void* xt, void* y, gpu::Stream stream, bool dilated) {
+  launch_nhwc(dtype, shape, NhwcPlan{tile, 1, shape.k}, a, xt, y, stream, dilated);
 }
 
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
@@ -122,24 +149,12 @@ void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, c
   KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % per_piece == 0,
              "conv: the channels-last pass needs 16-byte aligned operands and K % {} == 0 (K {})",
              per_piece, shape.k);
-  const NhwcPlan plan = conv_nhwc_plan(dtype, shape.m, shape.n, shape.k);
+  const NhwcPlan plan = conv_nhwc_plan(dtype, shape, dilated, false);
   const bool split = plan.splits > 1;
   KILN_CHECK(
       !split || (partials != nullptr && reinterpret_cast<std::uintptr_t>(partials) % 256 == 0),
       "conv: the channels-last pass's split-K partials are missing or not 256-byte aligned");
-  const NhwcTile tile = plan.tile;
-  const DeviceKernel& k = device_kernel(
-      conv_nhwc_name(dtype, tile, dilated, split),
-      [&] { return conv_nhwc_source(dtype, tile, dilated, split); }, tile.shared_bytes());
-  ConvGemmShape s = shape;
-  s.k_chunk = static_cast<int>(plan.chunk);
-  void* target = split ? partials : y;
-  void* args[] = {&a, &xt, &target, &s};
-  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
-                       static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm),
-                       static_cast<unsigned>(plan.splits)};
-  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream,
-                  args);
+  launch_nhwc(dtype, shape, plan, a, xt, split ? partials : y, stream, dilated);
   if (split)
     conv_detail::splitk_sum(dtype, partials, y, shape.m * static_cast<std::int64_t>(shape.n),
                             plan.splits, stream);

@@ -40,7 +40,9 @@ void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std:
 // gradient) [ci][tap][co] with the taps mirrored.
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
                   std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream);
-// Its plan for an M x N x K GEMM of `dtype`: a tile of kNhwcTiles, 128 x 64 wherever there
+// Its plan for the GEMM of `shape` (dilated: grad_input at stride 2) in `dtype`: the tile
+// autotuned for the shape (conv_tuning.h: the kernel cache's decision, else, with may_time,
+// every candidate timed now), or where tuning is off or not yet done, 128 x 64 wherever there
 // are 128 filters (it was the fastest on every such ResNet-18 pass at batch 128, even at 128
 // blocks), else 64 x 128 where that gives a block per SM, else 64 x 64; K is not split (split-K
 // partials measured slower on every ResNet-18 shape). KILN_NHWC_TILE=
@@ -53,12 +55,15 @@ struct NhwcPlan {
     return splits > 1 ? static_cast<std::size_t>(splits * m * n) * 4 : 0;
   }
 };
-NhwcPlan conv_nhwc_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k);
+NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, bool may_time);
 // y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
 // stride 2); a and xt 16-byte aligned; `partials` (256-byte aligned, plan.partial_bytes) where
 // the plan splits K.
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
                        void* y, void* partials, gpu::Stream stream, bool dilated);
+// One launch of that GEMM in `tile`, K not split (the tuner's candidates).
+void conv_nhwc_launch(DType dtype, const ConvGemmShape& shape, NhwcTile tile, const void* a,
+                      const void* xt, void* y, gpu::Stream stream, bool dilated);
 namespace detail {
 // Forces every channels-last pass onto `plan`'s tile and split count (nullopt: the choice
 // above), as KILN_NHWC_TILE does; a test hook (not thread-safe).

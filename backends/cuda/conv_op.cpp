@@ -1,6 +1,7 @@
 // The CUDA op entries of conv2d, conv2d_grad_input and conv2d_grad_weight (conv.h): each
 // pass's geometry from the node, its launch, its kernels and its workspace.
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/op_entry.h"
 
@@ -75,7 +76,7 @@ std::vector<gpu::KernelSource> every_conv_source() {
             all.push_back(conv_mma_wgrad_source(t, bm, vec, f32_partials));
         }
     if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)
-      for (NhwcTile tile : kNhwcTiles)
+      for (NhwcTile tile : kNhwcCandidates)      // every tile the tuner may choose
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
   }
   for (std::size_t bytes : {2, 4}) {

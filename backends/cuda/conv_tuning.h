@@ -1,0 +1,37 @@
+// Autotuned tiles of the channels-last tensor-core convolution passes (conv_mma_nhwc.cuh): each
+// pass shape times every tile of kNhwcCandidates once on the device (gpu/autotune.h) and keeps
+// the fastest in the kernel cache. Every candidate sums K in the same order (16 rows a step,
+// ascending, no split), so the choice never changes a result's bits.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/kernels/conv_params.h"
+#include "core/dtype.h"
+#include "gpu/kernel_source.h"
+
+namespace kiln::cuda {
+
+// The tiles timed: the three of kNhwcTiles and larger ones of 64 x 64 warp tiles (twice the
+// tensor-core work per fragment loaded) and of 8 warps.
+inline constexpr NhwcTile kNhwcCandidates[] = {
+    {128, 64, 2, 2, 8, 3}, {64, 128, 2, 2, 8, 3}, {64, 64, 2, 2, 8, 4},  {128, 128, 2, 2, 8, 3},
+    {128, 64, 2, 1, 8, 3}, {64, 128, 1, 2, 8, 3}, {256, 64, 4, 1, 8, 3}, {128, 128, 2, 4, 8, 3}};
+
+// "bm x bn, warps wm x wn, pieces, stages" as a label without spaces: "128x64w2x2p8s3".
+std::string nhwc_tile_label(NhwcTile tile);
+// What the tuner calls the pass: its dtype, direction and every field of its shape.
+std::string nhwc_problem(DType dtype, const ConvGemmShape& shape, bool dilated);
+
+// The tuned tile of the pass: the cache's decision, else (may_time) each candidate timed now on
+// random operands of the shape; nullopt where tuning is off (KILN_AUTOTUNE=0) or, without
+// may_time, not yet done. Never call with may_time while a stream is being captured.
+std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape, bool dilated,
+                                        bool may_time);
+// The sources a pass may launch while it is tuned: every candidate's.
+std::vector<gpu::KernelSource> nhwc_candidate_sources(DType dtype, bool dilated);
+
+}  // namespace kiln::cuda
