@@ -447,25 +447,105 @@ TEST_CASE("conv2d: every tuning candidate gives the same bits, forward and grad_
 }
 
 // Sizing a pass times its candidates once (gpu/autotune.h); the fastest is kept and used, and
-// the result is still the CPU's.
-TEST_CASE("conv2d: a channels-last pass is tuned once, keeps the fastest tile, matches the CPU") {
+// the result is still the CPU's: the channels-last forward and grad_input, and grad_weight.
+TEST_CASE("conv2d: each tensor-core pass is tuned once, keeps the fastest tile, matches the CPU") {
   SKIP_WITHOUT_GPU();
   if (!gpu::autotune_enabled()) return;  // KILN_AUTOTUNE=0
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
   const std::size_t before = gpu::tuning_decisions().size();
   check_conv({3, 24, 11, 9}, {40, 24, 3, 3}, 1, 1, DType::bf16, 950, 0, -1, 1.5e-2);
   const std::vector<gpu::TuningRecord> decisions = gpu::tuning_decisions();
-  REQUIRE(decisions.size() == before + 2);  // the forward and grad_input, once each
+  REQUIRE(decisions.size() == before + 3);  // forward, grad_input and grad_weight, once each
   for (std::size_t i = before; i < decisions.size(); ++i) {
     const gpu::TuningRecord& r = decisions[i];
     CAPTURE(r.problem);
-    CHECK(r.problem.rfind("conv_nhwc fwd bf16 m", 0) == 0);
-    REQUIRE(r.us.size() == std::size(cuda::kNhwcCandidates));
+    const bool wgrad = r.problem.rfind("conv_wgrad bf16 m40 ", 0) == 0;
+    CHECK((wgrad || r.problem.rfind("conv_nhwc fwd bf16 m", 0) == 0));
+    REQUIRE(r.us.size() ==
+            (wgrad ? std::size(cuda::kWgradCandidates) : std::size(cuda::kNhwcCandidates)));
     for (double us : r.us) CHECK(us > 0);
     CHECK(*std::min_element(r.us.begin(), r.us.end()) == r.us[static_cast<std::size_t>(r.chosen)]);
   }
   check_conv({3, 24, 11, 9}, {40, 24, 3, 3}, 1, 1, DType::bf16, 960, 0, -1, 1.5e-2);
-  CHECK(gpu::tuning_decisions().size() == before + 2);  // nothing timed again
+  CHECK(gpu::tuning_decisions().size() == before + 3);  // nothing timed again
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+}
+
+namespace {
+
+// dW of one bf16 convolution on the tensor cores, gathering the patches as 16-byte runs or not
+// (used_runs: whether the pass's kernel gathers runs).
+Tensor mma_grad_weight(bool runs, const Shape& xs, const Shape& ws, std::int64_t padding,
+                       std::uint64_t seed, bool* used_runs = nullptr) {
+  cuda::detail::set_wgrad_runs_for_testing(runs);
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, 1, padding);
+  const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
+  const Tensor x = random_tensor(xs, DType::bf16, seed),
+               dy = random_tensor(ys, DType::bf16, seed + 2);
+  const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::bf16, cuda::ConvPass::grad_weight);
+  bool uses_runs = false;
+  for (const gpu::KernelSource& k :
+       cuda::conv_kernel_sources(g, DType::bf16, cuda::ConvPass::grad_weight))
+    uses_runs = uses_runs || k.name.find("_runs") != std::string::npos;
+  if (used_runs) *used_runs = uses_runs;
+  DeviceBuffer dx(x), ddy(dy), work(bytes), dw(ws.numel() * 2);
+  cuda::conv2d_grad_weight(DType::bf16, g, dx.get(), ddy.get(), dw.get(), {work.get(), bytes},
+                           nullptr);
+  cuda::detail::set_wgrad_runs_for_testing(true);
+  return dw.download(ws, DType::bf16);
+}
+
+}  // namespace
+
+// grad_weight's patches as 16-byte runs (stride 1, widths multiples of 8): against the CPU (every
+// pass, through check_conv) and bit for bit against the scalar gather, at paddings that shift
+// runs across pieces (5x5 at 2, 1x17 at 8: a piece wholly left of the row), 3 channels (27 patch
+// rows), 136 filters (a partial 128-row tile), 1x1, and a batch of 1.
+TEST_CASE("conv2d: grad_weight's 16-byte patch runs equal the scalar gather and the CPU") {
+  SKIP_WITHOUT_GPU();
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+  std::uint64_t seed = 1000;
+  for (auto [xs, ws, padding] : {std::tuple{Shape{3, 16, 8, 16}, Shape{24, 16, 3, 3}, 1},
+                                 std::tuple{Shape{2, 8, 16, 8}, Shape{136, 8, 5, 5}, 2},
+                                 std::tuple{Shape{2, 3, 16, 16}, Shape{64, 3, 3, 3}, 1},
+                                 std::tuple{Shape{1, 16, 8, 24}, Shape{16, 16, 1, 1}, 0},
+                                 std::tuple{Shape{4, 8, 10, 16}, Shape{16, 8, 3, 3}, 1},
+                                 std::tuple{Shape{1, 8, 8, 16}, Shape{8, 8, 1, 17}, 8}}) {
+    CAPTURE(xs.str());
+    CAPTURE(ws.str());
+    check_conv(xs, ws, 1, padding, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+    bool with_runs = false, without = true;
+    check_identical(mma_grad_weight(true, xs, ws, padding, seed, &with_runs),
+                    mma_grad_weight(false, xs, ws, padding, seed, &without));
+    CHECK(with_runs);  // else the comparison proves nothing
+    CHECK_FALSE(without);
+  }
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+}
+
+// Every weight-gradient tile the tuner may choose: against the CPU (every pass, check_conv), and
+// the same bits as the default tile, split or not, scalar gather or runs.
+TEST_CASE("conv2d: every grad_weight tuning candidate gives the same bits, and the CPU's values") {
+  SKIP_WITHOUT_GPU();
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+  std::uint64_t seed = 1100;
+  for (auto [xs, ws, padding] : {std::tuple{Shape{3, 16, 8, 16}, Shape{136, 16, 3, 3}, 1},
+                                 std::tuple{Shape{2, 3, 9, 7}, Shape{40, 3, 3, 3}, 1},
+                                 std::tuple{Shape{64, 8, 8, 8}, Shape{24, 8, 3, 3}, 1}}) {
+    CAPTURE(xs.str());
+    seed += 3;
+    cuda::detail::force_wgrad_tile_for_testing(std::nullopt);
+    const Tensor first = mma_grad_weight(true, xs, ws, padding, seed);
+    for (const cuda::WgradTile& tile : cuda::kWgradCandidates) {
+      CAPTURE(tile.bm);
+      CAPTURE(tile.bn);
+      CAPTURE(tile.wm);
+      cuda::detail::force_wgrad_tile_for_testing(tile);
+      check_identical(mma_grad_weight(true, xs, ws, padding, seed), first);
+      check_conv(xs, ws, 1, padding, DType::bf16, seed + 1, 0, -1, 1.5e-2);
+    }
+  }
+  cuda::detail::force_wgrad_tile_for_testing(std::nullopt);
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
 }
 

@@ -185,14 +185,16 @@ ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
   return g.stride == 1 ? ConvMmaKind::grad_input : ConvMmaKind::grad_input_stride2;
 }
 
-// The tensor cores' scratch: grad_input's transposed weights (16-bit), grad_weight's partials.
-std::size_t mma_workspace(const ConvGeometry& g, ConvPass pass) {
+// The tensor cores' scratch: grad_input's transposed weights (16-bit), grad_weight's partials
+// (whose tile is tuned here, when the pass is sized, never while a step is captured).
+std::size_t mma_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const GemmDims d = dims_of(g, pass);
   if (pass == ConvPass::grad_input)
     return round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 2);
-  if (pass == ConvPass::grad_weight)
-    return conv_mma_wgrad_scratch(conv_mma_wgrad_splits(d.m, d.n, d.k), d.m, d.n);
-  return 0;
+  if (pass != ConvPass::grad_weight) return 0;
+  const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k);
+  conv_mma_wgrad_tile(dtype, gemm_shape(g, pass, d, splits.chunk), splits, true);
+  return conv_mma_wgrad_scratch(splits, d.m, d.n);
 }
 
 std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
@@ -211,9 +213,12 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   if (pass == ConvPass::grad_input)  // the weights are transposed into 256-byte-aligned scratch
     return {transpose_source(2), conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n),
                                                  conv_mma_vector_weights(d.k), mma_kind(g, pass))};
-  const bool split = conv_mma_wgrad_splits(d.m, d.n, d.k).count > 1;
-  std::vector<gpu::KernelSource> sources = {conv_mma_wgrad_source(
-      dtype, conv_mma_wgrad_tile_m(d.m), conv_mma_vector_dy(g.out_h * g.out_w), split)};
+  const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k);
+  const bool split = splits.count > 1;
+  const ConvGemmShape shape = gemm_shape(g, pass, d, splits.chunk);
+  std::vector<gpu::KernelSource> sources = {
+      conv_mma_wgrad_source(dtype, conv_mma_wgrad_tile(dtype, shape, splits, true),
+                            conv_mma_vector_dy(shape.s_hw), split, conv_mma_vector_x(shape))};
   if (split) sources.push_back(conv_splitk_sum_source(dtype));
   return sources;
 }
@@ -363,7 +368,7 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk) {
   if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, dtype, pass).total;
-  if (use_mma(g, dtype, pass)) return mma_workspace(g, pass);
+  if (use_mma(g, dtype, pass)) return mma_workspace(g, dtype, pass);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
   return im2col_workspace(g, dtype, pass, std::max<std::int64_t>(images, 1));
@@ -411,7 +416,7 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
   if (use_nhwc(g, dtype, ConvPass::grad_input)) {
     run_nhwc(dtype, g, ConvPass::grad_input, dy, w, dx, ws, stream);
   } else if (use_mma(g, dtype, ConvPass::grad_input)) {
-    KILN_CHECK(ws.bytes >= mma_workspace(g, ConvPass::grad_input),
+    KILN_CHECK(ws.bytes >= mma_workspace(g, dtype, ConvPass::grad_input),
                "conv2d_grad_input: a workspace of {} bytes cannot hold the {} transposed weights",
                ws.bytes, g.out_channels * patch_rows(g));
     // A[ci, (co, kh, kw)] = w[co, ci, kh, kw]; the kernel mirrors the taps.

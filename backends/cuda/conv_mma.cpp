@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "backends/cuda/conv_passes.h"
 #include "backends/cuda/conv_tuning.h"
@@ -160,7 +161,30 @@ void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, c
                             plan.splits, stream);
 }
 
+namespace {
+std::optional<WgradTile>& forced_wgrad_tile() {
+  static std::optional<WgradTile> forced;
+  return forced;
+}
+bool& wgrad_runs_allowed() {
+  static bool allowed = [] {
+    const char* v = std::getenv("KILN_WGRAD_RUNS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed;
+}
+}  // namespace
+
+bool conv_mma_vector_x(const ConvGemmShape& shape) {
+  return wgrad_runs_allowed() && shape.stride == 1 && shape.img_w % 8 == 0 && shape.s_w % 8 == 0;
+}
+
 namespace detail {
+void set_wgrad_runs_for_testing(bool allowed) { wgrad_runs_allowed() = allowed; }
+void force_wgrad_tile_for_testing(std::optional<WgradTile> tile) {
+  KILN_CHECK(!tile || wgrad_tile_valid(*tile), "force_wgrad_tile_for_testing: invalid tile");
+  forced_wgrad_tile() = tile;
+}
 void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan) {
   KILN_CHECK(!plan || nhwc_tile_valid(plan->tile), "force_nhwc_plan_for_testing: invalid tile");
   forced_nhwc_plan() = plan;
@@ -192,18 +216,33 @@ void conv_mma_grad_weight(DType dtype, const ConvGemmShape& shape, const MmaSpli
       "conv2d_grad_weight: the split-K scratch is missing or not 256-byte aligned");
   KILN_CHECK(shape.k_chunk == splits.chunk, "conv2d_grad_weight: K chunk {} for splits of {}",
              shape.k_chunk, splits.chunk);
+  conv_mma_wgrad_launch(dtype, shape, splits, conv_mma_wgrad_tile(dtype, shape, splits, false), dy,
+                        x, split ? partials : dw, stream);
+}
+
+void conv_mma_wgrad_launch(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
+                           WgradTile tile, const void* dy, const void* x, void* target,
+                           gpu::Stream stream) {
+  const bool split = splits.count > 1;
   const bool vec_a = conv_mma_vector_dy(shape.s_hw) && aligned16(dy);
-  const int bm = conv_mma_wgrad_tile_m(shape.m);
-  const DeviceKernel& k = device_kernel(conv_mma_wgrad_name(dtype, bm, vec_a, split), [&] {
-    return conv_mma_wgrad_source(dtype, bm, vec_a, split);
+  const bool vec_b = conv_mma_vector_x(shape) && aligned16(x);
+  const DeviceKernel& k = device_kernel(conv_mma_wgrad_name(dtype, tile, vec_a, split, vec_b), [&] {
+    return conv_mma_wgrad_source(dtype, tile, vec_a, split, vec_b);
   });
   ConvGemmShape s = shape;
-  void* target = split ? partials : dw;
   void* args[] = {&dy, &x, &target, &s};
-  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + 63) / 64),
-                       static_cast<unsigned>((shape.m + bm - 1) / bm),
+  const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
+                       static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm),
                        static_cast<unsigned>(splits.count)};
-  k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
+  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, 0, stream, args);
+}
+
+WgradTile conv_mma_wgrad_tile(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
+                              bool may_time) {
+  if (const std::optional<WgradTile> forced = forced_wgrad_tile()) return *forced;
+  if (const std::optional<WgradTile> tuned = tuned_wgrad_tile(dtype, shape, splits, may_time))
+    return *tuned;
+  return conv_mma_wgrad_default_tile(shape.m);
 }
 
 }  // namespace kiln::cuda

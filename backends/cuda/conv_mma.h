@@ -68,6 +68,10 @@ namespace detail {
 // Forces every channels-last pass onto `plan`'s tile and split count (nullopt: the choice
 // above), as KILN_NHWC_TILE does; a test hook (not thread-safe).
 void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan);
+// Whether grad_weight may gather 16-byte runs (true: where conv_mma_vector_x allows).
+void set_wgrad_runs_for_testing(bool allowed);
+// Forces every tensor-core weight gradient onto `tile` (nullopt: the tuned or default tile).
+void force_wgrad_tile_for_testing(std::optional<WgradTile> tile);
 }  // namespace detail
 
 // The weight gradient's split of its K = B*OH*OW pixels: `count` pieces of `chunk` (a multiple
@@ -81,10 +85,23 @@ MmaSplits conv_mma_wgrad_splits(std::int64_t m, std::int64_t n, std::int64_t k,
 inline std::size_t conv_mma_wgrad_scratch(const MmaSplits& s, std::int64_t m, std::int64_t n) {
   return s.count > 1 ? static_cast<std::size_t>(s.count * m * n) * 4 : 0;
 }
-// The weight tile's filters: 128 where there are that many, else 64.
+// The weight tile's filters: 128 where there are that many, else 64 (the default tile's, which
+// also sets the split count).
 inline int conv_mma_wgrad_tile_m(std::int64_t m) { return m >= 128 ? 128 : 64; }
+// The default tile: conv_mma_wgrad_tile_m filters by 64 patch rows, warps of 32 x 32.
+inline WgradTile conv_mma_wgrad_default_tile(std::int64_t m) {
+  return m >= 128 ? WgradTile{128, 64, 4, 2} : WgradTile{64, 64, 2, 2};
+}
+// The tile of the pass `shape` (grad_weight's, split by `splits`): autotuned (conv_tuning.h:
+// the kernel cache's decision, else, with may_time, every candidate timed now), else the default.
+WgradTile conv_mma_wgrad_tile(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
+                              bool may_time);
 // Whether the weight gradient loads dy by cp.async: 8-pixel pieces never cross an image.
 inline bool conv_mma_vector_dy(std::int64_t pixels) { return pixels % 8 == 0; }
+// Whether it gathers the patches of `shape` (grad_weight's) as 16-byte runs: stride 1 and the
+// image's and the output's widths multiples of 8 (x 16-byte aligned too, checked at launch);
+// KILN_WGRAD_RUNS=0 or the test hook below turns them off.
+bool conv_mma_vector_x(const ConvGemmShape& shape);
 
 // dW[M, N] = dy x patches as `shape` describes grad_weight's GEMM (k_chunk = splits.chunk):
 // straight into dw with one split, else f32 partials into `partials` (conv_mma_wgrad_scratch
@@ -92,5 +109,9 @@ inline bool conv_mma_vector_dy(std::int64_t pixels) { return pixels % 8 == 0; }
 void conv_mma_grad_weight(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
                           const void* dy, const void* x, void* dw, void* partials,
                           gpu::Stream stream);
+// Its GEMM in `tile` into `target` (dw, or the partials when splits.count > 1), the sum not done.
+void conv_mma_wgrad_launch(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
+                           WgradTile tile, const void* dy, const void* x, void* target,
+                           gpu::Stream stream);
 
 }  // namespace kiln::cuda

@@ -73,7 +73,10 @@ std::vector<gpu::KernelSource> every_conv_source() {
                {ConvMmaKind::forward, ConvMmaKind::grad_input, ConvMmaKind::grad_input_stride2})
             all.push_back(conv_mma_source(t, bm, vec, kind));
           for (bool f32_partials : {false, true})
-            all.push_back(conv_mma_wgrad_source(t, bm, vec, f32_partials));
+            for (bool runs : {false, true})
+              for (WgradTile tile : kWgradCandidates)  // every tile the tuner may choose
+                if (tile.bm == bm)
+                  all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
         }
     if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)
       for (NhwcTile tile : kNhwcCandidates)      // every tile the tuner may choose

@@ -24,6 +24,15 @@ std::vector<std::string> candidate_labels() {
   return labels;
 }
 
+std::string wgrad_tile_label(WgradTile t) {
+  return fmt::format("{}x{}w{}x{}", t.bm, t.bn, t.wm, t.wn);
+}
+std::vector<std::string> wgrad_labels() {
+  std::vector<std::string> labels;
+  for (WgradTile t : kWgradCandidates) labels.push_back(wgrad_tile_label(t));
+  return labels;
+}
+
 // `elements` values of `dtype` uniform in [-1, 1), in device memory freed with the object.
 class RandomOperand {
  public:
@@ -65,7 +74,41 @@ gpu::TuningRecord time_candidates(DType dtype, const ConvGemmShape& shape, bool 
   });
 }
 
+// Times every weight-gradient candidate on random operands of the pass's shape.
+gpu::TuningRecord time_wgrad_candidates(DType dtype, const ConvGemmShape& shape,
+                                        const MmaSplits& splits, const std::string& problem) {
+  const bool split = splits.count > 1, vec_a = conv_mma_vector_dy(shape.s_hw),
+             vec_b = conv_mma_vector_x(shape);
+  std::vector<gpu::KernelSource> sources;
+  for (WgradTile t : kWgradCandidates)
+    sources.push_back(conv_mma_wgrad_source(dtype, t, vec_a, split, vec_b));
+  preload_kernels(sources);
+  const std::int64_t images = shape.k / shape.s_hw, mn = std::int64_t{shape.m} * shape.n;
+  RandomOperand dy(dtype, images * shape.m * shape.s_hw);
+  RandomOperand x(dtype, images * shape.img_chw);
+  RandomOperand out(split ? DType::f32 : dtype, split ? splits.count * mn : mn);
+  return gpu::autotune(problem, wgrad_labels(), [&](std::size_t i, gpu::Stream stream) {
+    conv_mma_wgrad_launch(dtype, shape, splits, kWgradCandidates[i], dy.data(), x.data(),
+                          out.data(), stream);
+  });
+}
+
 }  // namespace
+
+std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
+                                          const MmaSplits& splits, bool may_time) {
+  if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || gpu::cuda_device_count() == 0)
+    return std::nullopt;
+  const std::string problem = fmt::format(
+      "conv_wgrad {} m{} n{} k{} khkw{} kw{} image{}x{} windows{}x{} stride{} pad{}x{} "
+      "splits{}x{}{}",
+      dtype_name(dtype), s.m, s.n, s.k, s.khkw, s.kw, s.img_h, s.img_w, s.s_hw, s.s_w, s.stride,
+      s.pad_h, s.pad_w, splits.count, splits.chunk, conv_mma_vector_x(s) ? " runs" : "");
+  std::optional<gpu::TuningRecord> record = gpu::find_tuning(problem, wgrad_labels());
+  if (!record && may_time) record = time_wgrad_candidates(dtype, s, splits, problem);
+  if (!record) return std::nullopt;
+  return kWgradCandidates[record->chosen];
+}
 
 std::string nhwc_tile_label(NhwcTile t) {
   return fmt::format("{}x{}w{}x{}p{}s{}", t.bm, t.bn, t.wm, t.wn, t.pieces, t.stages);

@@ -1,13 +1,15 @@
-// Autotuned tiles of the channels-last tensor-core convolution passes (conv_mma_nhwc.cuh): each
-// pass shape times every tile of kNhwcCandidates once on the device (gpu/autotune.h) and keeps
-// the fastest in the kernel cache. Every candidate sums K in the same order (16 rows a step,
-// ascending, no split), so the choice never changes a result's bits.
+// Autotuned tiles of the tensor-core convolution passes: the channels-last forward and
+// grad_input (conv_mma_nhwc.cuh) and the weight gradient (conv_mma_wgrad.cuh). Each pass shape
+// times every candidate tile once on the device (gpu/autotune.h) and keeps the fastest in the
+// kernel cache. Every candidate of a pass sums K in the same order, so the choice never changes
+// a result's bits.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "core/dtype.h"
@@ -33,5 +35,14 @@ std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape,
                                         bool may_time);
 // The sources a pass may launch while it is tuned: every candidate's.
 std::vector<gpu::KernelSource> nhwc_candidate_sources(DType dtype, bool dilated);
+
+// The tensor-core weight gradient's tiles (conv_mma_wgrad.cuh) likewise, its split count fixed
+// by the default tile's (conv_mma_wgrad_splits), so every candidate sums each element over the
+// same K steps in the same order: the default two and larger ones of 64-wide warp pieces.
+inline constexpr WgradTile kWgradCandidates[] = {{64, 64, 2, 2},   {128, 64, 4, 2},
+                                                 {128, 128, 2, 2}, {64, 128, 1, 2},
+                                                 {64, 128, 2, 2},  {128, 128, 2, 4}};
+std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& shape,
+                                          const MmaSplits& splits, bool may_time);
 
 }  // namespace kiln::cuda

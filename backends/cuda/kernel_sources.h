@@ -89,10 +89,21 @@ std::string nhwc_image_name(std::size_t element_bytes);
 std::string nhwc_weights_name(bool flip, std::size_t element_bytes);
 gpu::KernelSource nhwc_image_source(std::size_t element_bytes);
 gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes);
-// The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): bm filters by 64 patch rows,
-// 32 pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0); float_out: f32 split-K partials.
-std::string conv_mma_wgrad_name(DType dtype, int bm, bool vec_a, bool float_out);
-gpu::KernelSource conv_mma_wgrad_source(DType dtype, int bm, bool vec_a, bool float_out);
+// The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): a tile of bm filters by bn
+// patch rows, wm x wn warps, 32 pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0);
+// float_out: f32 split-K partials; vec_b: the patches as 16-byte runs (conv_mma_vector_x).
+struct WgradTile {
+  int bm, bn, wm, wn;
+  int threads() const { return 32 * wm * wn; }
+  bool operator==(const WgradTile&) const = default;
+};
+// Whether the kernel exists for `tile`: warp pieces of whole 16 x 16 fragments, whole loads per
+// thread, at most 256 threads and 48 KiB of shared memory.
+bool wgrad_tile_valid(WgradTile tile);
+std::string conv_mma_wgrad_name(DType dtype, WgradTile tile, bool vec_a, bool float_out,
+                                bool vec_b = false);
+gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a, bool float_out,
+                                        bool vec_b = false);
 // out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight, f32
 // for bf16/f16 outputs).
 gpu::KernelSource conv_splitk_sum_source(DType dtype);

@@ -3,16 +3,25 @@
 // conv_igemm.cuh's grad_weight on mma.sync m16n8k16 with f32 accumulation. The long K (every
 // output pixel of the batch) is split over blockIdx.z in k_chunk pieces whose f32 partials a
 // second kernel sums in a fixed order (conv.cuh, splitk_sum), so the result is deterministic.
-// The host defines KILN_T (Bf16 or F16), KILN_OT (KILN_T, or float for split partials), KILN_BM
-// (64 or 128 filters a block), KILN_VEC_A (1: dy by 16-byte cp.async: OH*OW % 8 == 0, dy
-// aligned) and KILN_CONV_MMA_WGRAD, the kernel's name (conv_kernels.cpp).
+// The host defines KILN_T (Bf16 or F16), KILN_OT (KILN_T, or float for split partials), the tile
+// KILN_BM x KILN_BN (filters x patch rows) of KILN_WM x KILN_WN warps, KILN_VEC_A (1: dy by
+// 16-byte cp.async: OH*OW % 8 == 0, dy aligned), KILN_VEC_B (1: the patches by 16-byte loads,
+// below) and KILN_CONV_MMA_WGRAD, the kernel's name (conv_kernels.cpp).
 //
-// A block of 2 * BM threads computes a BM x 64 tile over K steps of 32 pixels, double-buffered:
-// dy rows by cp.async (or scalar loads), and the patch columns gathered into registers while the
-// tensor cores work on the other buffer. Each thread gathers one pixel of the step for 1024 / BM
+// A block of 32 * WM * WN threads computes a BM x BN tile over K steps of 32 pixels,
+// double-buffered: dy rows by cp.async (or scalar loads), and the patch columns gathered into
+// registers while the tensor cores work on the other buffer, each warp a (BM / WM) x (BN / WN)
+// piece. Scalar gather: each thread gathers one pixel of the step for BN * 32 / threads
 // consecutive patch rows (c, kh, kw), so a warp reads 32 adjacent pixels; the rows' offsets
-// come from a table the block makes once (its 64 patch rows never change). The patches are
+// come from a table the block makes once (its BN patch rows never change). The patches are
 // kept as [patch][pixel] rows of 40 elements, read by ldmatrix without transposition.
+// VEC_B (stride 1, image and output widths multiples of 8, x aligned: eight consecutive pixels
+// of a step are then one run of an output row, and their patch row reads eight consecutive
+// elements of one image row): a thread takes such a run of one patch row, loads the two aligned
+// 16-byte pieces of the image row that hold it (a piece outside the row is zeros: the row
+// starts and ends on a piece) and shifts them into place in registers, so a step's patches cost
+// 2 wide loads a run instead of 8 scalar ones. Every tile sums each dW element over the same K
+// steps in the same order, so tiles and gathers give the same bits.
 #pragma once
 
 #include "backends/cuda/kernels/conv_params.h"
@@ -21,16 +30,26 @@
 
 namespace kiln::cuda {
 
-#define KILN_WG_BN 64
 #define KILN_WG_BK 32
 #define KILN_WG_RS (KILN_WG_BK + 8)  // row length of both tiles in shared memory (elements)
 #define KILN_WG_OUTSIDE (-30000)     // a window position that is never inside the image
 
-template <int BM>
+template <int BM, int BN>
 struct WgradTiles {
-  unsigned short a[2][BM][KILN_WG_RS];          // dy[m][pixel]
-  unsigned short b[2][KILN_WG_BN][KILN_WG_RS];  // patches[(c, kh, kw)][pixel]
-  int4 ntab[KILN_WG_BN];                        // per patch row: c * H*W + kh * W + kw, kh, kw
+  unsigned short a[2][BM][KILN_WG_RS];  // dy[m][pixel]
+  unsigned short b[2][BN][KILN_WG_RS];  // patches[(c, kh, kw)][pixel]
+  int4 ntab[BN];                        // per patch row: c * H*W + kh * W + kw, kh, kw
+};
+
+// The tile as compile-time sizes: NT threads, each warp WTM x WTN; per thread and step A_LOADS
+// 16-byte pieces of dy (VEC_A) or A_SCALARS elements, and RUNS runs (VEC_B) or R patch rows.
+template <int BM, int BN, int WM, int WN>
+struct WgradShape {
+  static constexpr int NT = 32 * WM * WN, WTM = BM / WM, WTN = BN / WN;
+  static constexpr int A_LOADS = BM * 4 / NT, A_SCALARS = BM * KILN_WG_BK / NT;
+  static constexpr int RUNS = BN * 4 / NT, R = BN * KILN_WG_BK / NT;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && A_LOADS * NT == BM * 4 && RUNS * NT == BN * 4,
+                "wgrad tile");
 };
 
 // This thread's pixel k of the step: its window's corner in x, or a corner never inside.
@@ -54,19 +73,78 @@ __device__ __forceinline__ void wgrad_gather(const unsigned short* __restrict__ 
   }
 }
 
+// VEC_B's runs: a thread's P runs of a step (run q = thread + NT * p: patch row q / 4, pixels
+// 8 * (q % 4) ...), as the two 16-byte pieces of the image row and the run's offset in them.
+template <int P>
+struct WgradRuns {
+  uint4 lo[P], hi[P];
+  int shift[P];
+};
+
+template <int NT, int P>
+__device__ __forceinline__ void wgrad_gather_runs(const unsigned short* __restrict__ x,
+                                                  const ConvGemmShape& g, int k0, int k_end,
+                                                  const int4* ntab, WgradRuns<P>& r) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int q = threadIdx.x + NT * p, k = k0 + (q % 4) * 8;
+    r.lo[p] = r.hi[p] = make_uint4(0, 0, 0, 0);
+    r.shift[p] = 0;
+    if (k >= k_end) continue;  // k_end and k are multiples of 8: the run is whole or past K
+    const int b = k / g.s_hw, pix = k - b * g.s_hw, oh = pix / g.s_w, ow = pix - oh * g.s_w;
+    const int4 e = ntab[q / 4];  // c * H*W + kh * W + kw, kh, kw
+    const int h = oh - g.pad_h + e.y, w0 = ow - g.pad_w + e.z;
+    if ((unsigned)h >= (unsigned)g.img_h) continue;
+    const int a0 = (w0 >> 3) << 3;  // the first piece's column (rounded down, also below 0)
+    const long long base =
+        (long long)b * g.img_chw + e.x + (oh - g.pad_h) * g.img_w + (ow - g.pad_w) - (w0 - a0);
+    r.shift[p] = w0 - a0;
+    if (a0 >= 0 && a0 < g.img_w) r.lo[p] = *reinterpret_cast<const uint4*>(x + base);
+    if (a0 + 8 >= 0 && a0 + 8 < g.img_w) r.hi[p] = *reinterpret_cast<const uint4*>(x + base + 8);
+  }
+}
+
+// Elements s .. s + 7 of the 16 in (lo, hi), by selects on the bits of s (no indexing by a
+// run-time value, which would put the words in local memory).
+__device__ __forceinline__ uint4 wgrad_shift_run(uint4 lo, uint4 hi, int s) {
+  unsigned v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  if (s & 4) {
+#pragma unroll
+    for (int i = 0; i < 6; ++i) v[i] = v[i + 2];
+  }
+  if (s & 2) {
+#pragma unroll
+    for (int i = 0; i < 5; ++i) v[i] = v[i + 1];
+  }
+  unsigned o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = (s & 1) ? __byte_perm(v[i], v[i + 1], 0x5432) : v[i];
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+template <int NT, int P, int BM, int BN>
+__device__ __forceinline__ void wgrad_store_runs(WgradTiles<BM, BN>& s, int buf,
+                                                 const WgradRuns<P>& r) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int q = threadIdx.x + NT * p;
+    *reinterpret_cast<uint4*>(&s.b[buf][q / 4][(q % 4) * 8]) =
+        wgrad_shift_run(r.lo[p], r.hi[p], r.shift[p]);
+  }
+}
+
 // dy rows m0 .. m0 + BM - 1 at pixels k0 .. k0 + 31 (zeros past M and k_end): 16-byte
-// cp.async pieces (VEC_A: 8 pixels of one image each) or 16 scalar loads into ra.
-template <int BM, bool VEC_A>
+// cp.async pieces (VEC_A: 8 pixels of one image each) or scalar loads into ra.
+template <int NT, int BM, int AS, bool VEC_A>
 __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ dy,
                                              const ConvGemmShape& g, int m0, int k0, int k_end,
                                              unsigned short (*as)[KILN_WG_RS],
-                                             unsigned short (&ra)[16]) {
-  constexpr int THREADS = 2 * BM;
+                                             unsigned short (&ra)[AS]) {
   const int t = threadIdx.x;
   if (VEC_A) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int q = t + THREADS * i, row = q / 4, kc = (q % 4) * 8;
+    for (int i = 0; i < BM * 4 / NT; ++i) {
+      const int q = t + NT * i, row = q / 4, kc = (q % 4) * 8;
       const int m = m0 + row, k = k0 + kc;
       const bool in = m < g.m && k < k_end;
       const int b = k / g.s_hw, pix = k - b * g.s_hw;
@@ -77,132 +155,145 @@ __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ 
     return;
   }
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int q = t + THREADS * i, row = q / KILN_WG_BK, kk = q % KILN_WG_BK;
+  for (int i = 0; i < AS; ++i) {
+    const int q = t + NT * i, row = q / KILN_WG_BK, kk = q % KILN_WG_BK;
     const int m = m0 + row, k = k0 + kk;
     const int b = k / g.s_hw, pix = k - b * g.s_hw;
     ra[i] = m < g.m && k < k_end ? dy[((long long)b * g.m + m) * g.s_hw + pix] : (unsigned short)0;
   }
 }
 
-template <int BM, bool VEC_A, int R>
-__device__ __forceinline__ void wgrad_store_staged(WgradTiles<BM>& s, int buf,
-                                                   const unsigned short (&ra)[16],
+template <int NT, int BM, int BN, bool VEC_A, bool VEC_B, int AS, int R>
+__device__ __forceinline__ void wgrad_store_staged(WgradTiles<BM, BN>& s, int buf,
+                                                   const unsigned short (&ra)[AS],
                                                    const unsigned short (&rb)[R], int nb, int kk) {
   if (!VEC_A)
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int q = threadIdx.x + 2 * BM * i;
+    for (int i = 0; i < AS; ++i) {
+      const int q = threadIdx.x + NT * i;
       s.a[buf][q / KILN_WG_BK][q % KILN_WG_BK] = ra[i];
     }
+  if (!VEC_B)
 #pragma unroll
-  for (int j = 0; j < R; ++j) s.b[buf][nb + j][kk] = rb[j];
+    for (int j = 0; j < R; ++j) s.b[buf][nb + j][kk] = rb[j];
 }
 
-// The warp's 32 x 32 piece over one buffer: two 16-pixel K slices of 2 x 4 mma tiles.
-template <typename T, int BM>
-__device__ __forceinline__ void wgrad_compute(const WgradTiles<BM>& s, int buf, int wm, int wn,
-                                              float (&acc)[2][4][4]) {
+// The warp's WTM x WTN piece over one buffer: two 16-pixel K slices.
+template <typename T, int BM, int BN, int WTM, int WTN>
+__device__ __forceinline__ void wgrad_compute(const WgradTiles<BM, BN>& s, int buf, int wm, int wn,
+                                              float (&acc)[WTM / 16][WTN / 8][4]) {
+  constexpr int MI = WTM / 16, NJ = WTN / 16;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kk = 0; kk < KILN_WG_BK; kk += 16) {
-    unsigned af[2][4], bf[2][4];
+    unsigned af[MI][4], bf[NJ][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-      ldmatrix_x4(af[mi], &s.a[buf][wm * 32 + mi * 16 + lane % 16][kk + (lane / 16) * 8]);
+    for (int mi = 0; mi < MI; ++mi)
+      ldmatrix_x4(af[mi], &s.a[buf][wm * WTM + mi * 16 + lane % 16][kk + (lane / 16) * 8]);
 #pragma unroll
-    for (int nj = 0; nj < 2; ++nj)
+    for (int nj = 0; nj < NJ; ++nj)
       ldmatrix_x4(
           bf[nj],
-          &s.b[buf][wn * 32 + nj * 16 + (lane / 16) * 8 + lane % 8][kk + ((lane / 8) % 2) * 8]);
+          &s.b[buf][wn * WTN + nj * 16 + (lane / 16) * 8 + lane % 8][kk + ((lane / 8) % 2) * 8]);
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+      for (int ni = 0; ni < 2 * NJ; ++ni)
         MmaOp<T>::run(acc[mi][ni], af[mi], bf[ni / 2][(ni % 2) * 2], bf[ni / 2][(ni % 2) * 2 + 1]);
   }
 }
 
 // Each accumulator into out[m, n] (row-major dW, or split z's partials at z * M * N).
-template <typename OT>
+template <typename OT, int WTM, int WTN>
 __device__ __forceinline__ void wgrad_store_c(OT* __restrict__ out, const ConvGemmShape& g, int m0,
-                                              int n0, int wm, int wn, const float (&acc)[2][4][4]) {
+                                              int n0, const float (&acc)[WTM / 16][WTN / 8][4]) {
   const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
+  for (int mi = 0; mi < WTM / 16; ++mi)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int m = m0 + wm * 32 + mi * 16 + group + half * 8;
+      const int m = m0 + mi * 16 + group + half * 8;
       if (m >= g.m) continue;
       OT* row = out + (long long)m * g.n;
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+      for (int ni = 0; ni < WTN / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int n = n0 + wn * 32 + ni * 8 + tig * 2 + e;
+          const int n = n0 + ni * 8 + tig * 2 + e;
           if (n < g.n) row[n] = OT(acc[mi][ni][half * 2 + e]);
         }
     }
 }
 
-template <typename T, typename OT, int BM, bool VEC_A>
+template <typename T, typename OT, int BM, int BN, int WM, int WN, bool VEC_A, bool VEC_B>
 __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
                                                      const T* __restrict__ x, OT* __restrict__ out,
                                                      const ConvGemmShape& g) {
-  constexpr int R = 1024 / BM;  // patch rows per thread and step
-  __shared__ __align__(16) WgradTiles<BM> s;
+  using S = WgradShape<BM, BN, WM, WN>;
+  constexpr int NT = S::NT, WTM = S::WTM, WTN = S::WTN;
+  constexpr int R = VEC_B ? 1 : S::R, P = S::RUNS, AS = VEC_A ? 1 : S::A_SCALARS;
+  __shared__ __align__(16) WgradTiles<BM, BN> s;
   const unsigned short* dyb = reinterpret_cast<const unsigned short*>(dy);
   const unsigned short* xb = reinterpret_cast<const unsigned short*>(x);
-  const int t = threadIdx.x, warp = t / 32, wm = warp / 2, wn = warp % 2;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * KILN_WG_BN;
+  const int t = threadIdx.x, warp = t / 32, wm = warp / WN, wn = warp % WN;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int k_begin = blockIdx.z * g.k_chunk;
   const int k_end = min(g.k, k_begin + g.k_chunk);
   out += (long long)blockIdx.z * g.m * g.n;
   const int kk = t % KILN_WG_BK, nb = (t / KILN_WG_BK) * R;  // this thread's pixel, patch rows
-  if (t < KILN_WG_BN) {
-    const int n = n0 + t;
+  for (int i = t; i < BN; i += NT) {
+    const int n = n0 + i;
     if (n < g.n) {
       const int c = n / g.khkw, r = n - c * g.khkw, kh = r / g.kw, kw = r - kh * g.kw;
-      s.ntab[t] = make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, 0);
+      s.ntab[i] = make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, 0);
     } else {
-      s.ntab[t] = make_int4(0, KILN_WG_OUTSIDE, KILN_WG_OUTSIDE, 0);
+      s.ntab[i] = make_int4(0, KILN_WG_OUTSIDE, KILN_WG_OUTSIDE, 0);
     }
   }
-  float acc[2][4][4];
+  float acc[WTM / 16][WTN / 8][4];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
+  for (int mi = 0; mi < WTM / 16; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
+    for (int ni = 0; ni < WTN / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
   __syncthreads();
-  unsigned short ra[16], rb[R];
+  unsigned short ra[AS], rb[R];
+  WgradRuns<P> runs;
+  auto gather = [&](int k0) {
+    if (VEC_B)
+      wgrad_gather_runs<NT, P>(xb, g, k0, k_end, s.ntab, runs);
+    else
+      wgrad_gather<R>(xb, g, wgrad_pixel(g, k0 + kk, k_end), s.ntab + nb, rb);
+  };
   const int steps = k_end > k_begin ? (k_end - k_begin + KILN_WG_BK - 1) / KILN_WG_BK : 0;
   if (steps > 0) {
-    wgrad_load_a<BM, VEC_A>(dyb, g, m0, k_begin, k_end, s.a[0], ra);
-    wgrad_gather<R>(xb, g, wgrad_pixel(g, k_begin + kk, k_end), s.ntab + nb, rb);
+    wgrad_load_a<NT, BM, AS, VEC_A>(dyb, g, m0, k_begin, k_end, s.a[0], ra);
+    gather(k_begin);
   }
   for (int step = 0; step < steps; ++step) {
     const int buf = step & 1;
-    wgrad_store_staged<BM, VEC_A, R>(s, buf, ra, rb, nb, kk);
+    wgrad_store_staged<NT, BM, BN, VEC_A, VEC_B, AS, R>(s, buf, ra, rb, nb, kk);
+    if (VEC_B) wgrad_store_runs<NT, P, BM, BN>(s, buf, runs);
     if (VEC_A) cp_async_wait_all();
     __syncthreads();  // this step's tiles are complete; the other buffer's readers are done
     if (step + 1 < steps) {
       const int k0 = k_begin + (step + 1) * KILN_WG_BK;
-      wgrad_load_a<BM, VEC_A>(dyb, g, m0, k0, k_end, s.a[buf ^ 1], ra);
-      wgrad_gather<R>(xb, g, wgrad_pixel(g, k0 + kk, k_end), s.ntab + nb, rb);
+      wgrad_load_a<NT, BM, AS, VEC_A>(dyb, g, m0, k0, k_end, s.a[buf ^ 1], ra);
+      gather(k0);
     }
-    wgrad_compute<T, BM>(s, buf, wm, wn, acc);
+    wgrad_compute<T, BM, BN, WTM, WTN>(s, buf, wm, wn, acc);
   }
-  wgrad_store_c(out, g, m0, n0, wm, wn, acc);
+  wgrad_store_c<OT, WTM, WTN>(out, g, m0 + wm * WTM, n0 + wn * WTN, acc);
 }
 
 }  // namespace kiln::cuda
 
 #ifdef KILN_CONV_MMA_WGRAD
-extern "C" __global__ void __launch_bounds__(2 * KILN_BM)
+extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
     KILN_CONV_MMA_WGRAD(const KILN_T* __restrict__ dy, const KILN_T* __restrict__ x,
                         KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_mma_grad_weight<KILN_T, KILN_OT, KILN_BM, KILN_VEC_A>(dy, x, out, g);
+  kiln::cuda::conv_mma_grad_weight<KILN_T, KILN_OT, KILN_BM, KILN_BN, KILN_WM, KILN_WN, KILN_VEC_A,
+                                   KILN_VEC_B>(dy, x, out, g);
 }
 #endif
