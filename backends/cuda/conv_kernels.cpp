@@ -207,17 +207,17 @@ gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes) {
 
 // The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out.
 bool wgrad_tile_valid(WgradTile t) {
-  const int threads = t.threads();
-  const int shared = 2 * (t.bm + t.bn) * 40 * 2 + t.bn * 16;  // kernels/conv_mma_wgrad.cuh
+  const int threads = t.threads(), pieces = t.bk / 8;
   return t.wm >= 1 && t.wn >= 1 && t.bm % (16 * t.wm) == 0 && t.bn % (16 * t.wn) == 0 &&
-         threads <= 256 && (t.bm * 4) % threads == 0 && (t.bn * 4) % threads == 0 &&
-         shared <= 48 * 1024;
+         (t.bk == 32 || t.bk == 64) && threads <= 256 && threads % t.bk == 0 &&
+         (t.bm * pieces) % threads == 0 && (t.bn * pieces) % threads == 0 &&
+         t.shared_bytes() <= 227 * 1024;
 }
 
 std::string conv_mma_wgrad_name(DType dtype, WgradTile tile, bool vec_a, bool float_out,
                                 bool vec_b) {
-  return fmt::format("kiln_conv_mma_wgrad_{}x{}x32_w{}x{}_{}{}{}{}", tile.bm, tile.bn, tile.wm,
-                     tile.wn, dtype_name(dtype), vec_a ? "_vec" : "", vec_b ? "_runs" : "",
+  return fmt::format("kiln_conv_mma_wgrad_{}x{}x{}_w{}x{}_{}{}{}{}", tile.bm, tile.bn, tile.bk,
+                     tile.wm, tile.wn, dtype_name(dtype), vec_a ? "_vec" : "", vec_b ? "_runs" : "",
                      float_out ? "_f32out" : "");
 }
 
@@ -225,8 +225,8 @@ gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a,
                                         bool vec_b) {
   KILN_CHECK(is_low_precision(dtype) && wgrad_tile_valid(tile),
              "conv tensor-core weight gradient: bf16 or f16 in a valid tile, not {} in {}x{} "
-             "(warps {}x{})",
-             dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn);
+             "(warps {}x{}, {} pixels a step)",
+             dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn, tile.bk);
   return embedded_kernel(conv_mma_wgrad_name(dtype, tile, vec_a, float_out, vec_b),
                          kernel_files::conv_mma_wgrad_cuh, "KILN_CONV_MMA_WGRAD",
                          {{"KILN_T", cuda_type_name(dtype)},
@@ -235,6 +235,7 @@ gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a,
                           {"KILN_BN", std::to_string(tile.bn)},
                           {"KILN_WM", std::to_string(tile.wm)},
                           {"KILN_WN", std::to_string(tile.wn)},
+                          {"KILN_BK", std::to_string(tile.bk)},
                           {"KILN_VEC_A", vec_a ? "1" : "0"},
                           {"KILN_VEC_B", vec_b ? "1" : "0"}});
 }

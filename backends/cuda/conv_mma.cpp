@@ -226,15 +226,16 @@ void conv_mma_wgrad_launch(DType dtype, const ConvGemmShape& shape, const MmaSpl
   const bool split = splits.count > 1;
   const bool vec_a = conv_mma_vector_dy(shape.s_hw) && aligned16(dy);
   const bool vec_b = conv_mma_vector_x(shape) && aligned16(x);
-  const DeviceKernel& k = device_kernel(conv_mma_wgrad_name(dtype, tile, vec_a, split, vec_b), [&] {
-    return conv_mma_wgrad_source(dtype, tile, vec_a, split, vec_b);
-  });
+  const DeviceKernel& k = device_kernel(
+      conv_mma_wgrad_name(dtype, tile, vec_a, split, vec_b),
+      [&] { return conv_mma_wgrad_source(dtype, tile, vec_a, split, vec_b); }, tile.shared_bytes());
   ConvGemmShape s = shape;
   void* args[] = {&dy, &x, &target, &s};
   const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
                        static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm),
                        static_cast<unsigned>(splits.count)};
-  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, 0, stream, args);
+  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream,
+                  args);
 }
 
 WgradTile conv_mma_wgrad_tile(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,

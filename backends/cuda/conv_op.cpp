@@ -74,8 +74,9 @@ std::vector<gpu::KernelSource> every_conv_source() {
             all.push_back(conv_mma_source(t, bm, vec, kind));
           for (bool f32_partials : {false, true})
             for (bool runs : {false, true})
-              for (WgradTile tile : kWgradCandidates)  // every tile the tuner may choose
-                if (tile.bm == bm)
+              for (WgradTile tile : kWgradCandidates)  // every tile the tuner may choose (it
+                // tunes only passes whose dy arrives by cp.async: vec)
+                if (tile.bm == bm && (vec || tile == conv_mma_wgrad_default_tile(bm)))
                   all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
         }
     if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)

@@ -25,7 +25,7 @@ std::vector<std::string> candidate_labels() {
 }
 
 std::string wgrad_tile_label(WgradTile t) {
-  return fmt::format("{}x{}w{}x{}", t.bm, t.bn, t.wm, t.wn);
+  return fmt::format("{}x{}w{}x{}k{}", t.bm, t.bn, t.wm, t.wn, t.bk);
 }
 std::vector<std::string> wgrad_labels() {
   std::vector<std::string> labels;
@@ -97,8 +97,9 @@ gpu::TuningRecord time_wgrad_candidates(DType dtype, const ConvGemmShape& shape,
 
 std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
                                           const MmaSplits& splits, bool may_time) {
-  if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || gpu::cuda_device_count() == 0)
-    return std::nullopt;
+  if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || !conv_mma_vector_dy(s.s_hw) ||
+      gpu::cuda_device_count() == 0)
+    return std::nullopt;  // (dy by scalar loads, rare: the default tile)
   const std::string problem = fmt::format(
       "conv_wgrad {} m{} n{} k{} khkw{} kw{} image{}x{} windows{}x{} stride{} pad{}x{} "
       "splits{}x{}{}",

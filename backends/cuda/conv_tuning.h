@@ -36,12 +36,15 @@ std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape,
 // The sources a pass may launch while it is tuned: every candidate's.
 std::vector<gpu::KernelSource> nhwc_candidate_sources(DType dtype, bool dilated);
 
-// The tensor-core weight gradient's tiles (conv_mma_wgrad.cuh) likewise, its split count fixed
-// by the default tile's (conv_mma_wgrad_splits), so every candidate sums each element over the
-// same K steps in the same order: the default two and larger ones of 64-wide warp pieces.
-inline constexpr WgradTile kWgradCandidates[] = {{64, 64, 2, 2},   {128, 64, 4, 2},
-                                                 {128, 128, 2, 2}, {64, 128, 1, 2},
-                                                 {64, 128, 2, 2},  {128, 128, 2, 4}};
+// The tensor-core weight gradient's tiles (conv_mma_wgrad.cuh) likewise, where dy arrives by
+// cp.async (conv_mma_vector_dy; else the default tile), its split count fixed by the default
+// tile's (conv_mma_wgrad_splits), so every candidate sums each element over the
+// same K steps in the same order: the default two, larger ones of 64-wide warp pieces, and
+// steps of 64 pixels (half the barriers, twice the loads in flight).
+inline constexpr WgradTile kWgradCandidates[] = {
+    {64, 64, 2, 2},       {128, 64, 4, 2},    {128, 128, 2, 2},   {64, 128, 1, 2},
+    {64, 128, 2, 2},      {128, 128, 2, 4},   {64, 64, 2, 2, 64}, {128, 64, 4, 2, 64},
+    {128, 128, 2, 2, 64}, {64, 128, 2, 2, 64}};
 std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& shape,
                                           const MmaSplits& splits, bool may_time);
 

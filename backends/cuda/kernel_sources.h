@@ -90,15 +90,18 @@ std::string nhwc_weights_name(bool flip, std::size_t element_bytes);
 gpu::KernelSource nhwc_image_source(std::size_t element_bytes);
 gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes);
 // The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): a tile of bm filters by bn
-// patch rows, wm x wn warps, 32 pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0);
+// patch rows, wm x wn warps, bk pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0);
 // float_out: f32 split-K partials; vec_b: the patches as 16-byte runs (conv_mma_vector_x).
 struct WgradTile {
-  int bm, bn, wm, wn;
+  int bm, bn, wm, wn, bk = 32;
   int threads() const { return 32 * wm * wn; }
+  std::size_t shared_bytes() const {  // WgradTiles: two buffers of both tiles, the row table
+    return static_cast<std::size_t>(2 * (bm + bn) * (bk + 8) * 2 + bn * 16);
+  }
   bool operator==(const WgradTile&) const = default;
 };
-// Whether the kernel exists for `tile`: warp pieces of whole 16 x 16 fragments, whole loads per
-// thread, at most 256 threads and 48 KiB of shared memory.
+// Whether the kernel exists for `tile`: warp pieces of whole 16 x 16 fragments, steps of 32 or
+// 64 pixels, whole loads per thread, at most 256 threads and 227 KiB of shared memory.
 bool wgrad_tile_valid(WgradTile tile);
 std::string conv_mma_wgrad_name(DType dtype, WgradTile tile, bool vec_a, bool float_out,
                                 bool vec_b = false);

@@ -4,17 +4,18 @@
 // output pixel of the batch) is split over blockIdx.z in k_chunk pieces whose f32 partials a
 // second kernel sums in a fixed order (conv.cuh, splitk_sum), so the result is deterministic.
 // The host defines KILN_T (Bf16 or F16), KILN_OT (KILN_T, or float for split partials), the tile
-// KILN_BM x KILN_BN (filters x patch rows) of KILN_WM x KILN_WN warps, KILN_VEC_A (1: dy by
+// KILN_BM x KILN_BN (filters x patch rows) of KILN_WM x KILN_WN warps over KILN_BK pixels a
+// step (32 or 64; the tiles in dynamic shared memory), KILN_VEC_A (1: dy by
 // 16-byte cp.async: OH*OW % 8 == 0, dy aligned), KILN_VEC_B (1: the patches by 16-byte loads,
 // below) and KILN_CONV_MMA_WGRAD, the kernel's name (conv_kernels.cpp).
 //
-// A block of 32 * WM * WN threads computes a BM x BN tile over K steps of 32 pixels,
+// A block of 32 * WM * WN threads computes a BM x BN tile over K steps of BK pixels,
 // double-buffered: dy rows by cp.async (or scalar loads), and the patch columns gathered into
 // registers while the tensor cores work on the other buffer, each warp a (BM / WM) x (BN / WN)
-// piece. Scalar gather: each thread gathers one pixel of the step for BN * 32 / threads
+// piece. Scalar gather: each thread gathers one pixel of the step for BN * BK / threads
 // consecutive patch rows (c, kh, kw), so a warp reads 32 adjacent pixels; the rows' offsets
 // come from a table the block makes once (its BN patch rows never change). The patches are
-// kept as [patch][pixel] rows of 40 elements, read by ldmatrix without transposition.
+// kept as [patch][pixel] rows of BK + 8 elements, read by ldmatrix without transposition.
 // VEC_B (stride 1, image and output widths multiples of 8, x aligned: eight consecutive pixels
 // of a step are then one run of an output row, and their patch row reads eight consecutive
 // elements of one image row): a thread takes such a run of one patch row, loads the two aligned
@@ -30,25 +31,28 @@
 
 namespace kiln::cuda {
 
-#define KILN_WG_BK 32
-#define KILN_WG_RS (KILN_WG_BK + 8)  // row length of both tiles in shared memory (elements)
-#define KILN_WG_OUTSIDE (-30000)     // a window position that is never inside the image
+#define KILN_WG_OUTSIDE (-30000)  // a window position that is never inside the image
 
-template <int BM, int BN>
+// A block's tiles over BK pixels a step, in dynamic shared memory: rows of BK + 8 elements (the
+// eight rows an ldmatrix reads fall in distinct banks).
+template <int BM, int BN, int BK>
 struct WgradTiles {
-  unsigned short a[2][BM][KILN_WG_RS];  // dy[m][pixel]
-  unsigned short b[2][BN][KILN_WG_RS];  // patches[(c, kh, kw)][pixel]
-  int4 ntab[BN];                        // per patch row: c * H*W + kh * W + kw, kh, kw
+  static constexpr int RS = BK + 8;
+  unsigned short a[2][BM][RS];  // dy[m][pixel]
+  unsigned short b[2][BN][RS];  // patches[(c, kh, kw)][pixel]
+  int4 ntab[BN];                // per patch row: c * H*W + kh * W + kw, kh, kw
 };
 
-// The tile as compile-time sizes: NT threads, each warp WTM x WTN; per thread and step A_LOADS
-// 16-byte pieces of dy (VEC_A) or A_SCALARS elements, and RUNS runs (VEC_B) or R patch rows.
-template <int BM, int BN, int WM, int WN>
+// The tile as compile-time sizes: NT threads, each warp WTM x WTN, G 8-pixel pieces a row and
+// step; per thread and step A_LOADS 16-byte pieces of dy (VEC_A) or A_SCALARS elements, and
+// RUNS runs (VEC_B) or R patch rows.
+template <int BM, int BN, int WM, int WN, int BK>
 struct WgradShape {
-  static constexpr int NT = 32 * WM * WN, WTM = BM / WM, WTN = BN / WN;
-  static constexpr int A_LOADS = BM * 4 / NT, A_SCALARS = BM * KILN_WG_BK / NT;
-  static constexpr int RUNS = BN * 4 / NT, R = BN * KILN_WG_BK / NT;
-  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && A_LOADS * NT == BM * 4 && RUNS * NT == BN * 4,
+  static constexpr int NT = 32 * WM * WN, WTM = BM / WM, WTN = BN / WN, G = BK / 8;
+  static constexpr int A_LOADS = BM * G / NT, A_SCALARS = BM * BK / NT;
+  static constexpr int RUNS = BN * G / NT, R = BN * BK / NT;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0 && A_LOADS * NT == BM * G &&
+                    RUNS * NT == BN * G && NT % BK == 0,
                 "wgrad tile");
 };
 
@@ -73,26 +77,26 @@ __device__ __forceinline__ void wgrad_gather(const unsigned short* __restrict__ 
   }
 }
 
-// VEC_B's runs: a thread's P runs of a step (run q = thread + NT * p: patch row q / 4, pixels
-// 8 * (q % 4) ...), as the two 16-byte pieces of the image row and the run's offset in them.
+// VEC_B's runs: a thread's P runs of a step (run q = thread + NT * p: patch row q / G, pixels
+// 8 * (q % G) ...), as the two 16-byte pieces of the image row and the run's offset in them.
 template <int P>
 struct WgradRuns {
   uint4 lo[P], hi[P];
   int shift[P];
 };
 
-template <int NT, int P>
+template <int NT, int G, int P>
 __device__ __forceinline__ void wgrad_gather_runs(const unsigned short* __restrict__ x,
                                                   const ConvGemmShape& g, int k0, int k_end,
                                                   const int4* ntab, WgradRuns<P>& r) {
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const int q = threadIdx.x + NT * p, k = k0 + (q % 4) * 8;
+    const int q = threadIdx.x + NT * p, k = k0 + (q % G) * 8;
     r.lo[p] = r.hi[p] = make_uint4(0, 0, 0, 0);
     r.shift[p] = 0;
     if (k >= k_end) continue;  // k_end and k are multiples of 8: the run is whole or past K
     const int b = k / g.s_hw, pix = k - b * g.s_hw, oh = pix / g.s_w, ow = pix - oh * g.s_w;
-    const int4 e = ntab[q / 4];  // c * H*W + kh * W + kw, kh, kw
+    const int4 e = ntab[q / G];  // c * H*W + kh * W + kw, kh, kw
     const int h = oh - g.pad_h + e.y, w0 = ow - g.pad_w + e.z;
     if ((unsigned)h >= (unsigned)g.img_h) continue;
     const int a0 = (w0 >> 3) << 3;  // the first piece's column (rounded down, also below 0)
@@ -122,29 +126,29 @@ __device__ __forceinline__ uint4 wgrad_shift_run(uint4 lo, uint4 hi, int s) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-template <int NT, int P, int BM, int BN>
-__device__ __forceinline__ void wgrad_store_runs(WgradTiles<BM, BN>& s, int buf,
+template <int NT, int G, int P, int BM, int BN, int BK>
+__device__ __forceinline__ void wgrad_store_runs(WgradTiles<BM, BN, BK>& s, int buf,
                                                  const WgradRuns<P>& r) {
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     const int q = threadIdx.x + NT * p;
-    *reinterpret_cast<uint4*>(&s.b[buf][q / 4][(q % 4) * 8]) =
+    *reinterpret_cast<uint4*>(&s.b[buf][q / G][(q % G) * 8]) =
         wgrad_shift_run(r.lo[p], r.hi[p], r.shift[p]);
   }
 }
 
-// dy rows m0 .. m0 + BM - 1 at pixels k0 .. k0 + 31 (zeros past M and k_end): 16-byte
+// dy rows m0 .. m0 + BM - 1 at pixels k0 .. k0 + BK - 1 (zeros past M and k_end): 16-byte
 // cp.async pieces (VEC_A: 8 pixels of one image each) or scalar loads into ra.
-template <int NT, int BM, int AS, bool VEC_A>
+template <int NT, int BM, int BK, int AS, bool VEC_A>
 __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ dy,
                                              const ConvGemmShape& g, int m0, int k0, int k_end,
-                                             unsigned short (*as)[KILN_WG_RS],
+                                             unsigned short (*as)[BK + 8],
                                              unsigned short (&ra)[AS]) {
   const int t = threadIdx.x;
   if (VEC_A) {
 #pragma unroll
-    for (int i = 0; i < BM * 4 / NT; ++i) {
-      const int q = t + NT * i, row = q / 4, kc = (q % 4) * 8;
+    for (int i = 0; i < BM * (BK / 8) / NT; ++i) {
+      const int q = t + NT * i, row = q / (BK / 8), kc = (q % (BK / 8)) * 8;
       const int m = m0 + row, k = k0 + kc;
       const bool in = m < g.m && k < k_end;
       const int b = k / g.s_hw, pix = k - b * g.s_hw;
@@ -156,36 +160,36 @@ __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ 
   }
 #pragma unroll
   for (int i = 0; i < AS; ++i) {
-    const int q = t + NT * i, row = q / KILN_WG_BK, kk = q % KILN_WG_BK;
+    const int q = t + NT * i, row = q / BK, kk = q % BK;
     const int m = m0 + row, k = k0 + kk;
     const int b = k / g.s_hw, pix = k - b * g.s_hw;
     ra[i] = m < g.m && k < k_end ? dy[((long long)b * g.m + m) * g.s_hw + pix] : (unsigned short)0;
   }
 }
 
-template <int NT, int BM, int BN, bool VEC_A, bool VEC_B, int AS, int R>
-__device__ __forceinline__ void wgrad_store_staged(WgradTiles<BM, BN>& s, int buf,
+template <int NT, int BM, int BN, int BK, bool VEC_A, bool VEC_B, int AS, int R>
+__device__ __forceinline__ void wgrad_store_staged(WgradTiles<BM, BN, BK>& s, int buf,
                                                    const unsigned short (&ra)[AS],
                                                    const unsigned short (&rb)[R], int nb, int kk) {
   if (!VEC_A)
 #pragma unroll
     for (int i = 0; i < AS; ++i) {
       const int q = threadIdx.x + NT * i;
-      s.a[buf][q / KILN_WG_BK][q % KILN_WG_BK] = ra[i];
+      s.a[buf][q / BK][q % BK] = ra[i];
     }
   if (!VEC_B)
 #pragma unroll
     for (int j = 0; j < R; ++j) s.b[buf][nb + j][kk] = rb[j];
 }
 
-// The warp's WTM x WTN piece over one buffer: two 16-pixel K slices.
-template <typename T, int BM, int BN, int WTM, int WTN>
-__device__ __forceinline__ void wgrad_compute(const WgradTiles<BM, BN>& s, int buf, int wm, int wn,
-                                              float (&acc)[WTM / 16][WTN / 8][4]) {
+// The warp's WTM x WTN piece over one buffer: BK / 16 K slices of 16 pixels.
+template <typename T, int BM, int BN, int BK, int WTM, int WTN>
+__device__ __forceinline__ void wgrad_compute(const WgradTiles<BM, BN, BK>& s, int buf, int wm,
+                                              int wn, float (&acc)[WTM / 16][WTN / 8][4]) {
   constexpr int MI = WTM / 16, NJ = WTN / 16;
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int kk = 0; kk < KILN_WG_BK; kk += 16) {
+  for (int kk = 0; kk < BK; kk += 16) {
     unsigned af[MI][4], bf[NJ][4];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
@@ -225,14 +229,15 @@ __device__ __forceinline__ void wgrad_store_c(OT* __restrict__ out, const ConvGe
     }
 }
 
-template <typename T, typename OT, int BM, int BN, int WM, int WN, bool VEC_A, bool VEC_B>
+template <typename T, typename OT, int BM, int BN, int WM, int WN, int BK, bool VEC_A, bool VEC_B>
 __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
                                                      const T* __restrict__ x, OT* __restrict__ out,
                                                      const ConvGemmShape& g) {
-  using S = WgradShape<BM, BN, WM, WN>;
-  constexpr int NT = S::NT, WTM = S::WTM, WTN = S::WTN;
+  using S = WgradShape<BM, BN, WM, WN, BK>;
+  constexpr int NT = S::NT, WTM = S::WTM, WTN = S::WTN, G = S::G;
   constexpr int R = VEC_B ? 1 : S::R, P = S::RUNS, AS = VEC_A ? 1 : S::A_SCALARS;
-  __shared__ __align__(16) WgradTiles<BM, BN> s;
+  extern __shared__ __align__(16) unsigned char wgrad_smem[];  // WgradTiles (the host sizes it)
+  WgradTiles<BM, BN, BK>& s = *reinterpret_cast<WgradTiles<BM, BN, BK>*>(wgrad_smem);
   const unsigned short* dyb = reinterpret_cast<const unsigned short*>(dy);
   const unsigned short* xb = reinterpret_cast<const unsigned short*>(x);
   const int t = threadIdx.x, warp = t / 32, wm = warp / WN, wn = warp % WN;
@@ -240,7 +245,7 @@ __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
   const int k_begin = blockIdx.z * g.k_chunk;
   const int k_end = min(g.k, k_begin + g.k_chunk);
   out += (long long)blockIdx.z * g.m * g.n;
-  const int kk = t % KILN_WG_BK, nb = (t / KILN_WG_BK) * R;  // this thread's pixel, patch rows
+  const int kk = t % BK, nb = (t / BK) * R;  // this thread's pixel, patch rows
   for (int i = t; i < BN; i += NT) {
     const int n = n0 + i;
     if (n < g.n) {
@@ -262,27 +267,27 @@ __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
   WgradRuns<P> runs;
   auto gather = [&](int k0) {
     if (VEC_B)
-      wgrad_gather_runs<NT, P>(xb, g, k0, k_end, s.ntab, runs);
+      wgrad_gather_runs<NT, G, P>(xb, g, k0, k_end, s.ntab, runs);
     else
       wgrad_gather<R>(xb, g, wgrad_pixel(g, k0 + kk, k_end), s.ntab + nb, rb);
   };
-  const int steps = k_end > k_begin ? (k_end - k_begin + KILN_WG_BK - 1) / KILN_WG_BK : 0;
+  const int steps = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
   if (steps > 0) {
-    wgrad_load_a<NT, BM, AS, VEC_A>(dyb, g, m0, k_begin, k_end, s.a[0], ra);
+    wgrad_load_a<NT, BM, BK, AS, VEC_A>(dyb, g, m0, k_begin, k_end, s.a[0], ra);
     gather(k_begin);
   }
   for (int step = 0; step < steps; ++step) {
     const int buf = step & 1;
-    wgrad_store_staged<NT, BM, BN, VEC_A, VEC_B, AS, R>(s, buf, ra, rb, nb, kk);
-    if (VEC_B) wgrad_store_runs<NT, P, BM, BN>(s, buf, runs);
+    wgrad_store_staged<NT, BM, BN, BK, VEC_A, VEC_B, AS, R>(s, buf, ra, rb, nb, kk);
+    if (VEC_B) wgrad_store_runs<NT, G, P, BM, BN, BK>(s, buf, runs);
     if (VEC_A) cp_async_wait_all();
     __syncthreads();  // this step's tiles are complete; the other buffer's readers are done
     if (step + 1 < steps) {
-      const int k0 = k_begin + (step + 1) * KILN_WG_BK;
-      wgrad_load_a<NT, BM, AS, VEC_A>(dyb, g, m0, k0, k_end, s.a[buf ^ 1], ra);
+      const int k0 = k_begin + (step + 1) * BK;
+      wgrad_load_a<NT, BM, BK, AS, VEC_A>(dyb, g, m0, k0, k_end, s.a[buf ^ 1], ra);
       gather(k0);
     }
-    wgrad_compute<T, BM, BN, WTM, WTN>(s, buf, wm, wn, acc);
+    wgrad_compute<T, BM, BN, BK, WTM, WTN>(s, buf, wm, wn, acc);
   }
   wgrad_store_c<OT, WTM, WTN>(out, g, m0 + wm * WTM, n0 + wn * WTN, acc);
 }
@@ -293,7 +298,7 @@ __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
 extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
     KILN_CONV_MMA_WGRAD(const KILN_T* __restrict__ dy, const KILN_T* __restrict__ x,
                         KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_mma_grad_weight<KILN_T, KILN_OT, KILN_BM, KILN_BN, KILN_WM, KILN_WN, KILN_VEC_A,
-                                   KILN_VEC_B>(dy, x, out, g);
+  kiln::cuda::conv_mma_grad_weight<KILN_T, KILN_OT, KILN_BM, KILN_BN, KILN_WM, KILN_WN, KILN_BK,
+                                   KILN_VEC_A, KILN_VEC_B>(dy, x, out, g);
 }
 #endif
