@@ -8,8 +8,11 @@
 #   loss_fixture_test.py TRAINER [MODEL...]            check (all models by default)
 #   loss_fixture_test.py TRAINER --record [MODEL...]   write the fixture from this build
 # Float summation order follows the vector width the build was compiled for (KILN_MARCH
-# native): on a CPU with other vector extensions than the recording's the test is skipped
-# (exit 77) rather than failed; re-record there from the commit that added the fixture.
+# native) and the kernels oneDNN picks for the microarchitecture: a CPU model with a recording
+# of its own (the fixture's "by_cpu", keyed by cpu_identity(); --record-cpu adds this CPU's from
+# a build whose CPU kernels are unchanged) is checked against it; any other is checked against
+# the main recording if it has the same vector extensions, else skipped (exit 77).
+#   loss_fixture_test.py TRAINER --record-cpu [MODEL...]   add this CPU model's recording
 import json
 import os
 import struct
@@ -52,6 +55,25 @@ def vector_extensions():
     return " ".join(sorted(f for f in set(flags) if f in ("avx2", "fma", "avx512f")))
 
 
+def cpu_identity():
+    """Vendor, family and model of this CPU with its vector extensions."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return (f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')}: {vector_extensions()}")
+
+
+def recording_for_this_cpu(fixture):
+    """This CPU model's own recording ({model: {key: bits}}), or None."""
+    return fixture.get("by_cpu", {}).get(cpu_identity())
+
+
 def float_bits(value):
     """The float32 bit pattern of a loss written as a double (losses are f32 tensors)."""
     bits = struct.unpack("<I", struct.pack("<f", value))[0]
@@ -79,17 +101,19 @@ def train(trainer, model, flags, workdir):
 
 def main():
     trainer, rest = os.path.abspath(sys.argv[1]), sys.argv[2:]
-    record = "--record" in rest
-    models = [m for m in rest if m != "--record"] or list(MODELS)
+    record, record_cpu = "--record" in rest, "--record-cpu" in rest
+    models = [m for m in rest if m not in ("--record", "--record-cpu")] or list(MODELS)
     fixture = {}
     if os.path.exists(FIXTURE):
         with open(FIXTURE) as f:
             fixture = json.load(f)
-    if not record and fixture.get("cpu") != vector_extensions():
+    own = recording_for_this_cpu(fixture)
+    if not record and not record_cpu and own is None and fixture.get("cpu") != vector_extensions():
         print(f"skipped: recorded on a CPU with '{fixture.get('cpu')}', "
-              f"this one has '{vector_extensions()}'")
+              f"this one is '{cpu_identity()}'")
         return 77
-    fixture["cpu"] = vector_extensions()
+    if record:
+        fixture["cpu"] = vector_extensions()
     failures = []
     with tempfile.TemporaryDirectory() as workdir:
         for model in models:
@@ -99,17 +123,22 @@ def main():
                 fixture[model] = {"flags": flags, **got}
                 print(f"{model}: recorded {STEPS} steps")
                 continue
-            want, before = fixture[model], len(failures)
-            if want["flags"] != flags:
-                failures.append(f"{model}: the fixture was recorded with {want['flags']}")
+            if record_cpu:
+                fixture.setdefault("by_cpu", {}).setdefault(cpu_identity(), {})[model] = got
+                print(f"{model}: recorded {STEPS} steps for {cpu_identity()}")
                 continue
+            before = len(failures)
+            if fixture[model]["flags"] != flags:
+                failures.append(f"{model}: the fixture was recorded with {fixture[model]['flags']}")
+                continue
+            want = own[model] if own is not None and model in own else fixture[model]
             for key, bits in got.items():
                 first = next((i for i, (a, b) in enumerate(zip(bits, want[key])) if a != b), None)
                 if first is not None:
                     failures.append(f"{model}: {key} of step {first + 1} is 0x{bits[first]}, "
                                     f"recorded 0x{want[key][first]}")
             print(f"{model}: {'differs' if len(failures) > before else 'ok'}")
-    if record:
+    if record or record_cpu:
         with open(FIXTURE, "w") as f:
             json.dump(fixture, f, indent=1, sort_keys=True)
             f.write("\n")
