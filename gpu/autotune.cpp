@@ -37,10 +37,11 @@ Device device() {
 // The stream, events and flush buffer of one tuning, released at its end.
 class Timer {
  public:
-  Timer() {
+  explicit Timer(bool flush_l2) {
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     KILN_CUDA_CHECK(cudaEventCreate(&start_));
     KILN_CUDA_CHECK(cudaEventCreate(&stop_));
+    if (!flush_l2) return;
     if (cudaMalloc(&flush_, kFlushBytes) != cudaSuccess) {  // tune with a warm cache instead
       cudaGetLastError();
       flush_ = nullptr;
@@ -81,6 +82,25 @@ class Timer {
 
 }  // namespace
 
+bool autotune_flushes_l2(std::size_t bytes) {
+  static const int policy = [] {  // 0 auto, 1 flush, 2 warm
+    const char* v = std::getenv("KILN_AUTOTUNE_L2");
+    const std::string text = v == nullptr ? "" : v;
+    if (text.empty() || text == "auto") return 0;
+    KILN_CHECK(text == "flush" || text == "warm",
+               "KILN_AUTOTUNE_L2='{}': expected flush, warm or auto", text);
+    return text == "flush" ? 1 : 2;
+  }();
+  if (policy != 0) return policy == 1;
+  static const std::size_t l2 = [] {
+    int device = 0, bytes = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+    return static_cast<std::size_t>(bytes);
+  }();
+  return bytes > l2 / 2;
+}
+
 bool autotune_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("KILN_AUTOTUNE");
@@ -96,7 +116,7 @@ std::optional<TuningRecord> find_tuning(const std::string& problem,
 }
 
 TuningRecord autotune(const std::string& problem, const std::vector<std::string>& candidates,
-                      const std::function<void(std::size_t, Stream)>& launch) {
+                      const std::function<void(std::size_t, Stream)>& launch, bool flush_l2) {
   KILN_ASSERT(!candidates.empty(), "autotune: no candidates for {}", problem);
   static std::mutex one_at_a_time;
   std::lock_guard lock(one_at_a_time);
@@ -104,7 +124,7 @@ TuningRecord autotune(const std::string& problem, const std::vector<std::string>
   if (auto known = table().find(problem, candidates, d.sm, d.driver)) return *known;
   TuningRecord record{problem, candidates, std::vector<double>(candidates.size(), -1.0), -1, false};
   std::exception_ptr first_error;
-  Timer timer;
+  Timer timer(flush_l2);
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     try {
       record.us[i] = timer.median_us([&](Stream s) { launch(i, s); });

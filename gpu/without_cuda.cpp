@@ -26,8 +26,9 @@ std::string cuda_unavailable_reason() { return kNoCuda; }
 JitTarget current_target() { throw_no_cuda("no CUDA device"); }
 
 bool autotune_enabled() { return false; }
+bool autotune_flushes_l2(std::size_t) { return true; }
 TuningRecord autotune(const std::string& problem, const std::vector<std::string>&,
-                      const std::function<void(std::size_t, Stream)>&) {
+                      const std::function<void(std::size_t, Stream)>&, bool) {
   throw_no_cuda(fmt::format("cannot time the candidates of '{}'", problem));
 }
 std::optional<TuningRecord> find_tuning(const std::string&, const std::vector<std::string>&) {

@@ -549,6 +549,76 @@ TEST_CASE("conv2d: every grad_weight tuning candidate gives the same bits, and t
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
 }
 
+namespace {
+
+// One f32 pass on the CUDA cores in `tile` (forced, with `splits` for grad_weight), its output.
+Tensor igemm_pass(cuda::ConvPass pass, cuda::IgemmTile tile, std::int64_t splits, const Shape& xs,
+                  const Shape& ws, std::int64_t stride, std::uint64_t seed) {
+  cuda::detail::set_conv_tiling_for_testing(
+      pass, {tile.bm, tile.bn, tile.kg, splits, tile.ks, tile.tm, tile.tn});
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, 1);
+  const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
+  const Tensor x = random_tensor(xs, DType::f32, seed), w = random_tensor(ws, DType::f32, seed + 1),
+               dy = random_tensor(ys, DType::f32, seed + 2);
+  const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::f32, pass);
+  DeviceBuffer dx(x), dw(w), ddy(dy), work(bytes);
+  const cuda::ConvWorkspace workspace{work.get(), bytes};
+  Tensor out;
+  if (pass == cuda::ConvPass::forward) {
+    DeviceBuffer y(ys.numel() * 4);
+    cuda::conv2d_forward(DType::f32, g, dx.get(), dw.get(), y.get(), workspace, nullptr);
+    out = y.download(ys, DType::f32);
+  } else if (pass == cuda::ConvPass::grad_input) {
+    DeviceBuffer o(xs.numel() * 4);
+    cuda::conv2d_grad_input(DType::f32, g, ddy.get(), dw.get(), o.get(), workspace, nullptr);
+    out = o.download(xs, DType::f32);
+  } else {
+    DeviceBuffer o(ws.numel() * 4);
+    cuda::conv2d_grad_weight(DType::f32, g, dx.get(), ddy.get(), o.get(), workspace, nullptr);
+    out = o.download(ws, DType::f32);
+  }
+  cuda::detail::set_conv_tiling_for_testing(pass, {});
+  return out;
+}
+
+}  // namespace
+
+// Every CUDA-core tile the tuner may choose for a pass sums in the default tile's order (the
+// same thread groups, K step and splits), so it gives the default's bits: f32, each pass, tiles
+// that divide nothing (37 filters, 7-wide images), grad_weight split in 3.
+TEST_CASE("conv2d: every implicit-GEMM tuning candidate gives the default tile's bits") {
+  SKIP_WITHOUT_GPU();
+  const Shape xs{3, 5, 9, 7}, ws{37, 5, 3, 3};
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, 1, 1);
+  std::uint64_t seed = 1200;
+  for (cuda::ConvPass pass :
+       {cuda::ConvPass::forward, cuda::ConvPass::grad_input, cuda::ConvPass::grad_weight}) {
+    const bool wgrad = pass == cuda::ConvPass::grad_weight;
+    const cuda::IgemmMode mode = pass == cuda::ConvPass::forward ? cuda::IgemmMode::forward
+                                 : pass == cuda::ConvPass::grad_input
+                                     ? cuda::IgemmMode::grad_input
+                                     : cuda::IgemmMode::grad_weight;
+    const std::int64_t m = pass == cuda::ConvPass::grad_input ? g.in_channels : g.out_channels;
+    const std::int64_t n = wgrad ? g.in_channels * 9
+                                 : g.batch * (pass == cuda::ConvPass::forward ? g.out_h * g.out_w
+                                                                              : g.height * g.width);
+    const cuda::IgemmTile base = cuda::igemm_choose_tile(mode, DType::f32, m, n);
+    const Tensor want = igemm_pass(pass, base, wgrad ? 3 : 0, xs, ws, 1, seed += 3);
+    int compared = 0;
+    for (const cuda::IgemmTile& t : cuda::kIgemmCandidates) {
+      if (t.kg != base.kg || t.ks != base.ks || !cuda::igemm_tile_valid(t, DType::f32)) continue;
+      CAPTURE(static_cast<int>(pass));
+      CAPTURE(t.bm);
+      CAPTURE(t.bn);
+      CAPTURE(t.tm);
+      CAPTURE(t.tn);
+      check_identical(igemm_pass(pass, t, wgrad ? 3 : 0, xs, ws, 1, seed), want);
+      ++compared;
+    }
+    CHECK(compared >= 3);  // the default and at least two others
+  }
+}
+
 TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {
   SKIP_WITHOUT_GPU();
   check_conv({7, 3, 9, 8}, {4, 3, 3, 3}, 2, 1, DType::f32, 400, 1);

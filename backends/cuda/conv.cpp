@@ -21,7 +21,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backends/cuda/conv_igemm.h"
 #include "backends/cuda/conv_mma.h"
+#include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/conv_passes.h"
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/gemm.h"
@@ -223,8 +225,16 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   return sources;
 }
 
-IgemmTile tile_for(const GemmDims& d, DType dtype, ConvPass pass) {
-  const detail::ConvTiling& forced = detail::g_tiling[static_cast<int>(pass)];
+// The tiling a test forces on `pass` (bm 0: none).
+const detail::ConvTiling& forced_tiling(ConvPass pass) {
+  const auto i = static_cast<std::size_t>(pass);
+  KILN_ASSERT(i < std::size(detail::g_tiling), "conv pass {}", i);
+  return detail::g_tiling[i];
+}
+
+// The pass's default tile: forced, else igemm_choose_tile's (it also sets grad_weight's splits).
+IgemmTile default_tile(const GemmDims& d, DType dtype, ConvPass pass) {
+  const detail::ConvTiling& forced = forced_tiling(pass);
   if (forced.bm > 0) {
     const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16,
                          forced.tm, forced.tn};
@@ -246,7 +256,7 @@ Splits splits_for(const GemmDims& d, IgemmTile tile, ConvPass pass, std::int64_t
   const std::int64_t steps = std::max<std::int64_t>(1, (d.k + bk - 1) / bk);
   if (pass != ConvPass::grad_weight) return {1, steps * bk};
   if (wanted <= 0) {
-    const std::int64_t forced = detail::g_tiling[static_cast<int>(pass)].splits;
+    const std::int64_t forced = forced_tiling(pass).splits;
     const std::int64_t tiles = ((d.m + tile.bm - 1) / tile.bm) * ((d.n + tile.bn - 1) / tile.bn);
     wanted = forced > 0 ? forced : (kGradWeightBlocks + tiles - 1) / tiles;
   }
@@ -255,10 +265,24 @@ Splits splits_for(const GemmDims& d, IgemmTile tile, ConvPass pass, std::int64_t
   return {(steps + per - 1) / per, per * bk};
 }
 
+// The tile the pass runs in: the tuner's choice among tiles of the default's K order (the
+// same splits), else the default; forced tiles are never tuned.
+IgemmTile tile_for(const ConvGeometry& g, DType dtype, ConvPass pass, bool may_time) {
+  const GemmDims d = dims_of(g, pass);
+  const IgemmTile base = default_tile(d, dtype, pass);
+  if (forced_tiling(pass).bm > 0) return base;
+  const Splits s = splits_for(d, base, pass);
+  return tuned_igemm_tile(mode_of(pass), dtype, gemm_shape(g, pass, d, s.chunk), base, s.count,
+                          may_time)
+      .value_or(base);
+}
+
+// grad_weight's partials (the pass's tile is tuned here, when it is sized).
 std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  tile_for(g, dtype, pass, true);
   if (pass != ConvPass::grad_weight) return 0;
   const GemmDims d = dims_of(g, pass);
-  const Splits s = splits_for(d, tile_for(d, dtype, pass), pass);
+  const Splits s = splits_for(d, default_tile(d, dtype, pass), pass);
   return s.count > 1 ? static_cast<std::size_t>(s.count * d.m * d.n) * wide_size(dtype) : 0;
 }
 
@@ -307,29 +331,22 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
                void* out, const ConvWorkspace& ws, gpu::Stream stream) {
   const GemmDims d = dims_of(g, pass);
   if (d.m == 0 || d.n == 0) return;
-  const IgemmTile tile = tile_for(d, dtype, pass);
-  Splits splits = splits_for(d, tile, pass);
+  const IgemmTile base = default_tile(d, dtype, pass);
+  Splits splits = splits_for(d, base, pass);
+  IgemmTile tile = tile_for(g, dtype, pass, false);
   const std::size_t partial_bytes = static_cast<std::size_t>(d.m * d.n) * wide_size(dtype);
   if (splits.count > 1 &&
-      ws.bytes < splits.count * partial_bytes)  // as many splits as the scratch holds
+      ws.bytes < splits.count * partial_bytes) {  // as many splits as the scratch holds
     splits =
-        splits_for(d, tile, pass,
+        splits_for(d, base, pass,
                    std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.bytes / partial_bytes)));
+    tile = base;  // the tuned tile was timed with the default splits
+  }
   if (splits.count > 1)
     KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0,
                "conv2d_grad_weight: the workspace is not 256-byte aligned");
-  ConvGemmShape shape = gemm_shape(g, pass, d, splits.chunk);
-  const IgemmMode mode = mode_of(pass);
-  const bool float_out = splits.count > 1 && is_low_precision(dtype);  // f32 partials
-  const DeviceKernel& k = device_kernel(conv_igemm_name(mode, tile, dtype, float_out), [&] {
-    return conv_igemm_source(mode, tile, dtype, float_out);
-  });
-  void* target = splits.count > 1 ? ws.data : out;
-  void* args[] = {&a, &img, &target, &shape};
-  const gpu::Dim3 grid{static_cast<unsigned>((d.n + tile.bn - 1) / tile.bn),
-                       static_cast<unsigned>((d.m + tile.bm - 1) / tile.bm),
-                       static_cast<unsigned>(splits.count)};
-  k.kernel.launch(grid, {static_cast<unsigned>(igemm_threads(tile)), 1, 1}, 0, stream, args);
+  conv_igemm_launch(mode_of(pass), dtype, tile, gemm_shape(g, pass, d, splits.chunk), splits.count,
+                    a, img, splits.count > 1 ? ws.data : out, stream);
   if (splits.count > 1) splitk_sum(dtype, ws.data, out, d.m * d.n, splits.count, stream);
 }
 
@@ -384,9 +401,9 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
     return {pass == ConvPass::grad_input ? col2im_source(dtype) : im2col_source(dtype)};
   }
   const GemmDims d = dims_of(g, pass);
-  const IgemmTile tile = tile_for(d, dtype, pass);
+  const IgemmTile tile = tile_for(g, dtype, pass, true);
   std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
-  if (splits_for(d, tile, pass).count == 1) return sources;
+  if (splits_for(d, default_tile(d, dtype, pass), pass).count == 1) return sources;
   if (is_low_precision(dtype))  // the splits write f32 partials
     sources.push_back(conv_igemm_source(mode_of(pass), tile, dtype, true));
   sources.push_back(conv_splitk_sum_source(dtype));

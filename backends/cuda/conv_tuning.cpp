@@ -4,10 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <random>
 
+#include "backends/cuda/conv_igemm.h"
 #include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernel_registry.h"
 #include "core/error.h"
@@ -62,21 +66,25 @@ class RandomOperand {
 
 // Times every candidate on random operands of the pass's shape.
 gpu::TuningRecord time_candidates(DType dtype, const ConvGemmShape& shape, bool dilated,
-                                  const std::string& problem) {
+                                  const std::string& problem, bool flush_l2) {
   preload_kernels(nhwc_candidate_sources(dtype, dilated));  // in parallel, not one by one
   const std::int64_t channels = shape.k / shape.khkw, images = shape.n / shape.s_hw;
   RandomOperand a(dtype, std::int64_t{shape.m} * shape.k);
   RandomOperand xt(dtype, images * shape.img_h * shape.img_w * channels);
   RandomOperand y(dtype, std::int64_t{shape.m} * shape.n);
-  return gpu::autotune(problem, candidate_labels(), [&](std::size_t i, gpu::Stream stream) {
-    conv_nhwc_launch(dtype, shape, kNhwcCandidates[i], a.data(), xt.data(), y.data(), stream,
-                     dilated);
-  });
+  return gpu::autotune(
+      problem, candidate_labels(),
+      [&](std::size_t i, gpu::Stream stream) {
+        conv_nhwc_launch(dtype, shape, kNhwcCandidates[i], a.data(), xt.data(), y.data(), stream,
+                         dilated);
+      },
+      flush_l2);
 }
 
 // Times every weight-gradient candidate on random operands of the pass's shape.
 gpu::TuningRecord time_wgrad_candidates(DType dtype, const ConvGemmShape& shape,
-                                        const MmaSplits& splits, const std::string& problem) {
+                                        const MmaSplits& splits, const std::string& problem,
+                                        bool flush_l2) {
   const bool split = splits.count > 1, vec_a = conv_mma_vector_dy(shape.s_hw),
              vec_b = conv_mma_vector_x(shape);
   std::vector<gpu::KernelSource> sources;
@@ -87,28 +95,158 @@ gpu::TuningRecord time_wgrad_candidates(DType dtype, const ConvGemmShape& shape,
   RandomOperand dy(dtype, images * shape.m * shape.s_hw);
   RandomOperand x(dtype, images * shape.img_chw);
   RandomOperand out(split ? DType::f32 : dtype, split ? splits.count * mn : mn);
-  return gpu::autotune(problem, wgrad_labels(), [&](std::size_t i, gpu::Stream stream) {
-    conv_mma_wgrad_launch(dtype, shape, splits, kWgradCandidates[i], dy.data(), x.data(),
-                          out.data(), stream);
-  });
+  return gpu::autotune(
+      problem, wgrad_labels(),
+      [&](std::size_t i, gpu::Stream stream) {
+        conv_mma_wgrad_launch(dtype, shape, splits, kWgradCandidates[i], dy.data(), x.data(),
+                              out.data(), stream);
+      },
+      flush_l2);
+}
+
+// Bytes of a pass's operands: A (m x k), the image (`images` of img_chw) and the output
+// (`splits` f32 partials, or m x n of dtype).
+std::size_t operand_bytes(DType dtype, const ConvGemmShape& s, std::int64_t images,
+                          std::int64_t splits) {
+  const auto mn = static_cast<std::size_t>(std::int64_t{s.m} * s.n);
+  const std::size_t out =
+      splits > 1 ? static_cast<std::size_t>(splits) * mn * 4 : mn * dtype_size(dtype);
+  return (static_cast<std::size_t>(std::int64_t{s.m} * s.k) +
+          static_cast<std::size_t>(images * s.img_chw)) *
+             dtype_size(dtype) +
+         out;
+}
+
+// The decisions found so far, by the pass's numbers: a launch outside a captured graph (trace,
+// --no-cuda-graphs) asks for its tile each time, and formatting and hashing the problem would
+// cost it microseconds.
+using PassKey = std::array<long long, 22>;
+PassKey pass_key(int kind, DType dtype, const ConvGemmShape& s, const MmaSplits& splits) {
+  return {kind,         static_cast<long long>(dtype),
+          s.m,          s.n,
+          s.k,          s.k_chunk,
+          s.s_hw,       s.s_w,
+          s.stride,     s.pad_h,
+          s.pad_w,      s.img_chw,
+          s.img_hw,     s.img_h,
+          s.img_w,      s.khkw,
+          s.kw,         s.a_ms,
+          s.c_ms,       splits.count,
+          splits.chunk, conv_mma_vector_x(s)};
+}
+class ChoiceMemo {
+ public:
+  std::optional<int> find(const PassKey& key) const {
+    std::lock_guard lock(mutex_);
+    auto it = chosen_.find(key);
+    return it == chosen_.end() ? std::nullopt : std::optional<int>(it->second);
+  }
+  void keep(const PassKey& key, int chosen) {
+    std::lock_guard lock(mutex_);
+    chosen_.emplace(key, chosen);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<PassKey, int> chosen_;
+};
+ChoiceMemo& memo() {
+  static ChoiceMemo m;
+  return m;
+}
+
+// The candidate index for `problem` (not in the memo): the table's, or (may_time) timed now by
+// `time`; kept in the memo.
+template <typename Time>
+std::optional<int> choose(const PassKey& key, const std::string& problem,
+                          const std::vector<std::string>& labels, bool may_time, const Time& time) {
+  std::optional<gpu::TuningRecord> record = gpu::find_tuning(problem, labels);
+  if (!record && may_time) record = time();
+  if (!record) return std::nullopt;
+  memo().keep(key, record->chosen);
+  return record->chosen;
+}
+
+std::string igemm_label(IgemmTile t) {
+  return fmt::format("{}x{}g{}k{}t{}x{}", t.bm, t.bn, t.kg, t.ks, t.tm, t.tn);
+}
+// The candidates summing in `base`'s order (base among them), valid for `dtype`.
+std::vector<IgemmTile> igemm_candidates(IgemmTile base, DType dtype) {
+  std::vector<IgemmTile> tiles = {base};
+  for (IgemmTile t : kIgemmCandidates)
+    if (t.kg == base.kg && t.ks == base.ks && !(t == base) && igemm_tile_valid(t, dtype))
+      tiles.push_back(t);
+  return tiles;
+}
+
+gpu::TuningRecord time_igemm_candidates(IgemmMode mode, DType dtype, const ConvGemmShape& shape,
+                                        const std::vector<IgemmTile>& tiles, std::int64_t splits,
+                                        const std::string& problem,
+                                        const std::vector<std::string>& labels, bool flush_l2) {
+  std::vector<gpu::KernelSource> sources;
+  for (IgemmTile t : tiles)
+    sources.push_back(conv_igemm_source(mode, t, dtype, splits > 1 && is_low_precision(dtype)));
+  preload_kernels(sources);
+  const std::int64_t pixels = mode == IgemmMode::grad_weight ? shape.k : shape.n;
+  const std::int64_t mn = std::int64_t{shape.m} * shape.n;
+  RandomOperand a(dtype, std::int64_t{shape.m} * shape.k);
+  RandomOperand img(dtype, pixels / shape.s_hw * shape.img_chw);
+  RandomOperand out(splits > 1 ? DType::f32 : dtype, splits > 1 ? splits * mn : mn);
+  return gpu::autotune(
+      problem, labels,
+      [&](std::size_t i, gpu::Stream stream) {
+        conv_igemm_launch(mode, dtype, tiles[i], shape, splits, a.data(), img.data(), out.data(),
+                          stream);
+      },
+      flush_l2);
 }
 
 }  // namespace
 
+std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const ConvGemmShape& s,
+                                          IgemmTile base, std::int64_t splits, bool may_time) {
+  if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || dtype == DType::f64) return std::nullopt;
+  const PassKey key = pass_key(3 + static_cast<int>(mode), dtype, s, MmaSplits{splits, s.k_chunk});
+  const std::vector<IgemmTile> tiles = igemm_candidates(base, dtype);
+  if (const std::optional<int> known = memo().find(key))
+    return tiles.at(static_cast<std::size_t>(*known));
+  if (gpu::cuda_device_count() == 0) return std::nullopt;
+  std::vector<std::string> labels;
+  for (IgemmTile t : tiles) labels.push_back(igemm_label(t));
+  const std::string base_problem = fmt::format(
+      "conv_igemm {} {} m{} n{} k{} khkw{} kw{} image{}x{} windows{}x{} stride{} pad{}x{} "
+      "a_ms{} c_ms{} splits{}x{}",
+      static_cast<int>(mode), dtype_name(dtype), s.m, s.n, s.k, s.khkw, s.kw, s.img_h, s.img_w,
+      s.s_hw, s.s_w, s.stride, s.pad_h, s.pad_w, s.a_ms, s.c_ms, splits, s.k_chunk);
+  const std::int64_t pixels = mode == IgemmMode::grad_weight ? s.k : s.n;
+  const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, s, pixels / s.s_hw, splits));
+  const std::string problem = base_problem + " " + gpu::l2_state(flush);
+  const std::optional<int> chosen = choose(key, problem, labels, may_time, [&] {
+    return time_igemm_candidates(mode, dtype, s, tiles, splits, problem, labels, flush);
+  });
+  if (!chosen) return std::nullopt;
+  return tiles.at(static_cast<std::size_t>(*chosen));
+}
+
 std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
                                           const MmaSplits& splits, bool may_time) {
-  if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || !conv_mma_vector_dy(s.s_hw) ||
-      gpu::cuda_device_count() == 0)
+  if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || !conv_mma_vector_dy(s.s_hw))
     return std::nullopt;  // (dy by scalar loads, rare: the default tile)
-  const std::string problem = fmt::format(
+  const PassKey key = pass_key(2, dtype, s, splits);
+  if (const std::optional<int> known = memo().find(key)) return kWgradCandidates[*known];
+  if (gpu::cuda_device_count() == 0) return std::nullopt;
+  const std::string base_problem = fmt::format(
       "conv_wgrad {} m{} n{} k{} khkw{} kw{} image{}x{} windows{}x{} stride{} pad{}x{} "
       "splits{}x{}{}",
       dtype_name(dtype), s.m, s.n, s.k, s.khkw, s.kw, s.img_h, s.img_w, s.s_hw, s.s_w, s.stride,
       s.pad_h, s.pad_w, splits.count, splits.chunk, conv_mma_vector_x(s) ? " runs" : "");
-  std::optional<gpu::TuningRecord> record = gpu::find_tuning(problem, wgrad_labels());
-  if (!record && may_time) record = time_wgrad_candidates(dtype, s, splits, problem);
-  if (!record) return std::nullopt;
-  return kWgradCandidates[record->chosen];
+  const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, s, s.k / s.s_hw, splits.count));
+  const std::string problem = base_problem + " " + gpu::l2_state(flush);
+  const std::optional<int> chosen = choose(key, problem, wgrad_labels(), may_time, [&] {
+    return time_wgrad_candidates(dtype, s, splits, problem, flush);
+  });
+  if (!chosen) return std::nullopt;
+  return kWgradCandidates[*chosen];
 }
 
 std::string nhwc_tile_label(NhwcTile t) {
@@ -124,13 +262,17 @@ std::string nhwc_problem(DType dtype, const ConvGemmShape& s, bool dilated) {
 
 std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape, bool dilated,
                                         bool may_time) {
-  if (!gpu::autotune_enabled() || shape.m == 0 || shape.n == 0 || gpu::cuda_device_count() == 0)
-    return std::nullopt;  // (no GPU: a lowering for display, as dump's)
-  const std::string problem = nhwc_problem(dtype, shape, dilated);
-  std::optional<gpu::TuningRecord> record = gpu::find_tuning(problem, candidate_labels());
-  if (!record && may_time) record = time_candidates(dtype, shape, dilated, problem);
-  if (!record) return std::nullopt;
-  return kNhwcCandidates[record->chosen];
+  if (!gpu::autotune_enabled() || shape.m == 0 || shape.n == 0) return std::nullopt;
+  const PassKey key = pass_key(dilated ? 1 : 0, dtype, shape, MmaSplits{});
+  if (const std::optional<int> known = memo().find(key)) return kNhwcCandidates[*known];
+  if (gpu::cuda_device_count() == 0) return std::nullopt;  // a lowering for display (dump's)
+  const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, shape, shape.n / shape.s_hw, 1));
+  const std::string problem = nhwc_problem(dtype, shape, dilated) + " " + gpu::l2_state(flush);
+  const std::optional<int> chosen = choose(key, problem, candidate_labels(), may_time, [&] {
+    return time_candidates(dtype, shape, dilated, problem, flush);
+  });
+  if (!chosen) return std::nullopt;
+  return kNhwcCandidates[*chosen];
 }
 
 std::vector<gpu::KernelSource> nhwc_candidate_sources(DType dtype, bool dilated) {

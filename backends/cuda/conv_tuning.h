@@ -1,5 +1,6 @@
-// Autotuned tiles of the tensor-core convolution passes: the channels-last forward and
-// grad_input (conv_mma_nhwc.cuh) and the weight gradient (conv_mma_wgrad.cuh). Each pass shape
+// Autotuned tiles of the convolution passes: on the tensor cores the channels-last forward and
+// grad_input (conv_mma_nhwc.cuh) and the weight gradient (conv_mma_wgrad.cuh), on the CUDA
+// cores the implicit GEMM (conv_igemm.cuh). Each pass shape
 // times every candidate tile once on the device (gpu/autotune.h) and keeps the fastest in the
 // kernel cache. Every candidate of a pass sums K in the same order, so the choice never changes
 // a result's bits.
@@ -47,5 +48,16 @@ inline constexpr WgradTile kWgradCandidates[] = {
     {128, 128, 2, 2, 64}, {64, 128, 2, 2, 64}};
 std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& shape,
                                           const MmaSplits& splits, bool may_time);
+
+// The CUDA-core implicit GEMM's tiles (conv_igemm.cuh; f32 and bf16/f16) likewise: the tiles of
+// kIgemmCandidates with the default tile's thread groups and K step (kg, ks: the order in which
+// each element is summed), the split count the default's.
+inline constexpr IgemmTile kIgemmCandidates[] = {
+    {64, 128, 1, 16, 8, 8}, {32, 64, 1, 16, 4, 8}, {64, 64, 1, 16, 8, 8}, {128, 64, 1, 16, 8, 8},
+    {64, 64, 1, 16, 4, 4},  {32, 32, 1, 16, 4, 4}, {64, 32, 2, 16, 8, 4}, {64, 32, 2, 16, 4, 4},
+    {32, 32, 2, 16, 4, 4},  {64, 64, 2, 16, 8, 8}, {32, 64, 2, 16, 4, 8}, {32, 16, 4, 16, 4, 4},
+    {64, 64, 2, 16, 4, 4},  {32, 32, 4, 16, 4, 4}};
+std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const ConvGemmShape& shape,
+                                          IgemmTile base, std::int64_t splits, bool may_time);
 
 }  // namespace kiln::cuda
