@@ -5,17 +5,14 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <random>
 
 #include "backends/cuda/conv_igemm.h"
 #include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernel_registry.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "gpu/autotune.h"
 #include "gpu/cuda_check.h"
 
@@ -37,22 +34,28 @@ std::vector<std::string> wgrad_labels() {
   return labels;
 }
 
-// `elements` values of `dtype` uniform in [-1, 1), in device memory freed with the object.
+// `elements` random values of `dtype` with magnitudes in [1, 2) and random signs (a xorshift's
+// bits put into the mantissa: cheap, so that tuning a large pass is not spent drawing numbers),
+// in device memory freed with the object.
 class RandomOperand {
  public:
   RandomOperand(DType dtype, std::int64_t elements) {
     const std::size_t bytes = static_cast<std::size_t>(elements) * dtype_size(dtype);
     KILN_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(bytes, 16)));
     std::vector<std::uint32_t> words((bytes + 3) / 4);
-    std::mt19937 rng(12345);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    auto half = [&] {
-      const float v = uniform(rng);
-      return dtype == DType::bf16 ? float_to_bf16_bits(v) : float_to_f16_bits(v);
-    };
-    for (std::uint32_t& w : words)
-      w = dtype == DType::f32 ? std::bit_cast<std::uint32_t>(uniform(rng))
-                              : half() | static_cast<std::uint32_t>(half()) << 16;
+    std::uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (std::uint32_t& w : words) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      const auto r = static_cast<std::uint32_t>(state >> 16);
+      if (dtype == DType::f32)  // sign, exponent 0 (1.x), 22 random mantissa bits
+        w = ((r & 1u) << 31) | 0x3f800000u | (r >> 10);
+      else if (dtype == DType::bf16)  // two of sign, exponent 0, 7 mantissa bits
+        w = (r & 0x807f807fu) | 0x3f803f80u;
+      else  // f16
+        w = (r & 0x83ff83ffu) | 0x3c003c00u;
+    }
     KILN_CUDA_CHECK(cudaMemcpy(data_, words.data(), bytes, cudaMemcpyHostToDevice));
   }
   ~RandomOperand() { cudaFree(data_); }
