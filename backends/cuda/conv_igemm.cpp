@@ -1,9 +1,29 @@
-// The implicit-GEMM kernel's launch (conv_igemm.h).
+// A convolution pass as an implicit GEMM (conv_passes.h): its dimensions and the kernels'
+// description of it, and the CUDA-core kernel (kernels/conv_igemm.cuh): its tile (the default,
+// forced by a test, or autotuned among tiles that sum in the default's order: conv_tuning.h),
+// grad_weight's K splits, its sources and its launch.
 #include "backends/cuda/conv_igemm.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <vector>
+
+#include "backends/cuda/conv_passes.h"
+#include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_registry.h"
+#include "core/error.h"
 
 namespace kiln::cuda {
+
+namespace detail {
+namespace {
+ConvTiling g_tiling[3];
+}  // namespace
+void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling) {
+  g_tiling[static_cast<int>(pass)] = tiling;
+}
+}  // namespace detail
 
 void conv_igemm_launch(IgemmMode mode, DType dtype, IgemmTile tile, const ConvGemmShape& shape,
                        std::int64_t splits, const void* a, const void* img, void* target,
@@ -20,4 +40,166 @@ void conv_igemm_launch(IgemmMode mode, DType dtype, IgemmTile tile, const ConvGe
   k.kernel.launch(grid, {static_cast<unsigned>(igemm_threads(tile)), 1, 1}, 0, stream, args);
 }
 
+namespace conv_detail {
+namespace {
+
+constexpr std::int64_t kGradWeightBlocks = 264;  // split-K target: two blocks per SM of an H200
+
+std::int32_t i32(std::int64_t v) { return static_cast<std::int32_t>(v); }
+
+// The tiling a test forces on `pass` (bm 0: none).
+const detail::ConvTiling& forced_tiling(ConvPass pass) {
+  const auto i = static_cast<std::size_t>(pass);
+  KILN_ASSERT(i < std::size(detail::g_tiling), "conv pass {}", i);
+  return detail::g_tiling[i];
+}
+
+// The pass's default tile: forced, else igemm_choose_tile's (it also sets grad_weight's splits).
+IgemmTile default_tile(const GemmDims& d, DType dtype, ConvPass pass) {
+  const detail::ConvTiling& forced = forced_tiling(pass);
+  if (forced.bm > 0) {
+    const IgemmTile tile{forced.bm, forced.bn, forced.kg, forced.ks > 0 ? forced.ks : 16,
+                         forced.tm, forced.tn};
+    KILN_CHECK(
+        igemm_tile_valid(tile, dtype),
+        "conv: no implicit-GEMM kernel for the forced {}x{}x{} tile (K step {}, {}x{} per thread)",
+        tile.bm, tile.bn, tile.kg, tile.ks, tile.tm, tile.tn);
+    return tile;
+  }
+  return igemm_choose_tile(mode_of(pass), dtype, d.m, d.n);
+}
+
+// K splits of grad_weight and the K range of each (a multiple of the tile's K step).
+struct Splits {
+  std::int64_t count = 1, chunk = 0;
+};
+Splits splits_for(const GemmDims& d, IgemmTile tile, ConvPass pass, std::int64_t wanted = 0) {
+  const std::int64_t bk = static_cast<std::int64_t>(tile.ks) * tile.kg;
+  const std::int64_t steps = std::max<std::int64_t>(1, (d.k + bk - 1) / bk);
+  if (pass != ConvPass::grad_weight) return {1, steps * bk};
+  if (wanted <= 0) {
+    const std::int64_t forced = forced_tiling(pass).splits;
+    const std::int64_t tiles = ((d.m + tile.bm - 1) / tile.bm) * ((d.n + tile.bn - 1) / tile.bn);
+    wanted = forced > 0 ? forced : (kGradWeightBlocks + tiles - 1) / tiles;
+  }
+  wanted = std::clamp<std::int64_t>(wanted, 1, std::min<std::int64_t>(steps, 65535));
+  const std::int64_t per = (steps + wanted - 1) / wanted;
+  return {(steps + per - 1) / per, per * bk};
+}
+
+// The tile the pass runs in: the tuner's choice among tiles of the default's K order (the
+// same splits), else the default; forced tiles are never tuned.
+IgemmTile tile_for(const ConvGeometry& g, DType dtype, ConvPass pass, bool may_time) {
+  const GemmDims d = dims_of(g, pass);
+  const IgemmTile base = default_tile(d, dtype, pass);
+  if (forced_tiling(pass).bm > 0) return base;
+  const Splits s = splits_for(d, base, pass);
+  return tuned_igemm_tile(mode_of(pass), dtype, gemm_shape(g, pass, d, s.chunk), base, s.count,
+                          may_time)
+      .value_or(base);
+}
+
+}  // namespace
+
+IgemmMode mode_of(ConvPass pass) {
+  return pass == ConvPass::forward      ? IgemmMode::forward
+         : pass == ConvPass::grad_input ? IgemmMode::grad_input
+                                        : IgemmMode::grad_weight;
+}
+
+GemmDims dims_of(const ConvGeometry& g, ConvPass pass) {
+  const std::int64_t b = g.batch, kk = g.kernel_h * g.kernel_w;
+  switch (pass) {
+    case ConvPass::forward:
+      return {g.out_channels, b * g.out_h * g.out_w, g.in_channels * kk};
+    case ConvPass::grad_input:
+      return {g.in_channels, b * g.height * g.width, g.out_channels * kk};
+    case ConvPass::grad_weight:
+      return {g.out_channels, g.in_channels * kk, b * g.out_h * g.out_w};
+  }
+  return {0, 0, 0};
+}
+
+// grad_weight's partials (the pass's tile is tuned here, when it is sized).
+std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  tile_for(g, dtype, pass, true);
+  if (pass != ConvPass::grad_weight) return 0;
+  const GemmDims d = dims_of(g, pass);
+  const Splits s = splits_for(d, default_tile(d, dtype, pass), pass);
+  return s.count > 1 ? static_cast<std::size_t>(s.count * d.m * d.n) * wide_size(dtype) : 0;
+}
+
+// The GEMM's description for the kernel: which tensor is the image, how its windows are
+// laid out, and the strides of A and C along M (kernels/conv_params.h, ConvGemmShape).
+ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,
+                         std::int64_t k_chunk) {
+  ConvGemmShape s{};
+  s.m = i32(d.m);
+  s.n = i32(d.n);
+  s.k = i32(d.k);
+  s.k_chunk = i32(k_chunk);
+  s.khkw = i32(g.kernel_h * g.kernel_w);
+  s.kw = i32(g.kernel_w);
+  if (pass == ConvPass::grad_input) {  // image dy, windows over dx's grid, flipped filter
+    s.s_hw = i32(g.height * g.width);
+    s.s_w = i32(g.width);
+    s.stride = 1;
+    s.pad_h = i32(g.kernel_h - 1 - g.padding);
+    s.pad_w = i32(g.kernel_w - 1 - g.padding);
+    s.img_chw = i32(g.out_channels * g.out_h * g.out_w);
+    s.img_hw = i32(g.out_h * g.out_w);
+    s.img_h = i32(g.out_h);
+    s.img_w = i32(g.out_w);
+    s.a_ms = s.khkw;
+    s.c_ms = s.s_hw;
+    return s;
+  }
+  s.s_hw = i32(g.out_h * g.out_w);  // image x, windows over y's (dy's) grid
+  s.s_w = i32(g.out_w);
+  s.stride = i32(g.stride);
+  s.pad_h = s.pad_w = i32(g.padding);
+  s.img_chw = i32(g.in_channels * g.height * g.width);
+  s.img_hw = i32(g.height * g.width);
+  s.img_h = i32(g.height);
+  s.img_w = i32(g.width);
+  s.a_ms = pass == ConvPass::forward ? s.k : s.s_hw;
+  s.c_ms = pass == ConvPass::forward ? s.s_hw : s.n;
+  return s;
+}
+
+void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
+               void* out, const ConvWorkspace& ws, gpu::Stream stream) {
+  const GemmDims d = dims_of(g, pass);
+  if (d.m == 0 || d.n == 0) return;
+  const IgemmTile base = default_tile(d, dtype, pass);
+  Splits splits = splits_for(d, base, pass);
+  IgemmTile tile = tile_for(g, dtype, pass, false);
+  const std::size_t partial_bytes = static_cast<std::size_t>(d.m * d.n) * wide_size(dtype);
+  if (splits.count > 1 &&
+      ws.bytes < splits.count * partial_bytes) {  // as many splits as the scratch holds
+    splits =
+        splits_for(d, base, pass,
+                   std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.bytes / partial_bytes)));
+    tile = base;  // the tuned tile was timed with the default splits
+  }
+  if (splits.count > 1)
+    KILN_CHECK(reinterpret_cast<std::uintptr_t>(ws.data) % 256 == 0,
+               "conv2d_grad_weight: the workspace is not 256-byte aligned");
+  conv_igemm_launch(mode_of(pass), dtype, tile, gemm_shape(g, pass, d, splits.chunk), splits.count,
+                    a, img, splits.count > 1 ? ws.data : out, stream);
+  if (splits.count > 1) splitk_sum(dtype, ws.data, out, d.m * d.n, splits.count, stream);
+}
+
+std::vector<gpu::KernelSource> igemm_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  const GemmDims d = dims_of(g, pass);
+  const IgemmTile tile = tile_for(g, dtype, pass, true);
+  std::vector<gpu::KernelSource> sources = {conv_igemm_source(mode_of(pass), tile, dtype)};
+  if (splits_for(d, default_tile(d, dtype, pass), pass).count == 1) return sources;
+  if (is_low_precision(dtype))  // the splits write f32 partials
+    sources.push_back(conv_igemm_source(mode_of(pass), tile, dtype, true));
+  sources.push_back(conv_splitk_sum_source(dtype));
+  return sources;
+}
+
+}  // namespace conv_detail
 }  // namespace kiln::cuda

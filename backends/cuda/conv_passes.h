@@ -5,8 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/kernels/conv_params.h"
 #include "core/dtype.h"
 #include "graph/kernels/conv_cpu.h"
 
@@ -25,6 +28,25 @@ inline bool pointwise(const ConvGeometry& g) {
 }
 // What sums are kept in: f64 for f64, else f32 (bf16 and f16 accumulate in f32 scratch).
 inline DType wide_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// C = A B of `pass`: M rows, N columns, K terms.
+struct GemmDims {
+  std::int64_t m, n, k;
+};
+GemmDims dims_of(const ConvGeometry& g, ConvPass pass);
+IgemmMode mode_of(ConvPass pass);
+// The GEMM's description for the kernels: which tensor is the image, how its windows are laid
+// out, and the strides of A and C along M (kernels/conv_params.h, ConvGemmShape).
+ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,
+                         std::int64_t k_chunk);
+
+// The CUDA-core implicit GEMM (conv_igemm.cpp): grad_weight's partials (the pass's tile is
+// tuned when it is sized), the kernels a pass may launch, and one pass: a = W (forward,
+// grad_input) or dy; img = x or dy; out = y, dx or dW.
+std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass);
+std::vector<gpu::KernelSource> igemm_sources(const ConvGeometry& g, DType dtype, ConvPass pass);
+void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
+               void* out, const ConvWorkspace& ws, gpu::Stream stream);
 
 // out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
 // once to `dtype`; a count of 1 is the rounding alone.
