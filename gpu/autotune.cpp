@@ -1,5 +1,6 @@
 // The tuner: each candidate timed with CUDA events on a stream of its own, the L2 overwritten
-// before each run so that no run reads what the one before left in the cache.
+// before each run where the problem asks for it (autotune_flushes_l2), so that no run reads what
+// the one before left in the cache.
 #include "gpu/autotune.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The channels-last passes' tiles, timed per shape (conv_tuning.h).
+// The convolution passes' tiles, timed per shape (conv_tuning.h).
 #include "backends/cuda/conv_tuning.h"
 
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernel_registry.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "gpu/autotune.h"
 #include "gpu/cuda_check.h"
 
@@ -164,7 +165,15 @@ template <typename Time>
 std::optional<int> choose(const PassKey& key, const std::string& problem,
                           const std::vector<std::string>& labels, bool may_time, const Time& time) {
   std::optional<gpu::TuningRecord> record = gpu::find_tuning(problem, labels);
-  if (!record && may_time) record = time();
+  if (!record && may_time) {
+    try {
+      record = time();
+    } catch (const Error& e) {  // (no memory for the operands, say): the default, untimed
+      log().warn("autotune: {}: {}; the pass takes its default tile", problem, e.what());
+      cudaGetLastError();  // an allocation's failure is no error of the launches after it
+      return std::nullopt;
+    }
+  }
   if (!record) return std::nullopt;
   memo().keep(key, record->chosen);
   return record->chosen;
