@@ -619,6 +619,33 @@ TEST_CASE("conv2d: every implicit-GEMM tuning candidate gives the default tile's
   }
 }
 
+// The tuner's candidate lists, on any machine: every tile has a kernel, the default tiles are
+// candidates, and every implicit-GEMM list starts with its default and keeps its thread groups
+// and K step (the order of the sums), so a choice never changes a result's bits.
+TEST_CASE("conv tuning: every candidate is a valid tile that sums in its default's order") {
+  for (const cuda::NhwcTile& t : cuda::kNhwcCandidates) CHECK(cuda::nhwc_tile_valid(t));
+  for (const cuda::NhwcTile& t : cuda::kNhwcTiles)
+    CHECK(std::find(std::begin(cuda::kNhwcCandidates), std::end(cuda::kNhwcCandidates), t) !=
+          std::end(cuda::kNhwcCandidates));
+  for (const cuda::WgradTile& t : cuda::kWgradCandidates) CHECK(cuda::wgrad_tile_valid(t));
+  for (std::int64_t m : {64, 128})
+    CHECK(std::find(std::begin(cuda::kWgradCandidates), std::end(cuda::kWgradCandidates),
+                    cuda::conv_mma_wgrad_default_tile(m)) != std::end(cuda::kWgradCandidates));
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (cuda::IgemmMode mode :
+         {cuda::IgemmMode::forward, cuda::IgemmMode::grad_input, cuda::IgemmMode::grad_weight})
+      for (const cuda::IgemmTile& base : cuda::igemm_tiles(mode, dtype)) {
+        const std::vector<cuda::IgemmTile> tiles = cuda::igemm_candidates(base, dtype);
+        REQUIRE(!tiles.empty());
+        CHECK(tiles.front() == base);
+        for (const cuda::IgemmTile& t : tiles) {
+          CHECK(cuda::igemm_tile_valid(t, dtype));
+          CHECK(t.kg == base.kg);
+          CHECK(t.ks == base.ks);
+        }
+      }
+}
+
 TEST_CASE("conv2d: a workspace smaller than the batch is processed in chunks") {
   SKIP_WITHOUT_GPU();
   check_conv({7, 3, 9, 8}, {4, 3, 3, 3}, 2, 1, DType::f32, 400, 1);

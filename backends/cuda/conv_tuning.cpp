@@ -182,14 +182,6 @@ std::optional<int> choose(const PassKey& key, const std::string& problem,
 std::string igemm_label(IgemmTile t) {
   return fmt::format("{}x{}g{}k{}t{}x{}", t.bm, t.bn, t.kg, t.ks, t.tm, t.tn);
 }
-// The candidates summing in `base`'s order (base among them), valid for `dtype`.
-std::vector<IgemmTile> igemm_candidates(IgemmTile base, DType dtype) {
-  std::vector<IgemmTile> tiles = {base};
-  for (IgemmTile t : kIgemmCandidates)
-    if (t.kg == base.kg && t.ks == base.ks && !(t == base) && igemm_tile_valid(t, dtype))
-      tiles.push_back(t);
-  return tiles;
-}
 
 gpu::TuningRecord time_igemm_candidates(IgemmMode mode, DType dtype, const ConvGemmShape& shape,
                                         const std::vector<IgemmTile>& tiles, std::int64_t splits,
@@ -214,6 +206,14 @@ gpu::TuningRecord time_igemm_candidates(IgemmMode mode, DType dtype, const ConvG
 }
 
 }  // namespace
+
+std::vector<IgemmTile> igemm_candidates(IgemmTile base, DType dtype) {
+  std::vector<IgemmTile> tiles = {base};
+  for (IgemmTile t : kIgemmCandidates)
+    if (t.kg == base.kg && t.ks == base.ks && !(t == base) && igemm_tile_valid(t, dtype))
+      tiles.push_back(t);
+  return tiles;
+}
 
 std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const ConvGemmShape& s,
                                           IgemmTile base, std::int64_t splits, bool may_time) {

@@ -59,5 +59,8 @@ inline constexpr IgemmTile kIgemmCandidates[] = {
     {64, 64, 2, 16, 4, 4},  {32, 32, 4, 16, 4, 4}};
 std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const ConvGemmShape& shape,
                                           IgemmTile base, std::int64_t splits, bool may_time);
+// The candidates timed for a pass whose default tile is `base`: base first, then every tile of
+// kIgemmCandidates with its thread groups and K step that has a kernel for `dtype`.
+std::vector<IgemmTile> igemm_candidates(IgemmTile base, DType dtype);
 
 }  // namespace kiln::cuda
