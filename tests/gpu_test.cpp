@@ -24,6 +24,7 @@
 #include "gpu/kernel_cache.h"
 #include "gpu/nvrtc_compiler.h"
 #include "gpu/sha256.h"
+#include "tests/temp_dir.h"
 #ifdef KILN_HAVE_CUDA
 #include "gpu/cuda_check.h"
 #endif
@@ -33,23 +34,7 @@ using namespace kiln::gpu;
 
 namespace {
 
-// A fresh directory under the system's temp directory, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kiln-jit-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using kiln::test::TempDir;
 
 // Sets (or, with nullptr, unsets) an environment variable for a scope.
 class ScopedEnv {

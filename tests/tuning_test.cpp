@@ -2,7 +2,6 @@
 // memory and on disk, where a damaged or foreign record is never trusted. The timing itself
 // (gpu/autotune.h) is tested with the convolution tiles in cuda_kernels_test.cpp.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,28 +11,12 @@
 #include "gpu/cache_admin.h"
 #include "gpu/cache_entry.h"
 #include "gpu/tuning_record.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace kiln::gpu;
 
 namespace {
-
-class TuningDir {
- public:
-  TuningDir() {
-    std::string pattern = (fs::temp_directory_path() / "kiln-tuning-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TuningDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 const std::vector<std::string> kLabels = {"128x64w2x2p8s3", "64x128w2x2p8s3", "64x64w2x2p8s4"};
 
@@ -74,7 +57,7 @@ TEST_CASE("a tuning key covers the problem, the candidates, the architecture and
 }
 
 TEST_CASE("the tuning table keeps records in memory and on disk, and never trusts a bad one") {
-  TuningDir dir;
+  kiln::test::TempDir dir;
   const TuningRecord r = sample();
   {
     TuningTable table(dir.path());
