@@ -102,6 +102,9 @@ TEST_CASE(
       const auto group = ProcessGroup::join(test_options(rank, 3, port));
       group->on_peer_failure(
           [](const std::string& message) { std::fprintf(stderr, "hook: %s\n", message.c_str()); });
+      // Every rank's hook is in place before the report: a notice that arrives before a rank has
+      // added its hook ends that rank without it (CI saw this once).
+      group->barrier();
       if (rank == reporter) {
         group->report_error("data file /data/x is corrupt");
         std::this_thread::sleep_for(300ms);  // the others' ends must not end this rank
