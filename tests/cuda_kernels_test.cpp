@@ -357,11 +357,12 @@ TEST_CASE("conv2d: TF32 on the tensor cores stays within TF32's precision") {
   check_conv({2, 6, 7, 7}, {8, 6, 3, 3}, 1, 1, DType::f32, 640, 0, -1, 1e-2);
 }
 
-// Every channels-last tile (the tuner's candidates, and 4-piece K steps, which a benchmark may
-// force), each with and without a split K (forced only), against the
-// CPU on shapes that do not divide the tiles: 16 and 8 channels (several taps in one step), 136
-// filters (a partial 128-row tile), grad_input at stride 2 (dy read as if dilated), in bf16 (the
-// output rounded: 1.5e-2) and TF32 (1e-2).
+// Every channels-last tile (the tuner's candidates, and others a benchmark may force), each
+// with and without a split K (forced only), against the CPU on shapes that do not divide the
+// tiles: 16 and 8 channels (several taps in one step), 136 filters (a partial 128-row tile),
+// grad_input at stride 2 (dy read as if dilated), 5x5 and 1x1 kernels at strides 1 and 2, in
+// bf16 (the output rounded: 1.5e-2) and TF32 (1e-2); then weights whose channels-last copy
+// takes a row in several blocks (7x7 taps of 512 channels; 1864 filters flipped).
 TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32") {
   SKIP_WITHOUT_GPU();
   struct ForcePlan {  // the default choice again however the case ends
@@ -378,8 +379,7 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
   };
   std::vector<cuda::NhwcTile> tiles(std::begin(cuda::kNhwcCandidates),
                                     std::end(cuda::kNhwcCandidates));
-  for (cuda::NhwcTile t :
-       {cuda::NhwcTile{128, 128, 2, 4, 4, 4}, cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
+  for (cuda::NhwcTile t : {cuda::NhwcTile{256, 64, 4, 1, 4, 2}, cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
     tiles.push_back(t);
   std::uint64_t seed = 700;
   for (const cuda::NhwcTile& tile : tiles)
@@ -394,11 +394,17 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
       check_conv({3, 16, 9, 7}, {24, 16, 3, 3}, 1, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       check_conv({2, 8, 11, 10}, {136, 8, 3, 3}, 1, 0, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       check_conv({2, 16, 12, 10}, {32, 16, 3, 3}, 2, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      check_conv({2, 16, 9, 11}, {24, 16, 5, 5}, 1, 2, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      check_conv({3, 16, 10, 9}, {40, 16, 1, 1}, 2, 0, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       cuda::set_allow_tf32(true);
       check_conv({2, 16, 9, 7}, {40, 16, 3, 3}, 1, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       check_conv({2, 8, 12, 10}, {16, 8, 3, 3}, 2, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       cuda::set_allow_tf32(false);
     }
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+  check_conv({1, 512, 7, 7}, {16, 512, 7, 7}, 1, 3, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+  check_conv({1, 16, 7, 7}, {1864, 16, 3, 3}, 1, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+  cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
 }
 
 namespace {

@@ -135,11 +135,16 @@ void splitk_sum(DType dtype, const void* part, void* out, std::int64_t elements,
                 gpu::Stream stream) {
   const DeviceKernel& sum = device_kernel(fmt::format("kiln_conv_splitk_sum_{}", dtype_name(dtype)),
                                           [&] { return conv_splitk_sum_source(dtype); });
-  int mn = static_cast<int>(elements), splits = static_cast<int>(count);
-  void* sum_args[] = {&part, &out, &mn, &splits};
-  const unsigned lanes = mn >= 4096 ? 8 : 32;  // more lanes per output when there are few outputs
-  sum.kernel.launch({static_cast<unsigned>((mn + 31) / 32), 1, 1}, {32, lanes, 1}, 0, stream,
-                    sum_args);
+  // The summation order: 8 classes of splits (32 below 4096 outputs, where more threads an
+  // output keep the SMs busy), each class a thread; a block takes 256 / classes outputs.
+  int mn = static_cast<int>(elements), splits = static_cast<int>(count),
+      lanes = mn >= 4096 ? 8 : 32;
+  if (mn == 0) return;
+  const auto classes = static_cast<unsigned>(std::min(lanes, std::max(splits, 1)));
+  const unsigned outputs = 256 / classes;
+  void* sum_args[] = {&part, &out, &mn, &splits, &lanes};
+  sum.kernel.launch({static_cast<unsigned>((elements + outputs - 1) / outputs), 1, 1},
+                    {outputs, classes, 1}, 0, stream, sum_args);
 }
 
 std::size_t im2col_workspace(const ConvGeometry& g, DType dtype, ConvPass pass,

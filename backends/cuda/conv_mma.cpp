@@ -23,6 +23,9 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 constexpr std::int64_t kStep = 32;           // pixels per K step of the weight gradient
 constexpr std::int64_t kTargetBlocks = 528;  // four per SM of an H100/H200
 constexpr std::int64_t kMinSteps = 8;        // K steps per split at least
+// A block's share of a weight copy: at most 64 columns of a row (a [512, 512, 3, 3] copy in
+// 4096 blocks; one block a row, 512 of them, left it latency-bound at 15 us), at most 32 KiB.
+constexpr std::int64_t kWeightChunkColumns = 64, kWeightChunkBytes = 32 * 1024;
 }  // namespace
 
 void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, const void* x,
@@ -62,10 +65,23 @@ void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels
   const std::size_t bytes = dtype_size(dtype);
   const DeviceKernel& k = device_kernel(nhwc_weights_name(flip, bytes),
                                         [flip, bytes] { return nhwc_weights_source(flip, bytes); });
-  int co = static_cast<int>(out_channels), ci = static_cast<int>(in_channels),
-      taps = static_cast<int>(khkw);
-  void* args[] = {&w, &a, &co, &ci, &taps};
-  launch_items(k, out_channels * in_channels * khkw, stream, args);
+  // a is [rows][khkw][cols]; a block moves a chunk of one row's columns through shared memory.
+  const std::int64_t rows = flip ? in_channels : out_channels;
+  const std::int64_t cols = flip ? out_channels : in_channels;
+  if (rows == 0 || cols == 0 || khkw == 0) return;
+  const std::int64_t chunk =
+      std::clamp<std::int64_t>(kWeightChunkBytes / (khkw * static_cast<std::int64_t>(bytes)), 1,
+                               std::min(cols, kWeightChunkColumns));
+  KILN_CHECK(rows <= 65535 && khkw * static_cast<std::int64_t>(bytes) <= kWeightChunkBytes &&
+                 rows * cols * khkw < (std::int64_t{1} << 31),
+             "conv: weights [{}, {}, {}] are too large for the channels-last copy", out_channels,
+             in_channels, khkw);
+  int r = static_cast<int>(rows), c = static_cast<int>(cols), taps = static_cast<int>(khkw),
+      n = static_cast<int>(chunk);
+  void* args[] = {&w, &a, &r, &c, &taps, &n};
+  const gpu::Dim3 grid{static_cast<unsigned>((cols + chunk - 1) / chunk),
+                       static_cast<unsigned>(rows), 1};
+  k.kernel.launch(grid, {256, 1, 1}, static_cast<std::size_t>(chunk * khkw) * bytes, stream, args);
 }
 
 namespace {

@@ -62,23 +62,26 @@ __device__ __forceinline__ void col2im(const typename Wide<T>::type* __restrict_
   }
 }
 
-// out[i] = sum over z of part[z * mn + i], z ascending within each of blockDim.y lanes
-// (lane y takes z = y, y + blockDim.y, ...), then the lanes in order: a fixed order for a
-// given (splits, blockDim.y). Blocks of (32, lanes) threads, 32 outputs each.
+// out[i] = sum over z of part[z * mn + i] in a fixed order for a given (splits, lanes): z
+// ascending within each of `lanes` classes (class y takes z = y, y + lanes, ...), then the
+// classes in order, each class's sum starting from 0, and a +0 for the classes that have no
+// split (the order of the kernel that gave every class a thread: the same bits). Blocks of
+// (X, Y) threads, Y = min(lanes, splits) (a thread per non-empty class), X outputs each.
 template <typename T>
 __device__ __forceinline__ void splitk_sum(const typename Wide<T>::type* __restrict__ part,
-                                           T* __restrict__ out, int mn, int splits) {
+                                           T* __restrict__ out, int mn, int splits, int lanes) {
   typedef typename Wide<T>::type W;
-  __shared__ W sums[32][33];
-  const int i = blockIdx.x * 32 + threadIdx.x;
+  __shared__ W sums[256 + 32];  // rows of blockDim.x + 1: X * Y <= 256, Y <= 32
+  const int row = blockDim.x + 1, i = blockIdx.x * blockDim.x + threadIdx.x;
   W s = W(0);
   if (i < mn)
-    for (int z = threadIdx.y; z < splits; z += blockDim.y) s += part[(size_t)z * mn + i];
-  sums[threadIdx.y][threadIdx.x] = s;
+    for (int z = threadIdx.y; z < splits; z += lanes) s += part[(size_t)z * mn + i];
+  sums[threadIdx.y * row + threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && i < mn) {
-    W total = sums[0][threadIdx.x];
-    for (int y = 1; y < blockDim.y; ++y) total += sums[y][threadIdx.x];
+    W total = sums[threadIdx.x];
+    for (int y = 1; y < blockDim.y; ++y) total += sums[y * row + threadIdx.x];
+    if (splits < lanes) total += W(0);  // the empty classes' zeros (-0 becomes +0)
     out[i] = T(total);
   }
 }
@@ -101,7 +104,8 @@ extern "C" __global__ void KILN_COL2IM(const kiln::cuda::Wide<KILN_T>::type* __r
 
 #ifdef KILN_SPLITK_SUM
 extern "C" __global__ void KILN_SPLITK_SUM(const kiln::cuda::Wide<KILN_T>::type* __restrict__ part,
-                                           KILN_T* __restrict__ out, int mn, int splits) {
-  kiln::cuda::splitk_sum(part, out, mn, splits);
+                                           KILN_T* __restrict__ out, int mn, int splits,
+                                           int lanes) {
+  kiln::cuda::splitk_sum(part, out, mn, splits, lanes);
 }
 #endif

@@ -250,19 +250,29 @@ __device__ __forceinline__ void nchw_to_nhwc(const U* __restrict__ x, U* __restr
   }
 }
 
-// The GEMM's A from w[co, ci, tap]: rows of (tap, c) per filter, one thread per element.
+// The GEMM's A from w[co, ci, tap]: a is [rows][khkw][cols], forward rows = co, cols = ci
+// (a[r, tap, c] = w[r, c, tap]); FLIP rows = ci, cols = co, the taps mirrored (a[r, tap, c] =
+// w[c, r, khkw - 1 - tap]). A block takes one row's columns [c0, c0 + chunk): it reads their
+// taps into shared memory in the source's order (forward: one contiguous run; FLIP: a run of
+// khkw per column), then writes the row's taps column-contiguous, so that both sides of the
+// transpose are coalesced. Grid (column chunks, rows), dynamic shared memory chunk * khkw
+// elements.
 template <typename U, bool FLIP>
-__device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restrict__ a,
-                                             int out_channels, int in_channels, int khkw) {
-  const long long total = (long long)out_channels * in_channels * khkw;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    // a is [rows][khkw][cols]: forward rows = co, cols = ci; FLIP rows = ci, cols = co.
-    const int cols = FLIP ? out_channels : in_channels;
-    const int col = (int)(i % cols), tap = (int)(i / cols % khkw), row = (int)(i / cols / khkw);
-    const int co = FLIP ? col : row, ci = FLIP ? row : col;
-    const int src_tap = FLIP ? khkw - 1 - tap : tap;
-    a[i] = w[((long long)co * in_channels + ci) * khkw + src_tap];
+__device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restrict__ a, int rows,
+                                             int cols, int khkw, int chunk) {
+  extern __shared__ __align__(16) unsigned char weights_smem[];
+  U* taps = reinterpret_cast<U*>(weights_smem);  // [column - c0][tap], as w holds them
+  const int r = blockIdx.y, c0 = blockIdx.x * chunk, n = min(chunk, cols - c0);
+  for (int i = threadIdx.x; i < n * khkw; i += blockDim.x) {
+    const int cc = i / khkw, tap = i - cc * khkw;
+    taps[i] = FLIP ? w[((long long)(c0 + cc) * rows + r) * khkw + tap]
+                   : w[((long long)r * cols + c0) * khkw + i];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n * khkw; i += blockDim.x) {
+    const int tap = i / n, cc = i - tap * n;
+    a[((long long)r * khkw + tap) * cols + c0 + cc] =
+        taps[cc * khkw + (FLIP ? khkw - 1 - tap : tap)];
   }
 }
 
@@ -284,8 +294,8 @@ extern "C" __global__ void __launch_bounds__(256)
 #endif
 #ifdef KILN_NHWC_WEIGHTS
 extern "C" __global__ void __launch_bounds__(256)
-    KILN_NHWC_WEIGHTS(const KILN_U* __restrict__ w, KILN_U* __restrict__ a, int out_channels,
-                      int in_channels, int khkw) {
-  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, out_channels, in_channels, khkw);
+    KILN_NHWC_WEIGHTS(const KILN_U* __restrict__ w, KILN_U* __restrict__ a, int rows, int cols,
+                      int khkw, int chunk) {
+  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, rows, cols, khkw, chunk);
 }
 #endif
