@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "fusion/fuse.h"
 #include "fusion/gemm_epilogues.h"
+#include "fusion/recompute.h"
 #include "fusion/stages.h"
 #include "graph/train_step.h"
 #include "graph/op.h"
@@ -53,6 +54,8 @@ Graph simplify_for_fusion(const Graph& recorded) {
   dump_after("fold_constants", g);
   g = eliminate_dead_code(apply_masks_before_pool_grads(g));
   dump_after("pool_grad_masks", g);
+  g = eliminate_dead_code(recompute_in_readers(g));
+  dump_after("recompute_in_readers", g);
   return g;
 }
 

@@ -357,6 +357,11 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
 
 }  // namespace
 
+std::vector<std::int32_t> fusion_groups(const Graph& g) {
+  const Grouping gr = group_nodes(g, {});
+  return {gr.group_of.begin(), gr.group_of.end()};
+}
+
 Graph fuse(const Graph& g, FusionReport* report, const FuseOptions& options) {
   const Grouping gr = group_nodes(g, options);
   const std::map<ValueRef, bool> outside = used_outside(g, gr);

@@ -41,4 +41,8 @@ struct FuseOptions {
 
 Graph fuse(const Graph& g, FusionReport* report = nullptr, const FuseOptions& options = {});
 
+// Each node's group as fuse(g) forms it (groups numbered from 0; -1 for a node in none), for
+// passes that plan around the groups (fusion/recompute.h).
+std::vector<std::int32_t> fusion_groups(const Graph& g);
+
 }  // namespace kiln

@@ -1,6 +1,8 @@
 // Text, DOT and JSON views of a graph before and after fusion.
 #include "tools/graph_render.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,18 +19,28 @@
 #include "gpu/cuda_runtime.h"
 #endif
 #include "graph/op.h"
+#include <algorithm>
+
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 
 namespace kiln::tools {
 namespace {
 
-bool is_kernel(const Node& n) { return n.op->kind != OpKind::source && !n.op->alias; }
+// The nodes that launch work: neither sources nor views, and live (the slices that fused groups
+// read in place are left unread by the fuse pass; compile() drops them).
+std::vector<bool> kernel_nodes(const Graph& g) {
+  std::vector<bool> kernel = live_nodes(g);
+  for (std::size_t id = 0; id < kernel.size(); ++id) {
+    const Node& n = g.nodes()[id];
+    kernel[id] = kernel[id] && n.op->kind != OpKind::source && !n.op->alias;
+  }
+  return kernel;
+}
 
 int count_kernels(const Graph& g) {
-  int count = 0;
-  for (const Node& n : g.nodes()) count += is_kernel(n);
-  return count;
+  const std::vector<bool> kernel = kernel_nodes(g);
+  return static_cast<int>(std::count(kernel.begin(), kernel.end(), true));
 }
 
 const FusedGroup& group_of(const Graph& g, const FusionReport::Group& entry) {
@@ -128,9 +140,10 @@ std::vector<HandWrittenLaunch> hand_written_launches(const Graph& g, Precision p
 #ifdef KILN_HAVE_CUDA
   const bool tf32_before = cuda::allow_tf32();
   cuda::set_allow_tf32(precision == Precision::tf32);
+  const std::vector<bool> kernel = kernel_nodes(g);
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
     const Node& n = g.node(id);
-    if (!is_kernel(n) || n.body) continue;
+    if (!kernel[static_cast<std::size_t>(id)] || n.body) continue;
     const cuda::CudaOpEntry* entry = cuda::cuda_op(n.op->id);
     if (entry == nullptr || !entry->sources) continue;
     std::vector<TensorType> types;
@@ -206,8 +219,10 @@ FusionSummary summarise(const FusionView& v) {
     s.bytes_saved += g.unfused_bytes() - g.bytes_read() - g.bytes_written();
     s.fused_bytes += g.bytes_read() + g.bytes_written();
   }
-  for (const Node& n : v.after.nodes())
-    if (is_kernel(n) && !n.body) s.other_bytes += operand_bytes(v.after, n);
+  const std::vector<bool> kernel = kernel_nodes(v.after);
+  for (std::size_t id = 0; id < kernel.size(); ++id)
+    if (kernel[id] && !v.after.nodes()[id].body)
+      s.other_bytes += operand_bytes(v.after, v.after.nodes()[id]);
   return s;
 }
 
@@ -257,9 +272,10 @@ std::string render_text(const FusionView& v, const std::string& title, bool with
                            fmt::join(step.merged, " %"));
   }
   out += "\n== stream schedule (critical path on stream 0, the rest on stream 1) ==\n";
+  const std::vector<bool> kernel = kernel_nodes(v.after);
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id) {
     const Node& n = v.after.node(id);
-    if (is_kernel(n))
+    if (kernel[static_cast<std::size_t>(id)])
       out += fmt::format("%{} {} -> stream {}\n", id, n.body ? "fused" : n.op->name,
                          v.lowering.stream_of[static_cast<std::size_t>(id)]);
   }
@@ -337,8 +353,9 @@ nlohmann::json render_json(const FusionView& v, bool with_source) {
     kernels.push_back(kernel);
   }
   nlohmann::json schedule = nlohmann::json::array();
+  const std::vector<bool> kernel = kernel_nodes(v.after);
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.after.nodes().size()); ++id)
-    if (is_kernel(v.after.node(id)))
+    if (kernel[static_cast<std::size_t>(id)])
       schedule.push_back(
           {{"node", id}, {"stream", v.lowering.stream_of[static_cast<std::size_t>(id)]}});
   nlohmann::json hand_written = nlohmann::json::array();

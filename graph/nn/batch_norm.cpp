@@ -30,16 +30,29 @@ void check_channels(const char* op, const Shape& x, const Value& v, const char* 
 
 }  // namespace
 
+// The statistics in one pass over x: the sums of x - k and of its square, with k one value of
+// each channel (x[0, c, 0, ...], its gradient cut). The variance is then a difference of two
+// sums of values centred near the mean, so it keeps its precision where the mean is large
+// against the spread (a sum of squares of x itself would lose var / mean^2 of it), and the
+// backward reads x instead of a stored x - mean: the forward makes two passes over memory
+// (the sums; the normalisation) where the two-pass variance took three, and the backward two
+// where it took three (ARCHITECTURE.md, "Batch norm").
 BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps) {
   const Shape& shape = x.shape();
   check_channels("batch_norm", shape, gamma, "gamma");
   check_channels("batch_norm", shape, beta, "beta");
   const std::vector<std::int64_t> axes = reduced_axes(shape);
-  const Value mean_kept = mean(x, axes, true);  // [1, C, 1, 1]
-  const Value centered = x - mean_kept;
-  const Value var_kept = mean(centered * centered, axes, true);
+  const double n = static_cast<double>(shape.numel() / shape[1]);  // values per channel
+  Value shift = detach(x);  // [1, C, 1, 1]: the first value of each channel, read in place
+  for (const std::int64_t axis : axes) shift = slice(shift, axis, 0, 1);
+  const Value shifted = x - shift;
+  const Value offset = sum(shifted, axes, true) * (1.0 / n);  // mean - shift, [1, C, 1, 1]
+  const Value square_mean = sum(shifted * shifted, axes, true) * (1.0 / n);
+  const Value mean_kept = shift + offset;
+  // Rounding can take the difference a little below 0 where the variance is 0.
+  const Value var_kept = maximum(square_mean - offset * offset, scalar_like(square_mean, 0.0));
   const Value scale = per_channel(gamma, shape) / sqrt(var_kept + eps);  // small: [1, C, 1, 1]
-  const Value y = centered * scale + per_channel(beta, shape);
+  const Value y = (x - mean_kept) * scale + per_channel(beta, shape);
   return {y, reshape(mean_kept, {shape[1]}), reshape(var_kept, {shape[1]})};
 }
 

@@ -5,7 +5,7 @@
 
 namespace kiln {
 
-Graph eliminate_dead_code(const Graph& g) {
+std::vector<bool> live_nodes(const Graph& g) {
   const std::size_t count = g.nodes().size();
   std::vector<bool> live(count, false);
   for (const auto& [name, ref] : g.outputs()) live[static_cast<std::size_t>(ref.node)] = true;
@@ -16,7 +16,12 @@ Graph eliminate_dead_code(const Graph& g) {
     if (!live[id]) continue;
     for (const ValueRef& in : n.inputs) live[static_cast<std::size_t>(in.node)] = true;
   }
+  return live;
+}
 
+Graph eliminate_dead_code(const Graph& g) {
+  const std::size_t count = g.nodes().size();
+  const std::vector<bool> live = live_nodes(g);
   Graph out;
   std::vector<std::int32_t> new_id(count, -1);
   for (std::size_t id = 0; id < count; ++id) {

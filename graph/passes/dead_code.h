@@ -9,4 +9,7 @@ namespace kiln {
 
 Graph eliminate_dead_code(const Graph& g);
 
+// Which nodes an output or assignment depends on (and the inputs): what the pass keeps.
+std::vector<bool> live_nodes(const Graph& g);
+
 }  // namespace kiln

@@ -1,0 +1,106 @@
+// One walk over the nodes in order, copying each; before a node that reads a recomputed value
+// from another group, a copy of that value's chain of nodes.
+#include "fusion/recompute.h"
+
+#include <map>
+
+#include "fusion/fuse.h"
+#include "graph/op.h"
+
+namespace kiln {
+namespace {
+
+constexpr int kMaxChain = 4;  // nodes recomputed for one value at most
+
+class Planner {
+ public:
+  explicit Planner(const Graph& g) : g_(g), group_of_(fusion_groups(g)) {
+    const std::size_t count = g.nodes().size();
+    stored_.assign(count, 0);
+    for (std::size_t id = 0; id < count; ++id) {
+      if (group_of_[id] < 0) stored_[id] = 1;
+      for (const ValueRef& in : g.node(static_cast<std::int32_t>(id)).inputs)
+        if (group_of_[id] < 0) stored_[static_cast<std::size_t>(in.node)] = 1;
+    }
+    for (const auto& [name, ref] : g.outputs()) stored_[static_cast<std::size_t>(ref.node)] = 1;
+    for (const auto& [var, ref] : g.assignments())
+      stored_[static_cast<std::size_t>(ref.node)] = 1;
+  }
+
+  // Whether `reader` reads `ref` through a copy of its chain instead of the value itself: the
+  // copy must be able to join the reader's group, so the reader iterates over ref's shape (an
+  // elementwise node of that shape, or a reduction of ref).
+  bool recomputed_for(std::int32_t reader, const ValueRef& ref) const {
+    const std::int32_t from = group_of_[static_cast<std::size_t>(ref.node)],
+                       to = group_of_[static_cast<std::size_t>(reader)];
+    const Node& r = g_.node(reader);
+    const bool joins = r.op->kind == OpKind::reduction
+                           ? r.inputs[0] == ref
+                           : r.outputs[0].shape == g_.type(ref).shape;
+    return from >= 0 && to >= 0 && from != to && joins && !stored(ref.node) &&
+           cheap(ref.node, kMaxChain);
+  }
+
+  // The input of node `id` that a copy of it recomputes too (its one value of the node's
+  // size that is not stored), if any.
+  bool chained(std::int32_t id, const ValueRef& in) const {
+    return !is_fill(in.node) && size(in) == size({id, 0}) && !stored(in.node);
+  }
+
+ private:
+  bool stored(std::int32_t id) const { return stored_[static_cast<std::size_t>(id)] != 0; }
+  bool is_fill(std::int32_t id) const { return g_.node(id).op->id == OpId::fill; }
+  std::int64_t size(const ValueRef& ref) const { return g_.type(ref).shape.numel(); }
+
+  // Whether node `id`'s value can be made again from stored values in at most `budget` nodes.
+  bool cheap(std::int32_t id, int budget) const {
+    const Node& n = g_.node(id);
+    if (budget == 0 || group_of_[static_cast<std::size_t>(id)] < 0 ||
+        n.op->kind != OpKind::elementwise || n.outputs.size() != 1)
+      return false;
+    int full = 0;
+    for (const ValueRef& in : n.inputs) {
+      if (is_fill(in.node) || size(in) < size({id, 0})) continue;  // a constant, broadcast
+      if (++full > 1) return false;
+      if (!stored(in.node) && !cheap(in.node, budget - 1)) return false;
+    }
+    return true;
+  }
+
+  const Graph& g_;
+  std::vector<std::int32_t> group_of_;
+  std::vector<char> stored_;  // made or read outside the groups, or a graph root
+};
+
+}  // namespace
+
+Graph recompute_in_readers(const Graph& g) {
+  const Planner plan(g);
+  Graph out;
+  std::vector<std::int32_t> new_id(g.nodes().size(), -1);
+  auto moved = [&](const ValueRef& ref) {
+    return ValueRef{new_id[static_cast<std::size_t>(ref.node)], ref.index};
+  };
+  // A copy of node `id` (and of its chained input) in `out`, made once per reader.
+  std::map<std::int32_t, ValueRef> copies;
+  auto copy = [&](auto& self, std::int32_t id) -> ValueRef {
+    if (auto it = copies.find(id); it != copies.end()) return it->second;
+    Node n = g.node(id);
+    for (ValueRef& in : n.inputs) in = plan.chained(id, in) ? self(self, in.node) : moved(in);
+    const ValueRef made = out.add_node(std::move(n));
+    copies.emplace(id, made);
+    return made;
+  };
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
+    Node n = g.node(id);
+    copies.clear();
+    for (ValueRef& in : n.inputs)
+      in = plan.recomputed_for(id, in) ? copy(copy, in.node) : moved(in);
+    new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;
+  }
+  for (const auto& [name, ref] : g.outputs()) out.output(name, out.value(moved(ref)));
+  for (const auto& [var, ref] : g.assignments()) out.assign(var, out.value(moved(ref)));
+  return out;
+}
+
+}  // namespace kiln
