@@ -124,14 +124,11 @@ Graph batch_norm_step(const Shape& shape) {
   const BatchNormResult bn = batch_norm_training(x, gamma, beta, 1e-5);
   const Value h = relu(bn.y);
   const Value loss = sum_all(tanh(matmul(reshape(h, {shape[0], features}), w)));
-  g.output("h", h);
-  g.output("loss", loss);
-  g.output("mean", bn.mean);
-  g.output("var", bn.var);
   const std::vector<Value> grads = grad(loss, {x, gamma, beta});
-  g.output("dx", grads[0]);
-  g.output("dgamma", grads[1]);
-  g.output("dbeta", grads[2]);
+  const std::vector<std::pair<const char*, Value>> outputs = {
+      {"h", h},         {"loss", loss},       {"mean", bn.mean},  {"var", bn.var},
+      {"dx", grads[0]}, {"dgamma", grads[1]}, {"dbeta", grads[2]}};
+  for (const auto& [name, value] : outputs) g.output(name, value);
   return g;
 }
 
