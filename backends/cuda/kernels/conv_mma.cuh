@@ -152,28 +152,67 @@ __device__ __forceinline__ void mma_compute(const MmaTiles<BM>& s, int buf, int 
   }
 }
 
+// Two adjacent elements of an output row, stored at once: p 4-byte aligned for 16-bit T,
+// 8-byte for float.
+template <typename T>
+struct StorePair {
+  __device__ static void run(T* p, float a, float b) {
+    const T lo(a), hi(b);
+    *reinterpret_cast<unsigned*>(p) = (unsigned)lo.bits | ((unsigned)hi.bits << 16);
+  }
+};
+template <>
+struct StorePair<float> {
+  __device__ static void run(float* p, float a, float b) {
+    *reinterpret_cast<float2*>(p) = make_float2(a, b);
+  }
+};
+
 // Each accumulator of a warp's (16 MI) x (8 NI) piece at (row0, col0) rounded once into
-// y[b, m, pix] (n = b * s_hw + pix).
+// y[b, m, pix] (n = b * s_hw + pix). A thread's columns are n = col0 + ni * 8 + tig * 2 + e:
+// (b, pix) of the first is divided out once and stepped by 8 after; where s_hw is even the
+// pair e = 0, 1 lies in one image at an even (aligned) offset and is stored as one.
 template <typename T, int MI, int NI>
 __device__ __forceinline__ void mma_store_c(T* __restrict__ out, const ConvGemmShape& g, int row0,
                                             int col0, const float (&acc)[MI][NI][4]) {
   const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
+  const bool pairs = g.s_hw % 2 == 0;
+  int n = col0 + tig * 2, b = n / g.s_hw, pix = n - b * g.s_hw;
 #pragma unroll
-  for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int n = col0 + ni * 8 + tig * 2 + e;
-      if (n >= g.n) continue;
-      const int b = n / g.s_hw, pix = n - b * g.s_hw;
+  for (int ni = 0; ni < NI; ++ni) {
+    if (pairs && n < g.n) {  // n even and g.n even: n + 1 < g.n too
       T* column = out + (long long)b * g.m * g.s_hw + pix;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int m = row0 + mi * 16 + group + half * 8;
-          if (m < g.m) column[(long long)m * g.s_hw] = T(acc[mi][ni][half * 2 + e]);
+          if (m < g.m)
+            StorePair<T>::run(column + (long long)m * g.s_hw, acc[mi][ni][half * 2],
+                              acc[mi][ni][half * 2 + 1]);
         }
+    } else if (!pairs) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (n + e >= g.n) continue;
+        const bool next = e == 1 && pix + 1 == g.s_hw;  // the pair's second opens an image
+        T* column = out + (long long)(b + next) * g.m * g.s_hw + (next ? 0 : pix + e);
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int m = row0 + mi * 16 + group + half * 8;
+            if (m < g.m) column[(long long)m * g.s_hw] = T(acc[mi][ni][half * 2 + e]);
+          }
+      }
     }
+    n += 8;
+    pix += 8;
+    while (pix >= g.s_hw) {
+      pix -= g.s_hw;
+      ++b;
+    }
+  }
 }
 
 template <typename T, int BM, bool VEC_A, bool FLIP, int DIL>

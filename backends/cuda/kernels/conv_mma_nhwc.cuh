@@ -104,33 +104,43 @@ __device__ __forceinline__ void nhwc_load_b(const NhwcColumn<T>& col, const Conv
     ws = w >> 1;
   }
   inside = inside && (unsigned)hs < (unsigned)g.img_h && (unsigned)ws < (unsigned)g.img_w;
-  const T* src = inside ? col.image + ((long long)hs * g.img_w + ws) * channels + p.c : col.image;
+  const T* src = inside ? col.image + ((hs * g.img_w + ws) * channels + p.c) : col.image;
   cp_async16_l1(dst, src, inside ? 16 : 0);
 }
 
 // The warp's WTM x WTN piece over one stage: K slices of two 16-byte pieces each (16 bf16 K
-// rows, or 8 f32), read the same way for either type.
+// rows, or 8 f32), read the same way for either type. The next slice's fragments load before
+// this slice's multiplies, so that ldmatrix's latency hides behind them (double-buffered in
+// registers; the multiplies keep their order, so the sums their bits).
 template <typename T, int BM, int BN, int PIECES, int STAGES, int WTM, int WTN>
 __device__ __forceinline__ void nhwc_compute(unsigned short* s, int buf, int wm, int wn,
                                              float (&acc)[WTM / 16][WTN / 8][4]) {
   using L = NhwcSmem<BM, BN, PIECES, STAGES>;
   constexpr int MI = WTM / 16, NJ = WTN / 16;  // A fragments; B ldmatrix_x4 (16 pixels each)
+  constexpr int SLICES = PIECES / 2;
   const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int kk = 0; kk < 8 * PIECES; kk += 16) {  // in 16-bit units of the rows
-    unsigned af[MI][4], bf[NJ][4];
+  unsigned af[2][MI][4], bf[2][NJ][4];
+  auto load = [&](int slice, int r) {
+    const int kk = slice * 16;  // in 16-bit units of the rows
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
-      ldmatrix_x4(af[mi], L::a(s, buf, wm * WTM + mi * 16 + lane % 16) + kk + (lane / 16) * 8);
+      ldmatrix_x4(af[r][mi], L::a(s, buf, wm * WTM + mi * 16 + lane % 16) + kk + (lane / 16) * 8);
 #pragma unroll
     for (int nj = 0; nj < NJ; ++nj)  // matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, ...)
-      ldmatrix_x4(bf[nj], L::b(s, buf, wn * WTN + nj * 16 + lane % 8 + (lane / 16) * 8) + kk +
-                              ((lane / 8) % 2) * 8);
+      ldmatrix_x4(bf[r][nj], L::b(s, buf, wn * WTN + nj * 16 + lane % 8 + (lane / 16) * 8) + kk +
+                                 ((lane / 8) % 2) * 8);
+  };
+  load(0, 0);
+#pragma unroll
+  for (int slice = 0; slice < SLICES; ++slice) {
+    const int r = slice % 2;
+    if (slice + 1 < SLICES) load(slice + 1, 1 - r);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int ni = 0; ni < 2 * NJ; ++ni)
-        MmaOp<T>::run(acc[mi][ni], af[mi], bf[ni / 2][(ni % 2) * 2], bf[ni / 2][(ni % 2) * 2 + 1]);
+        MmaOp<T>::run(acc[mi][ni], af[r][mi], bf[r][ni / 2][(ni % 2) * 2],
+                      bf[r][ni / 2][(ni % 2) * 2 + 1]);
   }
 }
 
@@ -174,7 +184,7 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
       const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
       const int m = m0 + row, k = k0 + pc * E;
       const bool in = m < g.m && k < k_end;
-      cp_async16(L::a(s, buf, row) + pc * 8, in ? w + (long long)m * g.k + k : w, in ? 16 : 0);
+      cp_async16(L::a(s, buf, row) + pc * 8, in ? w + (m * g.k + k) : w, in ? 16 : 0);
     }
 #pragma unroll
     for (int j = 0; j < COLS; ++j)
