@@ -467,6 +467,7 @@ TEST_CASE("conv2d: each tensor-core pass is tuned once, keeps the fastest tile, 
     CAPTURE(r.problem);
     const bool wgrad = r.problem.rfind("conv_wgrad bf16 m40 ", 0) == 0;
     CHECK((wgrad || r.problem.rfind("conv_nhwc fwd bf16 m", 0) == 0));
+    CHECK(r.problem.find(" code ") != std::string::npos);  // the candidates' sources digested
     REQUIRE(r.us.size() ==
             (wgrad ? std::size(cuda::kWgradCandidates) : std::size(cuda::kNhwcCandidates)));
     for (double us : r.us) CHECK(us > 0);

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "gpu/autotune.h"
 #include "gpu/cuda_check.h"
+#include "gpu/sha256.h"
 
 namespace kiln::cuda {
 namespace {
@@ -33,6 +34,17 @@ std::vector<std::string> wgrad_labels() {
   std::vector<std::string> labels;
   for (WgradTile t : kWgradCandidates) labels.push_back(wgrad_tile_label(t));
   return labels;
+}
+
+// "code" and a short digest of the candidates' kernel sources, the end of every problem: a
+// decision timed for other kernel code (an older build's, in the disk cache) is not reused.
+std::string code_of(const std::vector<gpu::KernelSource>& sources) {
+  gpu::Sha256 hash;
+  for (const gpu::KernelSource& source : sources) {
+    hash.update_field(source.name).update_field(source.code);
+    for (const std::string& option : source.options) hash.update_field(option);
+  }
+  return "code " + gpu::to_hex(hash.finish()).substr(0, 12);
 }
 
 // `elements` random values of `dtype` with magnitudes in [1, 2) and random signs (a xorshift's
@@ -85,16 +97,22 @@ gpu::TuningRecord time_candidates(DType dtype, const ConvGemmShape& shape, bool 
       flush_l2);
 }
 
+// The weight-gradient candidates' sources for a pass.
+std::vector<gpu::KernelSource> wgrad_candidate_sources(DType dtype, const ConvGemmShape& s,
+                                                       const MmaSplits& splits) {
+  std::vector<gpu::KernelSource> sources;
+  for (WgradTile t : kWgradCandidates)
+    sources.push_back(conv_mma_wgrad_source(dtype, t, conv_mma_vector_dy(s.s_hw), splits.count > 1,
+                                            conv_mma_vector_x(s)));
+  return sources;
+}
+
 // Times every weight-gradient candidate on random operands of the pass's shape.
 gpu::TuningRecord time_wgrad_candidates(DType dtype, const ConvGemmShape& shape,
                                         const MmaSplits& splits, const std::string& problem,
                                         bool flush_l2) {
-  const bool split = splits.count > 1, vec_a = conv_mma_vector_dy(shape.s_hw),
-             vec_b = conv_mma_vector_x(shape);
-  std::vector<gpu::KernelSource> sources;
-  for (WgradTile t : kWgradCandidates)
-    sources.push_back(conv_mma_wgrad_source(dtype, t, vec_a, split, vec_b));
-  preload_kernels(sources);
+  const bool split = splits.count > 1;
+  preload_kernels(wgrad_candidate_sources(dtype, shape, splits));
   const std::int64_t images = shape.k / shape.s_hw, mn = std::int64_t{shape.m} * shape.n;
   RandomOperand dy(dtype, images * shape.m * shape.s_hw);
   RandomOperand x(dtype, images * shape.img_chw);
@@ -183,14 +201,20 @@ std::string igemm_label(IgemmTile t) {
   return fmt::format("{}x{}g{}k{}t{}x{}", t.bm, t.bn, t.kg, t.ks, t.tm, t.tn);
 }
 
+std::vector<gpu::KernelSource> igemm_candidate_sources(IgemmMode mode, DType dtype,
+                                                       const std::vector<IgemmTile>& tiles,
+                                                       std::int64_t splits) {
+  std::vector<gpu::KernelSource> sources;
+  for (IgemmTile t : tiles)
+    sources.push_back(conv_igemm_source(mode, t, dtype, splits > 1 && is_low_precision(dtype)));
+  return sources;
+}
+
 gpu::TuningRecord time_igemm_candidates(IgemmMode mode, DType dtype, const ConvGemmShape& shape,
                                         const std::vector<IgemmTile>& tiles, std::int64_t splits,
                                         const std::string& problem,
                                         const std::vector<std::string>& labels, bool flush_l2) {
-  std::vector<gpu::KernelSource> sources;
-  for (IgemmTile t : tiles)
-    sources.push_back(conv_igemm_source(mode, t, dtype, splits > 1 && is_low_precision(dtype)));
-  preload_kernels(sources);
+  preload_kernels(igemm_candidate_sources(mode, dtype, tiles, splits));
   const std::int64_t pixels = mode == IgemmMode::grad_weight ? shape.k : shape.n;
   const std::int64_t mn = std::int64_t{shape.m} * shape.n;
   RandomOperand a(dtype, std::int64_t{shape.m} * shape.k);
@@ -232,7 +256,8 @@ std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const Con
       s.s_hw, s.s_w, s.stride, s.pad_h, s.pad_w, s.a_ms, s.c_ms, splits, s.k_chunk);
   const std::int64_t pixels = mode == IgemmMode::grad_weight ? s.k : s.n;
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, s, pixels / s.s_hw, splits));
-  const std::string problem = base_problem + " " + gpu::l2_state(flush);
+  const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " +
+                              code_of(igemm_candidate_sources(mode, dtype, tiles, splits));
   const std::optional<int> chosen = choose(key, problem, labels, may_time, [&] {
     return time_igemm_candidates(mode, dtype, s, tiles, splits, problem, labels, flush);
   });
@@ -253,7 +278,8 @@ std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
       dtype_name(dtype), s.m, s.n, s.k, s.khkw, s.kw, s.img_h, s.img_w, s.s_hw, s.s_w, s.stride,
       s.pad_h, s.pad_w, splits.count, splits.chunk, conv_mma_vector_x(s) ? " runs" : "");
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, s, s.k / s.s_hw, splits.count));
-  const std::string problem = base_problem + " " + gpu::l2_state(flush);
+  const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " +
+                              code_of(wgrad_candidate_sources(dtype, s, splits));
   const std::optional<int> chosen = choose(key, problem, wgrad_labels(), may_time, [&] {
     return time_wgrad_candidates(dtype, s, splits, problem, flush);
   });
@@ -279,7 +305,8 @@ std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape,
   if (const std::optional<int> known = memo().find(key)) return kNhwcCandidates[*known];
   if (gpu::cuda_device_count() == 0) return std::nullopt;  // a lowering for display (dump's)
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, shape, shape.n / shape.s_hw, 1));
-  const std::string problem = nhwc_problem(dtype, shape, dilated) + " " + gpu::l2_state(flush);
+  const std::string problem = nhwc_problem(dtype, shape, dilated) + " " + gpu::l2_state(flush) +
+                              " " + code_of(nhwc_candidate_sources(dtype, dilated));
   const std::optional<int> chosen = choose(key, problem, candidate_labels(), may_time, [&] {
     return time_candidates(dtype, shape, dilated, problem, flush);
   });
