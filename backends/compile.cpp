@@ -54,8 +54,10 @@ Graph simplify_for_fusion(const Graph& recorded) {
   dump_after("fold_constants", g);
   g = eliminate_dead_code(apply_masks_before_pool_grads(g));
   dump_after("pool_grad_masks", g);
-  g = eliminate_dead_code(recompute_in_readers(g));
-  dump_after("recompute_in_readers", g);
+  if (const char* r = std::getenv("KILN_RECOMPUTE"); r == nullptr || std::string(r) != "0") {
+    g = eliminate_dead_code(recompute_in_readers(g));
+    dump_after("recompute_in_readers", g);
+  }
   return g;
 }
 

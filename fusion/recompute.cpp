@@ -41,6 +41,8 @@ class Planner {
            cheap(ref.node, kMaxChain);
   }
 
+  std::int32_t group(std::int32_t id) const { return group_of_[static_cast<std::size_t>(id)]; }
+
   // The input of node `id` that a copy of it recomputes too (its one value of the node's
   // size that is not stored), if any.
   bool chained(std::int32_t id, const ValueRef& in) const {
@@ -81,21 +83,22 @@ Graph recompute_in_readers(const Graph& g) {
   auto moved = [&](const ValueRef& ref) {
     return ValueRef{new_id[static_cast<std::size_t>(ref.node)], ref.index};
   };
-  // A copy of node `id` (and of its chained input) in `out`, made once per reader.
-  std::map<std::int32_t, ValueRef> copies;
-  auto copy = [&](auto& self, std::int32_t id) -> ValueRef {
-    if (auto it = copies.find(id); it != copies.end()) return it->second;
+  // A copy of node `id` (and of its chained input) in `out`, made once per reading group: the
+  // first reader's copy precedes the group's later readers too.
+  std::map<std::pair<std::int32_t, std::int32_t>, ValueRef> copies;  // (group, node) -> copy
+  auto copy = [&](auto& self, std::int32_t group, std::int32_t id) -> ValueRef {
+    if (auto it = copies.find({group, id}); it != copies.end()) return it->second;
     Node n = g.node(id);
-    for (ValueRef& in : n.inputs) in = plan.chained(id, in) ? self(self, in.node) : moved(in);
+    for (ValueRef& in : n.inputs)
+      in = plan.chained(id, in) ? self(self, group, in.node) : moved(in);
     const ValueRef made = out.add_node(std::move(n));
-    copies.emplace(id, made);
+    copies.emplace(std::pair{group, id}, made);
     return made;
   };
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
     Node n = g.node(id);
-    copies.clear();
     for (ValueRef& in : n.inputs)
-      in = plan.recomputed_for(id, in) ? copy(copy, in.node) : moved(in);
+      in = plan.recomputed_for(id, in) ? copy(copy, plan.group(id), in.node) : moved(in);
     new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;
   }
   for (const auto& [name, ref] : g.outputs()) out.output(name, out.value(moved(ref)));

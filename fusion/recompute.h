@@ -8,8 +8,8 @@
 // elements (per-channel statistics, read at broadcast strides), and at most one value of its
 // own size, which is either stored anyway (made outside the groups: a convolution's or GEMM's
 // output, a graph input; or read by such a node) or itself recomputed by this rule (a chain of
-// up to 4 nodes). Each node of another group that reads it then reads a copy of its chain
-// placed just before that node, which the fuse pass puts into the reader's group: the reader
+// up to 4 nodes). The nodes of another group that read it then read a copy of its chain, one
+// per group, placed just before the first of them, which the fuse pass puts into that group: it
 // loads the stored value of the same size (as many elements, often fewer bytes: a bf16
 // convolution output against an f32 value) and the producing group writes one value fewer.
 // Readers in the value's own group keep the original.

@@ -74,7 +74,7 @@ TEST_CASE("recompute: a value read by a later group is made again there, not sto
   const Shape shape{8, 6, 5, 5};
   CHECK(stored_of_shape(g, shape).outputs == 2);  // c, z
   const Graph r = recomputed(g);
-  CHECK(r.nodes().size() == g.nodes().size() + 1);  // one copy of c
+  CHECK(r.nodes().size() == g.nodes().size() + 1);  // one copy of c for the group of z
   CHECK(stored_of_shape(r, shape).outputs == 1);    // z
   CHECK(stored_of_shape(r, shape).groups == 2);
   check_same_values(g, 3, 1e-6);
