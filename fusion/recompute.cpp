@@ -23,8 +23,7 @@ class Planner {
         if (group_of_[id] < 0) stored_[static_cast<std::size_t>(in.node)] = 1;
     }
     for (const auto& [name, ref] : g.outputs()) stored_[static_cast<std::size_t>(ref.node)] = 1;
-    for (const auto& [var, ref] : g.assignments())
-      stored_[static_cast<std::size_t>(ref.node)] = 1;
+    for (const auto& [var, ref] : g.assignments()) stored_[static_cast<std::size_t>(ref.node)] = 1;
   }
 
   // Whether `reader` reads `ref` through a copy of its chain instead of the value itself: the
@@ -34,9 +33,8 @@ class Planner {
     const std::int32_t from = group_of_[static_cast<std::size_t>(ref.node)],
                        to = group_of_[static_cast<std::size_t>(reader)];
     const Node& r = g_.node(reader);
-    const bool joins = r.op->kind == OpKind::reduction
-                           ? r.inputs[0] == ref
-                           : r.outputs[0].shape == g_.type(ref).shape;
+    const bool joins = r.op->kind == OpKind::reduction ? r.inputs[0] == ref
+                                                       : r.outputs[0].shape == g_.type(ref).shape;
     return from >= 0 && to >= 0 && from != to && joins && !stored(ref.node) &&
            cheap(ref.node, kMaxChain);
   }
