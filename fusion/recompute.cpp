@@ -18,9 +18,10 @@ class Planner {
     const std::size_t count = g.nodes().size();
     stored_.assign(count, 0);
     for (std::size_t id = 0; id < count; ++id) {
-      if (group_of_[id] < 0) stored_[id] = 1;
+      if (group_of_[id] >= 0) continue;
+      stored_[id] = 1;  // made outside the groups, and what it reads
       for (const ValueRef& in : g.node(static_cast<std::int32_t>(id)).inputs)
-        if (group_of_[id] < 0) stored_[static_cast<std::size_t>(in.node)] = 1;
+        stored_[static_cast<std::size_t>(in.node)] = 1;
     }
     for (const auto& [name, ref] : g.outputs()) stored_[static_cast<std::size_t>(ref.node)] = 1;
     for (const auto& [var, ref] : g.assignments()) stored_[static_cast<std::size_t>(ref.node)] = 1;

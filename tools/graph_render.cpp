@@ -19,8 +19,6 @@
 #include "gpu/cuda_runtime.h"
 #endif
 #include "graph/op.h"
-#include <algorithm>
-
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 

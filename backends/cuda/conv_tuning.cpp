@@ -2,6 +2,7 @@
 #include "backends/cuda/conv_tuning.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -38,13 +39,23 @@ std::vector<std::string> wgrad_labels() {
 
 // "code" and a short digest of the candidates' kernel sources, the end of every problem: a
 // decision timed for other kernel code (an older build's, in the disk cache) is not reused.
-std::string code_of(const std::vector<gpu::KernelSource>& sources) {
-  gpu::Sha256 hash;
-  for (const gpu::KernelSource& source : sources) {
-    hash.update_field(source.name).update_field(source.code);
-    for (const std::string& option : source.options) hash.update_field(option);
+// `set` names what the sources depend on (kind, dtype, flags), so that each set is made and
+// digested once a process, not once a pass (hundreds of KiB of source each: a warm start's cost).
+template <typename Sources>
+std::string code_of(const std::string& set, const Sources& sources) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> digests;
+  std::lock_guard lock(mutex);
+  auto [it, added] = digests.try_emplace(set);
+  if (added) {
+    gpu::Sha256 hash;
+    for (const gpu::KernelSource& source : sources()) {
+      hash.update_field(source.name).update_field(source.code);
+      for (const std::string& option : source.options) hash.update_field(option);
+    }
+    it->second = "code " + gpu::to_hex(hash.finish()).substr(0, 12);
   }
-  return "code " + gpu::to_hex(hash.finish()).substr(0, 12);
+  return it->second;
 }
 
 // `elements` random values of `dtype` with magnitudes in [1, 2) and random signs (a xorshift's
@@ -256,8 +267,11 @@ std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const Con
       s.s_hw, s.s_w, s.stride, s.pad_h, s.pad_w, s.a_ms, s.c_ms, splits, s.k_chunk);
   const std::int64_t pixels = mode == IgemmMode::grad_weight ? s.k : s.n;
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, s, pixels / s.s_hw, splits));
-  const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " +
-                              code_of(igemm_candidate_sources(mode, dtype, tiles, splits));
+  const std::string set = fmt::format("igemm {} {} {} {}", static_cast<int>(mode),
+                                      dtype_name(dtype), splits > 1, fmt::join(labels, ","));
+  const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " + code_of(set, [&] {
+                                return igemm_candidate_sources(mode, dtype, tiles, splits);
+                              });
   const std::optional<int> chosen = choose(key, problem, labels, may_time, [&] {
     return time_igemm_candidates(mode, dtype, s, tiles, splits, problem, labels, flush);
   });
@@ -278,8 +292,12 @@ std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
       dtype_name(dtype), s.m, s.n, s.k, s.khkw, s.kw, s.img_h, s.img_w, s.s_hw, s.s_w, s.stride,
       s.pad_h, s.pad_w, splits.count, splits.chunk, conv_mma_vector_x(s) ? " runs" : "");
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, s, s.k / s.s_hw, splits.count));
-  const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " +
-                              code_of(wgrad_candidate_sources(dtype, s, splits));
+  const std::string set =
+      fmt::format("wgrad {} {} {} {}", dtype_name(dtype), conv_mma_vector_dy(s.s_hw),
+                  splits.count > 1, conv_mma_vector_x(s));
+  const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " + code_of(set, [&] {
+                                return wgrad_candidate_sources(dtype, s, splits);
+                              });
   const std::optional<int> chosen = choose(key, problem, wgrad_labels(), may_time, [&] {
     return time_wgrad_candidates(dtype, s, splits, problem, flush);
   });
@@ -306,7 +324,9 @@ std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape,
   if (gpu::cuda_device_count() == 0) return std::nullopt;  // a lowering for display (dump's)
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, shape, shape.n / shape.s_hw, 1));
   const std::string problem = nhwc_problem(dtype, shape, dilated) + " " + gpu::l2_state(flush) +
-                              " " + code_of(nhwc_candidate_sources(dtype, dilated));
+                              " " +
+                              code_of(fmt::format("nhwc {} {}", dtype_name(dtype), dilated),
+                                      [&] { return nhwc_candidate_sources(dtype, dilated); });
   const std::optional<int> chosen = choose(key, problem, candidate_labels(), may_time, [&] {
     return time_candidates(dtype, shape, dilated, problem, flush);
   });
