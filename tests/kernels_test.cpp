@@ -3,7 +3,9 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 
 #include "graph/nn/functional.h"
@@ -120,6 +122,42 @@ TEST_CASE("max_pool2d matches the definition") {
             best = std::max(best, x.at((p * 6 + oh * 2 + kh) * 5 + ow * 2 + kw));
         CHECK(y.at((p * 3 + oh) * 2 + ow) == best);
       }
+}
+
+// The 2x2 stride-2 gradient has its own loop (disjoint windows: no zeroing pass). Against the
+// definition: dy goes to each window's first maximum in row-major order, a NaN wins (the last
+// one), and cells in no window (odd sizes) get 0. Values from a few levels so that ties are
+// common, signed zeros and NaNs among them; 40 planes so that the loop runs on the team.
+TEST_CASE("max_pool2d_grad 2x2: the first maximum gets dy, ties, zeros and NaNs, odd sizes") {
+  for (auto [h, w] : {std::pair{7, 9}, {8, 6}, {5, 5}}) {
+    CAPTURE(h);
+    CAPTURE(w);
+    Tensor x = test::random_tensor({4, 10, h, w}, DType::f32, 31, -2.0, 2.0);
+    float* xv = x.data<float>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      xv[i] = std::round(xv[i]);
+      if (xv[i] == 0 && i % 3 == 0) xv[i] = -0.0f;
+      if (i % 97 == 0 || i % 89 == 1) xv[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const std::int64_t oh_n = h / 2, ow_n = w / 2;
+    const Tensor dy = test::random_tensor({4, 10, oh_n, ow_n}, DType::f32, 32, 0.5, 1.0);
+    const Tensor dx =
+        run_binary(x, dy, [](Value a, Value b) { return max_pool2d_grad(a, b, 2, 2, 0); });
+    Tensor ref = Tensor::zeros(x.shape(), DType::f32);
+    for (std::int64_t plane = 0; plane < 40; ++plane)
+      for (std::int64_t oh = 0; oh < oh_n; ++oh)
+        for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+          std::int64_t best = -1;
+          for (std::int64_t r = 0; r < 2; ++r)
+            for (std::int64_t c = 0; c < 2; ++c) {
+              const std::int64_t at = (plane * h + 2 * oh + r) * w + 2 * ow + c;
+              if (best < 0 || xv[at] > xv[best] || std::isnan(xv[at])) best = at;
+            }
+          ref.data<float>()[best] += dy.at((plane * oh_n + oh) * ow_n + ow);
+        }
+    REQUIRE(dx.shape() == x.shape());
+    CHECK(std::memcmp(dx.data<float>(), ref.data<float>(), x.numel() * sizeof(float)) == 0);
+  }
 }
 
 namespace {
