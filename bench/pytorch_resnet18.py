@@ -10,6 +10,11 @@ inputs), timed on the GPU with CUDA events as the median of --steps steps, in ea
   bf16-graph   the same, the whole step captured as one CUDA graph and replayed
 
   python3 bench/pytorch_resnet18.py --batch 128 512 [--json OUT.json]
+
+With --profile MODE, one batch's step is instead run under torch.profiler (eager, the same
+kernels the captured graph replays) and its GPU kernels summed per convolution pass kind (the
+library's kernel names say fprop, dgrad or wgrad) and per kernel: the anchor for kiln's own
+per-pass trace (bench/trace_summary.py).
 """
 import argparse
 import json
@@ -107,6 +112,62 @@ def time_mode(mode, batch, steps, warmup):
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**20
 
 
+def kernel_class(name):
+    lower = name.lower()
+    for kind in ("fprop", "dgrad", "wgrad"):
+        if kind in lower:
+            return "conv " + kind
+    if "gemm" in lower or "cutlass" in lower:
+        return "gemm"
+    if "batch_norm" in lower or "bn_" in lower:
+        return "batch norm"
+    return "other"
+
+
+def profile_mode(mode, batch, steps):
+    """Sums the step's GPU kernels by class and by name over `steps` profiled eager steps."""
+    import collections
+    from torch.profiler import ProfilerActivity, profile
+
+    time_mode(mode.replace("-graph", ""), batch, 2, 3)  # sets the backends' flags as timed
+    low = mode.startswith("bf16")
+    fmt = torch.channels_last if low else torch.contiguous_format
+    model = ResNet18().cuda().to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, 32, 32, device="cuda").to(memory_format=fmt)
+    y = torch.randint(0, 10, (batch,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=low):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    by_class, by_name, count = (collections.Counter(), collections.Counter(),
+                                collections.Counter())
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
+            continue
+        us = e.time_range.elapsed_us()
+        by_class[kernel_class(e.name)] += us / steps
+        by_name[e.name[:110]] += us / steps
+        count[e.name[:110]] += 1
+    total = sum(by_class.values())
+    print(f"pytorch resnet18 batch {batch} {mode}: {total / 1000:.3f} ms of kernels a step")
+    for c, us in by_class.most_common():
+        print(f"  {c:<12} {us / 1000:8.3f} ms {100 * us / total:5.1f} %")
+    for n, us in by_name.most_common(30):
+        print(f"  {us:8.1f} us {count[n] // steps:4d}x {n}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, nargs="+", default=[128, 512])
@@ -114,7 +175,12 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--json")
+    parser.add_argument("--profile", metavar="MODE", help="profile one mode's kernels instead")
     args = parser.parse_args()
+    if args.profile:
+        for batch in args.batch:
+            profile_mode(args.profile, batch, args.steps)
+        return
     rows = []
     for batch in args.batch:
         for mode in args.modes:

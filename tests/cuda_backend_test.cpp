@@ -215,15 +215,17 @@ TEST_CASE(
 
 // TF32 is a process-wide switch read while launching: an fp32 program compiled before a tf32 one
 // and first run after it must still run in fp32 (its workspace sized for that, not the TF32
-// channels-last passes), with the bits of an fp32 program run alone.
+// channels-last passes), with the bits of an fp32 program run alone; a stride-2 convolution's
+// grad_input among them (TF32 over dy read as if dilated, 32-bit weight copies).
 TEST_CASE("GPU: an fp32 program run after a tf32 one was compiled stays fp32") {
   if (!have_gpu()) return;
   Graph g;
-  const Value x = g.input("x", {4, 8, 10, 10});
-  const Value w = g.input("w", {16, 8, 3, 3});
-  const Value y = conv2d(x, w, 1, 1);
+  const Value x = g.input("x", {4, 16, 10, 10});
+  const Value w = g.input("w", {16, 16, 3, 3});
+  const Value w2 = g.input("w2", {12, 16, 3, 3});
+  const Value y = conv2d(x, w, 1, 1), y2 = conv2d(x, w2, 2, 1);
   g.output("y", y);
-  g.output("dx", grad(sum_all(y * y), {x})[0]);
+  g.output("dx", grad(sum_all(y * y) + sum_all(y2 * y2), {x})[0]);
   const std::vector<Feed> feeds = random_feeds(g, 3);
   const Outputs alone = compile(g, {.device = Device::cuda()})->run(feeds);
   auto fp32 = compile(g, {.device = Device::cuda()});

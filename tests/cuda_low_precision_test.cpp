@@ -455,6 +455,51 @@ std::vector<OpRow> gemm_conv_rows() {
              conv2d_grad_input(in.x({1, 16, 9, 9}), in.x({16, 24, 5, 5}), {1, 24, 9, 9}, 1, 2)};
        },
        2, false},
+      // The weights' channels-last copies in several chunks of a row, partial ones at the end:
+      // 72 filters by 40 channels of 3x3, 130 by 72 of 1x1 (chunks of 64), 7x7 (smaller chunks for
+      // its 49 taps), forward and mirrored for grad_input.
+      {OpId::conv2d, "conv2d channels-last: weight copies of several tiles, 1x1 to 7x7",
+       [](Inputs& in) {
+         return Values{conv2d(in.x({2, 40, 6, 5}), in.x({72, 40, 3, 3}, 0.5), 1, 1),
+                       conv2d(in.x({1, 72, 5, 4}), in.x({130, 72, 1, 1}, 0.5), 1, 0),
+                       conv2d(in.x({1, 16, 9, 8}), in.x({24, 16, 7, 7}, 0.5), 1, 3)};
+       },
+       2, false},
+      {OpId::conv2d_grad_input, "conv2d_grad_input channels-last: mirrored weight copies in tiles",
+       [](Inputs& in) {
+         return Values{
+             conv2d_grad_input(in.x({2, 72, 6, 5}), in.x({72, 40, 3, 3}, 0.5), {2, 40, 6, 5}, 1, 1),
+             conv2d_grad_input(in.x({1, 136, 5, 4}), in.x({136, 72, 1, 1}, 0.5), {1, 72, 5, 4}, 1,
+                               0),
+             conv2d_grad_input(in.x({1, 24, 9, 8}), in.x({24, 16, 7, 7}, 0.5), {1, 16, 9, 8}, 1,
+                               3)};
+       },
+       2, false},
+      // Stride-2 grad_input over dy read as if dilated: 5x5 with padding 2, 1x1 (odd rows and
+      // columns of dx get nothing) over odd and even sides, 2x2 and 4x4, 72 dy channels into 40,
+      // batch 1.
+      {OpId::conv2d_grad_input, "conv2d_grad_input channels-last at stride 2: 1x1 to 5x5",
+       [](Inputs& in) {
+         return Values{
+             conv2d_grad_input(in.x({2, 16, 5, 6}), in.x({16, 24, 5, 5}, 0.5), {2, 24, 10, 12}, 2,
+                               2),
+             conv2d_grad_input(in.x({1, 72, 4, 4}), in.x({72, 40, 1, 1}, 0.5), {1, 40, 7, 7}, 2, 0),
+             conv2d_grad_input(in.x({3, 8, 4, 4}), in.x({8, 16, 1, 1}), {3, 16, 8, 8}, 2, 0),
+             conv2d_grad_input(in.x({1, 24, 4, 5}), in.x({24, 16, 2, 2}), {1, 16, 9, 10}, 2, 0),
+             conv2d_grad_input(in.x({2, 8, 5, 4}), in.x({8, 24, 4, 4}, 0.5), {2, 24, 10, 9}, 2, 1)};
+       },
+       2, false},
+      // Few tiles over a long K: 256 channels of 3x3 into 40 filters, grad_input over 136 dy
+      // channels, at stride 1 and at stride 2.
+      {OpId::conv2d, "conv2d channels-last, few tiles over a long K",
+       [](Inputs& in) {
+         return Values{conv2d(in.x({2, 256, 4, 4}, 0.5), in.x({40, 256, 3, 3}, 0.5), 1, 1),
+                       conv2d_grad_input(in.x({2, 136, 4, 4}), in.x({136, 64, 3, 3}, 0.5),
+                                         {2, 64, 4, 4}, 1, 1),
+                       conv2d_grad_input(in.x({1, 256, 3, 3}), in.x({256, 24, 3, 3}, 0.5),
+                                         {1, 24, 6, 6}, 2, 1)};
+       },
+       2, false},
       // grad_weight over small grids (4x4, 2x4: several images per 32-pixel K step), stride 2
       // with padding, 8 and 40 channels, 1 split and many, 70 and 130 filters.
       {OpId::conv2d_grad_weight, "conv2d_grad_weight on the tensor cores: small grids, split K",
