@@ -128,7 +128,7 @@ TEST_CASE("max_pool2d matches the definition") {
 // definition: dy goes to each window's first maximum in row-major order, a NaN wins (the last
 // one), and cells in no window (odd sizes) get 0. Values from a few levels so that ties are
 // common, signed zeros and NaNs among them; 40 planes so that the loop runs on the team.
-TEST_CASE("max_pool2d_grad 2x2: the first maximum gets dy, ties, zeros and NaNs, odd sizes") {
+TEST_CASE("max_pool2d 2x2 and its gradient: the first maximum, ties, zeros and NaNs, odd sizes") {
   for (auto [h, w] : {std::pair{7, 9}, {8, 6}, {5, 5}}) {
     CAPTURE(h);
     CAPTURE(w);
@@ -143,7 +143,9 @@ TEST_CASE("max_pool2d_grad 2x2: the first maximum gets dy, ties, zeros and NaNs,
     const Tensor dy = test::random_tensor({4, 10, oh_n, ow_n}, DType::f32, 32, 0.5, 1.0);
     const Tensor dx =
         run_binary(x, dy, [](Value a, Value b) { return max_pool2d_grad(a, b, 2, 2, 0); });
-    Tensor ref = Tensor::zeros(x.shape(), DType::f32);
+    const Tensor y = run_unary(
+        x.shape(), [](Value v) { return max_pool2d(v, 2); }, x);
+    Tensor ref = Tensor::zeros(x.shape(), DType::f32), ref_y = Tensor::zeros(y.shape(), DType::f32);
     for (std::int64_t plane = 0; plane < 40; ++plane)
       for (std::int64_t oh = 0; oh < oh_n; ++oh)
         for (std::int64_t ow = 0; ow < ow_n; ++ow) {
@@ -154,7 +156,9 @@ TEST_CASE("max_pool2d_grad 2x2: the first maximum gets dy, ties, zeros and NaNs,
               if (best < 0 || xv[at] > xv[best] || std::isnan(xv[at])) best = at;
             }
           ref.data<float>()[best] += dy.at((plane * oh_n + oh) * ow_n + ow);
+          ref_y.data<float>()[(plane * oh_n + oh) * ow_n + ow] = xv[best];
         }
+    CHECK(std::memcmp(y.data<float>(), ref_y.data<float>(), y.numel() * sizeof(float)) == 0);
     REQUIRE(dx.shape() == x.shape());
     CHECK(std::memcmp(dx.data<float>(), ref.data<float>(), x.numel() * sizeof(float)) == 0);
   }
