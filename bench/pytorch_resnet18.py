@@ -67,7 +67,8 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def time_mode(mode, batch, steps, warmup):
+def make_step(mode, batch):
+    """The mode's backend flags set, and its eager training step: (step, model, opt, x, y)."""
     torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
     torch.backends.cudnn.allow_tf32 = mode == "tf32"
     torch.backends.cudnn.benchmark = True
@@ -85,6 +86,11 @@ def time_mode(mode, batch, steps, warmup):
         loss.backward()
         opt.step()
 
+    return step, model, opt, x, y
+
+
+def time_mode(mode, batch, steps, warmup):
+    step, model, opt, x, y = make_step(mode, batch)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -129,21 +135,7 @@ def profile_mode(mode, batch, steps):
     import collections
     from torch.profiler import ProfilerActivity, profile
 
-    time_mode(mode.replace("-graph", ""), batch, 2, 3)  # sets the backends' flags as timed
-    low = mode.startswith("bf16")
-    fmt = torch.channels_last if low else torch.contiguous_format
-    model = ResNet18().cuda().to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, 32, 32, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 10, (batch,), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=low):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-
+    step = make_step(mode.replace("-graph", ""), batch)[0]
     for _ in range(3):
         step()
     torch.cuda.synchronize()
