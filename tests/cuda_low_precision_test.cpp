@@ -458,14 +458,14 @@ std::vector<OpRow> gemm_conv_rows() {
       // The weights' channels-last copies in several chunks of a row, partial ones at the end:
       // 72 filters by 40 channels of 3x3, 130 by 72 of 1x1 (chunks of 64), 7x7 (smaller chunks for
       // its 49 taps), forward and mirrored for grad_input.
-      {OpId::conv2d, "conv2d channels-last: weight copies of several tiles, 1x1 to 7x7",
+      {OpId::conv2d, "conv2d channels-last: weight copies of several chunks, 1x1 to 7x7",
        [](Inputs& in) {
          return Values{conv2d(in.x({2, 40, 6, 5}), in.x({72, 40, 3, 3}, 0.5), 1, 1),
                        conv2d(in.x({1, 72, 5, 4}), in.x({130, 72, 1, 1}, 0.5), 1, 0),
                        conv2d(in.x({1, 16, 9, 8}), in.x({24, 16, 7, 7}, 0.5), 1, 3)};
        },
        2, false},
-      {OpId::conv2d_grad_input, "conv2d_grad_input channels-last: mirrored weight copies in tiles",
+      {OpId::conv2d_grad_input, "conv2d_grad_input channels-last: mirrored weight copies in chunks",
        [](Inputs& in) {
          return Values{
              conv2d_grad_input(in.x({2, 72, 6, 5}), in.x({72, 40, 3, 3}, 0.5), {2, 40, 6, 5}, 1, 1),
