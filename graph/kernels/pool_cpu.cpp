@@ -42,11 +42,12 @@ bool parallel_worth_it(const PoolGeometry& g) { return g.planes * g.out_h * g.ou
 // on the flags of float compares (the second on the parity of an unordered one); with the NaN
 // test in integers it keeps one, and LeNet's and VGG's pools run about 1.5-2x faster.
 template <class T>
+using MaxBits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+template <class T>
 inline bool is_nan(T v) {
-  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  constexpr Bits kMagnitude = std::numeric_limits<Bits>::max() >> 1;
-  return (std::bit_cast<Bits>(v) & kMagnitude) >
-         std::bit_cast<Bits>(std::numeric_limits<T>::infinity());
+  constexpr MaxBits<T> kMagnitude = std::numeric_limits<MaxBits<T>>::max() >> 1;
+  return (std::bit_cast<MaxBits<T>>(v) & kMagnitude) >
+         std::bit_cast<MaxBits<T>>(std::numeric_limits<T>::infinity());
 }
 
 // Calls visit(window_output_index, offset_of_first_max, max) for every pooling window, in window
@@ -101,36 +102,6 @@ inline void window_max(const T* corner, std::int64_t width, std::int64_t& best, 
     }
 }
 
-// Unpadded kKernel x kKernel windows at stride kStride: the window's loops have compile-time
-// trip counts and its maximum stays in registers. (A first form compared each cell offset
-// across a row of windows held in arrays: vgg's 14-, 7- and 3-window rows left it at about
-// 2 GB/s, a fifth of vgg's CPU step in pooling.)
-template <int kKernel, int kStride, class T, class Visit>
-void fixed_windows_max(const T* x, const PoolGeometry& g, Visit visit) {
-#pragma omp parallel for schedule(static) if (parallel_worth_it(g))
-  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
-    const std::int64_t base = plane * g.height * g.width;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      const std::int64_t top = base + oh * kStride * g.width;
-      const std::int64_t first = (plane * g.out_h + oh) * g.out_w;
-      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-        std::int64_t best;
-        T best_value;
-        window_max<kKernel>(x + top + ow * kStride, g.width, best, best_value);
-        visit(first + ow, top + ow * kStride + best, best_value);
-      }
-    }
-  }
-}
-
-template <class T, class Visit>
-void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
-  if (g.padding > 0) return windows_max<true>(x, g, visit);
-  if (g.kernel == 2 && g.stride == 2) return fixed_windows_max<2, 2>(x, g, visit);
-  if (g.kernel == 3 && g.stride == 2) return fixed_windows_max<3, 2>(x, g, visit);
-  windows_max<false>(x, g, visit);
-}
-
 // The first maximum of a 2x2 window (window_max<2>'s) without a jump whose direction depends on
 // the data: each compare becomes a 0/1 integer and each choice a mask of the bits. (GCC turned
 // window_max's selects into jumps, taken about half the time once the offset is used: the
@@ -138,12 +109,11 @@ void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
 // it is the one that wins.
 template <class T>
 struct Max2x2 {
-  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  Bits value, wins[4];
+  MaxBits<T> value, wins[4];
 };
 template <class T>
 inline Max2x2<T> max_2x2(const T* corner, std::int64_t width) {
-  using Bits = typename Max2x2<T>::Bits;
+  using Bits = MaxBits<T>;
   const Bits a = std::bit_cast<Bits>(corner[0]), b = std::bit_cast<Bits>(corner[1]),
              c = std::bit_cast<Bits>(corner[width]), d = std::bit_cast<Bits>(corner[width + 1]);
   auto pick = [](Bits take, Bits y, Bits n) { return (y & (Bits{0} - take)) | (n & (take - 1)); };
@@ -157,17 +127,43 @@ inline Max2x2<T> max_2x2(const T* corner, std::int64_t width) {
   return {pick(td, d, m2), {(tb | tc | td) ^ 1, tb & ((tc | td) ^ 1), tc & (td ^ 1), td}};
 }
 
-// The forward of unpadded 2x2 windows at stride 2: max_2x2's value.
-template <class T>
-void max_forward_2x2(const T* x, T* y, const PoolGeometry& g) {
+// Unpadded kKernel x kKernel windows at stride kStride: the window's loops have compile-time
+// trip counts and its maximum stays in registers (2x2: max_2x2, its offset from the one-hot
+// winner). (A first form compared each cell offset across a row of windows held in arrays:
+// vgg's 14-, 7- and 3-window rows left it at about 2 GB/s, a fifth of vgg's CPU step in
+// pooling.)
+template <int kKernel, int kStride, class T, class Visit>
+void fixed_windows_max(const T* x, const PoolGeometry& g, Visit visit) {
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g))
-  for (std::int64_t plane = 0; plane < g.planes; ++plane)
+  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+    const std::int64_t base = plane * g.height * g.width;
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      const T* top = x + (plane * g.height + 2 * oh) * g.width;
-      T* out = y + (plane * g.out_h + oh) * g.out_w;
-      for (std::int64_t ow = 0; ow < g.out_w; ++ow)
-        out[ow] = std::bit_cast<T>(max_2x2(top + 2 * ow, g.width).value);
+      const std::int64_t top = base + oh * kStride * g.width;
+      const std::int64_t first = (plane * g.out_h + oh) * g.out_w;
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        std::int64_t best;
+        T best_value;
+        if constexpr (kKernel == 2) {
+          const Max2x2<T> m = max_2x2(x + top + ow * kStride, g.width);
+          best = static_cast<std::int64_t>(m.wins[1]) +
+                 static_cast<std::int64_t>(m.wins[2]) * g.width +
+                 static_cast<std::int64_t>(m.wins[3]) * (g.width + 1);
+          best_value = std::bit_cast<T>(m.value);
+        } else {
+          window_max<kKernel>(x + top + ow * kStride, g.width, best, best_value);
+        }
+        visit(first + ow, top + ow * kStride + best, best_value);
+      }
     }
+  }
+}
+
+template <class T, class Visit>
+void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
+  if (g.padding > 0) return windows_max<true>(x, g, visit);
+  if (g.kernel == 2 && g.stride == 2) return fixed_windows_max<2, 2>(x, g, visit);
+  if (g.kernel == 3 && g.stride == 2) return fixed_windows_max<3, 2>(x, g, visit);
+  windows_max<false>(x, g, visit);
 }
 
 // The gradient of unpadded 2x2 windows at stride 2 (disjoint: an x cell is in one window at
@@ -186,10 +182,10 @@ void max_backward_disjoint(const T* x, const T* dy, T* dx, const PoolGeometry& g
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         const std::int64_t corner = top + 2 * ow;
         const Max2x2<T> m = max_2x2(x + corner, w);
-        const auto routed = std::bit_cast<typename Max2x2<T>::Bits>(T(0) + grad[ow]);
+        const auto routed = std::bit_cast<MaxBits<T>>(T(0) + grad[ow]);
         T* cells[4] = {dx + corner, dx + corner + 1, dx + corner + w, dx + corner + w + 1};
         for (int k = 0; k < 4; ++k)
-          *cells[k] = std::bit_cast<T>(routed & (typename Max2x2<T>::Bits{0} - m.wins[k]));
+          *cells[k] = std::bit_cast<T>(routed & (MaxBits<T>{0} - m.wins[k]));
       }
       if (w % 2 == 1) dx[top + w - 1] = dx[top + 2 * w - 1] = T(0);
     }
@@ -254,7 +250,6 @@ void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
     using T = decltype(zero);
     const T* in = x.data<T>();
     T* out = y.data<T>();
-    if (g.kernel == 2 && g.stride == 2 && g.padding == 0) return max_forward_2x2(in, out, g);
     for_each_window_max(in, g, [&](std::int64_t i, std::int64_t, T value) { out[i] = value; });
   });
 }
