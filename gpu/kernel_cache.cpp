@@ -97,6 +97,7 @@ Digest kernel_cache_key(const KernelSource& src, const JitTarget& target) {
   hash.update_field(fmt::format("sm_{}", target.sm)).update_field(src.name).update_field(src.code);
   hash.update_field(std::to_string(src.options.size()));
   for (const std::string& option : src.options) hash.update_field(option);
+  if (src.arch_specific) hash.update_field("arch-specific");  // older keys unchanged without it
   return hash.finish();
 }
 

@@ -12,6 +12,9 @@ struct KernelSource {
   std::string name;
   std::string code;
   std::vector<std::string> options;  // extra NVRTC options, e.g. "--use_fast_math"
+  // Compiled for the target's own variant (sm_90a for sm_90): instructions that exist on that
+  // architecture only (wgmma), so the CUBIN loads on it alone.
+  bool arch_specific = false;
 };
 
 // The GPU architecture a kernel is compiled for: sm = 10 * major + minor (90 for an H100/H200).

@@ -58,7 +58,8 @@ std::vector<std::string> nvrtc_options(const KernelSource& src, const JitTarget&
                src.name, option, target.sm);
     has_std = has_std || starts_with(option, "-std") || starts_with(option, "--std");
   }
-  std::vector<std::string> options = {fmt::format("--gpu-architecture=sm_{}", target.sm)};
+  std::vector<std::string> options = {
+      fmt::format("--gpu-architecture=sm_{}{}", target.sm, src.arch_specific ? "a" : "")};
   if (!has_std) options.push_back("-std=c++17");
   options.insert(options.end(), src.options.begin(), src.options.end());
   return options;

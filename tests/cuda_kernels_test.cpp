@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -381,9 +382,13 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
                                     std::end(cuda::kNhwcCandidates));
   for (cuda::NhwcTile t : {cuda::NhwcTile{256, 64, 4, 1, 4, 2}, cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
     tiles.push_back(t);
+  if (cuda::conv_wgmma_enabled(DType::bf16))  // sm_90: the wgmma tiles too (bf16 rows only)
+    tiles.insert(tiles.end(), std::begin(cuda::kWgmmaCandidates), std::end(cuda::kWgmmaCandidates));
   std::uint64_t seed = 700;
   for (const cuda::NhwcTile& tile : tiles)
     for (std::int64_t splits : {1, 3}) {
+      if (tile.wgmma && splits > 1) continue;  // wgmma tiles never split K
+      CAPTURE(tile.wgmma);
       CAPTURE(tile.bm);
       CAPTURE(tile.bn);
       CAPTURE(tile.pieces);
@@ -396,6 +401,8 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
       check_conv({2, 16, 12, 10}, {32, 16, 3, 3}, 2, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       check_conv({2, 16, 9, 11}, {24, 16, 5, 5}, 1, 2, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       check_conv({3, 16, 10, 9}, {40, 16, 1, 1}, 2, 0, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      // 9 K steps of 64 (more than the stages in flight), 200 filters: a partial 128-row tile.
+      check_conv({2, 64, 12, 10}, {200, 64, 3, 3}, 1, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       cuda::set_allow_tf32(true);
       check_conv({2, 16, 9, 7}, {40, 16, 3, 3}, 1, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       check_conv({2, 8, 12, 10}, {16, 8, 3, 3}, 2, 1, DType::f32, seed += 3, 0, -1, 1e-2);
@@ -448,6 +455,14 @@ TEST_CASE("conv2d: every tuning candidate gives the same bits, forward and grad_
       check_identical(other.first, first.first);
       check_identical(other.second, first.second);
     }
+    if (!cuda::conv_wgmma_enabled(DType::bf16)) continue;  // sm_90: its own candidates alike
+    const auto wgmma = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);
+    for (const cuda::NhwcTile& tile : cuda::kWgmmaCandidates) {
+      CAPTURE(cuda::nhwc_tile_label(tile));
+      const auto other = nhwc_outputs(tile, xs, ws, stride, seed);
+      check_identical(other.first, wgmma.first);
+      check_identical(other.second, wgmma.second);
+    }
   }
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
 }
@@ -468,8 +483,8 @@ TEST_CASE("conv2d: each tensor-core pass is tuned once, keeps the fastest tile, 
     const bool wgrad = r.problem.rfind("conv_wgrad bf16 m40 ", 0) == 0;
     CHECK((wgrad || r.problem.rfind("conv_nhwc fwd bf16 m", 0) == 0));
     CHECK(r.problem.find(" code ") != std::string::npos);  // the candidates' sources digested
-    REQUIRE(r.us.size() ==
-            (wgrad ? std::size(cuda::kWgradCandidates) : std::size(cuda::kNhwcCandidates)));
+    REQUIRE(r.us.size() == (wgrad ? cuda::wgrad_candidates(DType::bf16).size()
+                                  : cuda::nhwc_candidates(DType::bf16).size()));
     for (double us : r.us) CHECK(us > 0);
     CHECK(*std::min_element(r.us.begin(), r.us.end()) == r.us[static_cast<std::size_t>(r.chosen)]);
   }
@@ -541,15 +556,20 @@ TEST_CASE("conv2d: every grad_weight tuning candidate gives the same bits, and t
                                  std::tuple{Shape{64, 8, 8, 8}, Shape{24, 8, 3, 3}, 1}}) {
     CAPTURE(xs.str());
     seed += 3;
-    cuda::detail::force_wgrad_tile_for_testing(std::nullopt);
-    const Tensor first = mma_grad_weight(true, xs, ws, padding, seed);
-    for (const cuda::WgradTile& tile : cuda::kWgradCandidates) {
-      CAPTURE(tile.bm);
-      CAPTURE(tile.bn);
-      CAPTURE(tile.wm);
-      cuda::detail::force_wgrad_tile_for_testing(tile);
-      check_identical(mma_grad_weight(true, xs, ws, padding, seed), first);
-      check_conv(xs, ws, 1, padding, DType::bf16, seed + 1, 0, -1, 1.5e-2);
+    for (bool wgmma : {false, true}) {  // each family against its own default (wgmma: sm_90)
+      if (wgmma && !cuda::conv_wgmma_enabled(DType::bf16)) continue;
+      cuda::detail::force_wgrad_tile_for_testing(wgmma ? cuda::conv_wgmma_wgrad_default_tile(ws[0])
+                                                       : cuda::conv_mma_wgrad_default_tile(ws[0]));
+      const Tensor first = mma_grad_weight(true, xs, ws, padding, seed);
+      const std::span<const cuda::WgradTile> family =
+          wgmma ? std::span<const cuda::WgradTile>(cuda::kWgmmaWgradCandidates)
+                : std::span<const cuda::WgradTile>(cuda::kWgradCandidates);
+      for (const cuda::WgradTile& tile : family) {
+        CAPTURE(cuda::conv_mma_wgrad_name(DType::bf16, tile, true, false));
+        cuda::detail::force_wgrad_tile_for_testing(tile);
+        check_identical(mma_grad_weight(true, xs, ws, padding, seed), first);
+        check_conv(xs, ws, 1, padding, DType::bf16, seed + 1, 0, -1, 1.5e-2);
+      }
     }
   }
   cuda::detail::force_wgrad_tile_for_testing(std::nullopt);
@@ -634,7 +654,21 @@ TEST_CASE("conv tuning: every candidate is a valid tile that sums in its default
   for (const cuda::NhwcTile& t : cuda::kNhwcTiles)
     CHECK(std::find(std::begin(cuda::kNhwcCandidates), std::end(cuda::kNhwcCandidates), t) !=
           std::end(cuda::kNhwcCandidates));
+  for (const cuda::NhwcTile& t : cuda::kWgmmaCandidates)
+    CHECK((t.wgmma && cuda::nhwc_tile_valid(t)));
+  for (const cuda::NhwcTile& t : cuda::kWgmmaTiles)
+    CHECK(std::find(std::begin(cuda::kWgmmaCandidates), std::end(cuda::kWgmmaCandidates), t) !=
+          std::end(cuda::kWgmmaCandidates));
+  CHECK_FALSE(cuda::nhwc_tile_valid({128, 128, 1, 1, 8, 4, true}));  // bm is 64 per warpgroup
+  CHECK_FALSE(cuda::nhwc_tile_valid({64, 96, 1, 1, 8, 4, true}));    // no m64n96 instruction
+  CHECK_FALSE(cuda::nhwc_tile_valid({64, 64, 1, 1, 4, 4, true}));    // 128-byte rows only
   for (const cuda::WgradTile& t : cuda::kWgradCandidates) CHECK(cuda::wgrad_tile_valid(t));
+  for (const cuda::WgradTile& t : cuda::kWgmmaWgradCandidates)
+    CHECK((t.wgmma && cuda::wgrad_tile_valid(t)));
+  for (std::int64_t m : {64, 128})
+    CHECK(std::find(std::begin(cuda::kWgmmaWgradCandidates), std::end(cuda::kWgmmaWgradCandidates),
+                    cuda::conv_wgmma_wgrad_default_tile(m)) !=
+          std::end(cuda::kWgmmaWgradCandidates));
   for (std::int64_t m : {64, 128})
     CHECK(std::find(std::begin(cuda::kWgradCandidates), std::end(cuda::kWgradCandidates),
                     cuda::conv_mma_wgrad_default_tile(m)) != std::end(cuda::kWgradCandidates));

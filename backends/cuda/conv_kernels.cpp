@@ -147,6 +147,10 @@ gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a, ConvMmaKind k
 
 bool nhwc_tile_valid(NhwcTile t) {
   const int threads = t.threads();
+  if (t.wgmma)
+    return (t.wm == 1 || t.wm == 2) && t.wn == 1 && t.bm == 64 * t.wm &&
+           (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.pieces == 8 && t.stages >= 3 &&
+           t.stages <= 6 && (t.bn * t.pieces) % threads == 0 && t.shared_bytes() <= 227 * 1024;
   return t.wm >= 1 && t.wn >= 1 && t.bm % (16 * t.wm) == 0 && t.bn % (16 * t.wn) == 0 &&
          (t.pieces == 4 || t.pieces == 8) && t.stages >= 2 && t.stages <= 6 && threads <= 256 &&
          (t.bm * t.pieces) % threads == 0 && (t.bn * t.pieces) % threads == 0 &&
@@ -154,10 +158,10 @@ bool nhwc_tile_valid(NhwcTile t) {
 }
 
 std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated, bool split) {
-  return fmt::format("kiln_conv_nhwc_{}_{}x{}x{}_w{}x{}_s{}_{}{}", dilated ? "dgrad_s2" : "fwd",
-                     tile.bm, tile.bn, tile.pieces * 16 / dtype_size(dtype), tile.wm, tile.wn,
-                     tile.stages, dtype == DType::f32 ? "tf32" : dtype_name(dtype),
-                     split ? "_splitk" : "");
+  return fmt::format("kiln_conv_nhwc_{}_{}x{}x{}_{}{}x{}_s{}_{}{}", dilated ? "dgrad_s2" : "fwd",
+                     tile.bm, tile.bn, tile.pieces * 16 / dtype_size(dtype),
+                     tile.wgmma ? "wgmma" : "w", tile.wm, tile.wn, tile.stages,
+                     dtype == DType::f32 ? "tf32" : dtype_name(dtype), split ? "_splitk" : "");
 }
 
 gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated, bool split) {
@@ -165,6 +169,20 @@ gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated, boo
              "conv channels-last kernel: bf16, f16 or f32 (TF32) in a valid tile, not {} in "
              "{}x{} (warps {}x{}, {} pieces, {} stages)",
              dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn, tile.pieces, tile.stages);
+  if (tile.wgmma) {
+    KILN_CHECK(is_low_precision(dtype) && !split,
+               "conv channels-last wgmma kernel: bf16 or f16 without a K split, not {}{}",
+               dtype_name(dtype), split ? " split" : "");
+    gpu::KernelSource source = embedded_kernel(conv_nhwc_name(dtype, tile, dilated),
+                                               kernel_files::conv_wgmma_cuh, "KILN_CONV_WGMMA",
+                                               {{"KILN_T", cuda_type_name(dtype)},
+                                                {"KILN_BM", std::to_string(tile.bm)},
+                                                {"KILN_BN", std::to_string(tile.bn)},
+                                                {"KILN_STAGES", std::to_string(tile.stages)},
+                                                {"KILN_DIL", dilated ? "2" : "1"}});
+    source.arch_specific = true;
+    return source;
+  }
   return embedded_kernel(conv_nhwc_name(dtype, tile, dilated, split),
                          kernel_files::conv_mma_nhwc_cuh, "KILN_CONV_NHWC",
                          {{"KILN_T", cuda_type_name(dtype)},
@@ -208,6 +226,10 @@ gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes) {
 // The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out.
 bool wgrad_tile_valid(WgradTile t) {
   const int threads = t.threads(), pieces = t.bk / 8;
+  if (t.wgmma)
+    return (t.wm == 1 || t.wm == 2) && t.wn == 1 && t.bm == 64 * t.wm &&
+           (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == 64 &&
+           (t.bn * pieces) % threads == 0 && t.shared_bytes() <= 227 * 1024;
   return t.wm >= 1 && t.wn >= 1 && t.bm % (16 * t.wm) == 0 && t.bn % (16 * t.wn) == 0 &&
          (t.bk == 32 || t.bk == 64) && threads <= 256 && threads % t.bk == 0 &&
          (t.bm * pieces) % threads == 0 && (t.bn * pieces) % threads == 0 &&
@@ -216,9 +238,9 @@ bool wgrad_tile_valid(WgradTile t) {
 
 std::string conv_mma_wgrad_name(DType dtype, WgradTile tile, bool vec_a, bool float_out,
                                 bool vec_b) {
-  return fmt::format("kiln_conv_mma_wgrad_{}x{}x{}_w{}x{}_{}{}{}{}", tile.bm, tile.bn, tile.bk,
-                     tile.wm, tile.wn, dtype_name(dtype), vec_a ? "_vec" : "", vec_b ? "_runs" : "",
-                     float_out ? "_f32out" : "");
+  return fmt::format("kiln_conv_mma_wgrad_{}x{}x{}_{}{}x{}_{}{}{}{}", tile.bm, tile.bn, tile.bk,
+                     tile.wgmma ? "wgmma" : "w", tile.wm, tile.wn, dtype_name(dtype),
+                     vec_a ? "_vec" : "", vec_b ? "_runs" : "", float_out ? "_f32out" : "");
 }
 
 gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a, bool float_out,
@@ -227,6 +249,19 @@ gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a,
              "conv tensor-core weight gradient: bf16 or f16 in a valid tile, not {} in {}x{} "
              "(warps {}x{}, {} pixels a step)",
              dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn, tile.bk);
+  if (tile.wgmma) {
+    gpu::KernelSource source =
+        embedded_kernel(conv_mma_wgrad_name(dtype, tile, vec_a, float_out, vec_b),
+                        kernel_files::conv_wgmma_wgrad_cuh, "KILN_CONV_WGMMA_WGRAD",
+                        {{"KILN_T", cuda_type_name(dtype)},
+                         {"KILN_OT", float_out ? "float" : cuda_type_name(dtype)},
+                         {"KILN_BM", std::to_string(tile.bm)},
+                         {"KILN_BN", std::to_string(tile.bn)},
+                         {"KILN_VEC_A", vec_a ? "1" : "0"},
+                         {"KILN_VEC_B", vec_b ? "1" : "0"}});
+    source.arch_specific = true;
+    return source;
+  }
   return embedded_kernel(conv_mma_wgrad_name(dtype, tile, vec_a, float_out, vec_b),
                          kernel_files::conv_mma_wgrad_cuh, "KILN_CONV_MMA_WGRAD",
                          {{"KILN_T", cuda_type_name(dtype)},

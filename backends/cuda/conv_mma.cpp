@@ -93,10 +93,14 @@ std::optional<NhwcPlan> plan_from_environment() {
   NhwcPlan p;
   NhwcTile& t = p.tile;
   long long splits = 1;
-  const int read = std::sscanf(v, "%d,%d,%d,%d,%d,%d,%lld", &t.bm, &t.bn, &t.wm, &t.wn, &t.pieces,
-                               &t.stages, &splits);
-  KILN_CHECK((read == 6 || read == 7) && nhwc_tile_valid(t) && splits >= 1,
-             "KILN_NHWC_TILE='{}': expected bm,bn,wm,wn,pieces,stages[,splits] of a valid tile", v);
+  int wgmma = 0;
+  const int read = std::sscanf(v, "%d,%d,%d,%d,%d,%d,%lld,%d", &t.bm, &t.bn, &t.wm, &t.wn,
+                               &t.pieces, &t.stages, &splits, &wgmma);
+  t.wgmma = wgmma != 0;
+  KILN_CHECK(read >= 6 && nhwc_tile_valid(t) && splits >= 1 && (!t.wgmma || splits == 1),
+             "KILN_NHWC_TILE='{}': expected bm,bn,wm,wn,pieces,stages[,splits[,wgmma]] of a valid "
+             "tile (wgmma 1: a tile of conv_wgmma.cuh, not split)",
+             v);
   p.splits = splits;
   return p;
 }
@@ -134,6 +138,21 @@ void launch_nhwc(DType dtype, const ConvGemmShape& shape, const NhwcPlan& plan, 
 
 }  // namespace
 
+namespace {
+bool& wgmma_allowed() {
+  static bool allowed = [] {
+    const char* v = std::getenv("KILN_WGMMA");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed;
+}
+}  // namespace
+
+bool conv_wgmma_enabled(DType dtype) {
+  static const bool sm90 = gpu::cuda_device_count() > 0 && gpu::current_target().sm == 90;
+  return sm90 && is_low_precision(dtype) && wgmma_allowed();
+}
+
 NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, bool may_time) {
   const std::int64_t m = shape.m, n = shape.n, k = shape.k;
   auto blocks = [&](NhwcTile t) { return ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn); };
@@ -142,13 +161,18 @@ NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, b
     return std::max<std::int64_t>(1, (k + step - 1) / step);
   };
   std::int64_t step = 0;
-  if (const std::optional<NhwcPlan> forced = forced_nhwc_plan()) {
+  const std::optional<NhwcPlan> forced = forced_nhwc_plan();
+  if (forced && (!forced->tile.wgmma || conv_wgmma_enabled(dtype))) {  // wgmma: where it runs
     const std::int64_t steps = steps_of(forced->tile, step);
     return split_plan(forced->tile, std::min(forced->splits, steps), steps, step);
   }
   NhwcTile tile = m >= 128                       ? kNhwcTiles[0]
                   : blocks(kNhwcTiles[1]) >= 132 ? kNhwcTiles[1]
                                                  : kNhwcTiles[2];
+  if (conv_wgmma_enabled(dtype))
+    tile = m >= 128 && blocks(kWgmmaTiles[0]) >= 132 ? kWgmmaTiles[0]
+           : blocks(kWgmmaTiles[1]) >= 132           ? kWgmmaTiles[1]
+                                                     : kWgmmaTiles[2];
   if (const std::optional<NhwcTile> tuned = tuned_nhwc_tile(dtype, shape, dilated, may_time))
     tile = *tuned;
   return split_plan(tile, 1, steps_of(tile, step), step);
@@ -201,6 +225,7 @@ void force_wgrad_tile_for_testing(std::optional<WgradTile> tile) {
   KILN_CHECK(!tile || wgrad_tile_valid(*tile), "force_wgrad_tile_for_testing: invalid tile");
   forced_wgrad_tile() = tile;
 }
+void set_wgmma_for_testing(bool allowed) { wgmma_allowed() = allowed; }
 void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan) {
   KILN_CHECK(!plan || nhwc_tile_valid(plan->tile), "force_nhwc_plan_for_testing: invalid tile");
   forced_nhwc_plan() = plan;
@@ -256,10 +281,12 @@ void conv_mma_wgrad_launch(DType dtype, const ConvGemmShape& shape, const MmaSpl
 
 WgradTile conv_mma_wgrad_tile(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
                               bool may_time) {
-  if (const std::optional<WgradTile> forced = forced_wgrad_tile()) return *forced;
+  const std::optional<WgradTile> forced = forced_wgrad_tile();
+  if (forced && (!forced->wgmma || conv_wgmma_enabled(dtype))) return *forced;  // wgmma: sm_90
   if (const std::optional<WgradTile> tuned = tuned_wgrad_tile(dtype, shape, splits, may_time))
     return *tuned;
-  return conv_mma_wgrad_default_tile(shape.m);
+  return conv_wgmma_enabled(dtype) ? conv_wgmma_wgrad_default_tile(shape.m)
+                                   : conv_mma_wgrad_default_tile(shape.m);
 }
 
 }  // namespace kiln::cuda

@@ -56,6 +56,11 @@ struct NhwcPlan {
   }
 };
 NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, bool may_time);
+// Whether the channels-last passes of `dtype` run on wgmma (kernels/conv_wgmma.cuh): bf16 or f16
+// on an sm_90 device, unless KILN_WGMMA=0 or the test hook below turns it off; the default
+// tile is then kWgmmaTiles's, the candidates kWgmmaCandidates. KILN_NHWC_TILE's eighth field 1
+// forces a wgmma tile (where wgmma runs; the other passes keep their choice).
+bool conv_wgmma_enabled(DType dtype);
 // y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
 // stride 2); a and xt 16-byte aligned; `partials` (256-byte aligned, plan.partial_bytes) where
 // the plan splits K.
@@ -68,6 +73,8 @@ namespace detail {
 // Forces every channels-last pass onto `plan`'s tile and split count (nullopt: the choice
 // above), as KILN_NHWC_TILE does; a test hook (not thread-safe).
 void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan);
+// Whether conv_wgmma_enabled may say yes (true: as KILN_WGMMA allows).
+void set_wgmma_for_testing(bool allowed);
 // Whether grad_weight may gather 16-byte runs (true: where conv_mma_vector_x allows).
 void set_wgrad_runs_for_testing(bool allowed);
 // Forces every tensor-core weight gradient onto `tile` (nullopt: the tuned or default tile).
@@ -91,6 +98,10 @@ inline int conv_mma_wgrad_tile_m(std::int64_t m) { return m >= 128 ? 128 : 64; }
 // The default tile: conv_mma_wgrad_tile_m filters by 64 patch rows, warps of 32 x 32.
 inline WgradTile conv_mma_wgrad_default_tile(std::int64_t m) {
   return m >= 128 ? WgradTile{128, 64, 4, 2} : WgradTile{64, 64, 2, 2};
+}
+// On wgmma (conv_wgmma_enabled): 128 (or 64) filters by 128 patch rows.
+inline WgradTile conv_wgmma_wgrad_default_tile(std::int64_t m) {
+  return m >= 128 ? WgradTile{128, 128, 2, 1, 64, true} : WgradTile{64, 128, 1, 1, 64, true};
 }
 // The tile of the pass `shape` (grad_weight's, split by `splits`): autotuned (conv_tuning.h:
 // the kernel cache's decision, else, with may_time, every candidate timed now), else the default.

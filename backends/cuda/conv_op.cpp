@@ -82,6 +82,15 @@ std::vector<gpu::KernelSource> every_conv_source() {
     if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)
       for (NhwcTile tile : kNhwcCandidates)      // every tile the tuner may choose
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+    if (is_low_precision(t)) {  // the wgmma tiles (sm_90)
+      for (NhwcTile tile : kWgmmaCandidates)
+        for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+      for (WgradTile tile : kWgmmaWgradCandidates)
+        for (bool vec : {false, true})
+          for (bool f32_partials : {false, true})
+            for (bool runs : {false, true})
+              all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
+    }
   }
   for (std::size_t bytes : {2, 4}) {
     all.push_back(nhwc_image_source(bytes));

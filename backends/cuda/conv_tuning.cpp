@@ -22,18 +22,19 @@
 namespace kiln::cuda {
 namespace {
 
-std::vector<std::string> candidate_labels() {
+std::vector<std::string> candidate_labels(DType dtype) {
   std::vector<std::string> labels;
-  for (NhwcTile t : kNhwcCandidates) labels.push_back(nhwc_tile_label(t));
+  for (NhwcTile t : nhwc_candidates(dtype)) labels.push_back(nhwc_tile_label(t));
   return labels;
 }
 
 std::string wgrad_tile_label(WgradTile t) {
+  if (t.wgmma) return fmt::format("{}x{}g{}k{}", t.bm, t.bn, t.wm, t.bk);
   return fmt::format("{}x{}w{}x{}k{}", t.bm, t.bn, t.wm, t.wn, t.bk);
 }
-std::vector<std::string> wgrad_labels() {
+std::vector<std::string> wgrad_labels(DType dtype) {
   std::vector<std::string> labels;
-  for (WgradTile t : kWgradCandidates) labels.push_back(wgrad_tile_label(t));
+  for (WgradTile t : wgrad_candidates(dtype)) labels.push_back(wgrad_tile_label(t));
   return labels;
 }
 
@@ -100,10 +101,10 @@ gpu::TuningRecord time_candidates(DType dtype, const ConvGemmShape& shape, bool 
   RandomOperand xt(dtype, images * shape.img_h * shape.img_w * channels);
   RandomOperand y(dtype, std::int64_t{shape.m} * shape.n);
   return gpu::autotune(
-      problem, candidate_labels(),
+      problem, candidate_labels(dtype),
       [&](std::size_t i, gpu::Stream stream) {
-        conv_nhwc_launch(dtype, shape, kNhwcCandidates[i], a.data(), xt.data(), y.data(), stream,
-                         dilated);
+        conv_nhwc_launch(dtype, shape, nhwc_candidates(dtype)[i], a.data(), xt.data(), y.data(),
+                         stream, dilated);
       },
       flush_l2);
 }
@@ -112,7 +113,7 @@ gpu::TuningRecord time_candidates(DType dtype, const ConvGemmShape& shape, bool 
 std::vector<gpu::KernelSource> wgrad_candidate_sources(DType dtype, const ConvGemmShape& s,
                                                        const MmaSplits& splits) {
   std::vector<gpu::KernelSource> sources;
-  for (WgradTile t : kWgradCandidates)
+  for (WgradTile t : wgrad_candidates(dtype))
     sources.push_back(conv_mma_wgrad_source(dtype, t, conv_mma_vector_dy(s.s_hw), splits.count > 1,
                                             conv_mma_vector_x(s)));
   return sources;
@@ -129,9 +130,9 @@ gpu::TuningRecord time_wgrad_candidates(DType dtype, const ConvGemmShape& shape,
   RandomOperand x(dtype, images * shape.img_chw);
   RandomOperand out(split ? DType::f32 : dtype, split ? splits.count * mn : mn);
   return gpu::autotune(
-      problem, wgrad_labels(),
+      problem, wgrad_labels(dtype),
       [&](std::size_t i, gpu::Stream stream) {
-        conv_mma_wgrad_launch(dtype, shape, splits, kWgradCandidates[i], dy.data(), x.data(),
+        conv_mma_wgrad_launch(dtype, shape, splits, wgrad_candidates(dtype)[i], dy.data(), x.data(),
                               out.data(), stream);
       },
       flush_l2);
@@ -283,8 +284,8 @@ std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
                                           const MmaSplits& splits, bool may_time) {
   if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || !conv_mma_vector_dy(s.s_hw))
     return std::nullopt;  // (dy by scalar loads, rare: the default tile)
-  const PassKey key = pass_key(2, dtype, s, splits);
-  if (const std::optional<int> known = memo().find(key)) return kWgradCandidates[*known];
+  const PassKey key = pass_key(conv_wgmma_enabled(dtype) ? 8 : 2, dtype, s, splits);
+  if (const std::optional<int> known = memo().find(key)) return wgrad_candidates(dtype)[*known];
   if (gpu::cuda_device_count() == 0) return std::nullopt;
   const std::string base_problem = fmt::format(
       "conv_wgrad {} m{} n{} k{} khkw{} kw{} image{}x{} windows{}x{} stride{} pad{}x{} "
@@ -298,14 +299,15 @@ std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
   const std::string problem = base_problem + " " + gpu::l2_state(flush) + " " + code_of(set, [&] {
                                 return wgrad_candidate_sources(dtype, s, splits);
                               });
-  const std::optional<int> chosen = choose(key, problem, wgrad_labels(), may_time, [&] {
+  const std::optional<int> chosen = choose(key, problem, wgrad_labels(dtype), may_time, [&] {
     return time_wgrad_candidates(dtype, s, splits, problem, flush);
   });
   if (!chosen) return std::nullopt;
-  return kWgradCandidates[*chosen];
+  return wgrad_candidates(dtype)[*chosen];
 }
 
 std::string nhwc_tile_label(NhwcTile t) {
+  if (t.wgmma) return fmt::format("{}x{}g{}p{}s{}", t.bm, t.bn, t.wm, t.pieces, t.stages);
   return fmt::format("{}x{}w{}x{}p{}s{}", t.bm, t.bn, t.wm, t.wn, t.pieces, t.stages);
 }
 
@@ -319,25 +321,36 @@ std::string nhwc_problem(DType dtype, const ConvGemmShape& s, bool dilated) {
 std::optional<NhwcTile> tuned_nhwc_tile(DType dtype, const ConvGemmShape& shape, bool dilated,
                                         bool may_time) {
   if (!gpu::autotune_enabled() || shape.m == 0 || shape.n == 0) return std::nullopt;
-  const PassKey key = pass_key(dilated ? 1 : 0, dtype, shape, MmaSplits{});
-  if (const std::optional<int> known = memo().find(key)) return kNhwcCandidates[*known];
+  const PassKey key =  // kinds 6 and 7: the wgmma candidates' indices
+      pass_key((dilated ? 1 : 0) + (conv_wgmma_enabled(dtype) ? 6 : 0), dtype, shape, MmaSplits{});
+  if (const std::optional<int> known = memo().find(key)) return nhwc_candidates(dtype)[*known];
   if (gpu::cuda_device_count() == 0) return std::nullopt;  // a lowering for display (dump's)
   const bool flush = gpu::autotune_flushes_l2(operand_bytes(dtype, shape, shape.n / shape.s_hw, 1));
   const std::string problem = nhwc_problem(dtype, shape, dilated) + " " + gpu::l2_state(flush) +
                               " " +
                               code_of(fmt::format("nhwc {} {}", dtype_name(dtype), dilated),
                                       [&] { return nhwc_candidate_sources(dtype, dilated); });
-  const std::optional<int> chosen = choose(key, problem, candidate_labels(), may_time, [&] {
+  const std::optional<int> chosen = choose(key, problem, candidate_labels(dtype), may_time, [&] {
     return time_candidates(dtype, shape, dilated, problem, flush);
   });
   if (!chosen) return std::nullopt;
-  return kNhwcCandidates[*chosen];
+  return nhwc_candidates(dtype)[*chosen];
 }
 
 std::vector<gpu::KernelSource> nhwc_candidate_sources(DType dtype, bool dilated) {
   std::vector<gpu::KernelSource> sources;
-  for (NhwcTile t : kNhwcCandidates) sources.push_back(conv_nhwc_source(dtype, t, dilated));
+  for (NhwcTile t : nhwc_candidates(dtype)) sources.push_back(conv_nhwc_source(dtype, t, dilated));
   return sources;
+}
+
+std::span<const WgradTile> wgrad_candidates(DType dtype) {
+  if (conv_wgmma_enabled(dtype)) return kWgmmaWgradCandidates;
+  return kWgradCandidates;
+}
+
+std::span<const NhwcTile> nhwc_candidates(DType dtype) {
+  if (conv_wgmma_enabled(dtype)) return kWgmmaCandidates;
+  return kNhwcCandidates;
 }
 
 }  // namespace kiln::cuda

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,20 @@ inline constexpr NhwcTile kNhwcCandidates[] = {
     {128, 64, 2, 1, 8, 3}, {64, 128, 1, 2, 8, 3}, {256, 64, 4, 1, 8, 3}, {128, 128, 2, 4, 8, 3},
     {128, 64, 2, 2, 4, 4}, {64, 128, 2, 2, 4, 4}, {128, 128, 2, 4, 4, 4}};
 
-// "bm x bn, warps wm x wn, pieces, stages" as a label without spaces: "128x64w2x2p8s3".
+// The wgmma tiles (sm_90, bf16/f16; conv_wgmma.cuh), timed instead of those above where
+// conv_wgmma_enabled: 1 or 2 warpgroups by 64, 128 or 256 pixels, with as many stages as fit
+// one block an SM, and fewer, so that two or more blocks fit.
+inline constexpr NhwcTile kWgmmaCandidates[] = {
+    {128, 128, 2, 1, 8, 4, true}, {128, 64, 2, 1, 8, 5, true},  {64, 128, 1, 1, 8, 5, true},
+    {64, 64, 1, 1, 8, 6, true},   {128, 256, 2, 1, 8, 3, true}, {64, 256, 1, 1, 8, 4, true},
+    {128, 128, 2, 1, 8, 3, true}, {128, 64, 2, 1, 8, 4, true},  {64, 128, 1, 1, 8, 4, true},
+    {64, 64, 1, 1, 8, 4, true}};
+// The candidates of a channels-last pass in `dtype` on this device: kWgmmaCandidates where
+// conv_wgmma_enabled, else kNhwcCandidates.
+std::span<const NhwcTile> nhwc_candidates(DType dtype);
+
+// "bm x bn, warps wm x wn, pieces, stages" as a label without spaces: "128x64w2x2p8s3"
+// (wgmma tiles: "128x128g2p8s4", g for warpgroups).
 std::string nhwc_tile_label(NhwcTile tile);
 // What the tuner calls the pass: its dtype, direction and every field of its shape.
 std::string nhwc_problem(DType dtype, const ConvGemmShape& shape, bool dilated);
@@ -48,6 +62,14 @@ inline constexpr WgradTile kWgradCandidates[] = {
     {64, 64, 2, 2},       {128, 64, 4, 2},    {128, 128, 2, 2},   {64, 128, 1, 2},
     {64, 128, 2, 2},      {128, 128, 2, 4},   {64, 64, 2, 2, 64}, {128, 64, 4, 2, 64},
     {128, 128, 2, 2, 64}, {64, 128, 2, 2, 64}};
+// On wgmma (conv_wgmma_enabled) these instead, each summing over the same splits and steps.
+inline constexpr WgradTile kWgmmaWgradCandidates[] = {{128, 128, 2, 1, 64, true},
+                                                      {64, 128, 1, 1, 64, true},
+                                                      {128, 64, 2, 1, 64, true},
+                                                      {64, 64, 1, 1, 64, true},
+                                                      {128, 256, 2, 1, 64, true}};
+// The weight-gradient candidates of `dtype` on this device.
+std::span<const WgradTile> wgrad_candidates(DType dtype);
 std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& shape,
                                           const MmaSplits& splits, bool may_time);
 

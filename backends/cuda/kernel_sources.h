@@ -67,11 +67,16 @@ gpu::KernelSource conv_mma_source(DType dtype, int bm, bool vec_a,
 // of a stride-2 convolution; split: f32 partials of a K range per blockIdx.z. The two
 // conversions before it: an NCHW image to NHWC, and the weights to A (flip: the input
 // gradient's flipped, transposed filter).
+// wgmma (bf16/f16 on sm_90 only, kernels/conv_wgmma.cuh): warpgroups of 4 warps instead, wm of
+// them along the filters (bm = 64 wm; wn 1) multiplying from shared memory in the 128-byte
+// swizzle, 8 pieces a step, bn 64, 128 or 256.
 struct NhwcTile {
   int bm, bn, wm, wn, pieces, stages;
-  int threads() const { return 32 * wm * wn; }
-  std::size_t shared_bytes() const {
-    return static_cast<std::size_t>((bm + bn) * (16 * pieces + 16) * stages);
+  bool wgmma = false;
+  int threads() const { return (wgmma ? 128 : 32) * wm * wn; }
+  std::size_t shared_bytes() const {  // wgmma: unpadded rows, 1 KiB to align the first tile
+    return wgmma ? static_cast<std::size_t>((bm + bn) * 16 * pieces * stages + 1024)
+                 : static_cast<std::size_t>((bm + bn) * (16 * pieces + 16) * stages);
   }
   bool operator==(const NhwcTile&) const = default;
 };
@@ -79,8 +84,13 @@ struct NhwcTile {
 // where that fills the SMs, else 64 x 64; K steps of 8 pieces (64 bf16 rows), 3 or 4 stages.
 inline constexpr NhwcTile kNhwcTiles[] = {
     {128, 64, 2, 2, 8, 3}, {64, 128, 2, 2, 8, 3}, {64, 64, 2, 2, 8, 4}};
+// Likewise on wgmma (conv_wgmma_enabled): 128 x 128 where that fills the SMs, else 64 x 128
+// where that does, else 64 x 64.
+inline constexpr NhwcTile kWgmmaTiles[] = {
+    {128, 128, 2, 1, 8, 4, true}, {64, 128, 1, 1, 8, 5, true}, {64, 64, 1, 1, 8, 6, true}};
 // Whether the kernel exists for `tile`: warp pieces of whole 16 x 16 fragments, whole loads
-// per thread, 4 or 8 pieces a step, 2-6 stages, at most 256 threads and 227 KiB.
+// per thread, 4 or 8 pieces a step, 2-6 stages, at most 256 threads and 227 KiB (wgmma: 1 or 2
+// warpgroups, 8 pieces, 3-6 stages).
 bool nhwc_tile_valid(NhwcTile tile);
 std::string conv_nhwc_name(DType dtype, NhwcTile tile, bool dilated, bool split = false);
 gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated, bool split = false);
@@ -92,16 +102,21 @@ gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes);
 // The tensor-core weight gradient (kernels/conv_mma_wgrad.cuh): a tile of bm filters by bn
 // patch rows, wm x wn warps, bk pixels a step; vec_a: dy by cp.async (OH*OW % 8 == 0);
 // float_out: f32 split-K partials; vec_b: the patches as 16-byte runs (conv_mma_vector_x).
+// wgmma (sm_90, kernels/conv_wgmma_wgrad.cuh): wm warpgroups along the filters (bm = 64 wm,
+// wn 1), 64 pixels a step, three buffers of 128-byte swizzled rows.
 struct WgradTile {
   int bm, bn, wm, wn, bk = 32;
-  int threads() const { return 32 * wm * wn; }
-  std::size_t shared_bytes() const {  // WgradTiles: two buffers of both tiles, the row table
-    return static_cast<std::size_t>(2 * (bm + bn) * (bk + 8) * 2 + bn * 16);
+  bool wgmma = false;
+  int threads() const { return (wgmma ? 128 : 32) * wm * wn; }
+  std::size_t shared_bytes() const {  // two (wgmma: three) buffers of both tiles, the row table
+    return wgmma ? static_cast<std::size_t>(3 * (bm + bn) * bk * 2 + bn * 16 + 1024)
+                 : static_cast<std::size_t>(2 * (bm + bn) * (bk + 8) * 2 + bn * 16);
   }
   bool operator==(const WgradTile&) const = default;
 };
 // Whether the kernel exists for `tile`: warp pieces of whole 16 x 16 fragments, steps of 32 or
-// 64 pixels, whole loads per thread, at most 256 threads and 227 KiB of shared memory.
+// 64 pixels, whole loads per thread, at most 256 threads and 227 KiB of shared memory (wgmma: 1
+// or 2 warpgroups by 64, 128 or 256 patch rows, 64 pixels).
 bool wgrad_tile_valid(WgradTile tile);
 std::string conv_mma_wgrad_name(DType dtype, WgradTile tile, bool vec_a, bool float_out,
                                 bool vec_b = false);

@@ -35,6 +35,15 @@ namespace kiln::cuda {
 
 // A block's tiles over BK pixels a step, in dynamic shared memory: rows of BK + 8 elements (the
 // eight rows an ldmatrix reads fall in distinct banks).
+// Where element (r, c) of a tile of BK-element rows lives: rows padded by 8 elements (the
+// eight rows an ldmatrix reads fall in distinct banks).
+template <int BK>
+struct PaddedRows {
+  __device__ static unsigned short* at(unsigned short* tile, int r, int c) {
+    return tile + r * (BK + 8) + c;
+  }
+};
+
 template <int BM, int BN, int BK>
 struct WgradTiles {
   static constexpr int RS = BK + 8;
@@ -126,24 +135,24 @@ __device__ __forceinline__ uint4 wgrad_shift_run(uint4 lo, uint4 hi, int s) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-template <int NT, int G, int P, int BM, int BN, int BK>
-__device__ __forceinline__ void wgrad_store_runs(WgradTiles<BM, BN, BK>& s, int buf,
-                                                 const WgradRuns<P>& r) {
+// The runs into the patch tile b (rows laid out by Layout).
+template <int NT, int G, int P, typename Layout>
+__device__ __forceinline__ void wgrad_store_runs(unsigned short* b, const WgradRuns<P>& r) {
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     const int q = threadIdx.x + NT * p;
-    *reinterpret_cast<uint4*>(&s.b[buf][q / G][(q % G) * 8]) =
+    *reinterpret_cast<uint4*>(Layout::at(b, q / G, (q % G) * 8)) =
         wgrad_shift_run(r.lo[p], r.hi[p], r.shift[p]);
   }
 }
 
 // dy rows m0 .. m0 + BM - 1 at pixels k0 .. k0 + BK - 1 (zeros past M and k_end): 16-byte
-// cp.async pieces (VEC_A: 8 pixels of one image each) or scalar loads into ra.
-template <int NT, int BM, int BK, int AS, bool VEC_A>
+// cp.async pieces (VEC_A: 8 pixels of one image each) into the tile `as` (rows laid out by
+// Layout), or scalar loads into ra.
+template <int NT, int BM, int BK, int AS, bool VEC_A, typename Layout>
 __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ dy,
                                              const ConvGemmShape& g, int m0, int k0, int k_end,
-                                             unsigned short (*as)[BK + 8],
-                                             unsigned short (&ra)[AS]) {
+                                             unsigned short* as, unsigned short (&ra)[AS]) {
   const int t = threadIdx.x;
   if (VEC_A) {
 #pragma unroll
@@ -153,7 +162,7 @@ __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ 
       const bool in = m < g.m && k < k_end;
       const int b = k / g.s_hw, pix = k - b * g.s_hw;
       const unsigned short* src = dy + ((long long)b * g.m + m) * g.s_hw + pix;
-      cp_async16(&as[row][kc], in ? src : dy, in ? 16 : 0);
+      cp_async16(Layout::at(as, row, kc), in ? src : dy, in ? 16 : 0);
     }
     cp_async_commit();
     return;
@@ -167,19 +176,20 @@ __device__ __forceinline__ void wgrad_load_a(const unsigned short* __restrict__ 
   }
 }
 
-template <int NT, int BM, int BN, int BK, bool VEC_A, bool VEC_B, int AS, int R>
-__device__ __forceinline__ void wgrad_store_staged(WgradTiles<BM, BN, BK>& s, int buf,
+// The scalar loads of a step into the tiles a and b (rows laid out by Layout).
+template <int NT, int BK, bool VEC_A, bool VEC_B, int AS, int R, typename Layout>
+__device__ __forceinline__ void wgrad_store_staged(unsigned short* a, unsigned short* b,
                                                    const unsigned short (&ra)[AS],
                                                    const unsigned short (&rb)[R], int nb, int kk) {
   if (!VEC_A)
 #pragma unroll
     for (int i = 0; i < AS; ++i) {
       const int q = threadIdx.x + NT * i;
-      s.a[buf][q / BK][q % BK] = ra[i];
+      *Layout::at(a, q / BK, q % BK) = ra[i];
     }
   if (!VEC_B)
 #pragma unroll
-    for (int j = 0; j < R; ++j) s.b[buf][nb + j][kk] = rb[j];
+    for (int j = 0; j < R; ++j) *Layout::at(b, nb + j, kk) = rb[j];
 }
 
 // The warp's WTM x WTN piece over one buffer: BK / 16 K slices of 16 pixels.
@@ -204,6 +214,21 @@ __device__ __forceinline__ void wgrad_compute(const WgradTiles<BM, BN, BK>& s, i
 #pragma unroll
       for (int ni = 0; ni < 2 * NJ; ++ni)
         MmaOp<T>::run(acc[mi][ni], af[mi], bf[ni / 2][(ni % 2) * 2], bf[ni / 2][(ni % 2) * 2 + 1]);
+  }
+}
+
+// The block's table of its patch rows n0 .. n0 + BN - 1: c * H*W + kh * W + kw, kh, kw (past N:
+// a window never inside).
+template <int NT, int BN>
+__device__ __forceinline__ void wgrad_patch_table(int4* ntab, const ConvGemmShape& g, int n0) {
+  for (int i = threadIdx.x; i < BN; i += NT) {
+    const int n = n0 + i;
+    if (n < g.n) {
+      const int c = n / g.khkw, r = n - c * g.khkw, kh = r / g.kw, kw = r - kh * g.kw;
+      ntab[i] = make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, 0);
+    } else {
+      ntab[i] = make_int4(0, KILN_WG_OUTSIDE, KILN_WG_OUTSIDE, 0);
+    }
   }
 }
 
@@ -246,15 +271,7 @@ __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
   const int k_end = min(g.k, k_begin + g.k_chunk);
   out += (long long)blockIdx.z * g.m * g.n;
   const int kk = t % BK, nb = (t / BK) * R;  // this thread's pixel, patch rows
-  for (int i = t; i < BN; i += NT) {
-    const int n = n0 + i;
-    if (n < g.n) {
-      const int c = n / g.khkw, r = n - c * g.khkw, kh = r / g.kw, kw = r - kh * g.kw;
-      s.ntab[i] = make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, 0);
-    } else {
-      s.ntab[i] = make_int4(0, KILN_WG_OUTSIDE, KILN_WG_OUTSIDE, 0);
-    }
-  }
+  wgrad_patch_table<NT, BN>(s.ntab, g, n0);
   float acc[WTM / 16][WTN / 8][4];
 #pragma unroll
   for (int mi = 0; mi < WTM / 16; ++mi)
@@ -272,19 +289,21 @@ __device__ __forceinline__ void conv_mma_grad_weight(const T* __restrict__ dy,
       wgrad_gather<R>(xb, g, wgrad_pixel(g, k0 + kk, k_end), s.ntab + nb, rb);
   };
   const int steps = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+  using Layout = PaddedRows<BK>;
   if (steps > 0) {
-    wgrad_load_a<NT, BM, BK, AS, VEC_A>(dyb, g, m0, k_begin, k_end, s.a[0], ra);
+    wgrad_load_a<NT, BM, BK, AS, VEC_A, Layout>(dyb, g, m0, k_begin, k_end, &s.a[0][0][0], ra);
     gather(k_begin);
   }
   for (int step = 0; step < steps; ++step) {
     const int buf = step & 1;
-    wgrad_store_staged<NT, BM, BN, BK, VEC_A, VEC_B, AS, R>(s, buf, ra, rb, nb, kk);
-    if (VEC_B) wgrad_store_runs<NT, G, P, BM, BN, BK>(s, buf, runs);
+    wgrad_store_staged<NT, BK, VEC_A, VEC_B, AS, R, Layout>(&s.a[buf][0][0], &s.b[buf][0][0], ra,
+                                                            rb, nb, kk);
+    if (VEC_B) wgrad_store_runs<NT, G, P, Layout>(&s.b[buf][0][0], runs);
     if (VEC_A) cp_async_wait_all();
     __syncthreads();  // this step's tiles are complete; the other buffer's readers are done
     if (step + 1 < steps) {
       const int k0 = k_begin + (step + 1) * BK;
-      wgrad_load_a<NT, BM, BK, AS, VEC_A>(dyb, g, m0, k0, k_end, s.a[buf ^ 1], ra);
+      wgrad_load_a<NT, BM, BK, AS, VEC_A, Layout>(dyb, g, m0, k0, k_end, &s.a[buf ^ 1][0][0], ra);
       gather(k0);
     }
     wgrad_compute<T, BM, BN, BK, WTM, WTN>(s, buf, wm, wn, acc);

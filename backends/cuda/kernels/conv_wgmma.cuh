@@ -1,0 +1,94 @@
+// The channels-last forward and input gradient of bf16/f16 convolutions on sm_90's warpgroup
+// tensor-core instructions (wgmma; issue 17): the same implicit GEMM as conv_mma_nhwc.cuh,
+// y[co, (b, pix)] = W'[co, (kh, kw, c)] x patches[(kh, kw, c), (b, pix)], K tap-major, with the
+// same cp.async loads (a 16-byte piece is 8 channels of one pixel), but multiplied by
+// wgmma.mma_async: each warpgroup (4 warps) owns 64 filters by BN pixels of the block's tile and
+// multiplies them straight from shared memory, 64 x BN x 16 an instruction, while the next
+// stages load. Compiled for sm_90a (the instructions exist on sm_90 only).
+//
+// Shared memory: STAGES buffers of A (BM filter rows) and B (BN pixel rows), each row one K
+// step of 64 elements = 128 bytes, in wgmma.cuh's 128-byte swizzle.
+//
+// The pipeline, per K step s: wait for stage s's copies, make them visible to the tensor cores
+// (fence.proxy.async) and to every thread (barrier), start the copies of stage s + STAGES - 2
+// into the buffer that step s - 2 read (each warpgroup has waited for its step s - 2 before the
+// barrier), issue step s's four multiplies and wait only for step s - 1's: one step of
+// multiplies stays in flight behind the loads.
+// conv_mma.cuh's mma_store_c writes the accumulators.
+#pragma once
+
+#include "backends/cuda/kernels/conv_mma_nhwc.cuh"
+#include "backends/cuda/kernels/wgmma.cuh"
+
+namespace kiln::cuda {
+
+template <typename T, int BM, int BN, int STAGES, int DIL>
+__device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __restrict__ xt,
+                                           T* __restrict__ y, const ConvGemmShape& g) {
+  constexpr int GROUPS = BM / 64, NT = 128 * GROUPS, PIECES = 8, E = 8, STEP = PIECES * E;
+  constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS, A_LOADS = BM * PIECES / NT;
+  constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
+  static_assert(BM % 64 == 0 && COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES && STAGES >= 3,
+                "tile and threads");
+  extern __shared__ __align__(16) unsigned char wgmma_smem[];
+  unsigned short* s = wgmma_tiles(wgmma_smem);
+  const int t = threadIdx.x, group = t / 128, warp = (t / 32) % 4;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int channels = g.k / g.khkw, kh_size = g.khkw / g.kw;
+  const int q = t % PIECES;  // this thread's piece of each step: K rows q * E ...
+  NhwcColumn<T> col[COLS];
+#pragma unroll
+  for (int j = 0; j < COLS; ++j)
+    col[j] = nhwc_column(xt, g, channels, n0 + t / PIECES + PER_PASS * j);
+  NhwcPiece piece = nhwc_piece(q * E, channels, g.kw);
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  const int steps = (g.k + STEP - 1) / STEP;
+  auto a_tile = [&](int buf) { return s + buf * A_STAGE; };
+  auto b_tile = [&](int buf) { return s + STAGES * A_STAGE + buf * B_STAGE; };
+  auto load_stage = [&](int step) {  // the piece advances once per call: stages load in order
+    const int buf = step % STAGES, k0 = step * STEP;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
+      const int m = m0 + row, k = k0 + pc * E;
+      const bool in = m < g.m && k < g.k;
+      cp_async16(swizzled_piece(a_tile(buf), row, pc), in ? w + (m * g.k + k) : w, in ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < COLS; ++j)
+      nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece,
+                          swizzled_piece(b_tile(buf), t / PIECES + PER_PASS * j, q));
+    nhwc_advance(piece, STEP, channels, g.kw);
+  };
+#pragma unroll
+  for (int st = 0; st < STAGES - 2; ++st) {
+    if (st < steps) load_stage(st);
+    cp_async_commit();
+  }
+  for (int step = 0; step < steps; ++step) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 3) : "memory");  // stage `step` here
+    fence_shared_to_async();
+    __syncthreads();  // everyone's copies landed; every group's step - 2 multiplies done
+    if (step + STAGES - 2 < steps) load_stage(step + STAGES - 2);
+    cp_async_commit();
+    wgmma_k64<T, BN>(acc, a_tile(step % STAGES) + group * 64 * 64, b_tile(step % STAGES));
+    wgmma_wait<1>();
+    wgmma_hold(acc);
+  }
+  wgmma_wait<0>();
+  wgmma_hold(acc);
+  mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
+                            *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
+}
+
+}  // namespace kiln::cuda
+
+#ifdef KILN_CONV_WGMMA
+extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64))
+    KILN_CONV_WGMMA(const KILN_T* __restrict__ w, const KILN_T* __restrict__ xt,
+                    KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
+  kiln::cuda::conv_wgmma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_DIL>(w, xt, y, g);
+}
+#endif

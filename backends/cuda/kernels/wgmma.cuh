@@ -1,0 +1,132 @@
+// The warpgroup tensor-core building blocks of sm_90 (wgmma; conv_wgmma*.cuh): the
+// m64nNk16 multiplies of bf16/f16 with f32 accumulation from shared memory, their descriptors,
+// fences and waits, and the 128-byte swizzle of the tiles they read. Compiled for sm_90a only.
+//
+// A tile the descriptors name: rows of 128 bytes (64 elements of K), the 16-byte piece p of row
+// r at piece p ^ (r % 8), groups of 8 rows 1024 bytes apart, the tile on a 1024-byte boundary
+// (the swizzle's period). A K slice of 16 elements at offset kk starts 32 * kk bytes into the
+// rows: the hardware applies the swizzle to the address it computes, so the slices of one
+// row group are found by moving the start address alone.
+//
+// The accumulators of m64nNk16: warp i of a warpgroup holds rows 16 i .. 16 i + 15, laid out as
+// N / 8 fragments of mma.sync's m16n8 (register 4 j + e: row lane / 4 + 8 (e / 2), column
+// 8 j + 2 (lane % 4) + e % 2), so the mma.sync kernels' stores write them.
+#pragma once
+
+#include "backends/cuda/kernels/mma.cuh"
+
+namespace kiln::cuda {
+
+// The accumulator lists of m64n64, m64n128 and m64n256 (N / 2 registers a thread).
+#define KILN_WGMMA_N64_D                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
+  "%31"
+#define KILN_WGMMA_N128_D                                                         \
+  KILN_WGMMA_N64_D                                                                \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, " \
+  "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63"
+#define KILN_WGMMA_N256_D                                                                \
+  KILN_WGMMA_N128_D                                                                      \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "   \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "     \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "     \
+  "%110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
+  "%124, %125, %126, %127"
+#define KILN_WGMMA_F8(d, i)                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KILN_WGMMA_F32(d, i) \
+  KILN_WGMMA_F8(d, i), KILN_WGMMA_F8(d, i + 8), KILN_WGMMA_F8(d, i + 16), KILN_WGMMA_F8(d, i + 24)
+// d (+)= A B: scale-d from a register (1: add to d), both operands K-major, unscaled.
+#define KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE)                                     \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE                                                \
+  ", 0;\n"                                                                                 \
+  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" D "}, " DESCRIPTORS \
+  ", p, 1, 1, 0, 0;\n}\n"
+
+// One warpgroup's d[64 x N] += A[64 x 16] B[16 x N], A and B in shared memory (descriptors).
+template <typename T, int N>
+struct Wgmma;
+#define KILN_WGMMA_KIND(T, TYPE)                                                              \
+  template <>                                                                                 \
+  struct Wgmma<T, 64> {                                                                       \
+    __device__ static void run(float (&d)[32], unsigned long long a, unsigned long long b) {  \
+      asm volatile(KILN_WGMMA_ASM(64, TYPE, KILN_WGMMA_N64_D, "%32, %33", "%34")              \
+                   : KILN_WGMMA_F32(d, 0)                                                     \
+                   : "l"(a), "l"(b), "r"(1));                                                 \
+    }                                                                                         \
+  };                                                                                          \
+  template <>                                                                                 \
+  struct Wgmma<T, 128> {                                                                      \
+    __device__ static void run(float (&d)[64], unsigned long long a, unsigned long long b) {  \
+      asm volatile(KILN_WGMMA_ASM(128, TYPE, KILN_WGMMA_N128_D, "%64, %65", "%66")            \
+                   : KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32)                              \
+                   : "l"(a), "l"(b), "r"(1));                                                 \
+    }                                                                                         \
+  };                                                                                          \
+  template <>                                                                                 \
+  struct Wgmma<T, 256> {                                                                      \
+    __device__ static void run(float (&d)[128], unsigned long long a, unsigned long long b) { \
+      asm volatile(KILN_WGMMA_ASM(256, TYPE, KILN_WGMMA_N256_D, "%128, %129", "%130")         \
+                   : KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),      \
+                     KILN_WGMMA_F32(d, 96)                                                    \
+                   : "l"(a), "l"(b), "r"(1));                                                 \
+    }                                                                                         \
+  };
+KILN_WGMMA_KIND(Bf16, "bf16")
+KILN_WGMMA_KIND(F16, "f16")
+
+// The descriptor of a K-major tile in the 128-byte swizzle from `p` (its rows 128 bytes apart,
+// groups of 8 rows 1024): start address / 16 (bits 0-13), leading offset 1 (unused by the
+// swizzled K-major layout), stride offset 1024 / 16 (bits 32-45), swizzle mode 1 (bits 62-63).
+__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p) {
+  const unsigned long long address = shared_address(p);
+  return ((address & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+}
+// cp.async's stores (the generic proxy) made visible to wgmma's reads (the async proxy).
+__device__ __forceinline__ void fence_shared_to_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Keeps the compiler from moving the accumulators across the asynchronous multiplies.
+template <int R>
+__device__ __forceinline__ void wgmma_hold(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The 16-byte piece `piece` (0-7) of row `row` of a swizzled tile (16-bit units).
+__device__ __forceinline__ unsigned short* swizzled_piece(unsigned short* tile, int row,
+                                                          int piece) {
+  return tile + row * 64 + ((piece ^ (row & 7)) << 3);
+}
+
+// The first 1024-byte boundary in dynamic shared memory `smem` (its size 1 KiB over the tiles').
+__device__ __forceinline__ unsigned short* wgmma_tiles(unsigned char* smem) {
+  return reinterpret_cast<unsigned short*>(smem + ((1024 - (shared_address(smem) & 1023)) & 1023));
+}
+
+// A warpgroup's acc[64 x N] += a[64 x 64] b[64 x N]^T over one 128-byte row of swizzled tiles
+// (4 slices of 16), committed as one group.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_k64(float (&acc)[N / 2], const unsigned short* a,
+                                          const unsigned short* b) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)  // 16 elements = 32 bytes along the rows
+    Wgmma<T, N>::run(acc, wgmma_descriptor(a + kk * 16), wgmma_descriptor(b + kk * 16));
+  wgmma_commit();
+}
+
+}  // namespace kiln::cuda
