@@ -108,6 +108,45 @@ __device__ __forceinline__ void nhwc_load_b(const NhwcColumn<T>& col, const Conv
   cp_async16_l1(dst, src, inside ? 16 : 0);
 }
 
+// A block's loads of its K steps, in order (each call of `stage` advances the piece): per thread
+// A_LOADS 16-byte pieces of A's rows and one piece of each of COLS patch columns, written where
+// a_at(row, piece) and b_at(row, piece) say (the padded tiles here, wgmma's swizzled ones).
+template <typename T, int NT, int PIECES, int BM, int BN, int DIL>
+struct NhwcStageLoads {
+  static constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
+  static constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;  // pixels a pass; a thread's
+  static constexpr int A_LOADS = BM * PIECES / NT;
+  static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
+  NhwcColumn<T> col[COLS];
+  NhwcPiece piece;
+  int channels, kh_size;
+  __device__ NhwcStageLoads(const T* xt, const ConvGemmShape& g, int n0, int k_begin)
+      : channels(g.k / g.khkw), kh_size(g.khkw / g.kw) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < COLS; ++j)
+      col[j] = nhwc_column(xt, g, channels, n0 + t / PIECES + PER_PASS * j);
+    piece = nhwc_piece(k_begin + (t % PIECES) * E, channels, g.kw);  // K rows (t % PIECES) * E..
+  }
+  template <typename AAt, typename BAt>
+  __device__ __forceinline__ void stage(const T* __restrict__ w, const ConvGemmShape& g, int m0,
+                                        int k0, int k_end, AAt a_at, BAt b_at) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
+      const int m = m0 + row, k = k0 + pc * E;
+      const bool in = m < g.m && k < k_end;
+      cp_async16(a_at(row, pc), in ? w + (m * g.k + k) : w, in ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < COLS; ++j)
+      nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece,
+                          b_at(t / PIECES + PER_PASS * j, t % PIECES));
+    nhwc_advance(piece, STEP, channels, g.kw);
+  }
+};
+
 // The warp's WTM x WTN piece over one stage: K slices of two 16-byte pieces each (16 bf16 K
 // rows, or 8 f32), read the same way for either type. The next slice's fragments load before
 // this slice's multiplies, so that ldmatrix's latency hides behind them (double-buffered in
@@ -152,23 +191,15 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
                                               T* __restrict__ y, const ConvGemmShape& g) {
   using L = NhwcSmem<BM, BN, PIECES, STAGES>;
   constexpr int NT = 32 * WM * WN, WTM = BM / WM, WTN = BN / WN;
-  constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;  // pixels a pass; a thread's
-  constexpr int A_LOADS = BM * PIECES / NT;
-  constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
-  static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
+  using Loads = NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>;
+  constexpr int STEP = Loads::STEP;
   extern __shared__ __align__(16) unsigned short nhwc_smem[];
   unsigned short* s = nhwc_smem;
   const int t = threadIdx.x, warp = t / 32, wm = warp / WN, wn = warp % WN;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int k_begin = SPLIT ? blockIdx.z * g.k_chunk : 0;
   const int k_end = SPLIT ? min(g.k, k_begin + g.k_chunk) : g.k;
-  const int channels = g.k / g.khkw, kh_size = g.khkw / g.kw;
-  const int q = t % PIECES;  // this thread's piece of each step: K rows q * E ...
-  NhwcColumn<T> col[COLS];
-#pragma unroll
-  for (int j = 0; j < COLS; ++j)
-    col[j] = nhwc_column(xt, g, channels, n0 + t / PIECES + PER_PASS * j);
-  NhwcPiece piece = nhwc_piece(k_begin + q * E, channels, g.kw);
+  Loads loads(xt, g, n0, k_begin);
   float acc[WTM / 16][WTN / 8][4];
 #pragma unroll
   for (int mi = 0; mi < WTM / 16; ++mi)
@@ -177,20 +208,12 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
   const int steps = (k_end - k_begin + STEP - 1) / STEP;
-  auto load_stage = [&](int step) {  // the piece advances once per call: stages load in order
-    const int buf = step % STAGES, k0 = k_begin + step * STEP;
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {
-      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
-      const int m = m0 + row, k = k0 + pc * E;
-      const bool in = m < g.m && k < k_end;
-      cp_async16(L::a(s, buf, row) + pc * 8, in ? w + (m * g.k + k) : w, in ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < COLS; ++j)
-      nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece,
-                          L::b(s, buf, t / PIECES + PER_PASS * j) + q * 8);
-    nhwc_advance(piece, STEP, channels, g.kw);
+  auto load_stage = [&](int step) {  // in order: each call advances the loads' piece
+    const int buf = step % STAGES;
+    loads.stage(
+        w, g, m0, k_begin + step * STEP, k_end,
+        [&](int row, int pc) { return L::a(s, buf, row) + pc * 8; },
+        [&](int row, int pc) { return L::b(s, buf, row) + pc * 8; });
   };
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {

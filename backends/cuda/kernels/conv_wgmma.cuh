@@ -25,42 +25,28 @@ namespace kiln::cuda {
 template <typename T, int BM, int BN, int STAGES, int DIL>
 __device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __restrict__ xt,
                                            T* __restrict__ y, const ConvGemmShape& g) {
-  constexpr int GROUPS = BM / 64, NT = 128 * GROUPS, PIECES = 8, E = 8, STEP = PIECES * E;
-  constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS, A_LOADS = BM * PIECES / NT;
+  constexpr int GROUPS = BM / 64, NT = 128 * GROUPS, PIECES = 8;
+  using Loads = NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>;
+  constexpr int STEP = Loads::STEP;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
-  static_assert(BM % 64 == 0 && COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES && STAGES >= 3,
-                "tile and threads");
+  static_assert(BM % 64 == 0 && STAGES >= 3, "tile and stages");
   extern __shared__ __align__(16) unsigned char wgmma_smem[];
   unsigned short* s = wgmma_tiles(wgmma_smem);
-  const int t = threadIdx.x, group = t / 128, warp = (t / 32) % 4;
+  const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  const int channels = g.k / g.khkw, kh_size = g.khkw / g.kw;
-  const int q = t % PIECES;  // this thread's piece of each step: K rows q * E ...
-  NhwcColumn<T> col[COLS];
-#pragma unroll
-  for (int j = 0; j < COLS; ++j)
-    col[j] = nhwc_column(xt, g, channels, n0 + t / PIECES + PER_PASS * j);
-  NhwcPiece piece = nhwc_piece(q * E, channels, g.kw);
+  Loads loads(xt, g, n0, 0);
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   const int steps = (g.k + STEP - 1) / STEP;
   auto a_tile = [&](int buf) { return s + buf * A_STAGE; };
   auto b_tile = [&](int buf) { return s + STAGES * A_STAGE + buf * B_STAGE; };
-  auto load_stage = [&](int step) {  // the piece advances once per call: stages load in order
-    const int buf = step % STAGES, k0 = step * STEP;
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {
-      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
-      const int m = m0 + row, k = k0 + pc * E;
-      const bool in = m < g.m && k < g.k;
-      cp_async16(swizzled_piece(a_tile(buf), row, pc), in ? w + (m * g.k + k) : w, in ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < COLS; ++j)
-      nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece,
-                          swizzled_piece(b_tile(buf), t / PIECES + PER_PASS * j, q));
-    nhwc_advance(piece, STEP, channels, g.kw);
+  auto load_stage = [&](int step) {  // in order: each call advances the loads' piece
+    const int buf = step % STAGES;
+    loads.stage(
+        w, g, m0, step * STEP, g.k,
+        [&](int row, int pc) { return swizzled_piece(a_tile(buf), row, pc); },
+        [&](int row, int pc) { return swizzled_piece(b_tile(buf), row, pc); });
   };
 #pragma unroll
   for (int st = 0; st < STAGES - 2; ++st) {
