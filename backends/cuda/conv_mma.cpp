@@ -139,11 +139,13 @@ void launch_nhwc(DType dtype, const ConvGemmShape& shape, const NhwcPlan& plan, 
 }  // namespace
 
 namespace {
+// Whether the environment leaves switch `name` on (unset, or anything but "0").
+bool switched_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
 bool& wgmma_allowed() {
-  static bool allowed = [] {
-    const char* v = std::getenv("KILN_WGMMA");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static bool allowed = switched_on("KILN_WGMMA");
   return allowed;
 }
 }  // namespace
@@ -207,10 +209,7 @@ std::optional<WgradTile>& forced_wgrad_tile() {
   return forced;
 }
 bool& wgrad_runs_allowed() {
-  static bool allowed = [] {
-    const char* v = std::getenv("KILN_WGRAD_RUNS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static bool allowed = switched_on("KILN_WGRAD_RUNS");
   return allowed;
 }
 }  // namespace
