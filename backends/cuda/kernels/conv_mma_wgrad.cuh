@@ -33,8 +33,6 @@ namespace kiln::cuda {
 
 #define KILN_WG_OUTSIDE (-30000)  // a window position that is never inside the image
 
-// A block's tiles over BK pixels a step, in dynamic shared memory: rows of BK + 8 elements (the
-// eight rows an ldmatrix reads fall in distinct banks).
 // Where element (r, c) of a tile of BK-element rows lives: rows padded by 8 elements (the
 // eight rows an ldmatrix reads fall in distinct banks).
 template <int BK>
@@ -44,6 +42,7 @@ struct PaddedRows {
   }
 };
 
+// A block's tiles over BK pixels a step, in dynamic shared memory, rows laid out as PaddedRows.
 template <int BM, int BN, int BK>
 struct WgradTiles {
   static constexpr int RS = BK + 8;
