@@ -403,6 +403,10 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
       check_conv({3, 16, 10, 9}, {40, 16, 1, 1}, 2, 0, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       // 9 K steps of 64 (more than the stages in flight), 200 filters: a partial 128-row tile.
       check_conv({2, 64, 12, 10}, {200, 64, 3, 3}, 1, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      // Channels a multiple of the K step (nhwc_taps_aligned: each step within one tap): two
+      // steps a tap at stride 2; 25 taps, whose input gradient has two steps a tap too.
+      check_conv({2, 128, 9, 7}, {64, 128, 3, 3}, 2, 1, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      check_conv({2, 64, 7, 9}, {128, 64, 5, 5}, 1, 2, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       cuda::set_allow_tf32(true);
       check_conv({2, 16, 9, 7}, {40, 16, 3, 3}, 1, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       check_conv({2, 8, 12, 10}, {16, 8, 3, 3}, 2, 1, DType::f32, seed += 3, 0, -1, 1e-2);

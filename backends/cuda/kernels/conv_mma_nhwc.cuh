@@ -147,6 +147,102 @@ struct NhwcStageLoads {
   }
 };
 
+// Whether every K step of STEP rows lies in one tap (the channels a multiple of STEP) and the
+// tap-aligned loads below apply: undilated, at most 32 taps, the image's elements in an int.
+__device__ __forceinline__ bool nhwc_taps_aligned(const ConvGemmShape& g, int step) {
+  const int channels = g.k / g.khkw;
+  const long long elements = (long long)(g.n / g.s_hw) * g.img_h * g.img_w * channels;
+  return channels % step == 0 && g.khkw <= 32 && elements < (1ll << 31);
+}
+
+// Bits lo..hi-1 of a word, clipped to 0..size-1 (size <= 32).
+__device__ __forceinline__ unsigned nhwc_run_bits(int lo, int hi, int size) {
+  lo = max(lo, 0);
+  hi = min(hi, size);
+  if (hi <= lo) return 0u;
+  const unsigned below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u;
+  return below_hi & ~((1u << lo) - 1u);
+}
+
+// NhwcStageLoads's loads where nhwc_taps_aligned holds: a step's tap is the same for every
+// column, so a column's piece is its window corner's offset plus the step's (kh, kw, c) offset,
+// and whether it lies inside the image one bit of a mask made once per column.
+template <typename T, int NT, int PIECES, int BM, int BN>
+struct NhwcTapLoads {
+  static constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
+  static constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;
+  static constexpr int A_LOADS = BM * PIECES / NT;
+  static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
+  const T* xt;
+  int corner[COLS];       // (image row h0, column w0) of the window, as an offset into xt
+  unsigned inside[COLS];  // bit kh * KW + kw: that tap's pixel lies in the image
+  int channels, c, kh, kw, tap, tap_offset;
+  __device__ NhwcTapLoads(const T* xt_, const ConvGemmShape& g, int n0, int k_begin)
+      : xt(xt_), channels(g.k / g.khkw) {
+    const int t = threadIdx.x, kh_size = g.khkw / g.kw;
+    tap = k_begin / channels;  // k_begin: a multiple of the step
+    c = k_begin - tap * channels;
+    kh = tap / g.kw;
+    kw = tap - kh * g.kw;
+    tap_offset = (kh * g.img_w + kw) * channels;
+    // The thread's first column by division, the next ones PER_PASS pixels on by carries.
+    int n = n0 + t / PIECES, b = n / g.s_hw, pix = n - b * g.s_hw, oh = pix / g.s_w;
+    int ow = pix - oh * g.s_w;
+    const int s_h = g.s_hw / g.s_w;
+#pragma unroll
+    for (int j = 0; j < COLS; ++j) {
+      if (j > 0) {
+        n += PER_PASS;
+        ow += PER_PASS;
+        while (ow >= g.s_w) {
+          ow -= g.s_w;
+          if (++oh == s_h) {
+            oh = 0;
+            ++b;
+          }
+        }
+      }
+      const int h0 = oh * g.stride - g.pad_h, w0 = ow * g.stride - g.pad_w;
+      corner[j] = ((b * g.img_h + h0) * g.img_w + w0) * channels;
+      inside[j] = 0;
+      if (n >= g.n) continue;
+      // Taps (i, q) with 0 <= h0 + i < H and 0 <= w0 + q < W: a run of rows, each a run of bits.
+      const unsigned row_bits = nhwc_run_bits(-h0, g.img_h - h0, kh_size);
+      const unsigned col_bits = nhwc_run_bits(-w0, g.img_w - w0, g.kw);
+      for (int i = 0; i < kh_size; ++i)
+        if ((row_bits >> i) & 1u) inside[j] |= col_bits << (i * g.kw);
+    }
+  }
+  template <typename AAt, typename BAt>
+  __device__ __forceinline__ void stage(const T* __restrict__ w, const ConvGemmShape& g, int m0,
+                                        int k0, int k_end, AAt a_at, BAt b_at) {
+    const int t = threadIdx.x, pc = t % PIECES, offset = tap_offset + c + pc * E;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {  // (k < k_end always: the steps divide K)
+      const int qa = t + NT * i, row = qa / PIECES, pa = qa % PIECES;
+      const bool in = m0 + row < g.m;
+      cp_async16(a_at(row, pa), w + (in ? (m0 + row) * g.k + k0 + pa * E : 0), in ? 16 : 0);
+    }
+    const unsigned bit = 1u << tap;
+#pragma unroll
+    for (int j = 0; j < COLS; ++j) {
+      const bool in = (inside[j] & bit) != 0;
+      cp_async16_l1(b_at(t / PIECES + PER_PASS * j, pc), xt + (in ? corner[j] + offset : 0),
+                    in ? 16 : 0);
+    }
+    c += STEP;
+    if (c == channels) {  // the next tap
+      c = 0;
+      ++tap;
+      if (++kw == g.kw) {
+        kw = 0;
+        ++kh;
+      }
+      tap_offset = (kh * g.img_w + kw) * channels;
+    }
+  }
+};
+
 // The warp's WTM x WTN piece over one stage: K slices of two 16-byte pieces each (16 bf16 K
 // rows, or 8 f32), read the same way for either type. The next slice's fragments load before
 // this slice's multiplies, so that ldmatrix's latency hides behind them (double-buffered in
@@ -186,12 +282,13 @@ __device__ __forceinline__ void nhwc_compute(unsigned short* s, int buf, int wm,
 // The GEMM of one block: BM x BN of the output, WM x WN warps, K in steps of PIECES pieces.
 // SPLIT: blockIdx.z takes the K rows [z * k_chunk, (z + 1) * k_chunk) (k_chunk a multiple of the
 // step) and stores f32 partials at y + z * M * N in the output's layout, summed later.
-template <typename T, int BM, int BN, int WM, int WN, int PIECES, int STAGES, int DIL, bool SPLIT>
-__device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* __restrict__ xt,
-                                              T* __restrict__ y, const ConvGemmShape& g) {
+template <typename T, int BM, int BN, int WM, int WN, int PIECES, int STAGES, bool SPLIT,
+          typename Loads>
+__device__ __forceinline__ void conv_mma_nhwc_with(const T* __restrict__ w,
+                                                   const T* __restrict__ xt, T* __restrict__ y,
+                                                   const ConvGemmShape& g) {
   using L = NhwcSmem<BM, BN, PIECES, STAGES>;
-  constexpr int NT = 32 * WM * WN, WTM = BM / WM, WTN = BN / WN;
-  using Loads = NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>;
+  constexpr int WTM = BM / WM, WTN = BN / WN;
   constexpr int STEP = Loads::STEP;
   extern __shared__ __align__(16) unsigned short nhwc_smem[];
   unsigned short* s = nhwc_smem;
@@ -233,6 +330,19 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
         n0 + wn * WTN, acc);
   else
     mma_store_c<T, WTM / 16, WTN / 8>(y, g, m0 + wm * WTM, n0 + wn * WTN, acc);
+}
+
+// The kernel: the tap-aligned loads where they apply (nhwc_taps_aligned), else the general ones.
+template <typename T, int BM, int BN, int WM, int WN, int PIECES, int STAGES, int DIL, bool SPLIT>
+__device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* __restrict__ xt,
+                                              T* __restrict__ y, const ConvGemmShape& g) {
+  constexpr int NT = 32 * WM * WN;
+  if constexpr (DIL == 1)
+    if (nhwc_taps_aligned(g, PIECES * NhwcElems<T>::piece))
+      return conv_mma_nhwc_with<T, BM, BN, WM, WN, PIECES, STAGES, SPLIT,
+                                NhwcTapLoads<T, NT, PIECES, BM, BN>>(w, xt, y, g);
+  conv_mma_nhwc_with<T, BM, BN, WM, WN, PIECES, STAGES, SPLIT,
+                     NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>>(w, xt, y, g);
 }
 
 // xt[b, pix, c] = x[b, c, pix] of images [C][HW] (C even) of elements U (16 or 32 bits): tiles

@@ -22,11 +22,9 @@
 
 namespace kiln::cuda {
 
-template <typename T, int BM, int BN, int STAGES, int DIL>
-__device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __restrict__ xt,
-                                           T* __restrict__ y, const ConvGemmShape& g) {
-  constexpr int GROUPS = BM / 64, NT = 128 * GROUPS, PIECES = 8;
-  using Loads = NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>;
+template <typename T, int BM, int BN, int STAGES, typename Loads>
+__device__ __forceinline__ void conv_wgmma_with(const T* __restrict__ w, const T* __restrict__ xt,
+                                                T* __restrict__ y, const ConvGemmShape& g) {
   constexpr int STEP = Loads::STEP;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   static_assert(BM % 64 == 0 && STAGES >= 3, "tile and stages");
@@ -67,6 +65,17 @@ __device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __r
   wgmma_hold(acc);
   mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
                             *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
+}
+
+// The kernel: the tap-aligned loads where they apply (nhwc_taps_aligned), else the general ones.
+template <typename T, int BM, int BN, int STAGES, int DIL>
+__device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __restrict__ xt,
+                                           T* __restrict__ y, const ConvGemmShape& g) {
+  constexpr int NT = 128 * (BM / 64);
+  if constexpr (DIL == 1)
+    if (nhwc_taps_aligned(g, 64))
+      return conv_wgmma_with<T, BM, BN, STAGES, NhwcTapLoads<T, NT, 8, BM, BN>>(w, xt, y, g);
+  conv_wgmma_with<T, BM, BN, STAGES, NhwcStageLoads<T, NT, 8, BM, BN, DIL>>(w, xt, y, g);
 }
 
 }  // namespace kiln::cuda
