@@ -108,15 +108,41 @@ __device__ __forceinline__ void nhwc_load_b(const NhwcColumn<T>& col, const Conv
   cp_async16_l1(dst, src, inside ? 16 : 0);
 }
 
-// A block's loads of its K steps, in order (each call of `stage` advances the piece): per thread
-// A_LOADS 16-byte pieces of A's rows and one piece of each of COLS patch columns, written where
-// a_at(row, piece) and b_at(row, piece) say (the padded tiles here, wgmma's swizzled ones).
-template <typename T, int NT, int PIECES, int BM, int BN, int DIL>
-struct NhwcStageLoads {
+// What both stage loaders below share: NT threads load a stage of BM rows of A and BN patch
+// columns of PIECES 16-byte pieces each; per thread A_LOADS pieces of A (load_a: rows m0.., K
+// rows k0.., past M or, with CHECK_K, past k_end zeros) and one piece of each of COLS columns.
+template <typename T, int NT, int PIECES, int BM, int BN>
+struct NhwcStageShape {
   static constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
   static constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;  // pixels a pass; a thread's
   static constexpr int A_LOADS = BM * PIECES / NT;
   static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
+  template <bool CHECK_K, typename AAt>
+  __device__ __forceinline__ static void load_a(const T* __restrict__ w, const ConvGemmShape& g,
+                                                int m0, int k0, int k_end, AAt a_at) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
+      const int m = m0 + row;
+      if constexpr (CHECK_K) {
+        const int k = k0 + pc * E;
+        const bool in = m < g.m && k < k_end;
+        cp_async16(a_at(row, pc), in ? w + (m * g.k + k) : w, in ? 16 : 0);
+      } else {
+        const bool in = m < g.m;
+        cp_async16(a_at(row, pc), w + (in ? m * g.k + k0 + pc * E : 0), in ? 16 : 0);
+      }
+    }
+  }
+};
+
+// A block's loads of its K steps, in order (each call of `stage` advances the piece), written
+// where a_at(row, piece) and b_at(row, piece) say (the padded tiles here, wgmma's swizzled ones).
+template <typename T, int NT, int PIECES, int BM, int BN, int DIL>
+struct NhwcStageLoads : NhwcStageShape<T, NT, PIECES, BM, BN> {
+  using Shape = NhwcStageShape<T, NT, PIECES, BM, BN>;
+  using Shape::COLS, Shape::E, Shape::PER_PASS, Shape::STEP;
   NhwcColumn<T> col[COLS];
   NhwcPiece piece;
   int channels, kh_size;
@@ -132,13 +158,7 @@ struct NhwcStageLoads {
   __device__ __forceinline__ void stage(const T* __restrict__ w, const ConvGemmShape& g, int m0,
                                         int k0, int k_end, AAt a_at, BAt b_at) {
     const int t = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {
-      const int qa = t + NT * i, row = qa / PIECES, pc = qa % PIECES;
-      const int m = m0 + row, k = k0 + pc * E;
-      const bool in = m < g.m && k < k_end;
-      cp_async16(a_at(row, pc), in ? w + (m * g.k + k) : w, in ? 16 : 0);
-    }
+    Shape::template load_a<true>(w, g, m0, k0, k_end, a_at);
 #pragma unroll
     for (int j = 0; j < COLS; ++j)
       nhwc_load_b<T, DIL>(col[j], g, channels, kh_size, piece,
@@ -168,11 +188,9 @@ __device__ __forceinline__ unsigned nhwc_run_bits(int lo, int hi, int size) {
 // column, so a column's piece is its window corner's offset plus the step's (kh, kw, c) offset,
 // and whether it lies inside the image one bit of a mask made once per column.
 template <typename T, int NT, int PIECES, int BM, int BN>
-struct NhwcTapLoads {
-  static constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
-  static constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;
-  static constexpr int A_LOADS = BM * PIECES / NT;
-  static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
+struct NhwcTapLoads : NhwcStageShape<T, NT, PIECES, BM, BN> {
+  using Shape = NhwcStageShape<T, NT, PIECES, BM, BN>;
+  using Shape::COLS, Shape::E, Shape::PER_PASS, Shape::STEP;
   const T* xt;
   int corner[COLS];       // (image row h0, column w0) of the window, as an offset into xt
   unsigned inside[COLS];  // bit kh * KW + kw: that tap's pixel lies in the image
@@ -217,12 +235,7 @@ struct NhwcTapLoads {
   __device__ __forceinline__ void stage(const T* __restrict__ w, const ConvGemmShape& g, int m0,
                                         int k0, int k_end, AAt a_at, BAt b_at) {
     const int t = threadIdx.x, pc = t % PIECES, offset = tap_offset + c + pc * E;
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {  // (k < k_end always: the steps divide K)
-      const int qa = t + NT * i, row = qa / PIECES, pa = qa % PIECES;
-      const bool in = m0 + row < g.m;
-      cp_async16(a_at(row, pa), w + (in ? (m0 + row) * g.k + k0 + pa * E : 0), in ? 16 : 0);
-    }
+    Shape::template load_a<false>(w, g, m0, k0, k_end, a_at);  // (the steps divide K)
     const unsigned bit = 1u << tap;
 #pragma unroll
     for (int j = 0; j < COLS; ++j) {

@@ -49,32 +49,23 @@ namespace kiln::cuda {
 // One warpgroup's d[64 x N] += A[64 x 16] B[16 x N], A and B in shared memory (descriptors).
 template <typename T, int N>
 struct Wgmma;
-#define KILN_WGMMA_KIND(T, TYPE)                                                              \
-  template <>                                                                                 \
-  struct Wgmma<T, 64> {                                                                       \
-    __device__ static void run(float (&d)[32], unsigned long long a, unsigned long long b) {  \
-      asm volatile(KILN_WGMMA_ASM(64, TYPE, KILN_WGMMA_N64_D, "%32, %33", "%34")              \
-                   : KILN_WGMMA_F32(d, 0)                                                     \
-                   : "l"(a), "l"(b), "r"(1));                                                 \
-    }                                                                                         \
-  };                                                                                          \
-  template <>                                                                                 \
-  struct Wgmma<T, 128> {                                                                      \
-    __device__ static void run(float (&d)[64], unsigned long long a, unsigned long long b) {  \
-      asm volatile(KILN_WGMMA_ASM(128, TYPE, KILN_WGMMA_N128_D, "%64, %65", "%66")            \
-                   : KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32)                              \
-                   : "l"(a), "l"(b), "r"(1));                                                 \
-    }                                                                                         \
-  };                                                                                          \
-  template <>                                                                                 \
-  struct Wgmma<T, 256> {                                                                      \
-    __device__ static void run(float (&d)[128], unsigned long long a, unsigned long long b) { \
-      asm volatile(KILN_WGMMA_ASM(256, TYPE, KILN_WGMMA_N256_D, "%128, %129", "%130")         \
-                   : KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),      \
-                     KILN_WGMMA_F32(d, 96)                                                    \
-                   : "l"(a), "l"(b), "r"(1));                                                 \
-    }                                                                                         \
+// Wgmma<T, N>: its accumulator list D, the operand numbers of the descriptors and of scale-d,
+// and the accumulators as asm outputs (__VA_ARGS__).
+#define KILN_WGMMA_SIZE(T, TYPE, N, D, DESCRIPTORS, SCALE, ...)                                 \
+  template <>                                                                                   \
+  struct Wgmma<T, N> {                                                                          \
+    __device__ static void run(float (&d)[N / 2], unsigned long long a, unsigned long long b) { \
+      asm volatile(KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE)                               \
+                   : __VA_ARGS__                                                                \
+                   : "l"(a), "l"(b), "r"(1));                                                   \
+    }                                                                                           \
   };
+#define KILN_WGMMA_KIND(T, TYPE)                                                               \
+  KILN_WGMMA_SIZE(T, TYPE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", KILN_WGMMA_F32(d, 0))      \
+  KILN_WGMMA_SIZE(T, TYPE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", KILN_WGMMA_F32(d, 0),    \
+                  KILN_WGMMA_F32(d, 32))                                                       \
+  KILN_WGMMA_SIZE(T, TYPE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", KILN_WGMMA_F32(d, 0), \
+                  KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64), KILN_WGMMA_F32(d, 96))
 KILN_WGMMA_KIND(Bf16, "bf16")
 KILN_WGMMA_KIND(F16, "f16")
 
