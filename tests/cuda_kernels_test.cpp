@@ -21,6 +21,7 @@
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/conv_mma.h"
+#include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/kernel_registry.h"
@@ -469,6 +470,85 @@ TEST_CASE("conv2d: every tuning candidate gives the same bits, forward and grad_
     }
   }
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+}
+
+// The TMA pass's boxes (no GPU needed): whole rows of one image, or whole images, else none.
+TEST_CASE("conv TMA boxes are whole output rows or whole images (no GPU needed)") {
+  auto shape = [](int s_h, int s_w) {
+    cuda::ConvGemmShape g{};
+    g.s_w = s_w;
+    g.s_hw = s_h * s_w;
+    return g;
+  };
+  using Box = std::optional<std::pair<int, int>>;
+  CHECK(cuda::conv_tma_box(shape(32, 32), 256) == Box(std::pair(8, 1)));   // 8 of 32 rows
+  CHECK(cuda::conv_tma_box(shape(16, 16), 256) == Box(std::pair(16, 1)));  // one image
+  CHECK(cuda::conv_tma_box(shape(8, 8), 256) == Box(std::pair(8, 4)));     // four images
+  CHECK(cuda::conv_tma_box(shape(4, 4), 128) == Box(std::pair(4, 8)));
+  CHECK(cuda::conv_tma_box(shape(12, 12), 128) == std::nullopt);  // 128 pixels: not whole rows
+  CHECK(cuda::conv_tma_box(shape(20, 32), 256) == std::nullopt);  // 8 rows do not divide 20
+  CHECK(cuda::conv_tma_box(shape(6, 8), 128) == std::nullopt);    // 2.67 images
+  CHECK(cuda::conv_tma_box(shape(1, 512), 256) == std::nullopt);  // wider than a box
+}
+
+// The TMA passes (conv_tma.h): the forward and grad_input where a tile is whole output rows or
+// whole images, against the CPU and the wgmma tiles' bits; grad_weight where a K step of 64
+// pixels is whole rows of one image (A's rows 64 pixels: the 128-byte swizzle) or whole images
+// of 32 or 16 pixels (the 64- and 32-byte swizzles), with one multiply across a tile's atoms and
+// one an atom, split and not, partial filter tiles and a last step past the batch. Shapes a pass
+// does not fit fall back.
+TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tiles' bits") {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::conv_wgmma_enabled(DType::bf16)) return;  // sm_90 only
+  struct TmaOn {
+    TmaOn() {
+      cuda::detail::set_conv_tma_for_testing(true);
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+    }
+    ~TmaOn() {
+      cuda::detail::set_conv_tma_for_testing(std::nullopt);
+      cuda::detail::set_conv_tma_wide_for_testing(true);
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+    }
+  };
+  std::uint64_t seed = 1300;
+  // 16x16 (a tile of 16 rows), 8x8 (4 images a tile, the last tile past the batch), 32x32 with
+  // a partial 128-filter tile, 4x4 (16 images a tile; grad_weight's K of 32 pixels in one step
+  // of 4 images), a 1x1, 128 channels (atoms of a tile across taps), 8x4 images (grad_weight's
+  // 32-pixel rows), 4x4 with 256 channels (four atoms a tile), stride 2 (3x3 and 1x1, an odd
+  // 15x15 image whose last windows pass its edge), and a 5x5 on 12x12 (no whole-row tile: the
+  // usual kernels).
+  for (auto [xs, ws, stride, pad] : {std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{3, 128, 8, 8}, Shape{128, 128, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 32, 32}, Shape{200, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 4, 4}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 8, 8}, Shape{64, 64, 1, 1}, 1, 0},
+                                     std::tuple{Shape{2, 128, 16, 16}, Shape{128, 128, 3, 3}, 1, 1},
+                                     std::tuple{Shape{3, 64, 8, 4}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{5, 256, 4, 4}, Shape{256, 256, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 32, 32}, Shape{128, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{3, 128, 16, 16}, Shape{256, 128, 1, 1}, 2, 0},
+                                     std::tuple{Shape{3, 64, 15, 15}, Shape{64, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{1, 64, 12, 12}, Shape{64, 64, 5, 5}, 1, 2}}) {
+    CAPTURE(xs.str());
+    CAPTURE(ws.str());
+    CAPTURE(stride);
+    std::pair<Tensor, Tensor> tma, plain;
+    {
+      TmaOn on;
+      for (bool wide : {true, false}) {
+        CAPTURE(wide);
+        cuda::detail::set_conv_tma_wide_for_testing(wide);
+        check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      }
+      tma = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);
+    }
+    cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
+    plain = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);
+    cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+    check_identical(tma.first, plain.first);
+    check_identical(tma.second, plain.second);
+  }
 }
 
 // Sizing a pass times its candidates once (gpu/autotune.h); the fastest is kept and used, and

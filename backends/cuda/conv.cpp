@@ -20,9 +20,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/conv_mma.h"
+#include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_passes.h"
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/gemm.h"
@@ -148,6 +150,17 @@ NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass) {
           partials + round_up(nhwc_plan(g, dtype, pass).partial_bytes(d.m, d.n))};
 }
 
+// grad_weight's TMA pass (conv_tma.h), where it fits, and its scratch: x's channels-last copy,
+// then the split partials.
+std::optional<TmaWgradPlan> tma_wgrad_plan(const ConvGeometry& g, DType dtype) {
+  const GemmDims d = dims_of(g, ConvPass::grad_weight);
+  return conv_tma_wgrad_plan(dtype, gemm_shape(g, ConvPass::grad_weight, d, d.k));
+}
+std::size_t tma_wgrad_image_bytes(const ConvGeometry& g, DType dtype) {
+  return round_up(static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) *
+                  dtype_size(dtype));
+}
+
 ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
   if (pass != ConvPass::grad_input) return ConvMmaKind::forward;
   return g.stride == 1 ? ConvMmaKind::grad_input : ConvMmaKind::grad_input_stride2;
@@ -160,6 +173,8 @@ std::size_t mma_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (pass == ConvPass::grad_input)
     return round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 2);
   if (pass != ConvPass::grad_weight) return 0;
+  if (const std::optional<TmaWgradPlan> plan = tma_wgrad_plan(g, dtype))
+    return tma_wgrad_image_bytes(g, dtype) + round_up(plan->partial_bytes(d.m, d.n));
   const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k);
   conv_mma_wgrad_tile(dtype, gemm_shape(g, pass, d, splits.chunk), splits, true);
   return conv_mma_wgrad_scratch(splits, d.m, d.n);
@@ -170,9 +185,12 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   if (use_nhwc(g, dtype, pass)) {
     const bool forward = pass == ConvPass::forward;
     const NhwcPlan plan = nhwc_plan(g, dtype, pass);
+    const bool dilated = !forward && g.stride == 2;
     std::vector<gpu::KernelSource> sources = {
         nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(!forward, dtype_size(dtype)),
-        conv_nhwc_source(dtype, plan.tile, !forward && g.stride == 2, plan.splits > 1)};
+        conv_nhwc_source(dtype, plan.tile, dilated, plan.splits > 1)};
+    if (const auto tma = conv_tma_tile(dtype, gemm_shape(g, pass, d, d.k), dilated))
+      sources.push_back(conv_tma_source(dtype, *tma));
     if (plan.splits > 1) sources.push_back(conv_splitk_sum_source(dtype));
     return sources;
   }
@@ -181,6 +199,10 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   if (pass == ConvPass::grad_input)  // the weights are transposed into 256-byte-aligned scratch
     return {transpose_source(2), conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n),
                                                  conv_mma_vector_weights(d.k), mma_kind(g, pass))};
+  if (const std::optional<TmaWgradPlan> plan = tma_wgrad_plan(g, dtype)) {
+    return {nhwc_image_source(dtype_size(dtype)), conv_tma_wgrad_source(dtype, *plan),
+            conv_tma_wgrad_sum_source(dtype)};
+  }
   const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k);
   const bool split = splits.count > 1;
   const ConvGemmShape shape = gemm_shape(g, pass, d, splits.chunk);
@@ -288,6 +310,19 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
   check_geometry(g, dtype, "conv2d_grad_weight");
   if (g.batch == 0) {
     fill(dtype, 0.0, g.out_channels * patch_rows(g), dw, stream);
+  } else if (const std::optional<TmaWgradPlan> plan = use_mma(g, dtype, ConvPass::grad_weight)
+                                                          ? tma_wgrad_plan(g, dtype)
+                                                          : std::nullopt) {
+    const GemmDims d = dims_of(g, ConvPass::grad_weight);
+    const std::size_t image = tma_wgrad_image_bytes(g, dtype);
+    KILN_CHECK(ws.bytes >= image + plan->partial_bytes(d.m, d.n),
+               "conv2d_grad_weight: a workspace of {} bytes cannot hold x's channels-last copy "
+               "and {} split partials",
+               ws.bytes, plan->splits);
+    auto* xt = static_cast<std::uint8_t*>(ws.data);
+    nchw_to_nhwc(dtype, x, xt, g.batch, g.in_channels, g.height * g.width, stream);
+    conv_tma_grad_weight(dtype, gemm_shape(g, ConvPass::grad_weight, d, plan->chunk), *plan, dy, xt,
+                         xt + image, dw, stream);
   } else if (use_mma(g, dtype, ConvPass::grad_weight)) {
     const GemmDims d = dims_of(g, ConvPass::grad_weight);
     const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k, ws.bytes);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/cuda/conv_passes.h"
+#include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
@@ -192,6 +193,10 @@ void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, c
   KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % per_piece == 0,
              "conv: the channels-last pass needs 16-byte aligned operands and K % {} == 0 (K {})",
              per_piece, shape.k);
+  if (const std::optional<TmaTile> tma = conv_tma_tile(dtype, shape, dilated)) {
+    conv_tma_forward(dtype, shape, *tma, a, xt, y, stream);
+    return;
+  }
   const NhwcPlan plan = conv_nhwc_plan(dtype, shape, dilated, false);
   const bool split = plan.splits > 1;
   KILN_CHECK(
@@ -230,6 +235,10 @@ void force_nhwc_plan_for_testing(std::optional<NhwcPlan> plan) {
   forced_nhwc_plan() = plan;
 }
 }  // namespace detail
+
+bool conv_tiles_forced() {
+  return forced_nhwc_plan().has_value() || forced_wgrad_tile().has_value();
+}
 
 MmaSplits conv_mma_wgrad_splits(std::int64_t m, std::int64_t n, std::int64_t k,
                                 std::size_t scratch_bytes) {

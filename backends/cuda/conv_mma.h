@@ -61,6 +61,9 @@ NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, b
 // tile is then kWgmmaTiles's, the candidates kWgmmaCandidates. KILN_NHWC_TILE's eighth field 1
 // forces a wgmma tile (where wgmma runs; the other passes keep their choice).
 bool conv_wgmma_enabled(DType dtype);
+// Whether a tile is forced (KILN_NHWC_TILE, or a test's forced channels-last plan or grad_weight
+// tile): the TMA passes (conv_tma.h) then stand aside unless a test turns them on.
+bool conv_tiles_forced();
 // y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
 // stride 2); a and xt 16-byte aligned; `partials` (256-byte aligned, plan.partial_bytes) where
 // the plan splits K.

@@ -1,6 +1,9 @@
 // The CUDA op entries of conv2d, conv2d_grad_input and conv2d_grad_weight (conv.h): each
 // pass's geometry from the node, its launch, its kernels and its workspace.
+#include <tuple>
+
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/op_entry.h"
@@ -85,6 +88,13 @@ std::vector<gpu::KernelSource> every_conv_source() {
     if (is_low_precision(t)) {  // the wgmma tiles (sm_90)
       for (NhwcTile tile : kWgmmaCandidates)
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+      for (int bm : {64, 128})  // the TMA pass's tiles (conv_tma.h)
+        for (int bn : {128, 256}) all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn)));
+      for (auto [bm, atoms, ar] : {std::tuple{64, 3, 64}, std::tuple{128, 3, 64},
+                                   std::tuple{128, 4, 16}, std::tuple{64, 1, 32}})
+        for (bool wide : {false, true})  // grad_weight's TMA pass
+          all.push_back(conv_tma_wgrad_source(t, conv_tma_wgrad_tile_of(bm, atoms, ar, wide)));
+      all.push_back(conv_tma_wgrad_sum_source(t));
       for (WgradTile tile : kWgmmaWgradCandidates)
         for (bool vec : {false, true})
           for (bool f32_partials : {false, true})

@@ -17,7 +17,7 @@
 
 namespace kiln::cuda {
 
-// The accumulator lists of m64n64, m64n128 and m64n256 (N / 2 registers a thread).
+// The accumulator lists of m64n64, m64n128, m64n192 and m64n256 (N / 2 registers a thread).
 #define KILN_WGMMA_N64_D                                                        \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
@@ -27,45 +27,54 @@ namespace kiln::cuda {
   ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, " \
   "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
   "%62, %63"
-#define KILN_WGMMA_N256_D                                                                \
-  KILN_WGMMA_N128_D                                                                      \
-  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "   \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "     \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "     \
-  "%110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
-  "%124, %125, %126, %127"
+#define KILN_WGMMA_N192_D                                                         \
+  KILN_WGMMA_N128_D                                                               \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, " \
+  "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, "   \
+  "%94, %95"
+#define KILN_WGMMA_N256_D                                                        \
+  KILN_WGMMA_N192_D                                                              \
+  ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
+  "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, "     \
+  "%121, %122, %123, %124, %125, %126, %127"
 #define KILN_WGMMA_F8(d, i)                                                                   \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define KILN_WGMMA_F32(d, i) \
   KILN_WGMMA_F8(d, i), KILN_WGMMA_F8(d, i + 8), KILN_WGMMA_F8(d, i + 16), KILN_WGMMA_F8(d, i + 24)
-// d (+)= A B: scale-d from a register (1: add to d), both operands K-major, unscaled.
-#define KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE)                                     \
+// d (+)= A B: scale-d from a register (1: add to d), A K-major, B K-major or (TRANS 1)
+// MN-major, unscaled.
+#define KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS)                              \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE                                                \
   ", 0;\n"                                                                                 \
   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" D "}, " DESCRIPTORS \
-  ", p, 1, 1, 0, 0;\n}\n"
+  ", p, 1, 1, 0, " TRANS ";\n}\n"
 
-// One warpgroup's d[64 x N] += A[64 x 16] B[16 x N], A and B in shared memory (descriptors).
+// One warpgroup's d[64 x N] += A[64 x 16] B[16 x N], A and B in shared memory (descriptors);
+// B K-major, or under TRANS_B MN-major (N contiguous).
 template <typename T, int N>
 struct Wgmma;
 // Wgmma<T, N>: its accumulator list D, the operand numbers of the descriptors and of scale-d,
-// and the accumulators as asm outputs (__VA_ARGS__).
-#define KILN_WGMMA_SIZE(T, TYPE, N, D, DESCRIPTORS, SCALE, ...)                                 \
+// B's transposition, and the accumulators as asm outputs (__VA_ARGS__).
+#define KILN_WGMMA_SIZE(T, TYPE, N, D, DESCRIPTORS, SCALE, TRANS, ...)                          \
   template <>                                                                                   \
   struct Wgmma<T, N> {                                                                          \
+    template <int TRANS_B = 0>                                                                  \
     __device__ static void run(float (&d)[N / 2], unsigned long long a, unsigned long long b) { \
-      asm volatile(KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE)                               \
+      asm volatile(KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS)                        \
                    : __VA_ARGS__                                                                \
-                   : "l"(a), "l"(b), "r"(1));                                                   \
+                   : "l"(a), "l"(b), "r"(1), "n"(TRANS_B));                                     \
     }                                                                                           \
   };
-#define KILN_WGMMA_KIND(T, TYPE)                                                               \
-  KILN_WGMMA_SIZE(T, TYPE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", KILN_WGMMA_F32(d, 0))      \
-  KILN_WGMMA_SIZE(T, TYPE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", KILN_WGMMA_F32(d, 0),    \
-                  KILN_WGMMA_F32(d, 32))                                                       \
-  KILN_WGMMA_SIZE(T, TYPE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", KILN_WGMMA_F32(d, 0), \
-                  KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64), KILN_WGMMA_F32(d, 96))
+#define KILN_WGMMA_KIND(T, TYPE)                                                                   \
+  KILN_WGMMA_SIZE(T, TYPE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", "%35", KILN_WGMMA_F32(d, 0))   \
+  KILN_WGMMA_SIZE(T, TYPE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", "%67", KILN_WGMMA_F32(d, 0), \
+                  KILN_WGMMA_F32(d, 32))                                                           \
+  KILN_WGMMA_SIZE(T, TYPE, 192, KILN_WGMMA_N192_D, "%96, %97", "%98", "%99", KILN_WGMMA_F32(d, 0), \
+                  KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64))                                    \
+  KILN_WGMMA_SIZE(T, TYPE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", "%131",                   \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),              \
+                  KILN_WGMMA_F32(d, 96))
 KILN_WGMMA_KIND(Bf16, "bf16")
 KILN_WGMMA_KIND(F16, "f16")
 
@@ -75,6 +84,16 @@ KILN_WGMMA_KIND(F16, "f16")
 __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p) {
   const unsigned long long address = shared_address(p);
   return ((address & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+// A descriptor with its offsets and swizzle spelled out: `leading` and `stride` in bytes,
+// `swizzle` the mode (1: 128-byte, 2: 64-byte, 3: 32-byte). For an MN-major B in the 128-byte
+// swizzle (rows of 64 N elements, one per K index), `stride` steps 8 rows of K and `leading`
+// the next 64 N elements.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned leading,
+                                                               unsigned stride, unsigned swizzle) {
+  const unsigned long long address = shared_address(p);
+  return ((address & 0x3ffff) >> 4) | ((unsigned long long)(leading >> 4) << 16) |
+         ((unsigned long long)(stride >> 4) << 32) | ((unsigned long long)swizzle << 62);
 }
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

@@ -1,0 +1,329 @@
+// The TMA channels-last pass (conv_tma.h): its fit, its tensor maps and its launch.
+#include "backends/cuda/conv_tma.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backends/cuda/conv_mma.h"
+#include "backends/cuda/kernel_registry.h"
+#include "backends/cuda/kernel_sources.h"
+#include "core/error.h"
+#include "gpu/cuda_check.h"
+#include "kiln_kernel_files.h"
+
+namespace kiln::cuda {
+namespace {
+
+// On unless KILN_CONV_TMA=0 or a tile is forced (conv_tiles_forced); a test may say otherwise.
+std::optional<bool>& tma_for_testing() {
+  static std::optional<bool> on;
+  return on;
+}
+bool tma_on() {
+  static const bool by_env = [] {
+    const char* v = std::getenv("KILN_CONV_TMA");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return tma_for_testing().value_or(by_env && !conv_tiles_forced());
+}
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link to libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    KILN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                     cudaEnableDefault, &found));
+#else
+    KILN_CUDA_CHECK(
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found));
+#endif
+    KILN_CHECK(found == cudaDriverEntryPointSuccess && p != nullptr,
+               "conv TMA pass: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// The largest stride the passes take (2; KILN_CONV_TMA_MAX_STRIDE=1 keeps them to stride 1).
+int max_stride() {
+  static const int stride = [] {
+    const char* v = std::getenv("KILN_CONV_TMA_MAX_STRIDE");
+    return v != nullptr && std::string(v) == "1" ? 1 : 2;
+  }();
+  return stride;
+}
+
+bool& wide_on() {
+  static bool on = [] {
+    const char* v = std::getenv("KILN_CONV_TMA_WIDE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// A tiled map of `rank` dims (innermost first; strides in bytes of dims 1..), zeros outside the
+// tensor, in the swizzle of `swizzle_bytes` (128, 64 or 32: the box's inner row).
+CUtensorMap tiled_map(DType dtype, const void* base, int rank, const cuuint64_t* dims,
+                      const cuuint64_t* strides, const cuuint32_t* box, int swizzle_bytes = 128,
+                      const cuuint32_t* steps = nullptr) {
+  const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                           : CU_TENSOR_MAP_SWIZZLE_32B;
+  CUtensorMap map;
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encode_tiled()(
+      &map,
+      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box,
+      steps != nullptr ? steps : unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KILN_CHECK(r == CUDA_SUCCESS, "conv TMA pass: cuTensorMapEncodeTiled failed ({})",
+             static_cast<int>(r));
+  return map;
+}
+
+// The channels-last image of `images` (a `channels`-channel NHWC copy, of the pass's img_h x
+// img_w): [N][H][W][C], C innermost; boxes of 64 channels x s_w columns x `rows` x `box_images`
+// of the pass's output grid, every stride-th column and row of the image (the TMA's element
+// strides: the box spans stride x as many).
+CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::int64_t channels,
+                      std::int64_t images, int rows, int box_images) {
+  const auto c = static_cast<cuuint64_t>(channels);
+  const auto stride = static_cast<cuuint32_t>(g.stride);
+  const cuuint64_t dims[4] = {c, static_cast<cuuint64_t>(g.img_w), static_cast<cuuint64_t>(g.img_h),
+                              static_cast<cuuint64_t>(images)};
+  const cuuint64_t strides[3] = {c * 2, c * 2 * g.img_w, c * 2 * g.img_w * g.img_h};
+  const cuuint32_t box[4] = {64, stride * static_cast<cuuint32_t>(g.s_w),
+                             stride * static_cast<cuuint32_t>(rows),
+                             static_cast<cuuint32_t>(box_images)};
+  const cuuint32_t steps[4] = {1, stride, stride, 1};
+  return tiled_map(dtype, xt, 4, dims, strides, box, 128, steps);
+}
+
+}  // namespace
+
+std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& g, int bn) {
+  if (g.s_w <= 0 || g.s_hw % g.s_w != 0) return std::nullopt;
+  const int s_h = g.s_hw / g.s_w;
+  if (g.s_w > 256 || bn % g.s_w != 0) return std::nullopt;
+  const int rows = bn / g.s_w;
+  if (rows <= s_h)
+    return s_h % rows == 0 && rows * g.stride <= 256 ? std::optional(std::pair(rows, 1))
+                                                     : std::nullopt;
+  if (bn % g.s_hw != 0 || bn / g.s_hw > 256 || s_h * g.stride > 256) return std::nullopt;
+  return std::pair(s_h, bn / g.s_hw);
+}
+
+// KILN_CONV_TMA_TILE=bm,bn,stages forces a tile wherever it fits (for measuring).
+std::optional<TmaTile> forced_tma_tile() {
+  static const std::optional<TmaTile> forced = []() -> std::optional<TmaTile> {
+    const char* v = std::getenv("KILN_CONV_TMA_TILE");
+    if (v == nullptr || *v == 0) return std::nullopt;
+    TmaTile t{};
+    KILN_CHECK(std::sscanf(v, "%d,%d,%d", &t.bm, &t.bn, &t.stages) == 3 &&
+                   (t.bm == 64 || t.bm == 128) && (t.bn == 64 || t.bn == 128 || t.bn == 256) &&
+                   t.stages >= 2 && t.shared_bytes() <= 227 * 1024,
+               "KILN_CONV_TMA_TILE='{}': expected bm,bn,stages (bm 64 or 128, bn 64, 128 or 256, "
+               "at least 2 stages, at most 227 KiB)",
+               v);
+    return t;
+  }();
+  return forced;
+}
+
+std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated) {
+  if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || g.stride < 1 ||
+      g.stride > max_stride() || g.stride * g.s_w > 256 || g.khkw == 0 || g.m == 0 || g.n == 0)
+    return std::nullopt;
+  const int channels = g.k / g.khkw;
+  if (channels % 64 != 0) return std::nullopt;
+  if (const std::optional<TmaTile> forced = forced_tma_tile())
+    return conv_tma_box(g, forced->bn) ? forced : std::nullopt;
+  const int bm = g.m >= 128 ? 128 : 64;
+  auto blocks = [&](int bn) { return ((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn); };
+  // 64 filters: 128 pixels first (two blocks an SM, conv_tma_tile_of); 128: 256 pixels where
+  // that still gives a block to every SM.
+  for (int bn : bm == 64 ? std::array{128, 256} : std::array{256, 128}) {
+    if (!conv_tma_box(g, bn) || (bn == 256 && blocks(256) < 132 && conv_tma_box(g, 128))) continue;
+    return conv_tma_tile_of(bm, bn);
+  }
+  return std::nullopt;
+}
+
+TmaTile conv_tma_tile_of(int bm, int bn) {
+  const std::size_t stage = static_cast<std::size_t>(bm + bn) * 128 + 16;
+  // One warpgroup's tiles (bm 64) keep two blocks an SM, so that one's loads and stores overlap
+  // the other's multiplies (stage-1 forward of resnet18 at b128: 64x256 in 5 stages 53.9 us,
+  // 64x128 in 4 stages 43.0 us, ncu on the H200).
+  const std::size_t room = bm == 64 ? (227 * 1024) / 2 - 1024 : 227 * 1024 - 1024;
+  return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage))};
+}
+
+std::string conv_tma_name(DType dtype, TmaTile t) {
+  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}_{}", t.bm, t.bn, t.stages, dtype_name(dtype));
+}
+
+gpu::KernelSource conv_tma_source(DType dtype, TmaTile t) {
+  gpu::KernelSource source = embedded_kernel(
+      conv_tma_name(dtype, t), kernel_files::conv_wgmma_tma_cuh, "KILN_CONV_WGMMA_TMA",
+      {{"KILN_T", cuda_type_name(dtype)},
+       {"KILN_BM", std::to_string(t.bm)},
+       {"KILN_BN", std::to_string(t.bn)},
+       {"KILN_STAGES", std::to_string(t.stages)}});
+  source.arch_specific = true;
+  return source;
+}
+
+void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const void* a,
+                      const void* xt, void* y, gpu::Stream stream) {
+  const auto box = conv_tma_box(g, tile.bn);
+  KILN_CHECK(box.has_value() && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
+             "conv TMA pass: tile {}x{} does not fit the pass (output {} wide, {} pixels an "
+             "image) or an operand is not 16-byte aligned",
+             tile.bm, tile.bn, g.s_w, g.s_hw);
+  // A: [M][K], K innermost; boxes of 64 x bm.
+  const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(g.k), static_cast<cuuint64_t>(g.m)};
+  const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(g.k) * 2};
+  const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(tile.bm)};
+  const CUtensorMap filters = tiled_map(dtype, a, 2, a_dims, a_strides, a_box);
+  const CUtensorMap image =
+      image_map(dtype, g, xt, g.k / g.khkw, g.n / g.s_hw, box->first, box->second);
+  const DeviceKernel& k = device_kernel(
+      conv_tma_name(dtype, tile), [&] { return conv_tma_source(dtype, tile); },
+      tile.shared_bytes());
+  ConvGemmShape s = g;
+  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s};
+  const gpu::Dim3 grid{static_cast<unsigned>((g.n + tile.bn - 1) / tile.bn),
+                       static_cast<unsigned>((g.m + tile.bm - 1) / tile.bm), 1};
+  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream,
+                  args);
+}
+
+namespace {
+
+int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return std::max(n, 1);
+  }();
+  return count;
+}
+
+std::string wgrad_name(DType dtype, const TmaWgradPlan& p) {
+  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}_{}", p.bm, 64 * p.atoms, p.stages, p.ar,
+                     p.wide ? "_wide" : "", dtype_name(dtype));
+}
+std::string sum_name(DType dtype) {
+  return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
+}
+
+}  // namespace
+
+std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
+  if (!tma_on() || !conv_wgmma_enabled(dtype) || g.stride < 1 || g.stride > max_stride() ||
+      g.stride * g.s_w > 256 || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 || g.s_w <= 0 ||
+      g.n % g.khkw != 0)
+    return std::nullopt;
+  const int channels = g.n / g.khkw;
+  const int ar = std::min(64, g.s_hw);  // a step's pixels of one image
+  if (channels % 64 != 0 || g.khkw > 64 || g.m > 65535 || 64 % ar != 0 || ar % 16 != 0 ||
+      (g.s_hw > 64 && g.s_hw % 64 != 0) || ar % g.s_w != 0 || g.s_hw % g.s_w != 0)
+    return std::nullopt;
+  const int atoms = g.n / 64;
+  const int na = atoms % 4 == 0 ? 4 : atoms % 3 == 0 ? 3 : atoms % 2 == 0 ? 2 : 1;
+  TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide_on());
+  const int bm = plan.bm;
+  const std::int64_t tiles = static_cast<std::int64_t>((g.m + bm - 1) / bm) * (atoms / na);
+  const std::int64_t steps = (static_cast<std::int64_t>(g.k) + 63) / 64;
+  const std::int64_t wanted = std::clamp<std::int64_t>((sm_count() + tiles / 2) / tiles, 1,
+                                                       std::max<std::int64_t>(1, steps / 4));
+  const std::int64_t per = (steps + wanted - 1) / wanted;
+  plan.splits = static_cast<int>((steps + per - 1) / per);
+  plan.chunk = static_cast<int>(per * 64);
+  return plan;
+}
+
+TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide) {
+  const int stage = (bm + 64 * atoms) * 128 + 16;
+  return {bm, atoms, std::min(8, (227 * 1024 - 1024) / stage), ar, wide, 1, 0};
+}
+
+gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p) {
+  gpu::KernelSource source =
+      embedded_kernel(fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}_{}", p.bm, 64 * p.atoms,
+                                  p.stages, p.ar, p.wide ? "_wide" : "", dtype_name(dtype)),
+                      kernel_files::conv_wgmma_wgrad_tma_cuh, "KILN_CONV_WGMMA_WGRAD_TMA",
+                      {{"KILN_T", cuda_type_name(dtype)},
+                       {"KILN_BM", std::to_string(p.bm)},
+                       {"KILN_NA", std::to_string(p.atoms)},
+                       {"KILN_STAGES", std::to_string(p.stages)},
+                       {"KILN_AR", std::to_string(p.ar)},
+                       {"KILN_WIDE", p.wide ? "true" : "false"}});
+  source.arch_specific = true;
+  return source;
+}
+
+gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype) {
+  return embedded_kernel(sum_name(dtype), kernel_files::conv_wgmma_wgrad_tma_cuh,
+                         "KILN_WGRAD_TAP_SUM", {{"KILN_T", cuda_type_name(dtype)}});
+}
+
+void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
+                          const void* dy, const void* xt, void* partials, void* dw,
+                          gpu::Stream stream) {
+  KILN_CHECK(g.k_chunk == p.chunk && reinterpret_cast<std::uintptr_t>(partials) % 16 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
+             "conv2d_grad_weight (TMA): K chunk {} for a plan of {}, or an operand is not 16-byte "
+             "aligned",
+             g.k_chunk, p.chunk);
+  const cuuint64_t images = static_cast<cuuint64_t>(g.k / g.s_hw);
+  // A: dy [N][M][OH*OW]; boxes of ar pixels x bm filters x 64 / ar images.
+  const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(g.s_hw), static_cast<cuuint64_t>(g.m),
+                                images};
+  const cuuint64_t a_strides[2] = {static_cast<cuuint64_t>(g.s_hw) * 2,
+                                   static_cast<cuuint64_t>(g.s_hw) * 2 * g.m};
+  const cuuint32_t a_box[3] = {static_cast<cuuint32_t>(p.ar), static_cast<cuuint32_t>(p.bm),
+                               static_cast<cuuint32_t>(64 / p.ar)};
+  const CUtensorMap dy_map = tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
+  const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, p.ar / g.s_w, 64 / p.ar);
+  const DeviceKernel& k = device_kernel(
+      wgrad_name(dtype, p), [&] { return conv_tma_wgrad_source(dtype, p); }, p.shared_bytes());
+  ConvGemmShape s = g;
+  void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map), &partials,
+                  &s};
+  const gpu::Dim3 grid{static_cast<unsigned>(g.n / (64 * p.atoms)),
+                       static_cast<unsigned>((g.m + p.bm - 1) / p.bm),
+                       static_cast<unsigned>(p.splits)};
+  k.kernel.launch(grid, {static_cast<unsigned>(p.threads()), 1, 1}, p.shared_bytes(), stream, args);
+  const DeviceKernel& sum =
+      device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
+  int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
+  void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits};
+  sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
+                    {256, 1, 1}, 0, stream, sum_args);
+}
+
+namespace detail {
+void set_conv_tma_for_testing(std::optional<bool> on) { tma_for_testing() = on; }
+void set_conv_tma_wide_for_testing(bool wide) { wide_on() = wide; }
+}  // namespace detail
+
+}  // namespace kiln::cuda

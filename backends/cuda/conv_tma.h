@@ -1,0 +1,83 @@
+// The channels-last passes with both operands brought by the TMA (sm_90, bf16/f16): the forward
+// (stride 1 or 2) and stride-1 input gradient (kernels/conv_wgmma_tma.cuh), where a tile of
+// output pixels is whole output rows, each K step's patches one box of the NHWC image shifted
+// by the tap; and grad_weight (kernels/conv_wgmma_wgrad_tma.cuh).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "backends/cuda/kernels/conv_params.h"
+#include "core/dtype.h"
+#include "gpu/cuda_runtime.h"
+#include "gpu/kernel_source.h"
+
+namespace kiln::cuda {
+
+// A tile: bm filters (64 per multiplying warpgroup) by bn pixels, `stages` buffers.
+struct TmaTile {
+  int bm, bn, stages;
+  std::size_t shared_bytes() const {  // the tiles, 1 KiB to align them, two barriers a stage
+    return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages);
+  }
+  int threads() const { return 2 * bm + 32; }  // bm / 64 warpgroups and the producer warp
+};
+
+// The tile the pass of `shape` takes, where it fits: wgmma runs (conv_wgmma_enabled), the pass
+// is undilated with stride 1 or 2, the image's channels are a multiple of 64 and a tile of bn
+// pixels is whole output rows of one image or whole images (a box of the image); KILN_CONV_TMA=0
+// turns the TMA passes off, and they stand aside where a tile is forced (conv_tiles_forced).
+std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& shape, bool dilated);
+// The box of the image that a tile of bn output pixels reads for one tap: (rows, images) of
+// whole output rows (a run of rows of one image, or whole images), or nullopt where bn pixels
+// are not whole rows.
+std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& shape, int bn);
+// bm x bn with as many stages (at most 6) as fit 227 KiB: the tiles conv_tma_tile gives.
+TmaTile conv_tma_tile_of(int bm, int bn);
+std::string conv_tma_name(DType dtype, TmaTile tile);
+gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile);
+// y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned).
+void conv_tma_forward(DType dtype, const ConvGemmShape& shape, TmaTile tile, const void* a,
+                      const void* xt, void* y, gpu::Stream stream);
+
+// grad_weight's TMA pass (kernels/conv_wgmma_wgrad_tma.cuh): dW = dy x patches of x's
+// channels-last copy, K (the batch's pixels) split into `splits` pieces of `chunk` pixels.
+struct TmaWgradPlan {
+  int bm, atoms, stages, ar;  // bm filters by `atoms` x 64 columns; A's rows of ar pixels
+  bool wide;                  // one multiply across the atoms (else one a atom)
+  int splits, chunk;
+  std::size_t shared_bytes() const {
+    return static_cast<std::size_t>((bm + 64 * atoms) * 128 * stages + 1024 + 16 * stages);
+  }
+  int threads() const { return 2 * bm + 32; }
+  std::size_t partial_bytes(std::int64_t m, std::int64_t n) const {
+    return static_cast<std::size_t>(splits) * static_cast<std::size_t>(m * n) * 4;
+  }
+};
+// The plan of grad_weight's `shape` where the pass fits: conv_tma_tile's conditions, and each
+// K step of 64 pixels whole output rows of one image (OH*OW % 64 == 0, 64 % OW == 0) or whole
+// images (OH*OW 16 or 32).
+std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& shape);
+// bm x 64 atoms with as many stages (at most 8) as fit 227 KiB.
+TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide);
+gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& plan);
+// The sum of the splits' partials into dW's order (kernels/conv_wgmma_wgrad_tma.cuh).
+gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype);
+// dW = dy x patches(xt) (shape.k_chunk = plan.chunk): the splits' f32 partials into
+// `partials` (plan.partial_bytes, 16-byte aligned), then their sum into dw.
+void conv_tma_grad_weight(DType dtype, const ConvGemmShape& shape, const TmaWgradPlan& plan,
+                          const void* dy, const void* xt, void* partials, void* dw,
+                          gpu::Stream stream);
+
+namespace detail {
+// Turns the TMA passes on or off wherever they fit (nullopt: as KILN_CONV_TMA and
+// conv_tiles_forced say).
+void set_conv_tma_for_testing(std::optional<bool> on);
+// Whether grad_weight's TMA pass multiplies across its atoms at once (true, the default).
+void set_conv_tma_wide_for_testing(bool wide);
+}  // namespace detail
+
+}  // namespace kiln::cuda

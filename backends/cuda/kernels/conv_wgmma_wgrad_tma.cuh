@@ -1,0 +1,170 @@
+// The weight gradient of stride-1 or -2 bf16/f16 convolutions with both operands brought by the
+// tensor memory accelerator (sm_90; issue 17): dW[co, (tap, c)] = dy[co, pixels] x
+// patches[pixels, (tap, c)], the patch columns tap-major in "atoms" of 64 channels of one tap
+// (the image's channels a multiple of 64), K the batch's pixels in steps of 64 that are whole
+// output rows of one image or whole images.
+//  - A (dy, NCHW) is one 3-D box a step: AR pixels (64, or a whole image of 32 or 16) x BM
+//    filters x 64 / AR images, landing as 64 / AR blocks of BM K-major rows of AR pixels in the
+//    swizzle of AR * 2 bytes: each k16 slice of the step is 16 pixels of one block.
+//  - each atom of B (x's channels-last copy) is one 4-D box, 64 channels x the step's pixels
+//    shifted by the atom's tap, every stride-th row and column (zeros outside the image: the
+//    padding): rows of 64 channels, one
+//    per pixel, wgmma's MN-major B in the 128-byte swizzle; the atoms of a tile lie 8 KiB apart,
+//    so one multiply spans them (WIDE: m64n(64 NA)k16, the descriptor's leading offset 8 KiB),
+//    or one m64n64k16 per atom.
+// One producer warp (the last) issues a step's copies on the stage's `full` barrier; WM = BM / 64
+// warpgroups wait, multiply and arrive on its `empty` barrier (conv_wgmma_tma.cuh's pipeline).
+// K is split over blockIdx.z in k_chunk pieces (multiples of 64); each split stores its f32
+// partials in the tile's own column order, [split][co][(tap, c)] (8 rows of 32 contiguous bytes
+// a store), and wgrad_tap_sum adds the splits into dW's order [co][c][tap].
+#pragma once
+
+#include "backends/cuda/kernels/conv_mma.cuh"
+#include "backends/cuda/kernels/tma.cuh"
+#include "backends/cuda/kernels/wgmma.cuh"
+
+namespace kiln::cuda {
+
+// The 64 patch columns of atom n / 64: channels c.. of tap (kh, kw).
+struct TmaAtom {
+  int c, tap, kh, kw;
+};
+__device__ __forceinline__ TmaAtom tma_atom(const ConvGemmShape& g, int channels, int n) {
+  const int tap = n / channels, kh = tap / g.kw;
+  return TmaAtom{n - tap * channels, tap, kh, tap - kh * g.kw};
+}
+
+template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE>
+__device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map,
+                                                     const TmaDescriptor* x_map,
+                                                     float* __restrict__ out,
+                                                     const ConvGemmShape& g) {
+  constexpr int WM = BM / 64, CONSUMERS = 128 * WM, BN = 64 * NA;
+  constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
+  constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
+  constexpr int SLICES = AR / 16;  // k16 slices a block of A holds
+  constexpr unsigned A_SWIZZLE = AR == 64 ? 1 : AR == 32 ? 2 : 3;
+  static_assert(BM % 64 == 0 && STAGES >= 2 && (AR == 64 || AR == 32 || AR == 16), "tile");
+  extern __shared__ __align__(16) unsigned char wgrad_tma_smem[];
+  unsigned short* s = wgmma_tiles(wgrad_tma_smem);
+  auto* full = reinterpret_cast<unsigned long long*>(s + STAGES * (A_STAGE + B_STAGE));
+  unsigned long long* empty = full + STAGES;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, channels = g.n / g.khkw;
+  const int k_begin = blockIdx.z * g.k_chunk, k_end = min(g.k, k_begin + g.k_chunk);
+  const int steps = k_end > k_begin ? (k_end - k_begin + 63) / 64 : 0;
+  out += (long long)blockIdx.z * g.m * g.n;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < STAGES; ++i) {
+      mbarrier_init(full + i, 1);
+      mbarrier_init(empty + i, CONSUMERS);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x >= CONSUMERS) {  // the producer warp: one thread issues the copies
+    if (threadIdx.x != CONSUMERS) return;
+    for (int step = 0; step < steps; ++step) {
+      const int buf = step % STAGES, k0 = k_begin + step * 64;
+      const int b = k0 / g.s_hw, pix = k0 - b * g.s_hw, oh0 = pix / g.s_w;
+      if (step >= STAGES) mbarrier_wait(empty + buf, (step / STAGES - 1) & 1);
+      mbarrier_expect_bytes(full + buf, STAGE_BYTES);
+      tma_load_3d(s + buf * A_STAGE, dy_map, full + buf, pix, m0, b);
+#pragma unroll
+      for (int a = 0; a < NA; ++a) {
+        const TmaAtom at = tma_atom(g, channels, n0 + 64 * a);
+        tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE + a * 64 * 64, x_map, full + buf, at.c,
+                    at.kw - g.pad_w, oh0 * g.stride + at.kh - g.pad_h, b);
+      }
+    }
+    return;
+  }
+  const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  float acc[NA][32];
+#pragma unroll
+  for (int a = 0; a < NA; ++a)
+#pragma unroll
+    for (int r = 0; r < 32; ++r) acc[a][r] = 0.0f;
+  for (int step = 0; step < steps; ++step) {
+    const int buf = step % STAGES;
+    mbarrier_wait(full + buf, (step / STAGES) & 1);
+    const unsigned short* a_tile = s + buf * A_STAGE + group * 64 * AR;
+    const unsigned short* b_tile = s + STAGES * A_STAGE + buf * B_STAGE;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // pixels 16 kk ..: block kk / SLICES of A, rows 16 kk of B
+      const unsigned long long a = wgmma_descriptor(
+          a_tile + (kk / SLICES) * BM * AR + (kk % SLICES) * 16, 16, 8 * AR * 2, A_SWIZZLE);
+      if (WIDE) {
+        Wgmma<T, BN>::template run<1>(
+            *reinterpret_cast<float(*)[BN / 2]>(&acc), a,
+            wgmma_descriptor(b_tile + kk * 16 * 64, 64 * 64 * 2, 1024, 1));
+      } else {
+#pragma unroll
+        for (int n = 0; n < NA; ++n)
+          Wgmma<T, 64>::template run<1>(
+              acc[n], a, wgmma_descriptor(b_tile + n * 64 * 64 + kk * 16 * 64, 16, 1024, 1));
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // step - 1's multiplies are done: its stage may be loaded again
+    wgmma_hold(*reinterpret_cast<float(*)[BN / 2]>(&acc));
+    if (step > 0) mbarrier_arrive(empty + (step - 1) % STAGES);
+  }
+  wgmma_wait<0>();
+  wgmma_hold(*reinterpret_cast<float(*)[BN / 2]>(&acc));
+  // Register 4 j + e of an atom: row lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2.
+  const int row0 = m0 + group * 64 + warp * 16, col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int m = row0 + lane / 4 + 8 * half;
+    if (m >= g.m) continue;
+    float* row = out + (long long)m * g.n + col0;
+#pragma unroll
+    for (int a = 0; a < NA; ++a)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<float2*>(row + 64 * a + 8 * j) =
+            make_float2(acc[a][4 * j + 2 * half], acc[a][4 * j + 2 * half + 1]);
+  }
+}
+
+// dW[m, c * khkw + tap] = the sum over the splits, in order, of part[split][m][tap * C + c]. A
+// block takes row m (blockIdx.y) and 32 channels from 32 blockIdx.x, reading 32 contiguous
+// partials of each tap and writing 32 khkw contiguous elements of dW, through shared memory
+// (32 khkw floats, khkw <= 64).
+template <typename T>
+__device__ __forceinline__ void wgrad_tap_sum(const float* __restrict__ part, T* __restrict__ dw,
+                                              int m_count, int n, int khkw, int splits) {
+  __shared__ float sums[32 * 64];
+  const int m = blockIdx.y, c0 = 32 * blockIdx.x, channels = n / khkw, count = 32 * khkw;
+  const float* p = part + (long long)m * n + c0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int tap = i / 32, c = i - tap * 32;
+    float sum = 0.0f;
+    for (int z = 0; z < splits; ++z) sum += p[(long long)z * m_count * n + tap * channels + c];
+    sums[c * khkw + tap] = sum;
+  }
+  __syncthreads();
+  T* out = dw + (long long)m * n + (long long)c0 * khkw;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) out[i] = T(sums[i]);
+}
+
+}  // namespace kiln::cuda
+
+#ifdef KILN_CONV_WGMMA_WGRAD_TMA
+extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32)
+    KILN_CONV_WGMMA_WGRAD_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor dy,
+                              const __grid_constant__ kiln::cuda::TmaDescriptor xt,
+                              float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
+  kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE>(
+      &dy, &xt, out, g);
+}
+#endif
+
+#ifdef KILN_WGRAD_TAP_SUM
+extern "C" __global__ void KILN_WGRAD_TAP_SUM(const float* __restrict__ part,
+                                              KILN_T* __restrict__ dw, int m, int n, int khkw,
+                                              int splits) {
+  kiln::cuda::wgrad_tap_sum(part, dw, m, n, khkw, splits);
+}
+#endif
