@@ -491,6 +491,56 @@ TEST_CASE("conv TMA boxes are whole output rows or whole images (no GPU needed)"
   CHECK(cuda::conv_tma_box(shape(1, 512), 256) == std::nullopt);  // wider than a box
 }
 
+// grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 on 132 SMs (the grids
+// the H200 ran), the splits covering K in whole 64-pixel steps, and the shapes it leaves alone.
+TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)") {
+  // grad_weight's GEMM of a k x k convolution: co filters, c channels, an oh x ow output.
+  auto shape = [](int batch, int c, int oh, int ow, int co, int k, int stride) {
+    cuda::ConvGemmShape g{};
+    g.m = co;
+    g.khkw = k * k;
+    g.n = c * k * k;
+    g.k = batch * oh * ow;
+    g.s_hw = oh * ow;
+    g.s_w = ow;
+    g.stride = stride;
+    return g;
+  };
+  auto plan = [](const cuda::ConvGemmShape& g, int max_stride = 2) {
+    return cuda::conv_tma_wgrad_plan_of(g, max_stride, 132, true);
+  };
+  struct Expected {
+    cuda::ConvGemmShape g;
+    int bm, atoms, ar, splits;
+  };
+  for (const Expected& e : {Expected{shape(128, 64, 32, 32, 64, 3, 1), 64, 3, 64, 44},
+                            Expected{shape(128, 128, 16, 16, 128, 3, 1), 128, 3, 64, 22},
+                            Expected{shape(128, 256, 8, 8, 256, 3, 1), 128, 4, 64, 7},
+                            Expected{shape(128, 512, 4, 4, 512, 3, 1), 128, 4, 16, 2},
+                            Expected{shape(128, 256, 4, 4, 512, 1, 2), 128, 4, 16, 8},
+                            Expected{shape(3, 64, 8, 4, 64, 3, 1), 64, 3, 32, 1}}) {
+    CAPTURE(e.g.n);
+    CAPTURE(e.g.s_hw);
+    const auto p = plan(e.g);
+    REQUIRE(p.has_value());
+    CHECK(p->bm == e.bm);
+    CHECK(p->atoms == e.atoms);
+    CHECK(p->ar == e.ar);
+    CHECK(p->splits == e.splits);
+    CHECK(p->wide);
+    CHECK(p->chunk % 64 == 0);
+    CHECK(static_cast<std::int64_t>(p->splits) * p->chunk >= e.g.k);     // K covered,
+    CHECK(static_cast<std::int64_t>(p->splits - 1) * p->chunk < e.g.k);  // no split empty
+    CHECK(p->shared_bytes() <= 227 * 1024);
+  }
+  CHECK_FALSE(plan(shape(8, 96, 16, 16, 64, 3, 1)));     // 96 channels: not whole atoms
+  CHECK_FALSE(plan(shape(8, 64, 12, 12, 64, 3, 1)));     // 144 pixels: steps straddle rows
+  CHECK_FALSE(plan(shape(8, 64, 2, 128, 64, 3, 1)));     // a row wider than a step
+  CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 9, 1)));     // 81 taps: past the sum's 64
+  CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 3)));     // stride 3
+  CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 2), 1));  // stride 2 turned off
+}
+
 // The TMA passes (conv_tma.h): the forward and grad_input where a tile is whole output rows or
 // whole images, against the CPU and the wgmma tiles' bits; grad_weight where a K step of 64
 // pixels is whole rows of one image (A's rows 64 pixels: the 128-byte swizzle) or whole images

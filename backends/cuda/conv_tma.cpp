@@ -236,10 +236,10 @@ std::string sum_name(DType dtype) {
 
 }  // namespace
 
-std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
-  if (!tma_on() || !conv_wgmma_enabled(dtype) || g.stride < 1 || g.stride > max_stride() ||
-      g.stride * g.s_w > 256 || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 || g.s_w <= 0 ||
-      g.n % g.khkw != 0)
+std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
+                                                   bool wide) {
+  if (g.stride < 1 || g.stride > max_stride || g.stride * g.s_w > 256 || g.khkw == 0 || g.m == 0 ||
+      g.n == 0 || g.k == 0 || g.s_w <= 0 || g.n % g.khkw != 0)
     return std::nullopt;
   const int channels = g.n / g.khkw;
   const int ar = std::min(64, g.s_hw);  // a step's pixels of one image
@@ -248,16 +248,21 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
     return std::nullopt;
   const int atoms = g.n / 64;
   const int na = atoms % 4 == 0 ? 4 : atoms % 3 == 0 ? 3 : atoms % 2 == 0 ? 2 : 1;
-  TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide_on());
+  TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide);
   const int bm = plan.bm;
   const std::int64_t tiles = static_cast<std::int64_t>((g.m + bm - 1) / bm) * (atoms / na);
   const std::int64_t steps = (static_cast<std::int64_t>(g.k) + 63) / 64;
-  const std::int64_t wanted = std::clamp<std::int64_t>((sm_count() + tiles / 2) / tiles, 1,
-                                                       std::max<std::int64_t>(1, steps / 4));
+  const std::int64_t wanted =
+      std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1, std::max<std::int64_t>(1, steps / 4));
   const std::int64_t per = (steps + wanted - 1) / wanted;
   plan.splits = static_cast<int>((steps + per - 1) / per);
   plan.chunk = static_cast<int>(per * 64);
   return plan;
+}
+
+std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
+  if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;
+  return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
 }
 
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide) {

@@ -61,6 +61,11 @@ struct TmaWgradPlan {
 // K step of 64 pixels whole output rows of one image (OH*OW % 64 == 0, 64 % OW == 0) or whole
 // images (OH*OW 16 or 32).
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& shape);
+// The same for a device of `sms` SMs, strides up to max_stride and the multiply form `wide`,
+// whatever this machine has (no GPU needed): 64 or 128 filters by the most atoms (4, 3, 2, 1)
+// that divide N, K split for about one block an SM, at least 4 steps a split.
+std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, int max_stride,
+                                                   int sms, bool wide);
 // bm x 64 atoms with as many stages (at most 8) as fit 227 KiB.
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide);
 gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& plan);
