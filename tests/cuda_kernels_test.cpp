@@ -474,10 +474,11 @@ TEST_CASE("conv2d: every tuning candidate gives the same bits, forward and grad_
 
 // The TMA pass's boxes (no GPU needed): whole rows of one image, or whole images, else none.
 TEST_CASE("conv TMA boxes are whole output rows or whole images (no GPU needed)") {
-  auto shape = [](int s_h, int s_w) {
+  auto shape = [](int s_h, int s_w, int stride = 1) {
     cuda::ConvGemmShape g{};
     g.s_w = s_w;
     g.s_hw = s_h * s_w;
+    g.stride = stride;
     return g;
   };
   using Box = std::optional<std::pair<int, int>>;
@@ -489,6 +490,10 @@ TEST_CASE("conv TMA boxes are whole output rows or whole images (no GPU needed)"
   CHECK(cuda::conv_tma_box(shape(20, 32), 256) == std::nullopt);  // 8 rows do not divide 20
   CHECK(cuda::conv_tma_box(shape(6, 8), 128) == std::nullopt);    // 2.67 images
   CHECK(cuda::conv_tma_box(shape(1, 512), 256) == std::nullopt);  // wider than a box
+  // Stride 2: the box spans twice the rows of the image (every second one loaded).
+  CHECK(cuda::conv_tma_box(shape(16, 16, 2), 128) == Box(std::pair(8, 1)));
+  CHECK(cuda::conv_tma_box(shape(4, 4, 2), 128) == Box(std::pair(4, 8)));
+  CHECK(cuda::conv_tma_box(shape(256, 1, 2), 256) == std::nullopt);  // a box of 512 image rows
 }
 
 // grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 on 132 SMs (the grids
