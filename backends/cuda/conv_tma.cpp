@@ -9,7 +9,6 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backends/cuda/conv_mma.h"
@@ -56,6 +55,24 @@ EncodeTiled encode_tiled() {
     return reinterpret_cast<EncodeTiled>(p);
   }();
   return fn;
+}
+
+int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return std::max(n, 1);
+  }();
+  return count;
+}
+
+std::string wgrad_name(DType dtype, const TmaWgradPlan& p) {
+  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}_{}", p.bm, 64 * p.atoms, p.stages, p.ar,
+                     p.wide ? "_wide" : "", dtype_name(dtype));
+}
+std::string sum_name(DType dtype) {
+  return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
 }
 
 // The largest stride the passes take (2; KILN_CONV_TMA_MAX_STRIDE=1 keeps them to stride 1).
@@ -119,7 +136,7 @@ CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::
 std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& g, int bn) {
   if (g.s_w <= 0 || g.s_hw % g.s_w != 0) return std::nullopt;
   const int s_h = g.s_hw / g.s_w;
-  if (g.s_w > 256 || bn % g.s_w != 0) return std::nullopt;
+  if (g.s_w * std::max(g.stride, 1) > 256 || bn % g.s_w != 0) return std::nullopt;
   const int rows = bn / g.s_w;
   if (rows <= s_h)
     return s_h % rows == 0 && rows * g.stride <= 256 ? std::optional(std::pair(rows, 1))
@@ -147,7 +164,7 @@ std::optional<TmaTile> forced_tma_tile() {
 
 std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated) {
   if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || g.stride < 1 ||
-      g.stride > max_stride() || g.stride * g.s_w > 256 || g.khkw == 0 || g.m == 0 || g.n == 0)
+      g.stride > max_stride() || g.khkw == 0 || g.m == 0 || g.n == 0)
     return std::nullopt;
   const int channels = g.k / g.khkw;
   if (channels % 64 != 0) return std::nullopt;
@@ -158,7 +175,8 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool d
   // 64 filters: 128 pixels first (two blocks an SM, conv_tma_tile_of); 128: 256 pixels where
   // that still gives a block to every SM.
   for (int bn : bm == 64 ? std::array{128, 256} : std::array{256, 128}) {
-    if (!conv_tma_box(g, bn) || (bn == 256 && blocks(256) < 132 && conv_tma_box(g, 128))) continue;
+    if (!conv_tma_box(g, bn) || (bn == 256 && blocks(256) < sm_count() && conv_tma_box(g, 128)))
+      continue;
     return conv_tma_tile_of(bm, bn);
   }
   return std::nullopt;
@@ -214,38 +232,15 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
                   args);
 }
 
-namespace {
-
-int sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&device));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return std::max(n, 1);
-  }();
-  return count;
-}
-
-std::string wgrad_name(DType dtype, const TmaWgradPlan& p) {
-  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}_{}", p.bm, 64 * p.atoms, p.stages, p.ar,
-                     p.wide ? "_wide" : "", dtype_name(dtype));
-}
-std::string sum_name(DType dtype) {
-  return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
-}
-
-}  // namespace
-
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
                                                    bool wide) {
-  if (g.stride < 1 || g.stride > max_stride || g.stride * g.s_w > 256 || g.khkw == 0 || g.m == 0 ||
-      g.n == 0 || g.k == 0 || g.s_w <= 0 || g.n % g.khkw != 0)
+  if (g.stride < 1 || g.stride > max_stride || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 ||
+      g.n % g.khkw != 0 || g.n / g.khkw % 64 != 0 || g.khkw > 64 || g.m > 65535)
     return std::nullopt;
-  const int channels = g.n / g.khkw;
-  const int ar = std::min(64, g.s_hw);  // a step's pixels of one image
-  if (channels % 64 != 0 || g.khkw > 64 || g.m > 65535 || 64 % ar != 0 || ar % 16 != 0 ||
-      (g.s_hw > 64 && g.s_hw % 64 != 0) || ar % g.s_w != 0 || g.s_hw % g.s_w != 0)
-    return std::nullopt;
+  // A K step is 64 pixels: B's box is conv_tma_box's of a 64-pixel tile, A's rows the step's
+  // pixels of one image (64, or a whole image of 32 or 16: a row of 128, 64 or 32 bytes).
+  const int ar = std::min(64, g.s_hw);
+  if (!conv_tma_box(g, 64) || ar % 16 != 0) return std::nullopt;
   const int atoms = g.n / 64;
   const int na = atoms % 4 == 0 ? 4 : atoms % 3 == 0 ? 3 : atoms % 2 == 0 ? 2 : 1;
   TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide);
@@ -271,16 +266,14 @@ TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide) {
 }
 
 gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p) {
-  gpu::KernelSource source =
-      embedded_kernel(fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}_{}", p.bm, 64 * p.atoms,
-                                  p.stages, p.ar, p.wide ? "_wide" : "", dtype_name(dtype)),
-                      kernel_files::conv_wgmma_wgrad_tma_cuh, "KILN_CONV_WGMMA_WGRAD_TMA",
-                      {{"KILN_T", cuda_type_name(dtype)},
-                       {"KILN_BM", std::to_string(p.bm)},
-                       {"KILN_NA", std::to_string(p.atoms)},
-                       {"KILN_STAGES", std::to_string(p.stages)},
-                       {"KILN_AR", std::to_string(p.ar)},
-                       {"KILN_WIDE", p.wide ? "true" : "false"}});
+  gpu::KernelSource source = embedded_kernel(
+      wgrad_name(dtype, p), kernel_files::conv_wgmma_wgrad_tma_cuh, "KILN_CONV_WGMMA_WGRAD_TMA",
+      {{"KILN_T", cuda_type_name(dtype)},
+       {"KILN_BM", std::to_string(p.bm)},
+       {"KILN_NA", std::to_string(p.atoms)},
+       {"KILN_STAGES", std::to_string(p.stages)},
+       {"KILN_AR", std::to_string(p.ar)},
+       {"KILN_WIDE", p.wide ? "true" : "false"}});
   source.arch_specific = true;
   return source;
 }
@@ -293,12 +286,15 @@ gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype) {
 void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
                           const void* dy, const void* xt, void* partials, void* dw,
                           gpu::Stream stream) {
-  KILN_CHECK(g.k_chunk == p.chunk && reinterpret_cast<std::uintptr_t>(partials) % 16 == 0 &&
+  const auto box = conv_tma_box(g, 64);  // a K step's pixels: (rows, images)
+  KILN_CHECK(box.has_value() && g.k_chunk == p.chunk &&
+                 reinterpret_cast<std::uintptr_t>(partials) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
-             "conv2d_grad_weight (TMA): K chunk {} for a plan of {}, or an operand is not 16-byte "
+             "conv2d_grad_weight (TMA): K steps of 64 pixels are not whole rows (output {} wide, "
+             "{} pixels an image), K chunk {} for a plan of {}, or an operand is not 16-byte "
              "aligned",
-             g.k_chunk, p.chunk);
+             g.s_w, g.s_hw, g.k_chunk, p.chunk);
   const cuuint64_t images = static_cast<cuuint64_t>(g.k / g.s_hw);
   // A: dy [N][M][OH*OW]; boxes of ar pixels x bm filters x 64 / ar images.
   const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(g.s_hw), static_cast<cuuint64_t>(g.m),
@@ -308,7 +304,7 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
   const cuuint32_t a_box[3] = {static_cast<cuuint32_t>(p.ar), static_cast<cuuint32_t>(p.bm),
                                static_cast<cuuint32_t>(64 / p.ar)};
   const CUtensorMap dy_map = tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
-  const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, p.ar / g.s_w, 64 / p.ar);
+  const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
   const DeviceKernel& k = device_kernel(
       wgrad_name(dtype, p), [&] { return conv_tma_wgrad_source(dtype, p); }, p.shared_bytes());
   ConvGemmShape s = g;

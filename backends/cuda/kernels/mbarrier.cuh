@@ -1,8 +1,6 @@
 // Shared-memory barriers of sm_90 (mbarrier) for kernels whose warps play different parts: a
 // barrier counts arrivals and completes a phase when the count it was made with has arrived;
 // a waiter names the phase it waits for by its parity (0 for the first, 1 for the second, ...).
-// cp.async's arrival (cp_async_arrive) counts once all of the thread's earlier copies have
-// landed, so a consumer that waits for it reads the stage they wrote.
 #pragma once
 
 #include "backends/cuda/kernels/mma.cuh"
@@ -22,12 +20,6 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
 // completions); a __syncthreads after it shows them to the other threads.
 __device__ __forceinline__ void mbarrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// Arrives on `bar` once the thread's cp.async copies issued so far have landed (the arrival
-// is one of the count the barrier was made with: noinc).
-__device__ __forceinline__ void cp_async_arrive(unsigned long long* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(shared_address(bar))
-               : "memory");
 }
 // Returns once the phase of parity `parity` of `bar` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {

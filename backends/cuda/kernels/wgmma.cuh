@@ -78,22 +78,21 @@ struct Wgmma;
 KILN_WGMMA_KIND(Bf16, "bf16")
 KILN_WGMMA_KIND(F16, "f16")
 
-// The descriptor of a K-major tile in the 128-byte swizzle from `p` (its rows 128 bytes apart,
-// groups of 8 rows 1024): start address / 16 (bits 0-13), leading offset 1 (unused by the
-// swizzled K-major layout), stride offset 1024 / 16 (bits 32-45), swizzle mode 1 (bits 62-63).
-__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p) {
-  const unsigned long long address = shared_address(p);
-  return ((address & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
-}
-// A descriptor with its offsets and swizzle spelled out: `leading` and `stride` in bytes,
-// `swizzle` the mode (1: 128-byte, 2: 64-byte, 3: 32-byte). For an MN-major B in the 128-byte
-// swizzle (rows of 64 N elements, one per K index), `stride` steps 8 rows of K and `leading`
-// the next 64 N elements.
+// A shared-memory descriptor: start address / 16 (bits 0-13), `leading` and `stride` offsets in
+// bytes (/ 16, bits 16-29 and 32-45), `swizzle` the mode (bits 62-63; 1: 128-byte, 2: 64-byte,
+// 3: 32-byte). For an MN-major B in the 128-byte swizzle (rows of 64 N elements, one per K
+// index), `stride` steps 8 rows of K and `leading` the next 64 N elements.
 __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned leading,
                                                                unsigned stride, unsigned swizzle) {
   const unsigned long long address = shared_address(p);
   return ((address & 0x3ffff) >> 4) | ((unsigned long long)(leading >> 4) << 16) |
          ((unsigned long long)(stride >> 4) << 32) | ((unsigned long long)swizzle << 62);
+}
+// The descriptor of a K-major tile in the 128-byte swizzle from `p` (its rows 128 bytes apart,
+// groups of 8 rows 1024): leading offset 16 (unused by the swizzled K-major layout), stride
+// offset 1024, swizzle mode 1.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p) {
+  return wgmma_descriptor(p, 16, 1024, 1);
 }
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
