@@ -563,6 +563,7 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
     ~TmaOn() {
       cuda::detail::set_conv_tma_for_testing(std::nullopt);
       cuda::detail::set_conv_tma_wide_for_testing(true);
+      cuda::detail::set_conv_tma_teams_for_testing(1);
       cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
     }
   };
@@ -588,14 +589,17 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
     CAPTURE(xs.str());
     CAPTURE(ws.str());
     CAPTURE(stride);
-    std::pair<Tensor, Tensor> tma, plain;
+    std::pair<Tensor, Tensor> tma, tma2, plain;
     {
       TmaOn on;
-      for (bool wide : {true, false}) {
+      for (bool wide : {true, false}) {  // and the forward's teams: 1, then 2 (persistent)
         CAPTURE(wide);
         cuda::detail::set_conv_tma_wide_for_testing(wide);
+        cuda::detail::set_conv_tma_teams_for_testing(wide ? 1 : 2, 3);  // 3 blocks: many tiles each
         check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       }
+      tma2 = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);
+      cuda::detail::set_conv_tma_teams_for_testing(1);
       tma = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);
     }
     cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
@@ -603,6 +607,8 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
     cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
     check_identical(tma.first, plain.first);
     check_identical(tma.second, plain.second);
+    check_identical(tma2.first, plain.first);
+    check_identical(tma2.second, plain.second);
   }
 }
 

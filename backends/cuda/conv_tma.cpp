@@ -84,6 +84,19 @@ int max_stride() {
   return stride;
 }
 
+int& tma_teams() {
+  static int teams = [] {
+    const char* v = std::getenv("KILN_CONV_TMA_TEAMS");
+    return v != nullptr && std::string(v) == "2" ? 2 : 1;
+  }();
+  return teams;
+}
+
+int& persistent_blocks_cap() {  // a test's cap on the persistent grid (0: the SM count)
+  static int cap = 0;
+  return cap;
+}
+
 bool& wide_on() {
   static bool on = [] {
     const char* v = std::getenv("KILN_CONV_TMA_WIDE");
@@ -177,22 +190,26 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool d
   for (int bn : bm == 64 ? std::array{128, 256} : std::array{256, 128}) {
     if (!conv_tma_box(g, bn) || (bn == 256 && blocks(256) < sm_count() && conv_tma_box(g, 128)))
       continue;
-    return conv_tma_tile_of(bm, bn);
+    return conv_tma_tile_of(bm, bn, bm == 64 ? tma_teams() : 1);  // two teams: 64 filters only
   }
   return std::nullopt;
 }
 
-TmaTile conv_tma_tile_of(int bm, int bn) {
+TmaTile conv_tma_tile_of(int bm, int bn, int teams) {
   const std::size_t stage = static_cast<std::size_t>(bm + bn) * 128 + 16;
+  if (teams == 2)
+    return {bm, bn, static_cast<int>(std::min<std::size_t>(8, (227 * 1024 - 1024 - 16) / stage)),
+            2};
   // One warpgroup's tiles (bm 64) keep two blocks an SM, so that one's loads and stores overlap
   // the other's multiplies (stage-1 forward of resnet18 at b128: 64x256 in 5 stages 53.9 us,
   // 64x128 in 4 stages 43.0 us, ncu on the H200).
   const std::size_t room = bm == 64 ? (227 * 1024) / 2 - 1024 : 227 * 1024 - 1024;
-  return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage))};
+  return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage)), 1};
 }
 
 std::string conv_tma_name(DType dtype, TmaTile t) {
-  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}_{}", t.bm, t.bn, t.stages, dtype_name(dtype));
+  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}_{}", t.bm, t.bn, t.stages,
+                     t.teams == 2 ? "_t2" : "", dtype_name(dtype));
 }
 
 gpu::KernelSource conv_tma_source(DType dtype, TmaTile t) {
@@ -201,7 +218,8 @@ gpu::KernelSource conv_tma_source(DType dtype, TmaTile t) {
       {{"KILN_T", cuda_type_name(dtype)},
        {"KILN_BM", std::to_string(t.bm)},
        {"KILN_BN", std::to_string(t.bn)},
-       {"KILN_STAGES", std::to_string(t.stages)}});
+       {"KILN_STAGES", std::to_string(t.stages)},
+       {"KILN_TEAMS", std::to_string(t.teams)}});
   source.arch_specific = true;
   return source;
 }
@@ -226,10 +244,14 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
       tile.shared_bytes());
   ConvGemmShape s = g;
   void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s};
-  const gpu::Dim3 grid{static_cast<unsigned>((g.n + tile.bn - 1) / tile.bn),
-                       static_cast<unsigned>((g.m + tile.bm - 1) / tile.bm), 1};
-  k.kernel.launch(grid, {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream,
-                  args);
+  // The tiles, M fastest, dealt out to the blocks in turn: a block each, or (two teams) a
+  // persistent block an SM.
+  const std::int64_t tiles =
+      static_cast<std::int64_t>((g.m + tile.bm - 1) / tile.bm) * ((g.n + tile.bn - 1) / tile.bn);
+  const int cap = persistent_blocks_cap() > 0 ? persistent_blocks_cap() : sm_count();
+  const std::int64_t blocks = tile.teams == 2 ? std::min<std::int64_t>(tiles, cap) : tiles;
+  k.kernel.launch({static_cast<unsigned>(blocks), 1, 1},
+                  {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream, args);
 }
 
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
@@ -325,6 +347,10 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
 namespace detail {
 void set_conv_tma_for_testing(std::optional<bool> on) { tma_for_testing() = on; }
 void set_conv_tma_wide_for_testing(bool wide) { wide_on() = wide; }
+void set_conv_tma_teams_for_testing(int teams, int max_blocks) {
+  tma_teams() = teams == 2 ? 2 : 1;
+  persistent_blocks_cap() = max_blocks;
+}
 }  // namespace detail
 
 }  // namespace kiln::cuda

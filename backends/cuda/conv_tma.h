@@ -17,13 +17,15 @@
 
 namespace kiln::cuda {
 
-// A tile: bm filters (64 per multiplying warpgroup) by bn pixels, `stages` buffers.
+// A tile: bm filters (64 per multiplying warpgroup) by bn pixels, `stages` buffers; `teams`
+// teams of bm / 64 warpgroups: 1, a block a tile; 2, a persistent block an SM whose two teams
+// take its tiles in turn (one's epilogue under the other's multiplies).
 struct TmaTile {
-  int bm, bn, stages;
-  std::size_t shared_bytes() const {  // the tiles, 1 KiB to align them, two barriers a stage
-    return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages);
+  int bm, bn, stages, teams = 1;
+  std::size_t shared_bytes() const {  // the tiles, 1 KiB to align them, two barriers a stage, two
+    return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages + 16);
   }
-  int threads() const { return 2 * bm + 32; }  // bm / 64 warpgroups and the producer warp
+  int threads() const { return teams * 2 * bm + 32; }  // the warpgroups and the producer warp
 };
 
 // The tile the pass of `shape` takes, where it fits: wgmma runs (conv_wgmma_enabled), the pass
@@ -35,8 +37,11 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& shape, bo
 // whole output rows (a run of rows of one image, or whole images), or nullopt where bn pixels
 // are not whole rows.
 std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& shape, int bn);
-// bm x bn with as many stages (at most 6) as fit 227 KiB: the tiles conv_tma_tile gives.
-TmaTile conv_tma_tile_of(int bm, int bn);
+// bm x bn with as many stages as fit (one team: at most 6, and half of 227 KiB where bm is 64;
+// two teams: at most 8 in 227 KiB): the tiles conv_tma_tile gives. KILN_CONV_TMA_TEAMS=2 takes
+// the persistent two-team form for the 64-filter tiles (two teams of 128x256 tiles would need
+// more registers than 544 threads have).
+TmaTile conv_tma_tile_of(int bm, int bn, int teams = 1);
 std::string conv_tma_name(DType dtype, TmaTile tile);
 gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile);
 // y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned).
@@ -83,6 +88,10 @@ namespace detail {
 void set_conv_tma_for_testing(std::optional<bool> on);
 // Whether grad_weight's TMA pass multiplies across its atoms at once (true, the default).
 void set_conv_tma_wide_for_testing(bool wide);
+// The forward's teams: 1 (a block a tile, the default) or 2 (persistent, KILN_CONV_TMA_TEAMS=2),
+// the persistent grid at most max_blocks blocks (0: one an SM), so that a test's small passes
+// give each block many tiles.
+void set_conv_tma_teams_for_testing(int teams, int max_blocks = 0);
 }  // namespace detail
 
 }  // namespace kiln::cuda

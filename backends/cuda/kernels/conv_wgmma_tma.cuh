@@ -23,75 +23,101 @@ namespace kiln::cuda {
 
 // y = W' x patches (conv_wgmma.cuh's GEMM) over `image` (the NHWC image's box map: channels,
 // columns, rows, images; boxes of 64 x s_w x rows x images = BN pixels) and `filters` (A's map:
-// K, M; boxes of 64 x BM).
-template <typename T, int BM, int BN, int STAGES>
+// K, M; boxes of 64 x BM). The tiles (M fastest) are dealt out to the blocks in turn
+// (t = blockIdx.x, + gridDim.x, ...): one each where the grid is the tile count, several where
+// it is persistent. TEAMS teams of WM warpgroups take a block's tiles in turn; with two, the
+// teams' K loops run one after the other (the `turn` barriers hand the loop over: a team waits
+// for the other's K loop, not its epilogue), so that one team's epilogue overlaps the other's
+// multiplies, and a team never waits on a stage's barrier before the fill ahead of its own has
+// landed (a parity wait cannot tell two fills apart).
+template <typename T, int BM, int BN, int STAGES, int TEAMS>
 __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
                                                const TmaDescriptor* image, T* __restrict__ y,
                                                const ConvGemmShape& g) {
-  constexpr int WM = BM / 64, CONSUMERS = 128 * WM;
+  constexpr int WM = BM / 64, TEAM = 128 * WM, CONSUMERS = TEAM * TEAMS;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
-  static_assert(BM % 64 == 0 && STAGES >= 2, "tile and stages");
+  static_assert(BM % 64 == 0 && STAGES >= 2 && (TEAMS == 1 || TEAMS == 2), "tile and stages");
   extern __shared__ __align__(16) unsigned char wgmma_smem[];
   unsigned short* s = wgmma_tiles(wgmma_smem);
   auto* full = reinterpret_cast<unsigned long long*>(s + STAGES * (A_STAGE + B_STAGE));
   unsigned long long* empty = full + STAGES;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  unsigned long long* turn = empty + STAGES;  // turn[team]: the other team's K loop is done
   const int channels = g.k / g.khkw, steps = g.k / 64;
-  if (threadIdx.x == 0)
+  const int m_tiles = (g.m + BM - 1) / BM, tiles = m_tiles * ((g.n + BN - 1) / BN);
+  if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
       mbarrier_init(full + i, 1);
-      mbarrier_init(empty + i, CONSUMERS);
+      mbarrier_init(empty + i, TEAM);
     }
-  if (threadIdx.x == 0) mbarrier_init_fence();
+    mbarrier_init(turn, TEAM);
+    mbarrier_init(turn + 1, TEAM);
+    mbarrier_init_fence();
+  }
   __syncthreads();
   if (threadIdx.x >= CONSUMERS) {  // the producer warp: one thread issues the copies
     if (threadIdx.x != CONSUMERS) return;
-    const int b0 = n0 / g.s_hw, oh0 = (n0 - b0 * g.s_hw) / g.s_w;
-    int c = 0, kh = 0, kw = 0;
-    for (int step = 0; step < steps; ++step) {
-      const int buf = step % STAGES;
-      if (step >= STAGES) mbarrier_wait(empty + buf, (step / STAGES - 1) & 1);
-      mbarrier_expect_bytes(full + buf, STAGE_BYTES);
-      tma_load_2d(s + buf * A_STAGE, filters, full + buf, step * 64, m0);
-      tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE, image, full + buf, c, kw - g.pad_w,
-                  oh0 * g.stride + kh - g.pad_h, b0);
-      if ((c += 64) == channels) {  // the next tap
-        c = 0;
-        if (++kw == g.kw) {
-          kw = 0;
-          ++kh;
+    int gstep = 0;  // the block's steps, over its tiles
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const int m0 = (t % m_tiles) * BM, n0 = (t / m_tiles) * BN;
+      const int b0 = n0 / g.s_hw, oh0 = (n0 - b0 * g.s_hw) / g.s_w;
+      int c = 0, kh = 0, kw = 0;
+      for (int step = 0; step < steps; ++step, ++gstep) {
+        const int buf = gstep % STAGES;
+        if (gstep >= STAGES) mbarrier_wait(empty + buf, (gstep / STAGES - 1) & 1);
+        mbarrier_expect_bytes(full + buf, STAGE_BYTES);
+        tma_load_2d(s + buf * A_STAGE, filters, full + buf, step * 64, m0);
+        tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE, image, full + buf, c, kw - g.pad_w,
+                    oh0 * g.stride + kh - g.pad_h, b0);
+        if ((c += 64) == channels) {  // the next tap
+          c = 0;
+          if (++kw == g.kw) {
+            kw = 0;
+            ++kh;
+          }
         }
       }
     }
     return;
   }
-  const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-  float acc[BN / 2];
+  const int team = threadIdx.x / TEAM, group = (threadIdx.x % TEAM) / 128;
+  const int warp = (threadIdx.x / 32) % 4;
+  int done = 0;  // this team's tiles so far
+  for (int j = team, t = blockIdx.x + team * gridDim.x; t < tiles;
+       j += TEAMS, t += TEAMS * gridDim.x, ++done) {
+    const int m0 = (t % m_tiles) * BM, n0 = (t / m_tiles) * BN;
+    if (TEAMS > 1 && (team == 1 || done > 0))  // the other team's previous K loop has passed
+      mbarrier_wait(turn + team, (team == 0 ? done - 1 : done) & 1);
+    float acc[BN / 2];
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-  for (int step = 0; step < steps; ++step) {
-    const int buf = step % STAGES;
-    mbarrier_wait(full + buf, (step / STAGES) & 1);
-    wgmma_k64<T, BN>(acc, s + buf * A_STAGE + group * 64 * 64,
-                     s + STAGES * A_STAGE + buf * B_STAGE);
-    wgmma_wait<1>();  // step - 1's multiplies are done: its stage may be loaded again
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    const int g0 = j * steps;
+    for (int step = 0; step < steps; ++step) {
+      const int buf = (g0 + step) % STAGES;
+      mbarrier_wait(full + buf, ((g0 + step) / STAGES) & 1);
+      wgmma_k64<T, BN>(acc, s + buf * A_STAGE + group * 64 * 64,
+                       s + STAGES * A_STAGE + buf * B_STAGE);
+      wgmma_wait<1>();  // step - 1's multiplies are done: its stage may be loaded again
+      wgmma_hold(acc);
+      if (step > 0) mbarrier_arrive(empty + (g0 + step - 1) % STAGES);
+    }
+    if (TEAMS > 1) mbarrier_arrive(turn + (1 - team));
+    wgmma_wait<0>();
     wgmma_hold(acc);
-    if (step > 0) mbarrier_arrive(empty + (step - 1) % STAGES);
+    if (steps > 0) mbarrier_arrive(empty + (g0 + steps - 1) % STAGES);
+    mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
+                              *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
   }
-  wgmma_wait<0>();
-  wgmma_hold(acc);
-  mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
-                            *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
 }
 
 }  // namespace kiln::cuda
 
 #ifdef KILN_CONV_WGMMA_TMA
-extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32)
+extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS + 32)
     KILN_CONV_WGMMA_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                         const __grid_constant__ kiln::cuda::TmaDescriptor image,
                         KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES>(&filters, &image, y, g);
+  kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS>(&filters, &image, y,
+                                                                                g);
 }
 #endif
