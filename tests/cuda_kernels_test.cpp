@@ -563,7 +563,7 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
     ~TmaOn() {
       cuda::detail::set_conv_tma_for_testing(std::nullopt);
       cuda::detail::set_conv_tma_wide_for_testing(true);
-      cuda::detail::set_conv_tma_teams_for_testing(1);
+      cuda::detail::set_conv_tma_teams_for_testing(2);  // the default
       cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
     }
   };

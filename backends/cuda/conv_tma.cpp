@@ -87,7 +87,7 @@ int max_stride() {
 int& tma_teams() {
   static int teams = [] {
     const char* v = std::getenv("KILN_CONV_TMA_TEAMS");
-    return v != nullptr && std::string(v) == "2" ? 2 : 1;
+    return v != nullptr && std::string(v) == "1" ? 1 : 2;
   }();
   return teams;
 }
@@ -244,8 +244,8 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
       tile.shared_bytes());
   ConvGemmShape s = g;
   void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s};
-  // The tiles, M fastest, dealt out to the blocks in turn: a block each, or (two teams) a
-  // persistent block an SM.
+  // The tiles, N fastest (as a 2-D grid's x), dealt out to the blocks in turn: a block each, or
+  // (two teams) a persistent block an SM.
   const std::int64_t tiles =
       static_cast<std::int64_t>((g.m + tile.bm - 1) / tile.bm) * ((g.n + tile.bn - 1) / tile.bn);
   const int cap = persistent_blocks_cap() > 0 ? persistent_blocks_cap() : sm_count();

@@ -23,7 +23,7 @@ namespace kiln::cuda {
 
 // y = W' x patches (conv_wgmma.cuh's GEMM) over `image` (the NHWC image's box map: channels,
 // columns, rows, images; boxes of 64 x s_w x rows x images = BN pixels) and `filters` (A's map:
-// K, M; boxes of 64 x BM). The tiles (M fastest) are dealt out to the blocks in turn
+// K, M; boxes of 64 x BM). The tiles (N fastest) are dealt out to the blocks in turn
 // (t = blockIdx.x, + gridDim.x, ...): one each where the grid is the tile count, several where
 // it is persistent. TEAMS teams of WM warpgroups take a block's tiles in turn; with two, the
 // teams' K loops run one after the other (the `turn` barriers hand the loop over: a team waits
@@ -44,7 +44,7 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   unsigned long long* empty = full + STAGES;
   unsigned long long* turn = empty + STAGES;  // turn[team]: the other team's K loop is done
   const int channels = g.k / g.khkw, steps = g.k / 64;
-  const int m_tiles = (g.m + BM - 1) / BM, tiles = m_tiles * ((g.n + BN - 1) / BN);
+  const int n_tiles = (g.n + BN - 1) / BN, tiles = n_tiles * ((g.m + BM - 1) / BM);
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
       mbarrier_init(full + i, 1);
@@ -59,7 +59,7 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
     if (threadIdx.x != CONSUMERS) return;
     int gstep = 0;  // the block's steps, over its tiles
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const int m0 = (t % m_tiles) * BM, n0 = (t / m_tiles) * BN;
+      const int m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
       const int b0 = n0 / g.s_hw, oh0 = (n0 - b0 * g.s_hw) / g.s_w;
       int c = 0, kh = 0, kw = 0;
       for (int step = 0; step < steps; ++step, ++gstep) {
@@ -85,7 +85,7 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   int done = 0;  // this team's tiles so far
   for (int j = team, t = blockIdx.x + team * gridDim.x; t < tiles;
        j += TEAMS, t += TEAMS * gridDim.x, ++done) {
-    const int m0 = (t % m_tiles) * BM, n0 = (t / m_tiles) * BN;
+    const int m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
     if (TEAMS > 1 && (team == 1 || done > 0))  // the other team's previous K loop has passed
       mbarrier_wait(turn + team, (team == 0 ? done - 1 : done) & 1);
     float acc[BN / 2];
