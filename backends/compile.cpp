@@ -9,6 +9,7 @@
 #include "backends/lowering.h"
 #include "backends/numerics.h"
 #ifdef KILN_HAVE_CUDA
+#include "backends/cuda/conv.h"
 #include "backends/cuda/cuda_program.h"
 #endif
 #include "core/log.h"
@@ -19,6 +20,7 @@
 #include "graph/train_step.h"
 #include "graph/op.h"
 #include "graph/passes/autocast.h"
+#include "graph/passes/channels_last.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/pool_grad_masks.h"
@@ -66,6 +68,15 @@ Graph apply_precision(const Graph& g, Precision precision) {
   return low ? eliminate_dead_code(add_weight_copies(autocast(g, *low))) : g;
 }
 
+Graph apply_channels_last(const Graph& g) {
+#ifdef KILN_HAVE_CUDA
+  const char* v = std::getenv("KILN_CHANNELS_LAST");
+  if (v == nullptr || std::string(v) != "0")
+    return eliminate_dead_code(channels_last_images(g, cuda::conv_node_reads_channels_last));
+#endif
+  return g;
+}
+
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   const Node& n = input.graph().node(input.ref().node);
   KILN_CHECK(n.op->id == OpId::input, "feed: {} is not a graph input", input.str());
@@ -90,6 +101,11 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   if (options.fuse) {  // the unfused baseline and check-numerics keep every op
     g = simplify_for_fusion(g);
     verify(g);
+  }
+  if (!options.device.is_cpu() && !options.check_numerics) {  // one transpose per image
+    g = apply_channels_last(g);
+    verify(g);
+    dump_after("channels_last", g);
   }
   // The CPU runs unfused ops with their own kernels; the GPU runs elementwise math only as
   // generated kernels, so its unfused baseline is one group per op.

@@ -38,6 +38,12 @@ Graph simplify_for_fusion(const Graph& g);
 // `g` itself for fp32 and tf32. compile() and the dump tool's view run it the same way.
 Graph apply_precision(const Graph& g, Precision precision);
 
+// The layout pass (graph/passes/channels_last.h) with the CUDA backend's choice of the
+// convolutions that read their images channels-last, then dead-code elimination; `g` itself
+// without the CUDA backend or with KILN_CHANNELS_LAST=0. compile() runs it for the GPU only
+// (after simplify_for_fusion), the dump tool's view always (it shows the GPU's policy).
+Graph apply_channels_last(const Graph& g);
+
 struct Lowering;
 // Prints a lowering step's result (backends/lowering.h) to stderr when KILN_DUMP names the
 // step (assign_streams, plan_memory, in_place_updates, launch_list) or is "all".

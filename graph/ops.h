@@ -82,12 +82,16 @@ Value pad(Value x, std::int64_t axis, std::int64_t before, std::int64_t after);
 Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
 
 // Convolution and pooling on NCHW tensors.
-// x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> [B, Cout, OH, OW]
-Value conv2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0);
+// x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> [B, Cout, OH, OW]. channels_last: x is stored
+// [B, H, W, Cin] (conv2d and conv2d_grad_weight; the output stays NCHW).
+Value conv2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0,
+             bool channels_last = false);
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
                         std::int64_t padding);
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
-                         std::int64_t padding);
+                         std::int64_t padding, bool channels_last = false);
+// The permutations between NCHW and NHWC (transpose's perm).
+inline const std::vector<std::int64_t> kChannelsLast{0, 2, 3, 1}, kChannelsFirst{0, 3, 1, 2};
 // Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):
 // x: [B, C, H, W] -> [B, C, (H + 2p - k) / s + 1, (W + 2p - k) / s + 1]. Padded cells never
 // win a max and are not counted in an average (count_include_pad=false).

@@ -215,23 +215,27 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
 
 // One channels-last pass: the image (x or dy) and the weights reordered into the workspace,
 // then the GEMM into `out` (y or dx) in NCHW.
+// image_nhwc: the forward's x is already channels-last (its region of the workspace unused).
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
-              void* out, const ConvWorkspace& ws, gpu::Stream stream) {
+              void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false) {
   const bool forward = pass == ConvPass::forward;
   const NhwcScratch scratch = nhwc_scratch(g, dtype, pass);
   KILN_CHECK(ws.bytes >= scratch.total,
              "{}: a workspace of {} bytes cannot hold the channels-last image and weights ({})",
              forward ? "conv2d" : "conv2d_grad_input", ws.bytes, scratch.total);
-  auto* xt = static_cast<std::uint8_t*>(ws.data);
-  void* a = xt + scratch.image;
-  if (forward)
-    nchw_to_nhwc(dtype, image, xt, g.batch, g.in_channels, g.height * g.width, stream);
+  auto* base = static_cast<std::uint8_t*>(ws.data);
+  void* a = base + scratch.image;
+  const void* xt = base;
+  if (forward && image_nhwc)
+    xt = image;
+  else if (forward)
+    nchw_to_nhwc(dtype, image, base, g.batch, g.in_channels, g.height * g.width, stream);
   else
-    nchw_to_nhwc(dtype, image, xt, g.batch, g.out_channels, g.out_h * g.out_w, stream);
+    nchw_to_nhwc(dtype, image, base, g.batch, g.out_channels, g.out_h * g.out_w, stream);
   nhwc_weights(dtype, w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w, !forward,
                stream);
   const GemmDims d = dims_of(g, pass);
-  conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, xt + scratch.partials, stream,
+  conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, base + scratch.partials, stream,
                     !forward && g.stride == 2);
 }
 
@@ -266,12 +270,27 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType 
   return igemm_sources(g, dtype, pass);
 }
 
+bool conv_reads_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  switch (pass) {
+    case ConvPass::forward:
+      return use_nhwc(g, dtype, pass);
+    case ConvPass::grad_weight:
+      return use_mma(g, dtype, pass) && tma_wgrad_plan(g, dtype).has_value();
+    case ConvPass::grad_input:
+      return false;
+  }
+  return false;
+}
+
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
-                    ConvWorkspace ws, gpu::Stream stream) {
+                    ConvWorkspace ws, gpu::Stream stream, bool x_channels_last) {
   check_geometry(g, dtype, "conv2d");
+  KILN_CHECK(!x_channels_last || conv_reads_channels_last(g, dtype, ConvPass::forward),
+             "conv2d: a channels-last image on a pass that reads NCHW ({} channels, {}x{})",
+             g.in_channels, g.height, g.width);
   if (g.batch == 0) return;
   if (use_nhwc(g, dtype, ConvPass::forward)) {
-    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream);
+    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last);
   } else if (use_mma(g, dtype, ConvPass::forward)) {
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
@@ -306,8 +325,12 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
 }
 
 void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const void* dy, void* dw,
-                        ConvWorkspace ws, gpu::Stream stream) {
+                        ConvWorkspace ws, gpu::Stream stream, bool x_channels_last) {
   check_geometry(g, dtype, "conv2d_grad_weight");
+  KILN_CHECK(!x_channels_last || conv_reads_channels_last(g, dtype, ConvPass::grad_weight),
+             "conv2d_grad_weight: a channels-last image on a pass that reads NCHW ({} channels, "
+             "{}x{})",
+             g.in_channels, g.height, g.width);
   if (g.batch == 0) {
     fill(dtype, 0.0, g.out_channels * patch_rows(g), dw, stream);
   } else if (const std::optional<TmaWgradPlan> plan = use_mma(g, dtype, ConvPass::grad_weight)
@@ -319,10 +342,11 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
                "conv2d_grad_weight: a workspace of {} bytes cannot hold x's channels-last copy "
                "and {} split partials",
                ws.bytes, plan->splits);
-    auto* xt = static_cast<std::uint8_t*>(ws.data);
-    nchw_to_nhwc(dtype, x, xt, g.batch, g.in_channels, g.height * g.width, stream);
-    conv_tma_grad_weight(dtype, gemm_shape(g, ConvPass::grad_weight, d, plan->chunk), *plan, dy, xt,
-                         xt + image, dw, stream);
+    auto* base = static_cast<std::uint8_t*>(ws.data);  // x's copy (unused where x is NHWC)
+    if (!x_channels_last)
+      nchw_to_nhwc(dtype, x, base, g.batch, g.in_channels, g.height * g.width, stream);
+    conv_tma_grad_weight(dtype, gemm_shape(g, ConvPass::grad_weight, d, plan->chunk), *plan, dy,
+                         x_channels_last ? x : base, base + image, dw, stream);
   } else if (use_mma(g, dtype, ConvPass::grad_weight)) {
     const GemmDims d = dims_of(g, ConvPass::grad_weight);
     const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k, ws.bytes);

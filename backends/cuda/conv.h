@@ -8,6 +8,7 @@
 
 #include "gpu/kernel_source.h"
 
+#include <span>
 #include <vector>
 
 #include <cstddef>
@@ -15,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "gpu/cuda_runtime.h"
+#include "graph/graph.h"
 #include "graph/kernels/conv_cpu.h"
 
 namespace kiln::cuda {
@@ -41,14 +43,26 @@ struct ConvWorkspace {
 std::vector<gpu::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
                                                    ConvPass pass);
 
+// Whether `pass` reorders its image (the forward's or grad_weight's x) to NHWC itself: the
+// channels-last tensor-core passes and grad_weight's TMA pass. Only those take an image stored
+// channels-last ([B, H, W, Cin]: x_channels_last below; graph/passes/channels_last.h), and
+// skip the copy.
+bool conv_reads_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
+// The same for a bf16/f16 conv2d or conv2d_grad_weight node whose image (inputs[0]) is
+// [B, C, H, W]: the layout pass's choice on the GPU (graph/passes/channels_last.h). False for
+// f32, whose passes depend on the TF32 switch that the program sets later.
+bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs);
+
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
-                    void* y, ConvWorkspace workspace, gpu::Stream stream);
+                    void* y, ConvWorkspace workspace, gpu::Stream stream,
+                    bool x_channels_last = false);
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W].
 void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w,
                        void* dx, ConvWorkspace workspace, gpu::Stream stream);
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
 void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy,
-                        void* dw, ConvWorkspace workspace, gpu::Stream stream);
+                        void* dw, ConvWorkspace workspace, gpu::Stream stream,
+                        bool x_channels_last = false);
 
 namespace detail {
 // Test and benchmark hooks, not for production code (not thread-safe; take effect at the

@@ -6,32 +6,55 @@
 #include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_sources.h"
+#include "backends/cuda/layout.h"
 #include "backends/cuda/op_entry.h"
+#include "graph/ops.h"
 
 namespace kiln::cuda {
 namespace {
 
 // The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
 // or the output (grad_input); w the second input or, in grad_weight, the output.
+// A channels-last image (graph/passes/channels_last.h) is x stored [B, H, W, C].
+bool channels_last(const Node& node) {
+  return node.attrs.has("channels_last") && node.attrs.integer("channels_last") != 0;
+}
+
 kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTypes& in) {
-  const Shape& x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
+  Shape x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
+  if (pass != ConvPass::grad_input && channels_last(node)) x = Shape{x[0], x[3], x[1], x[2]};
   const Shape& w = pass == ConvPass::grad_weight ? node.outputs[0].shape : in[1].shape;
   return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
 }
 
-using ConvLaunch = void (*)(DType, const kernels::ConvGeometry&, const void*, const void*, void*,
-                            ConvWorkspace, gpu::Stream);
+// How a node's image reaches its pass: as stored, channels-last where the pass reads it so, or
+// (a channels-last image on a pass that reads NCHW) transposed back into the front of the
+// workspace first.
+struct ImageRoute {
+  bool channels_last = false;     // the pass reads x as stored, [B, H, W, C]
+  std::size_t reorder_bytes = 0;  // else the workspace bytes of x's NCHW copy
+};
 
-ConvLaunch launcher_of(ConvPass pass) {
+ImageRoute image_route(ConvPass pass, const Node& node, const kernels::ConvGeometry& g,
+                       DType dtype) {
+  if (pass == ConvPass::grad_input || !channels_last(node)) return {};
+  if (conv_reads_channels_last(g, dtype, pass)) return {.channels_last = true};
+  const std::size_t bytes =
+      static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) * dtype_size(dtype);
+  return {.reorder_bytes = (bytes + 255) / 256 * 256};
+}
+
+void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, const void* a,
+                 const void* b, void* out, ConvWorkspace ws, gpu::Stream stream,
+                 bool x_channels_last) {
   switch (pass) {
-    case ConvPass::forward:
-      return conv2d_forward;  // x, w -> y
-    case ConvPass::grad_input:
-      return conv2d_grad_input;  // dy, w -> dx
-    case ConvPass::grad_weight:
-      return conv2d_grad_weight;  // x, dy -> dw
+    case ConvPass::forward:  // x, w -> y
+      return conv2d_forward(dtype, g, a, b, out, ws, stream, x_channels_last);
+    case ConvPass::grad_input:  // dy, w -> dx
+      return conv2d_grad_input(dtype, g, a, b, out, ws, stream);
+    case ConvPass::grad_weight:  // x, dy -> dw
+      return conv2d_grad_weight(dtype, g, a, b, out, ws, stream, x_channels_last);
   }
-  return nullptr;
 }
 
 CudaOpEntry conv_entry(ConvPass pass) {
@@ -39,17 +62,34 @@ CudaOpEntry conv_entry(ConvPass pass) {
   e.prepare = [pass](const LaunchSetup& s) -> Launch {
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
-    const ConvWorkspace ws{s.workspace, s.workspace_bytes};
+    const ImageRoute route = image_route(pass, s.node, g, dtype);
+    auto* front = static_cast<std::uint8_t*>(s.workspace);
+    const ConvWorkspace ws{front + route.reorder_bytes, s.workspace_bytes - route.reorder_bytes};
     const void *a = s.inputs[0], *b = s.inputs[1];
     void* out = s.outputs[0];
-    const ConvLaunch launch = launcher_of(pass);
-    return [=](gpu::Stream st) { launch(dtype, g, a, b, out, ws, st); };
+    const Shape stored = s.input_types[0].shape;
+    return [=](gpu::Stream st) {
+      const void* x = a;
+      if (route.reorder_bytes > 0) {  // [B, H, W, C] -> [B, C, H, W]
+        transpose(dtype, stored, kChannelsFirst, a, front, st);
+        x = front;
+      }
+      launch_pass(pass, dtype, g, x, b, out, ws, st, route.channels_last);
+    };
   };
   e.sources = [pass](const Node& n, const InputTypes& in) {
-    return conv_kernel_sources(geometry_of(pass, n, in), in[0].dtype, pass);
+    const kernels::ConvGeometry g = geometry_of(pass, n, in);
+    std::vector<gpu::KernelSource> sources = conv_kernel_sources(g, in[0].dtype, pass);
+    if (image_route(pass, n, g, in[0].dtype).reorder_bytes > 0) {  // layout.h's transpose
+      sources.push_back(transpose_source(dtype_size(in[0].dtype)));
+      sources.push_back(nhwc_image_source(dtype_size(in[0].dtype)));
+    }
+    return sources;
   };
   e.workspace_bytes = [pass](const Node& n, const InputTypes& in) {
-    return conv_workspace_bytes(geometry_of(pass, n, in), in[0].dtype, pass);
+    const kernels::ConvGeometry g = geometry_of(pass, n, in);
+    return conv_workspace_bytes(g, in[0].dtype, pass) +
+           image_route(pass, n, g, in[0].dtype).reorder_bytes;
   };
   return e;
 }
@@ -116,6 +156,14 @@ std::vector<gpu::KernelSource> every_conv_source() {
 }
 
 }  // namespace
+
+bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs) {
+  const DType dtype = inputs[0].dtype;
+  if (!is_low_precision(dtype)) return false;
+  const ConvPass pass = conv.op->id == OpId::conv2d ? ConvPass::forward : ConvPass::grad_weight;
+  const InputTypes in(inputs.begin(), inputs.end());
+  return conv_reads_channels_last(geometry_of(pass, conv, in), dtype, pass);
+}
 
 void add_conv_ops(CudaOpTable& table) {
   table[OpId::conv2d] = conv_entry(ConvPass::forward);

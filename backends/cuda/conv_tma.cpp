@@ -340,9 +340,7 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
       device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
   int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
   void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits};
-  constexpr int kSumRows = 2;  // WGRAD_SUM_ROWS
-  sum.kernel.launch({static_cast<unsigned>(n / khkw / 64),
-                     static_cast<unsigned>((m + kSumRows - 1) / kSumRows), 1},
+  sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
                     {256, 1, 1}, 0, stream, sum_args);
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernels/layout_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
@@ -66,6 +67,17 @@ void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t
   if (s.dims.size() <= 1) {  // the permutation moves nothing
     KILN_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<std::size_t>(n) * bytes,
                                     cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  // [B][C][HW] -> [B][HW][C] of 2- or 4-byte elements (the layout pass's channels-last images):
+  // the conv passes' tiled copy, 64 x 64 through shared memory.
+  const bool batched = s.dims.size() == 3 && s.src_strides[0] == s.dims[1] * s.dims[2];
+  const std::size_t plane = batched ? 1 : 0;  // the first axis of the [C][HW] plane's transpose
+  if ((bytes == 2 || bytes == 4) && s.dims.size() == plane + 2 && s.src_strides[plane] == 1 &&
+      s.src_strides[plane + 1] == s.dims[plane] && s.dims[plane + 1] % 2 == 0 &&
+      s.dims[plane] * s.dims[plane + 1] < (std::int64_t{1} << 31) &&
+      (batched ? s.dims[0] : 1) <= 65535) {
+    nchw_to_nhwc(dtype, x, y, batched ? s.dims[0] : 1, s.dims[plane + 1], s.dims[plane], stream);
     return;
   }
   KILN_CHECK(s.dims.size() <= kMaxTransposeRank,
@@ -283,13 +295,23 @@ CudaOpEntry one_hot_entry() {
 }  // namespace
 
 void add_layout_ops(CudaOpTable& table) {
-  table[OpId::transpose] = {
-      .prepare = prepare_transpose,
-      .sources =
-          [](const Node&, const InputTypes& in) {
-            return std::vector<gpu::KernelSource>{transpose_source(dtype_size(in[0].dtype))};
-          },
-      .every_source = [] { return by_element_size(transpose_source); }};
+  table[OpId::transpose] = {.prepare = prepare_transpose,
+                            .sources =
+                                [](const Node&, const InputTypes& in) {
+                                  const std::size_t bytes = dtype_size(in[0].dtype);
+                                  std::vector<gpu::KernelSource> sources{transpose_source(bytes)};
+                                  if (bytes == 2 || bytes == 4)
+                                    sources.push_back(nhwc_image_source(bytes));  // planes
+                                  return sources;
+                                },
+                            .every_source =
+                                [] {
+                                  std::vector<gpu::KernelSource> all =
+                                      by_element_size(transpose_source);
+                                  for (std::size_t bytes : {2, 4})
+                                    all.push_back(nhwc_image_source(bytes));
+                                  return all;
+                                }};
   table[OpId::slice] = {.prepare = prepare_slice};
   table[OpId::concat] = {
       .prepare = prepare_concat,

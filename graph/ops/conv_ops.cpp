@@ -1,6 +1,10 @@
 // conv2d and its two backward ops. All three are bilinear, so each one's gradient is
 // one of the other two (or conv2d itself); the whole family is closed under autograd.
+// conv2d and conv2d_grad_weight may read their image x channels-last: the optional attribute
+// "channels_last" = 1 says x is stored [B, H, W, C] (graph/passes/channels_last.h puts it
+// there); shapes are checked and kernels chosen on x as [B, C, H, W].
 #include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/transpose_cpu.h"
 #include "graph/ops.h"
 #include "graph/ops/register.h"
 
@@ -11,6 +15,31 @@ struct ConvAttrs {
   std::int64_t stride, padding;
 };
 ConvAttrs conv_attrs(const Attrs& a) { return {a.integer("stride"), a.integer("padding")}; }
+
+bool image_channels_last(const Attrs& a) {
+  return a.has("channels_last") && a.integer("channels_last") != 0;
+}
+
+// The image's [B, C, H, W] shape from its stored one.
+Shape image_shape(const char* op, const Shape& stored, const Attrs& a) {
+  if (!image_channels_last(a)) return stored;
+  KILN_CHECK(stored.rank() == 4, "{}: a channels-last input must be [B, H, W, C] but is {}", op,
+             stored.str());
+  return Shape{stored[0], stored[3], stored[1], stored[2]};
+}
+
+// The image as [B, C, H, W] for the CPU kernels: x itself, or a transposed copy.
+Tensor channels_first(const Tensor& x, const Attrs& a) {
+  if (!image_channels_last(a)) return x;
+  Tensor nchw = Tensor::empty(image_shape("conv2d", x.shape(), a), x.dtype());
+  kernels::transpose(x, kChannelsFirst, nchw);
+  return nchw;
+}
+
+Attrs channels_last_attrs(Attrs a) {
+  a.set("channels_last", std::int64_t{1});
+  return a;
+}
 
 // Checks x: [B, Cin, H, W] against w: [Cout, Cin, KH, KW] and returns y's shape.
 Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, ConvAttrs a) {
@@ -36,23 +65,31 @@ OpDef conv_forward_op() {
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d", in);
     return std::vector<TensorType>{
-        {conv_output_shape("conv2d", in[0].shape, in[1].shape, conv_attrs(attrs)), in[0].dtype}};
+        {conv_output_shape("conv2d", image_shape("conv2d", in[0].shape, attrs), in[1].shape,
+                           conv_attrs(attrs)),
+         in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
     const ConvAttrs a = conv_attrs(c.node.attrs);
     const Value& x = c.inputs[0];
     const Value& w = c.inputs[1];
     const Value& dy = c.output_grads[0];
+    const bool last = image_channels_last(c.node.attrs);
     Value dx, dw;
-    if (c.needs_grad[0]) dx = conv2d_grad_input(dy, w, x.shape(), a.stride, a.padding);
-    if (c.needs_grad[1]) dw = conv2d_grad_weight(x, dy, w.shape(), a.stride, a.padding);
+    if (c.needs_grad[0]) {
+      dx = conv2d_grad_input(dy, w, image_shape("conv2d", x.shape(), c.node.attrs), a.stride,
+                             a.padding);
+      if (last) dx = transpose(dx, kChannelsLast);
+    }
+    if (c.needs_grad[1]) dw = conv2d_grad_weight(x, dy, w.shape(), a.stride, a.padding, last);
     return std::vector<Value>{dx, dw};
   };
   op.cpu = [](const KernelCall& call) {
     const ConvAttrs a = conv_attrs(call.node.attrs);
-    kernels::conv2d_forward(call.inputs[0], call.inputs[1], call.outputs[0],
-                            kernels::conv_geometry(call.inputs[0].shape(), call.inputs[1].shape(),
-                                                   a.stride, a.padding));
+    const Tensor x = channels_first(call.inputs[0], call.node.attrs);
+    kernels::conv2d_forward(
+        x, call.inputs[1], call.outputs[0],
+        kernels::conv_geometry(x.shape(), call.inputs[1].shape(), a.stride, a.padding));
   };
   op.autocast = AutocastPolicy::low;
   return op;
@@ -102,7 +139,9 @@ OpDef conv_grad_weight_op() {
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_grad_weight", in);
     const Shape w(attrs.integers("shape"));
-    const Shape y = conv_output_shape("conv2d_grad_weight", in[0].shape, w, conv_attrs(attrs));
+    const Shape y = conv_output_shape("conv2d_grad_weight",
+                                      image_shape("conv2d_grad_weight", in[0].shape, attrs), w,
+                                      conv_attrs(attrs));
     KILN_CHECK(in[1].shape == y, "conv2d_grad_weight: dy is {} but the convolution output is {}",
                in[1].str(), y.str());
     return std::vector<TensorType>{{w, in[0].dtype}};
@@ -112,17 +151,22 @@ OpDef conv_grad_weight_op() {
     const Value& x = c.inputs[0];
     const Value& dy = c.inputs[1];
     const Value& g = c.output_grads[0];
+    const bool last = image_channels_last(c.node.attrs);
     Value d_x, d_dy;
-    if (c.needs_grad[0]) d_x = conv2d_grad_input(dy, g, x.shape(), a.stride, a.padding);
-    if (c.needs_grad[1]) d_dy = conv2d(x, g, a.stride, a.padding);
+    if (c.needs_grad[0]) {
+      d_x = conv2d_grad_input(dy, g, image_shape("conv2d_grad_weight", x.shape(), c.node.attrs),
+                              a.stride, a.padding);
+      if (last) d_x = transpose(d_x, kChannelsLast);
+    }
+    if (c.needs_grad[1]) d_dy = conv2d(x, g, a.stride, a.padding, last);
     return std::vector<Value>{d_x, d_dy};
   };
   op.cpu = [](const KernelCall& call) {
     const ConvAttrs a = conv_attrs(call.node.attrs);
+    const Tensor x = channels_first(call.inputs[0], call.node.attrs);
     kernels::conv2d_backward_weight(
-        call.inputs[0], call.inputs[1], call.outputs[0],
-        kernels::conv_geometry(call.inputs[0].shape(), call.outputs[0].shape(), a.stride,
-                               a.padding));
+        x, call.inputs[1], call.outputs[0],
+        kernels::conv_geometry(x.shape(), call.outputs[0].shape(), a.stride, a.padding));
   };
   op.autocast = AutocastPolicy::low;
   return op;
@@ -136,8 +180,10 @@ void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_grad_weight_op());
 }
 
-Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding) {
-  return x.graph().apply1(OpId::conv2d, {x, w}, make_conv_attrs(stride, padding));
+Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding, bool channels_last) {
+  Attrs attrs = make_conv_attrs(stride, padding);
+  if (channels_last) attrs = channels_last_attrs(std::move(attrs));
+  return x.graph().apply1(OpId::conv2d, {x, w}, std::move(attrs));
 }
 
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
@@ -148,8 +194,9 @@ Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_
 }
 
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
-                         std::int64_t padding) {
+                         std::int64_t padding, bool channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
+  if (channels_last) attrs = channels_last_attrs(std::move(attrs));
   attrs.set("shape", weight_shape.dims());
   return x.graph().apply1(OpId::conv2d_grad_weight, {x, dy}, std::move(attrs));
 }

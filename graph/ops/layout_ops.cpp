@@ -1,10 +1,10 @@
 // Layout ops: reshape (a view), transpose (a copy), one_hot (integer labels to rows).
 #include <fmt/ranges.h>
 
-#include <cstring>
 #include <numeric>
 
 #include "core/dispatch.h"
+#include "graph/kernels/transpose_cpu.h"
 #include "graph/ops.h"
 #include "graph/ops/register.h"
 
@@ -19,30 +19,7 @@ std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& p
 }
 
 void transpose_kernel(const KernelCall& call) {
-  const Tensor& x = call.inputs[0];
-  Tensor& y = call.outputs[0];
-  const auto& perm = call.node.attrs.integers("perm");
-  const std::vector<std::int64_t> in_strides = x.shape().strides();
-  const std::size_t rank = perm.size();
-  std::vector<std::int64_t> src_strides(rank);  // stride in x of each output axis
-  for (std::size_t d = 0; d < rank; ++d)
-    src_strides[d] = in_strides[static_cast<std::size_t>(perm[d])];
-  const Shape& out_shape = y.shape();
-  const std::size_t elem = dtype_size(x.dtype());
-  const auto* src = static_cast<const char*>(x.raw());
-  auto* dst = static_cast<char*>(y.raw());
-  const std::int64_t n = y.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::int64_t offset = 0;
-    for (std::int64_t d = static_cast<std::int64_t>(rank) - 1, rest = i; d >= 0; --d) {
-      offset += (rest % out_shape[static_cast<std::size_t>(d)]) *
-                src_strides[static_cast<std::size_t>(d)];
-      rest /= out_shape[static_cast<std::size_t>(d)];
-    }
-    std::memcpy(dst + static_cast<std::size_t>(i) * elem,
-                src + static_cast<std::size_t>(offset) * elem, elem);
-  }
+  kernels::transpose(call.inputs[0], call.node.attrs.integers("perm"), call.outputs[0]);
 }
 
 void one_hot_kernel(const KernelCall& call) {

@@ -129,41 +129,24 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
 }
 
 // dW[m, c * khkw + tap] = the sum over the splits, in order, of part[split][m][tap * C + c]. A
-// block takes WGRAD_SUM_ROWS rows of m from WGRAD_SUM_ROWS blockIdx.y and 64 channels from
-// 64 blockIdx.x: it reads each tap's 64 partials of a row as 16-byte pieces and writes the
-// rows' 64 khkw contiguous elements of dW, through shared memory (khkw <= 64).
-constexpr int WGRAD_SUM_ROWS = 2;
+// block takes row m (blockIdx.y) and 32 channels from 32 blockIdx.x, reading 32 contiguous
+// partials of each tap and writing 32 khkw contiguous elements of dW, through shared memory
+// (32 khkw floats, khkw <= 64).
 template <typename T>
 __device__ __forceinline__ void wgrad_tap_sum(const float* __restrict__ part, T* __restrict__ dw,
                                               int m_count, int n, int khkw, int splits) {
-  __shared__ float sums[WGRAD_SUM_ROWS][64 * 64];
-  const int m0 = WGRAD_SUM_ROWS * blockIdx.y, c0 = 64 * blockIdx.x, channels = n / khkw;
-  const int rows = min(WGRAD_SUM_ROWS, m_count - m0), pieces = 16 * khkw;
-  const long long split_stride = (long long)m_count * n;
-  for (int i = threadIdx.x; i < rows * pieces; i += blockDim.x) {
-    const int r = i / pieces, tap = (i - r * pieces) / 16, q = i % 16;
-    const float* p = part + (long long)(m0 + r) * n + tap * channels + c0 + 4 * q;
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-    for (int z = 0; z < splits; ++z) {
-      const float4 v = *reinterpret_cast<const float4*>(p + z * split_stride);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    float* row = sums[r] + tap;
-    row[(4 * q) * khkw] = sum.x;
-    row[(4 * q + 1) * khkw] = sum.y;
-    row[(4 * q + 2) * khkw] = sum.z;
-    row[(4 * q + 3) * khkw] = sum.w;
+  __shared__ float sums[32 * 64];
+  const int m = blockIdx.y, c0 = 32 * blockIdx.x, channels = n / khkw, count = 32 * khkw;
+  const float* p = part + (long long)m * n + c0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int tap = i / 32, c = i - tap * 32;
+    float sum = 0.0f;
+    for (int z = 0; z < splits; ++z) sum += p[(long long)z * m_count * n + tap * channels + c];
+    sums[c * khkw + tap] = sum;
   }
   __syncthreads();
-  const int count = 64 * khkw;
-  for (int i = threadIdx.x; i < rows * count; i += blockDim.x) {
-    const int r = i / count, k = i - r * count;
-    dw[(long long)(m0 + r) * n + (long long)c0 * khkw + k] = T(sums[r][k]);
-  }
+  T* out = dw + (long long)m * n + (long long)c0 * khkw;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) out[i] = T(sums[i]);
 }
 
 }  // namespace kiln::cuda
