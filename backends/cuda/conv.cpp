@@ -137,12 +137,15 @@ NhwcPlan nhwc_plan(const ConvGeometry& g, DType dtype, ConvPass pass) {
 struct NhwcScratch {
   std::size_t image = 0, partials = 0, total = 0;
 };
-NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass) {
+// image_given: the forward's x arrives channels-last, so the scratch holds no copy of it.
+NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass,
+                         bool image_given = false) {
   const std::int64_t image = pass == ConvPass::forward
                                  ? g.batch * g.in_channels * g.height * g.width
                                  : g.batch * g.out_channels * g.out_h * g.out_w;
   const std::size_t bytes = dtype_size(dtype);
-  const std::size_t image_bytes = round_up(static_cast<std::size_t>(image) * bytes);
+  const std::size_t image_bytes =
+      image_given ? 0 : round_up(static_cast<std::size_t>(image) * bytes);
   const std::size_t partials =
       image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes);
   const GemmDims d = dims_of(g, pass);
@@ -156,7 +159,8 @@ std::optional<TmaWgradPlan> tma_wgrad_plan(const ConvGeometry& g, DType dtype) {
   const GemmDims d = dims_of(g, ConvPass::grad_weight);
   return conv_tma_wgrad_plan(dtype, gemm_shape(g, ConvPass::grad_weight, d, d.k));
 }
-std::size_t tma_wgrad_image_bytes(const ConvGeometry& g, DType dtype) {
+std::size_t tma_wgrad_image_bytes(const ConvGeometry& g, DType dtype, bool image_given) {
+  if (image_given) return 0;  // x arrives channels-last
   return round_up(static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) *
                   dtype_size(dtype));
 }
@@ -168,13 +172,14 @@ ConvMmaKind mma_kind(const ConvGeometry& g, ConvPass pass) {
 
 // The tensor cores' scratch: grad_input's transposed weights (16-bit), grad_weight's partials
 // (whose tile is tuned here, when the pass is sized, never while a step is captured).
-std::size_t mma_workspace(const ConvGeometry& g, DType dtype, ConvPass pass) {
+std::size_t mma_workspace(const ConvGeometry& g, DType dtype, ConvPass pass,
+                          bool image_given = false) {
   const GemmDims d = dims_of(g, pass);
   if (pass == ConvPass::grad_input)
     return round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * 2);
   if (pass != ConvPass::grad_weight) return 0;
   if (const std::optional<TmaWgradPlan> plan = tma_wgrad_plan(g, dtype))
-    return tma_wgrad_image_bytes(g, dtype) + round_up(plan->partial_bytes(d.m, d.n));
+    return tma_wgrad_image_bytes(g, dtype, image_given) + round_up(plan->partial_bytes(d.m, d.n));
   const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k);
   conv_mma_wgrad_tile(dtype, gemm_shape(g, pass, d, splits.chunk), splits, true);
   return conv_mma_wgrad_scratch(splits, d.m, d.n);
@@ -219,7 +224,7 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
               void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false) {
   const bool forward = pass == ConvPass::forward;
-  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass);
+  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass, forward && image_nhwc);
   KILN_CHECK(ws.bytes >= scratch.total,
              "{}: a workspace of {} bytes cannot hold the channels-last image and weights ({})",
              forward ? "conv2d" : "conv2d_grad_input", ws.bytes, scratch.total);
@@ -250,9 +255,9 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
 }  // namespace
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
-                                 std::int64_t images_per_chunk) {
-  if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, dtype, pass).total;
-  if (use_mma(g, dtype, pass)) return mma_workspace(g, dtype, pass);
+                                 std::int64_t images_per_chunk, bool image_channels_last) {
+  if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, dtype, pass, image_channels_last).total;
+  if (use_mma(g, dtype, pass)) return mma_workspace(g, dtype, pass, image_channels_last);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
   return im2col_workspace(g, dtype, pass, std::max<std::int64_t>(images, 1));
@@ -337,7 +342,7 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
                                                           ? tma_wgrad_plan(g, dtype)
                                                           : std::nullopt) {
     const GemmDims d = dims_of(g, ConvPass::grad_weight);
-    const std::size_t image = tma_wgrad_image_bytes(g, dtype);
+    const std::size_t image = tma_wgrad_image_bytes(g, dtype, x_channels_last);
     KILN_CHECK(ws.bytes >= image + plan->partial_bytes(d.m, d.n),
                "conv2d_grad_weight: a workspace of {} bytes cannot hold x's channels-last copy "
                "and {} split partials",

@@ -28,8 +28,11 @@ enum class ConvPass { forward, grad_input, grad_weight };
 // grad_input) or grad_weight's split-K partials (less scratch only means fewer splits; none
 // at all works too). For the im2col passes any workspace of at least one image's size
 // works: they loop over as many images as fit. 0 when the pass needs no scratch.
+// image_channels_last: the image arrives channels-last (only where conv_reads_channels_last),
+// so the scratch holds no reordered copy of it.
 std::size_t conv_workspace_bytes(const kernels::ConvGeometry& g, DType dtype, ConvPass pass,
-                                 std::int64_t images_per_chunk = 0);
+                                 std::int64_t images_per_chunk = 0,
+                                 bool image_channels_last = false);
 
 // Device scratch from the caller (e.g. the memory plan), 256-byte aligned.
 struct ConvWorkspace {

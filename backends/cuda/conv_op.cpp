@@ -88,8 +88,8 @@ CudaOpEntry conv_entry(ConvPass pass) {
   };
   e.workspace_bytes = [pass](const Node& n, const InputTypes& in) {
     const kernels::ConvGeometry g = geometry_of(pass, n, in);
-    return conv_workspace_bytes(g, in[0].dtype, pass) +
-           image_route(pass, n, g, in[0].dtype).reorder_bytes;
+    const ImageRoute route = image_route(pass, n, g, in[0].dtype);
+    return conv_workspace_bytes(g, in[0].dtype, pass, 0, route.channels_last) + route.reorder_bytes;
   };
   return e;
 }
