@@ -3,6 +3,7 @@
 #include "fusion/recompute.h"
 
 #include <map>
+#include <optional>
 
 #include "fusion/fuse.h"
 #include "graph/op.h"
@@ -40,18 +41,61 @@ class Planner {
            cheap(ref.node, kMaxChain);
   }
 
+  // The input of the relu whose output `ref` is, where `reader` is relu's mask in another group,
+  // greater(ref, 0), and that input can be made again there: the mask reads the input's copy
+  // (x > 0 exactly where relu(x) > 0), so the output need not live until the backward.
+  std::optional<ValueRef> relu_input_for_mask(std::int32_t reader, const ValueRef& ref) const {
+    const Node& r = g_.node(reader);
+    const Node& relu = g_.node(ref.node);
+    if (r.op->id != OpId::greater || !(r.inputs[0] == ref) || relu.op->id != OpId::relu ||
+        !is_zero(r.inputs[1].node))
+      return std::nullopt;
+    const ValueRef input = relu.inputs[0];
+    const std::int32_t from = group(ref.node), to = group(reader);
+    if (from < 0 || to < 0 || from == to || group(input.node) != from ||
+        g_.type(input).shape != r.outputs[0].shape || stored(input.node) ||
+        !cheap(input.node, kMaxChain) || reads_a_product(input.node))
+      return std::nullopt;
+    return input;
+  }
+
   std::int32_t group(std::int32_t id) const { return group_of_[static_cast<std::size_t>(id)]; }
 
-  // The input of node `id` that a copy of it recomputes too (its one value of the node's
-  // size that is not stored), if any.
+  // Whether a copy of node `id` recomputes its input `in` too: its one value of the node's size
+  // that is not stored, and any smaller value its group makes from values outside the groups
+  // (a weight's cast to bf16), which a second reading group would otherwise make a kernel of
+  // its own.
   bool chained(std::int32_t id, const ValueRef& in) const {
-    return !is_fill(in.node) && size(in) == size({id, 0}) && !stored(in.node);
+    if (is_fill(in.node) || stored(in.node)) return false;
+    return size(in) == size({id, 0}) || made_from_ungrouped(in.node);
   }
 
  private:
   bool stored(std::int32_t id) const { return stored_[static_cast<std::size_t>(id)] != 0; }
   bool is_fill(std::int32_t id) const { return g_.node(id).op->id == OpId::fill; }
+  bool is_zero(std::int32_t id) const {
+    return is_fill(id) && g_.node(id).attrs.real("value") == 0.0;
+  }
   std::int64_t size(const ValueRef& ref) const { return g_.type(ref).shape.numel(); }
+
+  // Whether the chain of node `id` reads a GEMM's product: a second group reading it would take
+  // the GEMM's bias and ReLU epilogue away (fusion/gemm_epilogues.h).
+  bool reads_a_product(std::int32_t id) const {
+    for (const ValueRef& in : g_.node(id).inputs) {
+      if (is_fill(in.node) || size(in) < size({id, 0})) continue;
+      if (stored(in.node) ? g_.node(in.node).op->id == OpId::matmul : reads_a_product(in.node))
+        return true;
+    }
+    return false;
+  }
+
+  bool made_from_ungrouped(std::int32_t id) const {
+    const Node& n = g_.node(id);
+    if (group(id) < 0 || n.op->kind != OpKind::elementwise || n.outputs.size() != 1) return false;
+    for (const ValueRef& in : n.inputs)
+      if (!is_fill(in.node) && group(in.node) >= 0) return false;
+    return true;
+  }
 
   // Whether node `id`'s value can be made again from stored values in at most `budget` nodes.
   bool cheap(std::int32_t id, int budget) const {
@@ -96,8 +140,12 @@ Graph recompute_in_readers(const Graph& g) {
   };
   for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
     Node n = g.node(id);
-    for (ValueRef& in : n.inputs)
-      in = plan.recomputed_for(id, in) ? copy(copy, plan.group(id), in.node) : moved(in);
+    for (ValueRef& in : n.inputs) {
+      if (const std::optional<ValueRef> input = plan.relu_input_for_mask(id, in))
+        in = copy(copy, plan.group(id), input->node);
+      else
+        in = plan.recomputed_for(id, in) ? copy(copy, plan.group(id), in.node) : moved(in);
+    }
     new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;
   }
   for (const auto& [name, ref] : g.outputs()) out.output(name, out.value(moved(ref)));

@@ -14,6 +14,13 @@
 // convolution output against an f32 value) and the producing group writes one value fewer.
 // Readers in the value's own group keep the original.
 //
+// relu's mask in the backward, greater(relu(x), 0), in another group than the relu and where x
+// can be made again by that rule (from a stored value of its size, batch norm's per-channel
+// values and constants), reads a copy of x's chain instead of relu(x): the same mask (x > 0
+// exactly where relu(x) > 0, but for an x so small that its storage dtype rounds relu(x) to
+// zero), and relu(x), stored for a convolution, need not live until the backward (nor be read
+// there again).
+//
 // Pre: verify(g) holds. Post: verify holds; the same values, except where a recomputed value
 // was stored in a narrower dtype than its group computes in (its readers now see it unrounded)
 // or where the CUDA compiler contracts the recomputed multiply and a reader's add into one

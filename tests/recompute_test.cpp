@@ -132,6 +132,36 @@ Graph batch_norm_step(const Shape& shape) {
   return g;
 }
 
+TEST_CASE("recompute: relu's mask reads its recomputed input, not the stored output") {
+  const Shape shape{6, 5, 4, 4};
+  const Graph g = batch_norm_step(shape);
+  auto mask_reads_relu = [](const Graph& graph) {
+    int reads = 0;
+    for (const Node& n : graph.nodes())
+      reads += n.op->id == OpId::greater && graph.node(n.inputs[0].node).op->id == OpId::relu;
+    return reads;
+  };
+  CHECK(mask_reads_relu(g) == 1);
+  const Graph r = recomputed(g);
+  CHECK(mask_reads_relu(r) == 0);
+  auto greater = [](const Graph& graph) {
+    int count = 0;
+    for (const Node& n : graph.nodes()) count += n.op->id == OpId::greater;
+    return count;
+  };
+  CHECK(greater(r) == greater(g));  // the mask is still there, on the copy of relu's input
+  check_same_values(g, 17, 1e-5);
+  // A relu whose input is two stored values of its size (a residual sum) keeps its output.
+  Graph residual;
+  const Value a = residual.input("a", shape), b = residual.input("b", shape);
+  const Value h = relu(a + b);
+  residual.output("h", h);
+  residual.output("da", grad(sum_all(tanh(h) * sum(h, {0, 2, 3}, true)), {a})[0]);
+  CHECK(mask_reads_relu(residual) == 1);
+  CHECK(mask_reads_relu(recomputed(residual)) == 1);
+  check_same_values(residual, 19, 1e-5);
+}
+
 TEST_CASE("batch norm: two passes over x forward, two backward, one activation stored between") {
   for (const Shape& shape : {Shape{16, 3, 12, 12}, Shape{1, 7, 5, 5}, Shape{9, 5}}) {
     CAPTURE(shape.str());
