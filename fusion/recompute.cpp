@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "fusion/fuse.h"
 #include "graph/op.h"
@@ -26,6 +27,12 @@ class Planner {
     }
     for (const auto& [name, ref] : g.outputs()) stored_[static_cast<std::size_t>(ref.node)] = 1;
     for (const auto& [var, ref] : g.assignments()) stored_[static_cast<std::size_t>(ref.node)] = 1;
+    // What each group reads, through the copies of the rule above too (batch norm's backward
+    // reads the convolution's output through its copy of x - k).
+    for (std::int32_t id = 0; id < static_cast<std::int32_t>(count); ++id)
+      if (group(id) >= 0)
+        for (const ValueRef& in : g.node(id).inputs)
+          read_by_group_.insert({group(id), recomputed_for(id, in) ? base(in.node) : in.node});
   }
 
   // Whether `reader` reads `ref` through a copy of its chain instead of the value itself: the
@@ -54,7 +61,7 @@ class Planner {
     const std::int32_t from = group(ref.node), to = group(reader);
     if (from < 0 || to < 0 || from == to || group(input.node) != from ||
         g_.type(input).shape != r.outputs[0].shape || stored(input.node) ||
-        !cheap(input.node, kMaxChain) || reads_a_product(input.node))
+        !cheap(input.node, kMaxChain) || !base_read_by(input.node, to))
       return std::nullopt;
     return input;
   }
@@ -78,15 +85,21 @@ class Planner {
   }
   std::int64_t size(const ValueRef& ref) const { return g_.type(ref).shape.numel(); }
 
-  // Whether the chain of node `id` reads a GEMM's product: a second group reading it would take
-  // the GEMM's bias and ReLU epilogue away (fusion/gemm_epilogues.h).
-  bool reads_a_product(std::int32_t id) const {
+  // Whether group `reader` reads the stored value at the bottom of node `id`'s chain already
+  // (batch norm's backward reads the convolution's output): then the copy keeps nothing alive
+  // longer, where a convolution's or GEMM's output read only by its bias-and-ReLU group would
+  // live into the backward (and a GEMM lose its bias/ReLU epilogue, fusion/gemm_epilogues.h).
+  bool base_read_by(std::int32_t id, std::int32_t reader) const {
+    return read_by_group_.count({reader, base(id)}) != 0;
+  }
+
+  // The stored value of its size that the chain of a cheap node `id` starts from (-1: none).
+  std::int32_t base(std::int32_t id) const {
     for (const ValueRef& in : g_.node(id).inputs) {
       if (is_fill(in.node) || size(in) < size({id, 0})) continue;
-      if (stored(in.node) ? g_.node(in.node).op->id == OpId::matmul : reads_a_product(in.node))
-        return true;
+      return stored(in.node) ? in.node : base(in.node);
     }
-    return false;
+    return -1;
   }
 
   bool made_from_ungrouped(std::int32_t id) const {
@@ -115,6 +128,7 @@ class Planner {
   const Graph& g_;
   std::vector<std::int32_t> group_of_;
   std::vector<char> stored_;  // made or read outside the groups, or a graph root
+  std::set<std::pair<std::int32_t, std::int32_t>> read_by_group_;  // (group, node it reads)
 };
 
 }  // namespace
