@@ -13,13 +13,14 @@
 namespace kiln::cuda {
 namespace {
 
-// The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
-// or the output (grad_input); w the second input or, in grad_weight, the output.
 // A channels-last image (graph/passes/channels_last.h) is x stored [B, H, W, C].
 bool channels_last(const Node& node) {
   return node.attrs.has("channels_last") && node.attrs.integer("channels_last") != 0;
 }
 
+// The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
+// or the output (grad_input), as [B, C, H, W]; w the second input or, in grad_weight, the
+// output.
 kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTypes& in) {
   Shape x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
   if (pass != ConvPass::grad_input && channels_last(node)) x = Shape{x[0], x[3], x[1], x[2]};
