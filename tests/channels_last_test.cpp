@@ -130,6 +130,26 @@ TEST_CASE("the layout pass transposes each picked image once and changes no resu
   }
 }
 
+TEST_CASE("the GPU's layout choice on a bf16 step changes no CPU result (no GPU needed)") {
+  // apply_channels_last asks the CUDA backend which passes read NHWC; without a GPU its
+  // channels-last forward passes still qualify (no sm_90 query), so the pass runs here too.
+  const Graph g = apply_precision(two_convolutions({16, 64, 16, 16}, 128, 3), Precision::bf16);
+  const Graph picked = apply_channels_last(g);
+  CHECK_NOTHROW(verify(picked));
+#ifdef KILN_HAVE_CUDA
+  CHECK(count_nodes(picked, OpId::conv2d, true) == 2);
+#endif
+  const std::vector<Feed> feeds = test::random_feeds(g, 23);
+  const Outputs want = test::run_once(g, feeds), got = test::run_once(picked, feeds);
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    check_same_bits(got.at(name), tensor);
+  }
+  setenv("KILN_CHANNELS_LAST", "0", 1);
+  CHECK(count_nodes(apply_channels_last(g), OpId::transpose) == count_nodes(g, OpId::transpose));
+  unsetenv("KILN_CHANNELS_LAST");
+}
+
 #ifdef KILN_HAVE_CUDA
 TEST_CASE("GPU: channels-last images give the NCHW passes' bits and match the CPU") {
   if (!test::have_gpu()) return;
