@@ -90,6 +90,10 @@ Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_
                         std::int64_t padding);
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
                          std::int64_t padding, bool channels_last = false);
+// Whether a conv2d or conv2d_grad_weight node's attributes say its image is stored
+// channels-last, and the mark that says so.
+bool conv_image_channels_last(const Attrs& attrs);
+void mark_conv_image_channels_last(Attrs& attrs);
 // The permutations between NCHW and NHWC (transpose's perm).
 inline const std::vector<std::int64_t> kChannelsLast{0, 2, 3, 1}, kChannelsFirst{0, 3, 1, 2};
 // Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):

@@ -43,24 +43,6 @@ void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, co
   k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
 }
 
-void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
-                  std::int64_t hw, gpu::Stream stream) {
-  if (batch == 0 || channels == 0 || hw == 0) return;
-  KILN_CHECK(batch <= 65535 && channels * hw < (std::int64_t{1} << 31),
-             "conv: {} images of {} x {} are too many for the channels-last copy", batch, channels,
-             hw);
-  KILN_CHECK(channels % 2 == 0, "conv: the channels-last copy takes an even channel count ({})",
-             channels);
-  const std::size_t bytes = dtype_size(dtype);
-  const DeviceKernel& k =
-      device_kernel(nhwc_image_name(bytes), [bytes] { return nhwc_image_source(bytes); });
-  int c = static_cast<int>(channels), n = static_cast<int>(hw);
-  void* args[] = {&x, &xt, &c, &n};
-  const gpu::Dim3 grid{static_cast<unsigned>((hw + 63) / 64),
-                       static_cast<unsigned>((channels + 63) / 64), static_cast<unsigned>(batch)};
-  k.kernel.launch(grid, {256, 1, 1}, 0, stream, args);
-}
-
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
                   std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream) {
   const std::size_t bytes = dtype_size(dtype);

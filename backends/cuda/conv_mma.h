@@ -33,9 +33,6 @@ inline int conv_mma_tile_m(std::int64_t m, std::int64_t n) {
 inline bool conv_nhwc_fits(std::int64_t image_channels, DType dtype) {
   return image_channels % static_cast<std::int64_t>(16 / dtype_size(dtype)) == 0;
 }
-// xt[b, pix, c] = x[b, c, pix] of elements of `dtype`'s size (batch <= 65535).
-void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
-                  std::int64_t hw, gpu::Stream stream);
 // The channels-last GEMM's A from w[co, ci, kh, kw]: [co][tap][ci], or (flip, the input
 // gradient) [ci][tap][co] with the taps mirrored.
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,

@@ -13,17 +13,13 @@
 namespace kiln::cuda {
 namespace {
 
-// A channels-last image (graph/passes/channels_last.h) is x stored [B, H, W, C].
-bool channels_last(const Node& node) {
-  return node.attrs.has("channels_last") && node.attrs.integer("channels_last") != 0;
-}
-
 // The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
-// or the output (grad_input), as [B, C, H, W]; w the second input or, in grad_weight, the
-// output.
+// or the output (grad_input), as [B, C, H, W] (a channels-last image, graph/passes/
+// channels_last.h, is stored [B, H, W, C]); w the second input or, in grad_weight, the output.
 kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTypes& in) {
   Shape x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
-  if (pass != ConvPass::grad_input && channels_last(node)) x = Shape{x[0], x[3], x[1], x[2]};
+  if (pass != ConvPass::grad_input && conv_image_channels_last(node.attrs))
+    x = Shape{x[0], x[3], x[1], x[2]};
   const Shape& w = pass == ConvPass::grad_weight ? node.outputs[0].shape : in[1].shape;
   return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
 }
@@ -38,7 +34,7 @@ struct ImageRoute {
 
 ImageRoute image_route(ConvPass pass, const Node& node, const kernels::ConvGeometry& g,
                        DType dtype) {
-  if (pass == ConvPass::grad_input || !channels_last(node)) return {};
+  if (pass == ConvPass::grad_input || !conv_image_channels_last(node.attrs)) return {};
   if (conv_reads_channels_last(g, dtype, pass)) return {.channels_last = true};
   const std::size_t bytes =
       static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) * dtype_size(dtype);

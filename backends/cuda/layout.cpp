@@ -8,7 +8,6 @@
 
 #include <cstring>
 
-#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernels/layout_params.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
@@ -94,6 +93,24 @@ void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t
   long long count = n;
   void* args[] = {&x, &y, &shape, &count};
   launch_items(k, n, stream, args);
+}
+
+void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
+                  std::int64_t hw, gpu::Stream stream) {
+  if (batch == 0 || channels == 0 || hw == 0) return;
+  KILN_CHECK(batch <= 65535 && channels * hw < (std::int64_t{1} << 31),
+             "conv: {} images of {} x {} are too many for the channels-last copy", batch, channels,
+             hw);
+  KILN_CHECK(channels % 2 == 0, "conv: the channels-last copy takes an even channel count ({})",
+             channels);
+  const std::size_t bytes = dtype_size(dtype);
+  const DeviceKernel& k =
+      device_kernel(nhwc_image_name(bytes), [bytes] { return nhwc_image_source(bytes); });
+  int c = static_cast<int>(channels), n = static_cast<int>(hw);
+  void* args[] = {&x, &xt, &c, &n};
+  const gpu::Dim3 grid{static_cast<unsigned>((hw + 63) / 64),
+                       static_cast<unsigned>((channels + 63) / 64), static_cast<unsigned>(batch)};
+  k.kernel.launch(grid, {256, 1, 1}, 0, stream, args);
 }
 
 void one_hot(DType label_dtype, DType out_dtype, std::int64_t rows, std::int64_t classes,

@@ -17,6 +17,12 @@ namespace kiln::cuda {
 void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm,
                const void* x, void* y, gpu::Stream stream);
 
+// xt[b, pix, c] = x[b, c, pix] of elements of `dtype`'s size (batch <= 65535, channels even):
+// 64 x 64 tiles through shared memory (kernels/conv_mma_nhwc.cuh); the convolutions'
+// channels-last copies and transpose's [B][C][HW] planes.
+void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
+                  std::int64_t hw, gpu::Stream stream);
+
 // The device-side report of one_hot: the first row whose label is outside [0, classes)
 // and that label, or bad_row = -1. Allocate kOneHotStatusBytes of device memory for it.
 struct OneHotStatus {

@@ -16,13 +16,9 @@ struct ConvAttrs {
 };
 ConvAttrs conv_attrs(const Attrs& a) { return {a.integer("stride"), a.integer("padding")}; }
 
-bool image_channels_last(const Attrs& a) {
-  return a.has("channels_last") && a.integer("channels_last") != 0;
-}
-
 // The image's [B, C, H, W] shape from its stored one.
 Shape image_shape(const char* op, const Shape& stored, const Attrs& a) {
-  if (!image_channels_last(a)) return stored;
+  if (!conv_image_channels_last(a)) return stored;
   KILN_CHECK(stored.rank() == 4, "{}: a channels-last input must be [B, H, W, C] but is {}", op,
              stored.str());
   return Shape{stored[0], stored[3], stored[1], stored[2]};
@@ -30,15 +26,10 @@ Shape image_shape(const char* op, const Shape& stored, const Attrs& a) {
 
 // The image as [B, C, H, W] for the CPU kernels: x itself, or a transposed copy.
 Tensor channels_first(const Tensor& x, const Attrs& a) {
-  if (!image_channels_last(a)) return x;
+  if (!conv_image_channels_last(a)) return x;
   Tensor nchw = Tensor::empty(image_shape("conv2d", x.shape(), a), x.dtype());
   kernels::transpose(x, kChannelsFirst, nchw);
   return nchw;
-}
-
-Attrs channels_last_attrs(Attrs a) {
-  a.set("channels_last", std::int64_t{1});
-  return a;
 }
 
 // Checks x: [B, Cin, H, W] against w: [Cout, Cin, KH, KW] and returns y's shape.
@@ -74,7 +65,7 @@ OpDef conv_forward_op() {
     const Value& x = c.inputs[0];
     const Value& w = c.inputs[1];
     const Value& dy = c.output_grads[0];
-    const bool last = image_channels_last(c.node.attrs);
+    const bool last = conv_image_channels_last(c.node.attrs);
     Value dx, dw;
     if (c.needs_grad[0]) {
       dx = conv2d_grad_input(dy, w, image_shape("conv2d", x.shape(), c.node.attrs), a.stride,
@@ -151,7 +142,7 @@ OpDef conv_grad_weight_op() {
     const Value& x = c.inputs[0];
     const Value& dy = c.inputs[1];
     const Value& g = c.output_grads[0];
-    const bool last = image_channels_last(c.node.attrs);
+    const bool last = conv_image_channels_last(c.node.attrs);
     Value d_x, d_dy;
     if (c.needs_grad[0]) {
       d_x = conv2d_grad_input(dy, g, image_shape("conv2d_grad_weight", x.shape(), c.node.attrs),
@@ -174,6 +165,12 @@ OpDef conv_grad_weight_op() {
 
 }  // namespace
 
+bool conv_image_channels_last(const Attrs& attrs) {
+  return attrs.has("channels_last") && attrs.integer("channels_last") != 0;
+}
+
+void mark_conv_image_channels_last(Attrs& attrs) { attrs.set("channels_last", std::int64_t{1}); }
+
 void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_forward_op());
   table.push_back(conv_grad_input_op());
@@ -182,7 +179,7 @@ void ops::register_conv_ops(std::vector<OpDef>& table) {
 
 Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding, bool channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
-  if (channels_last) attrs = channels_last_attrs(std::move(attrs));
+  if (channels_last) mark_conv_image_channels_last(attrs);
   return x.graph().apply1(OpId::conv2d, {x, w}, std::move(attrs));
 }
 
@@ -196,7 +193,7 @@ Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
                          std::int64_t padding, bool channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
-  if (channels_last) attrs = channels_last_attrs(std::move(attrs));
+  if (channels_last) mark_conv_image_channels_last(attrs);
   attrs.set("shape", weight_shape.dims());
   return x.graph().apply1(OpId::conv2d_grad_weight, {x, dy}, std::move(attrs));
 }

@@ -15,8 +15,7 @@ namespace {
 
 bool reads_an_image(const Node& n, std::span<const TensorType> inputs) {
   return (n.op->id == OpId::conv2d || n.op->id == OpId::conv2d_grad_weight) &&
-         !(n.attrs.has("channels_last") && n.attrs.integer("channels_last") != 0) &&
-         inputs[0].shape.rank() == 4;
+         !conv_image_channels_last(n.attrs) && inputs[0].shape.rank() == 4;
 }
 
 Node transpose_node(ValueRef in, const TensorType& type) {
@@ -51,7 +50,7 @@ Graph channels_last_images(const Graph& g, const ChannelsLastWanted& wants) {
                           out.add_node(transpose_node(image, in_types[0])))
                  .first;
       copy.inputs[0] = it->second;
-      copy.attrs.set("channels_last", std::int64_t{1});
+      mark_conv_image_channels_last(copy.attrs);
     }
     const ValueRef first = out.add_node(std::move(copy));
     for (std::int32_t k = 0; k < static_cast<std::int32_t>(n.outputs.size()); ++k)
