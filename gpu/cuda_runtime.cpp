@@ -117,27 +117,47 @@ void LoadedKernel::launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Strea
             name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
 }
 
-void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes,
-                                      Stream stream, void** args) const {
+void LoadedKernel::launch_with(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
+                               void** args, const cudaLaunchAttribute_st& attribute,
+                               const char* what) const {
   KILN_CHECK(kernel_ != nullptr, "launch of kernel '{}', which was moved from", name_);
-  cudaLaunchAttribute cooperative{};
-  cooperative.id = cudaLaunchAttributeCooperative;
-  cooperative.val.cooperative = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = to_dim3(grid);
   config.blockDim = to_dim3(block);
   config.dynamicSmemBytes = shared_bytes;
   config.stream = static_cast<cudaStream_t>(stream);
-  config.attrs = &cooperative;
+  cudaLaunchAttribute attributes[] = {attribute};
+  config.attrs = attributes;
   config.numAttrs = 1;
   const cudaError_t status = cudaLaunchKernelExC(&config, as_func(kernel_), args);
   if (status != cudaSuccess)
     throw_cuda_error(
-        status, "cudaLaunchKernelExC (cooperative)", __FILE__, __LINE__,
+        status, fmt::format("cudaLaunchKernelExC ({})", what).c_str(), __FILE__, __LINE__,
         fmt::format(
             "launching kernel '{}' with grid [{}, {}, {}], block [{}, {}, {}] and {} bytes of "
             "dynamic shared memory",
             name_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes));
+}
+
+void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes,
+                                      Stream stream, void** args) const {
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  launch_with(grid, block, shared_bytes, stream, args, cooperative, "cooperative");
+}
+
+void LoadedKernel::launch_clusters(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
+                                   void** args, unsigned cluster_x) const {
+  KILN_CHECK(cluster_x >= 1 && grid.x % cluster_x == 0,
+             "kernel '{}': a grid of {} blocks is not whole clusters of {}", name_, grid.x,
+             cluster_x);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  launch_with(grid, block, shared_bytes, stream, args, cluster, "clusters");
 }
 
 void LoadedKernel::set_max_dynamic_shared_bytes(int bytes) {

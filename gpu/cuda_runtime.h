@@ -13,6 +13,7 @@
 struct CUstream_st;
 struct CUlib_st;
 struct CUkern_st;
+struct cudaLaunchAttribute_st;
 
 namespace kiln::gpu {
 
@@ -60,6 +61,10 @@ class LoadedKernel {
   // blocks may wait for each other (a grid-wide barrier). Capturable in a CUDA graph.
   void launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
                           void** args) const;
+  // As launch, in clusters of cluster_x consecutive blocks along x (sm_90: blocks placed
+  // together, sharing their shared memory; grid.x a multiple of cluster_x). Capturable.
+  void launch_clusters(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args,
+                       unsigned cluster_x) const;
   // Lets launches use more than 48 KiB of dynamic shared memory (up to the device's limit).
   void set_max_dynamic_shared_bytes(int bytes);
   int max_active_blocks_per_sm(int block_size, std::size_t shared_bytes) const;
@@ -68,6 +73,8 @@ class LoadedKernel {
 
  private:
   void unload() noexcept;
+  void launch_with(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args,
+                   const cudaLaunchAttribute_st& attribute, const char* what) const;
 
   std::string name_;
   CUlib_st* library_ = nullptr;

@@ -496,6 +496,25 @@ TEST_CASE("conv TMA boxes are whole output rows or whole images (no GPU needed)"
   CHECK(cuda::conv_tma_box(shape(256, 1, 2), 256) == std::nullopt);  // a box of 512 image rows
 }
 
+// When a 128-filter TMA tile splits K over a cluster of two blocks (no GPU needed): resnet18's
+// stage-4 passes at batch 128 (64 tiles of 128 x 128, 72 K steps) on 132 SMs, not stage 3's
+// (128 tiles) nor stage 4's at batch 512 (256), not the 64-filter tiles, not short K.
+TEST_CASE("conv TMA split: only where the tiles fill at most half the SMs (no GPU needed)") {
+  CHECK(cuda::conv_tma_split_of(128, 64, 72, 132) == 2);
+  CHECK(cuda::conv_tma_split_of(128, 66, 36, 132) == 2);
+  CHECK(cuda::conv_tma_split_of(128, 67, 72, 132) == 1);
+  CHECK(cuda::conv_tma_split_of(128, 128, 36, 132) == 1);
+  CHECK(cuda::conv_tma_split_of(128, 256, 72, 132) == 1);
+  CHECK(cuda::conv_tma_split_of(64, 8, 72, 132) == 1);
+  CHECK(cuda::conv_tma_split_of(128, 4, 15, 132) == 1);
+  const cuda::TmaTile t = cuda::conv_tma_tile_of(128, 128, 1, 2);
+  CHECK(t.split == 2);
+  CHECK(t.teams == 1);
+  CHECK(t.stages == cuda::conv_tma_tile_of(128, 128).stages);
+  CHECK(cuda::conv_tma_name(DType::bf16, t) !=
+        cuda::conv_tma_name(DType::bf16, cuda::conv_tma_tile_of(128, 128)));
+}
+
 // grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 on 132 SMs (the grids
 // the H200 ran), the splits covering K in whole 64-pixel steps, and the shapes it leaves alone.
 TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)") {
@@ -558,10 +577,12 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
   struct TmaOn {
     TmaOn() {
       cuda::detail::set_conv_tma_for_testing(true);
+      cuda::detail::set_conv_tma_split_for_testing(cuda::detail::TmaSplit::never);
       cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
     }
     ~TmaOn() {
       cuda::detail::set_conv_tma_for_testing(std::nullopt);
+      cuda::detail::set_conv_tma_split_for_testing(std::nullopt);
       cuda::detail::set_conv_tma_wide_for_testing(true);
       cuda::detail::set_conv_tma_teams_for_testing(2);  // the default
       cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
@@ -598,6 +619,11 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
         cuda::detail::set_conv_tma_teams_for_testing(wide ? 1 : 2, 3);  // 3 blocks: many tiles each
         check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
       }
+      // K split over a cluster of two blocks (the 128-filter tiles; others as before): the
+      // CPU's result, whatever the tile count.
+      cuda::detail::set_conv_tma_split_for_testing(cuda::detail::TmaSplit::always);
+      check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      cuda::detail::set_conv_tma_split_for_testing(cuda::detail::TmaSplit::never);
       tma2 = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);
       cuda::detail::set_conv_tma_teams_for_testing(1);
       tma = nhwc_outputs(cuda::kWgmmaCandidates[0], xs, ws, stride, seed);

@@ -127,9 +127,10 @@ std::vector<gpu::KernelSource> every_conv_source() {
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
       for (int bm : {64, 128})  // the TMA pass's tiles (conv_tma.h)
         for (int bn : {128, 256})
-          for (int teams : {1, 2})  // two teams: the 64-filter tiles only (conv_tma_tile)
-            if (teams == 1 || bm == 64)
-              all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn, teams)));
+          for (int teams : {1, 2})    // two teams: the 64-filter tiles only (conv_tma_tile)
+            for (int split : {1, 2})  // split K: the 128-filter tiles only
+              if ((teams == 1 || bm == 64) && (split == 1 || (bm == 128 && teams == 1)))
+                all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split)));
       for (auto [bm, atoms, ar] : {std::tuple{64, 3, 64}, std::tuple{128, 3, 64},
                                    std::tuple{128, 4, 16}, std::tuple{64, 1, 32}})
         for (bool wide : {false, true})  // grad_weight's TMA pass

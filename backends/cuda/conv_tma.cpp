@@ -97,6 +97,19 @@ int& persistent_blocks_cap() {  // a test's cap on the persistent grid (0: the S
   return cap;
 }
 
+std::optional<detail::TmaSplit>& split_for_testing() {
+  static std::optional<detail::TmaSplit> split;
+  return split;
+}
+detail::TmaSplit split_mode() {
+  static const detail::TmaSplit by_env = [] {
+    const char* v = std::getenv("KILN_CONV_TMA_SPLIT");
+    return v != nullptr && std::string(v) == "0" ? detail::TmaSplit::never
+                                                 : detail::TmaSplit::automatic;
+  }();
+  return split_for_testing().value_or(by_env);
+}
+
 bool& wide_on() {
   static bool on = [] {
     const char* v = std::getenv("KILN_CONV_TMA_WIDE");
@@ -184,18 +197,44 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool d
   if (const std::optional<TmaTile> forced = forced_tma_tile())
     return conv_tma_box(g, forced->bn) ? forced : std::nullopt;
   const int bm = g.m >= 128 ? 128 : 64;
-  auto blocks = [&](int bn) { return ((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn); };
+  auto blocks = [&](int bn) {
+    return static_cast<std::int64_t>((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn);
+  };
   // 64 filters: 128 pixels first (two blocks an SM, conv_tma_tile_of); 128: 256 pixels where
   // that still gives a block to every SM.
   for (int bn : bm == 64 ? std::array{128, 256} : std::array{256, 128}) {
     if (!conv_tma_box(g, bn) || (bn == 256 && blocks(256) < sm_count() && conv_tma_box(g, 128)))
       continue;
-    return conv_tma_tile_of(bm, bn, bm == 64 ? tma_teams() : 1);  // two teams: 64 filters only
+    if (bm == 64) return conv_tma_tile_of(bm, bn, tma_teams());  // two teams: 64 filters only
+    const int steps = g.k / 64;
+    int split = 1;
+    switch (split_mode()) {
+      case detail::TmaSplit::never:
+        break;
+      case detail::TmaSplit::automatic:
+        split = conv_tma_split_of(bm, blocks(bn), steps, sm_count());
+        break;
+      case detail::TmaSplit::always:
+        split = steps >= 2 ? 2 : 1;
+        break;
+    }
+    return conv_tma_tile_of(bm, bn, 1, split);
   }
   return std::nullopt;
 }
 
-TmaTile conv_tma_tile_of(int bm, int bn, int teams) {
+// The stage-4 passes of resnet18 at b128 (512 filters x 2048 pixels, K 4608: 64 tiles of
+// 128 x 128 on 132 SMs) ran 46-58 us a pass with half the SMs idle.
+int conv_tma_split_of(int bm, std::int64_t tiles, int steps, int sms) {
+  return bm == 128 && 2 * tiles <= sms && steps >= 16 ? 2 : 1;
+}
+
+TmaTile conv_tma_tile_of(int bm, int bn, int teams, int split) {
+  if (split == 2) {
+    TmaTile t = conv_tma_tile_of(bm, bn, 1);
+    t.split = 2;
+    return t;
+  }
   const std::size_t stage = static_cast<std::size_t>(bm + bn) * 128 + 16;
   if (teams == 2)
     return {bm, bn, static_cast<int>(std::min<std::size_t>(8, (227 * 1024 - 1024 - 16) / stage)),
@@ -208,8 +247,8 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams) {
 }
 
 std::string conv_tma_name(DType dtype, TmaTile t) {
-  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}_{}", t.bm, t.bn, t.stages,
-                     t.teams == 2 ? "_t2" : "", dtype_name(dtype));
+  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}{}_{}", t.bm, t.bn, t.stages,
+                     t.teams == 2 ? "_t2" : "", t.split == 2 ? "_k2" : "", dtype_name(dtype));
 }
 
 gpu::KernelSource conv_tma_source(DType dtype, TmaTile t) {
@@ -219,7 +258,8 @@ gpu::KernelSource conv_tma_source(DType dtype, TmaTile t) {
        {"KILN_BM", std::to_string(t.bm)},
        {"KILN_BN", std::to_string(t.bn)},
        {"KILN_STAGES", std::to_string(t.stages)},
-       {"KILN_TEAMS", std::to_string(t.teams)}});
+       {"KILN_TEAMS", std::to_string(t.teams)},
+       {"KILN_SPLIT", std::to_string(t.split)}});
   source.arch_specific = true;
   return source;
 }
@@ -250,8 +290,13 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
       static_cast<std::int64_t>((g.m + tile.bm - 1) / tile.bm) * ((g.n + tile.bn - 1) / tile.bn);
   const int cap = persistent_blocks_cap() > 0 ? persistent_blocks_cap() : sm_count();
   const std::int64_t blocks = tile.teams == 2 ? std::min<std::int64_t>(tiles, cap) : tiles;
-  k.kernel.launch({static_cast<unsigned>(blocks), 1, 1},
-                  {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream, args);
+  const gpu::Dim3 block{static_cast<unsigned>(tile.threads()), 1, 1};
+  if (tile.split == 2)  // clusters of two blocks, a tile each
+    k.kernel.launch_clusters({static_cast<unsigned>(2 * tiles), 1, 1}, block, tile.shared_bytes(),
+                             stream, args, 2);
+  else
+    k.kernel.launch({static_cast<unsigned>(blocks), 1, 1}, block, tile.shared_bytes(), stream,
+                    args);
 }
 
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
@@ -347,6 +392,7 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
 namespace detail {
 void set_conv_tma_for_testing(std::optional<bool> on) { tma_for_testing() = on; }
 void set_conv_tma_wide_for_testing(bool wide) { wide_on() = wide; }
+void set_conv_tma_split_for_testing(std::optional<TmaSplit> split) { split_for_testing() = split; }
 void set_conv_tma_teams_for_testing(int teams, int max_blocks) {
   tma_teams() = teams == 2 ? 2 : 1;
   persistent_blocks_cap() = max_blocks;

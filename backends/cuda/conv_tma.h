@@ -19,9 +19,11 @@ namespace kiln::cuda {
 
 // A tile: bm filters (64 per multiplying warpgroup) by bn pixels, `stages` buffers; `teams`
 // teams of bm / 64 warpgroups: 1, a block a tile; 2, a persistent block an SM whose two teams
-// take its tiles in turn (one's epilogue under the other's multiplies).
+// take its tiles in turn (one's epilogue under the other's multiplies). split 2 (one team): a
+// cluster of two blocks a tile, each multiplying half of its K steps, the halves summed in the
+// first block's shared memory: for passes of too few tiles to fill the SMs.
 struct TmaTile {
-  int bm, bn, stages, teams = 1;
+  int bm, bn, stages, teams = 1, split = 1;
   std::size_t shared_bytes() const {  // the tiles, 1 KiB to align them, two barriers a stage, two
     return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages + 16);
   }
@@ -41,8 +43,12 @@ std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& shape, int 
 // two teams: at most 8 in 227 KiB): the tiles conv_tma_tile gives. The 64-filter tiles take the
 // persistent two-team form (KILN_CONV_TMA_TEAMS=1: a block a tile; stage-1 forward of resnet18
 // at b128 on the H200, ncu: 45 -> 38 us); two teams of 128-filter tiles would need more registers
-// than 544 threads have.
-TmaTile conv_tma_tile_of(int bm, int bn, int teams = 1);
+// than 544 threads have. The 128-filter tiles split K in two (split 2) where their tiles are
+// at most half the SMs and each half has at least 8 K steps (KILN_CONV_TMA_SPLIT=0: never).
+TmaTile conv_tma_tile_of(int bm, int bn, int teams = 1, int split = 1);
+// The split of a one-team tile of bm filters on a pass of `tiles` tiles and `steps` K steps, on
+// a device of `sms` SMs (no GPU needed): 2 where the tiles fill at most half the SMs.
+int conv_tma_split_of(int bm, std::int64_t tiles, int steps, int sms);
 std::string conv_tma_name(DType dtype, TmaTile tile);
 gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile);
 // y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned).
@@ -93,6 +99,10 @@ void set_conv_tma_wide_for_testing(bool wide);
 // the persistent grid at most max_blocks blocks (0: one an SM), so that a test's small passes
 // give each block many tiles.
 void set_conv_tma_teams_for_testing(int teams, int max_blocks = 0);
+// Whether the 128-filter tiles may split K (conv_tma_split_of; nullopt: as KILN_CONV_TMA_SPLIT
+// says), or (always) split wherever a pass has at least two K steps.
+enum class TmaSplit { never, automatic, always };
+void set_conv_tma_split_for_testing(std::optional<TmaSplit> split);
 }  // namespace detail
 
 }  // namespace kiln::cuda

@@ -13,6 +13,11 @@
 // BN pixels each, and arrive on the stage's `empty` barrier when their multiplies are done. The
 // consumers' K loop is a wait, four wgmma and an arrive: no address arithmetic at all.
 // The sums are those of conv_wgmma.cuh (the same K steps in the same order): the same bits.
+//
+// SPLIT 2 (one team only; a launch of clusters of two blocks, a tile each): where the tiles are
+// too few for the SMs, the cluster's two blocks take the two halves of a tile's K steps; the
+// second then writes its sums into the first's (idle) stage memory, and the first adds them to
+// its own (first half + second half, a fixed order) and stores the tile.
 #pragma once
 
 #include "backends/cuda/kernels/conv_mma.cuh"
@@ -30,7 +35,7 @@ namespace kiln::cuda {
 // for the other's K loop, not its epilogue), so that one team's epilogue overlaps the other's
 // multiplies, and a team never waits on a stage's barrier before the fill ahead of its own has
 // landed (a parity wait cannot tell two fills apart).
-template <typename T, int BM, int BN, int STAGES, int TEAMS>
+template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT>
 __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
                                                const TmaDescriptor* image, T* __restrict__ y,
                                                const ConvGemmShape& g) {
@@ -38,13 +43,21 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
   static_assert(BM % 64 == 0 && STAGES >= 2 && (TEAMS == 1 || TEAMS == 2), "tile and stages");
+  static_assert(
+      SPLIT == 1 || (SPLIT == 2 && TEAMS == 1 && STAGES * STAGE_BYTES >= CONSUMERS * (BN / 2) * 4u),
+      "a split tile: one team, and the second half's sums fit the stages");
   extern __shared__ __align__(16) unsigned char wgmma_smem[];
   unsigned short* s = wgmma_tiles(wgmma_smem);
   auto* full = reinterpret_cast<unsigned long long*>(s + STAGES * (A_STAGE + B_STAGE));
   unsigned long long* empty = full + STAGES;
   unsigned long long* turn = empty + STAGES;  // turn[team]: the other team's K loop is done
-  const int channels = g.k / g.khkw, steps = g.k / 64;
+  const int channels = g.k / g.khkw, all_steps = g.k / 64;
   const int n_tiles = (g.n + BN - 1) / BN, tiles = n_tiles * ((g.m + BM - 1) / BM);
+  // This block's K steps of each of its tiles: all, or (SPLIT 2) its rank's half.
+  const int rank = SPLIT > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int first_step = all_steps * rank / SPLIT;
+  const int steps = all_steps * (rank + 1) / SPLIT - first_step;
+  const int first_tile = static_cast<int>(blockIdx.x) / SPLIT, tile_stride = gridDim.x / SPLIT;
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
       mbarrier_init(full + i, 1);
@@ -58,11 +71,12 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   if (threadIdx.x >= CONSUMERS) {  // the producer warp: one thread issues the copies
     if (threadIdx.x != CONSUMERS) return;
     int gstep = 0;  // the block's steps, over its tiles
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = first_tile; t < tiles; t += tile_stride) {
       const int m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
       const int b0 = n0 / g.s_hw, oh0 = (n0 - b0 * g.s_hw) / g.s_w;
-      int c = 0, kh = 0, kw = 0;
-      for (int step = 0; step < steps; ++step, ++gstep) {
+      const int tap = first_step * 64 / channels;
+      int c = first_step * 64 - tap * channels, kh = tap / g.kw, kw = tap - kh * g.kw;
+      for (int step = first_step; step < first_step + steps; ++step, ++gstep) {
         const int buf = gstep % STAGES;
         if (gstep >= STAGES) mbarrier_wait(empty + buf, (gstep / STAGES - 1) & 1);
         mbarrier_expect_bytes(full + buf, STAGE_BYTES);
@@ -83,8 +97,8 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   const int team = threadIdx.x / TEAM, group = (threadIdx.x % TEAM) / 128;
   const int warp = (threadIdx.x / 32) % 4;
   int done = 0;  // this team's tiles so far
-  for (int j = team, t = blockIdx.x + team * gridDim.x; t < tiles;
-       j += TEAMS, t += TEAMS * gridDim.x, ++done) {
+  for (int j = team, t = first_tile + team * tile_stride; t < tiles;
+       j += TEAMS, t += TEAMS * tile_stride, ++done) {
     const int m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
     if (TEAMS > 1 && (team == 1 || done > 0))  // the other team's previous K loop has passed
       mbarrier_wait(turn + team, (team == 0 ? done - 1 : done) & 1);
@@ -105,6 +119,27 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
     wgmma_wait<0>();
     wgmma_hold(acc);
     if (steps > 0) mbarrier_arrive(empty + (g0 + steps - 1) % STAGES);
+    if (SPLIT > 1) {  // (one tile a block) the halves' sums meet in the first block's stages
+      float* sums = reinterpret_cast<float*>(s);  // [BN / 8][CONSUMERS] float4s
+      cluster_sync();  // the first block's multiplies have read its stages
+      if (rank == 1) {
+        const unsigned first = cluster_address(sums, 0);
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i)
+          cluster_store4(first + (i * CONSUMERS + threadIdx.x) * 16u, acc[4 * i], acc[4 * i + 1],
+                         acc[4 * i + 2], acc[4 * i + 3]);
+      }
+      cluster_sync();  // the second half's sums have landed
+      if (rank == 1) continue;
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) {
+        const float4 v = reinterpret_cast<const float4*>(sums)[i * CONSUMERS + threadIdx.x];
+        acc[4 * i] += v.x;
+        acc[4 * i + 1] += v.y;
+        acc[4 * i + 2] += v.z;
+        acc[4 * i + 3] += v.w;
+      }
+    }
     mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
                               *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
   }
@@ -117,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS +
     KILN_CONV_WGMMA_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                         const __grid_constant__ kiln::cuda::TmaDescriptor image,
                         KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS>(&filters, &image, y,
-                                                                                g);
+  kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT>(
+      &filters, &image, y, g);
 }
 #endif

@@ -34,4 +34,35 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned 
   } while (done == 0);
 }
 
+// Thread block clusters (sm_90): a kernel launched with a cluster dimension (gpu::LoadedKernel::
+// launch) runs its blocks in groups placed together, which may read and write each other's
+// shared memory (distributed shared memory).
+// This block's rank in its cluster (blocks of a cluster of (n, 1, 1) are n consecutive x).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank = 0;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// Every non-exited thread of the cluster arrives, then waits for the others: what a thread
+// wrote to any block's shared memory before it is visible to every thread after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The address, in the cluster's shared window, of what `p` (this block's shared memory) is at
+// in the shared memory of the cluster's block `rank`.
+__device__ __forceinline__ unsigned cluster_address(const void* p, unsigned rank) {
+  unsigned out = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(out)
+               : "r"(shared_address(p)), "r"(rank));
+  return out;
+}
+// Four floats into another block's shared memory at a cluster_address (16-byte aligned).
+__device__ __forceinline__ void cluster_store4(unsigned address, float a, float b, float c,
+                                               float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
 }  // namespace kiln::cuda
