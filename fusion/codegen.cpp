@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstring>
 
 #include "core/half.h"
 #include "fusion/codegen_writer.h"
+#include "fusion/stages.h"
 
 namespace kiln::codegen {
 
@@ -141,6 +143,15 @@ Writer::Writer(const FusedGroup& g) : g_(g), t_(g.compute == DType::f64 ? "doubl
     for (const FusedInput& in : g.inputs) plans_.push_back(plan_input(g, in, lanes_));
     if (vectorizable()) break;
   }
+  // Long rows with row outputs: the pass over the elements computes what the outputs and the
+  // reductions read, the finisher (row_outputs_code) the rest.
+  if (g.rows_finish_only() &&
+      g.shape.numel() / std::max<std::int64_t>(1, g.reduction->type.shape.numel()) >
+          cuda_stage_options().max_row_elements) {
+    std::vector<Operand> values(g.outputs.begin(), g.outputs.end());
+    for (const FusedReduction* r : g.reductions()) values.push_back(r->value);
+    pass_instrs_ = g.instrs_read_by(std::move(values));
+  }
 }
 
 CudaKernelSource Writer::generate() {
@@ -148,7 +159,10 @@ CudaKernelSource Writer::generate() {
   k.reduction = g_.reduction.has_value();
   k.work_items = g_.shape.numel();
   std::string body, extra;
-  if (g_.staged()) {  // a block per row, every pass in it (codegen_stages.cpp)
+  // A staged group takes a warp per row, every pass in it (codegen_stages.cpp); rows longer
+  // than the stage pass allows reach here only with row outputs its finisher computes.
+  k.row_outputs = static_cast<int>(g_.row_outputs.size());
+  if (g_.staged() && pass_instrs_.empty()) {
     k.reduced_outputs = k.work_items = g_.reduction->type.shape.numel();
     k.reductions = static_cast<int>(g_.reductions().size());
     k.warp_jobs = true;
@@ -197,10 +211,7 @@ std::string Writer::parameters(std::int64_t splits) const {
   auto storage_name = [this](DType d) {  // "T" where values are stored as they compute
     return d == g_.compute ? std::string("T") : codegen::storage_name(d);
   };
-  std::string p;
-  for (std::size_t k = 0; k < g_.inputs.size(); ++k)
-    p += fmt::format("{}const {}* __restrict__ in{}", p.empty() ? "" : ", ",
-                     storage_name(g_.inputs[k].type.dtype), k);
+  std::string p = input_parameters();
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
     p += fmt::format("{}{}* __restrict__ out{}", p.empty() ? "" : ", ",
                      storage_name(g_.operand_dtype(g_.outputs[k])), k);
@@ -211,6 +222,16 @@ std::string Writer::parameters(std::int64_t splits) const {
                      r == 0 ? std::string() : std::to_string(r));
   for (std::size_t w = 0; w < g_.row_outputs.size(); ++w)
     p += fmt::format(", {}* __restrict__ row_out{}", storage_name(g_.row_outputs[w].type.dtype), w);
+  return p;
+}
+
+std::string Writer::input_parameters() const {
+  std::string p;
+  for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
+    const DType d = g_.inputs[k].type.dtype;
+    p += fmt::format("{}const {}* __restrict__ in{}", p.empty() ? "" : ", ",
+                     d == g_.compute ? std::string("T") : storage_name(d), k);
+  }
   return p;
 }
 
@@ -279,6 +300,7 @@ bool Writer::exact_in_dtype(std::size_t i) const {
 std::string Writer::compute(const std::string& indent, const std::string& lane,
                             const std::vector<char>* needed) const {
   std::string out;
+  if (needed == nullptr && !pass_instrs_.empty()) needed = &pass_instrs_;
   for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
     if (needed != nullptr && !(*needed)[i]) continue;
     std::vector<std::string> args;

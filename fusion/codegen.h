@@ -23,8 +23,12 @@ struct CudaKernelSource {
   // order, reduction r's at partial + r * reduced_outputs * splits.
   std::int64_t splits = 1;
   std::int64_t reduced_outputs = 0;
-  int reductions = 0;      // the last `reductions` parameters (and node outputs) are reduced values
-  bool warp_jobs = false;  // staged groups: a warp per work item (row), not a block
+  // The parameters (and node outputs) after the elementwise outputs: `reductions` reduced values,
+  // then `row_outputs` row outputs (fusion/fused_group.h). Where a split group has row outputs,
+  // its finisher computes them: (partial, reduced..., inputs..., row outputs...).
+  int reductions = 0;
+  int row_outputs = 0;
+  bool warp_jobs = false;   // staged groups: a warp per work item (row), not a block
   std::string finish_name;  // empty when splits == 1
 };
 

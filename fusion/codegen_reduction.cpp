@@ -157,7 +157,44 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += "      if (threadIdx.x == 0u) " +
            store_reduced("job", reduction_name("acc", r), splits, r) + "\n";
+  if (splits == 1 && !g_.row_outputs.empty()) {  // else the finisher computes them
+    std::vector<std::string> finals;
+    for (std::size_t r = 0; r < reds.size(); ++r) finals.push_back(reduction_name("acc", r));
+    out += "      if (threadIdx.x == 0u) {\n" +
+           row_outputs_code("        ", "job", "base", finals) + "      }\n";
+  }
   out += "    }\n    __syncthreads();\n  }\n";
+  return out;
+}
+
+std::string Writer::row_outputs_code(const std::string& indent, const std::string& row,
+                                     const std::string& element,
+                                     const std::vector<std::string>& finals) const {
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  std::string out;
+  for (std::size_t r = 0; r < reds.size(); ++r)  // rounded as stored, as a staged group keeps it
+    out += fmt::format("{}const T row{} = {};\n", indent, r,
+                       widen(reds[r]->type.dtype, narrow(reds[r]->type.dtype, finals[r])));
+  const std::vector<char> needed = g_.row_output_instrs();
+  std::vector<char> read(g_.inputs.size(), 0);
+  auto mark = [&](const Operand& o) {
+    if (o.kind == Operand::Kind::input) read[static_cast<std::size_t>(o.index)] = 1;
+  };
+  for (std::size_t i = 0; i < g_.instrs.size(); ++i)
+    if (needed[i])
+      for (const Operand& a : g_.instrs[i].args) mark(a);
+  for (const RowOutput& w : g_.row_outputs) mark(w.value);
+  for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
+    if (!read[k] || plans_[k].access == Access::scalar) continue;  // scalars: hoisted
+    const std::string off =
+        plans_[k].access == Access::contiguous ? element : offset_expr(plans_[k].walk, element);
+    out += fmt::format("{}const T x{} = {};\n", indent, k,
+                       widen(g_.inputs[k].type.dtype, fmt::format("in{}[{}]", k, off)));
+  }
+  out += compute(indent, "", &needed);
+  for (std::size_t w = 0; w < g_.row_outputs.size(); ++w)
+    out += fmt::format("{}row_out{}[{}] = {};\n", indent, w, row,
+                       narrow(g_.row_outputs[w].type.dtype, operand(g_.row_outputs[w].value, "")));
   return out;
 }
 
@@ -174,7 +211,8 @@ int Writer::reduction_lanes() const {
 // Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
 // output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
 bool Writer::columns_reduced() const {
-  if (!g_.more_reductions.empty()) return false;  // the row-by-row body takes several
+  // The row-by-row body takes several reductions, and row outputs.
+  if (!g_.more_reductions.empty() || !g_.row_outputs.empty()) return false;
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
          axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
@@ -228,34 +266,52 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
 }
 
 // Combines each output's partial results in split order (deterministic: no atomics); with
-// several reductions, reduction r's partials follow at partial + r * outputs * splits.
+// several reductions, reduction r's partials follow at partial + r * outputs * splits. A group
+// with row outputs also takes its inputs and computes those once an output's sums are final.
 std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
+  const bool rows = !g_.row_outputs.empty();
   std::string params;
   for (std::size_t r = 0; r < reds.size(); ++r)
     params += fmt::format(
         ", {}* __restrict__ {}",
         reds[r]->type.dtype == g_.compute ? std::string("T") : storage_name(reds[r]->type.dtype),
         reduction_name("reduced", r));
+  if (rows) {
+    params += ", " + input_parameters();
+    for (std::size_t w = 0; w < g_.row_outputs.size(); ++w)
+      params += fmt::format(", {}* __restrict__ row_out{}",
+                            g_.row_outputs[w].type.dtype == g_.compute
+                                ? std::string("T")
+                                : storage_name(g_.row_outputs[w].type.dtype),
+                            w);
+  }
   std::string out = fmt::format(
       "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}) {{\n", params);
   out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs,
                      splits);
+  if (rows) out += offsets() + hoisted_scalars();
   out +=
       "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += "
       "(long long)gridDim.x * blockDim.x) {\n";
+  std::vector<std::string> finals;
   for (std::size_t r = 0; r < reds.size(); ++r) {
     const std::string part =
         r == 0 ? "partial" : fmt::format("(partial + {}LL * n_out * splits)", r);
-    const std::string combine = reduction_combine(*reds[r], "acc", "v");
-    out += r == 0 ? "" : "    {\n";
-    out += fmt::format("    T acc = {}[o * splits];\n", part);
+    const std::string acc = reduction_name("acc", r);
+    out += fmt::format("    T {} = {}[o * splits];\n", acc, part);
     out += fmt::format(
-        "    for (long long c = 1; c < splits; ++c) {{ const T v = {}[o * splits + c]; acc = "
+        "    for (long long c = 1; c < splits; ++c) {{ const T v = {}[o * splits + c]; {} = "
         "{}; }}\n",
-        part, combine);
-    out += "    " + store_reduced("o", "acc", 1, r) + "\n";
-    out += r == 0 ? "" : "    }\n";
+        part, acc, reduction_combine(*reds[r], acc, "v"));
+    out += "    " + store_reduced("o", acc, 1, r) + "\n";
+    finals.push_back(acc);
+  }
+  if (rows) {
+    const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
+    out += fmt::format("    const long long base = {};\n",
+                       coordinate_sum(axes.kept_sizes, axes.kept_strides, "o"));
+    out += row_outputs_code("    ", "o", "base", finals);
   }
   out += "  }\n}\n";
   return out;

@@ -71,9 +71,11 @@ class Writer {
   static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output,
                                        std::int64_t blocks, std::int64_t least);
   std::string parameters(std::int64_t splits) const;
+  std::string input_parameters() const;  // "const T* __restrict__ in0, ..."
   std::string offsets() const;
   std::string operand(const Operand& op, const std::string& lane) const;
-  // `needed`: only the instructions it marks (a staged group's earlier passes).
+  // `needed`: only the instructions it marks (a staged group's earlier passes; by default
+  // pass_instrs_ where that is set).
   std::string compute(const std::string& indent, const std::string& lane,
                       const std::vector<char>* needed = nullptr) const;
   bool exact_in_dtype(std::size_t instr) const;
@@ -122,6 +124,11 @@ class Writer {
   int reduction_lanes() const;
   std::string column_reduction_body(std::int64_t splits) const;
   std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
+  // A rows_finish_only group's row outputs of row `row` (C expressions), from the reductions'
+  // final values `finals` and the inputs at `element` (any element of the row).
+  std::string row_outputs_code(const std::string& indent, const std::string& row,
+                               const std::string& element,
+                               const std::vector<std::string>& finals) const;
   bool columns_reduced() const;
   std::string store_reduced(const std::string& index, const std::string& value, std::int64_t splits,
                             std::size_t r = 0) const;
@@ -130,6 +137,9 @@ class Writer {
   std::string t_;  // the compute type's name
   std::vector<InputPlan> plans_;
   int lanes_ = 4;  // of the vector path, when there is one
+  // A long-row group's instructions that its pass over the elements computes (those the
+  // outputs and reductions read); empty for every other group.
+  std::vector<char> pass_instrs_;
 };
 
 }  // namespace kiln::codegen

@@ -78,14 +78,22 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
   std::vector<const void*> pointers(inputs.begin(), inputs.end());
   pointers.insert(pointers.end(), outputs.begin(), outputs.end());
   // With splits the main kernel writes each reduction's partial results and the finisher the
-  // reduced outputs (the last `reductions` pointers).
+  // reduced outputs (the `reductions` pointers before the row outputs, which are the last) and,
+  // where the group has them, from its inputs the row outputs.
   std::vector<const void*> finish_pointers;
   if (finish_) {
     finish_pointers.push_back(partial_);
-    const std::size_t first = pointers.size() - static_cast<std::size_t>(source_.reductions);
-    for (std::size_t r = 0; r < static_cast<std::size_t>(source_.reductions); ++r) {
+    const auto reductions = static_cast<std::size_t>(source_.reductions);
+    const auto rows = static_cast<std::size_t>(source_.row_outputs);
+    const std::size_t first = pointers.size() - reductions - rows;
+    for (std::size_t r = 0; r < reductions; ++r) {
       finish_pointers.push_back(pointers[first + r]);
       pointers[first + r] = static_cast<const char*>(partial_) + r * partial_stride_;
+    }
+    if (rows > 0) {
+      finish_pointers.insert(finish_pointers.end(), inputs.begin(), inputs.end());
+      finish_pointers.insert(finish_pointers.end(),
+                             outputs.end() - static_cast<std::ptrdiff_t>(rows), outputs.end());
     }
   }
   std::vector<void*> args;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace kiln {
 namespace {
@@ -85,19 +86,46 @@ std::vector<const FusedReduction*> FusedGroup::reductions() const {
   return all;
 }
 
-std::vector<char> FusedGroup::stage_instrs(int stage) const {
+std::vector<char> FusedGroup::instrs_read_by(std::vector<Operand> values) const {
   std::vector<char> mark(instrs.size(), 0);
-  std::vector<Operand> stack;
-  for (const FusedReduction* r : reductions())
-    if (r->stage == stage) stack.push_back(r->value);
-  while (!stack.empty()) {
-    const Operand op = stack.back();
-    stack.pop_back();
+  while (!values.empty()) {
+    const Operand op = values.back();
+    values.pop_back();
     if (op.kind != Operand::Kind::instr || mark[static_cast<std::size_t>(op.index)]) continue;
     mark[static_cast<std::size_t>(op.index)] = 1;
-    for (const Operand& a : instrs[static_cast<std::size_t>(op.index)].args) stack.push_back(a);
+    for (const Operand& a : instrs[static_cast<std::size_t>(op.index)].args) values.push_back(a);
   }
   return mark;
+}
+
+std::vector<char> FusedGroup::stage_instrs(int stage) const {
+  std::vector<Operand> values;
+  for (const FusedReduction* r : reductions())
+    if (r->stage == stage) values.push_back(r->value);
+  return instrs_read_by(std::move(values));
+}
+
+std::vector<char> FusedGroup::row_output_instrs() const {
+  std::vector<Operand> values;
+  for (const RowOutput& w : row_outputs) values.push_back(w.value);
+  return instrs_read_by(std::move(values));
+}
+
+bool FusedGroup::rows_finish_only() const {
+  if (row_outputs.empty() || stage_count() != 1) return false;
+  // Instructions are in order: each one's operands come before it.
+  std::vector<char> after(instrs.size(), 0);  // reads a reduced value, directly or not
+  auto reads_reduced = [&](const Operand& o) {
+    return o.kind == Operand::Kind::reduced ||
+           (o.kind == Operand::Kind::instr && after[static_cast<std::size_t>(o.index)]);
+  };
+  for (std::size_t i = 0; i < instrs.size(); ++i)
+    after[i] = std::any_of(instrs[i].args.begin(), instrs[i].args.end(), reads_reduced);
+  for (const Operand& o : outputs)
+    if (reads_reduced(o)) return false;
+  for (const FusedReduction* r : reductions())
+    if (reads_reduced(r->value)) return false;
+  return true;
 }
 
 DType FusedGroup::operand_dtype(const Operand& op) const {
@@ -141,7 +169,9 @@ std::string FusedGroup::summary() const {
     if (uses) stored += std::string(stored.empty() ? "" : "+") + std::string(dtype_name(d));
   }
   const std::string stages =
-      staged() ? fmt::format(", {} passes a row", stage_count() + (outputs.empty() ? 0 : 1)) : "";
+      rows_finish_only() ? fmt::format(", {} row outputs", row_outputs.size())
+      : staged() ? fmt::format(", {} passes a row", stage_count() + (outputs.empty() ? 0 : 1))
+                 : "";
   return fmt::format("{} ops ({}) over {}{}{}", instrs.size() + reductions().size(), ops,
                      shape.str(), stages,
                      stored.empty() ? "" : fmt::format(", {} storage, f32 math", stored));

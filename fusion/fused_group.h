@@ -87,8 +87,17 @@ class FusedGroup final : public NodeBody {
   // adjacent axes is kept (a row is one index of it).
   bool staged() const;
   int stage_count() const;  // 1 + the last reduction's stage; 0 without reductions
+  // Per instruction, whether one of `values` reads it (directly or through instructions).
+  std::vector<char> instrs_read_by(std::vector<Operand> values) const;
   // Per instruction, whether pass `stage` computes it: the reductions of that stage read it.
   std::vector<char> stage_instrs(int stage) const;
+  // Per instruction, whether a row output reads it.
+  std::vector<char> row_output_instrs() const;
+  // Whether the reductions are read by the row outputs only (one stage, and no elementwise
+  // output or reduction reads a reduced value): the row outputs can then be computed once each
+  // row's reductions are final, after an ordinary reduction (the GPU's finisher: batch norm's
+  // per-channel statistics of long rows, codegen_reduction.cpp).
+  bool rows_finish_only() const;
 
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
   void run_cpu(const KernelCall& call) const override;

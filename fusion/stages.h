@@ -29,10 +29,15 @@ struct StageOptions {
   // Groups of fewer rows only when small: one row is one thread's (or block's) work.
   std::int64_t min_rows = 1;
   std::int64_t small_elements = 0;  // groups of at most this many elements take any row count
+  // Rows past max_row_elements may still take row outputs where those are all that reads the
+  // reductions (FusedGroup::rows_finish_only: computed by the reduction's finisher, not by a
+  // pass over the row).
+  bool finish_row_outputs = false;
 };
 
 // The policies of the two backends: rows of at most 1024 elements; on the CPU at least 8 rows
-// or 2^16 elements (one thread takes a block of rows); on the GPU any number (a block a row).
+// or 2^16 elements (one thread takes a block of rows); on the GPU any number (a block a row),
+// and row outputs on rows of any length (finish_row_outputs).
 StageOptions cpu_stage_options();
 StageOptions cuda_stage_options();
 

@@ -237,7 +237,8 @@ TEST_CASE("golden: sibling reductions keep an accumulator, a result and partials
   CHECK(contains(k.source,
                  "(const T* __restrict__ partial, T* __restrict__ reduced, T* "
                  "__restrict__ reduced1)"));
-  CHECK(contains(k.source, "T acc = (partial + 1LL * n_out * splits)[o * splits];"));
+  CHECK(contains(k.source, "T acc1 = (partial + 1LL * n_out * splits)[o * splits];"));
+  CHECK(contains(k.source, "    reduced1[o] = acc1;"));
 }
 
 TEST_CASE(

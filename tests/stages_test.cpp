@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "fusion/codegen.h"
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
 #include "fusion/stages.h"
@@ -16,6 +17,10 @@
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 #include "tests/support.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "gpu/nvrtc_compiler.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -112,6 +117,45 @@ TEST_CASE("batch norm's statistics, normalisation and backward as staged groups,
   }
 }
 
+// Rows past the stage pass's length (cuda_stage_options: 1024) take row outputs only where
+// nothing else reads the reductions, and the group stays one pass over the rows whose
+// finisher computes them (8192 elements a row here: a split reduction on the GPU).
+TEST_CASE("batch norm's per-channel values join its long rows' statistics as row outputs") {
+  const Graph g = batch_norm_step({8, 3, 32, 32});
+  const Staged s = stage(g, cuda_stage_options());
+  int late = 0;
+  for (const Node& n : s.graph.nodes()) {
+    const FusedGroup* body = fused_group_of(n);
+    if (body == nullptr || !body->reduction) continue;
+    CHECK(body->stage_count() == 1);  // no pass over a long row reads a statistic
+    if (!body->row_outputs.empty()) {
+      CHECK(body->rows_finish_only());
+      CHECK(!body->row_output_instrs().empty());
+      ++late;
+    }
+  }
+  CHECK(late >= 2);                        // the forward's mean and variance, the backward's sums
+  for (const Node& n : s.graph.nodes()) {  // the GPU's kernels: a finisher with the row outputs
+    const FusedGroup* body = fused_group_of(n);
+    if (body == nullptr || body->row_outputs.empty()) continue;
+    const CudaKernelSource k = generate_cuda(*body);
+    CAPTURE(k.source);
+    CHECK(!k.warp_jobs);
+    CHECK(k.splits > 1);
+    CHECK(k.row_outputs == static_cast<int>(body->row_outputs.size()));
+    CHECK(k.source.find("row_out0[o] = ") > k.source.find(k.finish_name + "("));
+#ifdef KILN_HAVE_CUDA
+    CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
+#endif
+  }
+  StageOptions no_rows = cuda_stage_options();
+  no_rows.finish_row_outputs = false;
+  CHECK(stage(g, no_rows).graph.nodes().size() >= s.graph.nodes().size() + 2);
+  const std::vector<Feed> feeds = random_feeds(g, 41);
+  check_close(compile(s.graph, {.fuse = false})->run(feeds),
+              compile(g, {.fuse = false})->run(feeds), 2e-5);
+}
+
 TEST_CASE("a staged group gives the same bits for any number of threads") {
   const Graph g = batch_norm_step({8, 6, 9, 9});
   const Staged s = stage(g, kAnyRow);
@@ -162,7 +206,10 @@ TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm b
     const Graph g = softmax_loss(rows);
     test::check_gpu_matches_cpu(g, random_feeds(g, 31), 1e-4);
   }
-  for (const Shape& shape : {Shape{6, 5, 3, 7}, Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5}}) {
+  // Short rows (a warp a row), then long ones whose finisher computes the row outputs: split
+  // (8 x 32 x 32 = 8192 elements a row) and not (2048 rows of 1089: one block a row).
+  for (const Shape& shape : {Shape{6, 5, 3, 7}, Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5},
+                             Shape{8, 3, 32, 32}, Shape{1, 2048, 33, 33}}) {
     CAPTURE(shape.str());
     const Graph g = batch_norm_step(shape);
     test::check_gpu_matches_cpu(g, random_feeds(g, 37), 1e-4);
