@@ -19,8 +19,8 @@ struct CudaKernelSource {
   int vector_width = 1;         // f32 groups: 4 (float4); 16-bit groups: 8 or 4; 1: no vector path
   // A reduction with few outputs over many elements is split: `name` writes reduced_outputs x
   // splits partial results (its last parameters are then scratch buffers of that many values, one
-  // per reduction) and `finish_name` (partial, reduced...) combines each output's partials in
-  // order, reduction r's at partial + r * reduced_outputs * splits.
+  // per reduction) and `finish_name` (partial, reduced...; a warp an output) combines each
+  // output's partials in a fixed order, reduction r's at partial + r * reduced_outputs * splits.
   std::int64_t splits = 1;
   std::int64_t reduced_outputs = 0;
   // The parameters (and node outputs) after the elementwise outputs: `reductions` reduced values,

@@ -265,9 +265,11 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   return out;
 }
 
-// Combines each output's partial results in split order (deterministic: no atomics); with
-// several reductions, reduction r's partials follow at partial + r * outputs * splits. A group
-// with row outputs also takes its inputs and computes those once an output's sums are final.
+// Combines each output's partial results, a warp an output, in a fixed order (deterministic: no
+// atomics); with several reductions, reduction r's partials follow at partial + r * outputs *
+// splits. A group with row outputs also takes its inputs and computes those once an output's
+// sums are final. (A thread an output, adding its partials one after another, took 5-7 us for
+// batch norm's 64 channels x 32 splits on the H200, ncu: one block, each load waiting on L2.)
 std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const bool rows = !g_.row_outputs.empty();
@@ -291,27 +293,36 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) con
   out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs,
                      splits);
   if (rows) out += offsets() + hoisted_scalars();
+  // A warp an output: lane l combines partials l, l + 32, ... in order, then a butterfly
+  // combines the lanes (each pair in a fixed order: every lane ends with the same bits).
+  out += "  const unsigned lane = threadIdx.x & 31u;\n";
+  out += "  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;\n";
   out +=
-      "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += "
-      "(long long)gridDim.x * blockDim.x) {\n";
+      "  for (long long o = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < n_out; "
+      "o += warps) {\n";
   std::vector<std::string> finals;
   for (std::size_t r = 0; r < reds.size(); ++r) {
     const std::string part =
         r == 0 ? "partial" : fmt::format("(partial + {}LL * n_out * splits)", r);
     const std::string acc = reduction_name("acc", r);
-    out += fmt::format("    T {} = {}[o * splits];\n", acc, part);
+    out += fmt::format("    T {} = {};\n", acc, reduction_identity(*reds[r], g_.compute));
     out += fmt::format(
-        "    for (long long c = 1; c < splits; ++c) {{ const T v = {}[o * splits + c]; {} = "
+        "    for (long long c = lane; c < splits; c += 32) {{ const T v = {}[o * splits + c]; {} = "
         "{}; }}\n",
         part, acc, reduction_combine(*reds[r], acc, "v"));
-    out += "    " + store_reduced("o", acc, 1, r) + "\n";
+    out += fmt::format(
+        "    for (int mask = 16; mask > 0; mask >>= 1) {{ const T other = "
+        "__shfl_xor_sync(0xffffffffu, {0}, mask); {0} = {1}; }}\n",
+        acc, reduction_combine(*reds[r], acc, "other"));
+    out += "    if (lane == 0u) " + store_reduced("o", acc, 1, r) + "\n";
     finals.push_back(acc);
   }
   if (rows) {
     const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
-    out += fmt::format("    const long long base = {};\n",
+    out += "    if (lane == 0u) {\n";
+    out += fmt::format("      const long long base = {};\n",
                        coordinate_sum(axes.kept_sizes, axes.kept_strides, "o"));
-    out += row_outputs_code("    ", "o", "base", finals);
+    out += row_outputs_code("      ", "o", "base", finals) + "    }\n";
   }
   out += "  }\n}\n";
   return out;

@@ -60,7 +60,7 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
   }
   if (source_.splits <= 1) return;
   finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name);
-  finish_shape_ = choose_launch(*finish_, source_.reduced_outputs, 1);
+  finish_shape_ = choose_launch(*finish_, source_.reduced_outputs * 32, 1);  // a warp an output
   const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
   // One partial result per output and split (work_items counts jobs: a column job covers 32
   // outputs).

@@ -237,12 +237,12 @@ TEST_CASE("golden: sibling reductions keep an accumulator, a result and partials
   CHECK(contains(k.source,
                  "(const T* __restrict__ partial, T* __restrict__ reduced, T* "
                  "__restrict__ reduced1)"));
-  CHECK(contains(k.source, "T acc1 = (partial + 1LL * n_out * splits)[o * splits];"));
-  CHECK(contains(k.source, "    reduced1[o] = acc1;"));
+  CHECK(contains(k.source, "const T v = (partial + 1LL * n_out * splits)[o * splits + c]; acc1 ="));
+  CHECK(contains(k.source, "if (lane == 0u) reduced1[o] = acc1;"));
 }
 
 TEST_CASE(
-    "golden: a bias gradient over [64, 32, 28, 28] is split across blocks and finished in order") {
+    "golden: a bias gradient over [64, 32, 28, 28] is split across blocks and finished by warps") {
   Graph g;
   const Value dy = g.input("dy", {64, 32, 28, 28});
   g.output("db", sum(dy * 2.0, {0, 2, 3}));
@@ -255,9 +255,12 @@ TEST_CASE(
   CHECK(contains(k.source, "const long long chunk = 784LL;"));
   CHECK(contains(k.source, "extern \"C\" __global__ void " + k.finish_name +
                                "(const T* __restrict__ partial, T* __restrict__ reduced)"));
+  // A warp an output: each lane its partials in order, then the lanes in a butterfly.
   CHECK(contains(k.source,
-                 "for (long long c = 1; c < splits; ++c) { const T v = partial[o * splits + c]; "
-                 "acc = (acc + v); }"));
+                 "for (long long c = lane; c < splits; c += 32) { const T v = partial[o * splits + "
+                 "c]; acc = (acc + v); }"));
+  CHECK(contains(k.source, "__shfl_xor_sync(0xffffffffu, acc, mask); acc = (acc + other); }"));
+  CHECK(contains(k.source, "if (lane == 0u) reduced[o] = acc;"));
 }
 
 TEST_CASE(
