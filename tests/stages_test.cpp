@@ -156,6 +156,27 @@ TEST_CASE("batch norm's per-channel values join its long rows' statistics as row
               compile(g, {.fuse = false})->run(feeds), 2e-5);
 }
 
+// rows_finish_only is what lets a long row take row outputs: never where a later pass or an
+// elementwise output reads a reduction (softmax's stages), and the CPU's policy never asks.
+TEST_CASE("row outputs on long rows only where nothing but them reads the reductions") {
+  const Staged softmax = stage(softmax_loss(37), kAnyRow);
+  int multi_stage = 0;
+  for (const Node& n : softmax.graph.nodes()) {
+    const FusedGroup* body = fused_group_of(n);
+    if (body == nullptr || body->stage_count() < 2) continue;
+    ++multi_stage;
+    CHECK(!body->rows_finish_only());
+  }
+  CHECK(multi_stage >= 1);
+  const Staged cpu = stage(batch_norm_step({8, 3, 32, 32}), cpu_stage_options());
+  for (const Node& n : cpu.graph.nodes()) {
+    const FusedGroup* body = fused_group_of(n);
+    if (body == nullptr || !body->reduction) continue;
+    const bool long_rows = body->shape.numel() / body->reduction->type.shape.numel() > 1024;
+    CHECK((!long_rows || body->row_outputs.empty()));
+  }
+}
+
 TEST_CASE("a staged group gives the same bits for any number of threads") {
   const Graph g = batch_norm_step({8, 6, 9, 9});
   const Staged s = stage(g, kAnyRow);
