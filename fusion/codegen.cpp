@@ -207,30 +207,30 @@ std::int64_t Writer::reduction_splits(std::int64_t outputs, std::int64_t per_out
 }
 
 // A split reduction's main kernel writes partial results of the compute type into scratch.
+std::string Writer::pointer_type(DType stored) const {
+  return stored == g_.compute ? std::string("T") : storage_name(stored);
+}
+
 std::string Writer::parameters(std::int64_t splits) const {
-  auto storage_name = [this](DType d) {  // "T" where values are stored as they compute
-    return d == g_.compute ? std::string("T") : codegen::storage_name(d);
-  };
   std::string p = input_parameters();
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
     p += fmt::format("{}{}* __restrict__ out{}", p.empty() ? "" : ", ",
-                     storage_name(g_.operand_dtype(g_.outputs[k])), k);
+                     pointer_type(g_.operand_dtype(g_.outputs[k])), k);
   const std::vector<const FusedReduction*> reds = g_.reductions();
   for (std::size_t r = 0; r < reds.size(); ++r)
     p += fmt::format("{}{}* __restrict__ reduced{}", p.empty() ? "" : ", ",
-                     splits > 1 ? std::string("T") : storage_name(reds[r]->type.dtype),
+                     splits > 1 ? std::string("T") : pointer_type(reds[r]->type.dtype),
                      r == 0 ? std::string() : std::to_string(r));
   for (std::size_t w = 0; w < g_.row_outputs.size(); ++w)
-    p += fmt::format(", {}* __restrict__ row_out{}", storage_name(g_.row_outputs[w].type.dtype), w);
+    p += fmt::format(", {}* __restrict__ row_out{}", pointer_type(g_.row_outputs[w].type.dtype), w);
   return p;
 }
 
 std::string Writer::input_parameters() const {
   std::string p;
   for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
-    const DType d = g_.inputs[k].type.dtype;
     p += fmt::format("{}const {}* __restrict__ in{}", p.empty() ? "" : ", ",
-                     d == g_.compute ? std::string("T") : storage_name(d), k);
+                     pointer_type(g_.inputs[k].type.dtype), k);
   }
   return p;
 }

@@ -13,15 +13,14 @@ namespace kiln::codegen {
 // The table's words of a segment: n, first tile, vectors, inputs, outputs (see
 // generate_cuda_horizontal).
 std::string Writer::segment_pointers() const {
-  auto storage = [this](DType d) { return d == g_.compute ? std::string("T") : storage_name(d); };
   std::string out;
   const std::size_t inputs = g_.inputs.size();
   for (std::size_t k = 0; k < inputs; ++k)
     out += fmt::format("  const {0}* __restrict__ in{1} = (const {0}*)seg[{2}];\n",
-                       storage(g_.inputs[k].type.dtype), k, 3 + k);
+                       pointer_type(g_.inputs[k].type.dtype), k, 3 + k);
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
     out += fmt::format("  {0}* __restrict__ out{1} = ({0}*)seg[{2}];\n",
-                       storage(g_.operand_dtype(g_.outputs[k])), k, 3 + inputs + k);
+                       pointer_type(g_.operand_dtype(g_.outputs[k])), k, 3 + inputs + k);
   return out;
 }
 

@@ -20,6 +20,13 @@ std::string reduction_combine(const FusedReduction& red, const std::string& acc,
   return fmt::format("(({1}) != ({1}) ? ({1}) : {0})", combined, value);
 }
 
+std::string warp_butterfly(const FusedReduction& red, const std::string& acc) {
+  return fmt::format(
+      "for (int mask = 16; mask > 0; mask >>= 1) {{ const T other = __shfl_xor_sync(0xffffffffu, "
+      "{0}, mask); {0} = {1}; }}",
+      acc, reduction_combine(red, acc, "other"));
+}
+
 ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes) {
   ReductionAxes r;
   const std::vector<std::int64_t> dense = shape.strides();
@@ -275,18 +282,13 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) con
   const bool rows = !g_.row_outputs.empty();
   std::string params;
   for (std::size_t r = 0; r < reds.size(); ++r)
-    params += fmt::format(
-        ", {}* __restrict__ {}",
-        reds[r]->type.dtype == g_.compute ? std::string("T") : storage_name(reds[r]->type.dtype),
-        reduction_name("reduced", r));
+    params += fmt::format(", {}* __restrict__ {}", pointer_type(reds[r]->type.dtype),
+                          reduction_name("reduced", r));
   if (rows) {
     params += ", " + input_parameters();
     for (std::size_t w = 0; w < g_.row_outputs.size(); ++w)
       params += fmt::format(", {}* __restrict__ row_out{}",
-                            g_.row_outputs[w].type.dtype == g_.compute
-                                ? std::string("T")
-                                : storage_name(g_.row_outputs[w].type.dtype),
-                            w);
+                            pointer_type(g_.row_outputs[w].type.dtype), w);
   }
   std::string out = fmt::format(
       "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}) {{\n", params);
@@ -310,10 +312,7 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) con
         "    for (long long c = lane; c < splits; c += 32) {{ const T v = {}[o * splits + c]; {} = "
         "{}; }}\n",
         part, acc, reduction_combine(*reds[r], acc, "v"));
-    out += fmt::format(
-        "    for (int mask = 16; mask > 0; mask >>= 1) {{ const T other = "
-        "__shfl_xor_sync(0xffffffffu, {0}, mask); {0} = {1}; }}\n",
-        acc, reduction_combine(*reds[r], acc, "other"));
+    out += "    " + warp_butterfly(*reds[r], acc) + "\n";
     out += "    if (lane == 0u) " + store_reduced("o", acc, 1, r) + "\n";
     finals.push_back(acc);
   }

@@ -73,10 +73,7 @@ std::string Writer::stage_pass(int stage) const {
     if (reds[r]->stage != stage) continue;
     const std::string acc = fmt::format("acc{}", r);
     const DType stored = reds[r]->type.dtype;
-    out += fmt::format(
-        "      for (int mask = 16; mask > 0; mask >>= 1) {{ const T other = "
-        "__shfl_xor_sync(0xffffffffu, {0}, mask); {0} = {1}; }}\n",
-        acc, reduction_combine(*reds[r], acc, "other"));
+    out += "      " + warp_butterfly(*reds[r], acc) + "\n";
     out += fmt::format("      if (lane == 0u) reduced{}[job] = {};\n",
                        r == 0 ? std::string() : std::to_string(r), narrow(stored, acc));
     out += fmt::format("      row{} = {};\n", r, widen(stored, narrow(stored, acc)));

@@ -33,6 +33,9 @@ const char* low_precision_prelude();
 std::string reduction_identity(const FusedReduction& red, DType compute);
 std::string reduction_combine(const FusedReduction& red, const std::string& acc,
                               const std::string& value);
+// A warp's butterfly over `acc` (one statement): each pair of lanes combined in a fixed order,
+// so that every lane ends with the same bits.
+std::string warp_butterfly(const FusedReduction& red, const std::string& acc);
 
 // Merged axes of the iteration space, split into kept and reduced ones.
 struct ReductionAxes {
@@ -71,6 +74,9 @@ class Writer {
   static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output,
                                        std::int64_t blocks, std::int64_t least);
   std::string parameters(std::int64_t splits) const;
+  // A pointer's element type in generated code: "T" where values are stored as they compute,
+  // else the storage (bf16/f16 bit patterns).
+  std::string pointer_type(DType stored) const;
   std::string input_parameters() const;  // "const T* __restrict__ in0, ..."
   std::string offsets() const;
   std::string operand(const Operand& op, const std::string& lane) const;

@@ -35,7 +35,7 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned 
 }
 
 // Thread block clusters (sm_90): a kernel launched with a cluster dimension (gpu::LoadedKernel::
-// launch) runs its blocks in groups placed together, which may read and write each other's
+// launch_clusters) runs its blocks in groups placed together, which may read and write each other's
 // shared memory (distributed shared memory).
 // This block's rank in its cluster (blocks of a cluster of (n, 1, 1) are n consecutive x).
 __device__ __forceinline__ unsigned cluster_rank() {
