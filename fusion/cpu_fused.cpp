@@ -1,8 +1,9 @@
 // The CPU evaluator of fused groups: the iteration space is cut into tiles that stay in
 // cache; each instruction runs its op's elementwise loop over the tile, so intermediates
 // live only in per-thread tile registers (an instruction that is a group output computes
-// straight into it). Broadcast
-// inputs are gathered per tile; a reduction accumulates per thread and is combined last.
+// straight into it). A broadcast input that is one value over a tile (a channel's scale over
+// an image) is read as that value; other broadcast inputs are gathered per tile. A reduction
+// accumulates per block of tiles and the blocks are combined last, in order.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +21,23 @@ namespace {
 
 using namespace cpu_tiles;
 
+struct TileSpan {
+  std::int64_t start, count;
+};
+
+// The tiles of n elements: runs of `run` elements (n when the tiles need not respect any),
+// each cut into pieces of `piece` elements (the last piece of a run may be shorter).
+struct TileSpans {
+  std::int64_t n, run, piece;
+  std::int64_t per_run() const { return (run + piece - 1) / piece; }
+  std::int64_t count() const { return n / run * per_run(); }  // run divides n
+  TileSpan operator[](std::int64_t t) const {
+    const std::int64_t r = t / per_run(), p = t % per_run();
+    const std::int64_t start = r * run + p * piece;
+    return {start, std::min({piece, run - p * piece, n - start})};
+  }
+};
+
 template <class T>
 class TileEvaluator {
  public:
@@ -29,8 +47,12 @@ class TileEvaluator {
         gathered_(g.inputs.size() * kTile),
         regs_(g.instrs.size() * kTile),
         output_of_instr_(g.instrs.size(), -1),
-        results_(g.instrs.size()) {
-    for (const FusedInput& in : g.inputs) walks_.emplace_back(g.shape, in.strides);
+        results_(g.instrs.size()),
+        steps_(g.instrs.size(), 1) {
+    for (const FusedInput& in : g.inputs) {
+      walks_.emplace_back(g.shape, in.strides);
+      contiguous_.push_back(in.contiguous(g.shape));
+    }
     // An instruction whose value is a group output computes straight into that output
     // (a node's outputs never share its inputs' buffers: backends/plan.cpp frees a slot
     // only after its last reader), which saves copying it out of the tile registers.
@@ -50,15 +72,24 @@ class TileEvaluator {
       const T* args[8];
       std::int64_t steps[8];
       T literals[8];
-      for (std::size_t a = 0; a < instr.args.size(); ++a)
+      bool uniform = true;  // every argument one value over the tile
+      for (std::size_t a = 0; a < instr.args.size(); ++a) {
         operand(instr.args[a], args[a], steps[a], literals[a]);
+        uniform = uniform && steps[a] == 0;
+      }
       const int out = output_of_instr_[i];
-      T* result = out >= 0 ? call_.outputs[static_cast<std::size_t>(out)].template data<T>() + start
-                           : &regs_[i * kTile];
+      T* output = out >= 0 ? call_.outputs[static_cast<std::size_t>(out)].template data<T>() + start
+                           : nullptr;
+      // A value that is the same over the tile (a channel's coefficient computed from its
+      // per-channel inputs, a broadcast_to of one) is computed once and read as a scalar.
+      T* result = uniform || output == nullptr ? &regs_[i * kTile] : output;
+      const std::int64_t computed = uniform ? 1 : count;
       results_[i] = result;
-      loop_of<T> (*instr.op)(args, steps, result, count);
+      steps_[i] = uniform ? 0 : 1;
+      loop_of<T> (*instr.op)(args, steps, result, computed);
       if constexpr (std::is_same_v<T, float>)
-        if (is_low_precision(instr.dtype)) round_to(instr.dtype, result, count);
+        if (is_low_precision(instr.dtype)) round_to(instr.dtype, result, computed);
+      if (uniform && output != nullptr) std::fill_n(output, count, result[0]);
     }
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       const Operand& operand_o = g_.outputs[o];
@@ -74,6 +105,19 @@ class TileEvaluator {
         std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
       else
         std::fill_n(dst, count, src[0]);
+    }
+  }
+
+  // Asks for a tile's contiguous inputs ahead of its turn (the next tile's, while this one
+  // computes): each instruction's loop reads 4 KiB of an input, too short a stream for the
+  // hardware prefetcher to run ahead of.
+  void prefetch(const TileSpan& tile) const {
+    for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
+      if (!contiguous_[k]) continue;
+      const char* p = reinterpret_cast<const char*>(call_.inputs[k].template data<T>() +
+                                                    g_.inputs[k].offset + tile.start);
+      for (std::size_t b = 0; b < static_cast<std::size_t>(tile.count) * sizeof(T); b += 64)
+        __builtin_prefetch(p + b, 0, 2);
     }
   }
 
@@ -105,21 +149,23 @@ class TileEvaluator {
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
       const FusedInput& in = g_.inputs[k];
       const T* data = call_.inputs[k].template data<T>() + in.offset;
-      if (in.contiguous(g_.shape)) {
+      if (contiguous_[k]) {
         bound_[k] = {data + start, 1};
       } else if (in.scalar()) {
         bound_[k] = {data, 0};
       } else {
         T* buf = &gathered_[k * kTile];
+        bound_[k] = {buf, 1};
         walks_[k].runs(
             start, count,
             [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
-              if (step == 0)
+              if (step == 0 && length == count)  // one value over the whole tile
+                bound_[k] = {data + offset, 0};
+              else if (step == 0)
                 std::fill_n(buf + pos, length, data[offset]);
               else
                 for (std::int64_t j = 0; j < length; ++j) buf[pos + j] = data[offset + j * step];
             });
-        bound_[k] = {buf, 1};
       }
     }
   }
@@ -132,7 +178,7 @@ class TileEvaluator {
         return;
       case Operand::Kind::instr:
         ptr = results_[static_cast<std::size_t>(op.index)];
-        step = 1;
+        step = steps_[static_cast<std::size_t>(op.index)];
         return;
       case Operand::Kind::constant:
         literal = static_cast<T>(op.constant);
@@ -150,14 +196,39 @@ class TileEvaluator {
   AlignedBuffer<T> gathered_, regs_;
   std::vector<int> output_of_instr_;  // the output an instruction writes in place, or -1
   std::vector<T*> results_;           // where each instruction's tile went this time
+  std::vector<std::int64_t> steps_;   // and its step: 0 where it was one value
   std::vector<StridedWalk> walks_;
+  std::vector<char> contiguous_;  // per input: element i read at offset + i
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };
 
+// Where every input that is neither read in place nor a single value is the same along the
+// group's last `run` elements (a per-channel value over [B, C, H, W]: run = H * W), tiles are
+// pieces of those runs, at most kTile each, so that such an input is one value over each
+// tile: nothing to gather, and its instructions read a scalar. Runs under kMinRun elements
+// keep kTile tiles (more, smaller tiles would cost more per tile than the gathers).
+constexpr std::int64_t kMinRun = 256;
+
+TileSpans tile_spans(const FusedGroup& g) {
+  const std::int64_t n = g.shape.numel();
+  std::int64_t run = n;
+  bool broadcasts = false;
+  for (const FusedInput& in : g.inputs) {
+    if (in.contiguous(g.shape) || in.scalar()) continue;
+    broadcasts = true;
+    std::int64_t same = 1;  // the trailing elements over which `in` reads one value
+    for (std::size_t d = g.shape.rank(); d-- > 0 && in.strides[d] == 0;) same *= g.shape[d];
+    run = std::min(run, same);
+  }
+  if (!broadcasts || run < kMinRun || run >= n) return TileSpans{n, n, kTile};
+  const std::int64_t pieces = (run + kTile - 1) / kTile;
+  return TileSpans{n, run, (run + pieces - 1) / pieces};
+}
+
 template <class T>
 void run_group(const FusedGroup& g, const KernelCall& call) {
-  const std::int64_t n = g.shape.numel();
-  const std::int64_t tiles = (n + kTile - 1) / kTile;
+  const TileSpans spans = tile_spans(g);
+  const std::int64_t tiles = spans.count();
   // One thread below 16 tiles (64 KiB of f32 per operand): waking a sleeping team costs about
   // as much as it computes. Otherwise the whole team, never a smaller one: libgomp ends the
   // threads a smaller team leaves out and creates them again for the next full one.
@@ -193,11 +264,11 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       for (std::int64_t t = b * tiles_per_block; t < std::min(tiles, (b + 1) * tiles_per_block);
            ++t) {
-        const std::int64_t start = t * kTile;
-        const std::int64_t count = std::min(kTile, n - start);
-        eval.run(start, count);
+        const TileSpan tile = spans[t];
+        if (t + 1 < tiles) eval.prefetch(spans[t + 1]);
+        eval.run(tile.start, tile.count);
         for (std::size_t r = 0; r < reductions.size(); ++r)
-          eval.accumulate(*reductions[r], start, count, out_walk,
+          eval.accumulate(*reductions[r], tile.start, tile.count, out_walk,
                           partial[r][static_cast<std::size_t>(b)]);
       }
     }
