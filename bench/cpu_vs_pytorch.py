@@ -10,7 +10,8 @@ in turn, two rounds each, in the current CPU affinity: pin the whole script with
 
 Prints one line per model (median step time of each, kiln / PyTorch) and writes the JSON.
 PyTorch runs in float32 on the CPU with torch.set_num_threads(N), eager, its default
-environment; kiln's bench runs with OMP_WAIT_POLICY=passive.
+environment; kiln's bench in its own default (a bounded spin, tools/openmp_defaults.h; --passive
+also times it with OMP_WAIT_POLICY=passive; a --base build with the same spin count).
 """
 import argparse
 import json
@@ -192,17 +193,19 @@ def time_torch(make_step, batch, warmup, steps):
     return times
 
 
-def time_kiln(bench, model, batch, threads, warmup, steps, spin_count=None):
+def time_kiln(bench, model, batch, threads, warmup, steps, wait="default"):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [bench, "--device", "cpu", "--model", model, "--batch-size", str(batch), "--threads",
                str(threads), "--warmup", str(warmup), "--steps", str(steps), "--json", out.name]
-        # kiln's threads sleep when idle (no spinning on cores others need); PyTorch keeps
-        # its defaults, which is the conservative comparison for kiln. With spin_count, idle
-        # threads spin that many rounds of libgomp's wait loop first (GOMP_SPINCOUNT), then sleep.
-        env = dict(os.environ, OMP_WAIT_POLICY="passive")
-        if spin_count is not None:
-            del env["OMP_WAIT_POLICY"]
-            env["GOMP_SPINCOUNT"] = str(spin_count)
+        # wait: "default" runs kiln as a user would, in its own default (tools/openmp_defaults.h:
+        # idle threads spin about 0.2 ms, GOMP_SPINCOUNT=10000, then sleep; PyTorch keeps its
+        # defaults too); "spin" sets that spin count explicitly (for a base build from before
+        # kiln set it itself); "passive": idle threads sleep at once (OMP_WAIT_POLICY=passive).
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        if wait == "spin":
+            env["GOMP_SPINCOUNT"] = "10000"
+        elif wait == "passive":
+            env["OMP_WAIT_POLICY"] = "passive"
         run = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if run.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {run.stderr.strip()[-500:]}")
@@ -221,8 +224,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--base-models", default="lenet,resnet,vgg,char-lstm,gan,dcgan")
-    parser.add_argument("--spin-count", type=int,
-                        help="also time kiln with GOMP_SPINCOUNT=N (a bounded spin, then sleep)")
+    parser.add_argument("--passive", action="store_true",
+                        help="also time kiln with OMP_WAIT_POLICY=passive (idle threads sleep at once)")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -233,17 +236,24 @@ def main():
           f"mkldnn {torch.backends.mkldnn.is_available()}", flush=True)
     print(f"{'model':<10} {'batch':>5} {'kiln ms':>9} {'torch ms':>9} {'kiln/torch':>10}"
           + (f" {'base ms':>9} {'base/torch':>10}" if args.base else "")
-          + (f" {'spin ms':>9} {'spin/torch':>10}" if args.spin_count is not None else ""),
+          + (f" {'passive':>9} {'pass/torch':>10}" if args.passive else ""),
           flush=True)
     results = []
     for name, batch, make_step in MODELS:
         if name not in wanted:
             continue
-        kiln_ms, torch_ms, kiln_rows = [], [], []
-        for _ in range(args.rounds):
+        kiln_ms, torch_ms, kiln_rows, base_ms, passive_ms = [], [], [], [], []
+        with_base = args.base and name in args.base_models.split(",")
+        for _ in range(args.rounds):  # each round every program once, so noise hits all alike
             median, row = time_kiln(args.bench, name, batch, args.threads, args.warmup, args.steps)
             kiln_ms.append(median)
             kiln_rows.append(row)
+            if with_base:
+                base_ms.append(time_kiln(args.base, name, batch, args.threads, args.warmup,
+                                         args.steps, "spin")[0])
+            if args.passive:
+                passive_ms.append(time_kiln(args.bench, name, batch, args.threads, args.warmup,
+                                            args.steps, "passive")[0])
             torch_ms += time_torch(make_step, batch, args.warmup, args.steps)
         k = statistics.median(kiln_ms)
         t = statistics.median(torch_ms)
@@ -252,17 +262,14 @@ def main():
                "torch_median_ms": t, "torch_p10_ms": statistics.quantiles(torch_ms, n=10)[0],
                "kiln_over_torch": k / t, "kiln_rows": kiln_rows}
         line = f"{name:<10} {batch:>5} {k:>9.2f} {t:>9.2f} {k / t:>10.3f}"
-        if args.base and name in args.base_models.split(","):
-            base, _ = time_kiln(args.base, name, batch, args.threads, args.warmup, args.steps)
-            row["base_median_ms"] = base
+        if with_base:
+            base = statistics.median(base_ms)
+            row["base_median_ms"], row["base_round_medians_ms"] = base, base_ms
             line += f" {base:>9.2f} {base / t:>10.3f}"
-        if args.spin_count is not None:
-            spin = statistics.median([
-                time_kiln(args.bench, name, batch, args.threads, args.warmup, args.steps,
-                          args.spin_count)[0] for _ in range(args.rounds)])
-            row["spin_count"] = args.spin_count
-            row["kiln_spin_median_ms"] = spin
-            line += f" {spin:>9.2f} {spin / t:>10.3f}"
+        if args.passive:
+            passive = statistics.median(passive_ms)
+            row["kiln_passive_median_ms"], row["kiln_passive_round_medians_ms"] = passive, passive_ms
+            line += f" {passive:>9.2f} {passive / t:>10.3f}"
         print(line, flush=True)
         results.append(row)
     json.dump({"torch": torch.__version__, "threads": args.threads, "cores": affinity,

@@ -25,6 +25,7 @@
 #include "graph/nn/functional.h"
 #include "tools/bench_parallel.h"
 #include "tools/cli.h"
+#include "tools/openmp_defaults.h"
 #include "tools/output_check.h"
 #include "train/tasks.h"
 #ifdef KILN_HAVE_CUDA
@@ -377,4 +378,7 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kiln::tools::finish_output("bench", run(argc, argv)); }
+int main(int argc, char** argv) {
+  kiln::tools::use_openmp_defaults(argv);
+  return kiln::tools::finish_output("bench", run(argc, argv));
+}

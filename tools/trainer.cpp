@@ -16,6 +16,7 @@
 #include "train/lm_task.h"
 #include "train/tasks.h"
 #include "tools/cli.h"
+#include "tools/openmp_defaults.h"
 #include "tools/trainer_commands.h"
 #include "tools/trainer_flags.h"
 #include "tools/trainer_parallel.h"
@@ -140,4 +141,7 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kiln::tools::finish_output("trainer", run(argc, argv)); }
+int main(int argc, char** argv) {
+  kiln::tools::use_openmp_defaults(argv);
+  return kiln::tools::finish_output("trainer", run(argc, argv));
+}
