@@ -156,6 +156,56 @@ TEST_CASE("batch norm's per-channel values join its long rows' statistics as row
               compile(g, {.fuse = false})->run(feeds), 2e-5);
 }
 
+// A group over the reduced shape that updates no variable merges into the reductions' group
+// (batch norm's weight gradient, the division of sum(dy * (x - k)) by the deviation: a kernel
+// fewer a layer); one that updates a variable (gamma -= lr * dgamma) stays apart, in the
+// optimizer's horizontal launch. The staged step equals the unfused one.
+TEST_CASE("batch norm's weight gradient joins the backward's sums, the weight's update does not") {
+  const Shape shape{8, 3, 32, 32};
+  Graph g;
+  const Value x = g.input("x", shape);
+  const Value w = g.input("w", shape);
+  const VariablePtr gamma =
+      make_variable("gamma", test::random_tensor({3}, DType::f32, 5, 0.5, 1.5));
+  const VariablePtr beta = make_variable("beta", test::random_tensor({3}, DType::f32, 6));
+  const Value gv = g.variable(gamma), bv = g.variable(beta);
+  const BatchNormResult bn = batch_norm_training(x, gv, bv, 1e-5);
+  const Value loss = sum_all(relu(bn.y) * w);
+  const std::vector<Value> grads = grad(loss, {x, gv, bv});
+  g.output("loss", loss);
+  g.output("dx", grads[0]);
+  g.assign(gamma, gv - grads[1] * 0.1);
+  g.assign(beta, bv - grads[2] * 0.1);
+  const Staged s = stage(g, cuda_stage_options());
+  CHECK(s.graph.assignments().size() == 2);
+  for (const auto& [var, ref] : s.graph.assignments()) {
+    CAPTURE(var->name);
+    const Node& update = s.graph.node(ref.node);
+    const FusedGroup* body = fused_group_of(update);
+    REQUIRE(body != nullptr);
+    CHECK(!body->reduction);  // the update stays a group of its own
+    int from_sums = 0;        // its gradient comes straight from the reductions' group
+    for (const ValueRef& in : update.inputs) {
+      const FusedGroup* producer = fused_group_of(s.graph.node(alias_root(s.graph, in).node));
+      from_sums += producer != nullptr && producer->reduction.has_value();
+    }
+    CHECK(from_sums == 1);
+  }
+  // Each step from the same weights, then the updated weights compared too.
+  const std::vector<Feed> feeds = random_feeds(g, 43);
+  const Tensor gamma0 = gamma->value.clone(), beta0 = beta->value.clone();
+  Outputs staged = compile(s.graph, {.fuse = false})->run(feeds);
+  staged.emplace("gamma", gamma->value.clone());
+  staged.emplace("beta", beta->value.clone());
+  gamma->value = gamma0.clone();
+  beta->value = beta0.clone();
+  Outputs unfused = compile(g, {.fuse = false})->run(feeds);
+  unfused.emplace("gamma", gamma->value.clone());
+  unfused.emplace("beta", beta->value.clone());
+  CHECK(test::closeness(unfused.at("gamma"), gamma0, 0, 0) > 1.0);  // the step moved it
+  check_close(staged, unfused, 2e-5);
+}
+
 // rows_finish_only is what lets a long row take row outputs: never where a later pass or an
 // elementwise output reads a reduction (softmax's stages), and the CPU's policy never asks.
 TEST_CASE("row outputs on long rows only where nothing but them reads the reductions") {
