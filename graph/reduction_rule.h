@@ -25,32 +25,19 @@ struct ReductionLoops {
   // depends only on n, so the result is the same bits for any thread count.
   template <class T>
   static double fold(double acc, const T* x, std::int64_t n, std::int64_t step) {
-    // A contiguous run (the common case) takes a loop whose stride the compiler knows, so that
-    // the lanes become vector registers; the same loop, so the same bits.
-    return step == 1 ? fold_strided<T, 1>(acc, x, n, 1) : fold_strided<T, 0>(acc, x, n, step);
-  }
-
-  template <class T>
-  static void accumulate(double* acc, std::int64_t acc_step, const T* x, std::int64_t n,
-                         std::int64_t step) {
-    if (acc_step == 1 && step == 1) {
-      for (std::int64_t i = 0; i < n; ++i) acc[i] = combine(acc[i], static_cast<double>(x[i]));
-      return;
-    }
-    for (std::int64_t i = 0; i < n; ++i)
-      acc[i * acc_step] = combine(acc[i * acc_step], static_cast<double>(x[i * step]));
-  }
-
- private:
-  // kStep: the stride when known at compile time, else 0 (then `step`).
-  template <class T, std::int64_t kStep>
-  static double fold_strided(double acc, const T* x, std::int64_t n, std::int64_t step) {
-    if constexpr (kStep != 0) step = kStep;
     // 32 lanes (eight 4-double vectors: enough independent additions to cover their latency)
     // where the run is long enough, else 8.
     return n >= 64 ? fold_lanes<T, 32>(acc, x, n, step) : fold_lanes<T, 8>(acc, x, n, step);
   }
 
+  template <class T>
+  static void accumulate(double* acc, std::int64_t acc_step, const T* x, std::int64_t n,
+                         std::int64_t step) {
+    for (std::int64_t i = 0; i < n; ++i)
+      acc[i * acc_step] = combine(acc[i * acc_step], static_cast<double>(x[i * step]));
+  }
+
+ private:
   template <class T, std::int64_t kLanes>
   static double fold_lanes(double acc, const T* x, std::int64_t n, std::int64_t step) {
     std::int64_t i = 0;
