@@ -120,9 +120,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
       verify(g);
       dump_after("stage_reductions", g);
     }
-    // cuBLASLt's bias and ReLU epilogues, for bf16/f16 products (fusion/gemm_epilogues.h).
-    if (options.fuse && !options.device.is_cpu()) {
-      g = eliminate_dead_code(fuse_gemm_epilogues(g, nullptr, {.f32_products = false}));
+    // The GEMMs' bias and ReLU epilogues (fusion/gemm_epilogues.h): on the GPU cuBLASLt's,
+    // for bf16/f16 products; on the CPU f32 products', each block's rows while in cache.
+    if (options.fuse) {
+      const bool cpu = options.device.is_cpu();
+      g = eliminate_dead_code(
+          fuse_gemm_epilogues(g, nullptr, {.f32_products = cpu, .low_products = !cpu}));
       verify(g);
       dump_after("gemm_epilogues", g);
     }

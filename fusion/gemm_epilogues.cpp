@@ -63,7 +63,8 @@ std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& rea
         !p.contiguous(body->shape) || readers[static_cast<std::size_t>(pref.node)] != 1)
       continue;
     const DType dtype = m.outputs[0].dtype;
-    if ((!options.f32_products && !is_low_precision(dtype)) || add.dtype != dtype ||
+    if (!(is_low_precision(dtype) ? options.low_products : options.f32_products) ||
+        add.dtype != dtype ||
         body->operand_dtype(out) != dtype || (cast_bias && body->instrs[0].dtype != dtype) ||
         (!cast_bias && b.type.dtype != dtype && b.type.dtype != DType::f32))
       continue;

@@ -10,7 +10,10 @@
 // f32_products only bf16/f16 products are taken (the GPU's policy, compile(): in fp32
 // cuBLASLt's GEMMs were slower than cuBLAS's on the zoo, H200, lenet 0.153 -> 0.167 ms; in bf16
 // faster, 0.135 -> 0.131), whatever the precision option says, so a bf16 graph compiled as it
-// is and the same step compiled by precision get the same kernels.
+// is and the same step compiled by precision get the same kernels. The CPU takes f32 products
+// only (graph/ops/matmul_ops.cpp adds the bias to each block of C while it is in cache, the
+// same bits as the unfused ops; a bf16 product would be rounded once instead of twice, and the
+// CPU's fused bf16 step equals its unfused one).
 #pragma once
 
 #include "graph/graph.h"
@@ -20,6 +23,7 @@ namespace kiln {
 struct FusionReport;  // fusion/fuse.h: its groups follow the new node ids when given
 struct GemmEpilogueOptions {
   bool f32_products = true;
+  bool low_products = true;  // bf16 and f16 products
 };
 Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report = nullptr,
                           GemmEpilogueOptions options = {});

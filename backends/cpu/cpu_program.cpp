@@ -53,12 +53,19 @@ class CpuProgram final : public Program {
   MemoryPlan plan_;
   std::vector<Tensor> fills_;       // in node order
   std::shared_ptr<Storage> arena_;  // the memory plan's, allocated on the first run
-  // KILN_PROFILE=1: wall time per op over all runs, printed when the program is destroyed;
-  // KILN_PROFILE=groups: each fused group on its own line (its ops and shape).
+  // KILN_PROFILE=1: wall time per op over all runs but the first (which includes oneDNN's
+  // JIT compilation), printed when the program is destroyed;
+  // KILN_PROFILE=groups: each fused group on its own line (its ops and shape), every other
+  // op on a line per input shapes and attributes.
   bool profile_;
   bool profile_groups_;
   std::string profile_key(const Node& n) const {
-    return profile_groups_ && n.body ? n.body->summary() : n.op->name;
+    if (!profile_groups_) return n.op->name;
+    if (n.body) return n.body->summary();
+    std::string key = n.op->name;
+    for (const ValueRef& in : n.inputs) key += " " + graph_.type(in).shape.str();
+    const std::string attrs = n.attrs.str();
+    return attrs.empty() ? key : key + " {" + attrs + "}";
   }
   std::string trace_path_;  // non-empty: the next run writes a trace here
   bool check_numerics_;
@@ -155,7 +162,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                          std::chrono::duration<double, std::micro>(start - run_start).count(),
                          std::chrono::duration<double, std::micro>(now - start).count()});
       }
-      if (profile_) {
+      if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
         auto& entry = op_seconds_[profile_key(n)];
         entry.first +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

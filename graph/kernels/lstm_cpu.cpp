@@ -73,6 +73,22 @@ void gemm(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, bool b_tra
 // The time processed at step n of the processing order.
 std::int64_t time_at(const LstmDims& d, std::int64_t n) { return d.reverse ? d.steps - 1 - n : n; }
 
+// u [H, 4H] with its columns reordered by unit block: block j's columns of gates i, f, g, o
+// side by side at columns [4 * first, 4 * (first + width)), so that a task's four gate
+// products are one GEMM (fewer, wider calls: each call packs its operands anew).
+template <class T>
+std::vector<T> gate_blocked(const T* u, const LstmDims& d) {
+  const std::int64_t H = d.hidden, G = 4 * H;
+  std::vector<T> out(static_cast<std::size_t>(H * G));
+  for (std::int64_t first = 0; first < H; first += kUnits) {
+    const std::int64_t w = std::min<std::int64_t>(kUnits, H - first);
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t k = 0; k < 4; ++k)
+        std::copy_n(u + r * G + k * H + first, w, out.data() + r * G + 4 * first + k * w);
+  }
+  return out;
+}
+
 template <class T>
 struct Forward {
   const T *projected, *u, *h0, *c0;
@@ -85,9 +101,8 @@ struct Forward {
     const std::int64_t B = d.batch, H = d.hidden, G = 4 * H, w = b.width, t = time_at(d, n);
     const T* h_prev = n == 0 ? h0 : hs + time_at(d, n - 1) * B * H;
     const T* c_prev = n == 0 ? c0 : cs + time_at(d, n - 1) * B * H;
-    for (std::int64_t k = 0; k < 4; ++k)  // gate k's columns of u for this block
-      gemm(h_prev + b.row * H, H, u + k * H + b.first, G, false, scratch + k * w, 4 * w, b.rows, w,
-           H);
+    // The block's columns of all four gates are side by side in u (see gate_blocked).
+    gemm(h_prev + b.row * H, H, u + 4 * b.first, G, false, scratch, 4 * w, b.rows, 4 * w, H);
     for (std::int64_t r = b.row; r < b.row + b.rows; ++r) {
       const T* p = projected + (t * B + r) * G + b.first;
       const T* z = scratch + (r - b.row) * 4 * w;
@@ -108,7 +123,8 @@ struct Forward {
 template <class T>
 void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, const Tensor& c0,
                    Tensor& hs, Tensor& cs, Tensor& acts, const LstmDims& d) {
-  const Forward<T> f{projected.data<T>(), u.data<T>(),  h0.data<T>(),   c0.data<T>(),
+  const std::vector<T> blocked = gate_blocked(u.data<T>(), d);
+  const Forward<T> f{projected.data<T>(), blocked.data(), h0.data<T>(),   c0.data<T>(),
                      hs.data<T>(),        cs.data<T>(), acts.data<T>(), d};
   const std::int64_t blocks = block_count(d);
   // Always a team (even for one block): Eigen then keeps each GEMM single-threaded.

@@ -107,8 +107,24 @@ void sgemm_block(bool ta, bool tb, const float* a, const float* b, float* c, con
              static_cast<int>(status));
 }
 
+// Each row of block [r0, r0 + h) x [c0, c0 + w) of C plus the bias's columns, then ReLU if
+// asked: the GEMM's epilogue, on the block while it is in cache.
 template <class T>
-void matmul_kernel_typed(const KernelCall& call) {
+void add_bias_to_block(T* c, std::int64_t ldc, const T* bias, bool relu, std::int64_t r0,
+                       std::int64_t h, std::int64_t c0, std::int64_t w) {
+  for (std::int64_t r = r0; r < r0 + h; ++r) {
+    T* row = c + r * ldc + c0;
+    const T* b = bias + c0;
+    for (std::int64_t j = 0; j < w; ++j) {
+      const T v = row[j] + b[j];
+      row[j] = relu && !(v > T(0)) ? T(0) : v;
+    }
+  }
+}
+
+// C = op(A) op(B), then (bias non-null) each row plus the bias, then ReLU if `relu`.
+template <class T>
+void matmul_kernel_typed(const KernelCall& call, const T* bias = nullptr, bool relu = false) {
   using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Map = Eigen::Map<const Matrix>;
   const bool ta = call.node.attrs.integer("trans_a") != 0;
@@ -119,6 +135,10 @@ void matmul_kernel_typed(const KernelCall& call) {
   const std::size_t r = a.shape().rank();
   if (d.k == 0) {  // an empty sum: Eigen would leave the output untouched
     std::fill_n(call.outputs[0].data<T>(), call.outputs[0].numel(), T(0));
+    if (bias != nullptr)
+      for (std::int64_t i = 0; i < d.batch; ++i)
+        add_bias_to_block(call.outputs[0].data<T>() + i * d.m * d.n, d.n, bias, relu, 0, d.m, 0,
+                          d.n);
     return;
   }
   // Threads share fixed blocks of output rows and columns, each a single-threaded Eigen GEMM
@@ -141,20 +161,22 @@ void matmul_kernel_typed(const KernelCall& call) {
                        h = std::min(blocks.row_size, d.m - r0);
     const std::int64_t c0 = rest % blocks.columns * blocks.column_size,
                        w = std::min(blocks.column_size, d.n - c0);
+    T* const c = call.outputs[0].data<T>() + i * d.m * d.n;
     if constexpr (std::is_same_v<T, float>) {
-      sgemm_block(ta, tb, a.data<float>() + i * d.m * d.k, b.data<float>() + i * d.k * d.n,
-                  call.outputs[0].data<float>() + i * d.m * d.n, d, r0, h, c0, w);
-      continue;
+      sgemm_block(ta, tb, a.data<float>() + i * d.m * d.k, b.data<float>() + i * d.k * d.n, c,
+                  d, r0, h, c0, w);
+    } else {
+      Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
+      Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
+      Eigen::Map<Matrix> mc(c, d.m, d.n);
+      auto out = mc.block(r0, c0, h, w);
+      if (!ta && !tb) out.noalias() = ma.middleRows(r0, h) * mb.middleCols(c0, w);
+      if (ta && !tb) out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleCols(c0, w);
+      if (!ta && tb) out.noalias() = ma.middleRows(r0, h) * mb.middleRows(c0, w).transpose();
+      if (ta && tb)
+        out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleRows(c0, w).transpose();
     }
-    Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
-    Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
-    Eigen::Map<Matrix> mc(call.outputs[0].data<T>() + i * d.m * d.n, d.m, d.n);
-    auto out = mc.block(r0, c0, h, w);
-    if (!ta && !tb) out.noalias() = ma.middleRows(r0, h) * mb.middleCols(c0, w);
-    if (ta && !tb) out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleCols(c0, w);
-    if (!ta && tb) out.noalias() = ma.middleRows(r0, h) * mb.middleRows(c0, w).transpose();
-    if (ta && tb)
-      out.noalias() = ma.middleCols(r0, h).transpose() * mb.middleRows(c0, w).transpose();
+    if (bias != nullptr) add_bias_to_block(c, d.n, bias, relu, r0, h, c0, w);
   }
   if (!parallel) omp_set_num_threads(threads);
 }
@@ -185,22 +207,12 @@ std::vector<TensorType> infer_matmul_bias(std::span<const TensorType> in, const 
   return out;
 }
 
-// The product, then each row plus the bias (and ReLU) in place, in the compute type: one
-// rounding where the output is stored (the CPU program rounds low-precision outputs).
+// The product, then each row plus the bias (and ReLU), block by block inside the GEMM's
+// parallel loop, in the compute type: one rounding where the output is stored (the CPU
+// program rounds low-precision outputs).
 template <class T>
 void matmul_bias_kernel_typed(const KernelCall& call) {
-  matmul_kernel_typed<T>(call);
-  const Tensor& bias = call.inputs[2];
-  Tensor& c = call.outputs[0];
-  const std::int64_t n = bias.numel(), rows = c.numel() / std::max<std::int64_t>(1, n);
-  const bool relu = call.node.attrs.integer("relu") != 0;
-  T* out = c.data<T>();
-  const T* b = bias.data<T>();
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t j = 0; j < n; ++j) {
-      const T v = out[r * n + j] + b[j];
-      out[r * n + j] = relu && !(v > T(0)) ? T(0) : v;
-    }
+  matmul_kernel_typed<T>(call, call.inputs[2].data<T>(), call.node.attrs.integer("relu") != 0);
 }
 
 void ops::register_matmul_ops(std::vector<OpDef>& table) {
