@@ -304,13 +304,15 @@ TileSpans tile_spans(const FusedGroup& g) {
 
 // Channel-major tiles where every input is contiguous, a scalar or one value per index of a
 // single axis (the channel), every reduction keeps at most that axis, and the elements after
-// it make runs under kMaxChannelRun: images are gathered by the tile (at least 4 a tile, else
-// nullopt). Gathering costs a copy of each contiguous input and output; it saves the
-// per-element work of per-channel values and the reductions' fold of each short run. On 7 x 7
-// images every batch norm group of resnet and dcgan gained (2 threads, the build machine:
-// 10-48 %); on 14 x 14 some gained and some lost, within this machine's noise, so they keep
-// kTile tiles with gathered per-channel values.
-constexpr std::int64_t kMaxChannelRun = 64;
+// it make runs of kMinChannelRun to kMaxChannelRun: images are gathered by the tile (at least
+// 4 a tile, else nullopt). Gathering costs a copy of each contiguous input and output; it
+// saves the per-element work of per-channel values and the reductions' fold of each short
+// run. On 7 x 7 images every batch norm group of resnet and dcgan gained (2 threads, the
+// build machine: 10-48 %); on 14 x 14 some gained and some lost, within this machine's
+// noise, so they keep kTile tiles with gathered per-channel values; under 16 elements (a bias
+// along the rows of a [B, N] matrix: runs of 1) a run is too short to pay for its copy (the
+// GAN's steps ran 40 % slower).
+constexpr std::int64_t kMinChannelRun = 16, kMaxChannelRun = 64;
 std::optional<ChannelTiles> channel_tiles(const FusedGroup& g) {
   const Shape& shape = g.shape;
   const std::size_t rank = shape.rank();
@@ -331,7 +333,7 @@ std::optional<ChannelTiles> channel_tiles(const FusedGroup& g) {
   for (std::size_t d = 0; d < rank; ++d)
     (d < ct.axis ? ct.outer : ct.run) *= d == ct.axis ? 1 : shape[d];
   ct.channels = shape[ct.axis];
-  if (ct.run >= kMaxChannelRun || ct.outer < 4) return std::nullopt;
+  if (ct.run < kMinChannelRun || ct.run >= kMaxChannelRun || ct.outer < 4) return std::nullopt;
   const std::int64_t parts = (ct.outer + kTile / ct.run - 1) / (kTile / ct.run);
   ct.per_tile = (ct.outer + parts - 1) / parts;  // balanced: images * run <= kTile
   return ct;
