@@ -184,7 +184,6 @@ class TileEvaluator {
   }
 
  public:
-
   // Asks for a tile's contiguous inputs ahead of its turn (the next tile's, while this one
   // computes): each instruction's loop reads 4 KiB of an input, too short a stream for the
   // hardware prefetcher to run ahead of.

@@ -64,8 +64,8 @@ std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& rea
       continue;
     const DType dtype = m.outputs[0].dtype;
     if (!(is_low_precision(dtype) ? options.low_products : options.f32_products) ||
-        add.dtype != dtype ||
-        body->operand_dtype(out) != dtype || (cast_bias && body->instrs[0].dtype != dtype) ||
+        add.dtype != dtype || body->operand_dtype(out) != dtype ||
+        (cast_bias && body->instrs[0].dtype != dtype) ||
         (!cast_bias && b.type.dtype != dtype && b.type.dtype != DType::f32))
       continue;
     if (b.offset != 0 || b.type.shape.numel() != n || b.strides[0] != 0 ||

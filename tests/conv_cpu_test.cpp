@@ -83,6 +83,43 @@ TEST_CASE("kiln's own convolutions give the same bits for 1, 2 and 3 threads") {
   omp_set_num_threads(before);
 }
 
+// The CPU program's order: each kernel after kernels::begin_cpu_kernel(). A layer's dy,
+// reordered to oneDNN's layout by grad_input, is reused by the grad_weight right after it:
+// the same bits as reordered anew; after a kernel in between (which may have written that
+// memory) it is not reused.
+TEST_CASE("a layer's dy reordered once for both gradient passes, and only back to back") {
+  const Case c{4, 16, 10, 16, 3, 1, 1};  // dy and x have the same shape and layout here
+  const Shape xs{c.batch, c.in_channels, c.size, c.size};
+  const Shape ws{c.out_channels, c.in_channels, c.kernel, c.kernel};
+  const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, c.stride, c.padding);
+  const Tensor x = test::random_tensor(xs, DType::f32, 11);
+  const Tensor w = test::random_tensor(ws, DType::f32, 12);
+  Tensor dy = test::random_tensor(xs, DType::f32, 13);
+  auto gradients = [&](bool back_to_back, const Tensor* new_dy) {
+    Results r{Tensor(), Tensor::zeros(xs, DType::f32), Tensor::zeros(ws, DType::f32)};
+    kernels::begin_cpu_kernel();
+    kernels::conv2d_backward_input(dy, w, r.dx, g);
+    if (new_dy) std::memcpy(dy.raw(), new_dy->raw(), dy.nbytes());  // a kernel writing dy
+    if (!back_to_back || new_dy) kernels::begin_cpu_kernel();
+    kernels::begin_cpu_kernel();
+    kernels::conv2d_backward_weight(x, dy, r.dw, g);
+    return r;
+  };
+  const Tensor original = dy.clone();
+  const Results reused = gradients(true, nullptr);
+  const Results apart = gradients(false, nullptr);
+  CHECK(same_bits(reused.dx, apart.dx));
+  CHECK(same_bits(reused.dw, apart.dw));
+  const Tensor changed = test::random_tensor(xs, DType::f32, 14);
+  const Results overwritten = gradients(true, &changed);
+  Tensor fresh = Tensor::zeros(ws, DType::f32);
+  kernels::begin_cpu_kernel();
+  kernels::conv2d_backward_weight(x, changed, fresh, g);
+  CHECK(same_bits(overwritten.dw, fresh));
+  CHECK_FALSE(same_bits(overwritten.dw, apart.dw));
+  std::memcpy(dy.raw(), original.raw(), dy.nbytes());
+}
+
 TEST_CASE("a deterministic CPU program runs kiln's own convolutions, the default oneDNN's") {
   const Case c{4, 16, 12, 8, 3, 1, 1};
   Graph g;

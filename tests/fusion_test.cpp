@@ -309,9 +309,9 @@ namespace kiln {
 // Runs of 256 and more are cut into tiles; runs of 16 to 63 (7 x 7, 4 x 4 images) make
 // channel-major tiles of several images; 8 x 8, 15 x 15 and 1 x 1 keep gathered kTile tiles.
 TEST_CASE("CPU fused tiles along per-channel runs and channel-major tiles: the unfused values") {
-  for (const Shape& shape : {Shape{3, 4, 20, 20}, Shape{2, 3, 40, 36}, Shape{5, 2, 15, 15},
-                             Shape{7, 5, 7, 7}, Shape{9, 3, 8, 8}, Shape{33, 6, 4, 4},
-                             Shape{70, 3, 4, 4}, Shape{4, 2, 1, 1}}) {
+  for (const Shape& shape :
+       {Shape{3, 4, 20, 20}, Shape{2, 3, 40, 36}, Shape{5, 2, 15, 15}, Shape{7, 5, 7, 7},
+        Shape{9, 3, 8, 8}, Shape{33, 6, 4, 4}, Shape{70, 3, 4, 4}, Shape{4, 2, 1, 1}}) {
     for (DType dtype : {DType::f32, DType::bf16}) {
       CAPTURE(shape.str());
       CAPTURE(dtype_name(dtype));

@@ -123,6 +123,8 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                f.name, f.tensor.device().str());
   refresh_copies();
   const kernels::ReproducibleConvolutions reproducible(deterministic_);
+  kernels::begin_cpu_kernel();  // nothing a kernel of an earlier run kept is reused
+  kernels::begin_cpu_kernel();
   std::vector<std::vector<Tensor>> values(graph_.nodes().size());
   std::vector<TraceEvent> trace;
   const auto run_start = std::chrono::steady_clock::now();
@@ -154,6 +156,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       const bool timed = profile_ || !trace_path_.empty();
       const auto start =
           timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      kernels::begin_cpu_kernel();
       run_cpu_kernel(n, in, out);
       if (check_numerics_) check_numerics(graph_, static_cast<std::int32_t>(id), in, out, runs_);
       if (!trace_path_.empty()) {

@@ -134,6 +134,7 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
 }
 
 thread_local bool reproducible_convolutions = false;
+thread_local std::uint64_t kernel_serial = 0;
 
 bool use_dnnl(const Tensor& t) { return !reproducible_convolutions && t.dtype() == DType::f32; }
 
@@ -145,6 +146,9 @@ bool use_dnnl_backward(const Tensor& t, const ConvGeometry& g) {
 }
 
 }  // namespace
+
+void begin_cpu_kernel() { ++kernel_serial; }
+std::uint64_t cpu_kernel_serial() { return kernel_serial; }
 
 ReproducibleConvolutions::ReproducibleConvolutions(bool on) : previous_(reproducible_convolutions) {
   reproducible_convolutions = on;

@@ -29,6 +29,14 @@ class ReproducibleConvolutions {
   bool previous_;
 };
 
+// The CPU program calls this before each kernel it runs, and twice when a run starts: a
+// convolution pass reuses the copy in oneDNN's layout of an input the pass just before it
+// made (a layer's dy, read by both of its gradient passes, which run back to back) only when
+// no kernel ran between them, so the memory it was copied from still holds the same value
+// (a node's outputs never share its inputs' buffers).
+void begin_cpu_kernel();
+std::uint64_t cpu_kernel_serial();  // this thread's count of begin_cpu_kernel calls
+
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g);
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g);

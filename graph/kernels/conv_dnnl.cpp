@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -145,12 +146,25 @@ const Plan& cached_plan(const ConvGeometry& g, Direction direction) {
   return it->second;
 }
 
-// The memory an argument runs in: the tensor itself, or this thread's scratch buffer in the
-// primitive's layout (kept between calls, so a step allocates nothing once warm).
+// This thread's buffers in the primitives' layouts, one per argument (kept between calls, so
+// a step allocates nothing once warm), and the last pass's dy in its primitive's layout,
+// kept for the layer's other gradient pass (conv_cpu.h, begin_cpu_kernel).
+struct Scratch {
+  std::vector<char> slots[3];
+  std::vector<char> kept;
+  const void* kept_from = nullptr;  // the plain tensor it was reordered from
+  // That tensor's storage, held so that no new buffer (a widened bf16 input's) takes its
+  // address while the copy is kept.
+  std::shared_ptr<Storage> kept_storage;
+  memory::desc kept_desc;
+  std::uint64_t kept_serial = 0;  // cpu_kernel_serial() of the pass that made it
+};
+thread_local Scratch scratch;
+
+// The memory an argument runs in: the tensor itself, or this thread's buffer for `slot`.
 memory working_memory(const Argument& a, const Tensor& t, std::size_t slot) {
-  thread_local std::vector<std::vector<char>> scratch(3);
   if (!a.reorder) return memory(a.plain, cpu_engine(), const_cast<void*>(t.raw()));
-  std::vector<char>& buffer = scratch[slot];
+  std::vector<char>& buffer = scratch.slots[slot];
   if (buffer.size() < a.chosen.get_size()) buffer.resize(a.chosen.get_size());
   return memory(a.chosen, cpu_engine(), buffer.data());
 }
@@ -172,8 +186,16 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
   dnnl::stream stream(cpu_engine());
   std::unordered_map<int, memory> args;
   const Tensor* inputs[] = {&in0, &in1};
+  const std::uint64_t serial = cpu_kernel_serial();
+  bool reused[2] = {false, false};
   for (std::size_t i = 0; i < 2; ++i) {
     const Argument& a = plan.inputs[i];
+    reused[i] = a.reorder && a.id == DNNL_ARG_DIFF_DST && scratch.kept_from == inputs[i]->raw() &&
+                scratch.kept_serial + 1 == serial && scratch.kept_desc == a.chosen;
+    if (reused[i]) {
+      args.emplace(a.id, memory(a.chosen, cpu_engine(), scratch.kept.data()));
+      continue;
+    }
     memory working = working_memory(a, *inputs[i], i);
     if (a.reorder) {
       memory plain(a.plain, cpu_engine(), const_cast<void*>(inputs[i]->raw()));
@@ -189,6 +211,18 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
     run_reorder(*plan.output.reorder, stream, result, plain);
   }
   stream.wait();
+  // A reordered dy is kept (its buffer swapped out of its slot) for the pass right after.
+  scratch.kept_from = nullptr;
+  scratch.kept_storage.reset();
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Argument& a = plan.inputs[i];
+    if (a.id != DNNL_ARG_DIFF_DST || !a.reorder || reused[i]) continue;
+    std::swap(scratch.kept, scratch.slots[i]);
+    scratch.kept_from = inputs[i]->raw();
+    scratch.kept_storage = inputs[i]->storage();
+    scratch.kept_desc = a.chosen;
+    scratch.kept_serial = serial;
+  }
 }
 
 }  // namespace

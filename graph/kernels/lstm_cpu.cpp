@@ -125,7 +125,7 @@ void forward_typed(const Tensor& projected, const Tensor& u, const Tensor& h0, c
                    Tensor& hs, Tensor& cs, Tensor& acts, const LstmDims& d) {
   const std::vector<T> blocked = gate_blocked(u.data<T>(), d);
   const Forward<T> f{projected.data<T>(), blocked.data(), h0.data<T>(),   c0.data<T>(),
-                     hs.data<T>(),        cs.data<T>(), acts.data<T>(), d};
+                     hs.data<T>(),        cs.data<T>(),   acts.data<T>(), d};
   const std::int64_t blocks = block_count(d);
   // Always a team (even for one block): Eigen then keeps each GEMM single-threaded.
 #pragma omp parallel

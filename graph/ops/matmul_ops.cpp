@@ -163,8 +163,8 @@ void matmul_kernel_typed(const KernelCall& call, const T* bias = nullptr, bool r
                        w = std::min(blocks.column_size, d.n - c0);
     T* const c = call.outputs[0].data<T>() + i * d.m * d.n;
     if constexpr (std::is_same_v<T, float>) {
-      sgemm_block(ta, tb, a.data<float>() + i * d.m * d.k, b.data<float>() + i * d.k * d.n, c,
-                  d, r0, h, c0, w);
+      sgemm_block(ta, tb, a.data<float>() + i * d.m * d.k, b.data<float>() + i * d.k * d.n, c, d,
+                  r0, h, c0, w);
     } else {
       Map ma(a.data<T>() + i * d.m * d.k, a.shape()[r - 2], a.shape()[r - 1]);
       Map mb(b.data<T>() + i * d.k * d.n, b.shape()[r - 2], b.shape()[r - 1]);
