@@ -41,7 +41,7 @@ struct TileSpans {
 
 // Channel-major tiles of a group over [outer, channels, run] (flattened) whose broadcast
 // inputs each read one value per channel and whose reductions keep at most the channel axis
-// (batch norm over 7 x 7 or 8 x 8 images): a tile is `per_tile` consecutive images of one
+// (batch norm over 7 x 7 or 4 x 4 images): a tile is `per_tile` consecutive images of one
 // channel, so per-channel inputs are scalars and a reduction folds the tile into one value.
 struct ChannelTiles {
   std::int64_t outer = 0, channels = 0, run = 0, per_tile = 0;
@@ -353,12 +353,13 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
   const int threads = tiles < 16 ? 1 : omp_get_max_threads();
   const std::vector<const FusedReduction*> reductions = g.reductions();
   const bool reduces = !reductions.empty();
-  // Channel-major tiles: the reductions' output of a tile's channel is at this stride.
-  const std::int64_t channel_stride =
-      by_channel && reduces ? row_strides(g.shape, g.reduction->axes)[by_channel->axis] : 0;
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
-  const StridedWalk out_walk(g.shape, reduces ? row_strides(g.shape, g.reduction->axes)
-                                              : std::vector<std::int64_t>(g.shape.rank(), 0));
+  const std::vector<std::int64_t> out_strides = reduces
+                                                    ? row_strides(g.shape, g.reduction->axes)
+                                                    : std::vector<std::int64_t>(g.shape.rank(), 0);
+  const StridedWalk out_walk(g.shape, out_strides);
+  // Channel-major tiles: the reductions' output of a tile's channel is at this stride.
+  const std::int64_t channel_stride = by_channel ? out_strides[by_channel->axis] : 0;
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
   // depends only on the shapes, so the result is the same bits for any number of threads (and
   // for a sibling reduction, the bits it had as a group of its own).
