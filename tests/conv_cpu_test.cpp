@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/conv_dnnl.h"
 #include "graph/ops.h"
 #include "tests/support.h"
 
@@ -44,6 +45,12 @@ Results run_all(const Case& c, bool reproducible) {
   return r;
 }
 
+bool uses_winograd(const Case& c) {
+  return kernels::dnnl_conv2d_uses_winograd(kernels::conv_geometry(
+      {c.batch, c.in_channels, c.size, c.size}, {c.out_channels, c.in_channels, c.kernel, c.kernel},
+      c.stride, c.padding));
+}
+
 bool same_bits(const Tensor& a, const Tensor& b) {
   return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
@@ -60,10 +67,40 @@ TEST_CASE("oneDNN's convolutions match kiln's im2col kernels (forward and both g
     const Results library = run_all(c, false);
     const Results own = run_all(c, true);
     // Both sum in float32 in different orders; the sums here have up to 576 terms in [-1, 1].
-    CHECK(test::closeness(library.y, own.y, 1e-5, 1e-5) <= 1);
-    CHECK(test::closeness(library.dx, own.dx, 1e-5, 1e-5) <= 1);
-    CHECK(test::closeness(library.dw, own.dw, 1e-4, 1e-5) <= 1);
+    // Winograd's transforms (weights up to 8 and 1/24) add about 4x a direct sum's rounding.
+    const double tolerance = uses_winograd(c) ? 1e-4 : 1e-5;
+    CHECK(test::closeness(library.y, own.y, tolerance, tolerance) <= 1);
+    CHECK(test::closeness(library.dx, own.dx, tolerance, tolerance) <= 1);
+    CHECK(test::closeness(library.dw, own.dw, 1e-4, tolerance) <= 1);
   }
+}
+
+TEST_CASE(
+    "3x3 stride-1 layers of 64 and more channels run Winograd's F(4x4, 3x3), 16 channels do not") {
+  // resnet18's stage 1 and 4, a layer whose images do not divide into 4x4 tiles, and unequal
+  // channel counts; each against kiln's own kernels (a direct sum).
+  const Case winograd[] = {{2, 64, 8, 64, 3, 1, 1},
+                           {2, 128, 4, 128, 3, 1, 1},
+                           {3, 48, 7, 96, 3, 1, 1},
+                           {1, 96, 9, 64, 3, 1, 0}};
+  if (!uses_winograd(winograd[0])) {
+    MESSAGE("oneDNN has no Winograd convolution for this processor (it needs AVX-512)");
+    return;
+  }
+  for (const Case& c : winograd) {
+    CAPTURE(c.in_channels);
+    CAPTURE(c.out_channels);
+    CAPTURE(c.size);
+    CHECK(uses_winograd(c));
+    const Results library = run_all(c, false);
+    const Results own = run_all(c, true);
+    CHECK(test::closeness(library.y, own.y, 1e-4, 1e-4) <= 1);
+    CHECK(test::closeness(library.dx, own.dx, 1e-4, 1e-4) <= 1);
+    CHECK(test::closeness(library.dw, own.dw, 1e-4, 1e-4) <= 1);
+  }
+  CHECK_FALSE(uses_winograd({4, 16, 28, 16, 3, 1, 1}));  // slower there (conv_dnnl.cpp)
+  CHECK_FALSE(uses_winograd({4, 64, 16, 64, 3, 2, 1}));  // stride 2
+  CHECK_FALSE(uses_winograd({4, 64, 16, 64, 1, 1, 0}));  // 1x1
 }
 
 TEST_CASE("kiln's own convolutions give the same bits for 1, 2 and 3 threads") {

@@ -6,7 +6,8 @@
 # and char-lstm again when the LSTM recurrence's GEMMs moved to oneDNN's sgemm: 9 of their
 # 100 losses moved by one unit in the last place; resnet, vgg, inception and dcgan when batch
 # norm's statistics became one pass over shifted values, on an AMD family 26 CPU, their
-# family 25 recordings dropped).
+# family 25 recordings dropped; resnet, vgg and alexnet when 3x3 layers of 64 and more channels
+# moved to Winograd, family 26, alexnet's family 25 recording dropped).
 #   loss_fixture_test.py TRAINER [MODEL...]            check (all models by default)
 #   loss_fixture_test.py TRAINER --record [MODEL...]   write the fixture from this build
 # Float summation order follows the vector width the build was compiled for (KILN_MARCH

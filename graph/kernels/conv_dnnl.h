@@ -6,6 +6,10 @@
 
 namespace kiln::kernels {
 
+// Whether this geometry's forward pass runs Winograd's F(4x4, 3x3) (3x3, stride 1, enough
+// channels, a processor oneDNN implements it for; KILN_CPU_WINOGRAD=0 never, 1 always).
+bool dnnl_conv2d_uses_winograd(const ConvGeometry& g);
+
 void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
 void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
                                 const ConvGeometry& g);
