@@ -3,12 +3,14 @@
 
 Runs kiln's `bench` (as a subprocess, --device cpu --threads N) and the same models written in
 PyTorch (the shapes of models/*.cpp, the same losses and optimizers as the tasks' bench steps),
-in turn, two rounds each, in the current CPU affinity: pin the whole script with taskset, e.g.
+in turn, five rounds each (--rounds), in the current CPU affinity: pin the whole script with taskset, e.g.
 
     taskset -c 0,1 python3 bench/cpu_vs_pytorch.py --bench build/tools/bench --threads 2 --json out.json
     taskset -c 0-7 python3 bench/cpu_vs_pytorch.py --bench build/tools/bench --threads 8 --json out.json
 
-Prints one line per model (median step time of each, kiln / PyTorch) and writes the JSON.
+Prints one line per model (median step time of each, kiln / PyTorch, and the median and range
+of each round's own kiln / PyTorch, the steadier figure on a host whose speed drifts) and writes
+the JSON.
 PyTorch runs in float32 on the CPU with torch.set_num_threads(N), eager, its default
 environment; kiln's bench in its own default (a bounded spin, tools/openmp_defaults.h; --passive
 also times it with OMP_WAIT_POLICY=passive; a --base build with the same spin count).
@@ -222,7 +224,7 @@ def main():
     parser.add_argument("--models", default=",".join(m[0] for m in MODELS))
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--base-models", default="lenet,resnet,vgg,char-lstm,gan,dcgan")
     parser.add_argument("--passive", action="store_true",
                         help="also time kiln with OMP_WAIT_POLICY=passive (idle threads sleep at once)")
@@ -235,7 +237,8 @@ def main():
     print(f"torch {torch.__version__}, {args.threads} threads, cores {affinity}, "
           f"mkldnn {torch.backends.mkldnn.is_available()}", flush=True)
     print(f"{'model':<10} {'batch':>5} {'kiln ms':>9} {'torch ms':>9} {'kiln/torch':>10}"
-          + (f" {'base ms':>9} {'base/torch':>10}" if args.base else "")
+          + f" {'by round':>8} {'range':>11}"
+          + (f" {'base ms':>9} {'base/torch':>10} {'by round':>8}" if args.base else "")
           + (f" {'passive':>9} {'pass/torch':>10}" if args.passive else ""),
           flush=True)
     results = []
@@ -243,6 +246,7 @@ def main():
         if name not in wanted:
             continue
         kiln_ms, torch_ms, kiln_rows, base_ms, passive_ms = [], [], [], [], []
+        torch_rounds = []  # each round's PyTorch median, to pair with that round's kiln run
         with_base = args.base and name in args.base_models.split(",")
         for _ in range(args.rounds):  # each round every program once, so noise hits all alike
             median, row = time_kiln(args.bench, name, batch, args.threads, args.warmup, args.steps)
@@ -254,18 +258,30 @@ def main():
             if args.passive:
                 passive_ms.append(time_kiln(args.bench, name, batch, args.threads, args.warmup,
                                             args.steps, "passive")[0])
-            torch_ms += time_torch(make_step, batch, args.warmup, args.steps)
+            round_ms = time_torch(make_step, batch, args.warmup, args.steps)
+            torch_ms += round_ms
+            torch_rounds.append(statistics.median(round_ms))
+        # The host's speed drifts between rounds by more than the effects measured, and each
+        # round times every program back to back: the median of the rounds' own ratios is
+        # the steadier figure; the ratio of the overall medians is kept beside it.
+        by_round = [k / t for k, t in zip(kiln_ms, torch_rounds)]
         k = statistics.median(kiln_ms)
         t = statistics.median(torch_ms)
         row = {"model": name, "batch": batch, "threads": args.threads,
                "kiln_median_ms": k, "kiln_round_medians_ms": kiln_ms,
                "torch_median_ms": t, "torch_p10_ms": statistics.quantiles(torch_ms, n=10)[0],
-               "kiln_over_torch": k / t, "kiln_rows": kiln_rows}
-        line = f"{name:<10} {batch:>5} {k:>9.2f} {t:>9.2f} {k / t:>10.3f}"
+               "kiln_over_torch": k / t, "torch_round_medians_ms": torch_rounds,
+               "kiln_over_torch_by_round": by_round,
+               "kiln_over_torch_median_of_rounds": statistics.median(by_round),
+               "kiln_rows": kiln_rows}
+        line = (f"{name:<10} {batch:>5} {k:>9.2f} {t:>9.2f} {k / t:>10.3f}"
+                f" {statistics.median(by_round):>8.3f} {min(by_round):>5.2f}-{max(by_round):<5.2f}")
         if with_base:
             base = statistics.median(base_ms)
             row["base_median_ms"], row["base_round_medians_ms"] = base, base_ms
-            line += f" {base:>9.2f} {base / t:>10.3f}"
+            base_by_round = [b / r for b, r in zip(base_ms, torch_rounds)]
+            row["base_over_torch_median_of_rounds"] = statistics.median(base_by_round)
+            line += f" {base:>9.2f} {base / t:>10.3f} {statistics.median(base_by_round):>8.3f}"
         if args.passive:
             passive = statistics.median(passive_ms)
             row["kiln_passive_median_ms"], row["kiln_passive_round_medians_ms"] = passive, passive_ms
