@@ -153,10 +153,7 @@ void matmul_kernel_typed(const KernelCall& call, const T* bias = nullptr, bool r
   const bool parallel = tasks > 1 && d.m * d.n * d.k > 32768;
   const int threads = omp_get_max_threads();
   if (!parallel) omp_set_num_threads(1);
-  // A team no larger than the tasks: the MLP GAN's [64 x 784] x [784 x 256] has 4 blocks,
-  // and 8 threads would all be woken and wait at the barrier for them.
-  const int team = static_cast<int>(std::min<std::int64_t>(tasks, threads));
-#pragma omp parallel for schedule(static) if (parallel) num_threads(team)
+#pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t task = 0; task < tasks; ++task) {
     const std::int64_t i = task / (blocks.rows * blocks.columns),
                        rest = task % (blocks.rows * blocks.columns);
