@@ -125,7 +125,11 @@ struct OpDef {
   // maximum, select, neg, the comparisons, broadcast_to): on values representable in a dtype
   // the result is too, so generated bf16/f16 code does not round it again.
   bool exact = false;
-  bool alias = false;       // output shares input 0's storage (reshape, detach)
+  bool alias = false;  // output shares input 0's storage (reshape, detach)
+  // Ops whose CPU kernel depends on the shapes, the dtype or the processor (convolutions:
+  // oneDNN's Winograd or direct kernels, or kiln's own): the kernel this call runs, which
+  // KILN_PROFILE=groups prints beside the op.
+  std::function<std::string(const KernelCall&)> cpu_kernel_name;
   ReductionRule reduction;  // reductions only
   AutocastPolicy autocast = AutocastPolicy::follow;
 };

@@ -77,12 +77,12 @@ TEST_CASE("oneDNN's convolutions match kiln's im2col kernels (forward and both g
 
 TEST_CASE(
     "3x3 stride-1 layers of 64 and more channels run Winograd's F(4x4, 3x3), 16 channels do not") {
-  // resnet18's stage 1 and 4, a layer whose images do not divide into 4x4 tiles, and unequal
+  // resnet18's stage 2 and 4, a layer whose images do not divide into 4x4 tiles, and unequal
   // channel counts; each against kiln's own kernels (a direct sum).
-  const Case winograd[] = {{2, 64, 8, 64, 3, 1, 1},
-                           {2, 128, 4, 128, 3, 1, 1},
-                           {3, 48, 7, 96, 3, 1, 1},
-                           {1, 96, 9, 64, 3, 1, 0}};
+  const Case winograd[] = {{8, 64, 8, 64, 3, 1, 1},
+                           {32, 128, 4, 128, 3, 1, 1},
+                           {8, 48, 7, 96, 3, 1, 1},
+                           {8, 96, 9, 64, 3, 1, 0}};
   if (!uses_winograd(winograd[0])) {
     MESSAGE("oneDNN has no Winograd convolution for this processor (it needs AVX-512)");
     return;
@@ -99,8 +99,25 @@ TEST_CASE(
     CHECK(test::closeness(library.dw, own.dw, 1e-4, 1e-4) <= 1);
   }
   CHECK_FALSE(uses_winograd({4, 16, 28, 16, 3, 1, 1}));  // slower there (conv_dnnl.cpp)
+  CHECK_FALSE(uses_winograd({2, 64, 8, 64, 3, 1, 1}));   // 8 output tiles: too few
+  CHECK(uses_winograd({2, 64, 16, 64, 3, 1, 1}));        // 32
   CHECK_FALSE(uses_winograd({4, 64, 16, 64, 3, 2, 1}));  // stride 2
   CHECK_FALSE(uses_winograd({4, 64, 16, 64, 1, 1, 0}));  // 1x1
+}
+
+TEST_CASE("conv2d_kernel_name names the kernel each pass runs (KILN_PROFILE=groups)") {
+  using kernels::ConvPass;
+  const kernels::ConvGeometry wide = kernels::conv_geometry({8, 64, 8, 8}, {64, 64, 3, 3}, 1, 1);
+  const kernels::ConvGeometry first = kernels::conv_geometry({8, 1, 8, 8}, {16, 1, 3, 3}, 1, 1);
+  const std::string forward = kernels::conv2d_kernel_name(ConvPass::forward, DType::f32, wide);
+  CHECK(forward.rfind("oneDNN ", 0) == 0);
+  CHECK((forward.find("wino") != std::string::npos) == uses_winograd({8, 64, 8, 64, 3, 1, 1}));
+  CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::bf16, wide) == forward);  // widened
+  CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f64, wide) == "kiln im2col");
+  CHECK(kernels::conv2d_kernel_name(ConvPass::grad_weight, DType::f32, first) == "kiln im2col");
+  CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f32, first).rfind("oneDNN ", 0) == 0);
+  const kernels::ReproducibleConvolutions scope(true);
+  CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f32, wide) == "kiln im2col");
 }
 
 TEST_CASE("kiln's own convolutions give the same bits for 1, 2 and 3 threads") {

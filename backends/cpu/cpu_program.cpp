@@ -59,13 +59,17 @@ class CpuProgram final : public Program {
   // op on a line per input shapes and attributes.
   bool profile_;
   bool profile_groups_;
-  std::string profile_key(const Node& n) const {
+  // ... and an op whose kernel depends on the call (a convolution: oneDNN's Winograd or
+  // direct kernel, or kiln's own) names it after its attributes.
+  std::string profile_key(const Node& n, const KernelCall& call) const {
     if (!profile_groups_) return n.op->name;
     if (n.body) return n.body->summary();
     std::string key = n.op->name;
     for (const ValueRef& in : n.inputs) key += " " + graph_.type(in).shape.str();
     const std::string attrs = n.attrs.str();
-    return attrs.empty() ? key : key + " {" + attrs + "}";
+    if (!attrs.empty()) key += " {" + attrs + "}";
+    if (n.op->cpu_kernel_name) key += " " + n.op->cpu_kernel_name(call);
+    return key;
   }
   std::string trace_path_;  // non-empty: the next run writes a trace here
   bool check_numerics_;
@@ -166,7 +170,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                          std::chrono::duration<double, std::micro>(now - start).count()});
       }
       if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
-        auto& entry = op_seconds_[profile_key(n)];
+        auto& entry = op_seconds_[profile_key(n, KernelCall{n, in, out})];
         entry.first +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         entry.second += 1;

@@ -163,6 +163,14 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
   return g;
 }
 
+std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g) {
+  const bool library = !reproducible_convolutions &&
+                       (dtype == DType::f32 || is_low_precision(dtype)) &&
+                       (pass == ConvPass::forward ||
+                        g.in_channels >= 4);  // as use_dnnl(_backward); bf16/f16 run widened
+  return library ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
+}
+
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
   if (use_dnnl(x)) return dnnl_conv2d_forward(x, w, y, g);
   visit_floating(x.dtype(), "conv2d",

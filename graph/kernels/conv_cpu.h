@@ -2,6 +2,8 @@
 // other dtypes and where reproducible results are asked for. Pooling: pool_cpu.h.
 #pragma once
 
+#include <string>
+
 #include "core/tensor.h"
 
 namespace kiln::kernels {
@@ -36,6 +38,13 @@ class ReproducibleConvolutions {
 // (a node's outputs never share its inputs' buffers).
 void begin_cpu_kernel();
 std::uint64_t cpu_kernel_serial();  // this thread's count of begin_cpu_kernel calls
+
+enum class ConvPass { forward, grad_input, grad_weight };
+
+// The kernel a pass of this dtype and geometry runs on this thread now (in its reproducible
+// mode or not): "oneDNN <its implementation>", e.g. "oneDNN jit_wino_4x3:avx512_core", or
+// "kiln im2col"; KILN_PROFILE=groups names it beside each convolution.
+std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g);
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g);

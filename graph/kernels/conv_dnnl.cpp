@@ -13,6 +13,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -24,7 +25,7 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-enum class Direction { forward, grad_input, grad_weight };
+using Direction = ConvPass;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -91,10 +92,11 @@ struct Plan {
   std::vector<Argument> inputs;
   Argument output;
   bool winograd = false;
+  std::string implementation;  // oneDNN's name for the kernel it chose
 };
 
-Plan plan_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
-             const ConvGeometry& g, Direction direction) {
+Plan arguments_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
+                  const ConvGeometry& g, Direction direction) {
   switch (direction) {
     case Direction::forward:
       return {convolution,
@@ -115,12 +117,24 @@ Plan plan_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
   }
 }
 
+Plan plan_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
+             const ConvGeometry& g, Direction direction) {
+  Plan plan = arguments_of(convolution, pd, g, direction);
+  plan.implementation = pd.impl_info_str();
+  return plan;
+}
+
 // Winograd's F(4x4, 3x3) does 2.25x fewer multiplies than the direct convolution but
 // transforms each input and output tile, a cost per element rather than per product. Side by
 // side (2 threads, AMD EPYC with AVX-512, oneDNN 2.6's jit_wino_4x3) it ran resnet18's 3x3
 // passes in 0.45-0.85x the direct time with 64-512 channels, and 1.1-1.5x with 16-32; the
 // measure that separates them is c * k / (c + k), half the harmonic mean of the channel counts.
 constexpr double kWinogradMinChannels = 24;
+// Transforming the weights costs the same at any batch; the savings grow with the output's
+// 4x4 tiles. With 16 tiles a pass (resnet18's 4x4 stage at batch 16, its 8x8 stage at
+// batch 4) Winograd lost in all three passes, by 5-50 %; with 32 (the 4x4 stage at batch 32,
+// the 8x8 one at batch 8) it won.
+constexpr std::int64_t kWinogradMinTiles = 32;
 
 // KILN_CPU_WINOGRAD=0: never; 1: every 3x3 stride-1 pass; unset: by the rule above.
 int winograd_setting() {
@@ -139,6 +153,7 @@ bool winograd_fits(const ConvGeometry& g, Direction direction) {
   // Images of one 4x4 tile: the input gradient's Winograd kernel lost to the direct one there
   // (resnet18's 512-channel stage, 9 passes: 62-72 against 52-62 ms), the other two passes won.
   if (direction == Direction::grad_input && g.height <= 4 && g.width <= 4) return false;
+  if (g.batch * ((g.out_h + 3) / 4) * ((g.out_w + 3) / 4) < kWinogradMinTiles) return false;
   const double c = static_cast<double>(g.in_channels), k = static_cast<double>(g.out_channels);
   return c * k / (c + k) >= kWinogradMinChannels;
 }
@@ -302,6 +317,10 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
 
 bool dnnl_conv2d_uses_winograd(const ConvGeometry& g) {
   return cached_plan(g, Direction::forward).winograd;
+}
+
+std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass) {
+  return cached_plan(g, pass).implementation;
 }
 
 void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {

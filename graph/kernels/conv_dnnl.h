@@ -10,6 +10,9 @@ namespace kiln::kernels {
 // channels, a processor oneDNN implements it for; KILN_CPU_WINOGRAD=0 never, 1 always).
 bool dnnl_conv2d_uses_winograd(const ConvGeometry& g);
 
+// The oneDNN implementation that pass runs for this geometry, e.g. "jit:avx512_core".
+std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass);
+
 void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
 void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
                                 const ConvGeometry& g);

@@ -82,6 +82,13 @@ OpDef conv_forward_op() {
         x, call.inputs[1], call.outputs[0],
         kernels::conv_geometry(x.shape(), call.inputs[1].shape(), a.stride, a.padding));
   };
+  op.cpu_kernel_name = [](const KernelCall& call) {
+    const ConvAttrs a = conv_attrs(call.node.attrs);
+    return kernels::conv2d_kernel_name(
+        kernels::ConvPass::forward, call.inputs[0].dtype(),
+        kernels::conv_geometry(image_shape("conv2d", call.inputs[0].shape(), call.node.attrs),
+                               call.inputs[1].shape(), a.stride, a.padding));
+  };
   op.autocast = AutocastPolicy::low;
   return op;
 }
@@ -114,6 +121,13 @@ OpDef conv_grad_input_op() {
     const ConvAttrs a = conv_attrs(call.node.attrs);
     kernels::conv2d_backward_input(
         call.inputs[0], call.inputs[1], call.outputs[0],
+        kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
+                               a.padding));
+  };
+  op.cpu_kernel_name = [](const KernelCall& call) {
+    const ConvAttrs a = conv_attrs(call.node.attrs);
+    return kernels::conv2d_kernel_name(
+        kernels::ConvPass::grad_input, call.inputs[0].dtype(),
         kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
                                a.padding));
   };
@@ -158,6 +172,14 @@ OpDef conv_grad_weight_op() {
     kernels::conv2d_backward_weight(
         x, call.inputs[1], call.outputs[0],
         kernels::conv_geometry(x.shape(), call.outputs[0].shape(), a.stride, a.padding));
+  };
+  op.cpu_kernel_name = [](const KernelCall& call) {
+    const ConvAttrs a = conv_attrs(call.node.attrs);
+    return kernels::conv2d_kernel_name(
+        kernels::ConvPass::grad_weight, call.inputs[0].dtype(),
+        kernels::conv_geometry(
+            image_shape("conv2d_grad_weight", call.inputs[0].shape(), call.node.attrs),
+            call.outputs[0].shape(), a.stride, a.padding));
   };
   op.autocast = AutocastPolicy::low;
   return op;
