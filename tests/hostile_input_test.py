@@ -204,6 +204,10 @@ def flag_values(trainer, bench, folder):
                        ('bench --threads 100000', ['--threads', '100000']),
                        ('bench --batch-size 0', ['--batch-size', '0'])]:
         run(name, bench, args, 2, [args[0]], d, usage=True)
+    run('KILN_CPU_WINOGRAD=off is refused, named, not taken as on', trainer,
+        ['--model', 'resnet', '--synthetic', '--device', 'cpu', '--no-progress', '--max-steps',
+         '1', '--threads', '1'], 1, ["KILN_CPU_WINOGRAD='off' is not 0 (never) or 1"], d,
+        env={'KILN_CPU_WINOGRAD': 'off'})
 
 
 def resume_positions(trainer, folder):

@@ -141,6 +141,10 @@ int winograd_setting() {
   static const int setting = [] {
     const char* v = std::getenv("KILN_CPU_WINOGRAD");
     if (v == nullptr || *v == '\0') return -1;
+    KILN_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
+               "KILN_CPU_WINOGRAD='{}' is not 0 (never) or 1 (every 3x3 stride-1 layer); unset "
+               "it for the default rule",
+               v);
     return std::strcmp(v, "0") == 0 ? 0 : 1;
   }();
   return setting;
