@@ -136,13 +136,13 @@ void backward_weight_typed(const Tensor& x, const Tensor& dy, Tensor& dw, const 
 thread_local bool reproducible_convolutions = false;
 thread_local std::uint64_t kernel_serial = 0;
 
-bool use_dnnl(const Tensor& t) { return !reproducible_convolutions && t.dtype() == DType::f32; }
+bool use_dnnl(DType dtype) { return !reproducible_convolutions && dtype == DType::f32; }
 
 // oneDNN's backward passes over one to three input channels (a network's first layer) fall
 // back to slow reference-like code: kiln's im2col kernels were 1.6-4x faster there (LeNet's
 // and ResNet's first convolutions, batch 64, 2 threads), and 2-5x slower everywhere else.
-bool use_dnnl_backward(const Tensor& t, const ConvGeometry& g) {
-  return use_dnnl(t) && g.in_channels >= 4;
+bool use_dnnl_backward(DType dtype, const ConvGeometry& g) {
+  return use_dnnl(dtype) && g.in_channels >= 4;
 }
 
 }  // namespace
@@ -164,27 +164,26 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
 }
 
 std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g) {
-  const bool library = !reproducible_convolutions &&
-                       (dtype == DType::f32 || is_low_precision(dtype)) &&
-                       (pass == ConvPass::forward ||
-                        g.in_channels >= 4);  // as use_dnnl(_backward); bf16/f16 run widened
+  // bf16/f16 passes reach the kernels widened to f32 (backends/cpu/low_precision.cpp).
+  const DType runs = is_low_precision(dtype) ? DType::f32 : dtype;
+  const bool library = pass == ConvPass::forward ? use_dnnl(runs) : use_dnnl_backward(runs, g);
   return library ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
-  if (use_dnnl(x)) return dnnl_conv2d_forward(x, w, y, g);
+  if (use_dnnl(x.dtype())) return dnnl_conv2d_forward(x, w, y, g);
   visit_floating(x.dtype(), "conv2d",
                  [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g) {
-  if (use_dnnl_backward(dy, g)) return dnnl_conv2d_backward_input(dy, w, dx, g);
+  if (use_dnnl_backward(dy.dtype(), g)) return dnnl_conv2d_backward_input(dy, w, dx, g);
   visit_floating(dy.dtype(), "conv2d_grad_input",
                  [&](auto zero) { backward_input_typed<decltype(zero)>(dy, w, dx, g); });
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
-  if (use_dnnl_backward(x, g)) return dnnl_conv2d_backward_weight(x, dy, dw, g);
+  if (use_dnnl_backward(x.dtype(), g)) return dnnl_conv2d_backward_weight(x, dy, dw, g);
   visit_floating(x.dtype(), "conv2d_grad_weight",
                  [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
 }
