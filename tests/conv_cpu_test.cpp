@@ -45,10 +45,13 @@ Results run_all(const Case& c, bool reproducible) {
   return r;
 }
 
+// Whether the case's forward pass runs oneDNN's Winograd kernel.
 bool uses_winograd(const Case& c) {
-  return kernels::dnnl_conv2d_uses_winograd(kernels::conv_geometry(
+  const kernels::ConvGeometry g = kernels::conv_geometry(
       {c.batch, c.in_channels, c.size, c.size}, {c.out_channels, c.in_channels, c.kernel, c.kernel},
-      c.stride, c.padding));
+      c.stride, c.padding);
+  return kernels::dnnl_conv2d_implementation(g, kernels::ConvPass::forward).find("wino") !=
+         std::string::npos;
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {

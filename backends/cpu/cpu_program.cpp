@@ -170,9 +170,10 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                          std::chrono::duration<double, std::micro>(now - start).count()});
       }
       if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
-        auto& entry = op_seconds_[profile_key(n, KernelCall{n, in, out})];
-        entry.first +=
+        const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        auto& entry = op_seconds_[profile_key(n, KernelCall{n, in, out})];
+        entry.first += seconds;
         entry.second += 1;
       }
     }

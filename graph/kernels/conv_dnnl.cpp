@@ -1,7 +1,7 @@
 // float32 convolutions through oneDNN in the blocked layouts it picks for this processor,
 // reordered from and to kiln's NCHW/OIHW buffers: one plan per geometry and direction, made
 // once and kept, run on OpenMP's threads. 3x3 stride-1 layers with enough channels take
-// Winograd's F(4x4, 3x3) where oneDNN implements it (dnnl_conv2d_uses_winograd).
+// Winograd's F(4x4, 3x3) where oneDNN implements it (winograd_fits).
 #include "graph/kernels/conv_dnnl.h"
 
 #include <omp.h>
@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -19,13 +18,13 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
+#include "core/storage.h"
+
 namespace kiln::kernels {
 namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-
-using Direction = ConvPass;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -91,19 +90,18 @@ struct Plan {
   dnnl::primitive convolution;
   std::vector<Argument> inputs;
   Argument output;
-  bool winograd = false;
   std::string implementation;  // oneDNN's name for the kernel it chose
 };
 
 Plan arguments_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
-                  const ConvGeometry& g, Direction direction) {
+                  const ConvGeometry& g, ConvPass direction) {
   switch (direction) {
-    case Direction::forward:
+    case ConvPass::forward:
       return {convolution,
               {argument(DNNL_ARG_SRC, src_desc(g, Tag::nchw), pd.src_desc(), true),
                argument(DNNL_ARG_WEIGHTS, weight_desc(g, Tag::oihw), pd.weights_desc(), true)},
               argument(DNNL_ARG_DST, dst_desc(g, Tag::nchw), pd.dst_desc(), false)};
-    case Direction::grad_input:
+    case ConvPass::grad_input:
       return {convolution,
               {argument(DNNL_ARG_DIFF_DST, dst_desc(g, Tag::nchw), pd.diff_dst_desc(), true),
                argument(DNNL_ARG_WEIGHTS, weight_desc(g, Tag::oihw), pd.weights_desc(), true)},
@@ -118,7 +116,7 @@ Plan arguments_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& 
 }
 
 Plan plan_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
-             const ConvGeometry& g, Direction direction) {
+             const ConvGeometry& g, ConvPass direction) {
   Plan plan = arguments_of(convolution, pd, g, direction);
   plan.implementation = pd.impl_info_str();
   return plan;
@@ -150,26 +148,26 @@ int winograd_setting() {
   return setting;
 }
 
-bool winograd_fits(const ConvGeometry& g, Direction direction) {
+bool winograd_fits(const ConvGeometry& g, ConvPass direction) {
   if (g.kernel_h != 3 || g.kernel_w != 3 || g.stride != 1) return false;
   const int setting = winograd_setting();
   if (setting >= 0) return setting == 1;
   // Images of one 4x4 tile: the input gradient's Winograd kernel lost to the direct one there
   // (resnet18's 512-channel stage, 9 passes: 62-72 against 52-62 ms), the other two passes won.
-  if (direction == Direction::grad_input && g.height <= 4 && g.width <= 4) return false;
+  if (direction == ConvPass::grad_input && g.height <= 4 && g.width <= 4) return false;
   if (g.batch * ((g.out_h + 3) / 4) * ((g.out_w + 3) / 4) < kWinogradMinTiles) return false;
   const double c = static_cast<double>(g.in_channels), k = static_cast<double>(g.out_channels);
   return c * k / (c + k) >= kWinogradMinChannels;
 }
 
-Plan make_plan_with(const ConvGeometry& g, Direction direction, dnnl::algorithm algorithm) {
+Plan make_plan_with(const ConvGeometry& g, ConvPass direction, dnnl::algorithm algorithm) {
   dnnl::engine& engine = cpu_engine();
   const dnnl::convolution_forward::primitive_desc forward(forward_desc(g, Tag::any, algorithm),
                                                           engine);
-  if (direction == Direction::forward)
+  if (direction == ConvPass::forward)
     return plan_of(dnnl::convolution_forward(forward), forward, g, direction);
   const Window s = window(g);
-  if (direction == Direction::grad_input) {
+  if (direction == ConvPass::grad_input) {
     const dnnl::convolution_backward_data::desc desc(
         algorithm, src_desc(g, Tag::any), weight_desc(g, Tag::any), dst_desc(g, Tag::any),
         s.strides, s.padding, s.padding_end);
@@ -185,12 +183,10 @@ Plan make_plan_with(const ConvGeometry& g, Direction direction, dnnl::algorithm 
 
 // Winograd where it fits and this processor has it (oneDNN reports "unimplemented"
 // otherwise, e.g. without AVX-512), else the direct convolution.
-Plan make_plan(const ConvGeometry& g, Direction direction) {
+Plan make_plan(const ConvGeometry& g, ConvPass direction) {
   if (winograd_fits(g, direction)) {
     try {
-      Plan plan = make_plan_with(g, direction, dnnl::algorithm::convolution_winograd);
-      plan.winograd = true;
-      return plan;
+      return make_plan_with(g, direction, dnnl::algorithm::convolution_winograd);
     } catch (const dnnl::error& e) {
       if (e.status != dnnl_unimplemented) throw;
     }
@@ -198,14 +194,14 @@ Plan make_plan(const ConvGeometry& g, Direction direction) {
   return make_plan_with(g, direction, dnnl::algorithm::convolution_direct);
 }
 
-auto geometry_key(const ConvGeometry& g, Direction direction) {
+auto geometry_key(const ConvGeometry& g, ConvPass direction) {
   return std::make_tuple(g.batch, g.in_channels, g.height, g.width, g.out_channels, g.kernel_h,
                          g.kernel_w, g.stride, g.padding, static_cast<int>(direction));
 }
 
 // Plans are made once per geometry (making one JIT-compiles its code) and shared by every
 // program of the process; a primitive may run on several threads at once.
-const Plan& cached_plan(const ConvGeometry& g, Direction direction) {
+const Plan& cached_plan(const ConvGeometry& g, ConvPass direction) {
   static std::mutex mutex;
   static std::map<decltype(geometry_key(g, direction)), Plan> cache;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -217,35 +213,12 @@ const Plan& cached_plan(const ConvGeometry& g, Direction direction) {
 
 // This thread's buffers in the primitives' layouts, one per argument (kept between calls, so
 // a step allocates nothing once warm), and the last pass's dy in its primitive's layout,
-// kept for the layer's other gradient pass (conv_cpu.h, begin_cpu_kernel).
-// Memory for one argument in a primitive's layout, aligned to 64 bytes: oneDNN's JIT kernels
-// may store it with aligned (and non-temporal) vector instructions, as Winograd's do, which
-// fault on the 16-byte alignment of std::vector's memory.
-class AlignedBuffer {
- public:
-  char* reserve(std::size_t bytes) {
-    if (bytes > size_) {
-      constexpr std::size_t kAlign = 64;
-      const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-      data_.reset(static_cast<char*>(std::aligned_alloc(kAlign, rounded)));
-      if (!data_) throw std::bad_alloc();
-      size_ = rounded;
-    }
-    return data_.get();
-  }
-  char* data() const { return data_.get(); }
-
- private:
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::unique_ptr<char, Free> data_;
-  std::size_t size_ = 0;
-};
-
+// kept for the layer's other gradient pass (conv_cpu.h, begin_cpu_kernel). They are
+// Storage's 64-byte aligned memory: oneDNN's JIT kernels may store with aligned (and
+// non-temporal) vector instructions, as Winograd's do, which fault on std::vector's 16 bytes.
 struct Scratch {
-  AlignedBuffer slots[3];
-  AlignedBuffer kept;
+  std::shared_ptr<Storage> slots[3];
+  std::shared_ptr<Storage> kept;
   const void* kept_from = nullptr;  // the plain tensor it was reordered from
   // That tensor's storage, held so that no new buffer (a widened bf16 input's) takes its
   // address while the copy is kept.
@@ -258,7 +231,10 @@ thread_local Scratch scratch;
 // The memory an argument runs in: the tensor itself, or this thread's buffer for `slot`.
 memory working_memory(const Argument& a, const Tensor& t, std::size_t slot) {
   if (!a.reorder) return memory(a.plain, cpu_engine(), const_cast<void*>(t.raw()));
-  return memory(a.chosen, cpu_engine(), scratch.slots[slot].reserve(a.chosen.get_size()));
+  std::shared_ptr<Storage>& buffer = scratch.slots[slot];
+  if (!buffer || buffer->bytes() < a.chosen.get_size())
+    buffer = Storage::allocate_cpu(a.chosen.get_size());
+  return memory(a.chosen, cpu_engine(), buffer->data());
 }
 
 // A reorder of at most 256 KiB (a layer's weights) runs on the calling thread alone: copying
@@ -272,7 +248,7 @@ void run_reorder(const dnnl::reorder& reorder, dnnl::stream& stream, memory& fro
   if (alone) omp_set_num_threads(threads);
 }
 
-void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, const Tensor& in1,
+void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const Tensor& in1,
              const Tensor& out) {
   const Plan& plan = cached_plan(g, direction);
   dnnl::stream stream(cpu_engine());
@@ -285,7 +261,7 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
     reused[i] = a.reorder && a.id == DNNL_ARG_DIFF_DST && scratch.kept_from == inputs[i]->raw() &&
                 scratch.kept_serial + 1 == serial && scratch.kept_desc == a.chosen;
     if (reused[i]) {
-      args.emplace(a.id, memory(a.chosen, cpu_engine(), scratch.kept.data()));
+      args.emplace(a.id, memory(a.chosen, cpu_engine(), scratch.kept->data()));
       continue;
     }
     memory working = working_memory(a, *inputs[i], i);
@@ -319,26 +295,22 @@ void execute(const ConvGeometry& g, Direction direction, const Tensor& in0, cons
 
 }  // namespace
 
-bool dnnl_conv2d_uses_winograd(const ConvGeometry& g) {
-  return cached_plan(g, Direction::forward).winograd;
-}
-
 std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass) {
   return cached_plan(g, pass).implementation;
 }
 
 void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
-  execute(g, Direction::forward, x, w, y);
+  execute(g, ConvPass::forward, x, w, y);
 }
 
 void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
                                 const ConvGeometry& g) {
-  execute(g, Direction::grad_input, dy, w, dx);
+  execute(g, ConvPass::grad_input, dy, w, dx);
 }
 
 void dnnl_conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw,
                                  const ConvGeometry& g) {
-  execute(g, Direction::grad_weight, x, dy, dw);
+  execute(g, ConvPass::grad_weight, x, dy, dw);
 }
 
 }  // namespace kiln::kernels

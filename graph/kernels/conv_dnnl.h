@@ -6,11 +6,8 @@
 
 namespace kiln::kernels {
 
-// Whether this geometry's forward pass runs Winograd's F(4x4, 3x3) (3x3, stride 1, enough
-// channels, a processor oneDNN implements it for; KILN_CPU_WINOGRAD=0 never, 1 always).
-bool dnnl_conv2d_uses_winograd(const ConvGeometry& g);
-
-// The oneDNN implementation that pass runs for this geometry, e.g. "jit:avx512_core".
+// The oneDNN implementation that pass runs for this geometry, e.g. "jit:avx512_core", or
+// "jit_wino_4x3:avx512_core" where it takes Winograd's F(4x4, 3x3).
 std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass);
 
 void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);

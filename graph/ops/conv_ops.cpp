@@ -32,6 +32,25 @@ Tensor channels_first(const Tensor& x, const Attrs& a) {
   return nchw;
 }
 
+// Each pass's geometry from its call, the image in [B, C, H, W] terms: for its kernel and for
+// the name of that kernel (OpDef::cpu_kernel_name).
+kernels::ConvGeometry forward_geometry(const KernelCall& call) {
+  const ConvAttrs a = conv_attrs(call.node.attrs);
+  return kernels::conv_geometry(image_shape("conv2d", call.inputs[0].shape(), call.node.attrs),
+                                call.inputs[1].shape(), a.stride, a.padding);
+}
+kernels::ConvGeometry grad_input_geometry(const KernelCall& call) {
+  const ConvAttrs a = conv_attrs(call.node.attrs);
+  return kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
+                                a.padding);
+}
+kernels::ConvGeometry grad_weight_geometry(const KernelCall& call) {
+  const ConvAttrs a = conv_attrs(call.node.attrs);
+  return kernels::conv_geometry(
+      image_shape("conv2d_grad_weight", call.inputs[0].shape(), call.node.attrs),
+      call.outputs[0].shape(), a.stride, a.padding);
+}
+
 // Checks x: [B, Cin, H, W] against w: [Cout, Cin, KH, KW] and returns y's shape.
 Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, ConvAttrs a) {
   KILN_CHECK(x.rank() == 4, "{}: input must be [B, C, H, W] but is {}", op, x.str());
@@ -76,18 +95,12 @@ OpDef conv_forward_op() {
     return std::vector<Value>{dx, dw};
   };
   op.cpu = [](const KernelCall& call) {
-    const ConvAttrs a = conv_attrs(call.node.attrs);
-    const Tensor x = channels_first(call.inputs[0], call.node.attrs);
-    kernels::conv2d_forward(
-        x, call.inputs[1], call.outputs[0],
-        kernels::conv_geometry(x.shape(), call.inputs[1].shape(), a.stride, a.padding));
+    kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
+                            call.outputs[0], forward_geometry(call));
   };
   op.cpu_kernel_name = [](const KernelCall& call) {
-    const ConvAttrs a = conv_attrs(call.node.attrs);
-    return kernels::conv2d_kernel_name(
-        kernels::ConvPass::forward, call.inputs[0].dtype(),
-        kernels::conv_geometry(image_shape("conv2d", call.inputs[0].shape(), call.node.attrs),
-                               call.inputs[1].shape(), a.stride, a.padding));
+    return kernels::conv2d_kernel_name(kernels::ConvPass::forward, call.inputs[0].dtype(),
+                                       forward_geometry(call));
   };
   op.autocast = AutocastPolicy::low;
   return op;
@@ -118,18 +131,12 @@ OpDef conv_grad_input_op() {
     return std::vector<Value>{d_dy, d_w};
   };
   op.cpu = [](const KernelCall& call) {
-    const ConvAttrs a = conv_attrs(call.node.attrs);
-    kernels::conv2d_backward_input(
-        call.inputs[0], call.inputs[1], call.outputs[0],
-        kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
-                               a.padding));
+    kernels::conv2d_backward_input(call.inputs[0], call.inputs[1], call.outputs[0],
+                                   grad_input_geometry(call));
   };
   op.cpu_kernel_name = [](const KernelCall& call) {
-    const ConvAttrs a = conv_attrs(call.node.attrs);
-    return kernels::conv2d_kernel_name(
-        kernels::ConvPass::grad_input, call.inputs[0].dtype(),
-        kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
-                               a.padding));
+    return kernels::conv2d_kernel_name(kernels::ConvPass::grad_input, call.inputs[0].dtype(),
+                                       grad_input_geometry(call));
   };
   op.autocast = AutocastPolicy::low;
   return op;
@@ -167,19 +174,12 @@ OpDef conv_grad_weight_op() {
     return std::vector<Value>{d_x, d_dy};
   };
   op.cpu = [](const KernelCall& call) {
-    const ConvAttrs a = conv_attrs(call.node.attrs);
-    const Tensor x = channels_first(call.inputs[0], call.node.attrs);
-    kernels::conv2d_backward_weight(
-        x, call.inputs[1], call.outputs[0],
-        kernels::conv_geometry(x.shape(), call.outputs[0].shape(), a.stride, a.padding));
+    kernels::conv2d_backward_weight(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
+                                    call.outputs[0], grad_weight_geometry(call));
   };
   op.cpu_kernel_name = [](const KernelCall& call) {
-    const ConvAttrs a = conv_attrs(call.node.attrs);
-    return kernels::conv2d_kernel_name(
-        kernels::ConvPass::grad_weight, call.inputs[0].dtype(),
-        kernels::conv_geometry(
-            image_shape("conv2d_grad_weight", call.inputs[0].shape(), call.node.attrs),
-            call.outputs[0].shape(), a.stride, a.padding));
+    return kernels::conv2d_kernel_name(kernels::ConvPass::grad_weight, call.inputs[0].dtype(),
+                                       grad_weight_geometry(call));
   };
   op.autocast = AutocastPolicy::low;
   return op;
