@@ -23,6 +23,7 @@
 #include "graph/passes/channels_last.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/one_hot_products.h"
 #include "graph/passes/pool_grad_masks.h"
 #include "graph/passes/verify.h"
 #include "graph/passes/weight_copies.h"
@@ -63,6 +64,11 @@ Graph simplify_for_fusion(const Graph& recorded) {
   return g;
 }
 
+bool one_hot_products_enabled() {
+  const char* v = std::getenv("KILN_ONE_HOT_PRODUCTS");
+  return v == nullptr || std::string(v) != "0";
+}
+
 Graph apply_precision(const Graph& g, Precision precision) {
   const std::optional<DType> low = low_precision_dtype(precision);
   return low ? eliminate_dead_code(add_weight_copies(autocast(g, *low))) : g;
@@ -101,6 +107,13 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
   if (options.fuse) {  // the unfused baseline and check-numerics keep every op
     g = simplify_for_fusion(g);
     verify(g);
+  }
+  // One-hot products as row gathers and scatters (graph/passes/one_hot_products.h); the CPU
+  // has their kernels, the GPU not yet.
+  if (options.fuse && options.device.is_cpu() && one_hot_products_enabled()) {
+    g = eliminate_dead_code(rewrite_one_hot_products(g));
+    verify(g);
+    dump_after("one_hot_products", g);
   }
   if (!options.device.is_cpu() && !options.check_numerics) {  // one transpose per image
     g = apply_channels_last(g);

@@ -41,6 +41,7 @@ const Table& table() {
     ops::register_reduce_ops(built.entries);
     ops::register_layout_ops(built.entries);
     ops::register_slice_ops(built.entries);
+    ops::register_gather_ops(built.entries);
     ops::register_matmul_ops(built.entries);
     ops::register_conv_ops(built.entries);
     ops::register_pool_ops(built.entries);

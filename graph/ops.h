@@ -71,6 +71,12 @@ Value reshape(Value x, const std::vector<std::int64_t>& dims);  // one dimension
 Value transpose(Value x, const std::vector<std::int64_t>& perm);
 Value one_hot(Value labels, std::int64_t classes,
               DType dtype = DType::f32);  // labels: integer [N] -> [N, classes]
+// Rows of table [V, N] picked by integer indices [R] -> [R, N] (matmul(one_hot(indices),
+// table) without the one-hot matrix).
+Value gather_rows(Value table, Value indices);
+// x [R, N] -> [rows, N]: row v is the sum of the rows of x whose index is v
+// (matmul(one_hot(indices), x) with trans_a).
+Value scatter_add_rows(Value x, Value indices, std::int64_t rows);
 // Indices [start, start + length) of `axis`; the whole axis returns x itself.
 Value slice(Value x, std::int64_t axis, std::int64_t start, std::int64_t length);
 // Values joined along `axis` (all other dimensions equal); one value returns itself.

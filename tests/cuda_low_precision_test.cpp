@@ -601,9 +601,10 @@ std::vector<OpRow> all_rows() {
 
 // Ops without a row, and why.
 bool exempt(const OpDef& op) {
-  return op.kind == OpKind::source ||  // input, variable, fill, tensor_constant: no kernel
-         op.kind == OpKind::fused ||   // fusion's output: every elementwise row makes one
-         op.id == OpId::matmul_bias;   // the epilogue pass's: gemm_epilogue_test checks bf16
+  return op.kind == OpKind::source ||   // input, variable, fill, tensor_constant: no kernel
+         op.kind == OpKind::fused ||    // fusion's output: every elementwise row makes one
+         op.id == OpId::matmul_bias ||  // the epilogue pass's: gemm_epilogue_test checks bf16
+         op.cpu_only;                   // never on the GPU (OpDef::cpu_only)
 }
 
 }  // namespace

@@ -162,9 +162,28 @@ std::vector<GradCase> elementwise_cases() {
   };
 }
 
+// Integer indices as a constant of the graph of `like`.
+Value indices(const Value& like, const std::vector<std::int64_t>& values) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::i64);
+  std::copy(values.begin(), values.end(), t.data<std::int64_t>());
+  return like.graph().constant(t);
+}
+
 std::vector<GradCase> structural_cases() {
   using V = const std::vector<Value>&;
   return {
+      {"gather_rows",
+       "gather_rows [4,3] by 6 indices, repeated, row 3 unused",
+       {{{4, 3}}},
+       [](V v) {
+         return gather_rows(v[0], indices(v[0], {2, 0, 2, 0, 1, 2}));
+       }},
+      {"scatter_add_rows",
+       "scatter_add_rows [6,3] into 4 rows, repeated, row 3 empty",
+       {{{6, 3}}},
+       [](V v) {
+         return scatter_add_rows(v[0], indices(v[0], {2, 0, 2, 0, 1, 2}), 4);
+       }},
       {"reduce_sum", "sum axis 0", {{{3, 4}}}, [](V v) { return sum(v[0], {0}); }},
       {"reduce_sum",
        "sum axes 0,2 keepdims",

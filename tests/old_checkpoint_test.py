@@ -5,7 +5,9 @@
 # format had kiln.config, the old GAN and LM formats had loose keys instead), and the run
 # resumed to step 10 must give bitwise the recorded losses for steps 6..10 (the old build's,
 # re-recorded with the old metadata kept when the CPU kernels changed their summation order:
-# oneDNN convolutions and matmuls, issue 20).
+# oneDNN convolutions and matmuls, issue 20; char-lstm again when the CPU's one-hot products
+# became row gathers and scatters, one loss one unit in the last place, family 26, its family
+# 25 recording dropped).
 # (The tensors need no rewriting: their names and layout did not change, and the first
 # steps are bitwise the old ones, see loss_fixture_test.py.)
 #   old_checkpoint_test.py TRAINER            check

@@ -12,6 +12,7 @@ void register_elementwise_ops(std::vector<OpDef>& table);
 void register_reduce_ops(std::vector<OpDef>& table);
 void register_layout_ops(std::vector<OpDef>& table);
 void register_slice_ops(std::vector<OpDef>& table);
+void register_gather_ops(std::vector<OpDef>& table);
 void register_matmul_ops(std::vector<OpDef>& table);
 void register_conv_ops(std::vector<OpDef>& table);
 void register_pool_ops(std::vector<OpDef>& table);
