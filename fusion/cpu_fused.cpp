@@ -197,6 +197,23 @@ class TileEvaluator {
     }
   }
 
+  // Folds each run of the tile's reduced operand, a whole row of one output, straight into
+  // that output (row_length says when a group's rows allow it).
+  void store_rows(const FusedReduction& r, std::int64_t start, std::int64_t count,
+                  const StridedWalk& out_walk, T* out) {
+    const T* src;
+    std::int64_t step;
+    T literal;
+    operand(r.value, src, step, literal);
+    const ReductionRule& rule = r.op->reduction;
+    const auto fold = reduction_fold<T>(rule);
+    out_walk.runs(start, count,
+                  [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t) {
+                    out[offset] =
+                        static_cast<T>(fold(rule.identity, src + pos * step, length, step));
+                  });
+  }
+
   // Adds the tile's values of the reduced operand into per-output accumulators.
   void accumulate(const FusedReduction& r, std::int64_t start, std::int64_t count,
                   const StridedWalk& out_walk, std::vector<double>& acc) {
@@ -342,15 +359,22 @@ std::optional<ChannelTiles> channel_tiles(const FusedGroup& g) {
   return ct;
 }
 
+// Where each output of the group's reduction is one run of the iteration space (the kept axes
+// lead, the reduced ones trail: a softmax's sums over [R, 96]), the run's length, else 0.
+// Tiles of whole such rows then fold each row once, straight into its output: no per-block
+// partials to fill and combine (char-lstm's loss groups over [4096, 96] kept 48 blocks of
+// 4096 partials each, combined on one thread).
+std::int64_t row_length(const StridedWalk& out_walk) {
+  if (out_walk.strides.back() != 0) return 0;
+  for (std::size_t d = 0; d + 1 < out_walk.strides.size(); ++d)
+    if (out_walk.strides[d] == 0) return 0;
+  return out_walk.dims.back();
+}
+
 template <class T>
 void run_group(const FusedGroup& g, const KernelCall& call) {
   const std::optional<ChannelTiles> by_channel = channel_tiles(g);
-  const TileSpans spans = tile_spans(g);
-  const std::int64_t tiles = by_channel ? by_channel->count() : spans.count();
-  // One thread below 16 tiles (64 KiB of f32 per operand): waking a sleeping team costs about
-  // as much as it computes. Otherwise the whole team, never a smaller one: libgomp ends the
-  // threads a smaller team leaves out and creates them again for the next full one.
-  const int threads = tiles < 16 ? 1 : omp_get_max_threads();
+  TileSpans spans = tile_spans(g);
   const std::vector<const FusedReduction*> reductions = g.reductions();
   const bool reduces = !reductions.empty();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
@@ -358,6 +382,15 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
                                                     ? row_strides(g.shape, g.reduction->axes)
                                                     : std::vector<std::int64_t>(g.shape.rank(), 0);
   const StridedWalk out_walk(g.shape, out_strides);
+  const std::int64_t row = reduces && !by_channel ? row_length(out_walk) : 0;
+  const bool by_rows = row > 0 && row < kTile;
+  if (by_rows && (spans.run % row != 0 || spans.piece % row != 0))
+    spans = TileSpans{spans.n, spans.n, std::max<std::int64_t>(1, kTile / row) * row};
+  const std::int64_t tiles = by_channel ? by_channel->count() : spans.count();
+  // One thread below 16 tiles (64 KiB of f32 per operand): waking a sleeping team costs about
+  // as much as it computes. Otherwise the whole team, never a smaller one: libgomp ends the
+  // threads a smaller team leaves out and creates them again for the next full one.
+  const int threads = tiles < 16 ? 1 : omp_get_max_threads();
   // Channel-major tiles: the reductions' output of a tile's channel is at this stride.
   const std::int64_t channel_stride = by_channel ? out_strides[by_channel->axis] : 0;
   // Reductions accumulate per block of consecutive tiles, blocks summed in order: a count that
@@ -370,12 +403,13 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
           ? std::max<std::int64_t>(1, (std::int64_t{1} << 22) / std::max<std::int64_t>(1, reduced))
           : 1;
   const std::int64_t blocks =
-      reduces ? std::clamp<std::int64_t>(tiles / 8, 1, std::min<std::int64_t>(64, max_blocks))
-              : tiles;
+      reduces && !by_rows
+          ? std::clamp<std::int64_t>(tiles / 8, 1, std::min<std::int64_t>(64, max_blocks))
+          : tiles;
   const std::int64_t tiles_per_block = (tiles + blocks - 1) / blocks;
   // partial[r][block][output]
   std::vector<std::vector<std::vector<double>>> partial;
-  for (const FusedReduction* r : reductions)
+  for (const FusedReduction* r : by_rows ? std::vector<const FusedReduction*>{} : reductions)
     partial.emplace_back(
         static_cast<std::size_t>(blocks),
         std::vector<double>(static_cast<std::size_t>(reduced), r->op->reduction.identity));
@@ -398,12 +432,16 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
         if (t + 1 < tiles) eval.prefetch(spans[t + 1]);
         eval.run(tile.start, tile.count);
         for (std::size_t r = 0; r < reductions.size(); ++r)
-          eval.accumulate(*reductions[r], tile.start, tile.count, out_walk,
-                          partial[r][static_cast<std::size_t>(b)]);
+          if (by_rows)
+            eval.store_rows(*reductions[r], tile.start, tile.count, out_walk,
+                            call.outputs[g.outputs.size() + r].template data<T>());
+          else
+            eval.accumulate(*reductions[r], tile.start, tile.count, out_walk,
+                            partial[r][static_cast<std::size_t>(b)]);
       }
     }
   }
-  for (std::size_t r = 0; r < reductions.size(); ++r) {
+  for (std::size_t r = 0; r < partial.size(); ++r) {
     const ReductionRule& rule = reductions[r]->op->reduction;
     T* out = call.outputs[g.outputs.size() + r].template data<T>();
     for (std::int64_t o = 0; o < reduced; ++o) {

@@ -3,6 +3,7 @@
 // one CPU helper (and one cudaMemcpy2D on the GPU) serves all three, for any dtype.
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "graph/ops.h"
@@ -28,13 +29,20 @@ AxisView axis_view(const Shape& shape, std::int64_t axis, DType dtype) {
   return v;
 }
 
-// `rows` blocks of `bytes` each, from src every `src_pitch` bytes to dst every `dst_pitch`.
+// `rows` blocks of `bytes` each, from src every `src_pitch` bytes to dst every `dst_pitch`;
+// over 1 MiB in all, the team copies pieces of at most 256 KiB (a slice or concat along the
+// first axis is one block: char-lstm's 4 MiB ones took one thread).
 void copy_blocks(const char* src, std::int64_t src_pitch, char* dst, std::int64_t dst_pitch,
                  std::int64_t rows, std::int64_t bytes) {
   if (bytes == 0) return;
-#pragma omp parallel for schedule(static) if (rows * bytes > (1 << 20) && rows > 1)
-  for (std::int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * dst_pitch, src + r * src_pitch, static_cast<std::size_t>(bytes));
+  constexpr std::int64_t kPiece = std::int64_t{1} << 18;
+  const std::int64_t pieces = (bytes + kPiece - 1) / kPiece, tasks = rows * pieces;
+#pragma omp parallel for schedule(static) if (rows * bytes > (1 << 20) && tasks > 1)
+  for (std::int64_t t = 0; t < tasks; ++t) {
+    const std::int64_t r = t / pieces, at = t % pieces * kPiece;
+    std::memcpy(dst + r * dst_pitch + at, src + r * src_pitch + at,
+                static_cast<std::size_t>(std::min(kPiece, bytes - at)));
+  }
 }
 
 void slice_kernel(const KernelCall& call) {
