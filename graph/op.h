@@ -126,9 +126,6 @@ struct OpDef {
   // the result is too, so generated bf16/f16 code does not round it again.
   bool exact = false;
   bool alias = false;  // output shares input 0's storage (reshape, detach)
-  // Ops that only a CPU pass makes (gather_rows and scatter_add_rows, from the one-hot
-  // products pass): no CUDA op entry, and a GPU program that meets one says so.
-  bool cpu_only = false;
   // Ops whose CPU kernel depends on the shapes, the dtype or the processor (convolutions:
   // oneDNN's Winograd or direct kernels, or kiln's own): the kernel this call runs, which
   // KILN_PROFILE=groups prints beside the op.

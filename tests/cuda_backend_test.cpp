@@ -65,7 +65,7 @@ TEST_CASE("without a GPU, --device cuda is a clear error") {
 TEST_CASE("every op that is not a fused group has a CUDA op entry") {
   for (const OpDef* op : all_ops()) {
     if (op->kind == OpKind::source || op->kind == OpKind::elementwise ||
-        op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias || op->cpu_only)
+        op->kind == OpKind::reduction || op->kind == OpKind::fused || op->alias)
       continue;  // elementwise ops and reductions run as generated (fused) kernels
     CAPTURE(op->name);
     const cuda::CudaOpEntry* entry = cuda::cuda_op(op->id);
@@ -127,6 +127,16 @@ TEST_CASE("GPU: every op, forward and backward, matches the CPU backend") {
   check_op("pad axis 0", {{3, 5}}, [](V v) { return pad(v[0], 0, 2, 1); });
   check_op("pad axis 1 of a GEMM", {{3, 5}, {5, 2}},
            [](V v) { return pad(matmul(v[0], v[1]), 1, 1, 3); });
+  // 300 indices into `rows` rows, the last row never named.
+  const auto indices = [](const Value& like, std::int64_t rows) {
+    Tensor t = Tensor::empty({300}, DType::i64);
+    for (std::int64_t i = 0; i < 300; ++i) t.data<std::int64_t>()[i] = (i * 7 + 3) % (rows - 1);
+    return like.graph().constant(t);
+  };
+  check_op("gather_rows: 300 rows of a table of 7, one unused", {{7, 130}},
+           [&](V v) { return gather_rows(v[0], indices(v[0], 7)); });
+  check_op("scatter_add_rows: 300 rows into 7, one empty", {{300, 130}},
+           [&](V v) { return scatter_add_rows(v[0], indices(v[0], 7), 7); });
   Graph g;
   g.output("loss", cross_entropy(g.input("x", {8, 10}), g.input("y", {8}, DType::i64)));
   check_gpu_matches_cpu(g, 5, 1e-5);
@@ -139,6 +149,45 @@ TEST_CASE(
   Graph g;
   testing::lstm_step_graph(g, 6, 10, 16, true);
   check_gpu_matches_cpu(g, 31, 1e-4);
+}
+
+TEST_CASE(
+    "GPU: an embedding and its projection match the CPU's gathers and scatters (the one-hot "
+    "products pass, CPU only)") {
+  if (!have_gpu()) return;
+  Graph g;
+  const Value tokens = g.input("tokens", {48}, DType::i64);  // random_feeds: labels in [0, 10)
+  const Value table = g.input("table", {10, 5}), w = g.input("w", {5, 12}), b = g.input("b", {12});
+  const Value x = reshape(matmul(one_hot(tokens, 10), table), {6, 8, 5});
+  const Value p = matmul(reshape(x, {48, 5}), w) + b;
+  const Value loss = sum_all(tanh(p) * g.constant(test::random_tensor(p.shape(), DType::f32, 5)));
+  const std::vector<Value> grads = grad(loss, {table, w, b});
+  g.output("loss", loss);
+  g.output("d_table", grads[0]);
+  g.output("d_w", grads[1]);
+  g.output("d_b", grads[2]);
+  check_gpu_matches_cpu(g, 41, 1e-4);
+}
+
+TEST_CASE("GPU: gather_rows and scatter_add_rows report a bad index as the CPU kernels do") {
+  if (!have_gpu()) return;
+  for (const bool scatter : {false, true}) {
+    CAPTURE(scatter);
+    Graph g;
+    const Value values = g.input("values", {48, 5});
+    const Value indices = g.input("indices", {48}, DType::i64);
+    g.output("y", scatter ? scatter_add_rows(values, indices, 10)
+                          : gather_rows(slice(values, 0, 0, 10), indices));
+    Tensor bad = Tensor::empty({48}, DType::i64);
+    for (std::int64_t i = 0; i < 48; ++i) bad.data<std::int64_t>()[i] = i == 13 ? 10 : i % 10;
+    const std::vector<Feed> feeds = {{"values", test::random_tensor({48, 5}, DType::f32, 3)},
+                                     {"indices", bad}};
+    const std::string message = std::string(scatter ? "scatter_add_rows" : "gather_rows") +
+                                ": index 10 at position 13 is outside [0, 10)";
+    CHECK_THROWS_WITH_AS(compile(g, {})->run(feeds), message.c_str(), Error);
+    CHECK_THROWS_WITH_AS(compile(g, {.device = Device::cuda()})->run(feeds), message.c_str(),
+                         Error);
+  }
 }
 
 TEST_CASE("GPU: random elementwise DAGs match the CPU backend") {

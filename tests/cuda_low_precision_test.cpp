@@ -601,10 +601,11 @@ std::vector<OpRow> all_rows() {
 
 // Ops without a row, and why.
 bool exempt(const OpDef& op) {
-  return op.kind == OpKind::source ||   // input, variable, fill, tensor_constant: no kernel
-         op.kind == OpKind::fused ||    // fusion's output: every elementwise row makes one
-         op.id == OpId::matmul_bias ||  // the epilogue pass's: gemm_epilogue_test checks bf16
-         op.cpu_only;                   // never on the GPU (OpDef::cpu_only)
+  return op.kind == OpKind::source ||      // input, variable, fill, tensor_constant: no kernel
+         op.kind == OpKind::fused ||       // fusion's output: every elementwise row makes one
+         op.id == OpId::matmul_bias ||     // the epilogue pass's: gemm_epilogue_test checks bf16
+         op.id == OpId::gather_rows ||     // the one-hot products pass makes these two for f32
+         op.id == OpId::scatter_add_rows;  // and f64 products only
 }
 
 }  // namespace

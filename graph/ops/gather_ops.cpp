@@ -1,8 +1,9 @@
 // Row gathers: gather_rows(table [V, N], indices [R]) -> [R, N], row r = table[indices[r]];
 // scatter_add_rows(x [R, N], indices [R]) {rows = V} -> [V, N], row v = the sum of the rows of
 // x whose index is v. They are matmul(one_hot(indices), table) and its transposed product
-// without the one-hot matrix: the CPU's one-hot products pass (graph/passes/one_hot_products.h)
-// makes them; each is the other's gradient. An index outside [0, V) is an error that names it.
+// without the one-hot matrix: the one-hot products pass (graph/passes/one_hot_products.h)
+// makes them; each is the other's gradient (CUDA: backends/cuda/gather.cpp, the same sums in
+// the same order). An index outside [0, V) is an error that names it.
 #include <omp.h>
 
 #include <algorithm>
@@ -98,7 +99,6 @@ void ops::register_gather_ops(std::vector<OpDef>& table) {
         scatter_add_rows(c.output_grads[0], c.inputs[1], c.inputs[0].shape()[0]), Value{}};
   };
   gather.cpu = gather_rows_kernel;
-  gather.cpu_only = true;
   table.push_back(std::move(gather));
 
   OpDef scatter{.id = OpId::scatter_add_rows, .kind = OpKind::other, .arity = 2, .attrs = {"rows"}};
@@ -115,7 +115,6 @@ void ops::register_gather_ops(std::vector<OpDef>& table) {
     return std::vector<Value>{gather_rows(c.output_grads[0], c.inputs[1]), Value{}};
   };
   scatter.cpu = scatter_add_rows_kernel;
-  scatter.cpu_only = true;
   table.push_back(std::move(scatter));
 }
 
