@@ -197,26 +197,11 @@ class TileEvaluator {
     }
   }
 
-  // Folds each run of the tile's reduced operand, a whole row of one output, straight into
-  // that output (row_length says when a group's rows allow it).
-  void store_rows(const FusedReduction& r, std::int64_t start, std::int64_t count,
-                  const StridedWalk& out_walk, T* out) {
-    const T* src;
-    std::int64_t step;
-    T literal;
-    operand(r.value, src, step, literal);
-    const ReductionRule& rule = r.op->reduction;
-    const auto fold = reduction_fold<T>(rule);
-    out_walk.runs(start, count,
-                  [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t) {
-                    out[offset] =
-                        static_cast<T>(fold(rule.identity, src + pos * step, length, step));
-                  });
-  }
-
-  // Adds the tile's values of the reduced operand into per-output accumulators.
+  // Adds the tile's values of the reduced operand into per-output accumulators; with `rows`,
+  // each run is a whole row of one output (row_length says when a group's rows allow it) and
+  // its fold goes straight into that output.
   void accumulate(const FusedReduction& r, std::int64_t start, std::int64_t count,
-                  const StridedWalk& out_walk, std::vector<double>& acc) {
+                  const StridedWalk& out_walk, std::vector<double>& acc, T* rows = nullptr) {
     const T* src;
     std::int64_t step;
     T literal;
@@ -227,6 +212,10 @@ class TileEvaluator {
     out_walk.runs(
         start, count,
         [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t out_step) {
+          if (rows != nullptr) {
+            rows[offset] = static_cast<T>(fold(rule.identity, src + pos * step, length, step));
+            return;
+          }
           double* out = &acc[static_cast<std::size_t>(offset)];
           if (out_step == 0) {  // the whole run reduces into one output
             *out = rule.combine(*out, fold(rule.identity, src + pos * step, length, step));
@@ -416,6 +405,7 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
 #pragma omp parallel num_threads(threads)
   {
     TileEvaluator<T> eval(g, call);
+    std::vector<double> no_partials;  // by_rows: the folds go to the outputs
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
       for (std::int64_t t = b * tiles_per_block; t < std::min(tiles, (b + 1) * tiles_per_block);
@@ -432,12 +422,10 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
         if (t + 1 < tiles) eval.prefetch(spans[t + 1]);
         eval.run(tile.start, tile.count);
         for (std::size_t r = 0; r < reductions.size(); ++r)
-          if (by_rows)
-            eval.store_rows(*reductions[r], tile.start, tile.count, out_walk,
-                            call.outputs[g.outputs.size() + r].template data<T>());
-          else
-            eval.accumulate(*reductions[r], tile.start, tile.count, out_walk,
-                            partial[r][static_cast<std::size_t>(b)]);
+          eval.accumulate(
+              *reductions[r], tile.start, tile.count, out_walk,
+              by_rows ? no_partials : partial[r][static_cast<std::size_t>(b)],
+              by_rows ? call.outputs[g.outputs.size() + r].template data<T>() : nullptr);
       }
     }
   }
