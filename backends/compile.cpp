@@ -108,10 +108,8 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     g = simplify_for_fusion(g);
     verify(g);
   }
-  // One-hot products as row gathers and scatters (graph/passes/one_hot_products.h), on the
-  // CPU: on the GPU, cuBLAS's products over the one-hot rows are faster than the scatter kernel
-  // (char-lstm's H200 step 1.04 -> 1.60 ms with the pass; ARCHITECTURE.md).
-  if (options.fuse && options.device.is_cpu() && one_hot_products_enabled()) {
+  // One-hot products as row gathers and scatters (graph/passes/one_hot_products.h).
+  if (options.fuse && one_hot_products_enabled()) {
     g = eliminate_dead_code(rewrite_one_hot_products(g));
     verify(g);
     dump_after("one_hot_products", g);

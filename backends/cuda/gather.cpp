@@ -39,10 +39,29 @@ gpu::KernelSource scatter_source(DType index, DType value) {
                          "KILN_SCATTER_ADD_ROWS",
                          {{"KILN_I", cuda_type_name(index)}, {"KILN_T", cuda_type_name(value)}});
 }
+gpu::KernelSource sort_source(DType index) {
+  return embedded_kernel(fmt::format("kiln_scatter_sort_{}", dtype_name(index)),
+                         kernel_files::gather_cuh, "KILN_SCATTER_SORT",
+                         {{"KILN_I", cuda_type_name(index)}});
+}
+gpu::KernelSource segments_source(DType value) {
+  return embedded_kernel(fmt::format("kiln_scatter_segments_{}", dtype_name(value)),
+                         kernel_files::gather_cuh, "KILN_SCATTER_SEGMENTS",
+                         {{"KILN_T", cuda_type_name(value)}});
+}
 gpu::KernelSource finish_source(DType index) {
   return embedded_kernel(fmt::format("kiln_index_finish_{}", dtype_name(index)),
                          kernel_files::gather_cuh, "KILN_INDEX_FINISH",
                          {{"KILN_I", cuda_type_name(index)}});
+}
+
+// kernels/gather.cuh: the sorted scatter's limit on output rows (kSortedRows) and its block.
+constexpr std::int64_t kSortedRows = 8192;
+constexpr unsigned kSortThreads = 1024;
+
+// The sorted scatter's scratch: the positions in index order, then each index's first place.
+std::size_t sort_bytes(std::int64_t count, std::int64_t rows) {
+  return rows <= kSortedRows ? static_cast<std::size_t>(count + rows + 1) * sizeof(int) : 0;
 }
 
 void check_types(const char* op, DType index, DType value) {
@@ -61,11 +80,17 @@ Launch prepare(const LaunchSetup& s, bool scatter) {
   const long long count = s.input_types[1].shape[0], width = s.input_types[0].shape[1];
   const long long rows = scatter ? s.node.outputs[0].shape[0] : s.input_types[0].shape[0];
   const void *values = s.inputs[0], *indices = s.inputs[1];
-  void *out = s.outputs[0], *status = s.status;
+  void *out = s.outputs[0], *status = s.status, *workspace = s.workspace;
+  KILN_CHECK(!scatter || s.workspace_bytes >= sort_bytes(count, rows),
+             "scatter_add_rows: {} bytes of workspace for {} bytes", s.workspace_bytes,
+             sort_bytes(count, rows));
+  KILN_CHECK(count < (std::int64_t{1} << 31), "{}: {} indices (at most 2^31 - 1)", op, count);
   return [=](gpu::Stream st) {
-    const DeviceKernel& k = device_kernel(kernel_name(op, index, value), [=] {
-      return scatter ? scatter_source(index, value) : gather_source(index, value);
-    });
+    auto kernel = [&]() -> const DeviceKernel& {
+      return device_kernel(kernel_name(op, index, value), [=] {
+        return scatter ? scatter_source(index, value) : gather_source(index, value);
+      });
+    };
     const DeviceKernel& finish =
         device_kernel(fmt::format("kiln_index_finish_{}", dtype_name(index)),
                       [=] { return finish_source(index); });
@@ -74,13 +99,30 @@ Launch prepare(const LaunchSetup& s, bool scatter) {
     void *o = out, *report = status;
     long long n = count, w = width, r = rows;
     void* args[] = {&v, &i, &o, &n, &w, &r, &report};
-    if (scatter) {
-      constexpr unsigned kThreads = 128;
-      const gpu::Dim3 grid{static_cast<unsigned>((width + kThreads - 1) / kThreads),
-                           static_cast<unsigned>(std::min<long long>(rows, 65535)), 1};
-      if (width > 0) k.kernel.launch(grid, {kThreads, 1, 1}, 0, st, args);
+    constexpr unsigned kThreads = 128;
+    const gpu::Dim3 grid{static_cast<unsigned>((width + kThreads - 1) / kThreads),
+                         static_cast<unsigned>(std::min<long long>(rows, 65535)), 1};
+    if (scatter && rows <= kSortedRows) {  // sort the positions by index, then add segments
+      const DeviceKernel& sort =
+          device_kernel(fmt::format("kiln_scatter_sort_{}", dtype_name(index)),
+                        [=] { return sort_source(index); });
+      const DeviceKernel& segments =
+          device_kernel(fmt::format("kiln_scatter_segments_{}", dtype_name(value)),
+                        [=] { return segments_source(value); });
+      int* order = static_cast<int*>(workspace);
+      int* starts = order + count;
+      int rows32 = static_cast<int>(rows);
+      void* sort_args[] = {&i, &n, &rows32, &order, &starts, &report};
+      sort.kernel.launch({1, 1, 1}, {kSortThreads, 1, 1}, 0, st, sort_args);
+      void* segment_args[] = {&v, &order, &starts, &o, &w, &rows32};
+      if (width > 0) segments.kernel.launch(grid, {kThreads, 1, 1}, 0, st, segment_args);
+    } else if (scatter) {
+      if (width > 0) kernel().kernel.launch(grid, {kThreads, 1, 1}, 0, st, args);
     } else {
-      launch_items(k, count * width, st, args);
+      const unsigned threads = width >= 256 ? 256 : 128;  // a block a row at a time
+      const auto blocks = static_cast<unsigned>(std::min<long long>(count, 8192));
+      if (count > 0 && width > 0)
+        kernel().kernel.launch({blocks, 1, 1}, {threads, 1, 1}, 0, st, args);
     }
     void* finish_args[] = {&i, &r, &report};
     finish.kernel.launch({1, 1, 1}, {32, 1, 1}, 0, st, finish_args);
@@ -92,9 +134,18 @@ CudaOpEntry entry(bool scatter) {
   e.sources = [scatter](const Node&, const InputTypes& in) {
     const DType value = in[0].dtype, index = in[1].dtype;
     check_types(scatter ? "scatter_add_rows" : "gather_rows", index, value);
-    return std::vector<gpu::KernelSource>{
+    std::vector<gpu::KernelSource> sources{
         scatter ? scatter_source(index, value) : gather_source(index, value), finish_source(index)};
+    if (scatter) {
+      sources.push_back(sort_source(index));
+      sources.push_back(segments_source(value));
+    }
+    return sources;
   };
+  if (scatter)
+    e.workspace_bytes = [](const Node& n, const InputTypes& in) {
+      return sort_bytes(in[1].shape[0], n.outputs[0].shape[0]);
+    };
   e.status_bytes = [](const Node&, const InputTypes&) { return sizeof(IndexStatus); };
   e.every_source = [scatter] {
     std::vector<gpu::KernelSource> all;
@@ -102,7 +153,10 @@ CudaOpEntry entry(bool scatter) {
       for (DType value : kValueTypes)
         all.push_back(scatter ? scatter_source(index, value) : gather_source(index, value));
       all.push_back(finish_source(index));
+      if (scatter) all.push_back(sort_source(index));
     }
+    if (scatter)
+      for (DType value : kValueTypes) all.push_back(segments_source(value));
     return all;
   };
   e.check_status = [scatter](const Node&, const void* device_status, gpu::Stream st) {

@@ -10,23 +10,24 @@
 
 namespace kiln::cuda {
 
-// One thread per output element: out[r, c] = table[idx[r], c]; a bad index's row is zero.
+// Block-stride over the rows, the block's threads along the row: out[r, c] = table[idx[r], c]
+// (one index load a row, no division); a bad index's row is zero.
 template <typename I, typename T>
 __device__ __forceinline__ void gather_rows(const T* __restrict__ table, const I* __restrict__ idx,
                                             T* __restrict__ out, long long count, long long width,
                                             long long rows,
                                             unsigned long long* __restrict__ status) {
-  const long long n = count * width;
-  KILN_FOR_EACH_ITEM(i, n) {
-    const long long r = i / width, c = i - r * width;
+  for (long long r = blockIdx.x; r < count; r += gridDim.x) {
     const long long v = (long long)idx[r];
     const bool inside = v >= 0 && v < rows;
-    out[i] = inside ? table[v * width + c] : T(0);
-    if (!inside && c == 0) atomicMin(status, (unsigned long long)r);
+    if (!inside && threadIdx.x == 0) atomicMin(status, (unsigned long long)r);
+    for (long long c = threadIdx.x; c < width; c += blockDim.x)
+      out[r * width + c] = inside ? table[v * width + c] : T(0);
   }
 }
 
-// Block (x, y) makes columns [x * blockDim.x, +blockDim.x) of output rows y, y + gridDim.y, ...:
+// The scan scatter, for any number of output rows (the sorted one takes at most kSortedRows):
+// block (x, y) makes columns [x * blockDim.x, +blockDim.x) of output rows y, y + gridDim.y, ...:
 // each thread adds
 // the rows of x whose index is the row's, in row order from zero (the CPU kernel's order: the same
 // bits). The indices pass through shared memory in chunks; block (0, 0) also reports a bad one.
@@ -55,6 +56,87 @@ __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ x, const 
           if (chunk[k] == v) sum += x[(first + k) * width + c];
     }
     if (c < width) out[v * width + c] = sum;
+  }
+}
+
+// The sorted scatter, for at most kSortedRows output rows: one block of kSortThreads threads
+// sorts the positions by index, stably (a counting sort: the counts and their prefix sums in
+// shared memory, then warp 0 places the positions 32 at a time in order, ranking equal indices
+// with __match_any_sync), into order[count] with starts[v] the first of index v's (starts[rows]
+// = the valid positions); bad indices are reported and left out. Then scatter_segments adds
+// each output row's positions in that order from zero: the same sums as scatter_add_rows in
+// O(count x width) instead of O(rows x count x width).
+constexpr int kSortThreads = 1024, kSortedRows = 8192;
+template <typename I>
+__device__ __forceinline__ void scatter_sort(const I* __restrict__ idx, long long count, int rows,
+                                             int* __restrict__ order, int* __restrict__ starts,
+                                             unsigned long long* __restrict__ status) {
+  __shared__ int cursor[kSortedRows + 1];
+  for (int v = threadIdx.x; v <= rows; v += blockDim.x) cursor[v] = 0;
+  __syncthreads();
+  for (long long r = threadIdx.x; r < count; r += blockDim.x) {
+    const long long v = (long long)idx[r];
+    if (v >= 0 && v < rows)
+      atomicAdd(&cursor[v + 1], 1);
+    else
+      atomicMin(status, (unsigned long long)r);
+  }
+  __syncthreads();
+  // Prefix sums over cursor[0..rows] (cursor[v + 1] holds index v's count), so that cursor[v]
+  // is the first place of index v: each thread sums a run of entries, the block scans the sums.
+  __shared__ int partial[kSortThreads];
+  const int per = (rows + blockDim.x) / blockDim.x;
+  const int lo = threadIdx.x * per, hi = min(lo + per, rows + 1);
+  int total = 0;
+  for (int v = lo; v < hi; ++v) total += cursor[v];
+  partial[threadIdx.x] = total;
+  __syncthreads();
+  for (int step = 1; step < blockDim.x; step <<= 1) {
+    const int add = threadIdx.x >= step ? partial[threadIdx.x - step] : 0;
+    __syncthreads();
+    partial[threadIdx.x] += add;
+    __syncthreads();
+  }
+  int run = threadIdx.x > 0 ? partial[threadIdx.x - 1] : 0;
+  for (int v = lo; v < hi; ++v) {
+    run += cursor[v];
+    cursor[v] = run;
+  }
+  __syncthreads();
+  for (int v = threadIdx.x; v <= rows; v += blockDim.x) starts[v] = cursor[v];
+  __syncthreads();
+  // Placing: the block loads kSortThreads indices into shared memory, warp 0 places them.
+  __shared__ int staged[kSortThreads];
+  const unsigned lane = threadIdx.x % 32, below = (1u << lane) - 1;
+  for (long long base = 0; base < count; base += blockDim.x) {
+    const long long r = base + threadIdx.x;
+    const long long v = r < count ? (long long)idx[r] : -1;
+    staged[threadIdx.x] = v >= 0 && v < rows ? (int)v : -1;
+    __syncthreads();
+    if (threadIdx.x < 32)
+      for (int at = 0; at < (int)blockDim.x && base + at < count; at += 32) {
+        const int w = staged[at + lane];
+        const unsigned same = __match_any_sync(0xffffffffu, w);
+        if (w >= 0) order[cursor[w] + __popc(same & below)] = (int)(base + at + lane);
+        __syncwarp();
+        if (w >= 0 && (same & below) == 0) cursor[w] += __popc(same);  // each value's lowest lane
+        __syncwarp();
+      }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void scatter_segments(const T* __restrict__ x,
+                                                 const int* __restrict__ order,
+                                                 const int* __restrict__ starts,
+                                                 T* __restrict__ out, long long width, int rows) {
+  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  for (int v = blockIdx.y; v < rows; v += gridDim.y) {
+    T sum = T(0);
+    for (int k = starts[v]; k < starts[v + 1]; ++k) sum += x[(long long)order[k] * width + c];
+    out[v * width + c] = sum;
   }
 }
 
@@ -88,6 +170,25 @@ extern "C" __global__ void KILN_SCATTER_ADD_ROWS(const KILN_T* __restrict__ x,
                                                  long long width, long long rows,
                                                  unsigned long long* __restrict__ status) {
   kiln::cuda::scatter_add_rows(x, idx, out, count, width, rows, status);
+}
+#endif
+
+#ifdef KILN_SCATTER_SORT
+extern "C" __global__ void KILN_SCATTER_SORT(const KILN_I* __restrict__ idx, long long count,
+                                             int rows, int* __restrict__ order,
+                                             int* __restrict__ starts,
+                                             unsigned long long* __restrict__ status) {
+  kiln::cuda::scatter_sort(idx, count, rows, order, starts, status);
+}
+#endif
+
+#ifdef KILN_SCATTER_SEGMENTS
+extern "C" __global__ void KILN_SCATTER_SEGMENTS(const KILN_T* __restrict__ x,
+                                                 const int* __restrict__ order,
+                                                 const int* __restrict__ starts,
+                                                 KILN_T* __restrict__ out, long long width,
+                                                 int rows) {
+  kiln::cuda::scatter_segments(x, order, starts, out, width, rows);
 }
 #endif
 
