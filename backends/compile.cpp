@@ -39,6 +39,12 @@ bool dump_wanted(const char* pass) {
   return list == ",all," || list.find(std::string(",") + pass + ",") != std::string::npos;
 }
 
+// Whether the one-hot products pass runs (KILN_ONE_HOT_PRODUCTS=0 turns it off).
+bool one_hot_products_enabled() {
+  const char* v = std::getenv("KILN_ONE_HOT_PRODUCTS");
+  return v == nullptr || std::string(v) != "0";
+}
+
 // Prints the graph after `pass` when KILN_DUMP asks for it.
 void dump_after(const char* pass, const Graph& g) {
   if (!dump_wanted(pass)) return;
@@ -62,11 +68,6 @@ Graph simplify_for_fusion(const Graph& recorded) {
     dump_after("recompute_in_readers", g);
   }
   return g;
-}
-
-bool one_hot_products_enabled() {
-  const char* v = std::getenv("KILN_ONE_HOT_PRODUCTS");
-  return v == nullptr || std::string(v) != "0";
 }
 
 Graph apply_precision(const Graph& g, Precision precision) {

@@ -1,9 +1,8 @@
 // Row gathers and scatter-adds (gather_rows, scatter_add_rows; graph/ops/gather_ops.cpp) and
 // the report of the first index outside [0, rows): status[0] the smallest such position (the
 // host set it to all ones beforehand), status[1] the index there and status[2] rows
-// (index_finish). The host
-// defines the entry it wants as the kernel's name and its types: KILN_T (values: float or
-// double), KILN_I (indices); gather.cpp.
+// (index_finish). The host defines the entry it wants as the kernel's name and its types:
+// KILN_T (values: float or double), KILN_I (indices); gather.cpp.
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
@@ -28,9 +27,9 @@ __device__ __forceinline__ void gather_rows(const T* __restrict__ table, const I
 
 // The scan scatter, for any number of output rows (the sorted one takes at most kSortedRows):
 // block (x, y) makes columns [x * blockDim.x, +blockDim.x) of output rows y, y + gridDim.y, ...:
-// each thread adds
-// the rows of x whose index is the row's, in row order from zero (the CPU kernel's order: the same
-// bits). The indices pass through shared memory in chunks; block (0, 0) also reports a bad one.
+// each thread adds the rows of x whose index is the row's, in row order from zero (the CPU
+// kernel's order: the same bits). The indices pass through shared memory in chunks; block
+// (0, 0) also reports a bad one. Its work is rows x count x width: as much as the dense product.
 constexpr int kScatterChunk = 1024;
 template <typename I, typename T>
 __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ x, const I* __restrict__ idx,
