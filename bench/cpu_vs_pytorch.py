@@ -11,8 +11,8 @@ in turn, five rounds each (--rounds), in the current CPU affinity: pin the whole
 Prints one line per model (median step time of each, kiln / PyTorch, and the median and range
 of each round's own kiln / PyTorch, the steadier figure on a host whose speed drifts) and writes
 the JSON.
-PyTorch runs in float32 on the CPU with torch.set_num_threads(N), eager, its default
-environment; kiln's bench in its own default (a bounded spin, tools/openmp_defaults.h; --passive
+PyTorch (the models and steps of torch_zoo.py) runs in float32 on the CPU with
+torch.set_num_threads(N), eager, its default environment; kiln's bench in its own default (a bounded spin, tools/openmp_defaults.h; --passive
 also times it with OMP_WAIT_POLICY=passive; a --base build with the same spin count).
 """
 import argparse
@@ -25,166 +25,17 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+import torch_zoo
 
 
-def conv_bn(cin, cout, kernel=3, stride=1, relu=True):
-    layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout)]
-    if relu:
-        layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+# name, batch: the models of issue 20's table (the steps: torch_zoo.py, shared with the GPU's)
+MODELS = [("lenet", 64), ("resnet", 64), ("vgg", 64), ("char-lstm", 64), ("gan", 64),
+          ("dcgan", 64), ("resnet18", 32)]
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = conv_bn(cin, cout, 3, stride)
-        self.conv2 = conv_bn(cout, cout, 3, 1, relu=False)
-        self.projection = None
-        if stride != 1 or cin != cout:
-            self.projection = conv_bn(cin, cout, 1, stride, relu=False)
-
-    def forward(self, x):
-        shortcut = self.projection(x) if self.projection is not None else x
-        return F.relu(self.conv2(self.conv1(x)) + shortcut)
-
-
-def resnet_stages(stem_in, widths, first_stride_one):
-    blocks, channels = [], widths[0]
-    for i, width in enumerate(widths):
-        stride = 1 if (i == 0 and first_stride_one) else 2
-        blocks += [BasicBlock(channels, width, stride), BasicBlock(width, width, 1)]
-        channels = width
-    return nn.Sequential(conv_bn(stem_in, widths[0]), *blocks)
-
-
-class ResNet14(nn.Module):  # models/resnet.cpp: ResNet
-    def __init__(self):
-        super().__init__()
-        self.features = resnet_stages(1, [16, 32, 64], True)
-        self.dropout = nn.Dropout(0.2)
-        self.fc = nn.Linear(64, 10)
-
-    def forward(self, x):
-        return self.fc(self.dropout(self.features(x).mean((2, 3))))
-
-
-class ResNet18(nn.Module):  # models/resnet.cpp: ResNet18 (CIFAR form)
-    def __init__(self):
-        super().__init__()
-        self.features = resnet_stages(3, [64, 128, 256, 512], True)
-        self.fc = nn.Linear(512, 10)
-
-    def forward(self, x):
-        return self.fc(self.features(x).mean((2, 3)))
-
-
-def lenet():  # models/lenet.cpp
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
-def vgg():  # models/vgg.cpp
-    return nn.Sequential(
-        conv_bn(1, 16), conv_bn(16, 16), nn.MaxPool2d(2), conv_bn(16, 32), conv_bn(32, 32),
-        nn.MaxPool2d(2), conv_bn(32, 64), conv_bn(64, 64), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Linear(576, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
-
-
-class CharLstm(nn.Module):  # models/char_lstm.cpp: E 64, H 256, vocabulary 96, one layer
-    def __init__(self):
-        super().__init__()
-        self.embedding = nn.Embedding(96, 64)
-        self.rnn = nn.LSTM(64, 256)
-        self.head = nn.Linear(256, 96)
-
-    def forward(self, tokens):  # [T, B]
-        out, _ = self.rnn(self.embedding(tokens))
-        return self.head(out.reshape(-1, 256))
-
-
-def mlp_gan():  # models/gan.cpp
-    g = nn.Sequential(nn.Linear(100, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh(),
-                      nn.Unflatten(1, (1, 28, 28)))
-    d = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.LeakyReLU(0.2), nn.Linear(256, 1))
-    return g, d
-
-
-def dcgan():  # models/dcgan.cpp
-    g = nn.Sequential(
-        nn.Linear(100, 128 * 7 * 7, bias=False), nn.Unflatten(1, (128, 7, 7)), nn.BatchNorm2d(128),
-        nn.ReLU(), nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.ConvTranspose2d(64, 1, 4, 2, 1), nn.Tanh())
-    d = nn.Sequential(
-        nn.Conv2d(1, 64, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(64, 128, 4, 2, 1, bias=False),
-        nn.BatchNorm2d(128), nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(128 * 7 * 7, 1))
-    return g, d
-
-
-def classifier_step(model, x, y, optimizer):
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-    return step
-
-
-def classifier(make, shape, batch):
-    model = make()
-    x = torch.rand((batch,) + shape) * 2 - 1
-    y = torch.randint(0, 10, (batch,))
-    sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # train/classifier_task.cpp
-    return classifier_step(model, x, y, sgd)
-
-
-def char_lstm(batch):
-    model = CharLstm()
-    tokens = torch.randint(0, 96, (64, batch))
-    targets = torch.randint(0, 96, (64 * batch,))
-    return classifier_step(model, tokens, targets, torch.optim.Adam(model.parameters()))
-
-
-def gan(make, batch):  # train/gan_steps.h: a D step, then a G step; Adam lr 2e-4, beta1 0.5
-    g, d = make()
-    opt_g = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    opt_d = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    real = torch.rand(batch, 1, 28, 28) * 2 - 1
-    ones, zeros = torch.ones(batch, 1), torch.zeros(batch, 1)
-    bce = F.binary_cross_entropy_with_logits
-
-    def step():
-        z = torch.randn(batch, 100)
-        opt_d.zero_grad(set_to_none=True)
-        d_loss = bce(d(real), ones) + bce(d(g(z).detach()), zeros)
-        d_loss.backward()
-        opt_d.step()
-        opt_g.zero_grad(set_to_none=True)
-        g_loss = bce(d(g(torch.randn(batch, 100))), ones)
-        g_loss.backward()
-        opt_g.step()
-        return d_loss.item() + g_loss.item()
-    return step
-
-
-# name, kiln model, batch, PyTorch step maker
-MODELS = [
-    ("lenet", 64, lambda b: classifier(lenet, (1, 28, 28), b)),
-    ("resnet", 64, lambda b: classifier(ResNet14, (1, 28, 28), b)),
-    ("vgg", 64, lambda b: classifier(vgg, (1, 28, 28), b)),
-    ("char-lstm", 64, char_lstm),
-    ("gan", 64, lambda b: gan(mlp_gan, b)),
-    ("dcgan", 64, lambda b: gan(dcgan, b)),
-    ("resnet18", 32, lambda b: classifier(ResNet18, (3, 32, 32), b)),
-]
-
-
-def time_torch(make_step, batch, warmup, steps):
-    step = make_step(batch)
+def time_torch(name, batch, warmup, steps):
+    step = torch_zoo.STEPS[name](batch, "cpu", "fp32")
     for _ in range(warmup):
         step()
     times = []
@@ -242,7 +93,7 @@ def main():
           + (f" {'passive':>9} {'pass/torch':>10}" if args.passive else ""),
           flush=True)
     results = []
-    for name, batch, make_step in MODELS:
+    for name, batch in MODELS:
         if name not in wanted:
             continue
         kiln_ms, torch_ms, kiln_rows, base_ms, passive_ms = [], [], [], [], []
@@ -258,7 +109,7 @@ def main():
             if args.passive:
                 passive_ms.append(time_kiln(args.bench, name, batch, args.threads, args.warmup,
                                             args.steps, "passive")[0])
-            round_ms = time_torch(make_step, batch, args.warmup, args.steps)
+            round_ms = time_torch(name, batch, args.warmup, args.steps)
             torch_ms += round_ms
             torch_rounds.append(statistics.median(round_ms))
         # The host's speed drifts between rounds by more than the effects measured, and each

@@ -18,104 +18,25 @@ per-pass trace (bench/trace_summary.py).
 """
 import argparse
 import json
-import statistics
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class ConvBn(nn.Module):
-    def __init__(self, cin, cout, kernel=3, stride=1, relu=True):
-        super().__init__()
-        self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False)
-        self.bn = nn.BatchNorm2d(cout)
-        self.relu = relu
-
-    def forward(self, x):
-        y = self.bn(self.conv(x))
-        return F.relu(y) if self.relu else y
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = ConvBn(cin, cout, 3, stride)
-        self.conv2 = ConvBn(cout, cout, 3, 1, relu=False)
-        self.projection = (ConvBn(cin, cout, 1, stride, relu=False)
-                           if stride != 1 or cin != cout else None)
-
-    def forward(self, x):
-        shortcut = self.projection(x) if self.projection is not None else x
-        return F.relu(self.conv2(self.conv1(x)) + shortcut)
-
-
-class ResNet18(nn.Module):
-    def __init__(self, in_channels=3, classes=10):
-        super().__init__()
-        self.stem = ConvBn(in_channels, 64)
-        blocks, channels = [], 64
-        for stage in (64, 128, 256, 512):
-            blocks += [BasicBlock(channels, stage, 1 if stage == 64 else 2),
-                       BasicBlock(stage, stage, 1)]
-            channels = stage
-        self.blocks = nn.Sequential(*blocks)
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = self.blocks(self.stem(x))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+import torch_zoo
 
 
 def make_step(mode, batch):
-    """The mode's backend flags set, and its eager training step: (step, model, opt, x, y)."""
+    """The mode's backend flags set, and its eager training step (torch_zoo's ResNet18 and
+    classifier step: SGD with momentum, bf16 modes channels-last under autocast)."""
     torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
     torch.backends.cudnn.allow_tf32 = mode == "tf32"
     torch.backends.cudnn.benchmark = True
-    low = mode.startswith("bf16")
-    fmt = torch.channels_last if low else torch.contiguous_format
-    model = ResNet18().cuda().to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, 32, 32, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 10, (batch,), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=low):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-
-    return step, model, opt, x, y
+    precision = "bf16" if mode.startswith("bf16") else "fp32"
+    return torch_zoo.STEPS["resnet18"](batch, "cuda", precision)
 
 
 def time_mode(mode, batch, steps, warmup):
-    step, model, opt, x, y = make_step(mode, batch)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    run = step
-    if mode == "bf16-graph":
-        graph = torch.cuda.CUDAGraph()
-        opt.zero_grad(set_to_none=True)
-        with torch.cuda.graph(graph):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-        run = graph.replay
-    times = []
-    for _ in range(steps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**20
+    ms, _ = torch_zoo.time_cuda(make_step(mode, batch), warmup, steps, mode == "bf16-graph")
+    return ms, torch.cuda.max_memory_allocated() / 2**20
 
 
 def kernel_class(name):
@@ -135,7 +56,7 @@ def profile_mode(mode, batch, steps):
     import collections
     from torch.profiler import ProfilerActivity, profile
 
-    step = make_step(mode.replace("-graph", ""), batch)[0]
+    step = make_step(mode.replace("-graph", ""), batch)
     for _ in range(3):
         step()
     torch.cuda.synchronize()

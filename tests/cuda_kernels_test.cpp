@@ -1014,6 +1014,14 @@ TEST_CASE("max_pool2d with padding (padded cells never win), exactly as the CPU"
         check_pool({3, 2, 7, 5}, kernel, stride, dtype, seed += 3, variant >= 1, variant == 2,
                    padding);
   check_pool({64, 32, 14, 14}, 3, 1, DType::f32, 800, false, false, 1);  // Inception's pool branch
+  // The gradient over whole planes a block (as many as leave 512 blocks, at most as fit):
+  // 1101 planes of 5x5, 2 a block, the last block partial, ties; 3x3 stride 2 over 28x28
+  // (Inception's stem pool), 5 a block (as many as fit), the last partial, NaNs; f64 over
+  // 3x4 planes, one a block; a plane over 4096 cells takes the gather from global memory.
+  check_pool({1, 1101, 5, 5}, 3, 1, DType::f32, 810, true, false, 1);
+  check_pool({1, 3001, 28, 28}, 3, 2, DType::f32, 815, true, true, 1);
+  check_pool({3, 4, 28, 28}, 3, 2, DType::f64, 820, true, true, 1);
+  check_pool({1, 2, 70, 65}, 3, 1, DType::f32, 830, true, false, 1);
 }
 
 namespace {

@@ -132,7 +132,8 @@ gpu::KernelSource max_pool_source(PoolKernel which, DType dtype);  // 64-bit ind
 // 32-bit-index kernels (PoolShape32, planes * H * W < 2^30): forward and select with the
 // window size fixed at 2 (k2) or any; the gradient as one thread per cell of windows that
 // do not overlap (stride >= kernel; cells2: exact 2x2 cells, kernel = stride = 2, even H, W)
-// or as a gather per input element (overlap: stride < kernel).
+// or as a gather per input element (overlap: stride < kernel, or padding; planes: whole planes
+// of at most 4096 cells a block, the windows' maxima found once in shared memory).
 enum class PoolFast {
   forward_k2,
   forward_any,
@@ -140,7 +141,8 @@ enum class PoolFast {
   select_any,
   grad_cells2,
   grad_cells,
-  grad_overlap
+  grad_overlap,
+  grad_planes
 };
 std::string max_pool_fast_name(PoolFast which, DType dtype);
 gpu::KernelSource max_pool_fast_source(PoolFast which, DType dtype);

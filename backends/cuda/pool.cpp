@@ -1,7 +1,8 @@
 // Host side of pooling: one launch each. Max pooling on planes of fewer than 2^30 elements
 // in all uses the 32-bit kernels: forward and select one thread per window; the gradient one
 // thread per cell when windows neither overlap nor are padded (each dx element is written
-// once, by one thread) and a gather per input element otherwise. Either way exact,
+// once, by one thread) and a gather per input element otherwise (planes of up to 4096 cells
+// whole in a block, each window's maximum found once in shared memory). Either way exact,
 // deterministic and atomic-free. Larger tensors use the 64-bit kernels (forward/select per
 // window, the gradient a gather), as average pooling always does. The ops' CUDA entries at the
 // end.
@@ -82,6 +83,14 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
     PoolShape32 s = shape32_of(shape);
     void* args[] = {&x, &dy, &dx, &s};
     if (g.stride < g.kernel || g.padding > 0) {
+      if (g.height * g.width <= kPlaneCells && g.out_h * g.out_w <= kPlaneCells) {
+        const std::int64_t per = planes_per_block(s);  // whole planes a block
+        const auto blocks = static_cast<unsigned>((g.planes + per - 1) / per);
+        if (blocks > 0)
+          fast_kernel(PoolFast::grad_planes, dtype)
+              .kernel.launch({blocks, 1, 1}, {kPlaneThreads, 1, 1}, 0, stream, args);
+        return;
+      }
       launch_items(fast_kernel(PoolFast::grad_overlap, dtype), g.planes * g.height * g.width,
                    stream, args);
       return;
@@ -146,7 +155,7 @@ std::vector<gpu::KernelSource> max_pool_sources_of(DType dtype,
     all.push_back(max_pool_source(p, dtype));
   for (PoolFast p :
        {PoolFast::forward_k2, PoolFast::forward_any, PoolFast::select_k2, PoolFast::select_any,
-        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap})
+        PoolFast::grad_cells2, PoolFast::grad_cells, PoolFast::grad_overlap, PoolFast::grad_planes})
     all.push_back(max_pool_fast_source(p, dtype));
   return all;
 }

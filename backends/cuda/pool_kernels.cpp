@@ -50,6 +50,8 @@ const char* fast_suffix(PoolFast which) {
       return "grad_cells";
     case PoolFast::grad_overlap:
       return "grad_overlap";
+    case PoolFast::grad_planes:
+      return "grad_planes";
   }
   KILN_ASSERT(false, "unknown pool kernel {}", static_cast<int>(which));
 }
@@ -71,6 +73,9 @@ KernelDefines fast_entry(PoolFast which, std::string& entry) {
       return {{"KILN_EXACT2", which == PoolFast::grad_cells2 ? "1" : "0"}};
     case PoolFast::grad_overlap:
       entry = "KILN_MAX_POOL32_GRAD_OVERLAP";
+      return {};
+    case PoolFast::grad_planes:
+      entry = "KILN_MAX_POOL32_GRAD_PLANES";
       return {};
   }
   KILN_ASSERT(false, "unknown pool kernel {}", static_cast<int>(which));

@@ -1,9 +1,10 @@
 // Max pooling with 32-bit indices (PoolShape32, planes * H * W < 2^30): forward and select
 // with the window size fixed at 2 (KILN_WINDOW 2) or any (0); the gradient as one thread per
 // cell of windows that do not overlap (stride >= kernel; KILN_EXACT2: exact 2x2 cells) or as
-// a gather per input element (overlap). The host defines KILN_T, the entry it wants as the
-// kernel's name and that entry's constants (pool_kernels.cpp). bf16/f16 values compare and
-// sum as float (Wide<T>), each output rounded once.
+// a gather per input element (overlap: whole small planes a block, each window's maximum found
+// once in shared memory; larger planes straight from global memory). The host defines KILN_T, the
+// entry it wants as the kernel's name and that entry's constants (pool_kernels.cpp). bf16/f16
+// values compare and sum as float (Wide<T>), each output rounded once.
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
@@ -154,6 +155,62 @@ __device__ __forceinline__ void max_pool32_grad_overlap(const T* __restrict__ x,
   }
 }
 
+// Overlapping or padded windows over planes of at most kPlaneCells cells (and windows): a
+// block takes whole planes, as many as fit (planes_per_block), stages their cells in shared
+// memory as W, finds each window's first maximum once (window_max32_clipped's rule, on the
+// staged values: the same comparisons), then gathers as max_pool32_grad_overlap does, in the
+// same window order: the same bits. A 3x3 stride-1 window's cells are each read by 9 windows,
+// so the gather kernel above found every maximum 9 times from global memory. (kPlaneCells and
+// planes_per_block: pool_params.h.)
+template <typename T>
+__device__ __forceinline__ void max_pool32_grad_planes(const T* __restrict__ x,
+                                                       const T* __restrict__ dy, T* __restrict__ dx,
+                                                       const PoolShape32& g) {
+  typedef typename Wide<T>::type W;
+  __shared__ W cells[kPlaneCells];
+  __shared__ int argmax[kPlaneCells];  // each window's maximum, as h * width + w in its plane
+  const int per = planes_per_block(g), first = blockIdx.x * per;
+  const int planes = min(per, g.planes - first);
+  const int plane_cells = g.height * g.width, plane_windows = g.out_h * g.out_w;
+  const T* xs = x + (long long)first * plane_cells;
+  for (int i = threadIdx.x; i < planes * plane_cells; i += blockDim.x) cells[i] = W(xs[i]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < planes * plane_windows; i += blockDim.x) {
+    const int p = i / plane_windows, oh = i % plane_windows / g.out_w, ow = i % g.out_w;
+    const int top = oh * g.stride - g.padding, left = ow * g.stride - g.padding;
+    const int h0 = max(top, 0), h1 = min(top + g.kernel, g.height);
+    const int w0 = max(left, 0), w1 = min(left + g.kernel, g.width);
+    const W* plane = cells + p * plane_cells;
+    int best = h0 * g.width + w0;
+    W best_value = plane[best];
+    for (int h = h0; h < h1; ++h)
+      for (int c = w0; c < w1; ++c) {
+        const int at = h * g.width + c;
+        const W v = plane[at];
+        const bool take = v > best_value || v != v;
+        best = take ? at : best;
+        best_value = take ? v : best_value;
+      }
+    argmax[i] = best;
+  }
+  __syncthreads();
+  const T* dys = dy + (long long)first * plane_windows;
+  T* dxs = dx + (long long)first * plane_cells;
+  for (int i = threadIdx.x; i < planes * plane_cells; i += blockDim.x) {
+    const int p = i / plane_cells, at = i % plane_cells;
+    int oh_lo, oh_hi, ow_lo, ow_hi;
+    windows_over32(at / g.width, g.out_h, g, oh_lo, oh_hi);
+    windows_over32(at % g.width, g.out_w, g, ow_lo, ow_hi);
+    W sum = 0;
+    for (int oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int ow = ow_lo; ow <= ow_hi; ++ow) {
+        const int window = p * plane_windows + oh * g.out_w + ow;
+        if (argmax[window] == at) sum += W(dys[window]);
+      }
+    dxs[i] = T(sum);
+  }
+}
+
 }  // namespace kiln::cuda
 
 #ifdef KILN_MAX_POOL32_FORWARD
@@ -188,5 +245,13 @@ extern "C" __global__ void KILN_MAX_POOL32_GRAD_OVERLAP(const KILN_T* __restrict
                                                         KILN_T* __restrict__ dx,
                                                         kiln::cuda::PoolShape32 g) {
   kiln::cuda::max_pool32_grad_overlap(x, dy, dx, g);
+}
+#endif
+
+#ifdef KILN_MAX_POOL32_GRAD_PLANES
+extern "C" __global__ void __launch_bounds__(kiln::cuda::kPlaneThreads)
+    KILN_MAX_POOL32_GRAD_PLANES(const KILN_T* __restrict__ x, const KILN_T* __restrict__ dy,
+                                KILN_T* __restrict__ dx, kiln::cuda::PoolShape32 g) {
+  kiln::cuda::max_pool32_grad_planes(x, dy, dx, g);
 }
 #endif

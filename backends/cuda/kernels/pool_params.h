@@ -16,4 +16,22 @@ struct PoolShape32 {
 };
 static_assert(sizeof(PoolShape32) == 8 * 4, "PoolShape32: eight 32-bit fields");
 
+// The gradient over whole planes a block (max_pool32.cuh's max_pool32_grad_planes): planes of
+// at most kPlaneCells cells and windows, kPlaneThreads threads, as many planes a block as fit
+// but no more than leave kPlaneBlocks blocks (AlexNet's [64, 64, 7, 7] at 83 planes a block
+// made 50 blocks for 132 SMs, slower than the gather from global memory).
+constexpr int kPlaneCells = 4096, kPlaneThreads = 256, kPlaneBlocks = 512;
+#ifdef __CUDACC_RTC__
+#define KILN_POOL_BOTH __host__ __device__
+#else
+#define KILN_POOL_BOTH
+#endif
+KILN_POOL_BOTH inline int planes_per_block(const PoolShape32& g) {
+  const int by_cells = kPlaneCells / (g.height * g.width);
+  const int by_windows = kPlaneCells / (g.out_h * g.out_w);
+  const int fit = by_cells < by_windows ? by_cells : by_windows;
+  const int spread = g.planes / kPlaneBlocks;
+  return spread < 1 ? 1 : spread < fit ? spread : fit;
+}
+
 }  // namespace kiln::cuda
