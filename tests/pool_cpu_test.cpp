@@ -1,10 +1,12 @@
-// Max pooling's row-at-a-time paths (unpadded 2x2 and 3x3 windows at stride 2) against the
-// definition, on inputs full of ties and NaNs: the first maximum in row-major window order wins
-// (a NaN always does), for the forward, the gradient and the select, at 1 and 3 threads.
+// Max pooling's fixed-window paths (unpadded 2x2 and 3x3 windows at stride 2; padded 3x3
+// windows at stride 1 and 2, by rows then columns, clipped at the plane's edges) against
+// the definition, on inputs full of ties and NaNs: the first maximum in row-major window order
+// wins (a NaN always does), for the forward, the gradient and the select, at 1 and 3 threads.
 #include <doctest/doctest.h>
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -23,15 +25,17 @@ Tensor tied_input(const Shape& shape) {
   return x;
 }
 
-// The offset of window (plane, oh, ow)'s first maximum, by the definition.
+// The offset of window (plane, oh, ow)'s first maximum, by the definition: the window's cells
+// clipped to the plane (Note [padded pooling]) in row-major order.
 std::int64_t first_max(const float* x, const kernels::PoolGeometry& g, std::int64_t plane,
                        std::int64_t oh, std::int64_t ow) {
-  const std::int64_t corner = (plane * g.height + oh * g.stride) * g.width + ow * g.stride;
-  std::int64_t best = corner;
-  for (std::int64_t r = 0; r < g.kernel; ++r)
-    for (std::int64_t c = 0; c < g.kernel; ++c) {
-      const std::int64_t at = corner + r * g.width + c;
-      if (x[at] > x[best] || std::isnan(x[at])) best = at;
+  const std::int64_t top = oh * g.stride - g.padding, left = ow * g.stride - g.padding;
+  std::int64_t best = -1;
+  for (std::int64_t h = std::max<std::int64_t>(top, 0); h < std::min(top + g.kernel, g.height); ++h)
+    for (std::int64_t w = std::max<std::int64_t>(left, 0); w < std::min(left + g.kernel, g.width);
+         ++w) {
+      const std::int64_t at = (plane * g.height + h) * g.width + w;
+      if (best < 0 || x[at] > x[best] || std::isnan(x[at])) best = at;
     }
   return best;
 }
@@ -40,11 +44,20 @@ bool same(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b));
 
 }  // namespace
 
-TEST_CASE("max pooling's row paths: the first maximum wins (ties, NaN) in all three kernels") {
+TEST_CASE(
+    "max pooling's fixed-window paths: the first maximum wins (ties, NaN) in all three kernels") {
   const int before = omp_get_max_threads();
-  for (const std::int64_t kernel : {2, 3}) {
-    const Shape xs{3, 5, 9, 11};
-    const kernels::PoolGeometry g = kernels::pool_geometry(xs, kernel, 2);
+  struct Window {
+    std::int64_t kernel, stride, padding;
+  };
+  for (const Window window : {Window{2, 2, 0}, Window{3, 2, 0}, Window{3, 1, 1}, Window{3, 2, 1}}) {
+    const std::int64_t kernel = window.kernel;
+    CAPTURE(window.stride);
+    CAPTURE(window.padding);
+    // 29 columns: 15 windows a row at stride 2, where padded 3x3 windows take the row pass.
+    const Shape xs{3, 5, 9, window.padding > 0 ? 29 : 11};
+    const kernels::PoolGeometry g =
+        kernels::pool_geometry(xs, kernel, window.stride, window.padding);
     const Tensor x = tied_input(xs);
     const Shape ys{3, 5, g.out_h, g.out_w};
     const Tensor dy = test::random_tensor(ys, DType::f32, 8);
