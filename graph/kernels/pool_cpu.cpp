@@ -194,86 +194,28 @@ inline void first_max_of(const T* p, std::int64_t count, std::int64_t step, T& v
   }
 }
 
-// Padded 3x3 windows, padding 1, at stride kStride (Inception's 28x28 pool), by rows
-// then columns: each row's first maximum over each window's columns, then the first of the
-// window's rows' (strictly greater, or a NaN, takes it: the same winner as the row-major scan
-// of its cells). Whole windows (three cells each way) take first_max_of_3 along a row of
-// windows, without jumps, so that it vectorizes; the clipped ones at the plane's edges
-// first_max_of. Each plane's windows are visited in window order, as windows_max does (the
-// gradient's sums keep their order). (Through windows_max, Inception's pools took half of its
-// CPU step, about 7 ns a window.)
+// Padded 3x3 windows, padding 1, at stride 1 or 2 (Inception's and AlexNet's pools), by rows
+// then columns: each row's first maximum over the three columns around every cell, then, for
+// each window, the first of its rows' (strictly greater, or a NaN, takes it: the same winner
+// as the row-major scan of its cells, so the same bits). The row pass is one loop over the
+// whole plane, the column pass one over the plane's inner rows at stride 1 and one over each
+// window row at stride 2 (which the windows then sample at even columns): long loops without
+// jumps, which vectorize even on 7-cell rows. Those loops compute the cells at the plane's
+// edges wrongly (a neighbouring row's cells) and the edges are redone after them, clipped.
+// Each plane's windows are visited in window order, as windows_max does (the gradient's sums
+// keep their order). (Through windows_max, Inception's pools took half of its CPU step, about
+// 7 ns a window.)
 template <int kStride, class T, class Visit>
-void pool3_padded_windows_max(const T* x, const PoolGeometry& g, Visit visit) {
-  // Windows whole along a row: ow in [1, inner_w), along a column: oh in [1, inner_h).
-  const std::int64_t inner_w =
-      std::max<std::int64_t>(1, std::min(g.out_w, (g.width - 2) / kStride + 1));
-  const std::int64_t windows = g.out_h * g.out_w;
-  const auto width = static_cast<std::int32_t>(g.width);
-#pragma omp parallel if (parallel_worth_it(g))
-  {
-    std::vector<T> row_value(static_cast<std::size_t>(g.height * g.out_w)), value(windows);
-    std::vector<std::int32_t> row_col(row_value.size()), best(windows);  // best: in the plane
-#pragma omp for schedule(static)
-    for (std::int64_t plane = 0; plane < g.planes; ++plane) {
-      const T* in = x + plane * g.height * g.width;
-      for (std::int64_t h = 0; h < g.height; ++h) {  // each row's maximum under each window
-        const T* row = in + h * g.width;
-        T* v = row_value.data() + h * g.out_w;
-        std::int32_t* col = row_col.data() + h * g.out_w;
-#pragma omp simd
-        for (std::int64_t ow = 1; ow < inner_w; ++ow) {
-          const T* p = row + ow * kStride - 1;
-          std::int32_t which;
-          first_max_of_3(p[0], p[1], p[2], v[ow], which);
-          col[ow] = static_cast<std::int32_t>(ow) * kStride - 1 + which;
-        }
-        for (std::int64_t ow = 0; ow < g.out_w; ow = ow == 0 ? inner_w : ow + 1) {  // edges
-          const Span cols = span_at(ow, g.width, g);
-          std::int32_t which;
-          first_max_of(row + cols.lo, cols.cells(), 1, v[ow], which);
-          col[ow] = static_cast<std::int32_t>(cols.lo) + which;
-        }
-      }
-      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {  // the first of the window's rows'
-        const Span rows = span_at(oh, g.height, g);
-        const T* v0 = row_value.data() + rows.lo * g.out_w;
-        const std::int32_t* c0 = row_col.data() + rows.lo * g.out_w;
-        T* out_value = value.data() + oh * g.out_w;
-        std::int32_t* out_best = best.data() + oh * g.out_w;
-        const auto step = static_cast<std::int32_t>(g.out_w),
-                   lo = static_cast<std::int32_t>(rows.lo);
-        if (rows.cells() == 3) {
-#pragma omp simd
-          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-            std::int32_t r;
-            first_max_of_3(v0[ow], v0[ow + step], v0[ow + 2 * step], out_value[ow], r);
-            const std::int32_t c = r == 0 ? c0[ow] : r == 1 ? c0[ow + step] : c0[ow + 2 * step];
-            out_best[ow] = (lo + r) * width + c;
-          }
-          continue;
-        }
-        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-          std::int32_t r;
-          first_max_of(v0 + ow, rows.cells(), g.out_w, out_value[ow], r);
-          out_best[ow] = (lo + r) * width + c0[ow + r * step];
-        }
-      }
-      const std::int64_t base = plane * g.height * g.width, first = plane * windows;
-      for (std::int64_t i = 0; i < windows; ++i) visit(first + i, base + best[i], value[i]);
-    }
-  }
-}
-
-// Padded 3x3 windows at stride 1 (Inception's pool branches): pool3_padded_windows_max's two
-// passes, each one loop over the whole plane (a window per cell: row r's windows are cells
-// [r * W, r * W + W)), so that they vectorize even on 7- and 14-cell rows; the loops compute
-// the edge windows wrongly (a neighbouring row's cells) and the edges are redone after them.
-// row_best and best hold each maximum's offset in the plane.
-template <class T, class Visit>
-void pool3_padded_stride1_max(const T* x, const PoolGeometry& g, Visit visit) {
+void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
   const std::int64_t width = g.width, cells = g.height * g.width;
+  // The cells [lo, hi) of the run of 3 around c along an axis of `size` cells, clipped.
+  auto around = [](std::int64_t c, std::int64_t size) {
+    return Span{std::max<std::int64_t>(c - 1, 0), std::min(c + 2, size)};
+  };
 #pragma omp parallel if (parallel_worth_it(g))
   {
+    // Per cell: the row's first maximum around it, and its offset in the plane; then per
+    // window row (stride 2: g.out_h rows of `width`) the window's.
     std::vector<T> row_value(static_cast<std::size_t>(cells)), value(row_value.size());
     std::vector<std::int32_t> row_best(row_value.size()), best(row_value.size());
 #pragma omp for schedule(static)
@@ -288,44 +230,67 @@ void pool3_padded_stride1_max(const T* x, const PoolGeometry& g, Visit visit) {
         at[j] = static_cast<std::int32_t>(j - 1) + which;
       }
       for (std::int64_t h = 0; h < g.height; ++h)
-        for (std::int64_t ow : {std::int64_t{0}, width - 1}) {  // the clipped windows
-          const Span cols = span_at(ow, width, g);
+        for (std::int64_t c : {std::int64_t{0}, width - 1}) {  // the clipped runs
+          const Span cols = around(c, width);
           std::int32_t which;
-          first_max_of(in + h * width + cols.lo, cols.cells(), 1, v[h * width + ow], which);
-          at[h * width + ow] = static_cast<std::int32_t>(h * width + cols.lo) + which;
+          first_max_of(in + h * width + cols.lo, cols.cells(), 1, v[h * width + c], which);
+          at[h * width + c] = static_cast<std::int32_t>(h * width + cols.lo) + which;
         }
       T* out_value = value.data();
       std::int32_t* out_best = best.data();
+      // Window row oh's maxima at out[oh * width + c], for its centre row oh * kStride.
+      auto column_pass = [&](std::int64_t oh) {
+        const Span rows = around(oh * kStride, g.height);
+        const T* v0 = v + rows.lo * width;
+        const std::int32_t* a0 = at + rows.lo * width;
+        T* out = out_value + oh * width;
+        std::int32_t* out_at = out_best + oh * width;
+        if (rows.cells() == 3) {
 #pragma omp simd
-      for (std::int64_t j = width; j < cells - width; ++j) {
-        std::int32_t r;
-        first_max_of_3(v[j - width], v[j], v[j + width], out_value[j], r);
-        out_best[j] = r == 0 ? at[j - width] : r == 1 ? at[j] : at[j + width];
-      }
-      for (std::int64_t oh : {std::int64_t{0}, g.height - 1}) {  // the clipped rows
-        const Span rows = span_at(oh, g.height, g);
-        for (std::int64_t ow = 0; ow < width; ++ow) {
-          std::int32_t r;
-          first_max_of(v + rows.lo * width + ow, rows.cells(), width, out_value[oh * width + ow],
-                       r);
-          out_best[oh * width + ow] = at[(rows.lo + r) * width + ow];
+          for (std::int64_t c = 0; c < width; ++c) {
+            std::int32_t r;
+            first_max_of_3(v0[c], v0[c + width], v0[c + 2 * width], out[c], r);
+            out_at[c] = r == 0 ? a0[c] : r == 1 ? a0[c + width] : a0[c + 2 * width];
+          }
+          return;
         }
+        for (std::int64_t c = 0; c < width; ++c) {
+          std::int32_t r;
+          first_max_of(v0 + c, rows.cells(), width, out[c], r);
+          out_at[c] = a0[c + r * width];
+        }
+      };
+      if constexpr (kStride == 1) {  // the inner rows in one loop
+#pragma omp simd
+        for (std::int64_t j = width; j < cells - width; ++j) {
+          std::int32_t r;
+          first_max_of_3(v[j - width], v[j], v[j + width], out_value[j], r);
+          out_best[j] = r == 0 ? at[j - width] : r == 1 ? at[j] : at[j + width];
+        }
+        column_pass(0);
+        column_pass(g.height - 1);
+      } else {
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh) column_pass(oh);
       }
-      const std::int64_t base = plane * cells;
-      for (std::int64_t i = 0; i < cells; ++i) visit(base + i, base + best[i], value[i]);
+      const std::int64_t base = plane * cells, first = plane * g.out_h * g.out_w;
+      for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+          const std::int64_t at_window = oh * width + ow * kStride;
+          visit(first + oh * g.out_w + ow, base + best[at_window], value[at_window]);
+        }
     }
   }
 }
 
 template <class T, class Visit>
 void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
-  if (g.kernel == 3 && g.padding == 1 && g.stride == 1 && g.height >= 2 && g.width >= 2)
-    return pool3_padded_stride1_max(x, g, visit);
-  // At stride 2 the row pass vectorizes over a row's windows only: on rows of 7 windows
-  // (AlexNet's, Inception's 14x14 pool) the clipped loop was 15 % faster, on 14 (Inception's
-  // 28x28) 40 % slower.
-  if (g.kernel == 3 && g.padding == 1 && g.stride == 2 && g.out_w >= 14)
-    return pool3_padded_windows_max<2>(x, g, visit);
+  if (g.kernel == 3 && g.padding == 1 && g.height >= 2 && g.width >= 2) {
+    if (g.stride == 1) return pool3_padded_max<1>(x, g, visit);
+    // At stride 2 the row pass makes every cell's maximum for a quarter of them used: on 7x7
+    // planes (AlexNet's last pool, 4x4 windows) the clipped loop was 20 % faster, on 14x14 15 %
+    // slower.
+    if (g.stride == 2 && g.out_w >= 7) return pool3_padded_max<2>(x, g, visit);
+  }
   if (g.padding > 0) return windows_max<true>(x, g, visit);
   if (g.kernel == 2 && g.stride == 2) return fixed_windows_max<2, 2>(x, g, visit);
   if (g.kernel == 3 && g.stride == 2) return fixed_windows_max<3, 2>(x, g, visit);
