@@ -179,19 +179,12 @@ inline void first_max_of_3(T a, T b, T c, T& value, std::int32_t& which) {
   which = take_c ? 2 : static_cast<std::int32_t>(take_b);
 }
 
-// The first maximum, by window_max's rule, of `count` cells `step` apart from p: its value
-// and its index among them.
+// The same for two cells a, b: which is 0 or 1.
 template <class T>
-inline void first_max_of(const T* p, std::int64_t count, std::int64_t step, T& value,
-                         std::int32_t& which) {
-  value = p[0];
-  which = 0;
-  for (std::int64_t k = 1; k < count; ++k) {
-    const T v = p[k * step];
-    const bool take = (v > value) | is_nan(v);
-    value = take ? v : value;
-    which = take ? static_cast<std::int32_t>(k) : which;
-  }
+inline void first_max_of_2(T a, T b, T& value, std::int32_t& which) {
+  const bool take_b = (b > a) | is_nan(b);
+  value = take_b ? b : a;
+  which = static_cast<std::int32_t>(take_b);
 }
 
 // Padded 3x3 windows, padding 1, at stride 1 or 2 (Inception's and AlexNet's pools), by rows
@@ -201,14 +194,17 @@ inline void first_max_of(const T* p, std::int64_t count, std::int64_t step, T& v
 // whole plane, the column pass one over the plane's inner rows at stride 1 and one over each
 // window row at stride 2 (which the windows then sample at even columns): long loops without
 // jumps, which vectorize even on 7-cell rows. Those loops compute the cells at the plane's
-// edges wrongly (a neighbouring row's cells) and the edges are redone after them, clipped.
+// edges wrongly (a neighbouring row's cells) and the edges are redone after them, clipped to
+// two cells, also without jumps (through a loop with a run-time count, the edges of 14x14
+// planes took half the time).
 // Each plane's windows are visited in window order, as windows_max does (the gradient's sums
 // keep their order). (Through windows_max, Inception's pools took half of its CPU step, about
 // 7 ns a window.)
 template <int kStride, class T, class Visit>
 void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
   const std::int64_t width = g.width, cells = g.height * g.width;
-  // The cells [lo, hi) of the run of 3 around c along an axis of `size` cells, clipped.
+  // The cells [lo, hi) of the run of 3 around c along an axis of `size` cells, clipped: 2 or 3
+  // of them, as size >= 2.
   auto around = [](std::int64_t c, std::int64_t size) {
     return Span{std::max<std::int64_t>(c - 1, 0), std::min(c + 2, size)};
   };
@@ -229,13 +225,15 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
         first_max_of_3(in[j - 1], in[j], in[j + 1], v[j], which);
         at[j] = static_cast<std::int32_t>(j - 1) + which;
       }
-      for (std::int64_t h = 0; h < g.height; ++h)
-        for (std::int64_t c : {std::int64_t{0}, width - 1}) {  // the clipped runs
-          const Span cols = around(c, width);
-          std::int32_t which;
-          first_max_of(in + h * width + cols.lo, cols.cells(), 1, v[h * width + c], which);
-          at[h * width + c] = static_cast<std::int32_t>(h * width + cols.lo) + which;
-        }
+#pragma omp simd
+      for (std::int64_t h = 0; h < g.height; ++h) {  // the clipped runs: 2 cells at each edge
+        const std::int64_t left = h * width, right = left + width - 1;
+        std::int32_t which;
+        first_max_of_2(in[left], in[left + 1], v[left], which);
+        at[left] = static_cast<std::int32_t>(left) + which;
+        first_max_of_2(in[right - 1], in[right], v[right], which);
+        at[right] = static_cast<std::int32_t>(right - 1) + which;
+      }
       T* out_value = value.data();
       std::int32_t* out_best = best.data();
       // Window row oh's maxima at out[oh * width + c], for its centre row oh * kStride.
@@ -250,14 +248,17 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
           for (std::int64_t c = 0; c < width; ++c) {
             std::int32_t r;
             first_max_of_3(v0[c], v0[c + width], v0[c + 2 * width], out[c], r);
-            out_at[c] = r == 0 ? a0[c] : r == 1 ? a0[c + width] : a0[c + 2 * width];
+            const std::int32_t top = a0[c], middle = a0[c + width], bottom = a0[c + 2 * width];
+            out_at[c] = r == 0 ? top : r == 1 ? middle : bottom;  // loaded first: no jumps
           }
           return;
         }
-        for (std::int64_t c = 0; c < width; ++c) {
+#pragma omp simd
+        for (std::int64_t c = 0; c < width; ++c) {  // 2 rows at the plane's top or bottom
           std::int32_t r;
-          first_max_of(v0 + c, rows.cells(), width, out[c], r);
-          out_at[c] = a0[c + r * width];
+          first_max_of_2(v0[c], v0[c + width], out[c], r);
+          const std::int32_t top = a0[c], bottom = a0[c + width];
+          out_at[c] = r == 0 ? top : bottom;
         }
       };
       if constexpr (kStride == 1) {  // the inner rows in one loop
@@ -265,7 +266,8 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
         for (std::int64_t j = width; j < cells - width; ++j) {
           std::int32_t r;
           first_max_of_3(v[j - width], v[j], v[j + width], out_value[j], r);
-          out_best[j] = r == 0 ? at[j - width] : r == 1 ? at[j] : at[j + width];
+          const std::int32_t top = at[j - width], middle = at[j], bottom = at[j + width];
+          out_best[j] = r == 0 ? top : r == 1 ? middle : bottom;
         }
         column_pass(0);
         column_pass(g.height - 1);
@@ -287,8 +289,8 @@ void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
   if (g.kernel == 3 && g.padding == 1 && g.height >= 2 && g.width >= 2) {
     if (g.stride == 1) return pool3_padded_max<1>(x, g, visit);
     // At stride 2 the row pass makes every cell's maximum for a quarter of them used: on 7x7
-    // planes (AlexNet's last pool, 4x4 windows) the clipped loop was 20 % faster, on 14x14 15 %
-    // slower.
+    // planes (AlexNet's last pool, 4x4 windows) the clipped loop's gradient was 17 % faster,
+    // on 14x14 planes it took twice as long.
     if (g.stride == 2 && g.out_w >= 7) return pool3_padded_max<2>(x, g, visit);
   }
   if (g.padding > 0) return windows_max<true>(x, g, visit);
