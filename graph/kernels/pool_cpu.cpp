@@ -188,18 +188,17 @@ inline void first_max_of_2(T a, T b, T& value, std::int32_t& which) {
 }
 
 // Padded 3x3 windows, padding 1, at stride 1 or 2 (Inception's and AlexNet's pools), by rows
-// then columns: each row's first maximum over the three columns around every cell, then, for
-// each window, the first of its rows' (strictly greater, or a NaN, takes it: the same winner
-// as the row-major scan of its cells, so the same bits). The row pass is one loop over the
-// whole plane, the column pass one over the plane's inner rows at stride 1 and one over each
-// window row at stride 2 (which the windows then sample at even columns): long loops without
-// jumps, which vectorize even on 7-cell rows. Those loops compute the cells at the plane's
-// edges wrongly (a neighbouring row's cells) and the edges are redone after them, clipped to
-// two cells, also without jumps (through a loop with a run-time count, the edges of 14x14
-// planes took half the time).
-// Each plane's windows are visited in window order, as windows_max does (the gradient's sums
-// keep their order). (Through windows_max, Inception's pools took half of its CPU step, about
-// 7 ns a window.)
+// then columns: each row's first maximum over the three columns around every cell, then the
+// first of the three rows' around it (strictly greater, or a NaN, takes it: the same winner as
+// the row-major scan of the window's cells, so the same bits), for the window centred on every
+// cell; stride 2's windows are those centred on even rows and columns. Each pass is one loop
+// over the whole plane without jumps, which vectorizes even on 7-cell rows (short loops a row
+// left most of the work in scalar tails; a load under a condition kept GCC from vectorizing).
+// The loops compute the cells at the plane's edges wrongly (a neighbouring row's cells) and
+// the edges are redone after them, clipped to two cells, also without jumps. Each plane's
+// windows are visited in window order, as windows_max does (the gradient's sums keep their
+// order). (Through windows_max, Inception's pools took half of its CPU step, about 7 ns a
+// window.)
 template <int kStride, class T, class Visit>
 void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
   const std::int64_t width = g.width, cells = g.height * g.width;
@@ -210,8 +209,8 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
   };
 #pragma omp parallel if (parallel_worth_it(g))
   {
-    // Per cell: the row's first maximum around it, and its offset in the plane; then per
-    // window row (stride 2: g.out_h rows of `width`) the window's.
+    // Per cell: the row's first maximum around it, and its offset in the plane; then the
+    // maximum of the 3x3 window centred on it.
     std::vector<T> row_value(static_cast<std::size_t>(cells)), value(row_value.size());
     std::vector<std::int32_t> row_best(row_value.size()), best(row_value.size());
 #pragma omp for schedule(static)
@@ -236,48 +235,29 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
       }
       T* out_value = value.data();
       std::int32_t* out_best = best.data();
-      // Window row oh's maxima at out[oh * width + c], for its centre row oh * kStride.
-      auto column_pass = [&](std::int64_t oh) {
-        const Span rows = around(oh * kStride, g.height);
+#pragma omp simd
+      for (std::int64_t j = width; j < cells - width; ++j) {  // the inner rows in one loop
+        std::int32_t r;
+        first_max_of_3(v[j - width], v[j], v[j + width], out_value[j], r);
+        const std::int32_t top = at[j - width], middle = at[j], bottom = at[j + width];
+        out_best[j] = r == 0 ? top : r == 1 ? middle : bottom;  // loaded first: no jumps
+      }
+      for (const std::int64_t row : {std::int64_t{0}, g.height - 1}) {  // 2 rows at the edges
+        const Span rows = around(row, g.height);
         const T* v0 = v + rows.lo * width;
         const std::int32_t* a0 = at + rows.lo * width;
-        T* out = out_value + oh * width;
-        std::int32_t* out_at = out_best + oh * width;
-        if (rows.cells() == 3) {
 #pragma omp simd
-          for (std::int64_t c = 0; c < width; ++c) {
-            std::int32_t r;
-            first_max_of_3(v0[c], v0[c + width], v0[c + 2 * width], out[c], r);
-            const std::int32_t top = a0[c], middle = a0[c + width], bottom = a0[c + 2 * width];
-            out_at[c] = r == 0 ? top : r == 1 ? middle : bottom;  // loaded first: no jumps
-          }
-          return;
-        }
-#pragma omp simd
-        for (std::int64_t c = 0; c < width; ++c) {  // 2 rows at the plane's top or bottom
+        for (std::int64_t c = 0; c < width; ++c) {
           std::int32_t r;
-          first_max_of_2(v0[c], v0[c + width], out[c], r);
+          first_max_of_2(v0[c], v0[c + width], out_value[row * width + c], r);
           const std::int32_t top = a0[c], bottom = a0[c + width];
-          out_at[c] = r == 0 ? top : bottom;
+          out_best[row * width + c] = r == 0 ? top : bottom;
         }
-      };
-      if constexpr (kStride == 1) {  // the inner rows in one loop
-#pragma omp simd
-        for (std::int64_t j = width; j < cells - width; ++j) {
-          std::int32_t r;
-          first_max_of_3(v[j - width], v[j], v[j + width], out_value[j], r);
-          const std::int32_t top = at[j - width], middle = at[j], bottom = at[j + width];
-          out_best[j] = r == 0 ? top : r == 1 ? middle : bottom;
-        }
-        column_pass(0);
-        column_pass(g.height - 1);
-      } else {
-        for (std::int64_t oh = 0; oh < g.out_h; ++oh) column_pass(oh);
       }
       const std::int64_t base = plane * cells, first = plane * g.out_h * g.out_w;
       for (std::int64_t oh = 0; oh < g.out_h; ++oh)
         for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-          const std::int64_t at_window = oh * width + ow * kStride;
+          const std::int64_t at_window = (oh * width + ow) * kStride;  // its centre cell
           visit(first + oh * g.out_w + ow, base + best[at_window], value[at_window]);
         }
     }
@@ -288,10 +268,7 @@ template <class T, class Visit>
 void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
   if (g.kernel == 3 && g.padding == 1 && g.height >= 2 && g.width >= 2) {
     if (g.stride == 1) return pool3_padded_max<1>(x, g, visit);
-    // At stride 2 the row pass makes every cell's maximum for a quarter of them used: on 7x7
-    // planes (AlexNet's last pool, 4x4 windows) the clipped loop's gradient was 17 % faster,
-    // on 14x14 planes it took twice as long.
-    if (g.stride == 2 && g.out_w >= 7) return pool3_padded_max<2>(x, g, visit);
+    if (g.stride == 2) return pool3_padded_max<2>(x, g, visit);
   }
   if (g.padding > 0) return windows_max<true>(x, g, visit);
   if (g.kernel == 2 && g.stride == 2) return fixed_windows_max<2, 2>(x, g, visit);
