@@ -50,23 +50,6 @@ inline bool is_nan(T v) {
          std::bit_cast<MaxBits<T>>(std::numeric_limits<T>::infinity());
 }
 
-// The first maximum of the rows x cols cells at `corner` (rows `width` apart), in row-major
-// order: its offset in x and its value.
-template <class T>
-inline void cells_max(const T* x, std::int64_t corner, std::int64_t width, std::int64_t rows,
-                      std::int64_t cols, std::int64_t& best, T& best_value) {
-  best = corner;
-  best_value = x[corner];
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const std::int64_t at = corner + r * width + c;
-      const T v = x[at];
-      const bool take = (v > best_value) | is_nan(v);  // NaN propagates
-      best = take ? at : best;
-      best_value = take ? v : best_value;
-    }
-}
-
 // Calls visit(window_output_index, offset_of_first_max, max) for every pooling window, in window
 // order within a plane; threads share out whole planes, so visits that write to x's
 // positions (the gradient) never collide and sum in the same order for any thread count.
@@ -84,10 +67,17 @@ void windows_max(const T* x, const PoolGeometry& g, Visit visit) {
       for (std::int64_t ow = 0; ow < g.out_w; ++ow, ++i) {
         const Span cols = span_at(ow, g.width, g);
         const std::int64_t col_cells = kPadded ? cols.cells() : g.kernel;
-        std::int64_t best;
-        T best_value;
-        cells_max(x, base + rows.lo * g.width + cols.lo, g.width, row_cells, col_cells, best,
-                  best_value);
+        const std::int64_t corner = base + rows.lo * g.width + cols.lo;
+        std::int64_t best = corner;
+        T best_value = x[corner];
+        for (std::int64_t r = 0; r < row_cells; ++r)
+          for (std::int64_t c = 0; c < col_cells; ++c) {
+            const std::int64_t at = corner + r * g.width + c;
+            const T v = x[at];
+            const bool take = (v > best_value) | is_nan(v);  // NaN propagates
+            best = take ? at : best;
+            best_value = take ? v : best_value;
+          }
         visit(i, best, best_value);
       }
     }
@@ -202,11 +192,6 @@ inline void first_max_of_2(T a, T b, T& value, std::int32_t& which) {
 template <int kStride, class T, class Visit>
 void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
   const std::int64_t width = g.width, cells = g.height * g.width;
-  // The cells [lo, hi) of the run of 3 around c along an axis of `size` cells, clipped: 2 or 3
-  // of them, as size >= 2.
-  auto around = [](std::int64_t c, std::int64_t size) {
-    return Span{std::max<std::int64_t>(c - 1, 0), std::min(c + 2, size)};
-  };
 #pragma omp parallel if (parallel_worth_it(g))
   {
     // Per cell: the row's first maximum around it, and its offset in the plane; then the
@@ -243,9 +228,9 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
         out_best[j] = r == 0 ? top : r == 1 ? middle : bottom;  // loaded first: no jumps
       }
       for (const std::int64_t row : {std::int64_t{0}, g.height - 1}) {  // 2 rows at the edges
-        const Span rows = around(row, g.height);
-        const T* v0 = v + rows.lo * width;
-        const std::int32_t* a0 = at + rows.lo * width;
+        const std::int64_t first_row = row == 0 ? 0 : row - 1;          // rows 0, 1 or H - 2, H - 1
+        const T* v0 = v + first_row * width;
+        const std::int32_t* a0 = at + first_row * width;
 #pragma omp simd
         for (std::int64_t c = 0; c < width; ++c) {
           std::int32_t r;
@@ -266,7 +251,9 @@ void pool3_padded_max(const T* x, const PoolGeometry& g, Visit visit) {
 
 template <class T, class Visit>
 void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
-  if (g.kernel == 3 && g.padding == 1 && g.height >= 2 && g.width >= 2) {
+  // pool3_padded_max keeps offsets within a plane in 32 bits.
+  if (g.kernel == 3 && g.padding == 1 && g.height >= 2 && g.width >= 2 &&
+      g.height * g.width <= std::numeric_limits<std::int32_t>::max()) {
     if (g.stride == 1) return pool3_padded_max<1>(x, g, visit);
     if (g.stride == 2) return pool3_padded_max<2>(x, g, visit);
   }

@@ -156,12 +156,12 @@ __device__ __forceinline__ void max_pool32_grad_overlap(const T* __restrict__ x,
 }
 
 // Overlapping or padded windows over planes of at most kPlaneCells cells (and windows): a
-// block takes whole planes, as many as fit (planes_per_block), stages their cells in shared
-// memory as W, finds each window's first maximum once (window_max32_clipped's rule, on the
-// staged values: the same comparisons), then gathers as max_pool32_grad_overlap does, in the
-// same window order: the same bits. A 3x3 stride-1 window's cells are each read by 9 windows,
-// so the gather kernel above found every maximum 9 times from global memory. (kPlaneCells and
-// planes_per_block: pool_params.h.)
+// block takes whole planes (planes_per_block: as many as fit, but leaving enough blocks),
+// stages their cells in shared memory as W, finds each window's first maximum once
+// (window_max32_clipped's rule, on the staged values: the same comparisons), then gathers as
+// max_pool32_grad_overlap does, in the same window order: the same bits. A 3x3 stride-1
+// window's cells are each read by 9 windows, so the gather kernel above found every maximum 9
+// times from global memory. (kPlaneCells and planes_per_block: pool_params.h.)
 template <typename T>
 __device__ __forceinline__ void max_pool32_grad_planes(const T* __restrict__ x,
                                                        const T* __restrict__ dy, T* __restrict__ dx,
