@@ -194,8 +194,9 @@ void force_tensor_cores(bool on) {
   cuda::detail::set_conv_algo_for_testing(on ? cuda::detail::ConvAlgo::tensor_cores
                                              : cuda::detail::ConvAlgo::automatic);
 }
-void force_persistent_lstm(bool on) {
-  cuda::detail::set_lstm_persistent_for_testing(on ? cuda::detail::LstmPersistent::when_resident
+// The LSTM's step kernels (bf16 and f16 otherwise run on the tensor-core kernels).
+void force_lstm_steps(bool on) {
+  cuda::detail::set_lstm_persistent_for_testing(on ? cuda::detail::LstmPersistent::never
                                                    : cuda::detail::LstmPersistent::automatic);
 }
 #else
@@ -203,7 +204,7 @@ void force_mma_nchw(bool) {}
 void force_tensor_cores(bool) {}
 void force_im2col(bool) {}
 void force_cuda_cores(bool) {}
-void force_persistent_lstm(bool) {}
+void force_lstm_steps(bool) {}
 #endif
 
 using V = const Values&;
@@ -524,6 +525,13 @@ std::vector<OpRow> gemm_conv_rows() {
   };
 }
 
+Values lstm_grad_row(Inputs& in) {
+  const LstmSequenceGrad d =
+      lstm_sequence_grad(in.x({15, 16}, 1.0), in.x({15, 16}, 1.0), in.x({16, 64}, 0.5),
+                         in.x({5, 16}, 1.0), in.x({15, 16}, 1.0), in.x({15, 64}, 1.0), 3, false);
+  return Values{d.d_projected, d.dh0, d.dc0};
+}
+
 std::vector<OpRow> pool_norm_lstm_rows() {
   return {
       {OpId::max_pool2d, "max_pool2d 2, 3/1, 3/2 pad 1",
@@ -573,22 +581,18 @@ std::vector<OpRow> pool_norm_lstm_rows() {
                                               in.x({5, 16}, 1.0), in.x({5, 16}, 1.0), 3, false);
          return Values{s.hs, s.cs, s.acts};
        },
-       8},
-      {OpId::lstm_sequence, "lstm_sequence reversed, 64 units (persistent kernel)",
+       8, true, force_lstm_steps},
+      {OpId::lstm_sequence, "lstm_sequence reversed, 64 units (tensor-core kernels)",
        [](Inputs& in) {
          const LstmSequence s = lstm_sequence(in.x({64, 256}, 1.0), in.x({64, 256}, 0.25),
                                               in.x({16, 64}, 1.0), in.x({16, 64}, 1.0), 4, true);
          return Values{s.hs, s.cs, s.acts};
        },
-       8, true, force_persistent_lstm},
-      {OpId::lstm_sequence_grad, "lstm_sequence_grad, 3 steps",
-       [](Inputs& in) {
-         const LstmSequenceGrad d = lstm_sequence_grad(
-             in.x({15, 16}, 1.0), in.x({15, 16}, 1.0), in.x({16, 64}, 0.5), in.x({5, 16}, 1.0),
-             in.x({15, 16}, 1.0), in.x({15, 64}, 1.0), 3, false);
-         return Values{d.d_projected, d.dh0, d.dc0};
-       },
-       8, false},
+       8},
+      {OpId::lstm_sequence_grad, "lstm_sequence_grad, 3 steps (tensor-core kernel)",
+       [](Inputs& in) { return lstm_grad_row(in); }, 8, false},
+      {OpId::lstm_sequence_grad, "lstm_sequence_grad, 3 steps (per-step kernels)",
+       [](Inputs& in) { return lstm_grad_row(in); }, 8, false, force_lstm_steps},
   };
 }
 

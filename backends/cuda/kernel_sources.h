@@ -166,6 +166,9 @@ std::string lstm_step_name(bool backward, DType dtype);
 gpu::KernelSource lstm_step_source(bool backward, DType dtype);  // any floating dtype
 std::string lstm_persistent_name(DType dtype);
 gpu::KernelSource lstm_persistent_source(DType dtype);  // the forward, all steps in one launch
+// lstm_mma.cpp: all steps of one direction on tensor cores (bf16 and f16 only).
+std::string lstm_mma_name(bool backward, DType dtype);
+gpu::KernelSource lstm_mma_source(bool backward, DType dtype);
 
 // Every kernel the library can launch, for compile-only tests and preloading.
 std::vector<gpu::KernelSource> all_kernel_sources();

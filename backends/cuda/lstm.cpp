@@ -1,10 +1,12 @@
-// Host side of the fused LSTM recurrence: picks each step's time and the rows it reads
-// (h_prev/c_prev in the forward; d_next/c_prev in the backward), one launch per step. The
+// Host side of the fused LSTM recurrence: chooses a direction's kernels (lstm.h) when a
+// program is compiled; for the step kernels, picks each step's time and the rows it reads
+// (h_prev/c_prev in the forward; d_next/c_prev in the backward), one launch per step. Their
 // grid: one block per 8 hidden units x 16 batch rows, 256 threads (lstm_kernels.cpp).
 #include "backends/cuda/lstm.h"
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <limits>
 
 #include "backends/cuda/kernel_registry.h"
@@ -90,7 +92,8 @@ void lstm_sequence_forward(const LstmShape& shape, const LstmForwardArgs& args,
   int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
   const void *projected = args.projected, *u = args.u;
   void *hs = args.hs, *cs = args.cs, *acts = args.acts;
-  if (args.barrier != nullptr) {  // all steps in one cooperative launch
+  if (args.kernels == LstmKernels::mma) return lstm_mma_forward(shape, args, stream);
+  if (args.kernels == LstmKernels::persistent) {  // all steps in one cooperative launch
     const void *h0 = args.h0, *c0 = args.c0;
     unsigned* barrier = args.barrier;
     int steps = static_cast<int>(shape.steps), reverse = shape.reverse ? 1 : 0;
@@ -118,6 +121,7 @@ void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args
                             gpu::Stream stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.hidden == 0) return;
+  if (args.kernels == LstmKernels::mma) return lstm_mma_backward(shape, args, stream);
   const DeviceKernel& k = step_kernel(true, shape.dtype);
   const gpu::Dim3 grid = grid_of(shape);
   int batch = static_cast<int>(shape.batch), hidden = static_cast<int>(shape.hidden);
@@ -140,12 +144,16 @@ void lstm_sequence_backward(const LstmShape& shape, const LstmBackwardArgs& args
 }
 
 std::vector<gpu::KernelSource> lstm_kernel_sources(DType dtype) {
-  return {lstm_step_source(false, dtype), lstm_step_source(true, dtype),
-          lstm_persistent_source(dtype)};
+  std::vector<gpu::KernelSource> all = {
+      lstm_step_source(false, dtype), lstm_step_source(true, dtype), lstm_persistent_source(dtype)};
+  if (dtype == DType::bf16 || dtype == DType::f16)
+    for (bool backward : {false, true}) all.push_back(lstm_mma_source(backward, dtype));
+  return all;
 }
 
 namespace detail {
 void set_lstm_persistent_for_testing(LstmPersistent mode) { g_persistent = mode; }
+LstmPersistent lstm_persistent_mode() { return g_persistent; }
 }  // namespace detail
 
 namespace {
@@ -161,37 +169,56 @@ LstmShape lstm_shape(const Node& n, const InputTypes& in, std::size_t u_input,
           .reverse = n.attrs.integer("reverse") != 0};
 }
 
-// Where the persistent forward fits, the node's status memory is its barrier counters.
-std::size_t forward_status_bytes(const Node& n, const InputTypes& in) {
-  const LstmShape shape = lstm_shape(n, in, 1, 2);
-  if (!lstm_persistent_forward_fits(shape)) return 0;
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The kernels of a direction: mma where the tensor-core kernels fit, then (an f32 or f64
+// forward) the persistent one, else the steps. `aligned`: the rows the mma kernels copy by 16
+// bytes are. (bf16 and f16 skip the persistent kernel: wherever it would fit, the mma kernels
+// do, so its 16-bit forms would go untested.)
+LstmKernels kernels_of(const LstmShape& shape, bool backward, bool aligned) {
+  if (lstm_mma_fits(shape, backward) && aligned) return LstmKernels::mma;
+  const bool wide = shape.dtype == DType::f32 || shape.dtype == DType::f64;
+  if (!backward && wide && lstm_persistent_forward_fits(shape)) return LstmKernels::persistent;
+  return LstmKernels::steps;
+}
+
+// Where a cooperative launch runs the direction, the node's status memory is its barrier
+// counters (allocated before the buffers are known: if they turn out misaligned for the mma
+// kernels, the counters go unused).
+std::size_t status_bytes(const LstmShape& shape, bool backward) {
+  if (kernels_of(shape, backward, true) == LstmKernels::steps) return 0;
   return 2 * sizeof(unsigned) * static_cast<std::size_t>(lstm_persistent_barriers(shape));
 }
 
 Launch prepare_forward(const LaunchSetup& s) {
   const LstmShape shape = lstm_shape(s.node, s.input_types, 1, 2);
-  const LstmForwardArgs args{.projected = s.inputs[0],
-                             .u = s.inputs[1],
-                             .h0 = s.inputs[2],
-                             .c0 = s.inputs[3],
-                             .hs = s.outputs[0],
-                             .cs = s.outputs[1],
-                             .acts = s.outputs[2],
-                             .barrier = static_cast<unsigned*>(s.status)};
+  LstmForwardArgs args{.projected = s.inputs[0],
+                       .u = s.inputs[1],
+                       .h0 = s.inputs[2],
+                       .c0 = s.inputs[3],
+                       .hs = s.outputs[0],
+                       .cs = s.outputs[1],
+                       .acts = s.outputs[2],
+                       .barrier = static_cast<unsigned*>(s.status)};
+  if (args.barrier != nullptr)
+    args.kernels = kernels_of(shape, false, aligned16(args.h0) && aligned16(args.hs));
   return [shape, args](gpu::Stream st) { lstm_sequence_forward(shape, args, st); };
 }
 
 Launch prepare_backward(const LaunchSetup& s) {
   const LstmShape shape = lstm_shape(s.node, s.input_types, 2, 3);
-  const LstmBackwardArgs args{.d_hs = s.inputs[0],
-                              .d_cs = s.inputs[1],
-                              .u = s.inputs[2],
-                              .c0 = s.inputs[3],
-                              .cs = s.inputs[4],
-                              .acts = s.inputs[5],
-                              .d_projected = s.outputs[0],
-                              .dh0 = s.outputs[1],
-                              .dc0 = s.outputs[2]};
+  LstmBackwardArgs args{.d_hs = s.inputs[0],
+                        .d_cs = s.inputs[1],
+                        .u = s.inputs[2],
+                        .c0 = s.inputs[3],
+                        .cs = s.inputs[4],
+                        .acts = s.inputs[5],
+                        .d_projected = s.outputs[0],
+                        .dh0 = s.outputs[1],
+                        .dc0 = s.outputs[2],
+                        .barrier = static_cast<unsigned*>(s.status)};
+  if (args.barrier != nullptr)
+    args.kernels = kernels_of(shape, true, aligned16(args.u) && aligned16(args.d_projected));
   return [shape, args](gpu::Stream st) { lstm_sequence_backward(shape, args, st); };
 }
 
@@ -206,16 +233,25 @@ std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> so
 }  // namespace
 
 void add_lstm_ops(CudaOpTable& table) {
-  table[OpId::lstm_sequence] = {.prepare = prepare_forward,
-                                .sources = sources_of(1),
-                                .status_bytes = forward_status_bytes,
-                                .every_source = [] {
-                                  std::vector<gpu::KernelSource> all;
-                                  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
-                                    for (auto& s : lstm_kernel_sources(t)) all.push_back(s);
-                                  return all;
-                                }};
-  table[OpId::lstm_sequence_grad] = {.prepare = prepare_backward, .sources = sources_of(2)};
+  table[OpId::lstm_sequence] = {
+      .prepare = prepare_forward,
+      .sources = sources_of(1),
+      .status_bytes =
+          [](const Node& n, const InputTypes& in) {
+            return status_bytes(lstm_shape(n, in, 1, 2), false);
+          },
+      .every_source =
+          [] {
+            std::vector<gpu::KernelSource> all;
+            for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
+              for (auto& s : lstm_kernel_sources(t)) all.push_back(s);
+            return all;
+          }};
+  table[OpId::lstm_sequence_grad] = {.prepare = prepare_backward,
+                                     .sources = sources_of(2),
+                                     .status_bytes = [](const Node& n, const InputTypes& in) {
+                                       return status_bytes(lstm_shape(n, in, 2, 3), true);
+                                     }};
 }
 
 }  // namespace kiln::cuda
