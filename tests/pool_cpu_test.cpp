@@ -1,7 +1,8 @@
-// Max pooling's fixed-window paths (unpadded 2x2 and 3x3 windows at stride 2; padded 3x3
-// windows at stride 1 and 2, by rows then columns, clipped at the plane's edges) against
-// the definition, on inputs full of ties and NaNs: the first maximum in row-major window order
-// wins (a NaN always does), for the forward, the gradient and the select, at 1 and 3 threads.
+// Max pooling's fixed-window paths (unpadded 2x2 windows at stride 2, each row of windows a
+// vectorized loop; unpadded 3x3 windows at stride 2; padded 3x3 windows at stride 1 and 2, by
+// rows then columns, clipped at the plane's edges) against the definition, on inputs full of
+// ties and NaNs: the first maximum in row-major window order wins (a NaN always does), for the
+// forward, the gradient and the select, at 1 and 3 threads.
 #include <doctest/doctest.h>
 
 #include <omp.h>
@@ -51,8 +52,12 @@ TEST_CASE(
     std::int64_t kernel, stride, padding;
   };
   // Odd and even planes: at stride 2 the last window is clipped (9 rows, 11 columns) or whole
-  // (10 rows, 28 columns); 2 columns: every window clipped on both sides.
+  // (10 rows, 28 columns); 2 columns: every window clipped on both sides. 2x2 rows of 35 and
+  // 33 windows run the vectorized loops' whole vectors as well as their remainders (the
+  // first on 64 planes, enough for the threads to share them).
   for (const auto& [window, xs] : {std::pair{Window{2, 2, 0}, Shape{3, 5, 9, 11}},
+                                   {Window{2, 2, 0}, Shape{4, 16, 10, 70}},
+                                   {Window{2, 2, 0}, Shape{2, 3, 7, 67}},
                                    {Window{3, 2, 0}, Shape{3, 5, 9, 11}},
                                    {Window{3, 1, 1}, Shape{3, 5, 9, 11}},
                                    {Window{3, 2, 1}, Shape{3, 5, 9, 11}},

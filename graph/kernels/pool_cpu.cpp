@@ -102,36 +102,10 @@ inline void window_max(const T* corner, std::int64_t width, std::int64_t& best, 
     }
 }
 
-// The first maximum of a 2x2 window (window_max<2>'s) without a jump whose direction depends on
-// the data: each compare becomes a 0/1 integer and each choice a mask of the bits. (GCC turned
-// window_max's selects into jumps, taken about half the time once the offset is used: the
-// gradient took 4x the forward.) The value's bits, and for each cell in row-major order 1 if
-// it is the one that wins.
-template <class T>
-struct Max2x2 {
-  MaxBits<T> value, wins[4];
-};
-template <class T>
-inline Max2x2<T> max_2x2(const T* corner, std::int64_t width) {
-  using Bits = MaxBits<T>;
-  const Bits a = std::bit_cast<Bits>(corner[0]), b = std::bit_cast<Bits>(corner[1]),
-             c = std::bit_cast<Bits>(corner[width]), d = std::bit_cast<Bits>(corner[width + 1]);
-  auto pick = [](Bits take, Bits y, Bits n) { return (y & (Bits{0} - take)) | (n & (take - 1)); };
-  auto takes = [](Bits v, Bits best) {  // v > best, or v is NaN
-    return static_cast<Bits>(std::bit_cast<T>(v) > std::bit_cast<T>(best)) |
-           static_cast<Bits>(is_nan(std::bit_cast<T>(v)));
-  };
-  const Bits tb = takes(b, a), m1 = pick(tb, b, a);
-  const Bits tc = takes(c, m1), m2 = pick(tc, c, m1);
-  const Bits td = takes(d, m2);
-  return {pick(td, d, m2), {(tb | tc | td) ^ 1, tb & ((tc | td) ^ 1), tc & (td ^ 1), td}};
-}
-
 // Unpadded kKernel x kKernel windows at stride kStride: the window's loops have compile-time
-// trip counts and its maximum stays in registers (2x2: max_2x2, its offset from the one-hot
-// winner). (A first form compared each cell offset across a row of windows held in arrays:
-// vgg's 14-, 7- and 3-window rows left it at about 2 GB/s, a fifth of vgg's CPU step in
-// pooling.)
+// trip counts and its maximum stays in registers. (A first form compared each cell offset
+// across a row of windows held in arrays: vgg's 14-, 7- and 3-window rows left it at about
+// 2 GB/s, a fifth of vgg's CPU step in pooling.)
 template <int kKernel, int kStride, class T, class Visit>
 void fixed_windows_max(const T* x, const PoolGeometry& g, Visit visit) {
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g))
@@ -143,15 +117,7 @@ void fixed_windows_max(const T* x, const PoolGeometry& g, Visit visit) {
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
         std::int64_t best;
         T best_value;
-        if constexpr (kKernel == 2) {
-          const Max2x2<T> m = max_2x2(x + top + ow * kStride, g.width);
-          best = static_cast<std::int64_t>(m.wins[1]) +
-                 static_cast<std::int64_t>(m.wins[2]) * g.width +
-                 static_cast<std::int64_t>(m.wins[3]) * (g.width + 1);
-          best_value = std::bit_cast<T>(m.value);
-        } else {
-          window_max<kKernel>(x + top + ow * kStride, g.width, best, best_value);
-        }
+        window_max<kKernel>(x + top + ow * kStride, g.width, best, best_value);
         visit(first + ow, top + ow * kStride + best, best_value);
       }
     }
@@ -175,6 +141,50 @@ inline void first_max_of_2(T a, T b, T& value, std::int32_t& which) {
   const bool take_b = (b > a) | is_nan(b);
   value = take_b ? b : a;
   which = static_cast<std::int32_t>(take_b);
+}
+
+// The first maximum of a 2x2 window with cells a, b (top row) and c, d, in row-major order:
+// the value, and for each cell a mask of all ones if it is the one that wins, else 0. The
+// choices are selects and the winners integer masks, so a loop over windows vectorizes (with
+// bool selects on the stored cells, GCC turned the loop's body into jumps).
+template <class T>
+struct Max2x2 {
+  T value;
+  MaxBits<T> wins[4];
+};
+template <class T>
+inline Max2x2<T> first_max_of_2x2(T a, T b, T c, T d) {
+  using Bits = MaxBits<T>;
+  const bool take_b = (b > a) | is_nan(b);
+  const T ab = take_b ? b : a;
+  const bool take_c = (c > ab) | is_nan(c);
+  const T abc = take_c ? c : ab;
+  const bool take_d = (d > abc) | is_nan(d);
+  const Bits tb = take_b, tc = take_c, td = take_d;
+  return {take_d ? d : abc,
+          {(tb | tc | td) - 1, Bits{0} - (tb & ((tc | td) ^ 1)), Bits{0} - (tc & (td ^ 1)),
+           Bits{0} - td}};
+}
+
+// v where the mask is all ones, +0 where it is 0.
+template <class T>
+inline T masked(T v, MaxBits<T> mask) {
+  return std::bit_cast<T>(std::bit_cast<MaxBits<T>>(v) & mask);
+}
+
+// Unpadded 2x2 windows at stride 2 (LeNet's and VGG's pools): row(top, first) for each row of
+// windows, `top` the offset of its top-left cell in x, `first` its first window's index. The
+// forward, the gradient and the select each run a row as one loop over its windows without
+// jumps, vectorized four windows at a time (simdlen(4): LeNet's and VGG's rows of 14 and 7
+// windows are shorter than 16 lanes, which left every window to the scalar remainder). Window
+// by window, with scalar bit masks, LeNet's four pooling passes took 30 % of its CPU step
+// (2.5 ns a window at 2 threads); now a quarter of that. Threads share out whole planes.
+template <class Row>
+void for_each_2x2_row(const PoolGeometry& g, Row row) {
+#pragma omp parallel for schedule(static) if (parallel_worth_it(g))
+  for (std::int64_t plane = 0; plane < g.planes; ++plane)
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+      row(plane * g.height * g.width + 2 * oh * g.width, (plane * g.out_h + oh) * g.out_w);
 }
 
 // Padded 3x3 windows, padding 1, at stride 1 or 2 (Inception's and AlexNet's pools), by rows
@@ -258,36 +268,37 @@ void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
     if (g.stride == 2) return pool3_padded_max<2>(x, g, visit);
   }
   if (g.padding > 0) return windows_max<true>(x, g, visit);
-  if (g.kernel == 2 && g.stride == 2) return fixed_windows_max<2, 2>(x, g, visit);
   if (g.kernel == 3 && g.stride == 2) return fixed_windows_max<3, 2>(x, g, visit);
   windows_max<false>(x, g, visit);
 }
 
 // The gradient of unpadded 2x2 windows at stride 2 (disjoint: an x cell is in one window at
-// most): each window zeroes its four cells of dx and stores 0 + dy at the first maximum (the
-// sum the general path makes), and the cells in no window (an odd last row or column) get 0;
-// no first pass zeroing dx, no read-modify-write of it.
+// most): each window writes its four cells of dx, 0 + dy at the first maximum (the sum the
+// general path makes) and 0 elsewhere, and the cells in no window (an odd last row or
+// column) get 0; no first pass zeroing dx, no read-modify-write of it.
 template <class T>
-void max_backward_disjoint(const T* x, const T* dy, T* dx, const PoolGeometry& g) {
-  const std::int64_t w = g.width, plane_size = g.height * w, covered = 2 * g.out_h * w;
-#pragma omp parallel for schedule(static) if (parallel_worth_it(g))
-  for (std::int64_t plane = 0; plane < g.planes; ++plane) {
-    const std::int64_t base = plane * plane_size;
-    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      const std::int64_t top = base + oh * 2 * w;
-      const T* grad = dy + (plane * g.out_h + oh) * g.out_w;
-      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-        const std::int64_t corner = top + 2 * ow;
-        const Max2x2<T> m = max_2x2(x + corner, w);
-        const auto routed = std::bit_cast<MaxBits<T>>(T(0) + grad[ow]);
-        T* cells[4] = {dx + corner, dx + corner + 1, dx + corner + w, dx + corner + w + 1};
-        for (int k = 0; k < 4; ++k)
-          *cells[k] = std::bit_cast<T>(routed & (MaxBits<T>{0} - m.wins[k]));
-      }
-      if (w % 2 == 1) dx[top + w - 1] = dx[top + 2 * w - 1] = T(0);
+void max_backward_2x2(const T* x, const T* dy, T* dx, const PoolGeometry& g) {
+  for_each_2x2_row(g, [&](std::int64_t top, std::int64_t first) {
+    // Locals, not the captures: a store to dx might change those for all GCC knows.
+    const std::int64_t w = g.width, windows = g.out_w;
+    const T* in = x + top;
+    const T* grad = dy + first;
+    T* out = dx + top;
+#pragma omp simd simdlen(4)
+    for (std::int64_t ow = 0; ow < windows; ++ow) {
+      const Max2x2<T> m =
+          first_max_of_2x2(in[2 * ow], in[2 * ow + 1], in[w + 2 * ow], in[w + 2 * ow + 1]);
+      const T routed = T(0) + grad[ow];
+      out[2 * ow] = masked(routed, m.wins[0]);
+      out[2 * ow + 1] = masked(routed, m.wins[1]);
+      out[w + 2 * ow] = masked(routed, m.wins[2]);
+      out[w + 2 * ow + 1] = masked(routed, m.wins[3]);
     }
-    std::fill_n(dx + base + covered, plane_size - covered, T(0));  // an odd last row
-  }
+    if (w % 2 == 1) out[w - 1] = out[2 * w - 1] = T(0);
+  });
+  if (g.height % 2 == 1)  // an odd last row
+    for (std::int64_t plane = 0; plane < g.planes; ++plane)
+      std::fill_n(dx + (plane * g.height + g.height - 1) * g.width, g.width, T(0));
 }
 
 // y = the sum of the window's cells in row-major order from 0, divided by their count.
@@ -332,6 +343,11 @@ void avg_backward_typed(const T* dy, T* dx, const PoolGeometry& g) {
   }
 }
 
+// Unpadded 2x2 windows at stride 2 (for_each_2x2_row).
+bool disjoint_2x2(const PoolGeometry& g) {
+  return g.kernel == 2 && g.stride == 2 && g.padding == 0 && g.out_h > 0 && g.out_w > 0;
+}
+
 }  // namespace
 
 PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride,
@@ -347,6 +363,17 @@ void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
     using T = decltype(zero);
     const T* in = x.data<T>();
     T* out = y.data<T>();
+    if (disjoint_2x2(g))
+      return for_each_2x2_row(g, [&](std::int64_t top, std::int64_t first) {
+        const std::int64_t w = g.width, windows = g.out_w;  // locals (max_backward_2x2)
+        const T *x0 = in + top, *x1 = x0 + w;
+        T* out_row = out + first;
+#pragma omp simd simdlen(4)
+        for (std::int64_t ow = 0; ow < windows; ++ow) {
+          out_row[ow] =
+              first_max_of_2x2(x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]).value;
+        }
+      });
     for_each_window_max(in, g, [&](std::int64_t i, std::int64_t, T value) { out[i] = value; });
   });
 }
@@ -356,8 +383,7 @@ void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const Po
     using T = decltype(zero);
     const T* grad = dy.data<T>();
     T* out = dx.data<T>();
-    if (g.kernel == 2 && g.stride == 2 && g.padding == 0 && g.out_h > 0)
-      return max_backward_disjoint(x.data<T>(), grad, out, g);
+    if (disjoint_2x2(g)) return max_backward_2x2(x.data<T>(), grad, out, g);
     const std::int64_t plane_size = g.height * g.width;
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g))
     for (std::int64_t plane = 0; plane < g.planes; ++plane)
@@ -372,6 +398,23 @@ void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const P
     using T = decltype(zero);
     const T* src = g_in.data<T>();
     T* dst = out.data<T>();
+    const T* in = x.data<T>();
+    if (disjoint_2x2(g))
+      return for_each_2x2_row(g, [&](std::int64_t top, std::int64_t first) {
+        const std::int64_t w = g.width, windows = g.out_w;  // locals (max_backward_2x2)
+        const T *x0 = in + top, *x1 = x0 + w, *s0 = src + top, *s1 = s0 + w;
+        T* out_row = dst + first;
+#pragma omp simd simdlen(4)
+        for (std::int64_t ow = 0; ow < windows; ++ow) {
+          const Max2x2<T> m =
+              first_max_of_2x2(x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]);
+          const MaxBits<T> picked = std::bit_cast<MaxBits<T>>(masked(s0[2 * ow], m.wins[0])) |
+                                    std::bit_cast<MaxBits<T>>(masked(s0[2 * ow + 1], m.wins[1])) |
+                                    std::bit_cast<MaxBits<T>>(masked(s1[2 * ow], m.wins[2])) |
+                                    std::bit_cast<MaxBits<T>>(masked(s1[2 * ow + 1], m.wins[3]));
+          out_row[ow] = std::bit_cast<T>(picked);
+        }
+      });
     for_each_window_max(x.data<T>(), g,
                         [&](std::int64_t i, std::int64_t best, T) { dst[i] = src[best]; });
   });
