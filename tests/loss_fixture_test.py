@@ -7,7 +7,9 @@
 # 100 losses moved by one unit in the last place; resnet, vgg, inception and dcgan when batch
 # norm's statistics became one pass over shifted values, on an AMD family 26 CPU, their
 # family 25 recordings dropped; resnet, vgg and alexnet when 3x3 layers of 64 and more channels
-# moved to Winograd, family 26, alexnet's family 25 recording dropped).
+# moved to Winograd, family 26, alexnet's family 25 recording dropped; lenet, resnet, vgg and
+# inception when first layers over one channel moved to kiln's direct kernels, family 26,
+# lenet's family 25 recording dropped).
 #   loss_fixture_test.py TRAINER [MODEL...]            check (all models by default)
 #   loss_fixture_test.py TRAINER --record [MODEL...]   write the fixture from this build
 # Float summation order follows the vector width the build was compiled for (KILN_MARCH

@@ -7,7 +7,8 @@
 # re-recorded with the old metadata kept when the CPU kernels changed their summation order:
 # oneDNN convolutions and matmuls, issue 20; char-lstm again when the CPU's one-hot products
 # became row gathers and scatters, one loss one unit in the last place, family 26, its family
-# 25 recording dropped).
+# 25 recording dropped; lenet when its first layer moved to kiln's direct kernels, two losses
+# one unit in the last place, family 26, its family 25 recording dropped).
 # (The tensors need no rewriting: their names and layout did not change, and the first
 # steps are bitwise the old ones, see loss_fixture_test.py.)
 #   old_checkpoint_test.py TRAINER            check

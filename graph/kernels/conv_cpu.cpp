@@ -1,7 +1,8 @@
-// CPU convolutions: float32 through oneDNN (conv_dnnl.cpp) unless reproducible ones are
-// asked for; otherwise kiln's im2col kernels, where each image's patches become a
-// [Cin*KH*KW, OH*OW] matrix, so every pass is one GEMM per image (threads split the batch,
-// Eigen runs single-threaded inside the parallel region).
+// CPU convolutions: a layer over one to three input channels at stride 1 directly
+// (conv_few_channels.cpp: the forward and the weight gradient); otherwise float32 through oneDNN
+// (conv_dnnl.cpp) unless reproducible ones are asked for, and else kiln's im2col kernels, where
+// each image's patches become a [Cin*KH*KW, OH*OW] matrix, so every pass is one GEMM per image
+// (threads split the batch, Eigen runs single-threaded inside the parallel region).
 #include "graph/kernels/conv_cpu.h"
 
 #include <omp.h>
@@ -13,6 +14,7 @@
 
 #include "core/dispatch.h"
 #include "graph/kernels/conv_dnnl.h"
+#include "graph/kernels/conv_few_channels.h"
 
 namespace kiln::kernels {
 namespace {
@@ -138,6 +140,13 @@ thread_local std::uint64_t kernel_serial = 0;
 
 bool use_dnnl(DType dtype) { return !reproducible_convolutions && dtype == DType::f32; }
 
+// The direct kernels over one to three input channels where they were measured faster: at
+// stride 1 (build machine, 2 threads, batch 64, 54 steps' worth: LeNet's 1 -> 32 3x3 layer's
+// forward 24.4 -> 12.8 ms and weight gradient 21.6 -> 13.0 ms; VGG's 1 -> 16 layer 8.5 -> 7.7
+// and 12.8 -> 6.9 ms). At stride 2 (DCGAN's 4x4 layer) they lost to oneDNN's forward (17 ->
+// 25 ms) and to im2col's weight gradient (17 -> 19 ms).
+bool use_few_channels(const ConvGeometry& g) { return few_channels_fits(g) && g.stride == 1; }
+
 // oneDNN's backward passes over one to three input channels (a network's first layer) fall
 // back to slow reference-like code: kiln's im2col kernels were 1.6-4x faster there (LeNet's
 // and ResNet's first convolutions, batch 64, 2 threads), and 2-5x slower everywhere else.
@@ -166,11 +175,13 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
 std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g) {
   // bf16/f16 passes reach the kernels widened to f32 (backends/cpu/low_precision.cpp).
   const DType runs = is_low_precision(dtype) ? DType::f32 : dtype;
+  if (pass != ConvPass::grad_input && use_few_channels(g)) return "kiln direct";
   const bool library = pass == ConvPass::forward ? use_dnnl(runs) : use_dnnl_backward(runs, g);
   return library ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+  if (use_few_channels(g)) return few_channels_forward(x, w, y, g);
   if (use_dnnl(x.dtype())) return dnnl_conv2d_forward(x, w, y, g);
   visit_floating(x.dtype(), "conv2d",
                  [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
@@ -183,6 +194,7 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const 
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
+  if (use_few_channels(g)) return few_channels_backward_weight(x, dy, dw, g);
   if (use_dnnl_backward(x.dtype(), g)) return dnnl_conv2d_backward_weight(x, dy, dw, g);
   visit_floating(x.dtype(), "conv2d_grad_weight",
                  [&](auto zero) { backward_weight_typed<decltype(zero)>(x, dy, dw, g); });
