@@ -117,10 +117,18 @@ TEST_CASE("conv2d_kernel_name names the kernel each pass runs (KILN_PROFILE=grou
   CHECK((forward.find("wino") != std::string::npos) == uses_winograd({8, 64, 8, 64, 3, 1, 1}));
   CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::bf16, wide) == forward);  // widened
   CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f64, wide) == "kiln im2col");
-  // A first layer: the forward and the weight gradient direct (conv_few_channels.cpp).
+  // A first layer over one channel: the forward and the weight gradient direct
+  // (conv_few_channels.cpp).
   CHECK(kernels::conv2d_kernel_name(ConvPass::grad_weight, DType::f32, first) == "kiln direct");
   CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f32, first) == "kiln direct");
   CHECK(kernels::conv2d_kernel_name(ConvPass::grad_input, DType::f32, first) == "kiln im2col");
+  // Where the direct kernels were slower: three channels, and stride 2 (conv_cpu.cpp).
+  for (const auto& other : {kernels::conv_geometry({8, 3, 8, 8}, {16, 3, 3, 3}, 1, 1),
+                            kernels::conv_geometry({8, 1, 8, 8}, {16, 1, 4, 4}, 2, 1)}) {
+    CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f32, other).rfind("oneDNN ", 0) ==
+          0);
+    CHECK(kernels::conv2d_kernel_name(ConvPass::grad_weight, DType::f32, other) == "kiln im2col");
+  }
   const kernels::ReproducibleConvolutions scope(true);
   CHECK(kernels::conv2d_kernel_name(ConvPass::forward, DType::f32, wide) == "kiln im2col");
 }

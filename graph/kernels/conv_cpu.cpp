@@ -1,5 +1,5 @@
-// CPU convolutions: a layer over one to three input channels at stride 1 directly
-// (conv_few_channels.cpp: the forward and the weight gradient); otherwise float32 through oneDNN
+// CPU convolutions: a layer over one input channel at stride 1 directly (conv_few_channels.cpp:
+// the forward and the weight gradient); otherwise float32 through oneDNN
 // (conv_dnnl.cpp) unless reproducible ones are asked for, and else kiln's im2col kernels, where
 // each image's patches become a [Cin*KH*KW, OH*OW] matrix, so every pass is one GEMM per image
 // (threads split the batch, Eigen runs single-threaded inside the parallel region).
@@ -140,12 +140,15 @@ thread_local std::uint64_t kernel_serial = 0;
 
 bool use_dnnl(DType dtype) { return !reproducible_convolutions && dtype == DType::f32; }
 
-// The direct kernels over one to three input channels where they were measured faster: at
-// stride 1 (build machine, 2 threads, batch 64, 54 steps' worth: LeNet's 1 -> 32 3x3 layer's
-// forward 24.4 -> 12.8 ms and weight gradient 21.6 -> 13.0 ms; VGG's 1 -> 16 layer 8.5 -> 7.7
-// and 12.8 -> 6.9 ms). At stride 2 (DCGAN's 4x4 layer) they lost to oneDNN's forward (17 ->
-// 25 ms) and to im2col's weight gradient (17 -> 19 ms).
-bool use_few_channels(const ConvGeometry& g) { return few_channels_fits(g) && g.stride == 1; }
+// The direct kernels where they were measured faster: one input channel at stride 1 (build
+// machine, 2 threads, batch 64, 54 steps' worth: LeNet's 1 -> 32 3x3 layer's forward 24.4 ->
+// 12.8 ms and weight gradient 21.6 -> 13.0 ms; VGG's 1 -> 16 layer 8.5 -> 7.7 and 12.8 -> 6.9
+// ms). Over three channels (resnet18's 3 -> 64 layer, batch 32) they were 10-20 % slower than
+// oneDNN's forward and level with im2col's weight gradient; at stride 2 (DCGAN's 4x4 layer)
+// they lost to oneDNN's forward (17 -> 25 ms) and im2col's weight gradient (17 -> 19 ms).
+bool use_few_channels(const ConvGeometry& g) {
+  return few_channels_fits(g) && g.in_channels == 1 && g.stride == 1;
+}
 
 // oneDNN's backward passes over one to three input channels (a network's first layer) fall
 // back to slow reference-like code: kiln's im2col kernels were 1.6-4x faster there (LeNet's

@@ -1,7 +1,7 @@
 // Convolutions over one to three input channels (a network's first layer), forward and weight
 // gradient, computed directly rather than through oneDNN or im2col + GEMM (conv_cpu.cpp
-// chooses them at stride 1, where they were measured faster). Any kernel size, stride and
-// padding; f32 and f64; the same bits for any thread count.
+// chooses them for one channel at stride 1, where they were measured faster). Any kernel size,
+// stride and padding; f32 and f64; the same bits for any thread count.
 #pragma once
 
 #include "core/tensor.h"
