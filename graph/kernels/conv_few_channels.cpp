@@ -105,7 +105,8 @@ void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
   {
     // kLanes cells of slack: the last block reads past the planes.
     std::vector<T> phases(static_cast<std::size_t>(ph.size(g) + kLanes));
-    std::vector<T> wide(static_cast<std::size_t>(g.out_channels * stride));
+    // The wide planes of kOutputs channels, copied out to y after each group.
+    std::vector<T> wide(static_cast<std::size_t>(kOutputs * stride));
     std::vector<std::int64_t> offsets(static_cast<std::size_t>(g.in_channels * taps));
     for (std::int64_t c = 0; c < g.in_channels; ++c)
       for (std::int64_t t = 0; t < taps; ++t)
@@ -113,24 +114,24 @@ void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < g.batch; ++b) {
       split_image(x, b, g, ph, phases.data());
-      if constexpr (kK == 0) {  // taps in turn over the whole plane (their count unknown)
-        for (std::int64_t o = 0; o < g.out_channels; ++o) {
-          T* sum = wide.data() + o * stride;
-          std::fill_n(sum, stride, T(0));
-          for (std::int64_t i = 0; i < g.in_channels * taps; ++i) {
-            const T weight = w[o * g.in_channels * taps + i];
-            const T* cells = phases.data() + offsets[static_cast<std::size_t>(i)];
+      for (std::int64_t o0 = 0; o0 < g.out_channels; o0 += kOutputs) {
+        const std::int64_t count = std::min(kOutputs, g.out_channels - o0);
+        if constexpr (kK == 0) {  // taps in turn over the whole plane (their count unknown)
+          for (std::int64_t q = 0; q < count; ++q) {
+            T* sum = wide.data() + q * stride;
+            std::fill_n(sum, stride, T(0));
+            for (std::int64_t i = 0; i < g.in_channels * taps; ++i) {
+              const T weight = w[(o0 + q) * g.in_channels * taps + i];
+              const T* cells = phases.data() + offsets[static_cast<std::size_t>(i)];
 #pragma omp simd
-            for (std::int64_t j = 0; j < stride; ++j) sum[j] += weight * cells[j];
+              for (std::int64_t j = 0; j < stride; ++j) sum[j] += weight * cells[j];
+            }
           }
         }
-      }
-      // kOutputs channels at a time: each tap's cells are loaded once for all of them, and
-      // their sums are independent chains of FMAs (one channel's nine were one chain, which
-      // waited on each FMA's latency).
-      for (std::int64_t block = 0; block < (kK ? blocks : 0); ++block)
-        for (std::int64_t o0 = 0; o0 < g.out_channels; o0 += kOutputs) {
-          const std::int64_t count = std::min(kOutputs, g.out_channels - o0);
+        // kOutputs channels at a time: each tap's cells are loaded once for all of them, and
+        // their sums are independent chains of FMAs (one channel's nine were one chain, which
+        // waited on each FMA's latency).
+        for (std::int64_t block = 0; block < (kK ? blocks : 0); ++block) {
           T sum[kOutputs][kLanes] = {};
           for (std::int64_t c = 0; c < g.in_channels; ++c) {
             const std::int64_t* off = offsets.data() + c * taps;
@@ -148,12 +149,13 @@ void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
             }
           }
           for (std::int64_t q = 0; q < count; ++q)
-            std::copy_n(sum[q], kLanes, wide.data() + (o0 + q) * stride + block * kLanes);
+            std::copy_n(sum[q], kLanes, wide.data() + q * stride + block * kLanes);
         }
-      for (std::int64_t o = 0; o < g.out_channels; ++o)
-        for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-          copy_row(wide.data() + o * stride + oh * ph.columns, g.out_w,
-                   y + ((b * g.out_channels + o) * g.out_h + oh) * g.out_w);
+        for (std::int64_t q = 0; q < count; ++q)
+          for (std::int64_t oh = 0; oh < g.out_h; ++oh)
+            copy_row(wide.data() + q * stride + oh * ph.columns, g.out_w,
+                     y + ((b * g.out_channels + o0 + q) * g.out_h + oh) * g.out_w);
+      }
     }
   }
 }
