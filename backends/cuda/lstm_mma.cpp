@@ -69,8 +69,6 @@ bool lstm_mma_fits(const LstmShape& s, bool backward) {
   return static_cast<std::int64_t>(per_sm) * sms >= static_cast<std::int64_t>(grid.x) * grid.y;
 }
 
-std::int64_t lstm_mma_barriers(const LstmShape& s) { return (s.batch + kRows - 1) / kRows; }
-
 void lstm_mma_forward(const LstmShape& s, const LstmForwardArgs& a, gpu::Stream stream) {
   const void *projected = a.projected, *u = a.u, *h0 = a.h0, *c0 = a.c0;
   void *hs = a.hs, *cs = a.cs, *acts = a.acts;

@@ -127,29 +127,30 @@ void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
               for (std::int64_t j = 0; j < stride; ++j) sum[j] += weight * cells[j];
             }
           }
-        }
-        // kOutputs channels at a time: each tap's cells are loaded once for all of them, and
-        // their sums are independent chains of FMAs (one channel's nine were one chain, which
-        // waited on each FMA's latency).
-        for (std::int64_t block = 0; block < (kK ? blocks : 0); ++block) {
-          T sum[kOutputs][kLanes] = {};
-          for (std::int64_t c = 0; c < g.in_channels; ++c) {
-            const std::int64_t* off = offsets.data() + c * taps;
-            const T* in = phases.data() + block * kLanes;
-            // Unrolled, so that GCC vectorizes each tap's cells, not the taps by gathers.
+        } else {
+          // kOutputs channels at a time: each tap's cells are loaded once for all of them, and
+          // their sums are independent chains of FMAs (one channel's nine were one chain, which
+          // waited on each FMA's latency).
+          for (std::int64_t block = 0; block < blocks; ++block) {
+            T sum[kOutputs][kLanes] = {};
+            for (std::int64_t c = 0; c < g.in_channels; ++c) {
+              const std::int64_t* off = offsets.data() + c * taps;
+              const T* in = phases.data() + block * kLanes;
+              // Unrolled, so that GCC vectorizes each tap's cells, not the taps by gathers.
 #pragma GCC unroll 32
-            for (std::int64_t t = 0; t < kK * kK; ++t) {
-              const T* cells = in + off[t];
+              for (std::int64_t t = 0; t < kK * kK; ++t) {
+                const T* cells = in + off[t];
 #pragma GCC unroll 8
-              for (std::int64_t q = 0; q < kOutputs; ++q) {
-                const T weight = q < count ? w[((o0 + q) * g.in_channels + c) * taps + t] : T(0);
+                for (std::int64_t q = 0; q < kOutputs; ++q) {
+                  const T weight = q < count ? w[((o0 + q) * g.in_channels + c) * taps + t] : T(0);
 #pragma omp simd
-                for (std::int64_t l = 0; l < kLanes; ++l) sum[q][l] += weight * cells[l];
+                  for (std::int64_t l = 0; l < kLanes; ++l) sum[q][l] += weight * cells[l];
+                }
               }
             }
+            for (std::int64_t q = 0; q < count; ++q)
+              std::copy_n(sum[q], kLanes, wide.data() + q * stride + block * kLanes);
           }
-          for (std::int64_t q = 0; q < count; ++q)
-            std::copy_n(sum[q], kLanes, wide.data() + q * stride + block * kLanes);
         }
         for (std::int64_t q = 0; q < count; ++q)
           for (std::int64_t oh = 0; oh < g.out_h; ++oh)
