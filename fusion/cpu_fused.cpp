@@ -67,11 +67,19 @@ class TileEvaluator {
         regs_(g.instrs.size() * kTile),
         output_of_instr_(g.instrs.size(), -1),
         results_(g.instrs.size()),
-        steps_(g.instrs.size(), 1) {
-    for (const FusedInput& in : g.inputs) {
+        steps_(g.instrs.size(), 1),
+        cursors_(g.inputs.size()),
+        out_cursors_(g.reductions().size()) {
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      const FusedInput& in = g.inputs[k];
       walks_.emplace_back(g.shape, in.strides);
       contiguous_.push_back(in.contiguous(g.shape));
+      input_base_.push_back(call.inputs[k].template data<T>() + in.offset);
     }
+    for (std::size_t o = 0; o < g.outputs.size(); ++o)
+      output_base_.push_back(call.outputs[o].template data<T>());
+    for (const FusedInstr& instr : g.instrs)
+      rounds_.push_back(std::is_same_v<T, float> && is_low_precision(instr.dtype));
     // An instruction whose value is a group output computes straight into that output
     // (a node's outputs never share its inputs' buffers: backends/plan.cpp frees a slot
     // only after its last reader), which saves copying it out of the tile registers.
@@ -96,7 +104,7 @@ class TileEvaluator {
       std::int64_t step;
       T literal;
       operand(operand_o, src, step, literal);
-      T* dst = call_.outputs[o].template data<T>() + start;
+      T* dst = output_base_[o] + start;
       if (step == 1)
         std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
       else
@@ -113,7 +121,7 @@ class TileEvaluator {
     bound_.resize(g_.inputs.size());
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
       const FusedInput& in = g_.inputs[k];
-      const T* data = call_.inputs[k].template data<T>() + in.offset;
+      const T* data = input_base_[k];
       if (!contiguous_[k]) {  // a scalar or one value per channel
         bound_[k] = {data + in.strides[ct.axis] * c, 0};
         continue;
@@ -129,7 +137,7 @@ class TileEvaluator {
       std::int64_t step;
       T literal;
       operand(g_.outputs[o], src, step, literal);
-      T* out = call_.outputs[o].template data<T>();
+      T* out = output_base_[o];
       for (std::int64_t i = 0; i < images; ++i) {
         T* dst = out + ct.start(c, first + i);
         if (step == 1)
@@ -168,8 +176,7 @@ class TileEvaluator {
         uniform = uniform && steps[a] == 0;
       }
       const int out = in_place ? output_of_instr_[i] : -1;
-      T* output = out >= 0 ? call_.outputs[static_cast<std::size_t>(out)].template data<T>() + start
-                           : nullptr;
+      T* output = out >= 0 ? output_base_[static_cast<std::size_t>(out)] + start : nullptr;
       // A value that is the same over the tile (a channel's coefficient computed from its
       // per-channel inputs, a broadcast_to of one) is computed once and read as a scalar.
       T* result = uniform || output == nullptr ? &regs_[i * kTile] : output;
@@ -178,7 +185,7 @@ class TileEvaluator {
       steps_[i] = uniform ? 0 : 1;
       loop_of<T> (*instr.op)(args, steps, result, computed);
       if constexpr (std::is_same_v<T, float>)
-        if (is_low_precision(instr.dtype)) round_to(instr.dtype, result, computed);
+        if (rounds_[i]) round_to(instr.dtype, result, computed);
       if (uniform && output != nullptr) std::fill_n(output, count, result[0]);
     }
   }
@@ -190,8 +197,7 @@ class TileEvaluator {
   void prefetch(const TileSpan& tile) const {
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
       if (!contiguous_[k]) continue;
-      const char* p = reinterpret_cast<const char*>(call_.inputs[k].template data<T>() +
-                                                    g_.inputs[k].offset + tile.start);
+      const char* p = reinterpret_cast<const char*>(input_base_[k] + tile.start);
       for (std::size_t b = 0; b < static_cast<std::size_t>(tile.count) * sizeof(T); b += 64)
         __builtin_prefetch(p + b, 0, 2);
     }
@@ -200,8 +206,9 @@ class TileEvaluator {
   // Adds the tile's values of the reduced operand into per-output accumulators; with `rows`,
   // each run is a whole row of one output (row_length says when a group's rows allow it) and
   // its fold goes straight into that output.
-  void accumulate(const FusedReduction& r, std::int64_t start, std::int64_t count,
-                  const StridedWalk& out_walk, std::vector<double>& acc, T* rows = nullptr) {
+  void accumulate(std::size_t index, const FusedReduction& r, std::int64_t start,
+                  std::int64_t count, const StridedWalk& out_walk, std::vector<double>& acc,
+                  T* rows = nullptr) {
     const T* src;
     std::int64_t step;
     T literal;
@@ -210,7 +217,7 @@ class TileEvaluator {
     const auto fold = reduction_fold<T>(rule);
     const auto accumulate_run = reduction_accumulate<T>(rule);
     out_walk.runs(
-        start, count,
+        start, count, out_cursors_[index],
         [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t out_step) {
           if (rows != nullptr) {
             rows[offset] = static_cast<T>(fold(rule.identity, src + pos * step, length, step));
@@ -230,7 +237,7 @@ class TileEvaluator {
     bound_.resize(g_.inputs.size());
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
       const FusedInput& in = g_.inputs[k];
-      const T* data = call_.inputs[k].template data<T>() + in.offset;
+      const T* data = input_base_[k];
       if (contiguous_[k]) {
         bound_[k] = {data + start, 1};
       } else if (in.scalar()) {
@@ -239,7 +246,7 @@ class TileEvaluator {
         T* buf = &gathered_[k * kTile];
         bound_[k] = {buf, 1};
         walks_[k].runs(
-            start, count,
+            start, count, cursors_[k],
             [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
               if (step == 0 && length == count)  // one value over the whole tile
                 bound_[k] = {data + offset, 0};
@@ -280,6 +287,12 @@ class TileEvaluator {
   std::vector<T*> results_;           // where each instruction's tile went this time
   std::vector<std::int64_t> steps_;   // and its step: 0 where it was one value
   std::vector<StridedWalk> walks_;
+  // Where each input's walk and each reduction's output walk stopped (a thread's tiles follow
+  // one another, so the next tile's walk steps on from there).
+  std::vector<StridedWalk::Cursor> cursors_, out_cursors_;
+  std::vector<const T*> input_base_;  // input k's element 0 (its offset applied)
+  std::vector<T*> output_base_;
+  std::vector<char> rounds_;      // per instruction: rounded to its 16-bit dtype
   std::vector<char> contiguous_;  // per input: element i read at offset + i
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };
@@ -423,7 +436,7 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
         eval.run(tile.start, tile.count);
         for (std::size_t r = 0; r < reductions.size(); ++r)
           eval.accumulate(
-              *reductions[r], tile.start, tile.count, out_walk,
+              r, *reductions[r], tile.start, tile.count, out_walk,
               by_rows ? no_partials : partial[r][static_cast<std::size_t>(b)],
               by_rows ? call.outputs[g.outputs.size() + r].template data<T>() : nullptr);
       }

@@ -31,24 +31,61 @@ struct StridedWalk {
     }
   }
 
+  // Where a walk stands: the multi-index of element `position` and its offset. A walk that
+  // goes on where the last one ended (a thread's next tile) steps from here, without the
+  // divisions that finding an element's multi-index takes.
+  struct Cursor {
+    std::int64_t position = -1;
+    std::vector<std::int64_t> index;
+    std::int64_t offset = 0;
+  };
+
   // Calls visit(position, length, offset, step) for the runs of elements [start, start +
   // count): element position + k of the range lives at offset + k * step.
   template <class Visit>
   void runs(std::int64_t start, std::int64_t count, Visit visit) const {
-    const std::size_t rank = dims.size();
+    Cursor cursor;
+    runs(start, count, cursor, visit);
+  }
+
+  // The same, starting from `cursor` where it stands at `start` and leaving it at the end.
+  template <class Visit>
+  void runs(std::int64_t start, std::int64_t count, Cursor& cursor, Visit visit) const {
+    if (cursor.position != start) seek(start, cursor);
     const std::int64_t inner = dims.back();
-    std::int64_t row = start / inner, col = start % inner, done = 0;
+    std::int64_t done = 0;
     while (done < count) {
-      std::int64_t offset = col * strides.back();
-      for (std::size_t d = rank - 1, rest = static_cast<std::size_t>(row); d-- > 0;) {
-        offset += static_cast<std::int64_t>(rest % static_cast<std::size_t>(dims[d])) * strides[d];
-        rest /= static_cast<std::size_t>(dims[d]);
-      }
-      const std::int64_t length = std::min(inner - col, count - done);
-      visit(done, length, offset, strides.back());
+      const std::int64_t length = std::min(inner - cursor.index.back(), count - done);
+      visit(done, length, cursor.offset, strides.back());
       done += length;
-      col = 0;
-      ++row;
+      step(length, cursor);
+    }
+    cursor.position = start + count;
+  }
+
+ private:
+  void seek(std::int64_t start, Cursor& cursor) const {
+    cursor.index.assign(dims.size(), 0);
+    cursor.offset = 0;
+    for (std::size_t d = dims.size(); d-- > 0;) {
+      cursor.index[d] = start % dims[d];
+      start /= dims[d];
+      cursor.offset += cursor.index[d] * strides[d];
+    }
+  }
+
+  // Moves the cursor `length` elements on along the innermost axis (at most to its end),
+  // carrying into the outer axes when it reaches the end.
+  void step(std::int64_t length, Cursor& cursor) const {
+    std::size_t d = dims.size() - 1;
+    cursor.index[d] += length;
+    cursor.offset += length * strides[d];
+    while (cursor.index[d] == dims[d] && d > 0) {
+      cursor.offset -= dims[d] * strides[d];
+      cursor.index[d] = 0;
+      --d;
+      ++cursor.index[d];
+      cursor.offset += strides[d];
     }
   }
 };

@@ -6,9 +6,12 @@
 
 #include <cstring>
 #include <map>
+#include <random>
+#include <tuple>
 
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
+#include "fusion/strided_walk.h"
 #include "graph/autograd.h"
 #include "graph/op_table.h"
 #include "graph/passes/dead_code.h"
@@ -344,6 +347,40 @@ TEST_CASE("CPU fused tiles along per-channel runs and channel-major tiles: the u
           CHECK(std::memcmp(one.raw(), tensor.raw(), tensor.nbytes()) == 0);
         CHECK(std::memcmp(fused.at(3).at(name).raw(), one.raw(), one.nbytes()) == 0);
       }
+    }
+  }
+}
+
+TEST_CASE("a strided walk from a cursor visits the runs a walk from the start visits") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::int64_t> dims, strides;
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    for (int d = 0; d < rank; ++d) {
+      dims.push_back(1 + static_cast<std::int64_t>(rng() % 6));
+      strides.push_back(rng() % 3 == 0 ? 0 : 1 + static_cast<std::int64_t>(rng() % 40));
+    }
+    const Shape shape(dims);
+    const StridedWalk walk(shape, strides);
+    const std::int64_t n = shape.numel();
+    using Visit = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+    auto record = [](std::vector<Visit>& into) {
+      return [&into](std::int64_t pos, std::int64_t length, std::int64_t offset,
+                     std::int64_t step) { into.emplace_back(pos, length, offset, step); };
+    };
+    // Pieces one after another (the cursor steps on) and, every third, a jump (it seeks).
+    StridedWalk::Cursor cursor;
+    std::int64_t start = 0;
+    for (int piece = 0; piece < 100 && start < n; ++piece) {
+      const std::int64_t count = std::min<std::int64_t>(n - start, 1 + rng() % 9);
+      std::vector<Visit> stepped, fresh;
+      walk.runs(start, count, cursor, record(stepped));
+      walk.runs(start, count, record(fresh));
+      CAPTURE(shape.str());
+      CAPTURE(start);
+      CHECK(stepped == fresh);
+      start = rng() % 3 == 0 ? static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n))
+                             : start + count;
     }
   }
 }
