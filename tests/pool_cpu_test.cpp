@@ -54,7 +54,9 @@ TEST_CASE(
   // Odd and even planes: at stride 2 the last window is clipped (9 rows, 11 columns) or whole
   // (10 rows, 28 columns); 2 columns: every window clipped on both sides. 2x2 rows of 35 and
   // 33 windows run the vectorized loops' whole vectors as well as their remainders (the
-  // first on 64 planes, enough for the threads to share them).
+  // first on 64 planes, enough for the threads to share them). The padded 3x3 pools take
+  // planes in batches (whole ones, a partial last one; the last two shapes: many planes,
+  // shared by the threads).
   for (const auto& [window, xs] : {std::pair{Window{2, 2, 0}, Shape{3, 5, 9, 11}},
                                    {Window{2, 2, 0}, Shape{4, 16, 10, 70}},
                                    {Window{2, 2, 0}, Shape{2, 3, 7, 67}},
@@ -63,7 +65,9 @@ TEST_CASE(
                                    {Window{3, 2, 1}, Shape{3, 5, 9, 11}},
                                    {Window{3, 1, 1}, Shape{2, 3, 10, 28}},
                                    {Window{3, 2, 1}, Shape{2, 3, 10, 28}},
-                                   {Window{3, 1, 1}, Shape{1, 2, 5, 2}}}) {
+                                   {Window{3, 1, 1}, Shape{1, 2, 5, 2}},
+                                   {Window{3, 1, 1}, Shape{4, 67, 7, 7}},
+                                   {Window{3, 2, 1}, Shape{3, 45, 14, 14}}}) {
     const std::int64_t kernel = window.kernel;
     CAPTURE(window.stride);
     CAPTURE(window.padding);
