@@ -84,9 +84,16 @@ Tensor normalise(const Tensor& pixels, const ChannelStats& stats) {
   Tensor out = Tensor::empty(s, DType::f32);
   const std::uint8_t* in = pixels.data<std::uint8_t>();
   float* o = out.data<float>();
-  for (std::int64_t i = 0; i < pixels.numel(); ++i) {
-    const auto c = static_cast<std::size_t>((i / plane) % channels);
-    o[i] = (static_cast<float>(in[i]) / 255.0f - stats.mean[c]) / stats.std[c];
+  // A plane at a time, its channel's statistics hoisted: a loop the compiler vectorizes (with
+  // the channel found per pixel, Fashion-MNIST's 55 M pixels took 0.6 s of the trainer's start).
+  const std::int64_t planes = plane == 0 ? 0 : pixels.numel() / plane;
+  for (std::int64_t p = 0; p < planes; ++p) {
+    const auto c = static_cast<std::size_t>(p % channels);
+    const float mean = stats.mean[c], std = stats.std[c];
+    const std::uint8_t* from = in + p * plane;
+    float* to = o + p * plane;
+    for (std::int64_t k = 0; k < plane; ++k)
+      to[k] = (static_cast<float>(from[k]) / 255.0f - mean) / std;
   }
   return out;
 }

@@ -281,6 +281,13 @@ TEST_CASE("channel statistics, normalisation, padding and channel values from th
   CHECK(s.std[1] == doctest::Approx(0.1));
   const Tensor n = normalise(pixels, s);
   CHECK(n.data<float>()[2] == doctest::Approx(-1.0));  // channel 1 of image 0: 0.2
+  for (std::int64_t image = 0; image < 2; ++image)  // every pixel by its own channel's statistics
+    for (std::size_t channel = 0; channel < 2; ++channel)
+      for (std::int64_t x = 0; x < 2; ++x) {
+        const std::int64_t i = (image * 2 + static_cast<std::int64_t>(channel)) * 2 + x;
+        CHECK(n.data<float>()[i] ==
+              (static_cast<float>(values[i]) / 255.0f - s.mean[channel]) / s.std[channel]);
+      }
   const Tensor padded = pad_images(pixels, 1);
   CHECK(padded.shape() == Shape{2, 2, 3, 4});
   CHECK(padded.data<std::uint8_t>()[4 + 1] == 0);
