@@ -12,6 +12,8 @@
 #include <limits>
 #include <optional>
 
+#include "fusion/cpu_blocked.h"
+#include "fusion/cpu_tile_spans.h"
 #include "fusion/cpu_tiles.h"
 #include "fusion/fused_group.h"
 #include "fusion/strided_walk.h"
@@ -21,41 +23,6 @@ namespace kiln {
 namespace {
 
 using namespace cpu_tiles;
-
-struct TileSpan {
-  std::int64_t start, count;
-};
-
-// The tiles of n elements: runs of `run` elements (n when the tiles need not respect any),
-// each cut into pieces of `piece` elements (the last piece of a run may be shorter).
-struct TileSpans {
-  std::int64_t n, run, piece;
-  std::int64_t per_run() const { return (run + piece - 1) / piece; }
-  std::int64_t count() const { return n / run * per_run(); }  // run divides n
-  TileSpan operator[](std::int64_t t) const {
-    const std::int64_t r = t / per_run(), p = t % per_run();
-    const std::int64_t start = r * run + p * piece;
-    return {start, std::min({piece, run - p * piece, n - start})};
-  }
-};
-
-// Channel-major tiles of a group over [outer, channels, run] (flattened) whose broadcast
-// inputs each read one value per channel and whose reductions keep at most the channel axis
-// (batch norm over 7 x 7 or 4 x 4 images): a tile is `per_tile` consecutive images of one
-// channel, so per-channel inputs are scalars and a reduction folds the tile into one value.
-struct ChannelTiles {
-  std::int64_t outer = 0, channels = 0, run = 0, per_tile = 0;
-  std::size_t axis = 0;  // the channel axis of the group's shape
-  std::int64_t parts() const { return (outer + per_tile - 1) / per_tile; }
-  std::int64_t count() const { return channels * parts(); }
-  std::int64_t channel(std::int64_t t) const { return t / parts(); }
-  std::int64_t first(std::int64_t t) const { return t % parts() * per_tile; }
-  std::int64_t images(std::int64_t t) const { return std::min(per_tile, outer - first(t)); }
-  // Where image i of the tile's channel starts in the group's element order.
-  std::int64_t start(std::int64_t c, std::int64_t image) const {
-    return (image * channels + c) * run;
-  }
-};
 
 template <class T>
 class TileEvaluator {
@@ -80,6 +47,10 @@ class TileEvaluator {
       output_base_.push_back(call.outputs[o].template data<T>());
     for (const FusedInstr& instr : g.instrs)
       rounds_.push_back(std::is_same_v<T, float> && is_low_precision(instr.dtype));
+    tile_out_.resize(g.outputs.size());
+    if constexpr (std::is_same_v<T, float>)
+      if (call.blocked != 0)
+        blocked_.emplace(g, call.blocked, blocked_tiles(g), call.inputs, call.outputs);
     // An instruction whose value is a group output computes straight into that output
     // (a node's outputs never share its inputs' buffers: backends/plan.cpp frees a slot
     // only after its last reader), which saves copying it out of the tile registers.
@@ -93,8 +64,15 @@ class TileEvaluator {
 
   // Evaluates elements [start, start + count) and writes the full-shape outputs.
   void run(std::int64_t start, std::int64_t count) {
+    if constexpr (std::is_same_v<T, float>)
+      if (blocked_) blocked_->enter(start);
     bind_inputs(start, count);
-    compute(start, count, true);
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o) tile_out_[o] = output_base_[o] + start;
+    if constexpr (std::is_same_v<T, float>)
+      if (blocked_)
+        for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+          if (float* staged = blocked_->output(o)) tile_out_[o] = staged;
+    compute(count, true);
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       const Operand& operand_o = g_.outputs[o];
       if (operand_o.kind == Operand::Kind::instr &&
@@ -104,12 +82,20 @@ class TileEvaluator {
       std::int64_t step;
       T literal;
       operand(operand_o, src, step, literal);
-      T* dst = output_base_[o] + start;
+      T* dst = tile_out_[o];
       if (step == 1)
         std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
       else
         std::fill_n(dst, count, src[0]);
     }
+    if constexpr (std::is_same_v<T, float>)
+      if (blocked_) blocked_->done();
+  }
+
+  // Writes out what a blocked run staged (the end of this thread's tiles).
+  void finish() {
+    if constexpr (std::is_same_v<T, float>)
+      if (blocked_) blocked_->finish();
   }
 
   // Evaluates channel-major tile t (its images' runs gathered side by side, per-channel
@@ -131,7 +117,7 @@ class TileEvaluator {
         std::memcpy(buf + i * ct.run, data + ct.start(c, first + i), run_bytes);
       bound_[k] = {buf, 1};
     }
-    compute(0, count, false);
+    compute(count, false);
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       const T* src;
       std::int64_t step;
@@ -163,8 +149,8 @@ class TileEvaluator {
 
  private:
   // The instructions over the bound tile of `count` elements; with `in_place`, an
-  // instruction that is a group output computes straight into it at `start`.
-  void compute(std::int64_t start, std::int64_t count, bool in_place) {
+  // instruction that is a group output computes straight into its tile_out_.
+  void compute(std::int64_t count, bool in_place) {
     for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
       const FusedInstr& instr = g_.instrs[i];
       const T* args[8];
@@ -176,7 +162,7 @@ class TileEvaluator {
         uniform = uniform && steps[a] == 0;
       }
       const int out = in_place ? output_of_instr_[i] : -1;
-      T* output = out >= 0 ? output_base_[static_cast<std::size_t>(out)] + start : nullptr;
+      T* output = out >= 0 ? tile_out_[static_cast<std::size_t>(out)] : nullptr;
       // A value that is the same over the tile (a channel's coefficient computed from its
       // per-channel inputs, a broadcast_to of one) is computed once and read as a scalar.
       T* result = uniform || output == nullptr ? &regs_[i * kTile] : output;
@@ -196,7 +182,7 @@ class TileEvaluator {
   // hardware prefetcher to run ahead of.
   void prefetch(const TileSpan& tile) const {
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
-      if (!contiguous_[k]) continue;
+      if (!contiguous_[k] || (blocked_ && blocked_->read(k) != BlockedRead::none)) continue;
       const char* p = reinterpret_cast<const char*>(input_base_[k] + tile.start);
       for (std::size_t b = 0; b < static_cast<std::size_t>(tile.count) * sizeof(T); b += 64)
         __builtin_prefetch(p + b, 0, 2);
@@ -238,6 +224,8 @@ class TileEvaluator {
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
       const FusedInput& in = g_.inputs[k];
       const T* data = input_base_[k];
+      if constexpr (std::is_same_v<T, float>)
+        if (blocked_ && bind_blocked(k, start, count)) continue;
       if (contiguous_[k]) {
         bound_[k] = {data + start, 1};
       } else if (in.scalar()) {
@@ -257,6 +245,45 @@ class TileEvaluator {
             });
       }
     }
+  }
+
+  // Input k of a blocked run: its plane of the staged block, or its one value over the tile at
+  // the blocked offset of the element the walk finds. False where k is not blocked.
+  bool bind_blocked(std::size_t k, std::int64_t start, std::int64_t count) {
+    if constexpr (std::is_same_v<T, float>) {
+      switch (blocked_->read(k)) {
+        case BlockedRead::none:
+          return false;
+        case BlockedRead::plane:
+          bound_[k] = {blocked_->plane(k), 1};
+          return true;
+        case BlockedRead::value:
+          walks_[k].runs(
+              start, count, cursors_[k],
+              [&](std::int64_t, std::int64_t length, std::int64_t offset, std::int64_t step) {
+                KILN_ASSERT(step == 0 && length == count,
+                            "fused group: a blocked input not one value a plane");
+                bound_[k] = {blocked_->value(k, g_.inputs[k].offset + offset), 0};
+              });
+          return true;
+        case BlockedRead::gather: {
+          T* buf = &gathered_[k * kTile];
+          bound_[k] = {buf, 1};
+          walks_[k].runs(
+              start, count, cursors_[k],
+              [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
+                const std::int64_t at = g_.inputs[k].offset + offset;
+                if (step == 0 && length == count)  // one value over the tile
+                  bound_[k] = {blocked_->value(k, at), 0};
+                else
+                  for (std::int64_t j = 0; j < length; ++j)
+                    buf[pos + j] = *blocked_->value(k, at + j * step);
+              });
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   void operand(const Operand& op, const T*& ptr, std::int64_t& step, T& literal) const {
@@ -292,91 +319,25 @@ class TileEvaluator {
   std::vector<StridedWalk::Cursor> cursors_, out_cursors_;
   std::vector<const T*> input_base_;  // input k's element 0 (its offset applied)
   std::vector<T*> output_base_;
-  std::vector<char> rounds_;      // per instruction: rounded to its 16-bit dtype
-  std::vector<char> contiguous_;  // per input: element i read at offset + i
+  std::vector<T*> tile_out_;             // where each output of the tile goes (in place, or staged)
+  std::optional<BlockedStage> blocked_;  // f32 runs on blocked values only
+  std::vector<char> rounds_;             // per instruction: rounded to its 16-bit dtype
+  std::vector<char> contiguous_;         // per input: element i read at offset + i
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };
 
-// Where every input that is neither read in place nor a single value is the same along the
-// group's last `run` elements (a per-channel value over [B, C, H, W]: run = H * W), tiles are
-// pieces of those runs, at most kTile each, so that such an input is one value over each
-// tile: nothing to gather, and its instructions read a scalar. Runs under kMinRun elements
-// keep kTile tiles (more, smaller tiles would cost more per tile than the gathers).
-constexpr std::int64_t kMinRun = 256;
-
-TileSpans tile_spans(const FusedGroup& g) {
-  const std::int64_t n = g.shape.numel();
-  std::int64_t run = n;
-  bool broadcasts = false;
-  for (const FusedInput& in : g.inputs) {
-    if (in.contiguous(g.shape) || in.scalar()) continue;
-    broadcasts = true;
-    std::int64_t same = 1;  // the trailing elements over which `in` reads one value
-    for (std::size_t d = g.shape.rank(); d-- > 0 && in.strides[d] == 0;) same *= g.shape[d];
-    run = std::min(run, same);
-  }
-  if (!broadcasts || run < kMinRun || run >= n) return TileSpans{n, n, kTile};
-  const std::int64_t pieces = (run + kTile - 1) / kTile;
-  return TileSpans{n, run, (run + pieces - 1) / pieces};
-}
-
-// Channel-major tiles where every input is contiguous, a scalar or one value per index of a
-// single axis (the channel), every reduction keeps at most that axis, and the elements after
-// it make runs of kMinChannelRun to kMaxChannelRun: images are gathered by the tile (at least
-// 4 a tile, else nullopt). Gathering costs a copy of each contiguous input and output; it
-// saves the per-element work of per-channel values and the reductions' fold of each short
-// run. On 7 x 7 images every batch norm group of resnet and dcgan gained (2 threads, the
-// build machine: 10-48 %); on 14 x 14 some gained and some lost, within this machine's
-// noise, so they keep kTile tiles with gathered per-channel values; under 16 elements (a bias
-// along the rows of a [B, N] matrix: runs of 1) a run is too short to pay for its copy (the
-// GAN's steps ran 40 % slower). A group without per-channel inputs (sums of products alone)
-// keeps kTile tiles: its folds per image cost less than the copies (7 x 7: 12.9 against 14.4
-// ms over 55 runs of a micro-benchmark; with a per-channel input, 4 x 4: 34-38 against 65).
-constexpr std::int64_t kMinChannelRun = 16, kMaxChannelRun = 64;
-std::optional<ChannelTiles> channel_tiles(const FusedGroup& g) {
-  const Shape& shape = g.shape;
-  const std::size_t rank = shape.rank();
-  std::vector<char> varies(rank, 0);  // axes along which a broadcast input or an output moves
-  bool broadcasts = false;
-  for (const FusedInput& in : g.inputs) {
-    if (in.contiguous(shape) || in.scalar()) continue;
-    broadcasts = true;
-    for (std::size_t d = 0; d < rank; ++d) varies[d] |= shape[d] > 1 && in.strides[d] != 0;
-  }
-  if (g.reduction) {
-    const std::vector<std::int64_t> out = row_strides(shape, g.reduction->axes);
-    for (std::size_t d = 0; d < rank; ++d) varies[d] |= shape[d] > 1 && out[d] != 0;
-  }
-  if (!broadcasts || std::count(varies.begin(), varies.end(), 1) != 1) return std::nullopt;
-  ChannelTiles ct;
-  ct.axis = static_cast<std::size_t>(std::find(varies.begin(), varies.end(), 1) - varies.begin());
-  ct.outer = 1;
-  ct.run = 1;
-  for (std::size_t d = 0; d < rank; ++d)
-    (d < ct.axis ? ct.outer : ct.run) *= d == ct.axis ? 1 : shape[d];
-  ct.channels = shape[ct.axis];
-  if (ct.run < kMinChannelRun || ct.run >= kMaxChannelRun || ct.outer < 4) return std::nullopt;
-  const std::int64_t parts = (ct.outer + kTile / ct.run - 1) / (kTile / ct.run);
-  ct.per_tile = (ct.outer + parts - 1) / parts;  // balanced: images * run <= kTile
-  return ct;
-}
-
-// Where each output of the group's reduction is one run of the iteration space (the kept axes
-// lead, the reduced ones trail: a softmax's sums over [R, 96]), the run's length, else 0.
-// Tiles of whole such rows then fold each row once, straight into its output: no per-block
-// partials to fill and combine (char-lstm's loss groups over [4096, 96] kept 48 blocks of
-// 4096 partials each, combined on one thread).
-std::int64_t row_length(const StridedWalk& out_walk) {
-  if (out_walk.strides.back() != 0) return 0;
-  for (std::size_t d = 0; d + 1 < out_walk.strides.size(); ++d)
-    if (out_walk.strides[d] == 0) return 0;
-  return out_walk.dims.back();
-}
-
 template <class T>
 void run_group(const FusedGroup& g, const KernelCall& call) {
+  // Blocked values (cpu_blocked.h): a tile per image plane, which blocked_tiles checked are
+  // the tiles of a group that reduces.
+  const bool planes = call.blocked != 0 && blocked_tiles(g);
   const std::optional<ChannelTiles> by_channel = channel_tiles(g);
-  TileSpans spans = tile_spans(g);
+  KILN_ASSERT(call.blocked == 0 || !by_channel,
+              "fused group {}: blocked values in channel-major "
+              "tiles",
+              g.summary());
+  const std::int64_t plane = planes ? g.shape[2] * g.shape[3] : 0;
+  TileSpans spans = planes ? TileSpans{g.shape.numel(), plane, plane} : tile_spans(g);
   const std::vector<const FusedReduction*> reductions = g.reductions();
   const bool reduces = !reductions.empty();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
@@ -441,6 +402,7 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
               by_rows ? call.outputs[g.outputs.size() + r].template data<T>() : nullptr);
       }
     }
+    eval.finish();
   }
   for (std::size_t r = 0; r < partial.size(); ++r) {
     const ReductionRule& rule = reductions[r]->op->reduction;

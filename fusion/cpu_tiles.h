@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -43,6 +44,10 @@ class AlignedBuffer {
   ~AlignedBuffer() { std::free(data_); }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    return *this;
+  }
   T& operator[](std::size_t i) { return data_[i]; }
   const T& operator[](std::size_t i) const { return data_[i]; }
 

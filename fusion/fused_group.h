@@ -101,6 +101,8 @@ class FusedGroup final : public NodeBody {
 
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
   void run_cpu(const KernelCall& call) const override;
+  // The inputs and outputs run_cpu can take blocked (fusion/cpu_blocked.h).
+  std::uint32_t cpu_blocked(std::span<const TensorType> inputs) const override;
   std::string summary() const override;
 
   DType operand_dtype(const Operand& op) const;  // a constant has the compute dtype

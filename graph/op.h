@@ -43,10 +43,15 @@ using InferFn =
     std::function<std::vector<TensorType>(std::span<const TensorType> inputs, const Attrs& attrs)>;
 
 // A reference CPU kernel: reads inputs, writes preallocated contiguous outputs.
+// Bits of KernelCall::blocked and of the cpu_blocked hooks: input i is bit i, output o is bit
+// kBlockedOutputs + o. A value so marked is stored in oneDNN's 16-channel blocked layout
+// (aBcd16b: [B][C / 16][H][W][16]) instead of NCHW (backends/cpu/blocked_layout.h).
+constexpr std::uint32_t kBlockedOutputs = 16;
 struct KernelCall {
   const Node& node;
   std::span<const Tensor> inputs;
   std::span<Tensor> outputs;
+  std::uint32_t blocked = 0;
 };
 using CpuKernel = std::function<void(const KernelCall&)>;
 
@@ -71,6 +76,9 @@ class NodeBody {
   virtual void run_cpu(const KernelCall& call) const = 0;
   virtual std::string summary()
       const = 0;  // one line: "fused 7 ops (relu, mul, ...) -> f32[64, 10]"
+  // The inputs and outputs its CPU evaluation can take in the blocked layout (the bits of
+  // KernelCall::blocked), given the input types.
+  virtual std::uint32_t cpu_blocked(std::span<const TensorType> /*inputs*/) const { return 0; }
 };
 
 // How a reduction combines values (reductions only), so that the fuse pass, the code
@@ -130,6 +138,10 @@ struct OpDef {
   // oneDNN's Winograd or direct kernels, or kiln's own): the kernel this call runs, which
   // KILN_PROFILE=groups prints beside the op.
   std::function<std::string(const KernelCall&)> cpu_kernel_name;
+  // Ops whose CPU kernel can read or write some of its values in the blocked layout
+  // (convolutions through oneDNN): which (the bits of KernelCall::blocked) for these input
+  // types, when the kernel is not in its reproducible mode.
+  std::function<std::uint32_t(const Node&, std::span<const TensorType>)> cpu_blocked;
   ReductionRule reduction;  // reductions only
   AutocastPolicy autocast = AutocastPolicy::follow;
 };

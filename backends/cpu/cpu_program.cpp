@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "backends/cpu/blocked_layout.h"
 #include "backends/cpu/low_precision.h"
 #include "backends/feeds.h"
 #include "backends/numerics.h"
@@ -28,7 +29,11 @@ class CpuProgram final : public Program {
         profile_(std::getenv("KILN_PROFILE") != nullptr),
         profile_groups_(profile_ && std::string_view(std::getenv("KILN_PROFILE")) == "groups"),
         check_numerics_(check_numerics),
-        deterministic_(deterministic) {
+        deterministic_(deterministic),
+        // kiln's reproducible convolutions run NCHW; so do the checked runs' unfused ops.
+        blocked_(deterministic || check_numerics ? BlockedLayout{} : blocked_layout(graph_)) {
+    if (blocked_.stored.empty())
+      for (const Node& n : graph_.nodes()) blocked_.stored.emplace_back(n.outputs.size(), 0);
     for (const Node& n : graph_.nodes()) {
       if (n.op->id == OpId::fill)
         fills_.push_back(
@@ -74,6 +79,7 @@ class CpuProgram final : public Program {
   std::string trace_path_;  // non-empty: the next run writes a trace here
   bool check_numerics_;
   bool deterministic_;
+  BlockedLayout blocked_;
   std::int64_t runs_ = 0;
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds_;
   // Low-precision weight copies (passes/weight_copies.h) and the storage of the weight each
@@ -161,7 +167,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       const auto start =
           timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       kernels::begin_cpu_kernel();
-      run_cpu_kernel(n, in, out);
+      run_cpu_kernel(n, in, out, blocked_.bits(graph_, id));
       if (check_numerics_) check_numerics(graph_, static_cast<std::int32_t>(id), in, out, runs_);
       if (!trace_path_.empty()) {
         const auto now = std::chrono::steady_clock::now();

@@ -28,13 +28,14 @@ void convert(const Tensor& src, Tensor& dst) {
 
 }  // namespace
 
-void run_cpu_kernel(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
+void run_cpu_kernel(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                    std::uint32_t blocked) {
   auto low = [](const Tensor& t) { return is_low_precision(t.dtype()); };
   const bool widen =
       node.op->id != OpId::cast && (std::any_of(inputs.begin(), inputs.end(), low) ||
                                     std::any_of(outputs.begin(), outputs.end(), low));
   if (!widen) {
-    node.op->cpu(KernelCall{node, inputs, outputs});
+    node.op->cpu(KernelCall{node, inputs, outputs, blocked});
     return;
   }
   std::vector<Tensor> wide_in, wide_out;
@@ -48,7 +49,7 @@ void run_cpu_kernel(const Node& node, std::span<const Tensor> inputs, std::span<
   }
   for (const Tensor& t : outputs)
     wide_out.push_back(low(t) ? Tensor::empty(t.shape(), DType::f32) : t);
-  node.op->cpu(KernelCall{node, wide_in, wide_out});
+  node.op->cpu(KernelCall{node, wide_in, wide_out, blocked});  // blocked values are f32
   for (std::size_t i = 0; i < outputs.size(); ++i)
     if (low(outputs[i])) convert(wide_out[i], outputs[i]);
 }

@@ -12,6 +12,8 @@ namespace kiln {
 
 // Runs `node`'s CPU kernel on `inputs` into `outputs` (planned tensors of the node's types),
 // through f32 where any of them is bf16 or f16; cast converts by itself.
-void run_cpu_kernel(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs);
+// `blocked`: KernelCall::blocked (backends/cpu/blocked_layout.h).
+void run_cpu_kernel(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                    std::uint32_t blocked = 0);
 
 }  // namespace kiln

@@ -183,20 +183,32 @@ std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g
   return library ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
 }
 
-void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+std::uint32_t conv2d_blocked(ConvPass pass, DType dtype, const ConvGeometry& g) {
+  if (dtype != DType::f32 || (pass != ConvPass::grad_input && use_few_channels(g))) return 0;
+  const bool library = pass == ConvPass::forward ? use_dnnl(dtype) : use_dnnl_backward(dtype, g);
+  return library ? dnnl_conv2d_blocked(g, pass) : 0;
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                    std::uint32_t blocked) {
+  if (blocked != 0) return dnnl_conv2d_forward(x, w, y, g, blocked);
   if (use_few_channels(g)) return few_channels_forward(x, w, y, g);
   if (use_dnnl(x.dtype())) return dnnl_conv2d_forward(x, w, y, g);
   visit_floating(x.dtype(), "conv2d",
                  [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
 }
 
-void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g) {
-  if (use_dnnl_backward(dy.dtype(), g)) return dnnl_conv2d_backward_input(dy, w, dx, g);
+void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g,
+                           std::uint32_t blocked) {
+  if (blocked != 0 || use_dnnl_backward(dy.dtype(), g))
+    return dnnl_conv2d_backward_input(dy, w, dx, g, blocked);
   visit_floating(dy.dtype(), "conv2d_grad_input",
                  [&](auto zero) { backward_input_typed<decltype(zero)>(dy, w, dx, g); });
 }
 
-void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g) {
+void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g,
+                            std::uint32_t blocked) {
+  if (blocked != 0) return dnnl_conv2d_backward_weight(x, dy, dw, g, blocked);
   if (use_few_channels(g)) return few_channels_backward_weight(x, dy, dw, g);
   if (use_dnnl_backward(x.dtype(), g)) return dnnl_conv2d_backward_weight(x, dy, dw, g);
   visit_floating(x.dtype(), "conv2d_grad_weight",

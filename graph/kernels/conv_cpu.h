@@ -46,8 +46,17 @@ enum class ConvPass { forward, grad_input, grad_weight };
 // "kiln im2col"; KILN_PROFILE=groups names it beside each convolution.
 std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g);
 
-void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
-void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g);
-void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g);
+// The activations (KernelCall::blocked's bits) this pass can read or write in oneDNN's
+// 16-channel blocked layout: those of an f32 pass that oneDNN runs in that layout, outside the
+// reproducible mode; 0 for kiln's own kernels.
+std::uint32_t conv2d_blocked(ConvPass pass, DType dtype, const ConvGeometry& g);
+
+// `blocked`: the arguments already in that layout (a subset of conv2d_blocked's).
+void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                    std::uint32_t blocked = 0);
+void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g,
+                           std::uint32_t blocked = 0);
+void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g,
+                            std::uint32_t blocked = 0);
 
 }  // namespace kiln::kernels

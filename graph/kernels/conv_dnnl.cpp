@@ -248,8 +248,14 @@ void run_reorder(const dnnl::reorder& reorder, dnnl::stream& stream, memory& fro
   if (alone) omp_set_num_threads(threads);
 }
 
+// Whether `a` runs in aBcd16b after a reorder from (or, for the output, to) kiln's NCHW.
+bool blocked16(const Argument& a) {
+  return a.reorder &&
+         a.chosen == memory::desc(a.plain.dims(), memory::data_type::f32, Tag::aBcd16b);
+}
+
 void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const Tensor& in1,
-             const Tensor& out) {
+             const Tensor& out, std::uint32_t blocked) {
   const Plan& plan = cached_plan(g, direction);
   dnnl::stream stream(cpu_engine());
   std::unordered_map<int, memory> args;
@@ -258,6 +264,12 @@ void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const
   bool reused[2] = {false, false};
   for (std::size_t i = 0; i < 2; ++i) {
     const Argument& a = plan.inputs[i];
+    if (blocked & (1u << i)) {  // already in the primitive's layout: read in place
+      KILN_ASSERT(blocked16(a), "conv2d: argument {} given blocked, not the pass's layout", i);
+      reused[i] = true;  // nothing to keep
+      args.emplace(a.id, memory(a.chosen, cpu_engine(), const_cast<void*>(inputs[i]->raw())));
+      continue;
+    }
     reused[i] = a.reorder && a.id == DNNL_ARG_DIFF_DST && scratch.kept_from == inputs[i]->raw() &&
                 scratch.kept_serial + 1 == serial && scratch.kept_desc == a.chosen;
     if (reused[i]) {
@@ -271,10 +283,15 @@ void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const
     }
     args.emplace(a.id, working);
   }
-  memory result = working_memory(plan.output, out, 2);
+  const bool blocked_out = (blocked & (1u << kBlockedOutputs)) != 0;
+  KILN_ASSERT(!blocked_out || blocked16(plan.output),
+              "conv2d: output given blocked, not the "
+              "pass's layout");
+  memory result = blocked_out ? memory(plan.output.chosen, cpu_engine(), out.raw())
+                              : working_memory(plan.output, out, 2);
   args.emplace(plan.output.id, result);
   plan.convolution.execute(stream, args);
-  if (plan.output.reorder) {
+  if (plan.output.reorder && !blocked_out) {
     memory plain(plan.output.plain, cpu_engine(), out.raw());
     run_reorder(*plan.output.reorder, stream, result, plain);
   }
@@ -299,18 +316,31 @@ std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass) {
   return cached_plan(g, pass).implementation;
 }
 
-void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
-  execute(g, ConvPass::forward, x, w, y);
+std::uint32_t dnnl_conv2d_blocked(const ConvGeometry& g, ConvPass pass) {
+  const Plan& plan = cached_plan(g, pass);
+  // The activations: the image and the result, or for the weight gradient x and dy.
+  std::uint32_t bits = 0;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const bool activation = plan.inputs[i].id != DNNL_ARG_WEIGHTS;
+    if (activation && blocked16(plan.inputs[i])) bits |= 1u << i;
+  }
+  if (pass != ConvPass::grad_weight && blocked16(plan.output)) bits |= 1u << kBlockedOutputs;
+  return bits;
+}
+
+void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                         std::uint32_t blocked) {
+  execute(g, ConvPass::forward, x, w, y, blocked);
 }
 
 void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
-                                const ConvGeometry& g) {
-  execute(g, ConvPass::grad_input, dy, w, dx);
+                                const ConvGeometry& g, std::uint32_t blocked) {
+  execute(g, ConvPass::grad_input, dy, w, dx, blocked);
 }
 
 void dnnl_conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw,
-                                 const ConvGeometry& g) {
-  execute(g, ConvPass::grad_weight, x, dy, dw);
+                                 const ConvGeometry& g, std::uint32_t blocked) {
+  execute(g, ConvPass::grad_weight, x, dy, dw, blocked);
 }
 
 }  // namespace kiln::kernels

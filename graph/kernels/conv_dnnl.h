@@ -3,6 +3,7 @@
 #pragma once
 
 #include "graph/kernels/conv_cpu.h"
+#include "graph/op.h"
 
 namespace kiln::kernels {
 
@@ -10,10 +11,17 @@ namespace kiln::kernels {
 // "jit_wino_4x3:avx512_core" where it takes Winograd's F(4x4, 3x3).
 std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass);
 
-void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
+// The pass's activations that oneDNN runs in the 16-channel blocked layout (aBcd16b) and
+// would reorder from and to NCHW: those it can take blocked (KernelCall::blocked's bits: input
+// 0, input 1, kBlockedOutputs for the output).
+std::uint32_t dnnl_conv2d_blocked(const ConvGeometry& g, ConvPass pass);
+
+// `blocked`: the arguments (bits as above) already in that layout, read and written in place.
+void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                         std::uint32_t blocked = 0);
 void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
-                                const ConvGeometry& g);
+                                const ConvGeometry& g, std::uint32_t blocked = 0);
 void dnnl_conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw,
-                                 const ConvGeometry& g);
+                                 const ConvGeometry& g, std::uint32_t blocked = 0);
 
 }  // namespace kiln::kernels

@@ -51,6 +51,17 @@ kernels::ConvGeometry grad_weight_geometry(const KernelCall& call) {
       call.outputs[0].shape(), a.stride, a.padding);
 }
 
+// The activations a pass can take in oneDNN's blocked layout (OpDef::cpu_blocked), from the
+// node's types: none where the image is stored channels-last (the CPU reads a copy).
+std::uint32_t blocked_of(kernels::ConvPass pass, const Node& n, std::span<const TensorType> in) {
+  if (conv_image_channels_last(n.attrs)) return 0;
+  const ConvAttrs a = conv_attrs(n.attrs);
+  const Shape& image = pass == kernels::ConvPass::grad_input ? n.outputs[0].shape : in[0].shape;
+  const Shape& w = pass == kernels::ConvPass::grad_weight ? n.outputs[0].shape : in[1].shape;
+  return kernels::conv2d_blocked(pass, in[0].dtype,
+                                 kernels::conv_geometry(image, w, a.stride, a.padding));
+}
+
 // Checks x: [B, Cin, H, W] against w: [Cout, Cin, KH, KW] and returns y's shape.
 Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, ConvAttrs a) {
   KILN_CHECK(x.rank() == 4, "{}: input must be [B, C, H, W] but is {}", op, x.str());
@@ -96,7 +107,10 @@ OpDef conv_forward_op() {
   };
   op.cpu = [](const KernelCall& call) {
     kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
-                            call.outputs[0], forward_geometry(call));
+                            call.outputs[0], forward_geometry(call), call.blocked);
+  };
+  op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
+    return blocked_of(kernels::ConvPass::forward, n, in);
   };
   op.cpu_kernel_name = [](const KernelCall& call) {
     return kernels::conv2d_kernel_name(kernels::ConvPass::forward, call.inputs[0].dtype(),
@@ -132,7 +146,10 @@ OpDef conv_grad_input_op() {
   };
   op.cpu = [](const KernelCall& call) {
     kernels::conv2d_backward_input(call.inputs[0], call.inputs[1], call.outputs[0],
-                                   grad_input_geometry(call));
+                                   grad_input_geometry(call), call.blocked);
+  };
+  op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
+    return blocked_of(kernels::ConvPass::grad_input, n, in);
   };
   op.cpu_kernel_name = [](const KernelCall& call) {
     return kernels::conv2d_kernel_name(kernels::ConvPass::grad_input, call.inputs[0].dtype(),
@@ -175,7 +192,10 @@ OpDef conv_grad_weight_op() {
   };
   op.cpu = [](const KernelCall& call) {
     kernels::conv2d_backward_weight(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
-                                    call.outputs[0], grad_weight_geometry(call));
+                                    call.outputs[0], grad_weight_geometry(call), call.blocked);
+  };
+  op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
+    return blocked_of(kernels::ConvPass::grad_weight, n, in);
   };
   op.cpu_kernel_name = [](const KernelCall& call) {
     return kernels::conv2d_kernel_name(kernels::ConvPass::grad_weight, call.inputs[0].dtype(),

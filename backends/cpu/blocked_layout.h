@@ -1,0 +1,25 @@
+// Which values the CPU program stores in oneDNN's 16-channel blocked layout (graph/op.h,
+// kBlockedOutputs) instead of NCHW: those whose writer and every reader can take them so
+// (oneDNN's convolution passes, fused groups over image planes: fusion/cpu_blocked.h), so that
+// nothing reorders them between a convolution and its neighbours. Never a graph output nor an
+// assignment's value; none in the reproducible mode (kiln's own convolutions) or with
+// KILN_CPU_BLOCKED=0.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln {
+
+struct BlockedLayout {
+  std::vector<std::vector<char>> stored;  // per node, per output: blocked
+  // KernelCall::blocked for node `id` of g: its blocked inputs and outputs.
+  std::uint32_t bits(const Graph& g, std::size_t id) const;
+  std::int64_t count() const;  // blocked values (an alias's output counted with its input's)
+};
+
+BlockedLayout blocked_layout(const Graph& g);
+
+}  // namespace kiln

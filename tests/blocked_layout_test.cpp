@@ -1,0 +1,102 @@
+// Values stored in oneDNN's blocked layout on the CPU (backends/cpu/blocked_layout.h): a
+// residual block (convolutions, batch norm, ReLU, a skip connection, max pooling) gives the
+// same bits, forward and every gradient, with blocked values as with NCHW ones, at 1 and 3
+// threads; the layout finds blocked values in it, and none where a value leaves the program.
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/compile.h"
+#include "backends/cpu/blocked_layout.h"
+#include "graph/autograd.h"
+#include "graph/nn/batch_norm.h"
+#include "graph/ops.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+// x [B, 16, H, W] -> conv 16->32 -> bn -> relu -> conv 32->32 -> bn, + conv 1x1 16->32 of x,
+// relu, max pool; the loss weights every output element differently.
+Graph residual_block(std::int64_t batch, std::int64_t size) {
+  Graph g;
+  const Value x = g.input("x", {batch, 16, size, size});
+  const Value w1 = g.input("w1", {32, 16, 3, 3}), w2 = g.input("w2", {32, 32, 3, 3});
+  const Value skip_w = g.input("skip_w", {32, 16, 1, 1});
+  const Value g1 = g.input("g1", {32}), b1 = g.input("b1", {32});
+  const Value g2 = g.input("g2", {32}), b2 = g.input("b2", {32});
+  const Value h = relu(batch_norm_training(conv2d(x, w1, 1, 1), g1, b1, 1e-5).y);
+  const Value y = batch_norm_training(conv2d(h, w2, 1, 1), g2, b2, 1e-5).y;
+  const Value out = max_pool2d(relu(y + conv2d(x, skip_w)), 2, 2);
+  const Value weights = g.input("weights", out.shape());
+  const Value loss = sum_all(out * weights);
+  g.output("loss", loss);
+  g.output("out", out);
+  const std::vector<Value> grads = grad(loss, {x, w1, w2, skip_w, g1, b1, g2, b2});
+  const char* names[] = {"dx", "dw1", "dw2", "dskip", "dg1", "db1", "dg2", "db2"};
+  for (std::size_t i = 0; i < grads.size(); ++i) g.output(names[i], grads[i]);
+  return g;
+}
+
+Outputs run_with(const Graph& g, const std::vector<Feed>& feeds, bool blocked, int threads,
+                 std::int64_t* blocked_values) {
+  if (blocked)
+    unsetenv("KILN_CPU_BLOCKED");
+  else
+    setenv("KILN_CPU_BLOCKED", "0", 1);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  auto program = compile(g, {});
+  if (blocked_values != nullptr) *blocked_values = blocked_layout(program->graph()).count();
+  Outputs out = program->run(feeds);
+  omp_set_num_threads(before);
+  unsetenv("KILN_CPU_BLOCKED");
+  return out;
+}
+
+TEST_CASE("blocked values on the CPU: the same bits as NCHW ones, forward and gradients") {
+  // 16 x 16 planes (256: the statistics' tiles are whole planes) and 9 x 9 (81: only groups
+  // without reductions take blocked values), batches that split a block between threads.
+  for (const auto& [batch, size] : {std::pair<std::int64_t, std::int64_t>{9, 16}, {5, 9}}) {
+    CAPTURE(batch);
+    CAPTURE(size);
+    const Graph g = residual_block(batch, size);
+    const std::vector<Feed> feeds = test::random_feeds(g, 17);
+    const Outputs reference = run_with(g, feeds, false, 1, nullptr);
+    for (const int threads : {1, 3}) {
+      CAPTURE(threads);
+      std::int64_t count = 0;
+      const Outputs blocked = run_with(g, feeds, true, threads, &count);
+      CHECK(count > 0);
+      for (const auto& [name, tensor] : reference) {
+        CAPTURE(name);
+        CHECK(std::memcmp(blocked.at(name).raw(), tensor.raw(), tensor.nbytes()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("blocked values: none that leaves the program or that a kernel cannot take") {
+  Graph g;
+  const Value x = g.input("x", {2, 16, 8, 8});
+  const Value w = g.input("w", {32, 16, 3, 3});
+  const Value y = conv2d(x, w, 1, 1);
+  g.output("y", y);  // a graph output stays NCHW
+  g.output("z", conv2d(relu(y), g.input("w2", {32, 32, 3, 3}), 1, 1));
+  auto program = compile(g, {});
+  const BlockedLayout layout = blocked_layout(program->graph());
+  const Graph& compiled = program->graph();
+  for (const auto& [name, ref] : compiled.outputs())
+    CHECK(!layout.stored[static_cast<std::size_t>(ref.node)][static_cast<std::size_t>(ref.index)]);
+  const Outputs out = program->run(test::random_feeds(g, 3));
+  setenv("KILN_CPU_BLOCKED", "0", 1);
+  const Outputs nchw = compile(g, {})->run(test::random_feeds(g, 3));
+  unsetenv("KILN_CPU_BLOCKED");
+  for (const auto& [name, tensor] : nchw)
+    CHECK(std::memcmp(out.at(name).raw(), tensor.raw(), tensor.nbytes()) == 0);
+}
+
+}  // namespace
+}  // namespace kiln
