@@ -57,9 +57,10 @@ Outputs run_with(const Graph& g, const std::vector<Feed>& feeds, bool blocked, i
 }
 
 TEST_CASE("blocked values on the CPU: the same bits as NCHW ones, forward and gradients") {
-  // 16 x 16 planes (256: the statistics' tiles are whole planes) and 9 x 9 (81: only groups
-  // without reductions take blocked values), batches that split a block between threads.
-  for (const auto& [batch, size] : {std::pair<std::int64_t, std::int64_t>{9, 16}, {5, 9}}) {
+  // Planes of 256 (every group's tiles are single planes) and of 144 (only groups without
+  // reductions take plane tiles there), batches that split blocks of 16 channels between
+  // threads; groups over more than 2^16 elements (smaller ones are staged and stay NCHW).
+  for (const auto& [batch, size] : {std::pair<std::int64_t, std::int64_t>{11, 16}, {35, 12}}) {
     CAPTURE(batch);
     CAPTURE(size);
     const Graph g = residual_block(batch, size);
