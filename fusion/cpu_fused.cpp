@@ -275,6 +275,8 @@ class TileEvaluator {
                 const std::int64_t at = g_.inputs[k].offset + offset;
                 if (step == 0 && length == count)  // one value over the tile
                   bound_[k] = {blocked_->value(k, at), 0};
+                else if (step == 0)  // one value over this run: mapped once
+                  std::fill_n(buf + pos, length, *blocked_->value(k, at));
                 else
                   for (std::int64_t j = 0; j < length; ++j)
                     buf[pos + j] = *blocked_->value(k, at + j * step);
