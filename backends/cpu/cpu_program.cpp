@@ -66,14 +66,23 @@ class CpuProgram final : public Program {
   bool profile_groups_;
   // ... and an op whose kernel depends on the call (a convolution: oneDNN's Winograd or
   // direct kernel, or kiln's own) names it after its attributes.
+  // ... and its values stored blocked (backends/cpu/blocked_layout.h), e.g. "[blocked: in 0, out]".
   std::string profile_key(const Node& n, const KernelCall& call) const {
     if (!profile_groups_) return n.op->name;
-    if (n.body) return n.body->summary();
-    std::string key = n.op->name;
-    for (const ValueRef& in : n.inputs) key += " " + graph_.type(in).shape.str();
-    const std::string attrs = n.attrs.str();
-    if (!attrs.empty()) key += " {" + attrs + "}";
-    if (n.op->cpu_kernel_name) key += " " + n.op->cpu_kernel_name(call);
+    std::string key = n.body ? n.body->summary() : n.op->name;
+    if (!n.body) {
+      for (const ValueRef& in : n.inputs) key += " " + graph_.type(in).shape.str();
+      const std::string attrs = n.attrs.str();
+      if (!attrs.empty()) key += " {" + attrs + "}";
+      if (n.op->cpu_kernel_name) key += " " + n.op->cpu_kernel_name(call);
+    }
+    std::vector<std::string> blocked;
+    for (std::size_t j = 0; j < n.inputs.size() && j < kBlockedOutputs; ++j)
+      if (call.blocked >> j & 1u) blocked.push_back(fmt::format("in {}", j));
+    for (std::size_t o = 0; o < n.outputs.size() && o < 32 - kBlockedOutputs; ++o)
+      if (call.blocked >> (kBlockedOutputs + o) & 1u)
+        blocked.push_back(n.outputs.size() == 1 ? "out" : fmt::format("out {}", o));
+    if (!blocked.empty()) key += fmt::format(" [blocked: {}]", fmt::join(blocked, ", "));
     return key;
   }
   std::string trace_path_;  // non-empty: the next run writes a trace here
@@ -178,7 +187,8 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        auto& entry = op_seconds_[profile_key(n, KernelCall{n, in, out})];
+        auto& entry =
+            op_seconds_[profile_key(n, KernelCall{n, in, out, blocked_.bits(graph_, id)})];
         entry.first += seconds;
         entry.second += 1;
       }
