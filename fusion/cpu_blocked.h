@@ -1,9 +1,10 @@
 // Fused groups over values stored in oneDNN's 16-channel blocked layout (aBcd16b:
 // [B][C / 16][H][W][16], the layout its convolutions run in), so that a value between a
-// convolution and a group needs no reorder to or from NCHW. A group reads and writes such a
-// value 16 channels of one image at a time, transposed between [plane][16] and [16][plane]
-// in cache; its tiles are whole image planes, one channel each, in the order of the NCHW
-// tiles it would take anyway, so the results are the same bits.
+// convolution and a group needs no reorder to or from NCHW. A group whose tiles are whole
+// image planes (one channel each, in the order of the NCHW tiles it would take anyway, so the
+// results are the same bits) reads and writes such a value 16 channels of one image at a
+// time, transposed between [plane][16] and [16][plane] in cache; any other group may gather
+// a few of its elements (a per-channel slice).
 #pragma once
 
 #include <cstdint>
