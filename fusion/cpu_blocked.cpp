@@ -37,8 +37,8 @@ BlockedRead blocked_read(const FusedGroup& g, std::size_t k, bool planes) {
     return BlockedRead::plane;
   const bool per_plane =
       planes && (g.shape[2] == 1 || in.strides[2] == 0) && (g.shape[3] == 1 || in.strides[3] == 0);
-  if (per_plane) return BlockedRead::value;
-  return in.elements_read(g.shape) <= kMaxGathered ? BlockedRead::gather : BlockedRead::none;
+  return per_plane || in.elements_read(g.shape) <= kMaxGathered ? BlockedRead::gather
+                                                                : BlockedRead::none;
 }
 
 BlockedStage::BlockedStage(const FusedGroup& g, std::uint32_t bits, bool planes,

@@ -28,11 +28,11 @@ inline std::int64_t blocked_offset(std::int64_t nchw, std::int64_t channels, std
 }
 
 // How a group reads input k when that value is blocked: each tile's plane through the staged
-// block (the input is the group's own shape, read in order), one value a tile (constant over
-// each image plane), element by element at their blocked offsets (a few: a per-channel
-// slice, batch norm's shift x[0, c, 0, 0], read by a group of any tiles), or not at all.
-// `planes`: g runs on image planes (blocked_tiles).
-enum class BlockedRead { none, plane, value, gather };
+// block (the input is the group's own shape, read in order), element by element at their
+// blocked offsets (one value a tile where it is constant over each image plane and g runs on
+// planes; else a few elements: a per-channel slice, batch norm's shift x[0, c, 0, 0]), or not
+// at all. `planes`: g runs on image planes (blocked_tiles).
+enum class BlockedRead { none, plane, gather };
 BlockedRead blocked_read(const FusedGroup& g, std::size_t k, bool planes);
 
 // Whether g can run on whole image planes, one channel a tile, in NCHW tile order: an f32

@@ -247,8 +247,8 @@ class TileEvaluator {
     }
   }
 
-  // Input k of a blocked run: its plane of the staged block, or its one value over the tile at
-  // the blocked offset of the element the walk finds. False where k is not blocked.
+  // Input k of a blocked run: its plane of the staged block, or its elements at their blocked
+  // offsets (one value where the tile reads one). False where k is not blocked.
   bool bind_blocked(std::size_t k, std::int64_t start, std::int64_t count) {
     if constexpr (std::is_same_v<T, float>) {
       switch (blocked_->read(k)) {
@@ -256,15 +256,6 @@ class TileEvaluator {
           return false;
         case BlockedRead::plane:
           bound_[k] = {blocked_->plane(k), 1};
-          return true;
-        case BlockedRead::value:
-          walks_[k].runs(
-              start, count, cursors_[k],
-              [&](std::int64_t, std::int64_t length, std::int64_t offset, std::int64_t step) {
-                KILN_ASSERT(step == 0 && length == count,
-                            "fused group: a blocked input not one value a plane");
-                bound_[k] = {blocked_->value(k, g_.inputs[k].offset + offset), 0};
-              });
           return true;
         case BlockedRead::gather: {
           T* buf = &gathered_[k * kTile];

@@ -84,19 +84,20 @@ class Decider {
   std::set<std::pair<std::int32_t, std::int32_t>> pinned_;
 };
 
-}  // namespace
-
-std::uint32_t BlockedLayout::bits(const Graph& g, std::size_t id) const {
+// KernelCall::blocked for node `id`: its blocked inputs and outputs.
+std::uint32_t call_bits(const Graph& g, const BlockedLayout& layout, std::size_t id) {
   const Node& n = g.nodes()[id];
   std::uint32_t b = 0;
   for (std::size_t j = 0; j < n.inputs.size() && j < kBlockedOutputs; ++j)
-    if (stored[static_cast<std::size_t>(n.inputs[j].node)]
-              [static_cast<std::size_t>(n.inputs[j].index)])
+    if (layout.stored[static_cast<std::size_t>(n.inputs[j].node)]
+                     [static_cast<std::size_t>(n.inputs[j].index)])
       b |= 1u << j;
   for (std::size_t o = 0; o < n.outputs.size() && o < 32 - kBlockedOutputs; ++o)
-    if (stored[id][o]) b |= 1u << (kBlockedOutputs + o);
+    if (layout.stored[id][o]) b |= 1u << (kBlockedOutputs + o);
   return b;
 }
+
+}  // namespace
 
 std::int64_t BlockedLayout::count() const {
   std::int64_t n = 0;
@@ -115,6 +116,8 @@ BlockedLayout blocked_layout(const Graph& g) {
     for (std::size_t o = 0; o < g.nodes()[id].outputs.size(); ++o)
       if (decide.writable(id, o)) decide.mark(id, o, layout);
   }
+  for (std::size_t id = 0; id < g.nodes().size(); ++id)
+    layout.calls.push_back(call_bits(g, layout, id));
   return layout;
 }
 

@@ -15,8 +15,8 @@ namespace kiln {
 
 struct BlockedLayout {
   std::vector<std::vector<char>> stored;  // per node, per output: blocked
-  // KernelCall::blocked for node `id` of g: its blocked inputs and outputs.
-  std::uint32_t bits(const Graph& g, std::size_t id) const;
+  std::vector<std::uint32_t> calls;       // per node: KernelCall::blocked, its blocked values
+  std::uint32_t bits(std::size_t id) const { return calls.empty() ? 0 : calls[id]; }
   std::int64_t count() const;  // blocked values (an alias's output counted with its input's)
 };
 

@@ -32,8 +32,6 @@ class CpuProgram final : public Program {
         deterministic_(deterministic),
         // kiln's reproducible convolutions run NCHW; so do the checked runs' unfused ops.
         blocked_(deterministic || check_numerics ? BlockedLayout{} : blocked_layout(graph_)) {
-    if (blocked_.stored.empty())
-      for (const Node& n : graph_.nodes()) blocked_.stored.emplace_back(n.outputs.size(), 0);
     for (const Node& n : graph_.nodes()) {
       if (n.op->id == OpId::fill)
         fills_.push_back(
@@ -176,7 +174,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       const auto start =
           timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       kernels::begin_cpu_kernel();
-      run_cpu_kernel(n, in, out, blocked_.bits(graph_, id));
+      run_cpu_kernel(n, in, out, blocked_.bits(id));
       if (check_numerics_) check_numerics(graph_, static_cast<std::int32_t>(id), in, out, runs_);
       if (!trace_path_.empty()) {
         const auto now = std::chrono::steady_clock::now();
@@ -187,8 +185,7 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
       if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        auto& entry =
-            op_seconds_[profile_key(n, KernelCall{n, in, out, blocked_.bits(graph_, id)})];
+        auto& entry = op_seconds_[profile_key(n, KernelCall{n, in, out, blocked_.bits(id)})];
         entry.first += seconds;
         entry.second += 1;
       }

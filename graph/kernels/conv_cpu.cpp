@@ -175,18 +175,26 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
   return g;
 }
 
+namespace {
+bool direct(ConvPass pass, const ConvGeometry& g) {
+  return pass != ConvPass::grad_input && use_few_channels(g);
+}
+// Whether oneDNN runs a pass of this dtype (neither kiln's direct nor its im2col kernels).
+bool library(ConvPass pass, DType dtype, const ConvGeometry& g) {
+  if (direct(pass, g)) return false;
+  return pass == ConvPass::forward ? use_dnnl(dtype) : use_dnnl_backward(dtype, g);
+}
+}  // namespace
+
 std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g) {
   // bf16/f16 passes reach the kernels widened to f32 (backends/cpu/low_precision.cpp).
   const DType runs = is_low_precision(dtype) ? DType::f32 : dtype;
-  if (pass != ConvPass::grad_input && use_few_channels(g)) return "kiln direct";
-  const bool library = pass == ConvPass::forward ? use_dnnl(runs) : use_dnnl_backward(runs, g);
-  return library ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
+  if (direct(pass, g)) return "kiln direct";
+  return library(pass, runs, g) ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
 }
 
 std::uint32_t conv2d_blocked(ConvPass pass, DType dtype, const ConvGeometry& g) {
-  if (dtype != DType::f32 || (pass != ConvPass::grad_input && use_few_channels(g))) return 0;
-  const bool library = pass == ConvPass::forward ? use_dnnl(dtype) : use_dnnl_backward(dtype, g);
-  return library ? dnnl_conv2d_blocked(g, pass) : 0;
+  return dtype == DType::f32 && library(pass, dtype, g) ? dnnl_conv2d_blocked(g, pass) : 0;
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,

@@ -285,8 +285,7 @@ void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const
   }
   const bool blocked_out = (blocked & (1u << kBlockedOutputs)) != 0;
   KILN_ASSERT(!blocked_out || blocked16(plan.output),
-              "conv2d: output given blocked, not the "
-              "pass's layout");
+              "conv2d: output given blocked, not the pass's layout");
   memory result = blocked_out ? memory(plan.output.chosen, cpu_engine(), out.raw())
                               : working_memory(plan.output, out, 2);
   args.emplace(plan.output.id, result);
