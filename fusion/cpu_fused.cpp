@@ -12,7 +12,7 @@
 #include <limits>
 #include <optional>
 
-#include "fusion/cpu_blocked.h"
+#include "fusion/cpu_lanes.h"
 #include "fusion/cpu_tile_spans.h"
 #include "fusion/cpu_tiles.h"
 #include "fusion/fused_group.h"
@@ -27,10 +27,11 @@ using namespace cpu_tiles;
 template <class T>
 class TileEvaluator {
  public:
-  TileEvaluator(const FusedGroup& g, const KernelCall& call)
+  // `lanes`: g is that view of a group over blocked values (cpu_lanes.h).
+  TileEvaluator(const FusedGroup& g, const KernelCall& call, const LaneView* lanes)
       : g_(g),
-        call_(call),
         gathered_(g.inputs.size() * kTile),
+        scattered_(lanes != nullptr ? g.outputs.size() * kTile : 0),
         regs_(g.instrs.size() * kTile),
         output_of_instr_(g.instrs.size(), -1),
         results_(g.instrs.size()),
@@ -45,12 +46,11 @@ class TileEvaluator {
     }
     for (std::size_t o = 0; o < g.outputs.size(); ++o)
       output_base_.push_back(call.outputs[o].template data<T>());
+    if constexpr (std::is_same_v<T, float>)
+      if (lanes != nullptr) lane_io_.emplace(*lanes, call.inputs, call.outputs);
     for (const FusedInstr& instr : g.instrs)
       rounds_.push_back(std::is_same_v<T, float> && is_low_precision(instr.dtype));
     tile_out_.resize(g.outputs.size());
-    if constexpr (std::is_same_v<T, float>)
-      if (call.blocked != 0)
-        blocked_.emplace(g, call.blocked, blocked_tiles(g), call.inputs, call.outputs);
     // An instruction whose value is a group output computes straight into that output
     // (a node's outputs never share its inputs' buffers: backends/plan.cpp frees a slot
     // only after its last reader), which saves copying it out of the tile registers.
@@ -64,14 +64,10 @@ class TileEvaluator {
 
   // Evaluates elements [start, start + count) and writes the full-shape outputs.
   void run(std::int64_t start, std::int64_t count) {
-    if constexpr (std::is_same_v<T, float>)
-      if (blocked_) blocked_->enter(start);
     bind_inputs(start, count);
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o) tile_out_[o] = output_base_[o] + start;
-    if constexpr (std::is_same_v<T, float>)
-      if (blocked_)
-        for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-          if (float* staged = blocked_->output(o)) tile_out_[o] = staged;
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      tile_out_[o] =
+          lane_io_ && lane_io_->writes(o) ? &scattered_[o * kTile] : output_base_[o] + start;
     compute(count, true);
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       const Operand& operand_o = g_.outputs[o];
@@ -89,13 +85,8 @@ class TileEvaluator {
         std::fill_n(dst, count, src[0]);
     }
     if constexpr (std::is_same_v<T, float>)
-      if (blocked_) blocked_->done();
-  }
-
-  // Writes out what a blocked run staged (the end of this thread's tiles).
-  void finish() {
-    if constexpr (std::is_same_v<T, float>)
-      if (blocked_) blocked_->finish();
+      for (std::size_t o = 0; lane_io_ && o < g_.outputs.size(); ++o)
+        if (lane_io_->writes(o)) lane_io_->write(o, start, count, tile_out_[o]);
   }
 
   // Evaluates channel-major tile t (its images' runs gathered side by side, per-channel
@@ -182,11 +173,34 @@ class TileEvaluator {
   // hardware prefetcher to run ahead of.
   void prefetch(const TileSpan& tile) const {
     for (std::size_t k = 0; k < g_.inputs.size(); ++k) {
-      if (!contiguous_[k] || (blocked_ && blocked_->read(k) != BlockedRead::none)) continue;
+      if (!contiguous_[k]) continue;
       const char* p = reinterpret_cast<const char*>(input_base_[k] + tile.start);
       for (std::size_t b = 0; b < static_cast<std::size_t>(tile.count) * sizeof(T); b += 64)
         __builtin_prefetch(p + b, 0, 2);
     }
+  }
+
+  // A lane view's tile of reduction r folded into 16 lanes, one per channel of its block (where
+  // the reductions keep no pixel axis: LaneTileIo::reduced_at).
+  void fold_lanes(const FusedReduction& r, std::int64_t count, double* lanes) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const T* src;
+      std::int64_t step;
+      T literal;
+      operand(r.value, src, step, literal);
+      const ReductionRule& rule = r.op->reduction;
+      if (step == 1) {
+        rule.accumulate_rows16_f32(lanes, src, count / kLanes);
+        return;
+      }
+      for (std::int64_t i = 0; i < count; ++i)
+        lanes[i % kLanes] = rule.combine(lanes[i % kLanes], static_cast<double>(src[0]));
+    }
+  }
+
+  std::int64_t reduced_at(std::int64_t start) const {
+    if constexpr (std::is_same_v<T, float>) return lane_io_ ? lane_io_->reduced_at(start) : -1;
+    return -1;
   }
 
   // Adds the tile's values of the reduced operand into per-output accumulators; with `rows`,
@@ -200,6 +214,19 @@ class TileEvaluator {
     T literal;
     operand(r.value, src, step, literal);
     const ReductionRule& rule = r.op->reduction;
+    if constexpr (std::is_same_v<T, float>) {
+      const std::int64_t at = lane_io_ ? lane_io_->reduced_at(start) : -1;
+      if (at >= 0) {  // into 16 lanes, each combined into its channel's output
+        double lanes[kLanes];
+        std::fill_n(lanes, kLanes, rule.identity);
+        fold_lanes(r, count, lanes);
+        for (std::int64_t l = 0; l < kLanes; ++l) {
+          double& o = acc[static_cast<std::size_t>(at + l * lane_io_->reduced_lane_stride())];
+          o = rule.combine(o, lanes[l]);
+        }
+        return;
+      }
+    }
     const auto fold = reduction_fold<T>(rule);
     const auto accumulate_run = reduction_accumulate<T>(rule);
     out_walk.runs(
@@ -225,7 +252,11 @@ class TileEvaluator {
       const FusedInput& in = g_.inputs[k];
       const T* data = input_base_[k];
       if constexpr (std::is_same_v<T, float>)
-        if (blocked_ && bind_blocked(k, start, count)) continue;
+        if (lane_io_)
+          if (const float* read = lane_io_->read(k, start, count, &gathered_[k * kTile])) {
+            bound_[k] = {read, 1};
+            continue;
+          }
       if (contiguous_[k]) {
         bound_[k] = {data + start, 1};
       } else if (in.scalar()) {
@@ -245,38 +276,6 @@ class TileEvaluator {
             });
       }
     }
-  }
-
-  // Input k of a blocked run: its plane of the staged block, or its elements at their blocked
-  // offsets (one value where the tile reads one). False where k is not blocked.
-  bool bind_blocked(std::size_t k, std::int64_t start, std::int64_t count) {
-    if constexpr (std::is_same_v<T, float>) {
-      switch (blocked_->read(k)) {
-        case BlockedRead::none:
-          return false;
-        case BlockedRead::plane:
-          bound_[k] = {blocked_->plane(k), 1};
-          return true;
-        case BlockedRead::gather: {
-          T* buf = &gathered_[k * kTile];
-          bound_[k] = {buf, 1};
-          walks_[k].runs(
-              start, count, cursors_[k],
-              [&](std::int64_t pos, std::int64_t length, std::int64_t offset, std::int64_t step) {
-                const std::int64_t at = g_.inputs[k].offset + offset;
-                if (step == 0 && length == count)  // one value over the tile
-                  bound_[k] = {blocked_->value(k, at), 0};
-                else if (step == 0)  // one value over this run: mapped once
-                  std::fill_n(buf + pos, length, *blocked_->value(k, at));
-                else
-                  for (std::int64_t j = 0; j < length; ++j)
-                    buf[pos + j] = *blocked_->value(k, at + j * step);
-              });
-          return true;
-        }
-      }
-    }
-    return false;
   }
 
   void operand(const Operand& op, const T*& ptr, std::int64_t& step, T& literal) const {
@@ -301,8 +300,7 @@ class TileEvaluator {
   }
 
   const FusedGroup& g_;
-  const KernelCall& call_;
-  AlignedBuffer<T> gathered_, regs_;
+  AlignedBuffer<T> gathered_, scattered_, regs_;
   std::vector<int> output_of_instr_;  // the output an instruction writes in place, or -1
   std::vector<T*> results_;           // where each instruction's tile went this time
   std::vector<std::int64_t> steps_;   // and its step: 0 where it was one value
@@ -312,33 +310,27 @@ class TileEvaluator {
   std::vector<StridedWalk::Cursor> cursors_, out_cursors_;
   std::vector<const T*> input_base_;  // input k's element 0 (its offset applied)
   std::vector<T*> output_base_;
-  std::vector<T*> tile_out_;             // where each output of the tile goes (in place, or staged)
-  std::optional<BlockedStage> blocked_;  // f32 runs on blocked values only
-  std::vector<char> rounds_;             // per instruction: rounded to its 16-bit dtype
-  std::vector<char> contiguous_;         // per input: element i read at offset + i
+  std::vector<T*> tile_out_;  // where each output of the tile goes (in place, or scattered)
+  std::optional<LaneTileIo> lane_io_;  // a lane view's values that are not in place
+  std::vector<char> rounds_;           // per instruction: rounded to its 16-bit dtype
+  std::vector<char> contiguous_;       // per input: element i read at offset + i
   std::vector<std::pair<const T*, std::int64_t>> bound_;
 };
 
+// `lanes`: g is that view of a group over blocked values (cpu_lanes.h).
 template <class T>
-void run_group(const FusedGroup& g, const KernelCall& call) {
-  // Blocked values (cpu_blocked.h): a tile per image plane, which blocked_tiles checked are
-  // the tiles of a group that reduces.
-  const bool planes = call.blocked != 0 && blocked_tiles(g);
-  const std::optional<ChannelTiles> by_channel = channel_tiles(g);
-  KILN_ASSERT(call.blocked == 0 || !by_channel,
-              "fused group {}: blocked values in channel-major "
-              "tiles",
-              g.summary());
-  const std::int64_t plane = planes ? g.shape[2] * g.shape[3] : 0;
-  TileSpans spans = planes ? TileSpans{g.shape.numel(), plane, plane} : tile_spans(g);
+void run_group(const FusedGroup& g, const KernelCall& call, const LaneView* lanes = nullptr) {
+  const std::optional<ChannelTiles> by_channel = lanes != nullptr ? std::nullopt : channel_tiles(g);
+  TileSpans spans = lanes != nullptr ? lane_spans(g.shape.numel(), lanes->block) : tile_spans(g);
   const std::vector<const FusedReduction*> reductions = g.reductions();
   const bool reduces = !reductions.empty();
   const std::int64_t reduced = reduces ? g.reduction->type.shape.numel() : 0;
-  const std::vector<std::int64_t> out_strides = reduces
-                                                    ? row_strides(g.shape, g.reduction->axes)
-                                                    : std::vector<std::int64_t>(g.shape.rank(), 0);
+  const std::vector<std::int64_t> out_strides =
+      !reduces           ? std::vector<std::int64_t>(g.shape.rank(), 0)
+      : lanes != nullptr ? lanes->reduced_strides
+                         : row_strides(g.shape, g.reduction->axes);
   const StridedWalk out_walk(g.shape, out_strides);
-  const std::int64_t row = reduces && !by_channel ? row_length(out_walk) : 0;
+  const std::int64_t row = reduces && !by_channel && lanes == nullptr ? row_length(out_walk) : 0;
   const bool by_rows = row > 0 && row < kTile;
   if (by_rows && (spans.run % row != 0 || spans.piece % row != 0))
     spans = TileSpans{spans.n, spans.n, std::max<std::int64_t>(1, kTile / row) * row};
@@ -358,23 +350,32 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
       reduces
           ? std::max<std::int64_t>(1, (std::int64_t{1} << 22) / std::max<std::int64_t>(1, reduced))
           : 1;
+  // A lane view whose reductions keep the images and the channels (global average pooling):
+  // each block of 16 channels of an image owns its 16 outputs, so a thread folds the block's
+  // tiles straight into them; a block of tiles is a block of the view.
+  const bool by_lane_blocks = reduces && lanes != nullptr && lane_blocks_own_outputs(*lanes);
   const std::int64_t blocks =
-      reduces && !by_rows
+      by_lane_blocks ? spans.n / spans.run
+      : reduces && !by_rows
           ? std::clamp<std::int64_t>(tiles / 8, 1, std::min<std::int64_t>(64, max_blocks))
           : tiles;
   const std::int64_t tiles_per_block = (tiles + blocks - 1) / blocks;
   // partial[r][block][output]
   std::vector<std::vector<std::vector<double>>> partial;
-  for (const FusedReduction* r : by_rows ? std::vector<const FusedReduction*>{} : reductions)
+  for (const FusedReduction* r :
+       by_rows || by_lane_blocks ? std::vector<const FusedReduction*>{} : reductions)
     partial.emplace_back(
         static_cast<std::size_t>(blocks),
         std::vector<double>(static_cast<std::size_t>(reduced), r->op->reduction.identity));
 #pragma omp parallel num_threads(threads)
   {
-    TileEvaluator<T> eval(g, call);
+    TileEvaluator<T> eval(g, call, lanes);
     std::vector<double> no_partials;  // by_rows: the folds go to the outputs
+    std::vector<double> lane_folds(by_lane_blocks ? reductions.size() * kLanes : 0);
 #pragma omp for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
+      for (std::size_t r = 0; r < reductions.size() && by_lane_blocks; ++r)
+        std::fill_n(&lane_folds[r * kLanes], kLanes, reductions[r]->op->reduction.identity);
       for (std::int64_t t = b * tiles_per_block; t < std::min(tiles, (b + 1) * tiles_per_block);
            ++t) {
         if (by_channel) {
@@ -388,14 +389,22 @@ void run_group(const FusedGroup& g, const KernelCall& call) {
         const TileSpan tile = spans[t];
         if (t + 1 < tiles) eval.prefetch(spans[t + 1]);
         eval.run(tile.start, tile.count);
-        for (std::size_t r = 0; r < reductions.size(); ++r)
+        for (std::size_t r = 0; r < reductions.size() && by_lane_blocks; ++r)
+          eval.fold_lanes(*reductions[r], tile.count, &lane_folds[r * kLanes]);
+        for (std::size_t r = 0; r < reductions.size() && !by_lane_blocks; ++r)
           eval.accumulate(
               r, *reductions[r], tile.start, tile.count, out_walk,
               by_rows ? no_partials : partial[r][static_cast<std::size_t>(b)],
               by_rows ? call.outputs[g.outputs.size() + r].template data<T>() : nullptr);
       }
+      if (!by_lane_blocks) continue;
+      const std::int64_t at = eval.reduced_at(b * spans.run);
+      for (std::size_t r = 0; r < reductions.size(); ++r) {
+        T* out = call.outputs[g.outputs.size() + r].template data<T>();
+        for (std::int64_t l = 0; l < kLanes; ++l)
+          out[at + l * lanes->reduced_strides[4]] = static_cast<T>(lane_folds[r * kLanes + l]);
+      }
     }
-    eval.finish();
   }
   for (std::size_t r = 0; r < partial.size(); ++r) {
     const ReductionRule& rule = reductions[r]->op->reduction;
@@ -418,12 +427,18 @@ void FusedGroup::run_cpu(const KernelCall& call) const {
               call.inputs.size(), inputs.size());
   // bf16 and f16 tensors arrive widened to f32 (backends/cpu/low_precision.h) and the outputs
   // are rounded where they are stored, so the group runs in its compute dtype.
-  if (staged())
+  if (call.blocked != 0) {
+    KILN_ASSERT(lanes_group(*this), "fused group {}: given blocked values it cannot take",
+                summary());
+    const LaneView& view = lane_view_of(*this, call.blocked);
+    run_group<float>(view.group, call, &view);
+  } else if (staged()) {
     run_staged_cpu(*this, call);
-  else if (compute == DType::f64)
+  } else if (compute == DType::f64) {
     run_group<double>(*this, call);
-  else
+  } else {
     run_group<float>(*this, call);
+  }
 }
 
 }  // namespace kiln

@@ -8,6 +8,8 @@
 // runs in the pass over the row its stage names, and values of one per row are outputs too.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +67,20 @@ struct RowOutput {
   TensorType type;
 };
 
+namespace cpu_tiles {
+struct LaneView;
+}
+
+// The views of a group over blocked values that its CPU runs made (fusion/cpu_lanes.h), by
+// KernelCall::blocked; a copy of the group starts without any.
+struct LaneViewCache {
+  LaneViewCache() = default;
+  LaneViewCache(const LaneViewCache&) {}
+  LaneViewCache& operator=(const LaneViewCache&) { return *this; }
+  std::mutex mutex;
+  std::vector<std::pair<std::uint32_t, std::shared_ptr<const cpu_tiles::LaneView>>> views;
+};
+
 class FusedGroup final : public NodeBody {
  public:
   Shape shape;  // the iteration space
@@ -101,8 +117,9 @@ class FusedGroup final : public NodeBody {
 
   std::vector<TensorType> infer(std::span<const TensorType> inputs) const override;
   void run_cpu(const KernelCall& call) const override;
-  // The inputs and outputs run_cpu can take blocked (fusion/cpu_blocked.h).
+  // The inputs and outputs run_cpu can take blocked (fusion/cpu_lanes.h).
   std::uint32_t cpu_blocked(std::span<const TensorType> inputs) const override;
+  mutable LaneViewCache cpu_lane_views;
   std::string summary() const override;
 
   DType operand_dtype(const Operand& op) const;  // a constant has the compute dtype

@@ -102,6 +102,8 @@ struct ReductionRule {
                          std::int64_t step) = nullptr;
   void (*accumulate_f64)(double* acc, std::int64_t acc_step, const double* x, std::int64_t n,
                          std::int64_t step) = nullptr;
+  // Rows of 16 contiguous f32 values combined element by element into acc[0, 16).
+  void (*accumulate_rows16_f32)(double* acc, const float* x, std::int64_t rows) = nullptr;
 };
 
 // How the autocast pass (graph/passes/autocast.h) stores an op's values when a step runs in

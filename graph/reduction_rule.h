@@ -36,6 +36,27 @@ struct ReductionLoops {
     for (std::int64_t i = 0; i < n; ++i)
       acc[i * acc_step] = combine(acc[i * acc_step], static_cast<double>(x[i * step]));
   }
+  // Rows of 16 values combined element by element into acc[0, 16): four rows at a time into
+  // four sets of accumulators (independent chains), combined in order at the end, so that
+  // the order depends only on `rows`.
+  static void accumulate_rows16(double* acc, const float* x, std::int64_t rows) {
+    constexpr int kWidth = 16, kSets = 4;
+    std::int64_t r = 0;
+    if (rows >= 2 * kSets) {
+      double sets[kSets][kWidth];
+      for (int k = 0; k < kSets; ++k)
+        for (int i = 0; i < kWidth; ++i) sets[k][i] = static_cast<double>(x[k * kWidth + i]);
+      for (r = kSets; r + kSets <= rows; r += kSets)
+        for (int k = 0; k < kSets; ++k)
+          for (int i = 0; i < kWidth; ++i)
+            sets[k][i] = combine(sets[k][i], static_cast<double>(x[(r + k) * kWidth + i]));
+      for (int k = 0; k < kSets; ++k)
+        for (int i = 0; i < kWidth; ++i) acc[i] = combine(acc[i], sets[k][i]);
+    }
+    for (; r < rows; ++r)
+      for (int i = 0; i < kWidth; ++i)
+        acc[i] = combine(acc[i], static_cast<double>(x[r * kWidth + i]));
+  }
 
  private:
   template <class T, std::int64_t kLanes>
@@ -65,7 +86,8 @@ ReductionRule make_reduction_rule(double identity, std::string cuda_combine) {
           .fold_f32 = &L::template fold<float>,
           .fold_f64 = &L::template fold<double>,
           .accumulate_f32 = &L::template accumulate<float>,
-          .accumulate_f64 = &L::template accumulate<double>};
+          .accumulate_f64 = &L::template accumulate<double>,
+          .accumulate_rows16_f32 = &L::accumulate_rows16};
 }
 
 // The fold of `rule` for element type T (float or double).

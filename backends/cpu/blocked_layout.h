@@ -1,6 +1,6 @@
 // Which values the CPU program stores in oneDNN's 16-channel blocked layout (graph/op.h,
 // kBlockedOutputs) instead of NCHW: those whose writer and every reader can take them so
-// (oneDNN's convolution passes, fused groups over image planes: fusion/cpu_blocked.h), so that
+// (oneDNN's convolution passes, fused groups over [B, C, H, W]: fusion/cpu_lanes.h), so that
 // nothing reorders them between a convolution and its neighbours. Never a graph output nor an
 // assignment's value; none in the reproducible mode (kiln's own convolutions) or with
 // KILN_CPU_BLOCKED=0.
