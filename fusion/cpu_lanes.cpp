@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "fusion/cpu_tiles.h"
+#include "graph/kernels/block_transpose.h"
 
 namespace kiln::cpu_tiles {
 namespace {
@@ -130,7 +131,8 @@ const float* LaneTileIo::read(std::size_t k, std::int64_t start, std::int64_t co
   const std::vector<std::int64_t>& s = g.inputs[k].strides;
   const LaneTile tile = lane_tile(view_.block, start, count);
   if (in_[k] == LaneAccess::planes) {
-    planes_to_lanes(in_data_[k] + tile.at(s, g.shape[1], g.shape[3]), s[4], tile.pixels, buf);
+    kernels::planes_to_lanes(in_data_[k] + tile.at(s, g.shape[1], g.shape[3]), s[4], tile.pixels,
+                             buf);
     return buf;
   }
   if (in_[k] != LaneAccess::pattern) return nullptr;
@@ -153,7 +155,7 @@ void LaneTileIo::write(std::size_t o, std::int64_t start, std::int64_t count, co
   float* out = out_data_[o];
   if (out_[o] == LaneAccess::planes) {
     const LaneTile t = lane_tile(view_.block, start, count);
-    lanes_to_planes(tile, t.pixels, out + t.at(s, g.shape[1], g.shape[3]), s[4]);
+    kernels::lanes_to_planes(tile, t.pixels, out + t.at(s, g.shape[1], g.shape[3]), s[4]);
     return;
   }
   out_walks_[o].runs(
@@ -167,34 +169,6 @@ std::int64_t LaneTileIo::reduced_at(std::int64_t start) const {
   const std::vector<std::int64_t>& out = view_.reduced_strides;
   if (out[2] != 0 || out[3] != 0) return -1;
   return lane_tile(view_.block, start, 0).at(out, view_.group.shape[1], 1);
-}
-
-// 16 x 16 tiles through a local array, [lane][pixel] both ways, which GCC turns into vector
-// permutes (with [pixel][lane] on one side its code was 2.5x slower).
-void planes_to_lanes(const float* planes, std::int64_t stride, std::int64_t pixels, float* lanes) {
-  std::int64_t p0 = 0;
-  for (; p0 + kLanes <= pixels; p0 += kLanes) {
-    float tile[kLanes][kLanes];
-    for (std::int64_t l = 0; l < kLanes; ++l)
-      for (std::int64_t p = 0; p < kLanes; ++p) tile[l][p] = planes[l * stride + p0 + p];
-    for (std::int64_t p = 0; p < kLanes; ++p)
-      for (std::int64_t l = 0; l < kLanes; ++l) lanes[(p0 + p) * kLanes + l] = tile[l][p];
-  }
-  for (; p0 < pixels; ++p0)
-    for (std::int64_t l = 0; l < kLanes; ++l) lanes[p0 * kLanes + l] = planes[l * stride + p0];
-}
-
-void lanes_to_planes(const float* lanes, std::int64_t pixels, float* planes, std::int64_t stride) {
-  std::int64_t p0 = 0;
-  for (; p0 + kLanes <= pixels; p0 += kLanes) {
-    float tile[kLanes][kLanes];
-    for (std::int64_t p = 0; p < kLanes; ++p)
-      for (std::int64_t l = 0; l < kLanes; ++l) tile[l][p] = lanes[(p0 + p) * kLanes + l];
-    for (std::int64_t l = 0; l < kLanes; ++l)
-      for (std::int64_t p = 0; p < kLanes; ++p) planes[l * stride + p0 + p] = tile[l][p];
-  }
-  for (; p0 < pixels; ++p0)
-    for (std::int64_t l = 0; l < kLanes; ++l) planes[l * stride + p0] = lanes[p0 * kLanes + l];
 }
 
 bool lane_blocks_own_outputs(const LaneView& view) {

@@ -16,10 +16,11 @@
 #include "fusion/cpu_tile_spans.h"
 #include "fusion/fused_group.h"
 #include "fusion/strided_walk.h"
+#include "graph/kernels/block_transpose.h"
 
 namespace kiln::cpu_tiles {
 
-constexpr std::int64_t kLanes = 16;  // channels in a block
+constexpr std::int64_t kLanes = kernels::kBlockLanes;  // channels in a block
 
 // Where element `nchw` of a [B, C, H, W] value (its NCHW offset) lives when it is blocked.
 inline std::int64_t blocked_offset(std::int64_t nchw, std::int64_t channels, std::int64_t plane) {
@@ -98,10 +99,6 @@ class LaneTileIo {
   std::vector<StridedWalk::Cursor> cursors_;
   std::vector<std::pair<std::int64_t, std::int64_t>> pattern_at_;  // gathered from, length
 };
-
-// `pixels` pixels of 16 planes `stride` apart into [pixels][16], and back.
-void planes_to_lanes(const float* planes, std::int64_t stride, std::int64_t pixels, float* lanes);
-void lanes_to_planes(const float* lanes, std::int64_t pixels, float* planes, std::int64_t stride);
 
 // Whether each block of the view (16 channels of an image) owns its reductions' outputs: they
 // keep the image and channel axes, and no pixel axis.

@@ -17,17 +17,6 @@
 namespace kiln::kernels {
 namespace {
 
-// The cells [lo, hi) along one axis (of `size` cells) of window o, clipped to the plane.
-struct Span {
-  std::int64_t lo, hi;
-  std::int64_t cells() const { return hi - lo; }
-};
-
-Span span_at(std::int64_t o, std::int64_t size, const PoolGeometry& g) {
-  const std::int64_t start = o * g.stride - g.padding;
-  return {std::max<std::int64_t>(start, 0), std::min(start + g.kernel, size)};
-}
-
 // The windows containing input row (or column) i: [lo, hi], empty when lo > hi.
 std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t out,
                                                    const PoolGeometry& g) {
@@ -62,10 +51,10 @@ void windows_max(const T* x, const PoolGeometry& g, Visit visit) {
     const std::int64_t base = plane * g.height * g.width;
     std::int64_t i = plane * g.out_h * g.out_w;
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      const Span rows = span_at(oh, g.height, g);
+      const PoolSpan rows = pool_span(oh, g.height, g);
       const std::int64_t row_cells = kPadded ? rows.cells() : g.kernel;
       for (std::int64_t ow = 0; ow < g.out_w; ++ow, ++i) {
-        const Span cols = span_at(ow, g.width, g);
+        const PoolSpan cols = pool_span(ow, g.width, g);
         const std::int64_t col_cells = kPadded ? cols.cells() : g.kernel;
         const std::int64_t corner = base + rows.lo * g.width + cols.lo;
         std::int64_t best = corner;
@@ -327,9 +316,9 @@ void avg_forward_typed(const T* x, T* y, const PoolGeometry& g) {
     const T* in = x + plane * g.height * g.width;
     T* out = y + plane * g.out_h * g.out_w;
     for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-      const Span rows = span_at(oh, g.height, g);
+      const PoolSpan rows = pool_span(oh, g.height, g);
       for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-        const Span cols = span_at(ow, g.width, g);
+        const PoolSpan cols = pool_span(ow, g.width, g);
         T sum = T(0);
         for (std::int64_t h = rows.lo; h < rows.hi; ++h)
           for (std::int64_t c = cols.lo; c < cols.hi; ++c) sum += in[h * g.width + c];
@@ -353,8 +342,8 @@ void avg_backward_typed(const T* dy, T* dx, const PoolGeometry& g) {
         T sum = T(0);
         for (std::int64_t oh = oh_lo; oh <= oh_hi; ++oh)
           for (std::int64_t ow = ow_lo; ow <= ow_hi; ++ow)
-            sum += grad[oh * g.out_w + ow] / static_cast<T>(span_at(oh, g.height, g).cells() *
-                                                            span_at(ow, g.width, g).cells());
+            sum += grad[oh * g.out_w + ow] / static_cast<T>(pool_span(oh, g.height, g).cells() *
+                                                            pool_span(ow, g.width, g).cells());
         out[ih * g.width + iw] = sum;
       }
     }

@@ -11,6 +11,16 @@ namespace kiln::kernels {
 struct PoolGeometry {
   std::int64_t planes, height, width, kernel, stride, padding, out_h, out_w;
 };
+// The cells [lo, hi) along one axis (of `size` cells) of window o, clipped to the plane.
+struct PoolSpan {
+  std::int64_t lo, hi;
+  std::int64_t cells() const { return hi - lo; }
+};
+inline PoolSpan pool_span(std::int64_t o, std::int64_t size, const PoolGeometry& g) {
+  const std::int64_t start = o * g.stride - g.padding;
+  return {start > 0 ? start : 0, start + g.kernel < size ? start + g.kernel : size};
+}
+
 // OH = (H + 2*padding - kernel) / stride + 1, and the same for OW.
 PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t stride,
                            std::int64_t padding = 0);

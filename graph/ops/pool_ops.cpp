@@ -3,6 +3,7 @@
 // adjoint) and avg_pool2d with avg_pool2d_grad (linear, each the other's adjoint).
 // Padded cells never win a max and are not counted in an average: Note [padded pooling]
 // in graph/kernels/pool_cpu.cpp.
+#include "graph/kernels/pool_blocked.h"
 #include "graph/kernels/pool_cpu.h"
 #include "graph/ops.h"
 #include "graph/ops/register.h"
@@ -41,6 +42,14 @@ kernels::PoolGeometry geometry_of(const KernelCall& call, const Shape& x) {
   return kernels::pool_geometry(x, p.kernel, p.stride, p.padding);
 }
 
+// What a max pooling pass can take in oneDNN's blocked layout (OpDef::cpu_blocked): every
+// input and its output, where they are f32 with channels in blocks of 16.
+std::uint32_t max_pool_blocked(const Node& /*n*/, std::span<const TensorType> in) {
+  const TensorType& x = in[0];
+  if (x.dtype != DType::f32 || x.shape.rank() != 4 || x.shape[1] % 16 != 0) return 0;
+  return ((1u << in.size()) - 1) | 1u << kBlockedOutputs;
+}
+
 // Type rule of the two max backward ops: (x, y-shaped) -> x-shaped, or (x, x-shaped) -> y-shaped.
 InferFn max_backward_infer(const char* op, bool output_like_x) {
   return [op, output_like_x](std::span<const TensorType> in, const Attrs& attrs) {
@@ -69,9 +78,13 @@ OpDef max_forward_op() {
         max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::max_pool2d_forward(call.inputs[0], call.outputs[0],
-                                geometry_of(call, call.inputs[0].shape()));
+    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
+    if (call.blocked != 0)
+      kernels::max_pool2d_forward_blocked(call.inputs[0], call.outputs[0], g, call.blocked);
+    else
+      kernels::max_pool2d_forward(call.inputs[0], call.outputs[0], g);
   };
+  op.cpu_blocked = max_pool_blocked;
   return op;
 }
 
@@ -88,9 +101,14 @@ OpDef max_grad_op() {
         Value(), max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::max_pool2d_backward(call.inputs[0], call.inputs[1], call.outputs[0],
-                                 geometry_of(call, call.inputs[0].shape()));
+    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
+    if (call.blocked != 0)
+      kernels::max_pool2d_backward_blocked(call.inputs[0], call.inputs[1], call.outputs[0], g,
+                                           call.blocked);
+    else
+      kernels::max_pool2d_backward(call.inputs[0], call.inputs[1], call.outputs[0], g);
   };
+  op.cpu_blocked = max_pool_blocked;
   return op;
 }
 
@@ -107,9 +125,14 @@ OpDef max_select_op() {
         Value(), max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::max_pool2d_select(call.inputs[0], call.inputs[1], call.outputs[0],
-                               geometry_of(call, call.inputs[0].shape()));
+    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
+    if (call.blocked != 0)
+      kernels::max_pool2d_select_blocked(call.inputs[0], call.inputs[1], call.outputs[0], g,
+                                         call.blocked);
+    else
+      kernels::max_pool2d_select(call.inputs[0], call.inputs[1], call.outputs[0], g);
   };
+  op.cpu_blocked = max_pool_blocked;
   return op;
 }
 
