@@ -10,9 +10,7 @@ namespace kiln::kernels {
 constexpr std::int64_t kBlockLanes = 16;  // channels in a block
 
 // `pixels` pixels of 16 planes `stride` apart into [pixels][16], and back.
-void planes_to_lanes(const float* planes, std::int64_t stride, std::int64_t pixels,
-                     float* lanes);
-void lanes_to_planes(const float* lanes, std::int64_t pixels, float* planes,
-                     std::int64_t stride);
+void planes_to_lanes(const float* planes, std::int64_t stride, std::int64_t pixels, float* lanes);
+void lanes_to_planes(const float* lanes, std::int64_t pixels, float* planes, std::int64_t stride);
 
 }  // namespace kiln::kernels

@@ -13,9 +13,12 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "graph/kernels/pool_max_rule.h"
 
 namespace kiln::kernels {
 namespace {
+
+using namespace max_rule;
 
 // The windows containing input row (or column) i: [lo, hi], empty when lo > hi.
 std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t out,
@@ -26,18 +29,6 @@ std::pair<std::int64_t, std::int64_t> windows_over(std::int64_t i, std::int64_t 
 }
 
 bool parallel_worth_it(const PoolGeometry& g) { return g.planes * g.out_h * g.out_w > 4096; }
-
-// v != v as an integer compare of the bits: GCC compiles `v > best || v != v` to two branches
-// on the flags of float compares (the second on the parity of an unordered one); with the NaN
-// test in integers it keeps one, and LeNet's and VGG's pools run about 1.5-2x faster.
-template <class T>
-using MaxBits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-template <class T>
-inline bool is_nan(T v) {
-  constexpr MaxBits<T> kMagnitude = std::numeric_limits<MaxBits<T>>::max() >> 1;
-  return (std::bit_cast<MaxBits<T>>(v) & kMagnitude) >
-         std::bit_cast<MaxBits<T>>(std::numeric_limits<T>::infinity());
-}
 
 // Calls visit(window_output_index, offset_of_first_max, max) for every pooling window, in window
 // order within a plane; threads share out whole planes, so visits that write to x's
@@ -130,35 +121,6 @@ inline void first_max_of_2(T a, T b, T& value, std::int32_t& which) {
   const bool take_b = (b > a) | is_nan(b);
   value = take_b ? b : a;
   which = static_cast<std::int32_t>(take_b);
-}
-
-// The first maximum of a 2x2 window with cells a, b (top row) and c, d, in row-major order:
-// the value, and for each cell a mask of all ones if it is the one that wins, else 0. The
-// choices are selects and the winners integer masks, so a loop over windows vectorizes (with
-// bool selects on the stored cells, GCC turned the loop's body into jumps).
-template <class T>
-struct Max2x2 {
-  T value;
-  MaxBits<T> wins[4];
-};
-template <class T>
-inline Max2x2<T> first_max_of_2x2(T a, T b, T c, T d) {
-  using Bits = MaxBits<T>;
-  const bool take_b = (b > a) | is_nan(b);
-  const T ab = take_b ? b : a;
-  const bool take_c = (c > ab) | is_nan(c);
-  const T abc = take_c ? c : ab;
-  const bool take_d = (d > abc) | is_nan(d);
-  const Bits tb = take_b, tc = take_c, td = take_d;
-  return {take_d ? d : abc,
-          {(tb | tc | td) - 1, Bits{0} - (tb & ((tc | td) ^ 1)), Bits{0} - (tc & (td ^ 1)),
-           Bits{0} - td}};
-}
-
-// v where the mask is all ones, +0 where it is 0.
-template <class T>
-inline T masked(T v, MaxBits<T> mask) {
-  return std::bit_cast<T>(std::bit_cast<MaxBits<T>>(v) & mask);
 }
 
 // Unpadded 2x2 windows at stride 2 (LeNet's and VGG's pools): row(top, first) for each row of
