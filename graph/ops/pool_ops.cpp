@@ -50,6 +50,21 @@ std::uint32_t max_pool_blocked(const Node& /*n*/, std::span<const TensorType> in
   return ((1u << in.size()) - 1) | 1u << kBlockedOutputs;
 }
 
+// The CPU kernel of a max backward op (x, second input) -> output: the NCHW kernel, or the
+// blocked one where the pass has blocked values.
+CpuKernel max_pair_kernel(void (*nchw)(const Tensor&, const Tensor&, Tensor&,
+                                       const kernels::PoolGeometry&),
+                          void (*blocked)(const Tensor&, const Tensor&, Tensor&,
+                                          const kernels::PoolGeometry&, std::uint32_t)) {
+  return [nchw, blocked](const KernelCall& call) {
+    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
+    if (call.blocked != 0)
+      blocked(call.inputs[0], call.inputs[1], call.outputs[0], g, call.blocked);
+    else
+      nchw(call.inputs[0], call.inputs[1], call.outputs[0], g);
+  };
+}
+
 // Type rule of the two max backward ops: (x, y-shaped) -> x-shaped, or (x, x-shaped) -> y-shaped.
 InferFn max_backward_infer(const char* op, bool output_like_x) {
   return [op, output_like_x](std::span<const TensorType> in, const Attrs& attrs) {
@@ -100,14 +115,7 @@ OpDef max_grad_op() {
     return std::vector<Value>{
         Value(), max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
-  op.cpu = [](const KernelCall& call) {
-    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
-    if (call.blocked != 0)
-      kernels::max_pool2d_backward_blocked(call.inputs[0], call.inputs[1], call.outputs[0], g,
-                                           call.blocked);
-    else
-      kernels::max_pool2d_backward(call.inputs[0], call.inputs[1], call.outputs[0], g);
-  };
+  op.cpu = max_pair_kernel(kernels::max_pool2d_backward, kernels::max_pool2d_backward_blocked);
   op.cpu_blocked = max_pool_blocked;
   return op;
 }
@@ -124,14 +132,7 @@ OpDef max_select_op() {
     return std::vector<Value>{
         Value(), max_pool2d_grad(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
   };
-  op.cpu = [](const KernelCall& call) {
-    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
-    if (call.blocked != 0)
-      kernels::max_pool2d_select_blocked(call.inputs[0], call.inputs[1], call.outputs[0], g,
-                                         call.blocked);
-    else
-      kernels::max_pool2d_select(call.inputs[0], call.inputs[1], call.outputs[0], g);
-  };
+  op.cpu = max_pair_kernel(kernels::max_pool2d_select, kernels::max_pool2d_select_blocked);
   op.cpu_blocked = max_pool_blocked;
   return op;
 }
