@@ -220,10 +220,8 @@ class TileEvaluator {
         double lanes[kLanes];
         std::fill_n(lanes, kLanes, rule.identity);
         fold_lanes(r, count, lanes);
-        for (std::int64_t l = 0; l < kLanes; ++l) {
-          double& o = acc[static_cast<std::size_t>(at + l * lane_io_->reduced_lane_stride())];
-          o = rule.combine(o, lanes[l]);
-        }
+        rule.accumulate_f64(&acc[static_cast<std::size_t>(at)], lane_io_->reduced_lane_stride(),
+                            lanes, kLanes, 1);
         return;
       }
     }
@@ -409,12 +407,12 @@ void run_group(const FusedGroup& g, const KernelCall& call, const LaneView* lane
   for (std::size_t r = 0; r < partial.size(); ++r) {
     const ReductionRule& rule = reductions[r]->op->reduction;
     T* out = call.outputs[g.outputs.size() + r].template data<T>();
-    for (std::int64_t o = 0; o < reduced; ++o) {
-      double total = rule.identity;
-      for (const auto& acc : partial[r])
-        total = rule.combine(total, acc[static_cast<std::size_t>(o)]);
-      out[o] = static_cast<T>(total);
-    }
+    // Each output combines the blocks in order, a block's outputs in one vector loop (not a
+    // combine call per output and block, on one thread while the others wait).
+    std::vector<double> total(static_cast<std::size_t>(reduced), rule.identity);
+    for (const auto& acc : partial[r]) rule.accumulate_f64(total.data(), 1, acc.data(), reduced, 1);
+    for (std::int64_t o = 0; o < reduced; ++o)
+      out[o] = static_cast<T>(total[static_cast<std::size_t>(o)]);
   }
 }
 
