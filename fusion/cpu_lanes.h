@@ -3,9 +3,10 @@
 // convolution and a group, or between two groups, needs no reorder. Such a group runs over
 // the iteration space [B, C / 16, H, W, 16] instead of [B, C, H, W]: a blocked value is read
 // and written in place, in its own order (the 16 channels of a pixel side by side); a value
-// kept in NCHW is read and written through strides (a per-channel value is a pattern of 16
-// that repeats over the pixels of a block, gathered once a block); a reduction that keeps the
-// channels folds each tile into 16 accumulators, one per channel of the block.
+// kept in NCHW through strides over the new space (LaneTileIo: a per-channel value as a
+// pattern of 16 that repeats over the pixels of a block, gathered once a block; an image's
+// 16 planes through transposes); a reduction that keeps the channels folds each tile into 16
+// accumulators, one per channel of the block.
 #pragma once
 
 #include <cstdint>
