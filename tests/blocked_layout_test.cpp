@@ -15,6 +15,7 @@
 #include "backends/cpu/blocked_layout.h"
 #include "graph/autograd.h"
 #include "graph/nn/batch_norm.h"
+#include "graph/testing/random_graph.h"
 #include "graph/ops.h"
 #include "tests/support.h"
 
@@ -100,6 +101,32 @@ TEST_CASE("blocked values on the CPU: the NCHW results, forward and gradients") 
       CHECK(std::memcmp(three.at(name).raw(), one.at(name).raw(), tensor.nbytes()) == 0);
     }
   }
+}
+
+TEST_CASE("blocked values: random elementwise DAGs over [B, C, H, W] give the NCHW results") {
+  // Values passed between fused groups are blocked (lane views, fusion/cpu_lanes.h): random
+  // broadcasts (per-channel, per-image, per-pixel values), sums and maxima over each axis
+  // inside the DAG, several outputs, and every input's gradient, on shapes whose planes are
+  // whole tiles, several tiles or less than one.
+  const Shape shapes[] = {Shape{9, 32, 16, 16}, Shape{44, 32, 7, 7}, Shape{3, 16, 40, 37}};
+  std::int64_t blocked_total = 0;
+  for (std::uint64_t seed = 0; seed < 48; ++seed) {
+    CAPTURE(seed);
+    const Shape& base = shapes[seed % 3];
+    Graph g;
+    testing::build_with_gradients(g, 500 + seed, 6 + static_cast<int>(seed % 15), DType::f32,
+                                  &base);
+    const std::vector<Feed> feeds = test::random_feeds(g, 31 + seed);
+    std::int64_t count = 0;
+    const Outputs blocked = run_with(g, feeds, true, 2, &count);
+    const Outputs nchw = run_with(g, feeds, false, 2, nullptr);
+    blocked_total += count;
+    for (const auto& [name, tensor] : nchw) {
+      CAPTURE(name);
+      check_close(blocked.at(name), tensor);
+    }
+  }
+  CHECK(blocked_total > 0);
 }
 
 TEST_CASE("blocked values: none that leaves the program or that a kernel cannot take") {

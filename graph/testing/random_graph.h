@@ -23,10 +23,11 @@ class RandomGraphBuilder {
  public:
   explicit RandomGraphBuilder(std::uint64_t seed) : rng_(seed) {}
 
-  // Builds into `g`: 2-4 inputs of shapes broadcastable to a random base shape, `ops` ops.
-  RandomGraph build(Graph& g, int ops, DType dtype = DType::f32) {
+  // Builds into `g`: 2-4 inputs of shapes broadcastable to a base shape (`base`, else a random
+  // one), `ops` ops.
+  RandomGraph build(Graph& g, int ops, DType dtype = DType::f32, const Shape* base = nullptr) {
     RandomGraph r;
-    base_ = random_base();
+    base_ = base != nullptr ? *base : random_base();
     const int n_inputs = 2 + static_cast<int>(pick(3));
     for (int i = 0; i < n_inputs; ++i) {
       r.input_names.push_back("in" + std::to_string(i));
@@ -118,9 +119,9 @@ class RandomGraphBuilder {
 // A random graph as the differential tests use it: its values as outputs "out<i>", and the
 // gradients of a weighted sum of them with respect to every input as "grad<i>".
 inline RandomGraph build_with_gradients(Graph& g, std::uint64_t seed, int ops,
-                                        DType dtype = DType::f32) {
+                                        DType dtype = DType::f32, const Shape* base = nullptr) {
   RandomGraphBuilder builder(seed);
-  RandomGraph r = builder.build(g, ops, dtype);
+  RandomGraph r = builder.build(g, ops, dtype, base);
   Value loss = sum_all(r.outputs[0]);
   for (std::size_t i = 0; i < r.outputs.size(); ++i) {
     g.output("out" + std::to_string(i), r.outputs[i]);
