@@ -134,7 +134,7 @@ TEST_CASE("autocast golden: the lenet step's values and their dtypes in bf16") {
   CHECK(census.at("sub:f32") >= static_cast<int>(s.params.size()));
 }
 
-TEST_CASE("autocast golden: the char-lstm step (Adam) keeps the optimizer and the LSTM fp32") {
+TEST_CASE("autocast golden: the char-lstm step (Adam): the LSTM 16-bit, the optimizer fp32") {
   Step s;
   char_lstm_step(s);
   const Graph before = eliminate_dead_code(s.graph);
@@ -143,11 +143,12 @@ TEST_CASE("autocast golden: the char-lstm step (Adam) keeps the optimizer and th
     check_step_invariants(before, after, low);
     const std::map<std::string, int> census = dtype_census(after);
     const std::string l(dtype_name(low));
-    // The LSTM's policy is fp32 (graph/ops/recurrent_ops.cpp says why); the GEMMs of the
-    // embedding and the head around it are 16-bit.
-    CHECK(census.at("lstm_sequence:f32") == 1);
-    CHECK(census.at("lstm_sequence_grad:f32") == 1);
-    CHECK(census.count("lstm_sequence:" + l) == 0);
+    // The LSTM's recurrence, its weight's gradient GEMM and the GEMMs of the embedding and
+    // the head around it are 16-bit.
+    CHECK(census.at("lstm_sequence:" + l) == 1);
+    CHECK(census.at("lstm_sequence_grad:" + l) == 1);
+    CHECK(census.count("lstm_sequence:f32") == 0);
+    CHECK(census.count("lstm_sequence_grad:f32") == 0);
     CHECK(census.at("matmul:" + l) >= 3);
     CHECK(census.count("matmul:f32") == 0);
     CHECK(census.at("sqrt:f32") == static_cast<int>(s.params.size()));  // Adam's denominators

@@ -124,11 +124,13 @@ void ops::register_recurrent_ops(std::vector<OpDef>& table) {
   forward.infer = infer_lstm_sequence;
   forward.grad = lstm_sequence_backward;
   forward.cpu = lstm_sequence_cpu;
-  // fp32 by measurement: the fused LSTM kernels run bf16/f16 correctly (backends_tests), but
-  // their 16-bit forms are slower than the f32 ones on the H200 (char-lstm step 1.3-1.6x, the
-  // backward kernel alone 1.0 ms against a whole f32 step of 1.07 ms): the LSTM stays fp32,
-  // the GEMMs around it (embedding, head) go 16-bit.
-  forward.autocast = AutocastPolicy::fp32;
+  // 16-bit under autocast, as PyTorch's autocast runs cuDNN's LSTM: on the GPU, bf16 and f16
+  // with H % 16 == 0 run the tensor-core recurrence (backends/cuda/lstm.h). H200, device ms
+  // at batch 64 / 256 against the fp32 policy: char-lstm bf16 0.951 / 3.44 -> 0.477 / 0.678,
+  // row-lstm 0.357 / 0.924 -> 0.235 / 0.287, the same accuracy (bench/README.md). Other H
+  // take the 16-bit step kernels, which are slower than their f32 forms (char-lstm's step
+  // 1.3-1.6x when they were measured).
+  forward.autocast = AutocastPolicy::low;
   table.push_back(std::move(forward));
   OpDef backward{.id = OpId::lstm_sequence_grad,
                  .kind = OpKind::other,
@@ -136,7 +138,7 @@ void ops::register_recurrent_ops(std::vector<OpDef>& table) {
                  .attrs = {"steps", "reverse"}};
   backward.infer = infer_lstm_sequence_grad;
   backward.cpu = lstm_sequence_grad_cpu;  // no gradient: lstm_sequence's gradient check covers it
-  backward.autocast = AutocastPolicy::fp32;
+  backward.autocast = AutocastPolicy::low;
   table.push_back(std::move(backward));
 }
 
