@@ -215,7 +215,7 @@ class TileEvaluator {
     operand(r.value, src, step, literal);
     const ReductionRule& rule = r.op->reduction;
     if constexpr (std::is_same_v<T, float>) {
-      const std::int64_t at = lane_io_ ? lane_io_->reduced_at(start) : -1;
+      const std::int64_t at = reduced_at(start);
       if (at >= 0) {  // into 16 lanes, each combined into its channel's output
         double lanes[kLanes];
         std::fill_n(lanes, kLanes, rule.identity);
