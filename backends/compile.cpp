@@ -134,11 +134,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
       dump_after("stage_reductions", g);
     }
     // The GEMMs' bias and ReLU epilogues (fusion/gemm_epilogues.h): on the GPU cuBLASLt's,
-    // for bf16/f16 products; on the CPU f32 products', each block's rows while in cache.
+    // for bf16/f16 products; on the CPU f32 products', each block's rows while in cache, and
+    // f32 convolutions' (oneDNN's post-ops, kiln's kernels per output plane).
     if (options.fuse) {
       const bool cpu = options.device.is_cpu();
-      g = eliminate_dead_code(
-          fuse_gemm_epilogues(g, nullptr, {.f32_products = cpu, .low_products = !cpu}));
+      g = eliminate_dead_code(fuse_gemm_epilogues(
+          g, nullptr, {.f32_products = cpu, .low_products = !cpu, .convolutions = cpu}));
       verify(g);
       dump_after("gemm_epilogues", g);
     }

@@ -1,5 +1,6 @@
-// The GEMM epilogue pass: matches matmul -> (add bias [, relu]) groups and re-emits the graph
-// with matmul_bias nodes in their place (the matmuls they replace become dead code).
+// The GEMM epilogue pass: matches matmul -> (add bias [, relu]) groups, and on the CPU conv2d ->
+// (add bias [, relu]) ones, and re-emits the graph with matmul_bias and conv2d_bias nodes in
+// their place (the products they replace become dead code).
 #include "fusion/gemm_epilogues.h"
 
 #include <cstdlib>
@@ -24,12 +25,29 @@ struct Epilogue {
 // Whether group node `f` is `product + bias [, relu]` of the matmul it reads, the bias read
 // along each row, as it is or cast to the product's dtype first (autocast without weight
 // copies: the cast becomes a node of its own, so that both forms round the bias alike).
+// A product the pass takes: a 2-D matmul of a dtype the options take, or (options.convolutions)
+// an f32 convolution's forward; its bias runs along axis 1 either way.
+bool takes_product(const Node& m, GemmEpilogueOptions options) {
+  const DType dtype = m.outputs[0].dtype;
+  if (m.op->id == OpId::conv2d) return options.convolutions && dtype == DType::f32;
+  return m.op->id == OpId::matmul && m.outputs[0].shape.rank() == 2 &&
+         (is_low_precision(dtype) ? options.low_products : options.f32_products);
+}
+
+// Whether input b of a group over `shape` reads Cout = shape[1] contiguous values along axis 1.
+bool bias_along_channels(const FusedInput& b, const Shape& shape) {
+  if (b.offset != 0 || b.type.shape.numel() != shape[1]) return false;
+  for (std::size_t d = 0; d < shape.rank(); ++d)
+    if (shape[d] > 1 && b.strides[d] != (d == 1 ? 1 : 0)) return false;
+  return true;
+}
+
 std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& readers,
                               GemmEpilogueOptions options) {
   const FusedGroup* body = fused_group_of(g.node(f));
   if (body == nullptr || body->reduction || body->staged() || body->outputs.size() != 1 ||
       body->inputs.size() != 2 || body->instrs.empty() || body->instrs.size() > 3 ||
-      body->shape.rank() != 2 || body->compute != DType::f32)
+      body->shape.rank() < 2 || body->compute != DType::f32)
     return std::nullopt;
   const bool cast_bias = body->instrs[0].op->id == OpId::cast;
   const std::size_t at = cast_bias ? 1 : 0;  // the add
@@ -46,7 +64,6 @@ std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& rea
   const Operand& out = body->outputs[0];
   if (out.kind != Operand::Kind::instr || out.index != static_cast<int>(body->instrs.size()) - 1)
     return std::nullopt;
-  const std::int64_t n = body->shape[1];
   for (int side = 0; side < 2; ++side) {
     const Operand& product_op = add.args[static_cast<std::size_t>(side)];
     const Operand& bias_op = add.args[static_cast<std::size_t>(1 - side)];
@@ -59,18 +76,16 @@ std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& rea
     const FusedInput& b = body->inputs[static_cast<std::size_t>(bias)];
     const ValueRef pref = g.node(f).inputs[static_cast<std::size_t>(product_op.index)];
     const Node& m = g.node(pref.node);
-    if (m.op->id != OpId::matmul || m.outputs[0].shape != body->shape || p.offset != 0 ||
+    if (!takes_product(m, options) || m.outputs[0].shape != body->shape || p.offset != 0 ||
         !p.contiguous(body->shape) || readers[static_cast<std::size_t>(pref.node)] != 1)
       continue;
     const DType dtype = m.outputs[0].dtype;
-    if (!(is_low_precision(dtype) ? options.low_products : options.f32_products) ||
-        add.dtype != dtype || body->operand_dtype(out) != dtype ||
-        (cast_bias && body->instrs[0].dtype != dtype) ||
-        (!cast_bias && b.type.dtype != dtype && b.type.dtype != DType::f32))
+    const bool conv = m.op->id == OpId::conv2d;  // its bias: the product's dtype, not cast
+    if (add.dtype != dtype || body->operand_dtype(out) != dtype ||
+        (cast_bias && (conv || body->instrs[0].dtype != dtype)) ||
+        (!cast_bias && b.type.dtype != dtype && (conv || b.type.dtype != DType::f32)))
       continue;
-    if (b.offset != 0 || b.type.shape.numel() != n || b.strides[0] != 0 ||
-        (n > 1 && b.strides[1] != 1))
-      continue;
+    if (!bias_along_channels(b, body->shape)) continue;
     return Epilogue{pref.node, g.node(f).inputs[static_cast<std::size_t>(bias)], relu, cast_bias};
   }
   return std::nullopt;
@@ -110,7 +125,7 @@ Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report, GemmEpilogue
         cast.attrs.set("dtype", std::string(dtype_name(to)));
         bias = out.add_node(std::move(cast));
       }
-      Node gemm{.op = &op_def("matmul_bias"),
+      Node gemm{.op = &op_def(m.op->id == OpId::conv2d ? "conv2d_bias" : "matmul_bias"),
                 .inputs = {remap.at(m.inputs[0]), remap.at(m.inputs[1]), bias},
                 .attrs = m.attrs,
                 .outputs = n.outputs};

@@ -14,6 +14,13 @@
 // only (graph/ops/matmul_ops.cpp adds the bias to each block of C while it is in cache, the
 // same bits as the unfused ops; a bf16 product would be rounded once instead of twice, and the
 // CPU's fused bf16 step equals its unfused one).
+//
+// With `convolutions` (the CPU's policy), an f32 conv2d read only by such a group over its
+// [B, C, H, W] output, the bias [C] (any shape of C values, read along the channels), becomes
+// one conv2d_bias node: oneDNN's kernel adds the bias and applies ReLU as it stores (its bias
+// argument and ReLU post-op), kiln's direct and im2col kernels each output plane while it is
+// in cache; the same bits as the three ops (conv_epilogue_test). The GPU's convolutions keep
+// their groups (issue 17: the fusion compiler will write their epilogues).
 #pragma once
 
 #include "graph/graph.h"
@@ -23,7 +30,8 @@ namespace kiln {
 struct FusionReport;  // fusion/fuse.h: its groups follow the new node ids when given
 struct GemmEpilogueOptions {
   bool f32_products = true;
-  bool low_products = true;  // bf16 and f16 products
+  bool low_products = true;   // bf16 and f16 products
+  bool convolutions = false;  // f32 convolutions' forwards (the CPU's)
 };
 Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report = nullptr,
                           GemmEpilogueOptions options = {});

@@ -12,15 +12,16 @@ namespace kiln {
 // clang-format off
 #define KILN_OP_IDS(X)                                                                      \
   X(input) X(variable) X(fill) X(tensor_constant) X(fused)                                  \
-  X(add) X(sub) X(mul) X(div) X(maximum) X(greater) X(equal) X(select)                     \
+  X(add) X(sub) X(mul) X(div) X(maximum) X(greater) X(equal) X(select)                      \
   X(neg) X(exp) X(log) X(sqrt)                                                              \
   X(relu) X(tanh) X(gelu) X(broadcast_to) X(detach)                                         \
   X(reduce_sum) X(reduce_max)                                                               \
   X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad)                              \
   X(gather_rows) X(scatter_add_rows)                                                        \
-  X(matmul) X(matmul_bias) X(conv2d) X(conv2d_grad_input) X(conv2d_grad_weight)             \
+  X(matmul) X(matmul_bias) X(conv2d) X(conv2d_bias) X(conv2d_grad_input)                    \
+  X(conv2d_grad_weight)                                                                     \
   X(max_pool2d) X(max_pool2d_grad) X(max_pool2d_select) X(avg_pool2d) X(avg_pool2d_grad)    \
-  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)             \
+  X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)               \
   X(layer_norm) X(layer_norm_grad) X(cast)
 // clang-format on
 

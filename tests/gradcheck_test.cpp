@@ -491,6 +491,7 @@ TEST_CASE("every op of the table has a gradient check") {
   checked.insert("layer_norm_grad");     // likewise, checked through layer_norm's case
   checked.insert("cast");                // rounds: low_precision_test checks its gradient exactly
   checked.insert("matmul_bias");  // made after autograd (fusion/gemm_epilogues.h): no gradient
+  checked.insert("conv2d_bias");  // likewise
   for (const auto& cases : {elementwise_cases(), structural_cases()})
     for (const GradCase& c : cases) checked.insert(c.op);
   for (const OpDef* op : all_ops()) {

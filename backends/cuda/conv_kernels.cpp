@@ -282,4 +282,10 @@ gpu::KernelSource conv_splitk_sum_source(DType dtype) {
                          {{"KILN_T", cuda_type_name(dtype)}});
 }
 
+gpu::KernelSource conv_bias_source(DType dtype) {
+  return embedded_kernel(fmt::format("kiln_conv_bias_{}", dtype_name(dtype)),
+                         kernel_files::conv_cuh, "KILN_CONV_BIAS",
+                         {{"KILN_T", cuda_type_name(dtype)}});
+}
+
 }  // namespace kiln::cuda

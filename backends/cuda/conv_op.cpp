@@ -1,10 +1,13 @@
-// The CUDA op entries of conv2d, conv2d_grad_input and conv2d_grad_weight (conv.h): each
-// pass's geometry from the node, its launch, its kernels and its workspace.
+// The CUDA op entries of conv2d, conv2d_bias, conv2d_grad_input and conv2d_grad_weight
+// (conv.h): each pass's geometry from the node, its launch, its kernels and its workspace.
+#include <fmt/format.h>
+
 #include <tuple>
 
 #include "backends/cuda/conv.h"
 #include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
+#include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/op_entry.h"
@@ -91,6 +94,40 @@ CudaOpEntry conv_entry(ConvPass pass) {
   return e;
 }
 
+// conv2d_bias: the forward pass, then its epilogue over the stored output (kernels/conv.cuh);
+// the CPU's epilogue pass makes these nodes, the GPU's policy keeps the bias in a fused group
+// (issue 17's generated convolution epilogues will take it into the pass itself).
+CudaOpEntry conv_bias_entry() {
+  CudaOpEntry e = conv_entry(ConvPass::forward);
+  e.prepare = [forward = e.prepare](const LaunchSetup& s) -> Launch {
+    const Launch convolution = forward(s);
+    const DType dtype = s.input_types[0].dtype;
+    const Shape& y = s.node.outputs[0].shape;
+    const DeviceKernel* epilogue =
+        &device_kernel(fmt::format("kiln_conv_bias_{}", dtype_name(dtype)),
+                       [&] { return conv_bias_source(dtype); });
+    const long long plane = y[2] * y[3], channels = y[1], n = y.numel();
+    const int relu = s.node.attrs.integer("relu") != 0 ? 1 : 0;
+    void* out = s.outputs[0];
+    const void* bias = s.inputs[2];
+    return [=](gpu::Stream st) {
+      convolution(st);
+      void* y_ptr = out;
+      const void* bias_ptr = bias;
+      long long plane_v = plane, channels_v = channels, n_v = n;
+      int relu_v = relu;
+      void* args[] = {&y_ptr, &bias_ptr, &plane_v, &channels_v, &n_v, &relu_v};
+      launch_items(*epilogue, n, st, args);
+    };
+  };
+  e.sources = [sources = e.sources](const Node& n, const InputTypes& in) {
+    std::vector<gpu::KernelSource> all = sources(n, in);
+    all.push_back(conv_bias_source(in[0].dtype));
+    return all;
+  };
+  return e;
+}
+
 // Every tile the choice can return for each pass and floating dtype (bf16/f16 grad_weight
 // also with f32 partials), the split-K sum, the im2col fallback's kernels, and fill
 // (grad_weight zeroes dW where the batch is empty).
@@ -150,6 +187,8 @@ std::vector<gpu::KernelSource> every_conv_source() {
   for (DType t :
        {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16})
     all.push_back(fill_source(t));
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    all.push_back(conv_bias_source(t));
   return all;
 }
 
@@ -158,7 +197,8 @@ std::vector<gpu::KernelSource> every_conv_source() {
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;
   if (!is_low_precision(dtype)) return false;
-  const ConvPass pass = conv.op->id == OpId::conv2d ? ConvPass::forward : ConvPass::grad_weight;
+  const ConvPass pass =
+      conv.op->id == OpId::conv2d_grad_weight ? ConvPass::grad_weight : ConvPass::forward;
   const InputTypes in(inputs.begin(), inputs.end());
   return conv_reads_channels_last(geometry_of(pass, conv, in), dtype, pass);
 }
@@ -166,6 +206,7 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
 void add_conv_ops(CudaOpTable& table) {
   table[OpId::conv2d] = conv_entry(ConvPass::forward);
   table[OpId::conv2d].every_source = every_conv_source;
+  table[OpId::conv2d_bias] = conv_bias_entry();
   table[OpId::conv2d_grad_input] = conv_entry(ConvPass::grad_input);
   table[OpId::conv2d_grad_weight] = conv_entry(ConvPass::grad_weight);
 }

@@ -125,6 +125,8 @@ gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a,
 // out[i] = the ordered sum over z of part[z * mn + i] (split-K partials of grad_weight, f32
 // for bf16/f16 outputs).
 gpu::KernelSource conv_splitk_sum_source(DType dtype);
+// conv2d_bias's epilogue over the forward's stored NCHW output (kernels/conv.cuh).
+gpu::KernelSource conv_bias_source(DType dtype);
 
 // pool_kernels.cpp
 enum class PoolKernel { forward, grad, select };

@@ -14,6 +14,7 @@
 
 #include "core/dispatch.h"
 #include "graph/kernels/conv_dnnl.h"
+#include "graph/kernels/conv_epilogue.h"
 #include "graph/kernels/conv_few_channels.h"
 
 namespace kiln::kernels {
@@ -74,7 +75,8 @@ void col2im(const T* col, T* x, const ConvGeometry& g) {
 }
 
 template <class T>
-void forward_typed(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+void forward_typed(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                   const ConvEpilogue& e) {
   const std::int64_t in_size = g.in_channels * g.height * g.width;
   const std::int64_t out_size = g.out_channels * patch_cols(g);
   ConstMatrixMap<T> weight(w.data<T>(), g.out_channels, patch_rows(g));
@@ -86,6 +88,9 @@ void forward_typed(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeomet
       im2col(x.data<T>() + b * in_size, col.data(), g);
       MatrixMap<T> out(y.data<T>() + b * out_size, g.out_channels, patch_cols(g));
       out.noalias() = weight * ConstMatrixMap<T>(col.data(), patch_rows(g), patch_cols(g));
+      if (!e.empty())  // each channel's row while the image's output is in cache
+        for (std::int64_t o = 0; o < g.out_channels; ++o)
+          apply_conv_epilogue(out.row(o).data(), patch_cols(g), e, o);
     }
   }
 }
@@ -186,11 +191,13 @@ bool library(ConvPass pass, DType dtype, const ConvGeometry& g) {
 }
 }  // namespace
 
-std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g) {
+std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g,
+                               const ConvEpilogue& epilogue) {
   // bf16/f16 passes reach the kernels widened to f32 (backends/cpu/low_precision.cpp).
   const DType runs = is_low_precision(dtype) ? DType::f32 : dtype;
   if (direct(pass, g)) return "kiln direct";
-  return library(pass, runs, g) ? "oneDNN " + dnnl_conv2d_implementation(g, pass) : "kiln im2col";
+  return library(pass, runs, g) ? "oneDNN " + dnnl_conv2d_implementation(g, pass, epilogue)
+                                : "kiln im2col";
 }
 
 std::uint32_t conv2d_blocked(ConvPass pass, DType dtype, const ConvGeometry& g) {
@@ -198,12 +205,12 @@ std::uint32_t conv2d_blocked(ConvPass pass, DType dtype, const ConvGeometry& g) 
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
-                    std::uint32_t blocked) {
-  if (blocked != 0) return dnnl_conv2d_forward(x, w, y, g, blocked);
-  if (use_few_channels(g)) return few_channels_forward(x, w, y, g);
-  if (use_dnnl(x.dtype())) return dnnl_conv2d_forward(x, w, y, g);
+                    std::uint32_t blocked, const ConvEpilogue& epilogue) {
+  if (blocked != 0) return dnnl_conv2d_forward(x, w, y, g, blocked, epilogue);
+  if (use_few_channels(g)) return few_channels_forward(x, w, y, g, epilogue);
+  if (use_dnnl(x.dtype())) return dnnl_conv2d_forward(x, w, y, g, 0, epilogue);
   visit_floating(x.dtype(), "conv2d",
-                 [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g); });
+                 [&](auto zero) { forward_typed<decltype(zero)>(x, w, y, g, epilogue); });
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g,

@@ -18,6 +18,16 @@ struct ConvGeometry {
 ConvGeometry conv_geometry(const Shape& x, const Shape& w, std::int64_t stride,
                            std::int64_t padding);
 
+// What a forward pass applies to each output value before it stores it (conv2d_bias's
+// epilogue): + bias[o] (one value per output channel, of the convolution's dtype), then ReLU
+// as the relu op computes it (v > 0 ? v : 0, so NaN becomes 0). The result is the same bits as
+// the convolution stored and the two ops run after it.
+struct ConvEpilogue {
+  const Tensor* bias = nullptr;
+  bool relu = false;
+  bool empty() const { return bias == nullptr && !relu; }
+};
+
 // While one lives, this thread's convolutions use kiln's own kernels, whose results are the
 // same bits for any thread count (oneDNN's reductions are split by thread).
 class ReproducibleConvolutions {
@@ -44,7 +54,9 @@ enum class ConvPass { forward, grad_input, grad_weight };
 // The kernel a pass of this dtype and geometry runs on this thread now (in its reproducible
 // mode or not): "oneDNN <its implementation>", e.g. "oneDNN jit_wino_4x3:avx512_core", or
 // "kiln im2col"; KILN_PROFILE=groups names it beside each convolution.
-std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g);
+// With an epilogue (conv2d_bias): where kiln applies it after oneDNN's kernel, the name says so.
+std::string conv2d_kernel_name(ConvPass pass, DType dtype, const ConvGeometry& g,
+                               const ConvEpilogue& epilogue = {});
 
 // The activations (KernelCall::blocked's bits) this pass can read or write in oneDNN's
 // 16-channel blocked layout: those of an f32 pass that oneDNN runs in that layout, outside the
@@ -53,7 +65,7 @@ std::uint32_t conv2d_blocked(ConvPass pass, DType dtype, const ConvGeometry& g);
 
 // `blocked`: the arguments already in that layout (a subset of conv2d_blocked's).
 void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
-                    std::uint32_t blocked = 0);
+                    std::uint32_t blocked = 0, const ConvEpilogue& epilogue = {});
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvGeometry& g,
                            std::uint32_t blocked = 0);
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw, const ConvGeometry& g,

@@ -4,6 +4,8 @@
 // Winograd's F(4x4, 3x3) where oneDNN implements it (winograd_fits).
 #include "graph/kernels/conv_dnnl.h"
 
+#include "graph/kernels/conv_epilogue.h"
+
 #include <omp.h>
 
 #include <cstdlib>
@@ -52,9 +54,26 @@ Window window(const ConvGeometry& g) {
            (g.out_w - 1) * g.stride + g.kernel_w - g.width - g.padding}};
 }
 
+// The epilogues a forward plan can be made with (conv_cpu.h's ConvEpilogue): bits.
+constexpr int kWithBias = 1, kWithRelu = 2;
+constexpr int kKilnEpilogue = 4;  // in a plan's key: kiln applies it (DnnlWithoutPostOps)
+int epilogue_bits(const ConvEpilogue& e) {
+  return (e.bias != nullptr ? kWithBias : 0) | (e.relu ? kWithRelu : 0);
+}
+
 dnnl::convolution_forward::desc forward_desc(const ConvGeometry& g, Tag tag,
-                                             dnnl::algorithm algorithm) {
+                                             dnnl::algorithm algorithm, bool with_bias = false) {
   const Window s = window(g);
+  if (with_bias)
+    return {dnnl::prop_kind::forward_training,
+            algorithm,
+            src_desc(g, tag),
+            weight_desc(g, tag),
+            memory::desc({g.out_channels}, memory::data_type::f32, Tag::x),
+            dst_desc(g, tag),
+            s.strides,
+            s.padding,
+            s.padding_end};
   return {dnnl::prop_kind::forward_training,
           algorithm,
           src_desc(g, tag),
@@ -63,6 +82,24 @@ dnnl::convolution_forward::desc forward_desc(const ConvGeometry& g, Tag tag,
           s.strides,
           s.padding,
           s.padding_end};
+}
+
+// The epilogue as post-ops, which oneDNN applies to the finished sums: the bias as a binary
+// add of a [1, Cout, 1, 1] tensor (its bias argument was added into the first block of input
+// channels' sums, which rounds differently), then ReLU, whose oneDNN form with alpha 0 is
+// max(v, 0) with 0 as the second operand, so NaN becomes 0 as in kiln's relu. The same bits
+// as the ops run apart, NaN included (conv_epilogue_test).
+memory::desc bias_desc(const ConvGeometry& g) {
+  return {{1, g.out_channels, 1, 1}, memory::data_type::f32, Tag::abcd};
+}
+
+dnnl::primitive_attr epilogue_attr(const ConvGeometry& g, int epilogue) {
+  dnnl::post_ops ops;
+  if (epilogue & kWithBias) ops.append_binary(dnnl::algorithm::binary_add, bias_desc(g));
+  if (epilogue & kWithRelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
 }
 
 // One argument of a convolution: kiln's plain layout, the primitive's (blocked) one, and the
@@ -91,6 +128,8 @@ struct Plan {
   std::vector<Argument> inputs;
   Argument output;
   std::string implementation;  // oneDNN's name for the kernel it chose
+  int epilogue = 0;            // what the primitive applies (epilogue_bits)
+  bool bias_argument = false;  // the bias as its bias argument, not a post-op
 };
 
 Plan arguments_of(dnnl::primitive convolution, const dnnl::primitive_desc_base& pd,
@@ -160,10 +199,25 @@ bool winograd_fits(const ConvGeometry& g, ConvPass direction) {
   return c * k / (c + k) >= kWinogradMinChannels;
 }
 
-Plan make_plan_with(const ConvGeometry& g, ConvPass direction, dnnl::algorithm algorithm) {
+Plan make_plan_with(const ConvGeometry& g, ConvPass direction, dnnl::algorithm algorithm,
+                    int epilogue) {
   dnnl::engine& engine = cpu_engine();
   const dnnl::convolution_forward::primitive_desc forward(forward_desc(g, Tag::any, algorithm),
                                                           engine);
+  if (direction == ConvPass::forward && epilogue != 0) {
+    // Winograd's kernel takes no binary post-op; its bias argument is added to each output
+    // tile's finished transform, one rounding as the add op's.
+    const bool bias_argument =
+        algorithm == dnnl::algorithm::convolution_winograd && (epilogue & kWithBias);
+    const dnnl::convolution_forward::primitive_desc fused(
+        bias_argument ? forward_desc(g, Tag::any, algorithm, true)
+                      : forward_desc(g, Tag::any, algorithm),
+        epilogue_attr(g, bias_argument ? epilogue & ~kWithBias : epilogue), engine);
+    Plan plan = plan_of(dnnl::convolution_forward(fused), fused, g, direction);
+    plan.epilogue = epilogue;
+    plan.bias_argument = bias_argument;
+    return plan;
+  }
   if (direction == ConvPass::forward)
     return plan_of(dnnl::convolution_forward(forward), forward, g, direction);
   const Window s = window(g);
@@ -183,32 +237,65 @@ Plan make_plan_with(const ConvGeometry& g, ConvPass direction, dnnl::algorithm a
 
 // Winograd where it fits and this processor has it (oneDNN reports "unimplemented"
 // otherwise, e.g. without AVX-512), else the direct convolution.
-Plan make_plan(const ConvGeometry& g, ConvPass direction) {
+Plan make_plan(const ConvGeometry& g, ConvPass direction, int epilogue) {
   if (winograd_fits(g, direction)) {
     try {
-      return make_plan_with(g, direction, dnnl::algorithm::convolution_winograd);
+      return make_plan_with(g, direction, dnnl::algorithm::convolution_winograd, epilogue);
     } catch (const dnnl::error& e) {
       if (e.status != dnnl_unimplemented) throw;
     }
   }
-  return make_plan_with(g, direction, dnnl::algorithm::convolution_direct);
+  return make_plan_with(g, direction, dnnl::algorithm::convolution_direct, epilogue);
 }
 
-auto geometry_key(const ConvGeometry& g, ConvPass direction) {
+auto geometry_key(const ConvGeometry& g, ConvPass direction, int epilogue) {
   return std::make_tuple(g.batch, g.in_channels, g.height, g.width, g.out_channels, g.kernel_h,
-                         g.kernel_w, g.stride, g.padding, static_cast<int>(direction));
+                         g.kernel_w, g.stride, g.padding, static_cast<int>(direction), epilogue);
+}
+
+const Plan& make_cached_plan(const ConvGeometry& g, ConvPass direction, int epilogue);
+
+// A forward plan with its epilogue where oneDNN runs it in the kernel and layouts the plain
+// convolution runs in (one that takes no post-op, or a slower kernel chosen for it, would cost more
+// than the pass over the output it saves); else the plain plan (epilogue 0: execute applies it).
+Plan plan_with_epilogue(const ConvGeometry& g, int epilogue) {
+  const Plan& plain = make_cached_plan(g, ConvPass::forward, 0);
+  if (epilogue & kKilnEpilogue) return plain;
+  try {
+    Plan fused = make_plan(g, ConvPass::forward, epilogue);
+    bool same =
+        fused.implementation == plain.implementation && fused.output.chosen == plain.output.chosen;
+    for (std::size_t i = 0; i < 2; ++i)
+      same = same && fused.inputs[i].chosen == plain.inputs[i].chosen;
+    if (same) return fused;  // and so the same layouts (conv2d_blocked's bits hold for both)
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+  }
+  return plain;
 }
 
 // Plans are made once per geometry (making one JIT-compiles its code) and shared by every
 // program of the process; a primitive may run on several threads at once.
-const Plan& cached_plan(const ConvGeometry& g, ConvPass direction) {
-  static std::mutex mutex;
-  static std::map<decltype(geometry_key(g, direction)), Plan> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto key = geometry_key(g, direction);
+const Plan& make_cached_plan(const ConvGeometry& g, ConvPass direction, int epilogue) {
+  static std::recursive_mutex mutex;  // a fused plan looks up the plain one
+  static std::map<decltype(geometry_key(g, direction, epilogue)), Plan> cache;
+  const std::lock_guard<std::recursive_mutex> lock(mutex);
+  auto key = geometry_key(g, direction, epilogue);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_plan(g, direction)).first;
+  if (it == cache.end())
+    it = cache
+             .emplace(key,
+                      epilogue != 0 ? plan_with_epilogue(g, epilogue) : make_plan(g, direction, 0))
+             .first;
   return it->second;
+}
+
+thread_local bool post_ops_allowed = true;  // DnnlWithoutPostOps
+
+const Plan& cached_plan(const ConvGeometry& g, ConvPass direction, int epilogue = 0) {
+  if (direction != ConvPass::forward) epilogue = 0;
+  if (epilogue != 0 && !post_ops_allowed) epilogue |= kKilnEpilogue;
+  return make_cached_plan(g, direction, epilogue);
 }
 
 // This thread's buffers in the primitives' layouts, one per argument (kept between calls, so
@@ -254,9 +341,38 @@ bool blocked16(const Argument& a) {
          a.chosen == memory::desc(a.plain.dims(), memory::data_type::f32, Tag::aBcd16b);
 }
 
+// The epilogue by kiln over the output the primitive stored, where the plan could not take it:
+// NCHW planes, or blocked [B, C/16, H, W, 16] (lane l of block cb is channel 16 cb + l).
+void apply_epilogue(const ConvGeometry& g, const Tensor& out, bool blocked, const ConvEpilogue& e) {
+  const std::int64_t plane = g.out_h * g.out_w;
+  float* y = static_cast<float*>(out.raw());
+  if (!blocked) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < g.batch * g.out_channels; ++i)
+      apply_conv_epilogue(y + i * plane, plane, e, i % g.out_channels);
+    return;
+  }
+  const std::int64_t blocks = (g.out_channels + 15) / 16;
+  const float* bias = e.bias != nullptr ? e.bias->data<float>() : nullptr;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < g.batch * blocks; ++i) {
+    float lanes[16] = {};
+    const std::int64_t cb = i % blocks;
+    for (std::int64_t l = 0; l < 16 && bias != nullptr; ++l)
+      lanes[l] = cb * 16 + l < g.out_channels ? bias[cb * 16 + l] : 0.0f;
+    float* block = y + i * plane * 16;
+    for (std::int64_t p = 0; p < plane; ++p)
+#pragma omp simd
+      for (std::int64_t l = 0; l < 16; ++l) {
+        const float v = bias != nullptr ? block[p * 16 + l] + lanes[l] : block[p * 16 + l];
+        block[p * 16 + l] = e.relu ? (v > 0.0f ? v : 0.0f) : v;
+      }
+  }
+}
+
 void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const Tensor& in1,
-             const Tensor& out, std::uint32_t blocked) {
-  const Plan& plan = cached_plan(g, direction);
+             const Tensor& out, std::uint32_t blocked, const ConvEpilogue& epilogue = {}) {
+  const Plan& plan = cached_plan(g, direction, epilogue_bits(epilogue));
   dnnl::stream stream(cpu_engine());
   std::unordered_map<int, memory> args;
   const Tensor* inputs[] = {&in0, &in1};
@@ -289,12 +405,22 @@ void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const
   memory result = blocked_out ? memory(plan.output.chosen, cpu_engine(), out.raw())
                               : working_memory(plan.output, out, 2);
   args.emplace(plan.output.id, result);
+  if (plan.epilogue & kWithBias) {  // the first post-op's second operand, or the bias argument
+    const memory bias(plan.bias_argument
+                          ? memory::desc({g.out_channels}, memory::data_type::f32, Tag::x)
+                          : bias_desc(g),
+                      cpu_engine(), const_cast<void*>(epilogue.bias->raw()));
+    args.emplace(
+        plan.bias_argument ? DNNL_ARG_BIAS : DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+        bias);
+  }
   plan.convolution.execute(stream, args);
   if (plan.output.reorder && !blocked_out) {
     memory plain(plan.output.plain, cpu_engine(), out.raw());
     run_reorder(*plan.output.reorder, stream, result, plain);
   }
   stream.wait();
+  if (plan.epilogue != epilogue_bits(epilogue)) apply_epilogue(g, out, blocked_out, epilogue);
   // A reordered dy is kept (its buffer swapped out of its slot) for the pass right after.
   scratch.kept_from = nullptr;
   scratch.kept_storage.reset();
@@ -311,8 +437,14 @@ void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const
 
 }  // namespace
 
-std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass) {
-  return cached_plan(g, pass).implementation;
+DnnlWithoutPostOps::DnnlWithoutPostOps() : previous_(post_ops_allowed) { post_ops_allowed = false; }
+DnnlWithoutPostOps::~DnnlWithoutPostOps() { post_ops_allowed = previous_; }
+
+std::string dnnl_conv2d_implementation(const ConvGeometry& g, ConvPass pass,
+                                       const ConvEpilogue& epilogue) {
+  const Plan& plan = cached_plan(g, pass, epilogue_bits(epilogue));
+  if (pass != ConvPass::forward || epilogue.empty()) return plan.implementation;
+  return plan.implementation + (plan.epilogue != 0 ? " with its epilogue" : " + kiln's epilogue");
 }
 
 std::uint32_t dnnl_conv2d_blocked(const ConvGeometry& g, ConvPass pass) {
@@ -328,8 +460,8 @@ std::uint32_t dnnl_conv2d_blocked(const ConvGeometry& g, ConvPass pass) {
 }
 
 void dnnl_conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
-                         std::uint32_t blocked) {
-  execute(g, ConvPass::forward, x, w, y, blocked);
+                         std::uint32_t blocked, const ConvEpilogue& epilogue) {
+  execute(g, ConvPass::forward, x, w, y, blocked, epilogue);
 }
 
 void dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,

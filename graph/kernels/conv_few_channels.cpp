@@ -8,6 +8,8 @@
 // better. The sums go in a fixed order for any thread count.
 #include "graph/kernels/conv_few_channels.h"
 
+#include "graph/kernels/conv_epilogue.h"
+
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -95,8 +97,9 @@ struct Blocks {
 // kLanes cells at a time, their sums in registers over all taps. Threads split the batch. kK:
 // the kernel's size where it is square and 3, 4 or 5 (the taps unrolled), else 0 (any: each
 // tap in turn over the whole plane, the sums in memory).
+// The epilogue (conv2d_bias's) is applied to each output row as it is copied out.
 template <int kK, class T>
-void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
+void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g, const ConvEpilogue& e) {
   const Blocks<kK> bl(g);
   const Phases& ph = bl.ph;
   const std::int64_t kw_n = bl.kw_n, taps = bl.taps, blocks = bl.blocks;
@@ -152,10 +155,12 @@ void forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
               std::copy_n(sum[q], kLanes, wide.data() + q * stride + block * kLanes);
           }
         }
-        for (std::int64_t q = 0; q < count; ++q)
+        for (std::int64_t q = 0; q < count; ++q) {
+          T* plane = y + (b * g.out_channels + o0 + q) * g.out_h * g.out_w;
           for (std::int64_t oh = 0; oh < g.out_h; ++oh)
-            copy_row(wide.data() + q * stride + oh * ph.columns, g.out_w,
-                     y + ((b * g.out_channels + o0 + q) * g.out_h + oh) * g.out_w);
+            copy_row(wide.data() + q * stride + oh * ph.columns, g.out_w, plane + oh * g.out_w);
+          apply_conv_epilogue(plane, g.out_h * g.out_w, e, o0 + q);
+        }
       }
     }
   }
@@ -246,11 +251,13 @@ bool few_channels_fits(const ConvGeometry& g) {
          g.out_channels >= 1;
 }
 
-void few_channels_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g) {
+void few_channels_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                          const ConvEpilogue& epilogue) {
   visit_floating(x.dtype(), "conv2d", [&](auto zero) {
     using T = decltype(zero);
-    by_kernel_size(
-        g, [&](auto k) { forward_typed<k.value>(x.data<T>(), w.data<T>(), y.data<T>(), g); });
+    by_kernel_size(g, [&](auto k) {
+      forward_typed<k.value>(x.data<T>(), w.data<T>(), y.data<T>(), g, epilogue);
+    });
   });
 }
 

@@ -10,7 +10,8 @@
 namespace kiln::kernels {
 
 bool few_channels_fits(const ConvGeometry& g);  // 1 to 3 input channels: these compute it
-void few_channels_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g);
+void few_channels_forward(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
+                          const ConvEpilogue& epilogue = {});
 void few_channels_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw,
                                   const ConvGeometry& g);
 

@@ -11,6 +11,8 @@
 namespace kiln {
 namespace {
 
+using kernels::ConvEpilogue;
+
 struct ConvAttrs {
   std::int64_t stride, padding;
 };
@@ -120,6 +122,45 @@ OpDef conv_forward_op() {
   return op;
 }
 
+// conv2d_bias(x, w, bias) = conv2d(x, w) + bias[o] over each output channel o, then ReLU where
+// "relu" = 1: the forward with its epilogue, made after autograd by fuse_gemm_epilogues
+// (fusion/gemm_epilogues.h) from a convolution and the group that adds its bias; so no
+// gradient of its own. The bias: Cout values of x's dtype, any shape ([1, Cout, 1, 1] as the
+// layers reshape it).
+ConvEpilogue epilogue_of(const KernelCall& call) {
+  return {&call.inputs[2], call.node.attrs.integer("relu") != 0};
+}
+
+OpDef conv_bias_op() {
+  OpDef op{.id = OpId::conv2d_bias,
+           .kind = OpKind::conv,
+           .arity = 3,
+           .attrs = {"stride", "padding", "relu"}};
+  op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
+    ops::check_floating_inputs("conv2d_bias", in);
+    const Shape y = conv_output_shape("conv2d_bias", image_shape("conv2d_bias", in[0].shape, attrs),
+                                      in[1].shape, conv_attrs(attrs));
+    KILN_CHECK(in[2].shape.numel() == y[1] && in[2].dtype == in[0].dtype,
+               "conv2d_bias: the bias is {} but the output is {} ({} values of {} expected)",
+               in[2].str(), y.str(), y[1], dtype_name(in[0].dtype));
+    return std::vector<TensorType>{{y, in[0].dtype}};
+  };
+  op.cpu = [](const KernelCall& call) {
+    kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
+                            call.outputs[0], forward_geometry(call), call.blocked,
+                            epilogue_of(call));
+  };
+  op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
+    return blocked_of(kernels::ConvPass::forward, n, in);
+  };
+  op.cpu_kernel_name = [](const KernelCall& call) {
+    return kernels::conv2d_kernel_name(kernels::ConvPass::forward, call.inputs[0].dtype(),
+                                       forward_geometry(call), epilogue_of(call));
+  };
+  op.autocast = AutocastPolicy::keep;
+  return op;
+}
+
 // conv2d_grad_input(dy, w) = dx, with <G, dx> = <conv2d(G, w), dy>.
 OpDef conv_grad_input_op() {
   OpDef op{.id = OpId::conv2d_grad_input,
@@ -215,6 +256,7 @@ void mark_conv_image_channels_last(Attrs& attrs) { attrs.set("channels_last", st
 
 void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_forward_op());
+  table.push_back(conv_bias_op());
   table.push_back(conv_grad_input_op());
   table.push_back(conv_grad_weight_op());
 }

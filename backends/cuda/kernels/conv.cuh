@@ -1,6 +1,7 @@
 // The data-movement kernels of the im2col + cuBLAS convolution fallback: im2col (one thread
 // per patch-matrix element) and col2im as a gather (one thread per input element, no
-// atomics); and the ordered sum of the implicit GEMM's split-K partials. The host defines
+// atomics); the ordered sum of the implicit GEMM's split-K partials; and conv2d_bias's
+// epilogue over a stored NCHW output (bias per channel, then ReLU). The host defines
 // KILN_T (the element type) and the entry it wants as the kernel's name (conv_kernels.cpp).
 // For bf16/f16 the sums are float: col2im gathers a float col (cuBLAS's f32 result) and
 // splitk_sum float partials, and each output is rounded once, where it is stored.
@@ -107,5 +108,20 @@ extern "C" __global__ void KILN_SPLITK_SUM(const kiln::cuda::Wide<KILN_T>::type*
                                            KILN_T* __restrict__ out, int mn, int splits,
                                            int lanes) {
   kiln::cuda::splitk_sum(part, out, mn, splits, lanes);
+}
+#endif
+
+#ifdef KILN_CONV_BIAS
+// y[b, o, :, :] += bias[o], then ReLU (v > 0 ? v : 0, NaN to 0, as the relu op) where relu:
+// in place over the stored output, computed wide and rounded once, as the unfused ops.
+extern "C" __global__ void KILN_CONV_BIAS(KILN_T* __restrict__ y, const KILN_T* __restrict__ bias,
+                                          long long plane, long long channels, long long n,
+                                          int relu) {
+  typedef kiln::cuda::Wide<KILN_T>::type W;
+  KILN_FOR_EACH_ITEM(i, n) {
+    W v = (W)y[i] + (W)bias[(i / plane) % channels];
+    if (relu) v = v > W(0) ? v : W(0);
+    y[i] = KILN_T(v);
+  }
 }
 #endif

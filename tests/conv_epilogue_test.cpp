@@ -1,0 +1,194 @@
+// conv2d_bias, the convolution with its bias and ReLU epilogue (fusion/gemm_epilogues.h with
+// convolutions): the pass's matches, and on the CPU the same bits as the convolution, the bias
+// add and the ReLU run apart, for each of its kernels (kiln's direct and im2col kernels,
+// oneDNN's direct and Winograd kernels with their post-ops or kiln's epilogue after them, in
+// NCHW and blocked layouts), NaN included; on the GPU against the CPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "fusion/fuse.h"
+#include "fusion/gemm_epilogues.h"
+#include "graph/kernels/conv_dnnl.h"
+#include "graph/passes/dead_code.h"
+#include "graph/passes/verify.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+struct Layer {
+  std::int64_t batch, in, height, width, out, kernel, stride, padding;
+};
+
+// y = [relu](conv2d(x, w) + bias), the bias reshaped to [1, Cout, 1, 1] as nn::Conv2d does;
+// with `pooled`, y's 2x2 max pooling instead (which reads oneDNN's blocked output in place).
+Graph conv_layer(const Layer& l, bool relu_too, DType dtype = DType::f32, bool pooled = false) {
+  Graph g;
+  const Value x = g.input("x", {l.batch, l.in, l.height, l.width}, dtype);
+  const Value w = g.input("w", {l.out, l.in, l.kernel, l.kernel}, dtype);
+  const Value bias = reshape(g.input("bias", {l.out}, dtype), {1, l.out, 1, 1});
+  Value y = conv2d(x, w, l.stride, l.padding) + bias;
+  if (relu_too) y = relu(y);
+  g.output("y", pooled ? max_pool2d(y, 2) : y);
+  return g;
+}
+
+Graph with_epilogues(const Graph& g) {
+  const Graph fused = eliminate_dead_code(
+      fuse_gemm_epilogues(fuse(eliminate_dead_code(g)), nullptr, {.convolutions = true}));
+  verify(fused);
+  return fused;
+}
+
+int count(const Graph& g, OpId id) {
+  int c = 0;
+  for (const Node& n : g.nodes()) c += n.op->id == id;
+  return c;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Random feeds with a NaN planted in x (it reaches every output whose window covers it).
+std::vector<Feed> feeds_with_nan(const Graph& g, std::uint64_t seed) {
+  std::vector<Feed> feeds = test::random_feeds(g, seed);
+  for (Feed& f : feeds)
+    if (f.name == "x") {
+      Tensor& x = f.tensor;
+      const std::int64_t at = x.numel() / 3;
+      if (x.dtype() == DType::f32) x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+      if (x.dtype() == DType::f64) x.data<double>()[at] = std::numeric_limits<double>::quiet_NaN();
+    }
+  return feeds;
+}
+
+// Layers that reach each of the CPU's forward kernels (graph/kernels/conv_cpu.cpp).
+const Layer kLayers[] = {
+    {3, 1, 11, 13, 6, 3, 1, 1},    // one channel at stride 1: kiln's direct kernel
+    {4, 1, 28, 28, 32, 5, 2, 2},   // alexnet's first layer: oneDNN's, 1 channel
+    {4, 32, 14, 14, 48, 3, 1, 1},  // oneDNN's direct kernel, blocked layouts
+    {8, 64, 8, 8, 64, 3, 1, 1},    // oneDNN's Winograd kernel where the processor has it
+    {8, 48, 7, 7, 96, 3, 1, 1},    // Winograd over tiles past the image's edge
+    {2, 256, 6, 6, 20, 3, 1, 1},   // many input channels, 20 filters (a partial block)
+    {2, 3, 9, 7, 5, 1, 1, 0},      // a 1x1 over three channels
+};
+
+}  // namespace
+
+TEST_CASE("a convolution and its bias (and ReLU) group become one conv2d_bias with the same bits") {
+  std::uint64_t seed = 40;
+  for (const Layer& l : kLayers)
+    for (bool relu_too : {false, true})
+      for (bool pooled : {false, true})
+        for (int path : {0, 1, 2}) {  // oneDNN, oneDNN without post-ops, kiln's im2col
+          const bool deterministic = path == 2;
+          std::optional<kernels::DnnlWithoutPostOps> kiln_epilogue;
+          if (path == 1) kiln_epilogue.emplace();
+          CAPTURE(l.in);
+          CAPTURE(l.out);
+          CAPTURE(l.kernel);
+          CAPTURE(relu_too);
+          CAPTURE(pooled);
+          CAPTURE(path);
+          const Graph g = conv_layer(l, relu_too, DType::f32, pooled);
+          const Graph fused = with_epilogues(g);
+          CHECK(count(fused, OpId::conv2d_bias) == 1);
+          CHECK(count(fused, OpId::conv2d) == 0);
+          CHECK(count(fused, OpId::fused) == 0);
+          const std::vector<Feed> feeds = feeds_with_nan(g, seed++);
+          const Outputs want =
+              compile(g, {.fuse = false, .deterministic = deterministic})->run(feeds);
+          // Through compile(): the pass as the CPU runs it, blocked values where oneDNN's are.
+          const Outputs got = compile(g, {.deterministic = deterministic})->run(feeds);
+          CHECK(same_bits(got.at("y"), want.at("y")));
+          const Tensor& y = got.at("y");
+          std::int64_t nans = 0;
+          for (std::int64_t i = 0; i < y.numel(); ++i) nans += std::isnan(y.at(i));
+          if (relu_too) CHECK(nans == 0);  // ReLU turns NaN into 0, as the relu op
+          if (!relu_too) CHECK(nans > 0);
+        }
+}
+
+TEST_CASE("conv2d_bias in float64 (kiln's im2col kernel) equals the three ops") {
+  const Graph g = conv_layer({2, 3, 10, 9, 7, 3, 2, 1}, true, DType::f64);
+  const Graph fused = eliminate_dead_code(
+      fuse_gemm_epilogues(fuse(eliminate_dead_code(g)), nullptr,
+                          {.convolutions = true}));  // f64: not taken, the group stays
+  CHECK(count(fused, OpId::conv2d_bias) == 0);
+  // The op itself in f64, built as the pass builds it.
+  Graph direct;
+  const Value x = direct.input("x", {2, 3, 10, 9}, DType::f64);
+  const Value w = direct.input("w", {7, 3, 3, 3}, DType::f64);
+  const Value b = direct.input("bias", {7}, DType::f64);
+  Attrs attrs{{"stride", std::int64_t{2}}, {"padding", std::int64_t{1}}, {"relu", std::int64_t{1}}};
+  direct.output("y", direct.apply1(OpId::conv2d_bias, {x, w, b}, std::move(attrs)));
+  const std::vector<Feed> feeds = feeds_with_nan(g, 3);
+  CHECK(same_bits(compile(direct)->run(feeds).at("y"),
+                  compile(g, {.fuse = false})->run(feeds).at("y")));
+}
+
+TEST_CASE("convolutions the epilogue pass leaves alone") {
+  const Layer l{2, 4, 6, 6, 8, 3, 1, 1};
+  SUBCASE("the output is read elsewhere too") {
+    Graph g;
+    const Value c = conv2d(g.input("x", {2, 4, 6, 6}), g.input("w", {8, 4, 3, 3}), 1, 1);
+    g.output("y", relu(c + reshape(g.input("bias", {8}), {1, 8, 1, 1})));
+    g.output("c", c);
+    CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 0);
+  }
+  SUBCASE("a bias along another axis") {
+    Graph g;
+    const Value c = conv2d(g.input("x", {2, 4, 6, 6}), g.input("w", {8, 4, 3, 3}), 1, 1);
+    g.output("y", relu(c + reshape(g.input("bias", {6}), {1, 1, 1, 6})));
+    CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 0);
+  }
+  SUBCASE("more than bias and ReLU in the group") {
+    Graph g;
+    const Value c = conv2d(g.input("x", {2, 4, 6, 6}), g.input("w", {8, 4, 3, 3}), 1, 1);
+    g.output("y", relu(c + reshape(g.input("bias", {8}), {1, 8, 1, 1})) * 2.0);
+    CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 0);
+  }
+  SUBCASE("the GPU's policy (no convolutions)") {
+    const Graph g = conv_layer(l, true);
+    CHECK(count(eliminate_dead_code(fuse_gemm_epilogues(fuse(eliminate_dead_code(g)))),
+                OpId::conv2d_bias) == 0);
+  }
+}
+
+TEST_CASE("conv2d_bias with a bias of the wrong size is a clear error") {
+  Graph g;
+  const Value x = g.input("x", {2, 4, 6, 6});
+  const Value w = g.input("w", {8, 4, 3, 3});
+  const Value b = g.input("bias", {7});
+  Attrs attrs{{"stride", std::int64_t{1}}, {"padding", std::int64_t{1}}, {"relu", std::int64_t{0}}};
+  CHECK_THROWS_WITH_AS(g.apply1(OpId::conv2d_bias, {x, w, b}, std::move(attrs)),
+                       doctest::Contains("conv2d_bias: the bias is"), Error);
+}
+
+TEST_CASE("GPU: conv2d_bias matches the CPU in f32, bf16 and f16") {
+  if (!test::have_gpu()) return;
+  std::uint64_t seed = 900;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const Layer& l : kLayers)
+      for (bool relu_too : {false, true}) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(l.in);
+        CAPTURE(relu_too);
+        Graph g;
+        const Value x = g.input("x", {l.batch, l.in, l.height, l.width}, dtype);
+        const Value w = g.input("w", {l.out, l.in, l.kernel, l.kernel}, dtype);
+        const Value b = reshape(g.input("bias", {l.out}, dtype), {1, l.out, 1, 1});
+        Attrs attrs{{"stride", l.stride}, {"padding", l.padding}, {"relu", std::int64_t{relu_too}}};
+        g.output("y", g.apply1(OpId::conv2d_bias, {x, w, b}, std::move(attrs)));
+        test::check_gpu_matches_cpu(g, test::random_feeds(g, seed++),
+                                    dtype == DType::f32 ? 2e-4 : 2 * test::dtype_tolerance(dtype));
+      }
+}
+
+}  // namespace kiln
