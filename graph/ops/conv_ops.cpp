@@ -3,7 +3,9 @@
 // conv2d and conv2d_grad_weight may read their image x channels-last: the optional attribute
 // "channels_last" = 1 says x is stored [B, H, W, C] (graph/passes/channels_last.h puts it
 // there); shapes are checked and kernels chosen on x as [B, C, H, W].
+#include "core/half.h"
 #include "graph/kernels/conv_cpu.h"
+#include "graph/kernels/conv_epilogue.h"
 #include "graph/kernels/transpose_cpu.h"
 #include "graph/ops.h"
 #include "graph/ops/register.h"
@@ -126,9 +128,30 @@ OpDef conv_forward_op() {
 // "relu" = 1: the forward with its epilogue, made after autograd by fuse_gemm_epilogues
 // (fusion/gemm_epilogues.h) from a convolution and the group that adds its bias; so no
 // gradient of its own. The bias: Cout values of x's dtype, any shape ([1, Cout, 1, 1] as the
-// layers reshape it).
+// layers reshape it). In every dtype the same bits as the three ops (bf16/f16: the
+// convolution rounded before the bias is added).
 ConvEpilogue epilogue_of(const KernelCall& call) {
   return {&call.inputs[2], call.node.attrs.integer("relu") != 0};
+}
+
+// A bf16/f16 node runs here widened to f32 (backends/cpu/low_precision.h): the convolution is
+// rounded to its dtype first, where conv2d would store it, then the epilogue applied (the
+// program rounds the result once more, as the add would): the unfused ops' bits, as the GPU's.
+void conv_bias_low_precision(const KernelCall& call) {
+  Tensor& y = call.outputs[0];
+  kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1], y,
+                          forward_geometry(call));
+  const bool bf = call.node.outputs[0].dtype == DType::bf16;
+  float* v = y.data<float>();
+  const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
+  const ConvEpilogue e = epilogue_of(call);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < y.shape()[0] * channels; ++i) {
+    float* p = v + i * plane;
+    for (std::int64_t j = 0; j < plane; ++j)
+      p[j] = bf ? static_cast<float>(bf16(p[j])) : static_cast<float>(f16(p[j]));
+    kernels::apply_conv_epilogue(p, plane, e, i % channels);
+  }
 }
 
 OpDef conv_bias_op() {
@@ -146,6 +169,7 @@ OpDef conv_bias_op() {
     return std::vector<TensorType>{{y, in[0].dtype}};
   };
   op.cpu = [](const KernelCall& call) {
+    if (is_low_precision(call.node.outputs[0].dtype)) return conv_bias_low_precision(call);
     kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
                             call.outputs[0], forward_geometry(call), call.blocked,
                             epilogue_of(call));
