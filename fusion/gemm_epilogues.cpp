@@ -22,9 +22,6 @@ struct Epilogue {
   bool cast_bias = false;  // the group rounds the bias to the product's dtype first
 };
 
-// Whether group node `f` is `product + bias [, relu]` of the matmul it reads, the bias read
-// along each row, as it is or cast to the product's dtype first (autocast without weight
-// copies: the cast becomes a node of its own, so that both forms round the bias alike).
 // A product the pass takes: a 2-D matmul of a dtype the options take, or (options.convolutions)
 // an f32 convolution's forward; its bias runs along axis 1 either way.
 bool takes_product(const Node& m, GemmEpilogueOptions options) {
@@ -42,6 +39,10 @@ bool bias_along_channels(const FusedInput& b, const Shape& shape) {
   return true;
 }
 
+// Whether group node `f` is `product + bias [, relu]` of the matmul or convolution it reads,
+// the bias read along axis 1, as it is or (matmuls) cast to the product's dtype first
+// (autocast without weight copies: the cast becomes a node of its own, so that both forms
+// round the bias alike).
 std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& readers,
                               GemmEpilogueOptions options) {
   const FusedGroup* body = fused_group_of(g.node(f));

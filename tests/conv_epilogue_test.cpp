@@ -5,11 +5,14 @@
 // NCHW and blocked layouts), NaN included; on the GPU against the CPU.
 #include <doctest/doctest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
 
+#include "core/half.h"
 #include "fusion/fuse.h"
 #include "fusion/gemm_epilogues.h"
 #include "graph/kernels/conv_dnnl.h"
@@ -62,8 +65,11 @@ std::vector<Feed> feeds_with_nan(const Graph& g, std::uint64_t seed) {
     if (f.name == "x") {
       Tensor& x = f.tensor;
       const std::int64_t at = x.numel() / 3;
-      if (x.dtype() == DType::f32) x.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
-      if (x.dtype() == DType::f64) x.data<double>()[at] = std::numeric_limits<double>::quiet_NaN();
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      if (x.dtype() == DType::f32) x.data<float>()[at] = nan;
+      if (x.dtype() == DType::f64) x.data<double>()[at] = nan;
+      if (x.dtype() == DType::bf16) x.data<bf16>()[at] = bf16(nan);
+      if (x.dtype() == DType::f16) x.data<f16>()[at] = f16(nan);
     }
   return feeds;
 }
@@ -104,15 +110,40 @@ TEST_CASE("a convolution and its bias (and ReLU) group become one conv2d_bias wi
           const std::vector<Feed> feeds = feeds_with_nan(g, seed++);
           const Outputs want =
               compile(g, {.fuse = false, .deterministic = deterministic})->run(feeds);
-          // Through compile(): the pass as the CPU runs it, blocked values where oneDNN's are.
-          const Outputs got = compile(g, {.deterministic = deterministic})->run(feeds);
-          CHECK(same_bits(got.at("y"), want.at("y")));
+          // Through compile(): the pass as the CPU runs it, blocked values where oneDNN's are,
+          // at 1 and 3 threads.
+          Outputs got;
+          for (int threads : {1, 3}) {
+            const int before = omp_get_max_threads();
+            omp_set_num_threads(threads);
+            got = compile(g, {.deterministic = deterministic})->run(feeds);
+            omp_set_num_threads(before);
+            CAPTURE(threads);
+            CHECK(same_bits(got.at("y"), want.at("y")));
+          }
           const Tensor& y = got.at("y");
           std::int64_t nans = 0;
           for (std::int64_t i = 0; i < y.numel(); ++i) nans += std::isnan(y.at(i));
           if (relu_too) CHECK(nans == 0);  // ReLU turns NaN into 0, as the relu op
           if (!relu_too) CHECK(nans > 0);
         }
+}
+
+TEST_CASE("the bias first (bias + conv), one filter: conv2d_bias with the same bits") {
+  std::uint64_t seed = 70;
+  for (std::int64_t filters : {1, 16})
+    for (bool relu_too : {false, true}) {
+      CAPTURE(filters);
+      CAPTURE(relu_too);
+      Graph g;
+      const Value c = conv2d(g.input("x", {4, 16, 9, 9}), g.input("w", {filters, 16, 3, 3}), 1, 1);
+      const Value y = reshape(g.input("bias", {filters}), {1, filters, 1, 1}) + c;
+      g.output("y", relu_too ? relu(y) : y);
+      CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 1);
+      const std::vector<Feed> feeds = feeds_with_nan(g, seed++);
+      CHECK(same_bits(compile(g)->run(feeds).at("y"),
+                      compile(g, {.fuse = false})->run(feeds).at("y")));
+    }
 }
 
 TEST_CASE("conv2d_bias in float64, bf16 and f16 equals the three ops in that dtype") {
@@ -148,11 +179,15 @@ TEST_CASE("convolutions the epilogue pass leaves alone") {
     g.output("c", c);
     CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 0);
   }
-  SUBCASE("a bias along another axis") {
-    Graph g;
-    const Value c = conv2d(g.input("x", {2, 4, 6, 6}), g.input("w", {8, 4, 3, 3}), 1, 1);
-    g.output("y", relu(c + reshape(g.input("bias", {6}), {1, 1, 1, 6})));
-    CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 0);
+  SUBCASE("eight values along another axis (the batch, the rows, the columns) than the 8 filters") {
+    const Shape along[] = {{8, 1, 1, 1}, {1, 1, 8, 1}, {1, 1, 1, 8}, {8}};
+    for (const Shape& shape : along) {
+      CAPTURE(shape.str());
+      Graph g;
+      const Value c = conv2d(g.input("x", {8, 4, 8, 8}), g.input("w", {8, 4, 3, 3}), 1, 1);
+      g.output("y", relu(c + reshape(g.input("bias", {8}), shape.dims())));
+      CHECK(count(with_epilogues(g), OpId::conv2d_bias) == 0);
+    }
   }
   SUBCASE("more than bias and ReLU in the group") {
     Graph g;
@@ -201,6 +236,17 @@ TEST_CASE("GPU: conv2d_bias (forward + epilogue kernel) matches the CPU in f32, 
             {"bias", test::random_tensor({l.out}, dtype, seed++)}};
         test::check_gpu_matches_cpu(g, feeds,
                                     dtype == DType::f32 ? 2e-4 : 2 * test::dtype_tolerance(dtype));
+        // And the same bits as the GPU's own convolution, add and ReLU, a NaN planted in x.
+        Graph unfused;
+        const Value c = conv2d(unfused.input("x", x.shape(), dtype),
+                               unfused.input("w", w.shape(), dtype), l.stride, l.padding);
+        const Value sum = c + reshape(unfused.input("bias", {l.out}, dtype), {1, l.out, 1, 1});
+        unfused.output("y", relu_too ? relu(sum) : sum);
+        const std::vector<Feed> with_nan = feeds_with_nan(unfused, seed++);
+        const Outputs fused_gpu = compile(g, {.device = Device::cuda()})->run(with_nan);
+        const Outputs unfused_gpu =
+            compile(unfused, {.device = Device::cuda(), .fuse = false})->run(with_nan);
+        CHECK(same_bits(fused_gpu.at("y"), unfused_gpu.at("y")));
       }
 }
 
