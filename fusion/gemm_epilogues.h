@@ -19,8 +19,9 @@
 // [B, C, H, W] output, the bias [C] (any shape of C values, read along the channels), becomes
 // one conv2d_bias node: oneDNN's kernel adds the bias and applies ReLU as it stores (post-ops:
 // a binary add and ReLU; Winograd's kernel its bias argument), kiln's direct and im2col kernels
-// to each output plane while it is in cache; the same bits as the three ops (conv_epilogue_test). The GPU's convolutions keep
-// their groups (issue 17: the fusion compiler will write their epilogues).
+// to each output plane while it is in cache; the same bits as the three ops (conv_epilogue_test).
+// The GPU's convolutions keep their groups (issue 17: the fusion compiler will write their
+// epilogues).
 #pragma once
 
 #include "graph/graph.h"
