@@ -346,15 +346,16 @@ bool blocked16(const Argument& a) {
 void apply_epilogue(const ConvGeometry& g, const Tensor& out, bool blocked, const ConvEpilogue& e) {
   const std::int64_t plane = g.out_h * g.out_w;
   float* y = static_cast<float*>(out.raw());
+  const bool parallel = g.batch * g.out_channels * plane > 16384;  // else one thread is quicker
   if (!blocked) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
     for (std::int64_t i = 0; i < g.batch * g.out_channels; ++i)
       apply_conv_epilogue(y + i * plane, plane, e, i % g.out_channels);
     return;
   }
   const std::int64_t blocks = (g.out_channels + 15) / 16;
   const float* bias = e.bias != nullptr ? e.bias->data<float>() : nullptr;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t i = 0; i < g.batch * blocks; ++i) {
     float lanes[16] = {};
     const std::int64_t cb = i % blocks;

@@ -145,7 +145,7 @@ void conv_bias_low_precision(const KernelCall& call) {
   float* v = y.data<float>();
   const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
   const ConvEpilogue e = epilogue_of(call);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (y.numel() > 16384)  // else one thread is quicker
   for (std::int64_t i = 0; i < y.shape()[0] * channels; ++i) {
     float* p = v + i * plane;
     for (std::int64_t j = 0; j < plane; ++j)
