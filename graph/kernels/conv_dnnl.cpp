@@ -61,6 +61,11 @@ int epilogue_bits(const ConvEpilogue& e) {
   return (e.bias != nullptr ? kWithBias : 0) | (e.relu ? kWithRelu : 0);
 }
 
+// The bias as the primitive's own bias argument (Winograd's form, make_plan_with).
+memory::desc bias_argument_desc(const ConvGeometry& g) {
+  return {{g.out_channels}, memory::data_type::f32, Tag::x};
+}
+
 dnnl::convolution_forward::desc forward_desc(const ConvGeometry& g, Tag tag,
                                              dnnl::algorithm algorithm, bool with_bias = false) {
   const Window s = window(g);
@@ -69,7 +74,7 @@ dnnl::convolution_forward::desc forward_desc(const ConvGeometry& g, Tag tag,
             algorithm,
             src_desc(g, tag),
             weight_desc(g, tag),
-            memory::desc({g.out_channels}, memory::data_type::f32, Tag::x),
+            bias_argument_desc(g),
             dst_desc(g, tag),
             s.strides,
             s.padding,
@@ -407,10 +412,8 @@ void execute(const ConvGeometry& g, ConvPass direction, const Tensor& in0, const
                               : working_memory(plan.output, out, 2);
   args.emplace(plan.output.id, result);
   if (plan.epilogue & kWithBias) {  // the first post-op's second operand, or the bias argument
-    const memory bias(plan.bias_argument
-                          ? memory::desc({g.out_channels}, memory::data_type::f32, Tag::x)
-                          : bias_desc(g),
-                      cpu_engine(), const_cast<void*>(epilogue.bias->raw()));
+    const memory bias(plan.bias_argument ? bias_argument_desc(g) : bias_desc(g), cpu_engine(),
+                      const_cast<void*>(epilogue.bias->raw()));
     args.emplace(
         plan.bias_argument ? DNNL_ARG_BIAS : DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
         bias);
