@@ -23,6 +23,10 @@ struct TrainStepOptions {
   // loss is that of the global batch. -1: one process.
   int data_parallel_group = -1;
   std::size_t bucket_bytes = std::size_t{4} << 20;
+  // With a data_parallel_group: the recorders of the zoo's steps (build_model_graph, the GAN
+  // steps) make the model's batch norms synchronised (nn::sync_batch_norm) before recording
+  // its forward. append_training_step itself does not read it.
+  bool sync_batch_norm = false;
   // Dynamic loss scaling (graph/loss_scale.h), for fp16; compile_training turns it on for
   // Precision::fp16 when it is not set.
   std::optional<LossScaleOptions> loss_scale;

@@ -4,13 +4,16 @@
 // all_reduce_mean op's buckets, schedule and errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "backends/compile.h"
 #include "backends/schedule.h"
+#include "graph/autograd.h"
 #include "graph/collective.h"
 #include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
@@ -70,9 +73,12 @@ class ThreadRank final : public Collective {
     const std::vector<double> mean = ranks_.mean(rank_, packed);
     std::size_t at = 0;
     for (Tensor& t : tensors) {
-      REQUIRE(t.dtype() == DType::f32);
-      for (std::int64_t i = 0; i < t.numel(); ++i)
-        t.data<float>()[i] = static_cast<float>(mean[at++]);
+      REQUIRE((t.dtype() == DType::f32 || t.dtype() == DType::f64));
+      for (std::int64_t i = 0; i < t.numel(); ++i, ++at)
+        if (t.dtype() == DType::f64)
+          t.data<double>()[i] = mean[at];
+        else
+          t.data<float>()[i] = static_cast<float>(mean[at]);
     }
   }
   void all_reduce_mean_device(std::span<const DeviceBuffer>, void*) override {
@@ -85,10 +91,12 @@ class ThreadRank final : public Collective {
   int rank_;
 };
 
-// A small classifier with batch norm.
+// A small classifier with batch norm. fc1 has no bias, as layers before batch norm have none:
+// batch norm takes away what it would add, so its gradient would be rounding noise, which Adam
+// scales up to whole steps.
 struct Net : nn::Module {
   Philox rng{11};
-  nn::Linear fc1{6, 12, rng};
+  nn::Linear fc1{6, 12, rng, false};
   nn::BatchNorm1d bn{12};
   nn::Linear fc2{12, 3, rng};
   Net() {
@@ -98,13 +106,15 @@ struct Net : nn::Module {
   }
 };
 
-// The net trained by Adam: one replica (or the reference), with or without batch norm.
+// The net trained by Adam: one replica (or the reference), with or without batch norm, its
+// statistics synchronised over the replicas' group or not.
 struct Replica {
   Net net;
   Adam adam{{.lr = 0.02}};
   std::unique_ptr<Program> step;
 
   Replica(std::int64_t batch, bool batch_norm, const TrainStepOptions& options) {
+    if (options.sync_batch_norm) nn::sync_batch_norm(net, options.data_parallel_group);
     Graph g;
     Value h = net.fc1(g.input("x", {batch, 6}));
     if (batch_norm) h = net.bn(h);
@@ -131,13 +141,17 @@ Tensor rows(const Tensor& t, std::int64_t first, std::int64_t count) {
 class SideBySide {
  public:
   static constexpr std::int64_t kGlobal = 16;
-  explicit SideBySide(bool batch_norm)
+  explicit SideBySide(bool batch_norm, bool sync_batch_norm = false)
       : ids_{register_collective(ranks_[0]), register_collective(ranks_[1])},
         reference(kGlobal, batch_norm, {}),
-        replicas{
-            Replica(kGlobal / 2, batch_norm, {.data_parallel_group = ids_[0], .bucket_bytes = 200}),
-            Replica(kGlobal / 2, batch_norm,
-                    {.data_parallel_group = ids_[1], .bucket_bytes = 200})} {}
+        replicas{Replica(kGlobal / 2, batch_norm,
+                         {.data_parallel_group = ids_[0],
+                          .bucket_bytes = 150,
+                          .sync_batch_norm = sync_batch_norm}),
+                 Replica(kGlobal / 2, batch_norm,
+                         {.data_parallel_group = ids_[1],
+                          .bucket_bytes = 150,
+                          .sync_batch_norm = sync_batch_norm})} {}
   ~SideBySide() {
     for (int id : ids_) unregister_collective(id);
   }
@@ -221,6 +235,140 @@ TEST_CASE(
     CAPTURE(a[v]->name);
     for (std::int64_t i = 0; i < a[v]->value.numel(); ++i)
       REQUIRE(a[v]->value.at(i) == b[v]->value.at(i));
+  }
+}
+
+// Synchronised batch norm: the statistics of both replicas' rows together, so each step is the
+// global batch's, as the reference computes it (up to the order of the sums); unsynchronised
+// replicas (each normalising by its own 8 rows) miss the same tolerance, so the comparison
+// tells them apart.
+TEST_CASE(
+    "data parallel: synchronised batch norm trains exactly as one process on the whole batch") {
+  constexpr std::int64_t kSteps = 6;
+  for (const bool sync : {true, false}) {
+    CAPTURE(sync);
+    SideBySide run(true, sync);
+    double worst = 0;  // the largest relative loss difference to the reference
+    for (std::int64_t s = 0; s < kSteps; ++s) {
+      const std::array<double, 3> loss = run.step(s);
+      CHECK(loss[1] == loss[2]);
+      worst = std::max(worst, std::abs(loss[1] - loss[0]) / std::abs(loss[0]));
+    }
+    const std::vector<VariablePtr> ref = run.reference.state(), a = run.replicas[0].state(),
+                                   b = run.replicas[1].state();
+    double worst_state = 0;  // parameters and running statistics, relative to max(1, |ref|)
+    for (std::size_t v = 0; v < ref.size(); ++v) {
+      CAPTURE(ref[v]->name);
+      for (std::int64_t i = 0; i < ref[v]->value.numel(); ++i)
+        if (std::abs(a[v]->value.at(i) - ref[v]->value.at(i)) > 1e-4)
+          MESSAGE(ref[v]->name, " ", i, " ", a[v]->value.at(i), " ", ref[v]->value.at(i));
+      for (std::int64_t i = 0; i < ref[v]->value.numel(); ++i) {
+        REQUIRE(a[v]->value.at(i) == b[v]->value.at(i));  // replicas stay identical either way
+        worst_state = std::max(worst_state, std::abs(a[v]->value.at(i) - ref[v]->value.at(i)) /
+                                                std::max(1.0, std::abs(ref[v]->value.at(i))));
+      }
+    }
+    if (sync) {
+      CHECK(worst < 1e-5);
+      CHECK(worst_state < 1e-4);
+      // Per batch norm: the shift, then the two sums in the forward; their gradients in the
+      // backward; the gradients and the running statistics as before.
+      int statistics_reduces = 0;
+      for (const Node& node : run.replicas[0].step->graph().nodes())
+        statistics_reduces +=
+            node.op->id == OpId::all_reduce_mean &&
+            std::all_of(node.outputs.begin(), node.outputs.end(), [](const TensorType& t) {
+              return t.shape == Shape{1, 12};
+            });
+      CHECK(statistics_reduces == 3);
+    } else {
+      CHECK(worst > 1e-3);
+    }
+  }
+}
+
+// Two ranks' halves of a batch through synchronised batch norm give the whole batch's outputs
+// and, times the two ranks (each rank's loss is its half's mean), its input gradient: in f64
+// to 1e-10, so nothing but the order of the sums differs.
+TEST_CASE(
+    "synchronised batch norm: two ranks' halves give the whole batch's values and gradients") {
+  const Tensor x = test::random_tensor({8, 3, 2, 2}, DType::f64, 51, -2, 3);
+  const Tensor w = test::random_tensor({8, 3, 2, 2}, DType::f64, 52, -1, 1);
+  const Tensor gamma = test::random_tensor({3}, DType::f64, 53, 0.5, 1.5);
+  const Tensor beta = test::random_tensor({3}, DType::f64, 54, -1, 1);
+  auto record = [&](Graph& g, std::int64_t rows, int group) {
+    const Value xv = g.input("x", {rows, 3, 2, 2}, DType::f64);
+    const BatchNormResult r =
+        batch_norm_training(xv, g.constant(gamma), g.constant(beta), 1e-5, group);
+    const Value loss =
+        sum_all(r.y * g.input("w", {rows, 3, 2, 2}, DType::f64) * r.y) * (1.0 / rows);
+    g.output("y", r.y);
+    g.output("dx", grad(loss, {xv})[0]);
+  };
+  Graph whole;
+  record(whole, 8, -1);
+  const Outputs want = test::run_once(whole, {{"x", x}, {"w", w}});
+  SharedRanks shared(2);
+  auto r0 = std::make_shared<ThreadRank>(shared, 0), r1 = std::make_shared<ThreadRank>(shared, 1);
+  const int ids[2] = {register_collective(r0), register_collective(r1)};
+  Outputs got[2];
+  auto run_rank = [&](int rank) {
+    Graph g;
+    record(g, 4, ids[rank]);
+    got[rank] = test::run_once(g, {{"x", rows(x, 4 * rank, 4)}, {"w", rows(w, 4 * rank, 4)}});
+  };
+  std::thread other(run_rank, 1);
+  run_rank(0);
+  other.join();
+  for (int id : ids) unregister_collective(id);
+  for (int rank = 0; rank < 2; ++rank)
+    for (std::int64_t i = 0; i < 48; ++i) {
+      CAPTURE(rank);
+      CAPTURE(i);
+      CHECK(got[rank].at("y").at(i) ==
+            doctest::Approx(want.at("y").at(48 * rank + i)).epsilon(1e-10));
+      CHECK(got[rank].at("dx").at(i) ==
+            doctest::Approx(2 * want.at("dx").at(48 * rank + i)).epsilon(1e-10));
+    }
+}
+
+TEST_CASE(
+    "synchronised batch norm: the gradient through the all-reduces matches finite differences") {
+  // Group 0 is this process alone: the all-reduces are identities, but the gradient flows
+  // through their backward (the all-reduce of the sums' gradients) like a real group's.
+  Graph g;
+  const Tensor x0 = test::random_tensor({5, 3, 2, 2}, DType::f64, 41, -2, 3);
+  const Tensor gamma0 = test::random_tensor({3}, DType::f64, 42, 0.5, 1.5);
+  const Tensor beta0 = test::random_tensor({3}, DType::f64, 43, -1, 1);
+  const Tensor w0 = test::random_tensor({5, 3, 2, 2}, DType::f64, 44, -1, 1);
+  auto loss_of = [&](Graph& graph, const Value& x, int group) {
+    const BatchNormResult r =
+        batch_norm_training(x, graph.constant(gamma0), graph.constant(beta0), 1e-5, group);
+    return sum_all(r.y * graph.constant(w0) * r.y) + sum_all(r.var) + sum_all(r.mean);
+  };
+  const Value x = g.input("x", x0.shape(), DType::f64);
+  const Value loss = loss_of(g, x, 0);
+  g.output("loss", loss);
+  g.output("dx", grad(loss, {x})[0]);
+  int reduces = 0;
+  for (const Node& node : g.nodes()) reduces += node.op->id == OpId::all_reduce_mean;
+  CHECK(reduces >= 3);  // the shift, the sums, their gradients
+  const Outputs out = test::run_once(g, {{"x", x0}});
+  Graph plain;
+  const Value px = plain.input("x", x0.shape(), DType::f64);
+  plain.output("loss", loss_of(plain, px, -1));
+  auto loss_at = [&](const Tensor& xt) {
+    return test::run_once(plain, {{"x", xt}}).at("loss").item();
+  };
+  CHECK(out.at("loss").item() == doctest::Approx(loss_at(x0)).epsilon(1e-12));
+  for (std::int64_t i = 0; i < x0.numel(); i += 3) {
+    CAPTURE(i);
+    Tensor up = x0.clone(), down = x0.clone();
+    const double h = 1e-5;
+    up.data<double>()[i] += h;
+    down.data<double>()[i] -= h;
+    const double numeric = (loss_at(up) - loss_at(down)) / (2 * h);
+    CHECK(out.at("dx").at(i) == doctest::Approx(numeric).epsilon(1e-6).scale(1));
   }
 }
 

@@ -3,7 +3,7 @@
 # over TCP on loopback, the path several hosts use): two ranks at half the batch train as
 # one process on the whole batch (the loss of every step, the test accuracy), a checkpoint
 # of two ranks resumes on one, replicas stay identical, and failures end the job with a
-# message naming the rank: a killed rank, a wrong address, contradictory flags.
+# message naming the rank: a killed rank (of every task), a wrong address, contradictory flags.
 #   bash tests/trainer_parallel_test.sh build/tools/trainer
 set -u
 
@@ -58,26 +58,41 @@ run "a checkpoint of two ranks resumes on one process (same global batch)" "${co
 run "another global batch is refused" "${common[@]}" --batch-size 16 --max-steps 60 --resume "$TMP/two.safetensors"
 ((RC == 1)) && grep -q "global batch of 32 (16 x 2 ranks)" "$TMP/stderr" || fail "no clear refusal"
 
-SCENARIO="a killed rank ends the job"
-timeout 200 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --epochs 50 --batch-size 16 --ranks 2 \
-  --init-timeout 20 --metrics "$TMP/kill.jsonl" --metrics-every 1 >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
-launcher=$!
-for _ in $(seq 300); do  # until both ranks train (rank 0 has written step lines)
-  victim=$(pgrep -f -- "--rank 1 --world-size 2" | head -1)
-  [[ -n $victim && -f $TMP/kill.jsonl ]] && (($(wc -l <"$TMP/kill.jsonl") >= 3)) && break
-  sleep 0.2
-done
-[[ -n ${victim:-} && -f $TMP/kill.jsonl ]] || fail "the two ranks never trained"
-start=$(date +%s)
-kill -9 "$victim"
-wait "$launcher"
-RC=$?
-elapsed=$(($(date +%s) - start))
-((RC != 0 && RC != 124)) || fail "the launcher exited with $RC"
-((elapsed < 60)) || fail "the job took ${elapsed}s to end"
-grep -q "rank 1" "$TMP/stderr" || fail "no message names rank 1"
-grep -qi "signal 9\|killed\|died" "$TMP/stderr" || fail "no cause given"
-echo "killed rank 1: the job ended in ${elapsed}s with exit code $RC:"; cat "$TMP/stderr"
+# kill_rank MODEL RANK ARGS...: two ranks train MODEL; once rank 0 has written three step
+# lines, RANK is killed (SIGKILL, as the OOM killer does); the job must end within a minute
+# with a non-zero exit and a message naming the rank and the cause.
+kill_rank() {
+  local model=$1 victim_rank=$2
+  shift 2
+  SCENARIO="a killed rank $victim_rank ends the $model job"
+  local metrics="$TMP/kill-$model.jsonl" victim=""
+  timeout 200 "$TRAINER" --device cpu --threads 1 --no-progress --model "$model" "$@" --ranks 2 \
+    --init-timeout 20 --metrics-every 1 --metrics "$metrics" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
+  local launcher=$!
+  for _ in $(seq 300); do  # until both ranks train (rank 0 has written step lines); the
+    # launcher puts --rank after the given flags, so the pattern is only this job's rank
+    victim=$(pgrep -f -- "$metrics --rank $victim_rank --world-size 2" | head -1)
+    [[ -n $victim && -f $metrics ]] && (($(wc -l <"$metrics") >= 3)) && break
+    sleep 0.2
+  done
+  [[ -n $victim && -f $metrics ]] || fail "the two ranks never trained"
+  local start elapsed
+  start=$(date +%s)
+  kill -9 "$victim"
+  wait "$launcher"
+  RC=$?
+  elapsed=$(($(date +%s) - start))
+  ((RC != 0 && RC != 124)) || fail "the launcher exited with $RC"
+  ((elapsed < 60)) || fail "the job took ${elapsed}s to end"
+  grep -q "rank $victim_rank" "$TMP/stderr" || fail "no message names rank $victim_rank"
+  grep -qi "signal 9\|killed\|died" "$TMP/stderr" || fail "no cause given"
+  echo "$model, killed rank $victim_rank: the job ended in ${elapsed}s with exit code $RC:"
+  cat "$TMP/stderr"
+}
+kill_rank lenet 1 --synthetic --epochs 50 --batch-size 16
+kill_rank char-lstm 1 --text "$(dirname "$0")/fixtures/lm_corpus.txt" --seq-len 32 --epochs 500 --batch-size 8
+kill_rank gan 0 --synthetic --epochs 200 --batch-size 8
+kill_rank dcgan 1 --synthetic --epochs 200 --batch-size 8 --sync-batch-norm
 
 run "nobody at the address" --model lenet --synthetic --rank 1 --world-size 2 --init 127.0.0.1:9 --init-timeout 1
 ((RC == 1)) && grep -q "127.0.0.1:9" "$TMP/stderr" || fail "no clear error"

@@ -274,6 +274,9 @@ int run(int argc, char** argv) {
   app.add_option("--bucket-kib", bucket_kib, "--gpus: KiB of gradients per all-reduce")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
+  bool sync_batch_norm = false;
+  app.add_flag("--sync-batch-norm", sync_batch_norm,
+               "--gpus: batch norm's statistics over every rank's batch together");
   app.add_option("--rank", rank, "(set by --gpus) this process's rank")->check(CLI::Range(0, 1024));
   app.add_option("--world-size", world_size, "(set by --gpus) ranks in the job")
       ->check(CLI::Range(1, 1024));
@@ -294,6 +297,7 @@ int run(int argc, char** argv) {
                                      .batch = batch,
                                      .items = items,
                                      .bucket_kib = bucket_kib,
+                                     .sync_batch_norm = sync_batch_norm,
                                      .warmup = warmup,
                                      .steps = steps,
                                      .options = g_options};
@@ -334,8 +338,10 @@ int run(int argc, char** argv) {
     };
     for (std::int64_t batch : batches) {
       kiln::BenchStep first = bench_step(model, batch);
-      if (first.time) {  // several programs: the task's own timing, this row alone
+      if (first.time) {  // several programs: the task's own timing, and its scaling
         report(bench_timed_step(first, warmup, steps));
+        if (gpus > 1)
+          report(kiln::tools::bench_scaling(scaling(batch, first.items), results.back()));
         continue;
       }
       const std::int64_t items = first.items;

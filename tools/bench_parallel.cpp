@@ -27,6 +27,7 @@ nlohmann::json bench_scaling(const ScalingRun& run, const nlohmann::json& one_ra
                                    "--rank-json",  report.string(),
                                    "--bucket-kib", std::to_string(run.bucket_kib)};
   if (run.options.tf32) args.push_back("--tf32");
+  if (run.sync_batch_norm) args.push_back("--sync-batch-norm");
   args.push_back("--precision");
   args.push_back(precision_name(run.options.precision));
   if (!run.options.cuda_graphs) args.push_back("--no-cuda-graphs");
@@ -53,25 +54,33 @@ int bench_rank(const ScalingRun& run, int rank, int world_size, const std::strin
   c.model = run.model;
   c.loop.batch_size = run.batch;
   c.parallel.bucket_kib = run.bucket_kib;
+  c.parallel.sync_batch_norm = run.sync_batch_norm;
   const TaskContext context{.options = run.options,
                             .rank = rank,
                             .world_size = world_size,
                             .collective_group = parallel.collective_group()};
   BenchStep m = task_entry(run.model).bench(c, context);
-  KILN_CHECK(!m.time, "bench --gpus: {}'s step is several programs, timed on one rank only",
-             run.model);
-  auto step = compile(*m.recorded.graph, run.options);
-  const StepTimes t = time_runs(*step, m.feeds, run.warmup, run.steps);
+  StepTimes t;
+  int buckets = 0;  // all_reduce_mean ops of the step (a GAN: of both programs)
+  if (m.time) {     // several programs (a GAN), timed by the task
+    const TimedSteps timed = m.time(run.options, run.warmup, run.steps);
+    t = timed.times;
+    for (const auto& [name, value] : timed.extras)
+      if (name == "all_reduce_ops") buckets = static_cast<int>(value);
+  } else {
+    auto step = compile(*m.recorded.graph, run.options);
+    t = time_runs(*step, m.feeds, run.warmup, run.steps);
+    for (const Node& n : step->graph().nodes()) buckets += n.op->id == OpId::all_reduce_mean;
+  }
   parallel.finish();
   if (rank != 0) return 0;
   const std::string device = run.options.device.is_cpu() ? "CPU ranks (TCP)" : "GPUs (NCCL)";
-  int buckets = 0;
-  for (const Node& n : step->graph().nodes()) buckets += n.op->id == OpId::all_reduce_mean;
   const nlohmann::json r = {{"name", fmt::format("{} step, batch {} per rank x {} {}", run.model,
                                                  run.batch, world_size, device)},
                             {"device", run.options.device.str()},
                             {"ranks", world_size},
                             {"bucket_kib", run.bucket_kib},
+                            {"sync_batch_norm", run.sync_batch_norm},
                             {"all_reduce_ops", buckets},
                             {"median_ms", t.median_ms},
                             {"p10_ms", t.p10_ms},

@@ -16,6 +16,7 @@ struct ScalingRun {
   std::int64_t batch = 64;         // per rank
   std::int64_t items = 64;         // examples (an LM: characters) of one rank's step
   std::int64_t bucket_kib = 4096;  // gradients per all-reduce
+  bool sync_batch_norm = false;    // batch norm's statistics over the ranks (--sync-batch-norm)
   int warmup = 5, steps = 50;
   CompileOptions options;
 };

@@ -33,6 +33,7 @@ class ClassifierTask : public Task {
             {.clip_grad_norm = c.loop.clip_grad_norm,
              .data_parallel_group = context.collective_group,
              .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
+             .sync_batch_norm = c.parallel.sync_batch_norm,
              .loss_scale = loss_scale_of(c.device)},
             {data_.example, static_cast<std::int64_t>(data_.classes.size())})),
         step_(compile(*graph_.graph, context.options)),
@@ -109,7 +110,8 @@ BenchStep bench_step(const TrainConfig& c, const TaskContext& context) {
   ModelGraph m = build_model_graph(
       c.model, Stage::train, batch, {.name = "sgd", .lr = 0.01, .momentum = 0.9}, 0,
       {.data_parallel_group = context.collective_group,
-       .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024},
+       .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
+       .sync_batch_norm = c.parallel.sync_batch_norm},
       input);
   const Shape example = input.example.rank() == 0 ? info.input_shape : input.example;
   const Dataset data =

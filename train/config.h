@@ -60,6 +60,7 @@ struct ParallelSettings {
   double init_timeout = 60;         // seconds: connecting, and a silent rank's heartbeat
   std::int64_t bucket_kib = 4096;   // gradient all-reduce buckets
   std::int64_t check_replicas = 0;  // > 0: compare the replicas' variables every this many steps
+  bool sync_batch_norm = false;     // batch norm's statistics over the global batch, not the rank's
 };
 
 // Images (classifiers and GANs): Fashion-MNIST from a directory, or synthetic; the

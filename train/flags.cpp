@@ -165,6 +165,9 @@ std::vector<Flag> parallel_flags() {
       number("check-replicas", at(parallel, &P::check_replicas), all,
              "data parallel: compare every variable across the ranks every K steps (0: off)", 0,
              kMaxSteps),
+      boolean("sync-batch-norm", at(parallel, &P::sync_batch_norm), kImageTasks,
+              "data parallel: batch norm's statistics over every rank's batch together (the "
+              "global batch's), not each rank's own"),
   };
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "graph/op.h"
 #include "models/gan.h"
 #include "train/gan_steps.h"
 #include "train/gan_task.h"
@@ -27,18 +28,21 @@ double ms_since(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// `step`: data parallelism (bench --gpus: this rank's steps, each with its own noise).
 TimedSteps time_gan_steps(const std::string& model, std::int64_t batch,
-                          const CompileOptions& options, int warmup, int steps) {
+                          const CompileOptions& options, int warmup, int steps,
+                          const TrainStepOptions& step, std::uint64_t seed) {
   Philox rng(0);
   std::unique_ptr<Gan> gan = make_gan(model, rng);
   const auto compile_start = std::chrono::steady_clock::now();
-  GanSteps gan_steps(*gan, batch, {.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1}, options);
+  GanSteps gan_steps(*gan, batch, {.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1}, options,
+                     step);
   TimedSteps timed{.compile_ms = ms_since(compile_start)};
   Tensor real = Tensor::empty({batch, 1, 28, 28}, DType::f32);
-  Philox(1).fill_uniform(real, -1, 1);
+  Philox(seed).fill_uniform(real, -1, 1);
   std::vector<double> ms, device_ms;
   double cpu_ms = 0;
-  NoiseAhead noise(batch, 0, !options.device.is_cpu());
+  NoiseAhead noise(batch, seed, !options.device.is_cpu());
   Tensor z = noise.take(0);
   for (int i = 0; i < warmup + steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -57,20 +61,31 @@ TimedSteps time_gan_steps(const std::string& model, std::int64_t batch,
   timed.times = {quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
   if (!device_ms.empty()) timed.times.device_median_ms = quantile(device_ms, 0.5);
   timed.extras = {{"cpu_ms_per_step", cpu_ms / steps}};
+  if (step.data_parallel_group >= 0) {  // bench --gpus: the all-reduces of both programs
+    int all_reduces = 0;
+    for (Program* p : {&gan_steps.discriminator_step(), &gan_steps.generator_step()})
+      for (const Node& n : p->graph().nodes()) all_reduces += n.op->id == OpId::all_reduce_mean;
+    timed.extras.emplace_back("all_reduce_ops", all_reduces);
+  }
   return timed;
 }
 
 }  // namespace
 
-BenchStep gan_bench_step(const TrainConfig& c, const TaskContext&) {
+BenchStep gan_bench_step(const TrainConfig& c, const TaskContext& context) {
   const std::string model = c.model;
   const std::int64_t batch = c.loop.batch_size;
+  const TrainStepOptions step{
+      .data_parallel_group = context.collective_group,
+      .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
+      .sync_batch_norm = c.parallel.sync_batch_norm};
+  const std::uint64_t seed = 1 + static_cast<std::uint64_t>(context.rank);
   return {.label = fmt::format("{} D step + G step, batch {}, Adam", model, batch),
           .items = batch,
           .recorded = {},
           .feeds = {},
-          .time = [model, batch](const CompileOptions& options, int warmup, int steps) {
-            return time_gan_steps(model, batch, options, warmup, steps);
+          .time = [model, batch, step, seed](const CompileOptions& options, int warmup, int steps) {
+            return time_gan_steps(model, batch, options, warmup, steps, step, seed);
           }};
 }
 

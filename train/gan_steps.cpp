@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
 #include "graph/train_step.h"
 
@@ -25,11 +26,18 @@ std::int64_t count_correct(const Tensor& logits, bool real) {
   return correct;
 }
 
+// --sync-batch-norm: both networks' batch norms over the global batch.
+void sync_batch_norm_for(Gan& gan, const TrainStepOptions& step) {
+  if (step.sync_batch_norm && step.data_parallel_group >= 0)
+    nn::sync_batch_norm(gan, step.data_parallel_group);
+}
+
 }  // namespace
 
 void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer,
                                const TrainStepOptions& step) {
   KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
+  sync_batch_norm_for(gan, step);
   const Value real = g.input("real", {batch, 1, 28, 28});
   const Value fake = detach(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
   const Value real_logits = gan.discriminator()(real);
@@ -43,6 +51,7 @@ void record_discriminator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer
 void record_generator_step(Graph& g, Gan& gan, std::int64_t batch, Optimizer& optimizer,
                            const TrainStepOptions& step) {
   KILN_CHECK(batch >= 1, "GAN batch size must be at least 1 (got {})", batch);
+  sync_batch_norm_for(gan, step);
   const Value fake_logits =
       gan.discriminator()(gan.generator()(g.input("z", {batch, kGanNoiseDim})));
   append_training_step(bce_with_logits(fake_logits, 1.0), gan.generator_parameters(), optimizer,

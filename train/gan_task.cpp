@@ -125,6 +125,7 @@ GanTask::GanTask(const TrainConfig& c, const TaskContext& context)
       steps_(*gan_, batch_, gan_optimizer(c), context.options,
              {.data_parallel_group = context.collective_group,
               .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
+              .sync_batch_norm = c.parallel.sync_batch_norm,
               .loss_scale = loss_scale_of(c.device)}),
       sampler_(*gan_, context.options),
       batcher_(train_, batch_, true, c.loop.seed, context.rank, context.world_size),

@@ -1,6 +1,7 @@
 // Model + optimizer + recorded graph, for a stage.
 #include "train/step_graph.h"
 
+#include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
 #include "graph/train_step.h"
 #include "models/registry.h"
@@ -36,6 +37,8 @@ ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t 
   ModelGraph m{make_model(name, rng, example, own ? info.classes : input.classes), nullptr,
                std::make_unique<Graph>()};
   Graph& g = *m.graph;
+  if (stage == Stage::train && step.sync_batch_norm && step.data_parallel_group >= 0)
+    nn::sync_batch_norm(*m.model, step.data_parallel_group);
   const Value logits = (*m.model)(g.input("x", batch_shape(batch, example)));
   if (stage == Stage::forward) {
     g.output("logits", logits);

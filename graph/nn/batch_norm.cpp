@@ -3,7 +3,9 @@
 
 #include <cmath>
 
+#include "graph/collective.h"
 #include "graph/nn/functional.h"
+#include "graph/ops.h"
 
 namespace kiln {
 namespace {
@@ -37,7 +39,7 @@ void check_channels(const char* op, const Shape& x, const Value& v, const char* 
 // backward reads x instead of a stored x - mean: the forward makes two passes over memory
 // (the sums; the normalisation) where the two-pass variance took three, and the backward two
 // where it took three (ARCHITECTURE.md, "Batch norm").
-BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps) {
+BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps, int sync_group) {
   const Shape& shape = x.shape();
   check_channels("batch_norm", shape, gamma, "gamma");
   check_channels("batch_norm", shape, beta, "beta");
@@ -45,9 +47,17 @@ BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps
   const double n = static_cast<double>(shape.numel() / shape[1]);  // values per channel
   Value shift = detach(x);  // [1, C, 1, 1]: the first value of each channel, read in place
   for (const std::int64_t axis : axes) shift = slice(shift, axis, 0, 1);
+  // Synchronised: one shift on every rank (the mean of theirs), then the means of the ranks'
+  // sums, which are the global batch's where the ranks' batches are equal.
+  if (sync_group >= 0) shift = all_reduce_mean({shift}, sync_group)[0];
   const Value shifted = x - shift;
-  const Value offset = sum(shifted, axes, true) * (1.0 / n);  // mean - shift, [1, C, 1, 1]
-  const Value square_mean = sum(shifted * shifted, axes, true) * (1.0 / n);
+  Value offset = sum(shifted, axes, true) * (1.0 / n);  // mean - shift, [1, C, 1, 1]
+  Value square_mean = sum(shifted * shifted, axes, true) * (1.0 / n);
+  if (sync_group >= 0) {
+    const std::vector<Value> global = all_reduce_mean({offset, square_mean}, sync_group);
+    offset = global[0];
+    square_mean = global[1];
+  }
   const Value mean_kept = shift + offset;
   // Rounding can take the difference a little below 0 where the variance is 0.
   const Value var_kept = maximum(square_mean - offset * offset, scalar_like(square_mean, 0.0));
@@ -92,16 +102,25 @@ Value BatchNorm::forward(Value x) {
   if (!training())
     return batch_norm_inference(x, gamma, beta, g.variable(running_mean_), g.variable(running_var_),
                                 options_.eps);
-  const std::int64_t count = shape.numel() / features_;  // values per channel
+  // Values per channel in the statistics: of every rank where they are synchronised.
+  const std::int64_t count =
+      shape.numel() / features_ * (sync_group_ >= 0 ? collective(sync_group_).world_size() : 1);
   KILN_CHECK(count > 1,
              "{}({}): training needs more than one value per channel but the input is {}", name_,
              features_, x.type().str());
-  const BatchNormResult r = batch_norm_training(x, gamma, beta, options_.eps);
+  const BatchNormResult r = batch_norm_training(x, gamma, beta, options_.eps, sync_group_);
   const double m = options_.momentum;
   const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
   g.assign_latest(running_mean_, g.latest(running_mean_) * (1 - m) + r.mean * m);
   g.assign_latest(running_var_, g.latest(running_var_) * (1 - m) + r.var * (m * unbiased));
   return r.y;
+}
+
+void sync_batch_norm(Module& root, int group) {
+  if (group >= 0) collective(group);  // an unknown group is an error here, not at the forward
+  root.apply([group](Module& m) {
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m)) bn->set_sync_group(group);
+  });
 }
 
 }  // namespace nn

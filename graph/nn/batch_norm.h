@@ -9,10 +9,15 @@ namespace kiln {
 
 // Training mode over x: [B, C, ...]; gamma, beta: [C]. y = (x - mean) / sqrt(var + eps) *
 // gamma + beta with the batch's mean and biased variance, both returned as [C].
+// `sync_group` >= 0 (synchronised batch norm, data parallelism): the statistics are those of
+// the global batch, every rank's x together (ranks of equal batches), through all_reduce_mean
+// over that collective group (graph/collective.h): the per-channel shift, then the two sums,
+// in the forward; their gradients, in the backward. -1: this x alone.
 struct BatchNormResult {
   Value y, mean, var;
 };
-BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps);
+BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps,
+                                    int sync_group = -1);
 // Inference mode: the same with given statistics mean, var: [C].
 Value batch_norm_inference(Value x, Value gamma, Value beta, Value mean, Value var, double eps);
 
@@ -32,6 +37,10 @@ class BatchNorm : public Layer {
   const VariablePtr& running_var() const { return running_var_; }
   const VariablePtr& weight() const { return weight_; }  // gamma, [C], initially 1
   const VariablePtr& bias() const { return bias_; }      // beta, [C], initially 0
+  // Statistics over the ranks of a collective group (>= 0) instead of this process's batch
+  // alone (-1, the default), read when a training graph is recorded; see sync_batch_norm.
+  void set_sync_group(int group) { sync_group_ = group; }
+  int sync_group() const { return sync_group_; }
 
  protected:
   BatchNorm(const char* name, std::size_t rank, std::int64_t features,
@@ -43,6 +52,7 @@ class BatchNorm : public Layer {
   std::int64_t features_;
   BatchNormOptions options_;
   VariablePtr weight_, bias_, running_mean_, running_var_;
+  int sync_group_ = -1;
 };
 
 // x: [B, F]
@@ -58,6 +68,13 @@ class BatchNorm2d : public BatchNorm {
   explicit BatchNorm2d(std::int64_t channels, const BatchNormOptions& options = {})
       : BatchNorm("BatchNorm2d", 4, channels, options) {}
 };
+
+// Every BatchNorm in `root` and its children normalises by the global batch of the ranks of
+// collective group `group` (PyTorch's SyncBatchNorm.convert_sync_batchnorm), -1 by this
+// process's batch again. Data-parallel training then computes exactly the step of one process
+// on the global batch (up to the order of the sums), at the price of an all-reduce of C values
+// twice in each batch norm's forward and once in its backward.
+void sync_batch_norm(Module& root, int group);
 
 }  // namespace nn
 }  // namespace kiln

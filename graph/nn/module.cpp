@@ -43,6 +43,11 @@ void Module::set_training(bool training) {
   for (Module* child : children_) child->set_training(training);
 }
 
+void Module::apply(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (Module* child : children_) child->apply(fn);
+}
+
 VariablePtr Module::register_parameter(const std::string& name, Tensor value) {
   params_.push_back(make_variable(name, std::move(value), true));
   return params_.back();

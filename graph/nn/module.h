@@ -3,6 +3,7 @@
 // one model can be used in several graphs (train step, eval step, a GAN's two steps).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,6 +38,8 @@ class Module {
   // The mode is read when a graph is recorded: record the eval graph after set_training(false).
   void set_training(bool training);
   bool training() const { return training_; }
+  // Calls `fn` on this module, then on each child's subtree in registration order.
+  void apply(const std::function<void(Module&)>& fn);
 
  protected:
   VariablePtr register_parameter(const std::string& name, Tensor value);
