@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Per-kernel device time of a traced step (trainer --trace FILE): one row per kernel name
 (total ms, share, launches), the heaviest first; with --passes, the convolution passes one by
-one in launch order instead (with --streams 1 each is timed alone), to compare tile settings.
+one in launch order instead (with --streams 1 each is timed alone), to compare tile settings;
+with --overlap, how much of each all-reduce (data parallelism) ran while kernels of the same
+program on other streams did: the communication the backward hides.
 
-  python3 bench/trace_summary.py TRACE.json [--top N] [--passes]
+  python3 bench/trace_summary.py TRACE.json [--top N] [--passes | --overlap]
 """
 import argparse
 import collections
@@ -22,16 +24,51 @@ def print_passes(events):
     print(f"{'step':>18} span {span:8.1f} us, {len(events)} launches")
 
 
+def covered(start, end, spans):
+    """Microseconds of [start, end) inside the union of `spans` ((start, end) pairs)."""
+    total, reach = 0.0, start
+    for s, e in sorted(spans):
+        s, e = max(s, reach), min(e, end)
+        if e > s:
+            total += e - s
+            reach = e
+    return total
+
+
+def print_overlap(events):
+    """Each all_reduce_mean launch: its time and the share of it under other streams' kernels."""
+    reduces = [e for e in events if e["name"] == "all_reduce_mean"]
+    if not reduces:
+        print("no all_reduce_mean in this trace (a one-process step?)")
+        return
+    hidden_sum = busy_sum = 0.0
+    for r in sorted(reduces, key=lambda e: (e["pid"], e["ts"])):
+        start, end = r["ts"], r["ts"] + r["dur"]
+        others = [(e["ts"], e["ts"] + e["dur"]) for e in events
+                  if e["pid"] == r["pid"] and e["tid"] != r["tid"] and e["name"] != "all_reduce_mean"]
+        hidden = covered(start, end, others)
+        hidden_sum += hidden
+        busy_sum += r["dur"]
+        print(f"program {r['pid']} stream {r['tid']}: all_reduce_mean {r['dur']:8.1f} us, "
+              f"{100 * hidden / max(r['dur'], 1e-9):5.1f} % under other streams' kernels")
+    print(f"{len(reduces)} all-reduces, {busy_sum:.1f} us, {100 * hidden_sum / busy_sum:.1f} % hidden")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--passes", action="store_true", help="the convolution passes in order")
+    parser.add_argument("--overlap", action="store_true",
+                        help="the all-reduces' time hidden under other streams' kernels")
     args = parser.parse_args()
     with open(args.trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     if args.passes:
         print_passes(events)
+        return
+    if args.overlap:
+        print_overlap(events)
         return
     total = collections.defaultdict(float)
     launches = collections.Counter()
