@@ -25,7 +25,8 @@ struct TrainStepOptions {
   std::size_t bucket_bytes = std::size_t{4} << 20;
   // With a data_parallel_group: the recorders of the zoo's steps (build_model_graph, the GAN
   // steps) make the model's batch norms synchronised (nn::sync_batch_norm) before recording
-  // its forward. append_training_step itself does not read it.
+  // its forward (build_model_graph shards its dropout masks by rank in any case,
+  // nn::shard_dropout). append_training_step itself does not read it.
   bool sync_batch_norm = false;
   // Dynamic loss scaling (graph/loss_scale.h), for fp16; compile_training turns it on for
   // Precision::fp16 when it is not set.

@@ -16,6 +16,7 @@
 #include "graph/autograd.h"
 #include "graph/collective.h"
 #include "graph/nn/batch_norm.h"
+#include "graph/nn/dropout.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/module.h"
 #include "graph/op.h"
@@ -370,6 +371,43 @@ TEST_CASE(
     const double numeric = (loss_at(up) - loss_at(down)) / (2 * h);
     CHECK(out.at("dx").at(i) == doctest::Approx(numeric).epsilon(1e-6).scale(1));
   }
+}
+
+// Dropout on two ranks drops what one process drops on the whole batch: each rank keeps its rows
+// of the global batch's mask, step after step.
+TEST_CASE("data parallel: sharded dropout draws each rank's rows of the global batch's mask") {
+  SharedRanks shared(2);
+  auto r0 = std::make_shared<ThreadRank>(shared, 0), r1 = std::make_shared<ThreadRank>(shared, 1);
+  const int ids[2] = {register_collective(r0), register_collective(r1)};
+  auto masks = [&](std::int64_t rows, int group) {  // two steps of one Dropout over ones
+    Philox rng(5);
+    nn::Dropout dropout(0.5, rng);
+    if (group >= 0) nn::shard_dropout(dropout, group);
+    Graph g;
+    const Value ones = g.fill(1.0, {rows, 7});
+    g.output("first", dropout(ones));
+    g.output("second", dropout(ones));
+    return test::run_once(g);
+  };
+  const Outputs whole = masks(6, -1);
+  const Outputs half[2] = {masks(3, ids[0]), masks(3, ids[1])};
+  for (int id : ids) unregister_collective(id);
+  for (const char* name : {"first", "second"}) {
+    CAPTURE(name);
+    int dropped = 0;
+    for (int rank = 0; rank < 2; ++rank)
+      for (std::int64_t i = 0; i < 21; ++i) {
+        CHECK(half[rank].at(name).at(i) == whole.at(name).at(21 * rank + i));
+        dropped += half[rank].at(name).at(i) == 0;
+      }
+    CHECK(dropped > 5);  // the masks are masks: some dropped, some kept
+    CHECK(dropped < 37);
+  }
+  const Outputs plain = masks(3, -1);  // without sharding rank 1 would repeat rank 0's rows
+  bool differs = false;
+  for (std::int64_t i = 0; i < 21; ++i)
+    differs = differs || plain.at("first").at(i) != whole.at("first").at(21 + i);
+  CHECK(differs);
 }
 
 TEST_CASE(

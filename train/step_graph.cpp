@@ -2,6 +2,7 @@
 #include "train/step_graph.h"
 
 #include "graph/nn/batch_norm.h"
+#include "graph/nn/dropout.h"
 #include "graph/nn/functional.h"
 #include "graph/train_step.h"
 #include "models/registry.h"
@@ -37,8 +38,10 @@ ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t 
   ModelGraph m{make_model(name, rng, example, own ? info.classes : input.classes), nullptr,
                std::make_unique<Graph>()};
   Graph& g = *m.graph;
-  if (stage == Stage::train && step.sync_batch_norm && step.data_parallel_group >= 0)
-    nn::sync_batch_norm(*m.model, step.data_parallel_group);
+  if (stage == Stage::train && step.data_parallel_group >= 0) {
+    nn::shard_dropout(*m.model, step.data_parallel_group);  // one process's masks, whatever N
+    if (step.sync_batch_norm) nn::sync_batch_norm(*m.model, step.data_parallel_group);
+  }
   const Value logits = (*m.model)(g.input("x", batch_shape(batch, example)));
   if (stage == Stage::forward) {
     g.output("logits", logits);

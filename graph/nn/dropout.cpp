@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "graph/collective.h"
 #include "graph/ops.h"
 
 namespace kiln::nn {
@@ -16,10 +17,26 @@ Dropout::Dropout(double p, Philox& rng)
 Value Dropout::forward(Value x) {
   if (!training() || p_ == 0) return x;
   Graph& g = x.graph();
-  const RandomUniform r = random_uniform(g.latest(step_), x.shape(), seed_, x.dtype());
+  const Collective* ranks = group_ >= 0 ? &collective(group_) : nullptr;
+  std::vector<std::int64_t> drawn = x.shape().dims();  // the global batch's shape
+  KILN_CHECK(!drawn.empty(), "Dropout: the input is a scalar");
+  if (ranks != nullptr) drawn[0] *= ranks->world_size();
+  const RandomUniform r = random_uniform(g.latest(step_), Shape(drawn), seed_, x.dtype());
   g.assign_latest(step_, r.next_step);
-  const Value keep = 1.0 - greater(scalar_like(x, p_), r.values);  // 1 where u >= p
+  Value u = r.values;
+  if (ranks != nullptr && ranks->world_size() > 1) {
+    const std::int64_t rows = x.shape()[0];
+    u = slice(u, 0, ranks->rank() * rows, rows);
+  }
+  const Value keep = 1.0 - greater(scalar_like(x, p_), u);  // 1 where u >= p
   return x * (keep * (1.0 / (1.0 - p_)));
+}
+
+void shard_dropout(Module& root, int group) {
+  if (group >= 0) collective(group);  // an unknown group is an error here
+  root.apply([group](Module& m) {
+    if (auto* d = dynamic_cast<Dropout*>(&m)) d->set_data_parallel_group(group);
+  });
 }
 
 }  // namespace kiln::nn

@@ -17,11 +17,20 @@ class Dropout : public Layer {
   double p() const { return p_; }
   std::uint64_t seed() const { return seed_; }
   const VariablePtr& step() const { return step_; }
+  // Data parallelism (>= 0: a collective group): the mask is drawn for the global batch (the
+  // ranks' equal batches one after another, in rank order) and this rank keeps its rows, so
+  // N ranks drop what one process on the global batch drops. -1: this batch alone.
+  void set_data_parallel_group(int group) { group_ = group; }
 
  private:
   double p_;
   std::uint64_t seed_;
   VariablePtr step_;
+  int group_ = -1;
 };
+
+// Every Dropout in `root` and its children draws its rank's rows of the global batch's mask
+// (Dropout::set_data_parallel_group). The price: each rank draws the whole batch's numbers.
+void shard_dropout(Module& root, int group);
 
 }  // namespace kiln::nn
