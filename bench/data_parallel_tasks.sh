@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 21's figures on a machine with two GPUs (the device tool's nvidia-h200-x2), in one call
-# of about 6 minutes: data parallelism of char-lstm, the MLP GAN and dcgan (dcgan's batch norms
+# (estimated 6 minutes on 2 H200s; on 2 CPU processes sections 1, 3 and 4 took 2.5): data parallelism of char-lstm, the MLP GAN and dcgan (dcgan's batch norms
 # synchronised: --sync-batch-norm), and resnet18's scaling.
 #   1. each task, 100 steps: one GPU at batch 2B beside two GPUs at B each (the same global
 #      batch; replicas checked every 50 steps) and, as the yardstick of float32 rounding, one
@@ -20,15 +20,15 @@ OUT=${2:?usage: data_parallel_tasks.sh BIN_DIR OUT_DIR DATA_DIR FORTUNES_DIR [PA
 DATA=${3:?usage: data_parallel_tasks.sh BIN_DIR OUT_DIR DATA_DIR FORTUNES_DIR [PARTS]}
 TEXT=${4:?usage: data_parallel_tasks.sh BIN_DIR OUT_DIR DATA_DIR FORTUNES_DIR [PARTS]}
 PARTS=${5:-1 2 3 4}
-mkdir -p "$OUT"
+mkdir -p "$OUT/samples"
 export NCCL_NVLS_ENABLE=0 KILN_CACHE_DIR=${KILN_CACHE_DIR:-$OUT/kernel-cache}
 TR="$BIN/trainer --no-progress"
 DEV=cuda TWO="--gpus 2"
 [[ ${DP_CPU:-0} == 1 ]] && DEV=cpu TWO="--ranks 2 --device cpu"
 declare -A ARGS=(
   [char-lstm]="--text $TEXT"
-  [gan]="--data-dir $DATA"
-  [dcgan]="--data-dir $DATA --sync-batch-norm"
+  [gan]="--data-dir $DATA --samples-dir $OUT/samples"
+  [dcgan]="--data-dir $DATA --samples-dir $OUT/samples --sync-batch-norm"
 )
 declare -A BATCH=([char-lstm]=64 [gan]=64 [dcgan]=64)  # the defaults per GPU
 TASKS="char-lstm gan dcgan"
@@ -73,8 +73,8 @@ if part 2; then
     b=${BATCH[$m]}
     case $m in
       char-lstm) q="--epochs 5 --lr 2e-3" ;;
-      gan) q="--epochs 20 --fid-classifier $OUT/lenet.safetensors --samples-dir $OUT/samples" ;;
-      dcgan) q="--epochs 6 --fid-classifier $OUT/lenet.safetensors --samples-dir $OUT/samples" ;;
+      gan) q="--epochs 20 --fid-classifier $OUT/lenet.safetensors" ;;
+      dcgan) q="--epochs 6 --fid-classifier $OUT/lenet.safetensors" ;;
     esac
     echo "-- $m: 1 GPU x $((2 * b)), then 2 GPUs x $b"
     $TR --model "$m" ${ARGS[$m]} $q --device $DEV --batch-size $((2 * b)) | tail -1
@@ -105,8 +105,8 @@ if part 4; then
   echo "== 4. a rank killed mid-run"
   for m in $TASKS; do
     metrics="$OUT/kill-$m.jsonl"
-    $TR --model "$m" ${ARGS[$m]} $TWO --epochs 100 --init-timeout 30 --metrics-every 1 --metrics "$metrics" \
-      >"$OUT/kill-$m.txt" 2>&1 &
+    timeout 120 $TR --model "$m" ${ARGS[$m]} $TWO --epochs 100 --init-timeout 30 --metrics-every 1 \
+      --metrics "$metrics" >"$OUT/kill-$m.txt" 2>&1 &
     launcher=$!
     victim=""
     for _ in $(seq 600); do
@@ -115,7 +115,7 @@ if part 4; then
       sleep 0.1
     done
     start=$(date +%s.%N)
-    [[ -n $victim ]] && kill -9 "$victim"
+    if [[ -n $victim ]]; then kill -9 "$victim"; else echo "-- $m: rank 1 never trained"; kill "$launcher"; fi
     wait "$launcher"
     echo "-- $m: launcher exit code $?, $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s after the kill:"
     grep -v "^epoch\|^kiln trainer" "$OUT/kill-$m.txt" | tail -4

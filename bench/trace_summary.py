@@ -49,9 +49,11 @@ def print_overlap(events):
         hidden = covered(start, end, others)
         hidden_sum += hidden
         busy_sum += r["dur"]
+        share = 100 * hidden / r["dur"] if r["dur"] > 0 else 0.0
         print(f"program {r['pid']} stream {r['tid']}: all_reduce_mean {r['dur']:8.1f} us, "
-              f"{100 * hidden / max(r['dur'], 1e-9):5.1f} % under other streams' kernels")
-    print(f"{len(reduces)} all-reduces, {busy_sum:.1f} us, {100 * hidden_sum / busy_sum:.1f} % hidden")
+              f"{share:5.1f} % under other streams' kernels")
+    share = 100 * hidden_sum / busy_sum if busy_sum > 0 else 0.0
+    print(f"{len(reduces)} all-reduces, {busy_sum:.1f} us, {share:.1f} % hidden")
 
 
 def main():

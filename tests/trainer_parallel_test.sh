@@ -94,6 +94,20 @@ kill_rank char-lstm 1 --text "$(dirname "$0")/fixtures/lm_corpus.txt" --seq-len 
 kill_rank gan 0 --synthetic --epochs 200 --batch-size 8
 kill_rank dcgan 1 --synthetic --epochs 200 --batch-size 8 --sync-batch-norm
 
+SCENARIO="ranks with different batch sizes are refused"
+port=$((20000 + RANDOM % 20000))
+"$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
+  --rank 0 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
+rank0=$!
+timeout 60 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 16 \
+  --rank 1 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >/dev/null 2>"$TMP/stderr1" </dev/null
+RC=$?
+wait "$rank0"
+RC0=$?
+((RC == 1 && RC0 == 1)) || fail "exit codes $RC0 and $RC, expected 1 and 1"
+grep -q "rank 1: --batch-size 16 and --seq-len 64 are not every rank's" "$TMP/stderr1" || fail "no clear error on rank 1"
+grep -q "rank 0: --batch-size 8" "$TMP/stderr" || fail "no clear error on rank 0"
+
 run "nobody at the address" --model lenet --synthetic --rank 1 --world-size 2 --init 127.0.0.1:9 --init-timeout 1
 ((RC == 1)) && grep -q "127.0.0.1:9" "$TMP/stderr" || fail "no clear error"
 run "--gpus and --ranks together" --model lenet --synthetic --gpus 2 --ranks 2

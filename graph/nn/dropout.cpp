@@ -19,8 +19,11 @@ Value Dropout::forward(Value x) {
   Graph& g = x.graph();
   const Collective* ranks = group_ >= 0 ? &collective(group_) : nullptr;
   std::vector<std::int64_t> drawn = x.shape().dims();  // the global batch's shape
-  KILN_CHECK(!drawn.empty(), "Dropout: the input is a scalar");
-  if (ranks != nullptr) drawn[0] *= ranks->world_size();
+  if (ranks != nullptr) {
+    KILN_CHECK(!drawn.empty(), "Dropout: a data-parallel input must have a batch axis, not {}",
+               x.type().str());
+    drawn[0] *= ranks->world_size();
+  }
   const RandomUniform r = random_uniform(g.latest(step_), Shape(drawn), seed_, x.dtype());
   g.assign_latest(step_, r.next_step);
   Value u = r.values;
