@@ -72,8 +72,9 @@ class BatchNorm2d : public BatchNorm {
 // Every BatchNorm in `root` and its children normalises by the global batch of the ranks of
 // collective group `group` (PyTorch's SyncBatchNorm.convert_sync_batchnorm), -1 by this
 // process's batch again. Data-parallel training then computes exactly the step of one process
-// on the global batch (up to the order of the sums), at the price of an all-reduce of C values
-// twice in each batch norm's forward and once in its backward.
+// on the global batch (up to the order of the sums), at the price of three all-reduces a step
+// in each batch norm: C values (the shift) and 2C (the sums) in the forward, 2C (the sums'
+// gradients) in the backward.
 void sync_batch_norm(Module& root, int group);
 
 }  // namespace nn
