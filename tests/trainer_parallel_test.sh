@@ -108,6 +108,10 @@ RC0=$?
 grep -q "rank 1: --batch-size 16 and --seq-len 64 are not every rank's" "$TMP/stderr1" || fail "no clear error on rank 1"
 grep -q "rank 0: --batch-size 8" "$TMP/stderr" || fail "no clear error on rank 0"
 
+run "--sync-batch-norm on one process says it changes nothing" --model dcgan --synthetic --max-steps 1 \
+  --batch-size 8 --sync-batch-norm --samples-dir "$TMP"
+((RC == 0)) && grep -q "one process, whose batch is the global batch already" "$TMP/stderr" || fail "no warning"
+
 run "nobody at the address" --model lenet --synthetic --rank 1 --world-size 2 --init 127.0.0.1:9 --init-timeout 1
 ((RC == 1)) && grep -q "127.0.0.1:9" "$TMP/stderr" || fail "no clear error"
 run "--gpus and --ranks together" --model lenet --synthetic --gpus 2 --ranks 2

@@ -53,7 +53,11 @@ std::unique_ptr<dist::DataParallel> join_data_parallel(const TrainConfig& c, Dev
 
 TaskContext task_context(const TrainConfig& c, dist::DataParallel* parallel) {
   TaskContext context{.options = compile_options(c.device)};
-  if (parallel == nullptr) return context;
+  if (parallel == nullptr) {
+    if (c.parallel.sync_batch_norm)
+      log().warn("--sync-batch-norm: one process, whose batch is the global batch already");
+    return context;
+  }
   // Every rank trains a shard of the same size: the global batch is the batch times the ranks,
   // and synchronised batch norm and dropout take the ranks' shards as equal parts of it.
   std::array<double, 2> shard = {static_cast<double>(c.loop.batch_size),
