@@ -23,6 +23,7 @@
 #include "graph/passes/channels_last.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/hoist_collectives.h"
 #include "graph/passes/one_hot_products.h"
 #include "graph/passes/pool_grad_masks.h"
 #include "graph/passes/verify.h"
@@ -143,6 +144,13 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
       verify(g);
       dump_after("gemm_epilogues", g);
     }
+  }
+  // The GPU's launch list and streams follow node order: each collective as early as its
+  // inputs allow, so the communication stream takes them as they become ready.
+  if (!options.device.is_cpu()) {
+    g = hoist_collectives(g);
+    verify(g);
+    dump_after("hoist_collectives", g);
   }
   log().debug("compile: {} nodes after the passes", g.nodes().size());
 

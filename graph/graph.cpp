@@ -158,4 +158,13 @@ ValueRef alias_root(const Graph& g, ValueRef ref) {
   return ref;
 }
 
+void copy_outputs_and_assignments(const Graph& from, const std::vector<std::int32_t>& new_id,
+                                  Graph& to) {
+  auto remap = [&](ValueRef ref) {
+    return to.value({new_id[static_cast<std::size_t>(ref.node)], ref.index});
+  };
+  for (const auto& [name, ref] : from.outputs()) to.output(name, remap(ref));
+  for (const auto& [var, ref] : from.assignments()) to.assign(var, remap(ref));
+}
+
 }  // namespace kiln

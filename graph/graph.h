@@ -128,4 +128,9 @@ class Graph {
 // whose output is its input's elements in the same order.
 ValueRef alias_root(const Graph& g, ValueRef ref);
 
+// A pass that copies `from`'s nodes into `to` (node i of `from` became node new_id[i]) ends
+// with this: `from`'s outputs and assignments, renumbered, in their order.
+void copy_outputs_and_assignments(const Graph& from, const std::vector<std::int32_t>& new_id,
+                                  Graph& to);
+
 }  // namespace kiln

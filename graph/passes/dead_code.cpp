@@ -30,11 +30,7 @@ Graph eliminate_dead_code(const Graph& g) {
     for (ValueRef& in : n.inputs) in.node = new_id[static_cast<std::size_t>(in.node)];
     new_id[id] = out.add_node(std::move(n)).node;
   }
-  auto remap = [&](ValueRef ref) {
-    return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index});
-  };
-  for (const auto& [name, ref] : g.outputs()) out.output(name, remap(ref));
-  for (const auto& [var, ref] : g.assignments()) out.assign(var, remap(ref));
+  copy_outputs_and_assignments(g, new_id, out);
   return out;
 }
 

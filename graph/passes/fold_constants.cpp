@@ -75,11 +75,7 @@ Graph fold_constants(const Graph& g) {
       new_id[id] = out.constant(folded).ref().node;
     }
   }
-  auto remap = [&](ValueRef ref) {
-    return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index});
-  };
-  for (const auto& [name, ref] : g.outputs()) out.output(name, remap(ref));
-  for (const auto& [var, ref] : g.assignments()) out.assign(var, remap(ref));
+  copy_outputs_and_assignments(g, new_id, out);
   return out;
 }
 
