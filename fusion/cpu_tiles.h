@@ -7,20 +7,16 @@
 #include <utility>
 #include <vector>
 
-#include "core/half.h"
+#include "core/dtype.h"
 #include "fusion/fused_group.h"
 
 namespace kiln::cpu_tiles {
 
 constexpr std::int64_t kTile = 1024;
 
-// A bf16 or f16 value inside a group holds what the unfused op would have stored.
-inline void round_to(DType dtype, float* x, std::int64_t n) {
-  if (dtype == DType::bf16)
-    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(bf16(x[i]));
-  else
-    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(f16(x[i]));
-}
+// A bf16 or f16 value inside a group holds what the unfused op would have stored: round_to
+// (core/half.h).
+using kiln::round_to;
 
 template <class T>
 ElementwiseLoop<T> loop_of(const OpDef& op) {

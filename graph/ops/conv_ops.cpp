@@ -3,7 +3,6 @@
 // conv2d and conv2d_grad_weight may read their image x channels-last: the optional attribute
 // "channels_last" = 1 says x is stored [B, H, W, C] (graph/passes/channels_last.h puts it
 // there); shapes are checked and kernels chosen on x as [B, C, H, W].
-#include "core/half.h"
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/conv_epilogue.h"
 #include "graph/kernels/transpose_cpu.h"
@@ -141,15 +140,14 @@ void conv_bias_low_precision(const KernelCall& call) {
   Tensor& y = call.outputs[0];
   kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1], y,
                           forward_geometry(call));
-  const bool bf = call.node.outputs[0].dtype == DType::bf16;
+  const DType dtype = call.node.outputs[0].dtype;
   float* v = y.data<float>();
   const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
   const ConvEpilogue e = epilogue_of(call);
 #pragma omp parallel for schedule(static) if (y.numel() > 16384)  // else one thread is quicker
   for (std::int64_t i = 0; i < y.shape()[0] * channels; ++i) {
     float* p = v + i * plane;
-    for (std::int64_t j = 0; j < plane; ++j)
-      p[j] = bf ? static_cast<float>(bf16(p[j])) : static_cast<float>(f16(p[j]));
+    round_to(dtype, p, plane);
     kernels::apply_conv_epilogue(p, plane, e, i % channels);
   }
 }
