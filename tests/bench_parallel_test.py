@@ -2,7 +2,7 @@
 """bench --ranks 2 (CPU processes over TCP, the path --gpus takes with NCCL) for a classifier,
 the language model and both GANs: each gives its one-process row and a 2-rank row with the
 ranks, the all-reduce count and a scaling efficiency; a GAN's row counts both programs'
-all-reduces, and dcgan's --sync-batch-norm adds its batch norms' (two in each forward, one in
+all-reduces, and dcgan's --sync-batch-norm adds its batch norms' (one in each forward, one in
 each backward).
 
     python3 tests/bench_parallel_test.py build/tools/bench
@@ -51,12 +51,12 @@ def main():
             reduces[(model, bool(extra))] = row["all_reduce_ops"]
             print(f"ok [{' '.join([model] + extra)}: {row['name']}, {row['all_reduce_ops']} "
                   f"all-reduces, efficiency {row['scaling_efficiency']:.3f}]")
-        # A synchronised batch norm takes 2 all-reduces forward and 1 backward. D's step: G's 2
-        # batch norms forward only (its output is detached), D's 1 twice (real, fake) both
-        # ways; G's step: G's 2 and D's 1, both ways.
+        # A synchronised batch norm takes 1 all-reduce forward (the ranks' statistics) and 1
+        # backward. D's step: G's 2 batch norms forward only (its output is detached), D's 1
+        # twice (real, fake) both ways; G's step: G's 2 and D's 1, both ways.
         added = reduces[("dcgan", True)] - reduces[("dcgan", False)]
-        if added != 2 * 2 + 2 * 3 + (2 + 1) * 3:
-            fail(f"dcgan: --sync-batch-norm added {added} all-reduces, expected 19")
+        if added != 2 * 1 + 2 * 2 + (2 + 1) * 2:
+            fail(f"dcgan: --sync-batch-norm added {added} all-reduces, expected 12")
     return 0
 
 

@@ -2,6 +2,8 @@
 #include "graph/nn/batch_norm.h"
 
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "graph/collective.h"
 #include "graph/nn/functional.h"
@@ -30,6 +32,26 @@ void check_channels(const char* op, const Shape& x, const Value& v, const char* 
              v.type().str(), x.str(), x[1]);
 }
 
+// The global batch's mean and biased variance, [1, C, 1, ...], from this rank's (of a batch of
+// the same size on every rank) through one all-reduce: each rank contributes its row of a
+// [W, 2C] table of every rank's statistics (its own row, zeros elsewhere), so the mean of the
+// table over the ranks, times W, is the table itself; from it every rank computes the same
+// mean of the means and the same mean of var_r + (mean_r - mean)^2, the global variance
+// without a difference of large sums.
+std::pair<Value, Value> global_statistics(Value mean, Value var, int group) {
+  const Collective& ranks = collective(group);
+  const std::int64_t w = ranks.world_size(), r = ranks.rank(), c = mean.shape()[1];
+  const std::vector<std::int64_t> kept = mean.shape().dims();
+  const Value row = concat({reshape(mean, {1, c}), reshape(var, {1, c})}, 1);  // [1, 2C]
+  const Value table =
+      all_reduce_mean({pad(row, 0, r, w - 1 - r)}, group)[0] * static_cast<double>(w);
+  const Value means = slice(table, 1, 0, c), vars = slice(table, 1, c, c);  // [W, C]
+  const Value global_mean = sum(means, {0}, true) * (1.0 / static_cast<double>(w));
+  const Value apart = means - global_mean;
+  const Value global_var = sum(vars + apart * apart, {0}, true) * (1.0 / static_cast<double>(w));
+  return {reshape(global_mean, kept), reshape(global_var, kept)};
+}
+
 }  // namespace
 
 // The statistics in one pass over x: the sums of x - k and of its square, with k one value of
@@ -47,20 +69,15 @@ BatchNormResult batch_norm_training(Value x, Value gamma, Value beta, double eps
   const double n = static_cast<double>(shape.numel() / shape[1]);  // values per channel
   Value shift = detach(x);  // [1, C, 1, 1]: the first value of each channel, read in place
   for (const std::int64_t axis : axes) shift = slice(shift, axis, 0, 1);
-  // Synchronised: one shift on every rank (the mean of theirs), then the means of the ranks'
-  // sums, which are the global batch's where the ranks' batches are equal.
-  if (sync_group >= 0) shift = all_reduce_mean({shift}, sync_group)[0];
   const Value shifted = x - shift;
-  Value offset = sum(shifted, axes, true) * (1.0 / n);  // mean - shift, [1, C, 1, 1]
-  Value square_mean = sum(shifted * shifted, axes, true) * (1.0 / n);
-  if (sync_group >= 0) {
-    const std::vector<Value> global = all_reduce_mean({offset, square_mean}, sync_group);
-    offset = global[0];
-    square_mean = global[1];
-  }
-  const Value mean_kept = shift + offset;
+  const Value offset = sum(shifted, axes, true) * (1.0 / n);  // mean - shift, [1, C, 1, 1]
+  const Value square_mean = sum(shifted * shifted, axes, true) * (1.0 / n);
+  Value mean_kept = shift + offset;
   // Rounding can take the difference a little below 0 where the variance is 0.
-  const Value var_kept = maximum(square_mean - offset * offset, scalar_like(square_mean, 0.0));
+  Value var_kept = maximum(square_mean - offset * offset, scalar_like(square_mean, 0.0));
+  // Synchronised: the global batch's statistics from every rank's (ranks of equal batches).
+  if (sync_group >= 0)
+    std::tie(mean_kept, var_kept) = global_statistics(mean_kept, var_kept, sync_group);
   const Value scale = per_channel(gamma, shape) / sqrt(var_kept + eps);  // small: [1, C, 1, 1]
   const Value y = (x - mean_kept) * scale + per_channel(beta, shape);
   return {y, reshape(mean_kept, {shape[1]}), reshape(var_kept, {shape[1]})};

@@ -11,8 +11,9 @@ namespace kiln {
 // gamma + beta with the batch's mean and biased variance, both returned as [C].
 // `sync_group` >= 0 (synchronised batch norm, data parallelism): the statistics are those of
 // the global batch, every rank's x together (ranks of equal batches), through all_reduce_mean
-// over that collective group (graph/collective.h): the per-channel shift, then the two sums,
-// in the forward; their gradients, in the backward. -1: this x alone.
+// over that collective group (graph/collective.h): one all-reduce of every rank's mean and
+// variance in the forward (a [W, 2C] table, rank r's row from rank r), its gradient in the
+// backward. -1: this x alone.
 struct BatchNormResult {
   Value y, mean, var;
 };
@@ -72,9 +73,9 @@ class BatchNorm2d : public BatchNorm {
 // Every BatchNorm in `root` and its children normalises by the global batch of the ranks of
 // collective group `group` (PyTorch's SyncBatchNorm.convert_sync_batchnorm), -1 by this
 // process's batch again. Data-parallel training then computes exactly the step of one process
-// on the global batch (up to the order of the sums), at the price of three all-reduces a step
-// in each batch norm: C values (the shift) and 2C (the sums) in the forward, 2C (the sums'
-// gradients) in the backward.
+// on the global batch (up to the order of the sums), at the price of two all-reduces a step in
+// each batch norm: the [W, 2C] table of the ranks' statistics in the forward, its gradient in
+// the backward.
 void sync_batch_norm(Module& root, int group);
 
 }  // namespace nn
