@@ -20,6 +20,17 @@ LossScaler::LossScaler(Optimizer& optimizer, const LossScaleOptions& options)
   skipped_ = optimizer.scalar_state("loss_scale.skipped_steps", 0.0, DType::f64);
 }
 
+void assign_only_if(Graph& g, const Value& condition, const std::vector<VariablePtr>& vars) {
+  std::vector<std::pair<VariablePtr, Value>> guarded;
+  for (const auto& [var, ref] : g.assignments()) {
+    if (std::find(vars.begin(), vars.end(), var) == vars.end() || !is_floating(var->value.dtype()))
+      continue;
+    const Value old = g.variable(var);
+    guarded.emplace_back(var, select(cast(condition, old.dtype()), g.value(ref), old));
+  }
+  for (const auto& [var, value] : guarded) g.assign_latest(var, value);
+}
+
 Value LossScaler::scaled(Value loss) {
   return loss * cast(loss.graph().variable(scale_), loss.dtype());
 }
@@ -42,16 +53,9 @@ void LossScaler::guard_update(Graph& g, const std::vector<Value>& grads,
     poison = poison.valid() ? poison + s : s;
   }
   const Value finite = poison.valid() ? equal(poison, poison) : g.fill(1.0);
-  std::vector<std::pair<VariablePtr, Value>> guarded;
-  const std::vector<VariablePtr> state = optimizer_.state();
-  for (const auto& [var, ref] : g.assignments()) {
-    const bool updated = std::find(params.begin(), params.end(), var) != params.end() ||
-                         std::find(state.begin(), state.end(), var) != state.end();
-    if (!updated || !is_floating(var->value.dtype())) continue;
-    const Value old = g.variable(var);
-    guarded.emplace_back(var, select(cast(finite, old.dtype()), g.value(ref), old));
-  }
-  for (const auto& [var, value] : guarded) g.assign_latest(var, value);
+  std::vector<VariablePtr> updated = params;
+  for (const VariablePtr& v : optimizer_.state()) updated.push_back(v);
+  assign_only_if(g, finite, updated);
   // Clean: one more clean step, the scale times growth once there are growth_interval of
   // them (the count then restarts). Skipped: the scale times backoff, the count restarts.
   const Value scale = g.variable(scale_), clean = g.variable(clean_) + 1.0;

@@ -75,6 +75,26 @@ void average_buffer_updates(Graph& g, const std::vector<VariablePtr>& params, in
   for (std::size_t i = 0; i < vars.size(); ++i) g.assign_latest(vars[i], means[i]);
 }
 
+// Gradient accumulation (TrainStepOptions::accumulate): each gradient replaced by the mean of
+// its accumulator plus it; returns the run's `apply` flag, [] of 1 on every n-th run, else 0.
+Value accumulate_gradients(Graph& g, const std::vector<VariablePtr>& params,
+                           std::vector<Value>& grads, int n) {
+  const VariablePtr counter =
+      make_variable("accumulate.runs", Tensor::zeros({}, DType::f32), false);
+  const Value runs = g.variable(counter) + 1.0;
+  const Value apply = 1.0 - greater(scalar_like(runs, n), runs);  // runs >= n
+  g.assign(counter, select(apply, scalar_like(runs, 0.0), runs));
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const VariablePtr sum = make_variable("accumulate." + params[i]->name,
+                                          Tensor::zeros(grads[i].shape(), grads[i].dtype()), false);
+    const Value total = g.variable(sum) + grads[i];
+    // select, not a product: a non-finite sum (an fp16 overflow) is emptied too.
+    g.assign(sum, select(cast(apply, total.dtype()), scalar_like(total, 0.0), total));
+    grads[i] = total * (1.0 / n);
+  }
+  return apply;
+}
+
 }  // namespace
 
 void append_training_step(Value loss, const std::vector<VariablePtr>& params, Optimizer& optimizer,
@@ -88,13 +108,20 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
   std::optional<LossScaler> scaler;
   if (options.loss_scale) scaler.emplace(optimizer, *options.loss_scale);
   std::vector<Value> grads = grad(scaler ? scaler->scaled(loss) : loss, wrt);
+  KILN_CHECK(options.accumulate >= 1, "training step: accumulate must be >= 1 (got {})",
+             options.accumulate);
+  Value apply;  // accumulation: whether this run updates
+  if (options.accumulate > 1) {
+    if (scaler) grads = scaler->unscaled(grads);  // each run's own scale
+    apply = accumulate_gradients(g, params, grads, options.accumulate);
+  }
   if (options.data_parallel_group >= 0) {
     KILN_CHECK(options.bucket_bytes > 0,
                "training step: the all-reduce bucket size must be positive");
     average_buffer_updates(g, params, options.data_parallel_group);
     grads = average_over_ranks(grads, options.data_parallel_group, options.bucket_bytes, &loss);
   }
-  if (scaler) grads = scaler->unscaled(grads);
+  if (scaler && !apply.valid()) grads = scaler->unscaled(grads);
   KILN_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0,
              "training step: clip_grad_norm must be >= 0 (got {})", options.clip_grad_norm);
   if (options.clip_grad_norm > 0) {
@@ -104,6 +131,11 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
   }
   optimizer.append_update(g, params, grads);
   if (scaler) scaler->guard_update(g, grads, params);
+  if (apply.valid()) {  // the runs that only accumulate keep every parameter and state
+    std::vector<VariablePtr> updated = params;
+    for (const VariablePtr& v : optimizer.state()) updated.push_back(v);
+    assign_only_if(g, apply, updated);
+  }
   g.output("loss", loss);
 }
 

@@ -31,6 +31,15 @@ struct TrainStepOptions {
   // Dynamic loss scaling (graph/loss_scale.h), for fp16; compile_training turns it on for
   // Precision::fp16 when it is not set.
   std::optional<LossScaleOptions> loss_scale;
+  // Gradient accumulation: N > 1 makes the step a micro-step. Each run adds its gradients
+  // (unscaled, before any averaging over the ranks) into an accumulator per parameter; every
+  // N-th run (a counter in the graph, from the first run on) updates with their mean, empties
+  // them and restarts the count, and the other runs leave the parameters and the optimizer
+  // state (loss scaler's included) as they were, so N runs on batches of B update as one run
+  // on their N B examples would (batch norm's statistics and running statistics are each
+  // micro-batch's, as in PyTorch). The "loss" output is each run's. The accumulators and the
+  // counter are empty between updates, so checkpoints do not hold them.
+  int accumulate = 1;
 };
 
 // The gradients scaled to a global L2 norm of at most `max_norm` (> 0), as graph ops that

@@ -56,7 +56,7 @@ run "a checkpoint of two ranks resumes on one process (same global batch)" "${co
   --resume "$TMP/two.safetensors"
 ((RC == 0)) || fail "exit code $RC"
 run "another global batch is refused" "${common[@]}" --batch-size 16 --max-steps 60 --resume "$TMP/two.safetensors"
-((RC == 1)) && grep -q "global batch of 32 (16 x 2 ranks)" "$TMP/stderr" || fail "no clear refusal"
+((RC == 1)) && grep -q "steps of 32 examples (batch 16 x 2 ranks x --accumulate 1)" "$TMP/stderr" || fail "no clear refusal"
 
 # kill_rank MODEL RANK ARGS...: two ranks train MODEL; once rank 0 has written three step
 # lines, RANK is killed (SIGKILL, as the OOM killer does); the job must end within a minute

@@ -34,7 +34,8 @@ class ClassifierTask : public Task {
              .data_parallel_group = context.collective_group,
              .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
              .sync_batch_norm = c.parallel.sync_batch_norm,
-             .loss_scale = loss_scale_of(c.device)},
+             .loss_scale = loss_scale_of(c.device),
+             .accumulate = static_cast<int>(c.loop.accumulate)},
             {data_.example, static_cast<std::int64_t>(data_.classes.size())})),
         step_(compile(*graph_.graph, context.options)),
         evaluator_(*graph_.model, data_.example, c.images.eval_batch, context.options) {}

@@ -16,6 +16,7 @@ namespace kiln {
 struct LoopSettings {
   std::int64_t epochs = 2;
   std::int64_t batch_size = 64;    // per rank
+  std::int64_t accumulate = 1;     // micro-batches of batch_size a step sums (one update)
   std::int64_t max_steps = -1;     // stop after this many steps (all epochs together); -1: no limit
   std::string optimizer = "adam";  // sgd, adam, adamw
   double lr = 1e-3;

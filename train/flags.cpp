@@ -87,6 +87,10 @@ std::vector<Flag> loop_flags() {
       number("epochs", at(loop, &L::epochs), all, "passes over the training data", 1, 1e9),
       number("batch-size", at(loop, &L::batch_size), all, "examples per step (per rank)", 1,
              1 << 24),
+      number("accumulate", at(loop, &L::accumulate), kClassifierTask | kLmTask,
+             "micro-batches of --batch-size a step sums before its one update (a step trains on "
+             "N x the batch, in the memory of one)",
+             1, 1 << 16),
       with_off(number("max-steps", at(loop, &L::max_steps), all,
                       "stop after this many training steps", 1, kMaxSteps),
                -1),

@@ -37,7 +37,8 @@ void append_lm_step(Graph& g, CharLstm& model, Optimizer& optimizer, const Train
                        {.clip_grad_norm = c.loop.clip_grad_norm,
                         .data_parallel_group = collective_group,
                         .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
-                        .loss_scale = loss_scale_of(c.device)});
+                        .loss_scale = loss_scale_of(c.device),
+                        .accumulate = static_cast<int>(c.loop.accumulate)});
 }
 
 // Bits per character over every validation window, `batch` windows per run.

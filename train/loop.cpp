@@ -87,8 +87,11 @@ class Loop {
         metrics_(c.loop.metrics.empty() || !leader_
                      ? std::make_unique<MetricsWriter>()
                      : std::make_unique<MetricsWriter>(c.loop.metrics)),
-        lines_(*metrics_, task_->examples_per_step(), c.loop.metrics_every) {
-    const std::int64_t all = c.loop.epochs * task_->steps_per_epoch();
+        lines_(*metrics_, task_->examples_per_step() * c.loop.accumulate, c.loop.metrics_every) {
+    KILN_CHECK(steps_per_epoch() >= 1,
+               "--accumulate {}: an epoch has only {} batches of {} (fewer than one step)",
+               c.loop.accumulate, task_->steps_per_epoch(), c.loop.batch_size);
+    const std::int64_t all = c.loop.epochs * steps_per_epoch();
     last_ = c.loop.max_steps >= 0 ? std::min(c.loop.max_steps, all) : all;
     horizon_ = task_->max_steps_sets_horizon() ? last_ : all;
   }
@@ -97,13 +100,17 @@ class Loop {
   const Task& task() const { return *task_; }
 
  private:
+  // A step's micro-batches (--accumulate): the task's batches come in groups of that many,
+  // the partial group at an epoch's end dropped.
+  std::int64_t micro() const { return c_.loop.accumulate; }
+  std::int64_t steps_per_epoch() const { return task_->steps_per_epoch() / micro(); }
   void resume();
   void check_position(const TrainingPosition& at) const;
   void check_steps_left(const TrainingPosition& at) const;
   void save(const TrainingPosition& at);
   TrainingPosition after(std::int64_t epoch, std::int64_t batch, std::int64_t done) const {
-    return batch == task_->steps_per_epoch() ? TrainingPosition{done, epoch + 1, 0}
-                                             : TrainingPosition{done, epoch, batch};
+    return batch == steps_per_epoch() ? TrainingPosition{done, epoch + 1, 0}
+                                      : TrainingPosition{done, epoch, batch};
   }
   std::vector<Outputs> run_programs(const std::vector<std::vector<Feed>>& feeds, bool trace);
   StepValues step(std::int64_t epoch, std::int64_t batch, std::int64_t first, std::int64_t end);
@@ -144,7 +151,7 @@ void Loop::resume() {
 // A resumed position must be one of this run's data, with steps left to train.
 void Loop::check_position(const TrainingPosition& at) const {
   const std::string& path = c_.loop.resume;
-  const std::int64_t per_epoch = task_->steps_per_epoch();
+  const std::int64_t per_epoch = steps_per_epoch();
   KILN_CHECK(at.batch < per_epoch,
              "--resume {}: its position is batch {} of epoch {}, but an epoch of this run has {} "
              "batches (is the data the same as the run that wrote it?)",
@@ -224,7 +231,9 @@ void Loop::add_loss_scale_values(const std::vector<Outputs>& outputs, StepValues
   }
 }
 
-// Runs batch `batch` of the epoch (whose batches [first, end) this run trains).
+// Runs batch `batch` of the epoch (whose batches [first, end) this run trains): the task's
+// micro-batches batch * micro() ... (its step programs once each), whose losses and values
+// the step reports as their means (the loss scaler's, of the last run: the one that updates).
 StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
                       std::int64_t end) {
   const std::int64_t done = total_ + (batch - first);  // steps before this one
@@ -232,27 +241,35 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
   task_->set_lr(lr_);
   const bool trace =
       !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
-  // The time this thread spends getting batches (filling them, or waiting for a loader that
-  // fills them ahead) is the step's data wait.
-  const auto fetch_start = Clock::now();
-  std::vector<std::vector<Feed>> feeds =
-      batch == first ? task_->feeds(batch, done) : std::move(next_);
-  double data_wait = seconds_since(fetch_start);
-  if (batch + 1 < end) {  // a GPU copies the next batch while this step computes
-    const auto next_start = Clock::now();
-    next_ = task_->feeds(batch + 1, done + 1);
-    data_wait += seconds_since(next_start);
-    const std::vector<StepProgram> programs = task_->programs();
-    for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
+  const std::vector<StepProgram> programs = task_->programs();
+  StepValues v;
+  double data_wait = 0;
+  for (std::int64_t k = 0; k < micro(); ++k) {
+    const std::int64_t at = batch * micro() + k, run = done * micro() + k;  // the task's
+    // The time this thread spends getting batches (filling them, or waiting for a loader
+    // that fills them ahead) is the step's data wait.
+    const auto fetch_start = Clock::now();
+    std::vector<std::vector<Feed>> feeds =
+        batch == first && k == 0 ? task_->feeds(at, run) : std::move(next_);
+    if (k + 1 < micro() || batch + 1 < end) {  // a GPU copies the next batch meanwhile
+      next_ = task_->feeds(at + 1, run + 1);
+      for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
+    }
+    data_wait += seconds_since(fetch_start);
+    std::vector<Outputs> outputs;
+    try {
+      outputs = run_programs(feeds, trace && k == 0);
+    } catch (const Error& e) {
+      throw Error(fmt::format("epoch {} step {}: {}", epoch, batch + 1, e.what()));
+    }
+    const StepValues part = task_->step_values(outputs);
+    v.loss += part.loss / static_cast<double>(micro());
+    if (v.extras.empty()) v.extras = Values(part.extras.size(), {"", 0.0});
+    for (std::size_t i = 0; i < part.extras.size(); ++i)
+      v.extras[i] = {part.extras[i].first,
+                     v.extras[i].second + part.extras[i].second / static_cast<double>(micro())};
+    if (k + 1 == micro()) add_loss_scale_values(outputs, v);
   }
-  std::vector<Outputs> outputs;
-  try {
-    outputs = run_programs(feeds, trace);
-  } catch (const Error& e) {
-    throw Error(fmt::format("epoch {} step {}: {}", epoch, batch + 1, e.what()));
-  }
-  StepValues v = task_->step_values(outputs);
-  add_loss_scale_values(outputs, v);
   v.extras.emplace_back("data_wait_ms", 1000 * data_wait);
   divergence_.check_step(v, epoch, batch + 1);
   lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
@@ -267,7 +284,7 @@ EpochReport Loop::run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t
   const bool show_progress = c_.loop.progress && leader_;
   Progress progress(fmt::format("epoch {}/{}", epoch, c_.loop.epochs), r.steps,
                     show_progress && stderr_is_terminal());
-  const double examples = static_cast<double>(task_->examples_per_step());
+  const double examples = static_cast<double>(task_->examples_per_step() * micro());
   double loss_sum = 0;
   const auto clock_start = Clock::now();
   lines_.restart_clock();
@@ -318,7 +335,7 @@ std::vector<EpochReport> Loop::run(const std::function<void(const EpochReport&)>
   for (std::int64_t epoch = start_.epoch; epoch <= c_.loop.epochs; ++epoch) {
     task_->start_epoch(epoch);
     const std::int64_t first = epoch == start_.epoch ? start_.batch : 0;  // a resumed epoch
-    const std::int64_t end = std::min(task_->steps_per_epoch(), first + last_ - total_);
+    const std::int64_t end = std::min(steps_per_epoch(), first + last_ - total_);
     if (end <= first) break;
     reports.push_back(run_epoch(epoch, first, end));
     if (on_epoch) on_epoch(reports.back());

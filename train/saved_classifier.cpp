@@ -106,18 +106,22 @@ void check_resumable(const TrainConfig& c, const Checkpoint& checkpoint) {
   const TrainConfig saved = checkpoint_config(checkpoint);
   // A run on N ranks trains on the global batch batch_size * N: a checkpoint resumes on any
   // number of ranks (or the CPU) whose global batch is the same.
+  // So may one whose micro-batches (--accumulate) make up a step of the same examples.
   const std::int64_t saved_world = saved_world_size(checkpoint);
   const std::int64_t batch = c.loop.batch_size, world = c.parallel.world_size;
-  if (saved_world == 1 && world == 1)
+  const std::int64_t micro = c.loop.accumulate, saved_micro = saved.loop.accumulate;
+  if (saved_world == 1 && world == 1 && saved_micro == micro)
     KILN_CHECK(saved.loop.batch_size == batch,
                "--resume {}: the checkpoint was written with batch size {} but this run has {} "
                "(its data position would not match)",
                path, saved.loop.batch_size, batch);
-  KILN_CHECK(saved.loop.batch_size * saved_world == batch * world,
-             "--resume {}: the checkpoint was written with a global batch of {} ({} x {} ranks) "
-             "but this run has {} ({} x {} ranks): its data position would not match",
-             path, saved.loop.batch_size * saved_world, saved.loop.batch_size, saved_world,
-             batch * world, batch, world);
+  KILN_CHECK(
+      saved.loop.batch_size * saved_world * saved_micro == batch * world * micro,
+      "--resume {}: the checkpoint was written with steps of {} examples (batch {} x {} ranks "
+      "x --accumulate {}) but this run has {} (batch {} x {} ranks x --accumulate {}): its "
+      "data position would not match",
+      path, saved.loop.batch_size * saved_world * saved_micro, saved.loop.batch_size, saved_world,
+      saved_micro, batch * world * micro, batch, world, micro);
   KILN_CHECK(!has_config || saved.images.synthetic == c.images.synthetic,
              "--resume {}: the checkpoint was trained on {} data but this run uses {}", path,
              saved.images.synthetic ? "synthetic" : "real",
