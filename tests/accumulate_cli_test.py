@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # trainer --accumulate N: a step of N micro-batches of B trains as one step of N B examples.
 # lenet (SGD, constant rate) at --batch-size 8 --accumulate 2 gives the losses of
-# --batch-size 16 to 1e-5 for 12 steps; a checkpoint of the batch-16 run resumes at 8 x 2
-# and continues as the uninterrupted run; char-lstm trains with it. Refused, each with a clear
-# error: a resume whose steps hold other examples, a GAN, 0, and more micro-batches than an
-# epoch has.
+# --batch-size 16 to 1e-5 for 12 steps, as 2 CPU ranks at 4 x 2 do; a checkpoint of the
+# batch-16 run resumes at 8 x 2 and continues as the uninterrupted run; char-lstm trains with
+# it. Refused, each with a clear error: a resume whose steps hold other examples, a GAN, 0, and
+# more micro-batches than an epoch has.
 #   accumulate_cli_test.py TRAINER
 import json
 import os
@@ -66,6 +66,10 @@ def main():
         parts = steps(trainer, LENET + ["--batch-size", "8", "--accumulate", "2",
                                         "--max-steps", "12"], workdir, "parts")
         compare("8 x 2 against 16", parts, whole)
+        ranks = steps(trainer, LENET + ["--batch-size", "4", "--accumulate", "2", "--ranks", "2",
+                                        "--check-replicas", "4", "--max-steps", "12"], workdir,
+                      "ranks")
+        compare("4 x 2 ranks x 2 against 16", ranks, whole)
         # Six steps at 16, then six at 8 x 2 from their checkpoint.
         steps(trainer, LENET + ["--batch-size", "16", "--max-steps", "6", "--checkpoint",
                                 ckpt], workdir, "first")
