@@ -28,6 +28,8 @@ struct TrainStepOptions {
   // its forward (build_model_graph shards its dropout masks by rank in any case,
   // nn::shard_dropout). append_training_step itself does not read it.
   bool sync_batch_norm = false;
+  // The classifiers' recorder (build_model_graph): cross_entropy's label smoothing (0: off).
+  double label_smoothing = 0;
   // Dynamic loss scaling (graph/loss_scale.h), for fp16; compile_training turns it on for
   // Precision::fp16 when it is not set.
   std::optional<LossScaleOptions> loss_scale;

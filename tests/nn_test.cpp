@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "graph/autograd.h"
 #include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
 #include "graph/nn/module.h"
@@ -277,6 +278,41 @@ TEST_CASE("LeakyReLU, Sigmoid and Tanh layers") {
   }
   CHECK_THROWS_WITH_AS(nn::LeakyReLU(1.5),
                        doctest::Contains("LeakyReLU: slope 1.5 must be in [0, 1]"), Error);
+}
+
+// Label smoothing: the loss against (1 - e) one_hot + e / C, computed here in f64, and its
+// gradient (softmax(x) - targets) / N, for e = 0 (the plain loss), 0.1 and 1 (uniform targets).
+TEST_CASE("cross_entropy with label smoothing: its value and its gradient, in f64") {
+  const std::int64_t n = 4, c = 5;
+  const Tensor x = test::random_tensor({n, c}, DType::f64, 7, -3, 3);
+  const std::vector<std::int64_t> labels = {0, 4, 2, 2};
+  for (double e : {0.0, 0.1, 1.0}) {
+    CAPTURE(e);
+    Graph g;
+    const Value logits = g.input("x", {n, c}, DType::f64);
+    const Value loss = cross_entropy(logits, g.input("y", {n}, DType::i64), e);
+    g.output("loss", loss);
+    g.output("grad", grad(loss, {logits})[0]);
+    const Outputs out =
+        test::run_once(g, {{"x", x}, {"y", Tensor::from_vector<std::int64_t>({n}, labels)}});
+    double want = 0;
+    for (std::int64_t r = 0; r < n; ++r) {
+      double top = -1e300, total = 0;
+      for (std::int64_t k = 0; k < c; ++k) top = std::max(top, x.at(r * c + k));
+      for (std::int64_t k = 0; k < c; ++k) total += std::exp(x.at(r * c + k) - top);
+      for (std::int64_t k = 0; k < c; ++k) {
+        const double target = (k == labels[r] ? 1 - e : 0) + e / c;
+        const double log_p = x.at(r * c + k) - top - std::log(total);
+        want -= target * log_p / n;
+        CHECK(out.at("grad").at(r * c + k) ==
+              doctest::Approx((std::exp(log_p) - target) / n).epsilon(1e-12));
+      }
+    }
+    CHECK(out.at("loss").item() == doctest::Approx(want).epsilon(1e-12));
+  }
+  Graph g;
+  CHECK_THROWS_WITH_AS(cross_entropy(g.input("x", {n, c}), g.input("y", {n}, DType::i64), 1.5),
+                       doctest::Contains("label smoothing 1.5 is not in [0, 1]"), Error);
 }
 
 }  // namespace kiln

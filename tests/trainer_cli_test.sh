@@ -184,6 +184,23 @@ expect_output "test accuracy"
 grep -q 'trainer: error' "$TMP/stderr" && fail "a successful run printed an error"
 ok
 
+run "--label-smoothing trains, and its loss is the smoothed one" --synthetic --max-steps 1 \
+  --epochs 1 --no-progress --optimizer sgd --metrics "$TMP/smooth.jsonl" --label-smoothing 0.1
+expect_rc 0
+run "the same without smoothing" --synthetic --max-steps 1 --epochs 1 --no-progress \
+  --optimizer sgd --metrics "$TMP/plain.jsonl"
+expect_rc 0
+python3 - "$TMP/smooth.jsonl" "$TMP/plain.jsonl" <<'PY' || fail "the smoothed loss is not another one"
+import json, sys
+smooth, plain = ([l["loss"] for l in map(json.loads, open(p)) if l["kind"] == "step"] for p in sys.argv[1:])
+assert len(smooth) == len(plain) == 1 and abs(smooth[0] - plain[0]) > 1e-4 * plain[0], (smooth, plain)
+PY
+ok
+run "--label-smoothing out of range" --synthetic --max-steps 1 --label-smoothing 1.5
+expect_rc 2
+expect_output "--label-smoothing"
+ok
+
 run "--help" --help
 expect_rc 0
 expect_output "--data-dir"

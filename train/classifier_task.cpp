@@ -34,6 +34,7 @@ class ClassifierTask : public Task {
              .data_parallel_group = context.collective_group,
              .bucket_bytes = static_cast<std::size_t>(c.parallel.bucket_kib) * 1024,
              .sync_batch_norm = c.parallel.sync_batch_norm,
+             .label_smoothing = c.images.label_smoothing,
              .loss_scale = loss_scale_of(c.device),
              .accumulate = static_cast<int>(c.loop.accumulate)},
             {data_.example, static_cast<std::int64_t>(data_.classes.size())})),
@@ -93,11 +94,12 @@ ModelInput tool_input(const TrainConfig& c) {
 }
 
 RecordedStep record(const TrainConfig& c, const std::string& stage) {
-  ModelGraph m = build_model_graph(
-      c.model, stage == "train" ? Stage::train : Stage::forward, c.loop.batch_size,
-      optimizer_config(c.loop), c.loop.seed,
-      {.clip_grad_norm = c.loop.clip_grad_norm, .loss_scale = loss_scale_of(c.device)},
-      tool_input(c));
+  ModelGraph m = build_model_graph(c.model, stage == "train" ? Stage::train : Stage::forward,
+                                   c.loop.batch_size, optimizer_config(c.loop), c.loop.seed,
+                                   {.clip_grad_norm = c.loop.clip_grad_norm,
+                                    .label_smoothing = c.images.label_smoothing,
+                                    .loss_scale = loss_scale_of(c.device)},
+                                   tool_input(c));
   auto owner = std::make_shared<ModelGraph>(std::move(m));
   std::unique_ptr<Graph> graph = std::move(owner->graph);
   return {owner, std::move(graph)};

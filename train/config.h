@@ -78,6 +78,7 @@ struct ImageSettings {
   std::string mean, std;               // per channel, "0.49,0.48,0.45"; empty: from the train set
   std::int64_t crop_padding = 0;       // > 0: random crops of the image padded by this much
   bool flip = false;                   // random horizontal flips
+  double label_smoothing = 0;          // > 0: the training loss against smoothed labels
   int loader_threads = 0;              // classifiers: threads filling batches ahead; 0: auto
   int loader_depth = 0;                // ... batches filled ahead of the step; 0: auto
 };

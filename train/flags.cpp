@@ -202,6 +202,8 @@ std::vector<Flag> task_flags() {
              "augment: random crops of the image padded by N pixels (0: off)", 0, 1024),
       boolean("flip", at(images, &I::flip), kClassifierTask,
               "augment: flip training images horizontally at random"),
+      number("label-smoothing", at(images, &I::label_smoothing), kClassifierTask,
+             "the training loss's targets (1 - e) one-hot + e / classes (0: off)", 0, 1),
       number("loader-threads", at(images, &I::loader_threads), kClassifierTask,
              "threads filling (augmenting) batches ahead of the step (0: a quarter of the cores, "
              "1 to 8)",

@@ -48,8 +48,9 @@ ModelGraph build_model_graph(const std::string& name, Stage stage, std::int64_t 
     return m;
   }
   m.optimizer = make_optimizer(optimizer);
-  append_training_step(cross_entropy(logits, g.input("y", {batch}, DType::i64)),
-                       m.model->parameters(), *m.optimizer, step);
+  append_training_step(
+      cross_entropy(logits, g.input("y", {batch}, DType::i64), step.label_smoothing),
+      m.model->parameters(), *m.optimizer, step);
   return m;
 }
 

@@ -34,13 +34,18 @@ Value log_softmax(Value x, std::int64_t axis) {
 
 Value softmax(Value x, std::int64_t axis) { return exp(log_softmax(x, axis)); }
 
-Value cross_entropy(Value logits, Value labels) {
+Value cross_entropy(Value logits, Value labels, double label_smoothing) {
   KILN_CHECK(logits.shape().rank() == 2, "cross_entropy: logits must be [N, C] but are {}",
              logits.type().str());
   KILN_CHECK(labels.shape().rank() == 1 && labels.shape()[0] == logits.shape()[0],
              "cross_entropy: labels are {} but logits are {} (labels must be [N])",
              labels.type().str(), logits.type().str());
-  const Value targets = one_hot(labels, logits.shape()[1], logits.dtype());
+  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+             "cross_entropy: label smoothing {} is not in [0, 1]", label_smoothing);
+  const std::int64_t classes = logits.shape()[1];
+  Value targets = one_hot(labels, classes, logits.dtype());
+  if (label_smoothing > 0)
+    targets = targets * (1.0 - label_smoothing) + label_smoothing / static_cast<double>(classes);
   return -mean_all(sum(targets * log_softmax(logits, 1), {1}));
 }
 

@@ -16,8 +16,10 @@ Value global_avg_pool(Value x);
 // Numerically stable: x - max(x) - log(sum(exp(x - max(x)))) along `axis`.
 Value log_softmax(Value x, std::int64_t axis = -1);
 Value softmax(Value x, std::int64_t axis = -1);
-// Mean over the batch of -log p(label); logits: [N, C], labels: integer [N].
-Value cross_entropy(Value logits, Value labels);
+// Mean over the batch of -log p(label); logits: [N, C], labels: integer [N]. With
+// label_smoothing e in [0, 1]: the cross entropy against (1 - e) one_hot(label) + e / C (as
+// PyTorch's CrossEntropyLoss(label_smoothing=e)); 0 records the plain loss's ops.
+Value cross_entropy(Value logits, Value labels, double label_smoothing = 0.0);
 // Binary cross-entropy of sigmoid(logits) against targets in [0, 1], averaged over all
 // elements, written stably from the logits: max(x, 0) - x * t + log(1 + exp(-|x|)).
 // `targets` has logits' shape (or broadcasts to it); the double overload is a constant target.
