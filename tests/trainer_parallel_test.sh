@@ -105,8 +105,23 @@ RC=$?
 wait "$rank0"
 RC0=$?
 ((RC == 1 && RC0 == 1)) || fail "exit codes $RC0 and $RC, expected 1 and 1"
-grep -q "rank 1: --batch-size 16 and --seq-len 64 are not every rank's" "$TMP/stderr1" || fail "no clear error on rank 1"
+grep -q "rank 1: --batch-size 16, --seq-len 64 and --accumulate 1 are not every rank's" "$TMP/stderr1" ||
+  fail "no clear error on rank 1"
 grep -q "rank 0: --batch-size 8" "$TMP/stderr" || fail "no clear error on rank 0"
+
+SCENARIO="ranks with different --accumulate are refused"
+port=$((20000 + RANDOM % 20000))
+"$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
+  --rank 0 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
+rank0=$!
+timeout 60 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
+  --accumulate 2 --rank 1 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >/dev/null 2>"$TMP/stderr1" </dev/null
+RC=$?
+wait "$rank0"
+RC0=$?
+((RC == 1 && RC0 == 1)) || fail "exit codes $RC0 and $RC, expected 1 and 1"
+grep -q "rank 1: --batch-size 8, --seq-len 64 and --accumulate 2 are not every rank's" "$TMP/stderr1" ||
+  fail "no clear error on rank 1"
 
 run "--sync-batch-norm on one process says it changes nothing" --model dcgan --synthetic --max-steps 1 \
   --batch-size 8 --sync-batch-norm --samples-dir "$TMP"

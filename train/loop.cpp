@@ -60,14 +60,15 @@ TaskContext task_context(const TrainConfig& c, dist::DataParallel* parallel) {
   }
   // Every rank trains a shard of the same size: the global batch is the batch times the ranks,
   // and synchronised batch norm and dropout take the ranks' shards as equal parts of it.
-  std::array<double, 2> shard = {static_cast<double>(c.loop.batch_size),
-                                 static_cast<double>(c.lm.seq_len)};
-  const std::array<double, 2> mine = shard;
+  std::array<double, 3> shard = {static_cast<double>(c.loop.batch_size),
+                                 static_cast<double>(c.lm.seq_len),
+                                 static_cast<double>(c.loop.accumulate)};
+  const std::array<double, 3> mine = shard;
   parallel->group().all_reduce_mean(shard);
   KILN_CHECK(shard == mine,
-             "rank {}: --batch-size {} and --seq-len {} are not every rank's: all ranks must "
-             "train batches of one shape",
-             parallel->rank(), c.loop.batch_size, c.lm.seq_len);
+             "rank {}: --batch-size {}, --seq-len {} and --accumulate {} are not every rank's: "
+             "all ranks must train steps of one shape",
+             parallel->rank(), c.loop.batch_size, c.lm.seq_len, c.loop.accumulate);
   context.rank = parallel->rank();
   context.world_size = parallel->world_size();
   context.collective_group = parallel->collective_group();
