@@ -249,14 +249,16 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
     const std::int64_t at = batch * micro() + k, run = done * micro() + k;  // the task's
     // The time this thread spends getting batches (filling them, or waiting for a loader
     // that fills them ahead) is the step's data wait.
-    const auto fetch_start = Clock::now();
+    auto fetch_start = Clock::now();
     std::vector<std::vector<Feed>> feeds =
         batch == first && k == 0 ? task_->feeds(at, run) : std::move(next_);
+    data_wait += seconds_since(fetch_start);
     if (k + 1 < micro() || batch + 1 < end) {  // a GPU copies the next batch meanwhile
+      fetch_start = Clock::now();
       next_ = task_->feeds(at + 1, run + 1);
+      data_wait += seconds_since(fetch_start);
       for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
     }
-    data_wait += seconds_since(fetch_start);
     std::vector<Outputs> outputs;
     try {
       outputs = run_programs(feeds, trace && k == 0);
