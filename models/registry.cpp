@@ -3,6 +3,9 @@
 
 #include <fmt/ranges.h>
 
+#include <map>
+#include <mutex>
+
 #include "models/alexnet.h"
 #include "models/inception.h"
 #include "models/lenet.h"
@@ -13,8 +16,10 @@
 
 namespace kiln {
 
-const std::vector<ModelInfo>& model_infos() {
-  static const std::vector<ModelInfo> infos = {
+namespace {
+
+std::vector<ModelInfo> zoo_infos() {
+  return {
       {"lenet", "LeNet-style CNN (2 conv, 2 linear) for 28x28 images", ModelTask::image_classifier,
        Shape{1, 28, 28}, 10},
       {"resnet",
@@ -43,7 +48,41 @@ const std::vector<ModelInfo>& model_infos() {
        "characters)",
        ModelTask::language_model, Shape{}, kCharLstmVocabulary},
   };
-  return infos;
+}
+
+// The zoo's models and the registered ones, with the builders of the registered.
+struct Registry {
+  std::mutex mutex;
+  std::vector<ModelInfo> infos = zoo_infos();
+  std::map<std::string, ClassifierBuilder> builders;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+const std::vector<ModelInfo>& model_infos() { return registry().infos; }
+
+void register_classifier(ModelInfo info, ClassifierBuilder build) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  KILN_CHECK(!info.name.empty() && info.name.find_first_of(" \t\n") == std::string::npos,
+             "register_classifier: the name '{}' must be one word", info.name);
+  for (const ModelInfo& m : r.infos)
+    KILN_CHECK(m.name != info.name, "register_classifier: a model named '{}' is known already",
+               info.name);
+  KILN_CHECK(info.task == ModelTask::image_classifier,
+             "register_classifier: '{}' must be an image classifier", info.name);
+  KILN_CHECK(info.input_shape.rank() == 3 && info.input_shape.numel() > 0 && info.classes >= 2,
+             "register_classifier: '{}' takes {} images in {} classes; [C, H, W] images in at "
+             "least 2 classes are needed",
+             info.name, info.input_shape.str(), info.classes);
+  KILN_CHECK(build != nullptr, "register_classifier: '{}' has no builder", info.name);
+  r.builders.emplace(info.name, std::move(build));
+  r.infos.push_back(std::move(info));
 }
 
 const ModelInfo& model_info(const std::string& name) {
@@ -87,7 +126,13 @@ std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng, cons
   if (name == "alexnet") return std::make_unique<AlexNet>(rng);
   if (name == "inception") return std::make_unique<Inception>(rng, channels, classes);
   if (name == "row-lstm") return std::make_unique<RowLstm>(rng);
-  KILN_ASSERT(false, "model {} is listed but has no builder", name);
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.builders.find(name);
+  KILN_ASSERT(it != r.builders.end(), "model {} is listed but has no builder", name);
+  std::unique_ptr<nn::Layer> model = it->second(rng, example, classes);
+  KILN_CHECK(model != nullptr, "model {}: its builder returned no model", name);
+  return model;
 }
 
 }  // namespace kiln

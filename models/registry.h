@@ -1,6 +1,7 @@
 // The models `trainer --model NAME` can build, with the input each one expects.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct ModelInfo {
   std::int64_t min_input_size = 0;
 };
 
+// The zoo's models, then those registered with register_classifier.
 const std::vector<ModelInfo>& model_infos();
 const ModelInfo& model_info(const std::string& name);  // kiln::Error listing the known names
 // Image classifiers only; kiln::Error for a model of another task. Built for its
@@ -39,5 +41,18 @@ std::unique_ptr<nn::Layer> make_model(const std::string& name, Philox& rng, cons
                                       std::int64_t classes);
 // The check make_model makes, alone.
 void check_model_input(const ModelInfo& info, const Shape& example, std::int64_t classes);
+
+// Builds a registered classifier for one example's shape [C, H, W] and a number of classes
+// (those of its ModelInfo unless it takes any_input).
+using ClassifierBuilder = std::function<std::unique_ptr<nn::Layer>(
+    Philox& rng, const Shape& example, std::int64_t classes)>;
+// Adds an image classifier of your own to the models the one training loop (train/loop.h)
+// and the trainer's command line (tools/trainer_main.h) know by name, so that it trains with
+// every flag the zoo's do: data, checkpoints and resume, schedules, metrics, data parallelism,
+// gradient accumulation, eval and predict. Register before training starts (at the top of
+// main: ranks and the OpenMP set-up run the program again). kiln::Error for a name already
+// known, a task other than image_classifier, an input_shape that is not [C, H, W] or fewer
+// than 2 classes.
+void register_classifier(ModelInfo info, ClassifierBuilder build);
 
 }  // namespace kiln

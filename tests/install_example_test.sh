@@ -50,3 +50,17 @@ accuracy=$(sed -n 's/^test accuracy \([0-9.]*\) .*/\1/p' "$TMP/run.log")
 [[ -n $accuracy ]] || { echo "FAIL: no test accuracy printed"; exit 1; }
 awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.5) }' || { echo "FAIL: test accuracy $accuracy is not clearly above chance (0.1)"; exit 1; }
 echo "ok: installed, built against the package, trained to test accuracy $accuracy"
+
+step "custom_trainer: the example's model registered in the trainer's command line"
+CT="$TMP/build/custom_trainer"
+OMP_NUM_THREADS=1 "$CT" --model tiny-cnn --epochs 1 --max-steps "$STEPS" --batch-size 64 --threads 1 \
+  --no-progress --checkpoint "$TMP/tiny.safetensors" | tee "$TMP/ct.log"
+trained=$(sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p' "$TMP/ct.log" | tail -1)
+[[ -n $trained ]] || { echo "FAIL: custom_trainer printed no test accuracy"; exit 1; }
+awk -v a="$trained" 'BEGIN { exit !(a >= 50) }' || { echo "FAIL: test accuracy $trained% is not clearly above chance"; exit 1; }
+OMP_NUM_THREADS=1 "$CT" eval --checkpoint "$TMP/tiny.safetensors" --threads 1 | tee "$TMP/eval.log"
+grep -q "test accuracy $trained%" "$TMP/eval.log" || { echo "FAIL: eval of the checkpoint does not give $trained%"; exit 1; }
+"$CT" --help | grep -q "tiny-cnn" || { echo "FAIL: --help does not list tiny-cnn"; exit 1; }
+OMP_NUM_THREADS=1 "$CT" --model tiny-cnn --epochs 1 --max-steps 5 --batch-size 16 --threads 1 --no-progress \
+  --ranks 2 --check-replicas 5 >"$TMP/ranks.log" 2>&1 || { cat "$TMP/ranks.log"; echo "FAIL: --ranks 2 of custom_trainer"; exit 1; }
+echo "ok: custom_trainer trained tiny-cnn to $trained%, evaluated its checkpoint alike, and ran on 2 ranks"
