@@ -5,7 +5,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(kiln_libraries kiln_core kiln_graph kiln_gpu kiln_fusion kiln_backends kiln_distributed kiln_data kiln_models kiln_train
-                   kiln_openmp_defaults kiln_trainer_cli)
+                   kiln_openmp_defaults kiln_cli)
 if(TARGET kiln_cuda_kernels)
   list(APPEND kiln_libraries kiln_cuda_kernels)
 endif()
@@ -15,7 +15,7 @@ target_include_directories(kiln_core PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_D
                                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/kiln>)
 
 add_library(kiln INTERFACE)  # the one target users link (the trainer's command line included)
-target_link_libraries(kiln INTERFACE kiln_train kiln_trainer_cli)
+target_link_libraries(kiln INTERFACE kiln_train kiln_cli)
 add_library(kiln::kiln ALIAS kiln)
 
 install(TARGETS kiln ${kiln_libraries} EXPORT kilnTargets
@@ -26,7 +26,7 @@ install(TARGETS trainer dump bench kiln-cache RUNTIME DESTINATION ${CMAKE_INSTAL
 foreach(folder core graph gpu fusion backends distributed data models train)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln FILES_MATCHING PATTERN "*.h")
 endforeach()
-install(FILES ${PROJECT_SOURCE_DIR}/tools/trainer_main.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/tools)
+install(FILES ${PROJECT_SOURCE_DIR}/tools/tool_main.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/tools)
 
 set(kiln_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${kiln_cmake_dir})

@@ -1,9 +1,12 @@
 // TinyCnn, a model defined outside kiln with its C++ API (examples/tiny_cnn.cpp trains it by
-// hand, examples/custom_trainer.cpp with kiln's trainer).
+// hand; custom_trainer.cpp, custom_dump.cpp and custom_bench.cpp register it in kiln's tools).
 #pragma once
+
+#include <memory>
 
 #include "graph/nn/functional.h"
 #include "graph/nn/module.h"
+#include "models/registry.h"
 
 // conv 3x3 1->8, ReLU, max-pool 2; conv 3x3 8->16, ReLU, max-pool 2; linear 784->64, ReLU; linear
 // 64->10.
@@ -31,3 +34,15 @@ class TinyCnn : public kiln::nn::Layer {
   kiln::nn::Conv2d conv1_, conv2_;
   kiln::nn::Linear fc1_, fc2_;
 };
+
+// TinyCnn as the model "tiny-cnn" of kiln's tools (models/registry.h).
+inline void register_tiny_cnn() {
+  kiln::register_classifier(
+      {.name = "tiny-cnn",
+       .description = "2 conv + 2 linear layers for 28x28 images (examples/tiny_cnn.h)",
+       .input_shape = kiln::Shape{1, 28, 28},
+       .classes = 10},
+      [](kiln::Philox& rng, const kiln::Shape&, std::int64_t) {
+        return std::make_unique<TinyCnn>(rng);
+      });
+}

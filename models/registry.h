@@ -46,11 +46,12 @@ void check_model_input(const ModelInfo& info, const Shape& example, std::int64_t
 // (those of its ModelInfo unless it takes any_input).
 using ClassifierBuilder = std::function<std::unique_ptr<nn::Layer>(
     Philox& rng, const Shape& example, std::int64_t classes)>;
-// Adds an image classifier of your own to the models the one training loop (train/loop.h)
-// and the trainer's command line (tools/trainer_main.h) know by name, so that it trains with
-// every flag the zoo's do: data, checkpoints and resume, schedules, metrics, data parallelism,
-// gradient accumulation, eval and predict. Register before training starts (at the top of
-// main: ranks and the OpenMP set-up run the program again). kiln::Error for a name already
+// Adds an image classifier of your own to the models the one training loop (train/loop.h) and
+// the command lines of trainer, dump and bench (tools/tool_main.h) know by name, so that it
+// trains with every flag the zoo's do (data, checkpoints and resume, schedules, metrics, data
+// parallelism, gradient accumulation, eval and predict) and dump and bench show and time it.
+// Register before training starts (at the top of main: ranks and the OpenMP set-up run the
+// program again). kiln::Error for a name already
 // known, a task other than image_classifier, an input_shape that is not [C, H, W] or fewer
 // than 2 classes.
 void register_classifier(ModelInfo info, ClassifierBuilder build);

@@ -2,6 +2,7 @@
 // kernel of the LeNet step and of random DAGs (no GPU needed), and, where a GPU exists,
 // every fused kernel against the CPU evaluator on fresh random inputs.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -382,10 +383,13 @@ TEST_CASE(
       g.output("o" + std::to_string(i), r.outputs[i]);
     add(fuse(eliminate_dead_code(g)));
   }
-  gpu::KernelCache cache(std::filesystem::temp_directory_path() / "kiln-codegen-test-cache");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kiln-codegen-test-cache-" + std::to_string(::getpid()));
+  gpu::KernelCache cache(dir);
   const auto compiled = cache.get_or_compile(sources, {.sm = 90});
   REQUIRE(compiled.size() == sources.size());
   for (const auto& k : compiled) CHECK(k.cubin.size() > 4);
+  std::filesystem::remove_all(dir);
   MESSAGE(sources.size() << " generated kernels compiled for sm_90");
 }
 

@@ -2,6 +2,7 @@
 // needed); where a GPU exists, matmul, conv, pooling, transpose, concat, one_hot and fill against
 // the CPU reference kernels on fresh random inputs (GEMMs to 1e-4, data movement exactly).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -48,7 +49,9 @@ TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU 
   std::set<std::string> names;
   for (const auto& s : sources)
     CHECK_MESSAGE(names.insert(s.name).second, "duplicate kernel " << s.name);
-  const auto dir = std::filesystem::temp_directory_path() / "kiln-cuda-kernels-test-cache";
+  // This process's own directory: two test runs on one machine must not share it.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kiln-cuda-kernels-test-cache-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   gpu::KernelCache cache(dir);
   const auto compiled = cache.get_or_compile(sources, {.sm = 90});

@@ -2,6 +2,7 @@
 // (every representable value decoded, the nearest found by search, ties to the even pattern),
 // on fresh random floats of every magnitude and on the special values; tensors and files.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -141,7 +142,8 @@ TEST_CASE("bf16 and f16 tensors: names, fills, conversions and element access") 
 }
 
 TEST_CASE("bf16 and f16 tensors round-trip through a safetensors file as BF16 and F16") {
-  const auto path = std::filesystem::temp_directory_path() / "kiln-half-test.safetensors";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("kiln-half-test-" + std::to_string(::getpid()) + ".safetensors");
   const Tensor b =
       Tensor::from_values({2, 2}, std::vector<double>{1, -2.5, 3e30, 1e-3}, DType::bf16);
   const Tensor h = Tensor::from_values({3}, std::vector<double>{0.5, 65504, -6e-8}, DType::f16);

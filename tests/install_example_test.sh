@@ -63,4 +63,10 @@ grep -q "test accuracy $trained%" "$TMP/eval.log" || { echo "FAIL: eval of the c
 "$CT" --help | grep -q "tiny-cnn" || { echo "FAIL: --help does not list tiny-cnn"; exit 1; }
 OMP_NUM_THREADS=1 "$CT" --model tiny-cnn --epochs 1 --max-steps 5 --batch-size 16 --threads 1 --no-progress \
   --ranks 2 --check-replicas 5 >"$TMP/ranks.log" 2>&1 || { cat "$TMP/ranks.log"; echo "FAIL: --ranks 2 of custom_trainer"; exit 1; }
-echo "ok: custom_trainer trained tiny-cnn to $trained%, evaluated its checkpoint alike, and ran on 2 ranks"
+"$TMP/build/custom_dump" --model tiny-cnn >"$TMP/dump.log" || { echo "FAIL: custom_dump"; exit 1; }
+grep -q "== fused kernels ==" "$TMP/dump.log" || { echo "FAIL: custom_dump shows no fused kernels"; exit 1; }
+OMP_NUM_THREADS=1 "$TMP/build/custom_bench" --model tiny-cnn --batch-size 16 --steps 3 --ranks 2 >"$TMP/bench.log" 2>&1 ||
+  { cat "$TMP/bench.log"; echo "FAIL: custom_bench on 2 ranks"; exit 1; }
+grep -q "tiny-cnn step, batch 16 per rank x 2 CPU ranks" "$TMP/bench.log" ||
+  { cat "$TMP/bench.log"; echo "FAIL: custom_bench printed no 2-rank row"; exit 1; }
+echo "ok: custom_trainer trained tiny-cnn to $trained%, evaluated its checkpoint alike and ran on 2 ranks; custom_dump and custom_bench (2 ranks) took it"

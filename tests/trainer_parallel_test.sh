@@ -94,6 +94,19 @@ kill_rank char-lstm 1 --text "$(dirname "$0")/fixtures/lm_corpus.txt" --seq-len 
 kill_rank gan 0 --synthetic --epochs 200 --batch-size 8
 kill_rank dcgan 1 --synthetic --epochs 200 --batch-size 8 --sync-batch-norm
 
+# refused_both RANK0_TEXT RANK1_TEXT: both hand-started ranks ended with an error. Each found the
+# shapes differ and exits 1 naming its own, unless the other's exit reached it first: then it
+# ends as a rank whose peer failed (exit 3, naming that rank). One of them gets to say its own.
+refused_both() {
+  (( (RC == 1 || RC == 3) && (RC0 == 1 || RC0 == 3) && (RC == 1 || RC0 == 1) )) ||
+    fail "exit codes $RC0 and $RC, expected 1 (or 3 for one of them)"
+  ((RC0 == 1)) && { grep -qF "$1" "$TMP/stderr" || fail "rank 0 exited 1 without naming its shapes"; }
+  ((RC == 1)) && { grep -qF "$2" "$TMP/stderr1" || fail "rank 1 exited 1 without naming its shapes"; }
+  ((RC0 == 3)) && { grep -q "rank 1" "$TMP/stderr" || fail "rank 0 exited 3 without naming rank 1"; }
+  ((RC == 3)) && { grep -q "rank 0" "$TMP/stderr1" || fail "rank 1 exited 3 without naming rank 0"; }
+  return 0
+}
+
 SCENARIO="ranks with different batch sizes are refused"
 port=$((20000 + RANDOM % 20000))
 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
@@ -104,10 +117,8 @@ timeout 60 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --syn
 RC=$?
 wait "$rank0"
 RC0=$?
-((RC == 1 && RC0 == 1)) || fail "exit codes $RC0 and $RC, expected 1 and 1"
-grep -q "rank 1: --batch-size 16, --seq-len 64 and --accumulate 1 are not every rank's" "$TMP/stderr1" ||
-  fail "no clear error on rank 1"
-grep -q "rank 0: --batch-size 8" "$TMP/stderr" || fail "no clear error on rank 0"
+refused_both "rank 0: --batch-size 8, --seq-len 64 and --accumulate 1 are not every rank's" \
+  "rank 1: --batch-size 16, --seq-len 64 and --accumulate 1 are not every rank's"
 
 SCENARIO="ranks with different --accumulate are refused"
 port=$((20000 + RANDOM % 20000))
@@ -119,9 +130,8 @@ timeout 60 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --syn
 RC=$?
 wait "$rank0"
 RC0=$?
-((RC == 1 && RC0 == 1)) || fail "exit codes $RC0 and $RC, expected 1 and 1"
-grep -q "rank 1: --batch-size 8, --seq-len 64 and --accumulate 2 are not every rank's" "$TMP/stderr1" ||
-  fail "no clear error on rank 1"
+refused_both "rank 0: --batch-size 8, --seq-len 64 and --accumulate 1 are not every rank's" \
+  "rank 1: --batch-size 8, --seq-len 64 and --accumulate 2 are not every rank's"
 
 run "--sync-batch-norm on one process says it changes nothing" --model dcgan --synthetic --max-steps 1 \
   --batch-size 8 --sync-batch-norm --samples-dir "$TMP"

@@ -1,4 +1,4 @@
-// The trainer's command line (tools/trainer_main.h): trains a model, evaluates or applies a
+// The trainer's command line (tools/tool_main.h): trains a model, evaluates or applies a
 // trained one.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -18,7 +18,7 @@
 #include "tools/trainer_flags.h"
 #include "tools/trainer_parallel.h"
 #include "tools/output_check.h"
-#include "tools/trainer_main.h"
+#include "tools/tool_main.h"
 
 namespace {
 
