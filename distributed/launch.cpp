@@ -107,8 +107,9 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   return pointers;
 }
 
+// `listener`: the job's listening socket, which rank 0 inherits (socket.h).
 pid_t spawn_rank(const std::string& executable, const std::vector<std::string>& args, int rank,
-                 int port, const LaunchOptions& options) {
+                 int port, const Socket& listener, const LaunchOptions& options) {
   std::vector<std::string> argv{executable};
   argv.insert(argv.end(), args.begin(), args.end());
   for (const std::string& extra : {std::string("--rank"), std::to_string(rank),
@@ -116,6 +117,12 @@ pid_t spawn_rank(const std::string& executable, const std::vector<std::string>& 
                                    std::string("--init"), "127.0.0.1:" + std::to_string(port)})
     argv.push_back(extra);
   std::vector<std::string> env = rank_environment(rank, options);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  if (rank == 0) {  // its copy of the listening socket, without close-on-exec
+    posix_spawn_file_actions_adddup2(&files, listener.fd(), kInheritedListenFd);
+    env.push_back(fmt::format("{}={}", kInheritedListenVariable, kInheritedListenFd));
+  }
   posix_spawnattr_t attributes;
   posix_spawnattr_init(&attributes);
   sigset_t defaults, empty;
@@ -126,9 +133,10 @@ pid_t spawn_rank(const std::string& executable, const std::vector<std::string>& 
   posix_spawnattr_setsigmask(&attributes, &empty);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, executable.c_str(), nullptr, &attributes,
+  const int rc = ::posix_spawn(&pid, executable.c_str(), &files, &attributes,
                                c_strings(argv).data(), c_strings(env).data());
   posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&files);
   KILN_CHECK(rc == 0, "launch: cannot start rank {} as '{}': {}", rank, executable,
              std::strerror(rc));
   return pid;
@@ -199,17 +207,9 @@ int wait_for_ranks(std::atomic<pid_t>* pids, int count, std::chrono::millisecond
 }  // namespace
 
 int free_local_port() {
-  Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  KILN_CHECK(socket.is_open(), "free_local_port: cannot create a socket: {}", std::strerror(errno));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  KILN_CHECK(::bind(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-                 ::getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) == 0,
-             "free_local_port: cannot bind a port on 127.0.0.1: {}", std::strerror(errno));
-  return ntohs(address.sin_port);
+  int port = 0;
+  listen_on_loopback(port);  // closed again at once: the port is free now, not reserved
+  return port;
 }
 
 std::string self_executable() {
@@ -225,13 +225,15 @@ int launch_local(const std::string& executable, const std::vector<std::string>& 
                  const LaunchOptions& options) {
   KILN_CHECK(options.world_size >= 1, "launch: the world size is {}; it must be at least 1",
              options.world_size);
-  const int port = free_local_port();
+  // Rank 0 listens on the launcher's socket: the port stays the job's from the start.
+  int port = 0;
+  Socket listener = listen_on_loopback(port);
   const int count = options.world_size;
   std::vector<std::atomic<pid_t>> pids(static_cast<std::size_t>(count));
   SignalForwarding forwarding(pids.data(), count);
   for (int r = 0; r < count; ++r) {
     try {
-      pids[static_cast<std::size_t>(r)] = spawn_rank(executable, args, r, port, options);
+      pids[static_cast<std::size_t>(r)] = spawn_rank(executable, args, r, port, listener, options);
     } catch (const Error&) {
       for (int started = 0; started < r; ++started) {
         ::kill(pids[static_cast<std::size_t>(started)].load(), SIGKILL);
@@ -240,6 +242,7 @@ int launch_local(const std::string& executable, const std::vector<std::string>& 
       throw;
     }
   }
+  listener.close();  // rank 0 has its own copy
   return wait_for_ranks(pids.data(), count, options.grace);
 }
 

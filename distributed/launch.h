@@ -17,7 +17,8 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{60'000};
 };
 
-// A free TCP port on 127.0.0.1 (the kernel's choice at the time of the call).
+// A free TCP port on 127.0.0.1 (the kernel's choice at the time of the call; another process
+// may take it before it is used: tests that start ranks themselves).
 int free_local_port();
 
 // Runs `executable` world_size times with `args` plus "--rank R --world-size N --init
@@ -26,7 +27,9 @@ int free_local_port();
 // (exit code, or the signal that killed it) and returns the first failure's exit code
 // (128 + signal for a signal; ranks that ended with kPeerFailedExitCode because another
 // failed, or were killed after the grace, count only when no rank failed by itself).
-// SIGINT and SIGTERM sent to the launcher are forwarded to every rank. With
+// PORT is a socket the launcher listens on before it starts any rank; rank 0 inherits it
+// (socket.h, kInheritedListenFd) and accepts the others there, so no process can take the
+// port in between. SIGINT and SIGTERM sent to the launcher are forwarded to every rank. With
 // one_gpu_per_rank and an inherited CUDA_VISIBLE_DEVICES list, rank r gets its r-th entry.
 // Throws kiln::Error if a process cannot be started (after killing those already started).
 int launch_local(const std::string& executable, const std::vector<std::string>& args,

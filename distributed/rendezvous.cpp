@@ -57,7 +57,8 @@ class Acceptor {
   }
 
   PeerConnections run() {
-    const Socket listener = listen_at(options_.address);
+    std::optional<Socket> inherited = inherited_listener(options_.address);
+    const Socket listener = inherited ? std::move(*inherited) : listen_at(options_.address);
     deadline_ = deadline_after(options_.connect_timeout);
     while (!missing_ranks().empty()) {
       std::optional<Socket> socket = accept_until(listener, deadline_);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -134,6 +135,40 @@ Socket listen_at(const std::string& address) {
   KILN_CHECK(::listen(s.fd(), 128) == 0, "rank 0 cannot listen at '{}': listen: {}", address,
              errno_text(errno));
   return s;
+}
+
+Socket listen_on_loopback(int& port) {
+  Socket s = new_tcp_socket();
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(local);
+  KILN_CHECK(::bind(s.fd(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) == 0 &&
+                 ::listen(s.fd(), 128) == 0 &&
+                 ::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&local), &length) == 0,
+             "cannot listen on 127.0.0.1: {}", errno_text(errno));
+  port = ntohs(local.sin_port);
+  return s;
+}
+
+std::optional<Socket> inherited_listener(const std::string& address) {
+  const char* named = std::getenv(kInheritedListenVariable);
+  if (named == nullptr) return std::nullopt;
+  const std::string text = named;
+  ::unsetenv(kInheritedListenVariable);  // one process group adopts it, once
+  if (text != std::to_string(kInheritedListenFd)) return std::nullopt;
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  int listening = 0;
+  socklen_t option_length = sizeof(listening);
+  if (::getsockname(kInheritedListenFd, reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
+      local.sin_family != AF_INET ||
+      ::getsockopt(kInheritedListenFd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &option_length) !=
+          0 ||
+      listening == 0 || ntohs(local.sin_port) != parse_host_port(address).port)
+    return std::nullopt;
+  ::fcntl(kInheritedListenFd, F_SETFD, FD_CLOEXEC);
+  return Socket(kInheritedListenFd);
 }
 
 std::optional<Socket> accept_until(const Socket& listener, Deadline deadline) {

@@ -43,6 +43,18 @@ struct HostPort {
   int port = 0;
 };
 
+// The launcher's listening socket on 127.0.0.1 for rank 0 (launch.h): rank 0 gets a copy as
+// file descriptor kInheritedListenFd and its number in the environment variable
+// kInheritedListenVariable, so no other process can take the port between the launcher's
+// choice and rank 0's listen.
+inline constexpr int kInheritedListenFd = 64;
+inline constexpr const char* kInheritedListenVariable = "KILN_INIT_LISTEN_FD";
+// A new listening TCP socket on 127.0.0.1 at a port the system chooses, and that port.
+Socket listen_on_loopback(int& port);
+// The inherited listening socket if the environment names one that listens at `address`'s port
+// (the variable is then removed), else none: rank 0 listens itself.
+std::optional<Socket> inherited_listener(const std::string& address);
+
 // "HOST:PORT" -> its parts; kiln::Error when the port is missing or not in 1..65535.
 HostPort parse_host_port(const std::string& address);
 
