@@ -107,29 +107,28 @@ refused_both() {
   return 0
 }
 
+# two_ranks "RANK0 FLAGS" "RANK1 FLAGS": lenet started by hand as the two ranks of a job, each
+# with its own flags; their exit codes in RC0 and RC, their errors in stderr and stderr1.
+two_ranks() {
+  local port=$((20000 + RANDOM % 20000)) common=(--device cpu --threads 1 --no-progress --model lenet
+    --synthetic --max-steps 2 --world-size 2 --init-timeout 20)
+  # shellcheck disable=SC2086 # each rank's flags are words
+  "$TRAINER" "${common[@]}" $1 --rank 0 --init "127.0.0.1:$port" >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
+  local rank0=$!
+  # shellcheck disable=SC2086
+  timeout 60 "$TRAINER" "${common[@]}" $2 --rank 1 --init "127.0.0.1:$port" >/dev/null 2>"$TMP/stderr1" </dev/null
+  RC=$?
+  wait "$rank0"
+  RC0=$?
+}
+
 SCENARIO="ranks with different batch sizes are refused"
-port=$((20000 + RANDOM % 20000))
-"$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
-  --rank 0 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
-rank0=$!
-timeout 60 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 16 \
-  --rank 1 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >/dev/null 2>"$TMP/stderr1" </dev/null
-RC=$?
-wait "$rank0"
-RC0=$?
+two_ranks "--batch-size 8" "--batch-size 16"
 refused_both "rank 0: --batch-size 8, --seq-len 64 and --accumulate 1 are not every rank's" \
   "rank 1: --batch-size 16, --seq-len 64 and --accumulate 1 are not every rank's"
 
 SCENARIO="ranks with different --accumulate are refused"
-port=$((20000 + RANDOM % 20000))
-"$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
-  --rank 0 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >"$TMP/stdout" 2>"$TMP/stderr" </dev/null &
-rank0=$!
-timeout 60 "$TRAINER" --device cpu --threads 1 --no-progress --model lenet --synthetic --max-steps 2 --batch-size 8 \
-  --accumulate 2 --rank 1 --world-size 2 --init "127.0.0.1:$port" --init-timeout 20 >/dev/null 2>"$TMP/stderr1" </dev/null
-RC=$?
-wait "$rank0"
-RC0=$?
+two_ranks "--batch-size 8" "--batch-size 8 --accumulate 2"
 refused_both "rank 0: --batch-size 8, --seq-len 64 and --accumulate 1 are not every rank's" \
   "rank 1: --batch-size 8, --seq-len 64 and --accumulate 2 are not every rank's"
 
