@@ -1,5 +1,6 @@
 // Internals shared by the CPU evaluators of fused groups (cpu_fused.cpp, cpu_staged.cpp): the
-// tile size, tile registers, rounding to 16-bit dtypes and the ops' elementwise loops.
+// tile size, tile registers and the ops' elementwise loops (rounding to 16-bit dtypes is
+// core/dtype.h's round_to).
 #pragma once
 
 #include <algorithm>
@@ -13,10 +14,6 @@
 namespace kiln::cpu_tiles {
 
 constexpr std::int64_t kTile = 1024;
-
-// A bf16 or f16 value inside a group holds what the unfused op would have stored: round_to
-// (core/half.h).
-using kiln::round_to;
 
 template <class T>
 ElementwiseLoop<T> loop_of(const OpDef& op) {

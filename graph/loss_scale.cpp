@@ -20,7 +20,10 @@ LossScaler::LossScaler(Optimizer& optimizer, const LossScaleOptions& options)
   skipped_ = optimizer.scalar_state("loss_scale.skipped_steps", 0.0, DType::f64);
 }
 
-void assign_only_if(Graph& g, const Value& condition, const std::vector<VariablePtr>& vars) {
+void update_only_if(Graph& g, const Value& condition, const std::vector<VariablePtr>& params,
+                    const Optimizer& optimizer) {
+  std::vector<VariablePtr> vars = params;
+  for (const VariablePtr& v : optimizer.state()) vars.push_back(v);
   std::vector<std::pair<VariablePtr, Value>> guarded;
   for (const auto& [var, ref] : g.assignments()) {
     if (std::find(vars.begin(), vars.end(), var) == vars.end() || !is_floating(var->value.dtype()))
@@ -53,9 +56,7 @@ void LossScaler::guard_update(Graph& g, const std::vector<Value>& grads,
     poison = poison.valid() ? poison + s : s;
   }
   const Value finite = poison.valid() ? equal(poison, poison) : g.fill(1.0);
-  std::vector<VariablePtr> updated = params;
-  for (const VariablePtr& v : optimizer_.state()) updated.push_back(v);
-  assign_only_if(g, finite, updated);
+  update_only_if(g, finite, params, optimizer_);
   // Clean: one more clean step, the scale times growth once there are growth_interval of
   // them (the count then restarts). Skipped: the scale times backoff, the count restarts.
   const Value scale = g.variable(scale_), clean = g.variable(clean_) + 1.0;

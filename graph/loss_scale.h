@@ -22,10 +22,11 @@ struct LossScaleOptions {
 // The scaler's state lives in the optimizer's (checkpointed with it): "loss_scale" (f32),
 // "loss_scale.clean_steps" (f32, below growth_interval) and "loss_scale.skipped_steps" (f64:
 // exact for 2^53 steps).
-// The pending assignments of the floating variables among `vars` kept as the variables were
-// where `condition` ([], 1 or 0) is 0: each becomes select(condition, new, old). A skipped
-// update (the loss scaler's overflow, a run that only accumulates gradients).
-void assign_only_if(Graph& g, const Value& condition, const std::vector<VariablePtr>& vars);
+// The pending assignments of `params` and of the optimizer's state (the floating ones) kept as
+// the variables were where `condition` ([], 1 or 0) is 0: each becomes select(condition, new,
+// old). A skipped update (the loss scaler's overflow, a run that only accumulates gradients).
+void update_only_if(Graph& g, const Value& condition, const std::vector<VariablePtr>& params,
+                    const Optimizer& optimizer);
 
 class LossScaler {
  public:

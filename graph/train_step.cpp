@@ -131,11 +131,8 @@ void append_training_step(Value loss, const std::vector<VariablePtr>& params, Op
   }
   optimizer.append_update(g, params, grads);
   if (scaler) scaler->guard_update(g, grads, params);
-  if (apply.valid()) {  // the runs that only accumulate keep every parameter and state
-    std::vector<VariablePtr> updated = params;
-    for (const VariablePtr& v : optimizer.state()) updated.push_back(v);
-    assign_only_if(g, apply, updated);
-  }
+  // The runs that only accumulate keep every parameter and state.
+  if (apply.valid()) update_only_if(g, apply, params, optimizer);
   g.output("loss", loss);
 }
 
