@@ -14,6 +14,7 @@
 #endif
 #include "core/log.h"
 #include "fusion/fuse.h"
+#include "fusion/conv_statistics.h"
 #include "fusion/gemm_epilogues.h"
 #include "fusion/recompute.h"
 #include "fusion/stages.h"
@@ -85,6 +86,14 @@ Graph apply_channels_last(const Graph& g) {
   return g;
 }
 
+Graph apply_conv_statistics(const Graph& g) {
+#ifdef KILN_HAVE_CUDA
+  return eliminate_dead_code(fuse_conv_statistics(g, cuda::conv_node_writes_moments));
+#else
+  return g;
+#endif
+}
+
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   const Node& n = input.graph().node(input.ref().node);
   KILN_CHECK(n.op->id == OpId::input, "feed: {} is not a graph input", input.str());
@@ -120,6 +129,11 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     g = apply_channels_last(g);
     verify(g);
     dump_after("channels_last", g);
+  }
+  if (options.fuse && !options.device.is_cpu() && !options.check_numerics) {
+    g = apply_conv_statistics(g);
+    verify(g);
+    dump_after("conv_statistics", g);
   }
   // The CPU runs unfused ops with their own kernels; the GPU runs elementwise math only as
   // generated kernels, so its unfused baseline is one group per op.

@@ -43,6 +43,11 @@ Graph apply_precision(const Graph& g, Precision precision);
 // without the CUDA backend or with KILN_CHANNELS_LAST=0. compile() runs it for the GPU only
 // (after simplify_for_fusion), the dump tool's view always (it shows the GPU's policy).
 Graph apply_channels_last(const Graph& g);
+// Batch norm's statistics into the epilogue of the convolutions they read
+// (fusion/conv_statistics.h), with the CUDA backend's choice of the convolutions that compute
+// them (its TMA pass), then dead-code elimination; `g` itself without the CUDA backend or with
+// KILN_CONV_MOMENTS=0. compile() runs it for the fused GPU step, after the layout pass.
+Graph apply_conv_statistics(const Graph& g);
 
 struct Lowering;
 // Prints a lowering step's result (backends/lowering.h) to stderr when KILN_DUMP names the

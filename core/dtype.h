@@ -50,12 +50,12 @@ constexpr DType dtype_of<f16>() {
   return DType::f16;
 }
 
-// x[0, n) rounded in place to `dtype` (bf16, else f16) and held as float: what a bf16/f16
-// value computed in float holds once stored (the CPU's low-precision kernels and groups).
+// x[0, n) rounded in place to `dtype` and held as float: what a bf16/f16 value computed in
+// float holds once stored (the CPU's low-precision kernels and groups); f32 stays as it is.
 inline void round_to(DType dtype, float* x, std::int64_t n) {
   if (dtype == DType::bf16)
     for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(bf16(x[i]));
-  else
+  else if (dtype == DType::f16)
     for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(f16(x[i]));
 }
 

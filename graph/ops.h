@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
@@ -96,8 +97,16 @@ Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_
                         std::int64_t padding);
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
                          std::int64_t padding, bool channels_last = false);
-// Whether a conv2d or conv2d_grad_weight node's attributes say its image is stored
-// channels-last, and the mark that says so.
+// conv2d's y with, over each run of kConvMomentRun of its pixels in (image, row, column) order
+// (the last run shorter), every output channel's count, mean and sum of squared deviations from
+// that mean: {y, moments}, moments f32 [3, Cout, T] (rows: counts, means, squared deviations;
+// T = ceil(B OH OW / kConvMomentRun)), of y as stored (bf16/f16: rounded). Made after autograd
+// for batch norm's statistics (fusion/conv_statistics.h), so no gradient.
+inline constexpr std::int64_t kConvMomentRun = 64;
+std::pair<Value, Value> conv2d_moments(Value x, Value w, std::int64_t stride, std::int64_t padding,
+                                       bool channels_last = false);
+// Whether a conv2d, conv2d_moments or conv2d_grad_weight node's attributes say its image is
+// stored channels-last, and the mark that says so.
 bool conv_image_channels_last(const Attrs& attrs);
 void mark_conv_image_channels_last(Attrs& attrs);
 // The permutations between NCHW and NHWC (transpose's perm).

@@ -609,6 +609,7 @@ bool exempt(const OpDef& op) {
          op.kind == OpKind::fused ||       // fusion's output: every elementwise row makes one
          op.id == OpId::matmul_bias ||     // the epilogue pass's: gemm_epilogue_test checks bf16
          op.id == OpId::conv2d_bias ||     // the CPU's epilogue pass's: conv_epilogue_test, bf16
+         op.id == OpId::conv2d_moments ||  // the conv-statistics pass's: conv_statistics_test
          op.id == OpId::gather_rows ||     // the one-hot products pass makes these two for f32
          op.id == OpId::scatter_add_rows;  // and f64 products only
 }

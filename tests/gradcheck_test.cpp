@@ -490,8 +490,9 @@ TEST_CASE("every op of the table has a gradient check") {
   checked.insert("lstm_sequence_grad");  // no gradient of its own: lstm_sequence's cases check it
   checked.insert("layer_norm_grad");     // likewise, checked through layer_norm's case
   checked.insert("cast");                // rounds: low_precision_test checks its gradient exactly
-  checked.insert("matmul_bias");  // made after autograd (fusion/gemm_epilogues.h): no gradient
-  checked.insert("conv2d_bias");  // likewise
+  checked.insert("matmul_bias");     // made after autograd (fusion/gemm_epilogues.h): no gradient
+  checked.insert("conv2d_bias");     // likewise
+  checked.insert("conv2d_moments");  // likewise (fusion/conv_statistics.h)
   for (const auto& cases : {elementwise_cases(), structural_cases()})
     for (const GradCase& c : cases) checked.insert(c.op);
   for (const OpDef* op : all_ops()) {

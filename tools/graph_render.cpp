@@ -161,8 +161,8 @@ std::vector<HandWrittenLaunch> hand_written_launches(const Graph& g, Precision p
 FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   FusionView v;
   verify(recorded);
-  v.before = apply_channels_last(
-      simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision)));
+  v.before = apply_conv_statistics(apply_channels_last(
+      simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision))));
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
   v.after = fuse_gemm_epilogues(v.after, &v.report, {.f32_products = false});  // as compile()

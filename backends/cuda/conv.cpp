@@ -222,7 +222,8 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
 // then the GEMM into `out` (y or dx) in NCHW.
 // image_nhwc: the forward's x is already channels-last (its region of the workspace unused).
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
-              void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false) {
+              void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false,
+              float* moments = nullptr) {
   const bool forward = pass == ConvPass::forward;
   const NhwcScratch scratch = nhwc_scratch(g, dtype, pass, forward && image_nhwc);
   KILN_CHECK(ws.bytes >= scratch.total,
@@ -241,7 +242,7 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
                stream);
   const GemmDims d = dims_of(g, pass);
   conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, base + scratch.partials, stream,
-                    !forward && g.stride == 2);
+                    !forward && g.stride == 2, moments);
 }
 
 void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
@@ -287,15 +288,33 @@ bool conv_reads_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass)
   return false;
 }
 
+bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
+  if (g.batch == 0 || !use_nhwc(g, dtype, ConvPass::forward)) return false;
+  const GemmDims d = dims_of(g, ConvPass::forward);
+  return conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false).has_value();
+}
+
+gpu::KernelSource conv_forward_moments_source(const ConvGeometry& g, DType dtype) {
+  const GemmDims d = dims_of(g, ConvPass::forward);
+  const std::optional<TmaTile> tile =
+      conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false);
+  KILN_CHECK(tile.has_value(), "conv2d: no TMA pass writes the run moments of this forward");
+  return conv_tma_source(dtype, *tile, true);
+}
+
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
-                    ConvWorkspace ws, gpu::Stream stream, bool x_channels_last) {
+                    ConvWorkspace ws, gpu::Stream stream, bool x_channels_last, float* moments) {
   check_geometry(g, dtype, "conv2d");
   KILN_CHECK(!x_channels_last || conv_reads_channels_last(g, dtype, ConvPass::forward),
              "conv2d: a channels-last image on a pass that reads NCHW ({} channels, {}x{})",
              g.in_channels, g.height, g.width);
+  KILN_CHECK(moments == nullptr || conv_forward_writes_moments(g, dtype),
+             "conv2d: run moments asked of a forward pass that does not write them ({} -> {} "
+             "channels, {}x{})",
+             g.in_channels, g.out_channels, g.height, g.width);
   if (g.batch == 0) return;
   if (use_nhwc(g, dtype, ConvPass::forward)) {
-    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last);
+    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments);
   } else if (use_mma(g, dtype, ConvPass::forward)) {
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);

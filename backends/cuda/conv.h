@@ -55,10 +55,21 @@ bool conv_reads_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvP
 // [B, C, H, W]: the layout pass's choice on the GPU (graph/passes/channels_last.h). False for
 // f32, whose passes depend on the TF32 switch that the program sets later.
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs);
+// Whether the forward of a conv2d node (inputs: its image, [B, H, W, C] where the node is marked
+// channels-last, and its weights) runs the TMA pass, whose epilogue computes conv2d_moments'
+// run moments (the conv-statistics pass's choice on the GPU, fusion/conv_statistics.h).
+bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inputs);
+// Whether the forward pass over `g` runs the TMA pass (conv_tma.h), whose epilogue can write the
+// run moments (conv2d_forward's `moments`).
+bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
+// That pass's kernel with the moments epilogue (where conv_forward_writes_moments).
+gpu::KernelSource conv_forward_moments_source(const kernels::ConvGeometry& g, DType dtype);
 
+// moments: where not null (only where conv_forward_writes_moments), y's run moments too
+// (graph/ops.h's conv2d_moments, [3, Cout, ceil(B OH OW / 64)] f32), from the epilogue.
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
                     void* y, ConvWorkspace workspace, gpu::Stream stream,
-                    bool x_channels_last = false);
+                    bool x_channels_last = false, float* moments = nullptr);
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W].
 void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w,
                        void* dx, ConvWorkspace workspace, gpu::Stream stream);

@@ -288,4 +288,10 @@ gpu::KernelSource conv_bias_source(DType dtype) {
                          {{"KILN_T", cuda_type_name(dtype)}});
 }
 
+gpu::KernelSource conv_moments_source(DType dtype) {
+  return embedded_kernel(fmt::format("kiln_conv_moments_{}", dtype_name(dtype)),
+                         kernel_files::conv_cuh, "KILN_CONV_MOMENTS",
+                         {{"KILN_T", cuda_type_name(dtype)}});
+}
+
 }  // namespace kiln::cuda

@@ -63,9 +63,11 @@ bool conv_wgmma_enabled(DType dtype);
 bool conv_tiles_forced();
 // y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
 // stride 2); a and xt 16-byte aligned; `partials` (256-byte aligned, plan.partial_bytes) where
-// the plan splits K.
+// the plan splits K. moments (not null only where the TMA pass runs, conv_tma_tile): the run
+// moments of y that its epilogue writes (conv_tma_forward).
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
-                       void* y, void* partials, gpu::Stream stream, bool dilated);
+                       void* y, void* partials, gpu::Stream stream, bool dilated,
+                       float* moments = nullptr);
 // One launch of that GEMM in `tile`, K not split (the tuner's candidates).
 void conv_nhwc_launch(DType dtype, const ConvGemmShape& shape, NhwcTile tile, const void* a,
                       const void* xt, void* y, gpu::Stream stream, bool dilated);

@@ -46,10 +46,10 @@ ImageRoute image_route(ConvPass pass, const Node& node, const kernels::ConvGeome
 
 void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, const void* a,
                  const void* b, void* out, ConvWorkspace ws, gpu::Stream stream,
-                 bool x_channels_last) {
+                 bool x_channels_last, float* moments) {
   switch (pass) {
     case ConvPass::forward:  // x, w -> y
-      return conv2d_forward(dtype, g, a, b, out, ws, stream, x_channels_last);
+      return conv2d_forward(dtype, g, a, b, out, ws, stream, x_channels_last, moments);
     case ConvPass::grad_input:  // dy, w -> dx
       return conv2d_grad_input(dtype, g, a, b, out, ws, stream);
     case ConvPass::grad_weight:  // x, dy -> dw
@@ -57,9 +57,12 @@ void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, con
   }
 }
 
-CudaOpEntry conv_entry(ConvPass pass) {
+// One pass's entry; with `moments` (conv2d_moments, the forward), y's run moments into the
+// node's second output: from the epilogue where the TMA pass runs (conv_forward_writes_moments,
+// the conv-statistics pass's choice), else by the moments kernel after the forward.
+CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
   CudaOpEntry e;
-  e.prepare = [pass](const LaunchSetup& s) -> Launch {
+  e.prepare = [pass, moments](const LaunchSetup& s) -> Launch {
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
     const ImageRoute route = image_route(pass, s.node, g, dtype);
@@ -68,18 +71,37 @@ CudaOpEntry conv_entry(ConvPass pass) {
     const void *a = s.inputs[0], *b = s.inputs[1];
     void* out = s.outputs[0];
     const Shape stored = s.input_types[0].shape;
+    const bool epilogue = moments && conv_forward_writes_moments(g, dtype);
+    float* runs = moments ? static_cast<float*>(s.outputs[1]) : nullptr;
+    const DeviceKernel* after = moments && !epilogue
+                                    ? &device_kernel(conv_moments_source(dtype).name,
+                                                     [&] { return conv_moments_source(dtype); })
+                                    : nullptr;
+    const Shape& y = s.node.outputs[0].shape;
     return [=](gpu::Stream st) {
       const void* x = a;
       if (route.reorder_bytes > 0) {  // [B, H, W, C] -> [B, C, H, W]
         transpose(dtype, stored, kChannelsFirst, a, front, st);
         x = front;
       }
-      launch_pass(pass, dtype, g, x, b, out, ws, st, route.channels_last);
+      launch_pass(pass, dtype, g, x, b, out, ws, st, route.channels_last,
+                  epilogue ? runs : nullptr);
+      if (after == nullptr) return;
+      const void* y_ptr = out;
+      float* runs_ptr = runs;
+      long long plane = y[2] * y[3], channels = y[1], pixels = y[0] * plane;
+      long long count = (pixels + 63) / 64;
+      void* args[] = {&y_ptr, &runs_ptr, &plane, &channels, &pixels, &count};
+      launch_items(*after, channels * count, st, args);
     };
   };
-  e.sources = [pass](const Node& n, const InputTypes& in) {
+  e.sources = [pass, moments](const Node& n, const InputTypes& in) {
     const kernels::ConvGeometry g = geometry_of(pass, n, in);
     std::vector<gpu::KernelSource> sources = conv_kernel_sources(g, in[0].dtype, pass);
+    if (moments)
+      sources.push_back(conv_forward_writes_moments(g, in[0].dtype)
+                            ? conv_forward_moments_source(g, in[0].dtype)
+                            : conv_moments_source(in[0].dtype));
     if (image_route(pass, n, g, in[0].dtype).reorder_bytes > 0) {  // layout.h's transpose
       sources.push_back(transpose_source(dtype_size(in[0].dtype)));
       sources.push_back(nhwc_image_source(dtype_size(in[0].dtype)));
@@ -167,7 +189,9 @@ std::vector<gpu::KernelSource> every_conv_source() {
           for (int teams : {1, 2})    // two teams: the 64-filter tiles only (conv_tma_tile)
             for (int split : {1, 2})  // split K: the 128-filter tiles only
               if ((teams == 1 || bm == 64) && (split == 1 || (bm == 128 && teams == 1)))
-                all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split)));
+                for (bool moments : {false, true})  // conv2d_moments' epilogue
+                  all.push_back(
+                      conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split), moments));
       for (auto [bm, atoms, ar] : {std::tuple{64, 3, 64}, std::tuple{128, 3, 64},
                                    std::tuple{128, 4, 16}, std::tuple{64, 1, 32}})
         for (bool wide : {false, true})  // grad_weight's TMA pass
@@ -189,10 +213,18 @@ std::vector<gpu::KernelSource> every_conv_source() {
     all.push_back(fill_source(t));
   for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
     all.push_back(conv_bias_source(t));
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) all.push_back(conv_moments_source(t));
   return all;
 }
 
 }  // namespace
+
+bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inputs) {
+  const DType dtype = inputs[0].dtype;
+  if (!is_low_precision(dtype)) return false;
+  const InputTypes in(inputs.begin(), inputs.end());
+  return conv_forward_writes_moments(geometry_of(ConvPass::forward, conv, in), dtype);
+}
 
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;
@@ -209,6 +241,7 @@ void add_conv_ops(CudaOpTable& table) {
   table[OpId::conv2d_bias] = conv_bias_entry();
   table[OpId::conv2d_grad_input] = conv_entry(ConvPass::grad_input);
   table[OpId::conv2d_grad_weight] = conv_entry(ConvPass::grad_weight);
+  table[OpId::conv2d_moments] = conv_entry(ConvPass::forward, true);
 }
 
 }  // namespace kiln::cuda

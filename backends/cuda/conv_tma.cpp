@@ -246,26 +246,28 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams, int split) {
   return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage)), 1};
 }
 
-std::string conv_tma_name(DType dtype, TmaTile t) {
-  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}{}_{}", t.bm, t.bn, t.stages,
-                     t.teams == 2 ? "_t2" : "", t.split == 2 ? "_k2" : "", dtype_name(dtype));
+std::string conv_tma_name(DType dtype, TmaTile t, bool moments) {
+  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}{}{}_{}", t.bm, t.bn, t.stages,
+                     t.teams == 2 ? "_t2" : "", t.split == 2 ? "_k2" : "",
+                     moments ? "_moments" : "", dtype_name(dtype));
 }
 
-gpu::KernelSource conv_tma_source(DType dtype, TmaTile t) {
+gpu::KernelSource conv_tma_source(DType dtype, TmaTile t, bool moments) {
   gpu::KernelSource source = embedded_kernel(
-      conv_tma_name(dtype, t), kernel_files::conv_wgmma_tma_cuh, "KILN_CONV_WGMMA_TMA",
+      conv_tma_name(dtype, t, moments), kernel_files::conv_wgmma_tma_cuh, "KILN_CONV_WGMMA_TMA",
       {{"KILN_T", cuda_type_name(dtype)},
        {"KILN_BM", std::to_string(t.bm)},
        {"KILN_BN", std::to_string(t.bn)},
        {"KILN_STAGES", std::to_string(t.stages)},
        {"KILN_TEAMS", std::to_string(t.teams)},
-       {"KILN_SPLIT", std::to_string(t.split)}});
+       {"KILN_SPLIT", std::to_string(t.split)},
+       {"KILN_MOMENTS", moments ? "1" : "0"}});
   source.arch_specific = true;
   return source;
 }
 
 void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const void* a,
-                      const void* xt, void* y, gpu::Stream stream) {
+                      const void* xt, void* y, gpu::Stream stream, float* moments) {
   const auto box = conv_tma_box(g, tile.bn);
   KILN_CHECK(box.has_value() && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
@@ -279,11 +281,13 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   const CUtensorMap filters = tiled_map(dtype, a, 2, a_dims, a_strides, a_box);
   const CUtensorMap image =
       image_map(dtype, g, xt, g.k / g.khkw, g.n / g.s_hw, box->first, box->second);
+  const bool with_moments = moments != nullptr;
   const DeviceKernel& k = device_kernel(
-      conv_tma_name(dtype, tile), [&] { return conv_tma_source(dtype, tile); },
-      tile.shared_bytes());
+      conv_tma_name(dtype, tile, with_moments),
+      [&] { return conv_tma_source(dtype, tile, with_moments); }, tile.shared_bytes());
   ConvGemmShape s = g;
-  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s};
+  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y,
+                  &moments, &s};
   // The tiles, N fastest (as a 2-D grid's x), dealt out to the blocks in turn: a block each, or
   // (two teams) a persistent block an SM.
   const std::int64_t tiles =

@@ -49,11 +49,14 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams = 1, int split = 1);
 // The split of a one-team tile of bm filters on a pass of `tiles` tiles and `steps` K steps, on
 // a device of `sms` SMs (no GPU needed): 2 where the tiles fill at most half the SMs.
 int conv_tma_split_of(int bm, std::int64_t tiles, int steps, int sms);
-std::string conv_tma_name(DType dtype, TmaTile tile);
-gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile);
-// y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned).
+// moments: the kernel whose epilogue also writes conv2d_moments' run moments.
+std::string conv_tma_name(DType dtype, TmaTile tile, bool moments = false);
+gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile, bool moments = false);
+// y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned);
+// where `moments` is not null, also y's run moments over 64 pixels, [3, M, ceil(N / 64)]
+// (graph/ops.h's conv2d_moments; the forward only).
 void conv_tma_forward(DType dtype, const ConvGemmShape& shape, TmaTile tile, const void* a,
-                      const void* xt, void* y, gpu::Stream stream);
+                      const void* xt, void* y, gpu::Stream stream, float* moments = nullptr);
 
 // grad_weight's TMA pass (kernels/conv_wgmma_wgrad_tma.cuh): dW = dy x patches of x's
 // channels-last copy, K (the batch's pixels) split into `splits` pieces of `chunk` pixels.

@@ -127,6 +127,9 @@ gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a,
 gpu::KernelSource conv_splitk_sum_source(DType dtype);
 // conv2d_bias's epilogue over the forward's stored NCHW output (kernels/conv.cuh).
 gpu::KernelSource conv_bias_source(DType dtype);
+// conv2d_moments' run moments of a stored NCHW output (kernels/conv.cuh), where the forward's
+// epilogue does not compute them.
+gpu::KernelSource conv_moments_source(DType dtype);
 
 // pool_kernels.cpp
 enum class PoolKernel { forward, grad, select };

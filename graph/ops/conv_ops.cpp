@@ -3,6 +3,8 @@
 // conv2d and conv2d_grad_weight may read their image x channels-last: the optional attribute
 // "channels_last" = 1 says x is stored [B, H, W, C] (graph/passes/channels_last.h puts it
 // there); shapes are checked and kernels chosen on x as [B, C, H, W].
+#include <algorithm>
+
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/conv_epilogue.h"
 #include "graph/kernels/transpose_cpu.h"
@@ -183,6 +185,64 @@ OpDef conv_bias_op() {
   return op;
 }
 
+// conv2d_moments(x, w) = {y, moments} (graph/ops.h): conv2d's forward, then each output
+// channel's moments over runs of kConvMomentRun pixels of y as stored (bf16/f16: rounded first,
+// where conv2d would store it). The GPU computes them in the convolution's epilogue where its
+// TMA pass runs (backends/cuda/conv_op.cpp), from the same rounded values in another order.
+void conv_moments_cpu(const KernelCall& call) {
+  Tensor& y = call.outputs[0];
+  kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1], y,
+                          forward_geometry(call));
+  round_to(call.node.outputs[0].dtype, y.data<float>(), y.numel());
+  const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
+  const std::int64_t pixels = y.shape()[0] * plane, runs = call.outputs[1].shape()[2];
+  const float* v = y.data<float>();
+  float* out = call.outputs[1].data<float>();
+#pragma omp parallel for schedule(static) if (y.numel() > 16384)
+  for (std::int64_t c = 0; c < channels; ++c)
+    for (std::int64_t t = 0; t < runs; ++t) {
+      const std::int64_t first = t * kConvMomentRun;
+      const std::int64_t count = std::min(kConvMomentRun, pixels - first);
+      auto at = [&](std::int64_t n) {
+        const std::int64_t b = n / plane;
+        return v[(b * channels + c) * plane + n - b * plane];
+      };
+      float sum = 0.0f;
+      for (std::int64_t i = 0; i < count; ++i) sum += at(first + i);
+      const float mean = sum / static_cast<float>(count);
+      float squares = 0.0f;
+      for (std::int64_t i = 0; i < count; ++i) {
+        const float d = at(first + i) - mean;
+        squares += d * d;
+      }
+      out[c * runs + t] = static_cast<float>(count);
+      out[(channels + c) * runs + t] = mean;
+      out[(2 * channels + c) * runs + t] = squares;
+    }
+}
+
+OpDef conv_moments_op() {
+  OpDef op{
+      .id = OpId::conv2d_moments, .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
+  op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
+    ops::check_floating_inputs("conv2d_moments", in);
+    KILN_CHECK(in[0].dtype != DType::f64, "conv2d_moments: f64 is not supported (f32, bf16, f16)");
+    const Shape y =
+        conv_output_shape("conv2d_moments", image_shape("conv2d_moments", in[0].shape, attrs),
+                          in[1].shape, conv_attrs(attrs));
+    const std::int64_t runs = (y[0] * y[2] * y[3] + kConvMomentRun - 1) / kConvMomentRun;
+    return std::vector<TensorType>{{y, in[0].dtype}, {Shape{3, y[1], runs}, DType::f32}};
+  };
+  op.cpu = conv_moments_cpu;
+  op.cpu_kernel_name = [](const KernelCall& call) {
+    return kernels::conv2d_kernel_name(kernels::ConvPass::forward, call.inputs[0].dtype(),
+                                       forward_geometry(call)) +
+           " + moments";
+  };
+  op.autocast = AutocastPolicy::keep;
+  return op;
+}
+
 // conv2d_grad_input(dy, w) = dx, with <G, dx> = <conv2d(G, w), dy>.
 OpDef conv_grad_input_op() {
   OpDef op{.id = OpId::conv2d_grad_input,
@@ -281,12 +341,21 @@ void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_bias_op());
   table.push_back(conv_grad_input_op());
   table.push_back(conv_grad_weight_op());
+  table.push_back(conv_moments_op());
 }
 
 Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding, bool channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
   if (channels_last) mark_conv_image_channels_last(attrs);
   return x.graph().apply1(OpId::conv2d, {x, w}, std::move(attrs));
+}
+
+std::pair<Value, Value> conv2d_moments(Value x, Value w, std::int64_t stride, std::int64_t padding,
+                                       bool channels_last) {
+  Attrs attrs = make_conv_attrs(stride, padding);
+  if (channels_last) mark_conv_image_channels_last(attrs);
+  const std::vector<Value> out = x.graph().apply(OpId::conv2d_moments, {x, w}, std::move(attrs));
+  return {out[0], out[1]};
 }
 
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,

@@ -125,3 +125,35 @@ extern "C" __global__ void KILN_CONV_BIAS(KILN_T* __restrict__ y, const KILN_T* 
   }
 }
 #endif
+
+#ifdef KILN_CONV_MOMENTS
+// conv2d_moments' run moments of a stored NCHW output y [B, C, plane], where the convolution's
+// epilogue does not compute them: a thread a (channel, run of 64 pixels in (image, pixel)
+// order), its count, mean and squared deviations from that mean into moments [3, C, runs] (the
+// CPU kernel's order, graph/ops/conv_ops.cpp).
+extern "C" __global__ void KILN_CONV_MOMENTS(const KILN_T* __restrict__ y,
+                                             float* __restrict__ moments, long long plane,
+                                             long long channels, long long pixels, long long runs) {
+  typedef kiln::cuda::Wide<KILN_T>::type W;
+  KILN_FOR_EACH_ITEM(i, channels * runs) {
+    const long long c = i / runs, t = i - c * runs, first = t * 64;
+    const int count = static_cast<int>(pixels - first < 64 ? pixels - first : 64);
+    // Pixel first + j of channel c: j past the run's first, a plane of the other channels
+    // skipped at each image the run enters.
+    const long long pixel = first % plane;
+    const KILN_T* at = y + (first / plane * channels + c) * plane + pixel;
+    auto value = [&](int j) {
+      return static_cast<float>(
+          static_cast<W>(at[j + (pixel + j) / plane * (channels - 1) * plane]));
+    };
+    float sum = 0.0f;
+    for (int j = 0; j < count; ++j) sum += value(j);
+    const float mean = sum / static_cast<float>(count);
+    float squares = 0.0f;
+    for (int j = 0; j < count; ++j) squares += (value(j) - mean) * (value(j) - mean);
+    moments[i] = static_cast<float>(count);
+    moments[channels * runs + i] = mean;
+    moments[2 * channels * runs + i] = squares;
+  }
+}
+#endif

@@ -26,6 +26,59 @@
 
 namespace kiln::cuda {
 
+// conv2d_moments' epilogue (graph/ops.h): the run moments of one warp's 16 filters (rows row0
+// + lane / 4 and 8 more) over a tile's BN pixels from n0, in wgmma's accumulator layout (column
+// block i of 8: columns 8 i + 2 (lane % 4) + {0, 1}, acc[4 i + 2 half + e]). Each run of 64
+// pixels is 16 values a thread a row over the 4 lanes of a row: its mean, then the squared
+// deviations from it, both over the values as stored (rounded to T), summed over the lanes by
+// shuffles; the row's first lane writes the count, mean and squares into moments [3, M, runs].
+template <typename T, int BN>
+__device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
+                                                  const ConvGemmShape& g, int row0, int n0,
+                                                  const float (&acc)[BN / 2]) {
+  const int lane = threadIdx.x & 31, tig = lane & 3;
+  const int runs = (g.n + 63) / 64;
+#pragma unroll
+  for (int j = 0; j < BN / 64; ++j) {
+    const int first = n0 + 64 * j;
+    if (first >= g.n) break;  // the same for the whole warp
+    const int count = min(64, g.n - first);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float v[16], sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool inside = 8 * i + 2 * tig + e < count;
+          v[2 * i + e] = inside ? static_cast<float>(T(acc[4 * (8 * j + i) + 2 * half + e])) : 0.0f;
+          sum += v[2 * i + e];
+        }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float mean = sum / static_cast<float>(count);
+      float squares = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float d = 8 * i + 2 * tig + e < count ? v[2 * i + e] - mean : 0.0f;
+          squares += d * d;
+        }
+      squares += __shfl_xor_sync(0xffffffffu, squares, 1);
+      squares += __shfl_xor_sync(0xffffffffu, squares, 2);
+      const int m = row0 + lane / 4 + 8 * half;
+      if (tig == 0 && m < g.m) {
+        const long long at = static_cast<long long>(m) * runs + first / 64;
+        const long long plane = static_cast<long long>(g.m) * runs;
+        moments[at] = static_cast<float>(count);
+        moments[plane + at] = mean;
+        moments[2 * plane + at] = squares;
+      }
+    }
+  }
+}
+
 // y = W' x patches (conv_wgmma.cuh's GEMM) over `image` (the NHWC image's box map: channels,
 // columns, rows, images; boxes of 64 x s_w x rows x images = BN pixels) and `filters` (A's map:
 // K, M; boxes of 64 x BM). The tiles (N fastest) are dealt out to the blocks in turn
@@ -35,9 +88,11 @@ namespace kiln::cuda {
 // for the other's K loop, not its epilogue), so that one team's epilogue overlaps the other's
 // multiplies, and a team never waits on a stage's barrier before the fill ahead of its own has
 // landed (a parity wait cannot tell two fills apart).
-template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT>
+// MOMENTS: the epilogue also writes conv2d_moments' run moments (store_run_moments).
+template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT, bool MOMENTS>
 __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
                                                const TmaDescriptor* image, T* __restrict__ y,
+                                               float* __restrict__ moments,
                                                const ConvGemmShape& g) {
   constexpr int WM = BM / 64, TEAM = 128 * WM, CONSUMERS = TEAM * TEAMS;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
@@ -142,6 +197,7 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
     }
     mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
                               *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
+    if (MOMENTS) store_run_moments<T, BN>(moments, g, m0 + group * 64 + warp * 16, n0, acc);
   }
 }
 
@@ -151,8 +207,9 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
 extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS + 32)
     KILN_CONV_WGMMA_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                         const __grid_constant__ kiln::cuda::TmaDescriptor image,
-                        KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT>(
-      &filters, &image, y, g);
+                        KILN_T* __restrict__ y, float* __restrict__ moments,
+                        kiln::cuda::ConvGemmShape g) {
+  kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT,
+                             KILN_MOMENTS != 0>(&filters, &image, y, moments, g);
 }
 #endif
