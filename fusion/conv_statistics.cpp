@@ -44,9 +44,11 @@ std::optional<int> channel_sum_of(const Graph& g, const Readers& readers, int v)
 }
 
 std::optional<Match> match(const Graph& g, const Readers& readers, int conv,
-                           const ConvMomentsWanted& takes) {
+                           const ConvMomentsWanted& takes, std::int64_t min_pixels) {
   const Node& c = g.node(conv);
   if (c.op->id != OpId::conv2d) return std::nullopt;
+  const Shape& out = c.outputs[0].shape;
+  if (out[0] * out[2] * out[3] <= min_pixels) return std::nullopt;
   std::vector<TensorType> in;
   for (const ValueRef& r : c.inputs) in.push_back(g.type(r));
   if (!takes(c, in)) return std::nullopt;
@@ -78,7 +80,8 @@ bool turned_off() {
 
 }  // namespace
 
-Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes) {
+Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes,
+                           std::int64_t min_pixels) {
   if (turned_off()) return g;
   const int count = static_cast<int>(g.nodes().size());
   Readers readers(static_cast<std::size_t>(count));
@@ -88,7 +91,7 @@ Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes) {
   std::map<int, Match> matches;  // by convolution
   std::map<int, int> sums;       // each matched sum: its convolution
   for (int id = 0; id < count; ++id)
-    if (const std::optional<Match> m = match(g, readers, id, takes)) {
+    if (const std::optional<Match> m = match(g, readers, id, takes, min_pixels)) {
       matches[id] = *m;
       sums[m->first] = id;
       sums[m->second] = id;

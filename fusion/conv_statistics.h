@@ -33,6 +33,11 @@ namespace kiln {
 // (the GPU's policy: where its TMA pass computes them in the epilogue).
 using ConvMomentsWanted = std::function<bool(const Node& conv, std::span<const TensorType> inputs)>;
 
-Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes);
+// min_pixels: a convolution of at most this many output pixels (B OH OW, the values a channel's
+// sums add) keeps its statistics as they are: the GPU's stage pass merges such short rows'
+// sums with the normalisation that reads them into one kernel (cuda_stage_options), which the
+// moments would split in two.
+Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes,
+                           std::int64_t min_pixels = 0);
 
 }  // namespace kiln
