@@ -11,7 +11,7 @@ import argparse
 import collections
 import json
 
-CONV_PASSES = ("conv2d", "conv2d_bias", "conv2d_grad_input", "conv2d_grad_weight")
+CONV_PASSES = ("conv2d", "conv2d_bias", "conv2d_moments", "conv2d_grad_input", "conv2d_grad_weight")
 
 
 def print_passes(events):
