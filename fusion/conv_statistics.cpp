@@ -100,8 +100,9 @@ Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes,
 
   Graph out;
   std::map<ValueRef, ValueRef> remap;
-  std::map<int, Value> moments;  // each matched convolution's [3, C, T, 1] run moments
+  std::map<int, Value> moments;  // each matched convolution's [3, T, C] run moments
   for (int id = 0; id < count; ++id) {
+    if (remap.count({id, 0}) != 0) continue;  // the second sum, made with the first
     Node n = g.node(id);
     for (ValueRef& in : n.inputs) in = remap.at(in);
     if (matches.count(id) != 0) {
@@ -109,21 +110,21 @@ Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes,
           conv2d_moments(out.value(n.inputs[0]), out.value(n.inputs[1]), n.attrs.integer("stride"),
                          n.attrs.integer("padding"), conv_image_channels_last(n.attrs));
       remap[{id, 0}] = y.ref();
-      const Shape& s = runs.shape();
-      moments.emplace(id, reshape(runs, {s[0], s[1], s[2], 1}));
+      moments.emplace(id, runs);
       continue;
     }
-    if (const auto it = sums.find(id); it != sums.end()) {
+    if (const auto it = sums.find(id); it != sums.end()) {  // both sums, from one difference
       const Match& m = matches.at(it->second);
       const Value& runs = moments.at(it->second);
-      Value k = out.value(remap.at(m.shift));
+      const std::int64_t channels = runs.shape()[2];
+      Value k = reshape(out.value(remap.at(m.shift)), {1, 1, channels});
       if (k.dtype() != DType::f32) k = cast(k, DType::f32);
-      const Value counts = slice(runs, 0, 0, 1), means = slice(runs, 0, 1, 1);
-      const Value apart = means - k;  // [1, C, T, 1]
-      const Value weighted = counts * apart;
-      remap[{id, 0}] = id == m.first
-                           ? sum(weighted, {2}, true).ref()
-                           : sum(slice(runs, 0, 2, 1) + weighted * apart, {2}, true).ref();
+      const Value apart = slice(runs, 0, 1, 1) - k;  // [1, T, C]
+      const Value weighted = slice(runs, 0, 0, 1) * apart;
+      const std::vector<std::int64_t> kept = g.node(id).outputs[0].shape.dims();
+      remap[{m.first, 0}] = reshape(sum(weighted, {1}, true), kept).ref();
+      remap[{m.second, 0}] =
+          reshape(sum(slice(runs, 0, 2, 1) + weighted * apart, {1}, true), kept).ref();
       continue;
     }
     const ValueRef made = out.add_node(std::move(n));

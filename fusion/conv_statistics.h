@@ -10,7 +10,7 @@
 //   sum((y - k)^2)   = sum_t q_t + n_t (m_t - k)^2
 //
 // exact identities whose terms have no large difference in them: the statistics group then
-// reads [3, C, T] run moments, 1/16 of y's bf16 bytes, instead of y.
+// reads [3, T, C] run moments, 1/16 of y's bf16 bytes, instead of y.
 //
 // Matched: a conv2d that `takes` picks, a sub(y, k) with k of shape [1, C, 1, 1], and both
 // reduce_sum(d) and reduce_sum(d * d) over axes {0, 2, 3} with keepdims, each directly or

@@ -99,8 +99,9 @@ Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int6
                          std::int64_t padding, bool channels_last = false);
 // conv2d's y with, over each run of kConvMomentRun of its pixels in (image, row, column) order
 // (the last run shorter), every output channel's count, mean and sum of squared deviations from
-// that mean: {y, moments}, moments f32 [3, Cout, T] (rows: counts, means, squared deviations;
-// T = ceil(B OH OW / kConvMomentRun)), of y as stored (bf16/f16: rounded). Made after autograd
+// that mean: {y, moments}, moments f32 [3, T, Cout] (counts, means, squared deviations; T =
+// ceil(B OH OW / kConvMomentRun); the channels innermost, so that an epilogue's writes of
+// neighbouring filters are contiguous), of y as stored (bf16/f16: rounded). Made after autograd
 // for batch norm's statistics (fusion/conv_statistics.h), so no gradient.
 inline constexpr std::int64_t kConvMomentRun = 64;
 std::pair<Value, Value> conv2d_moments(Value x, Value w, std::int64_t stride, std::int64_t padding,

@@ -66,7 +66,7 @@ bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
 gpu::KernelSource conv_forward_moments_source(const kernels::ConvGeometry& g, DType dtype);
 
 // moments: where not null (only where conv_forward_writes_moments), y's run moments too
-// (graph/ops.h's conv2d_moments, [3, Cout, ceil(B OH OW / 64)] f32), from the epilogue.
+// (graph/ops.h's conv2d_moments, [3, ceil(B OH OW / 64), Cout] f32), from the epilogue.
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
                     void* y, ConvWorkspace workspace, gpu::Stream stream,
                     bool x_channels_last = false, float* moments = nullptr);

@@ -53,7 +53,7 @@ int conv_tma_split_of(int bm, std::int64_t tiles, int steps, int sms);
 std::string conv_tma_name(DType dtype, TmaTile tile, bool moments = false);
 gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile, bool moments = false);
 // y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned);
-// where `moments` is not null, also y's run moments over 64 pixels, [3, M, ceil(N / 64)]
+// where `moments` is not null, also y's run moments over 64 pixels, [3, ceil(N / 64), M]
 // (graph/ops.h's conv2d_moments; the forward only).
 void conv_tma_forward(DType dtype, const ConvGemmShape& shape, TmaTile tile, const void* a,
                       const void* xt, void* y, gpu::Stream stream, float* moments = nullptr);

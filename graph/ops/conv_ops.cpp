@@ -195,7 +195,7 @@ void conv_moments_cpu(const KernelCall& call) {
                           forward_geometry(call));
   round_to(call.node.outputs[0].dtype, y.data<float>(), y.numel());
   const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
-  const std::int64_t pixels = y.shape()[0] * plane, runs = call.outputs[1].shape()[2];
+  const std::int64_t pixels = y.shape()[0] * plane, runs = call.outputs[1].shape()[1];
   const float* v = y.data<float>();
   float* out = call.outputs[1].data<float>();
 #pragma omp parallel for schedule(static) if (y.numel() > 16384)
@@ -215,9 +215,9 @@ void conv_moments_cpu(const KernelCall& call) {
         const float d = at(first + i) - mean;
         squares += d * d;
       }
-      out[c * runs + t] = static_cast<float>(count);
-      out[(channels + c) * runs + t] = mean;
-      out[(2 * channels + c) * runs + t] = squares;
+      out[t * channels + c] = static_cast<float>(count);
+      out[(runs + t) * channels + c] = mean;
+      out[(2 * runs + t) * channels + c] = squares;
     }
 }
 
@@ -231,7 +231,7 @@ OpDef conv_moments_op() {
         conv_output_shape("conv2d_moments", image_shape("conv2d_moments", in[0].shape, attrs),
                           in[1].shape, conv_attrs(attrs));
     const std::int64_t runs = (y[0] * y[2] * y[3] + kConvMomentRun - 1) / kConvMomentRun;
-    return std::vector<TensorType>{{y, in[0].dtype}, {Shape{3, y[1], runs}, DType::f32}};
+    return std::vector<TensorType>{{y, in[0].dtype}, {Shape{3, runs, y[1]}, DType::f32}};
   };
   op.cpu = conv_moments_cpu;
   op.cpu_kernel_name = [](const KernelCall& call) {

@@ -129,7 +129,7 @@ extern "C" __global__ void KILN_CONV_BIAS(KILN_T* __restrict__ y, const KILN_T* 
 #ifdef KILN_CONV_MOMENTS
 // conv2d_moments' run moments of a stored NCHW output y [B, C, plane], where the convolution's
 // epilogue does not compute them: a thread a (channel, run of 64 pixels in (image, pixel)
-// order), its count, mean and squared deviations from that mean into moments [3, C, runs] (the
+// order), its count, mean and squared deviations from that mean into moments [3, runs, C] (the
 // CPU kernel's order, graph/ops/conv_ops.cpp).
 extern "C" __global__ void KILN_CONV_MOMENTS(const KILN_T* __restrict__ y,
                                              float* __restrict__ moments, long long plane,
@@ -151,9 +151,10 @@ extern "C" __global__ void KILN_CONV_MOMENTS(const KILN_T* __restrict__ y,
     const float mean = sum / static_cast<float>(count);
     float squares = 0.0f;
     for (int j = 0; j < count; ++j) squares += (value(j) - mean) * (value(j) - mean);
-    moments[i] = static_cast<float>(count);
-    moments[channels * runs + i] = mean;
-    moments[2 * channels * runs + i] = squares;
+    const long long at = t * channels + c;  // moments [3, runs, C]
+    moments[at] = static_cast<float>(count);
+    moments[channels * runs + at] = mean;
+    moments[2 * channels * runs + at] = squares;
   }
 }
 #endif

@@ -31,7 +31,8 @@ namespace kiln::cuda {
 // block i of 8: columns 8 i + 2 (lane % 4) + {0, 1}, acc[4 i + 2 half + e]). Each run of 64
 // pixels is 16 values a thread a row over the 4 lanes of a row: its mean, then the squared
 // deviations from it, both over the values as stored (rounded to T), summed over the lanes by
-// shuffles; the row's first lane writes the count, mean and squares into moments [3, M, runs].
+// shuffles; the row's first lane writes the count, mean and squares into moments [3, runs, M]
+// (the 8 rows of a warp's half: 32 contiguous bytes).
 template <typename T, int BN>
 __device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
                                                   const ConvGemmShape& g, int row0, int n0,
@@ -69,7 +70,7 @@ __device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
       squares += __shfl_xor_sync(0xffffffffu, squares, 2);
       const int m = row0 + lane / 4 + 8 * half;
       if (tig == 0 && m < g.m) {
-        const long long at = static_cast<long long>(m) * runs + first / 64;
+        const long long at = static_cast<long long>(first / 64) * g.m + m;
         const long long plane = static_cast<long long>(g.m) * runs;
         moments[at] = static_cast<float>(count);
         moments[plane + at] = mean;
