@@ -87,6 +87,8 @@ Graph apply_channels_last(const Graph& g) {
 }
 
 Graph apply_conv_statistics(const Graph& g) {
+  const char* on = std::getenv("KILN_CONV_MOMENTS");
+  if (on == nullptr || std::string(on) != "1") return g;
 #ifdef KILN_HAVE_CUDA
   return eliminate_dead_code(fuse_conv_statistics(g, cuda::conv_node_writes_moments,
                                                   cuda_stage_options().max_row_elements));

@@ -2,8 +2,6 @@
 // output and re-emits the graph with a conv2d_moments node and the sums over its run moments.
 #include "fusion/conv_statistics.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <vector>
@@ -73,16 +71,10 @@ std::optional<Match> match(const Graph& g, const Readers& readers, int conv,
   return std::nullopt;
 }
 
-bool turned_off() {
-  const char* v = std::getenv("KILN_CONV_MOMENTS");
-  return v != nullptr && std::strcmp(v, "0") == 0;
-}
-
 }  // namespace
 
 Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes,
                            std::int64_t min_pixels) {
-  if (turned_off()) return g;
   const int count = static_cast<int>(g.nodes().size());
   Readers readers(static_cast<std::size_t>(count));
   for (int id = 0; id < count; ++id)

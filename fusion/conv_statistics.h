@@ -19,7 +19,7 @@
 // rounding (bf16: a relative 2^-9 a term, in no fixed direction).
 //
 // Pre: verify(g) holds, after autograd (conv2d_moments has no gradient). Post: verify holds;
-// outputs and assignments refer to the same values. KILN_CONV_MOMENTS=0 turns it off.
+// outputs and assignments refer to the same values.
 #pragma once
 
 #include <functional>
