@@ -141,10 +141,10 @@ extern "C" __global__ void KILN_CONV_MOMENTS(const KILN_T* __restrict__ y,
     // Pixel first + j of channel c: j past the run's first, a plane of the other channels
     // skipped at each image the run enters.
     const long long pixel = first % plane;
-    const KILN_T* at = y + (first / plane * channels + c) * plane + pixel;
+    const KILN_T* run = y + (first / plane * channels + c) * plane + pixel;
     auto value = [&](int j) {
       return static_cast<float>(
-          static_cast<W>(at[j + (pixel + j) / plane * (channels - 1) * plane]));
+          static_cast<W>(run[j + (pixel + j) / plane * (channels - 1) * plane]));
     };
     float sum = 0.0f;
     for (int j = 0; j < count; ++j) sum += value(j);
