@@ -107,16 +107,18 @@ Graph fuse_conv_statistics(const Graph& g, const ConvMomentsWanted& takes,
     }
     if (const auto it = sums.find(id); it != sums.end()) {  // both sums, from one difference
       const Match& m = matches.at(it->second);
-      const Value& runs = moments.at(it->second);
-      const std::int64_t channels = runs.shape()[2];
-      Value k = reshape(out.value(remap.at(m.shift)), {1, 1, channels});
+      const Value& runs = moments.at(it->second);  // [3, T, C]
+      const std::int64_t t = runs.shape()[1];
+      // As [3T, C, 1, 1]: k, [1, C, 1, 1], broadcasts against each row's [T, C, 1, 1] as it is
+      // (a reshape of k's slices of y would make them copies), and the sums over axis 0 have
+      // the shape of those they replace.
+      const Value rows = reshape(runs, {3 * t, runs.shape()[2], 1, 1});
+      Value k = out.value(remap.at(m.shift));
       if (k.dtype() != DType::f32) k = cast(k, DType::f32);
-      const Value apart = slice(runs, 0, 1, 1) - k;  // [1, T, C]
-      const Value weighted = slice(runs, 0, 0, 1) * apart;
-      const std::vector<std::int64_t> kept = g.node(id).outputs[0].shape.dims();
-      remap[{m.first, 0}] = reshape(sum(weighted, {1}, true), kept).ref();
-      remap[{m.second, 0}] =
-          reshape(sum(slice(runs, 0, 2, 1) + weighted * apart, {1}, true), kept).ref();
+      const Value apart = slice(rows, 0, t, t) - k;
+      const Value weighted = slice(rows, 0, 0, t) * apart;
+      remap[{m.first, 0}] = sum(weighted, {0}, true).ref();
+      remap[{m.second, 0}] = sum(slice(rows, 0, 2 * t, t) + weighted * apart, {0}, true).ref();
       continue;
     }
     const ValueRef made = out.add_node(std::move(n));
