@@ -136,25 +136,28 @@ void check_errors_against_f64(const Layer& l, const std::vector<Feed>& feeds,
 TEST_CASE("conv2d_moments: y is conv2d's and the run moments are those of y as stored") {
   std::uint64_t seed = 5;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    for (const Layer& l : kLayers) {
-      CAPTURE(dtype_name(dtype));
-      CAPTURE(l.in);
-      CAPTURE(l.height);
-      Graph g;
-      const Value x = g.input("x", image_of(l), dtype), w = g.input("w", filters_of(l), dtype);
-      const auto [y, moments] = conv2d_moments(x, w, l.stride, l.padding);
-      g.output("y", y);
-      g.output("moments", moments);
-      g.output("conv", conv2d(x, w, l.stride, l.padding));
-      const std::vector<Feed> feeds = test::random_feeds(g, seed++);
-      const Outputs out = compile(g, {.fuse = false})->run(feeds);
-      // f32: the GPU's convolution sums in another order (1.3e-4 of the H100's against the CPU
-      // at 576 products an output).
-      const double tolerance = dtype == DType::f32 ? 1e-3 : test::dtype_tolerance(dtype);
-      CHECK(test::closeness(out.at("y"), out.at("conv"), tolerance, tolerance) <= 1.0);
-      check_moments(out.at("y"), out.at("moments"));
-      if (test::have_gpu()) test::check_gpu_matches_cpu(g, feeds, tolerance);
-    }
+    for (const Layer& l : kLayers)
+      for (const bool last : {false, true}) {  // the image as it is, or stored channels-last
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(l.in);
+        CAPTURE(l.height);
+        CAPTURE(last);
+        Graph g;
+        const Value x = g.input("x", image_of(l), dtype), w = g.input("w", filters_of(l), dtype);
+        const auto [y, moments] =
+            conv2d_moments(last ? transpose(x, kChannelsLast) : x, w, l.stride, l.padding, last);
+        g.output("y", y);
+        g.output("moments", moments);
+        g.output("conv", conv2d(x, w, l.stride, l.padding));
+        const std::vector<Feed> feeds = test::random_feeds(g, seed++);
+        const Outputs out = compile(g, {.fuse = false})->run(feeds);
+        // f32: the GPU's convolution sums in another order (1.3e-4 of the H100's against the CPU
+        // at 576 products an output).
+        const double tolerance = dtype == DType::f32 ? 1e-3 : test::dtype_tolerance(dtype);
+        CHECK(test::closeness(out.at("y"), out.at("conv"), tolerance, tolerance) <= 1.0);
+        check_moments(out.at("y"), out.at("moments"));
+        if (test::have_gpu()) test::check_gpu_matches_cpu(g, feeds, tolerance);
+      }
 }
 
 TEST_CASE("conv statistics: batch norm's two sums over a convolution become sums over its runs") {
