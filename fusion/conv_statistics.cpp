@@ -45,12 +45,11 @@ std::optional<Match> match(const Graph& g, const Readers& readers, int conv,
                            const ConvMomentsWanted& takes, std::int64_t min_pixels) {
   const Node& c = g.node(conv);
   if (c.op->id != OpId::conv2d) return std::nullopt;
-  const Shape& out = c.outputs[0].shape;
-  if (out[0] * out[2] * out[3] <= min_pixels) return std::nullopt;
+  const Shape& y = c.outputs[0].shape;
+  if (y[0] * y[2] * y[3] <= min_pixels) return std::nullopt;
   std::vector<TensorType> in;
   for (const ValueRef& r : c.inputs) in.push_back(g.type(r));
   if (!takes(c, in)) return std::nullopt;
-  const Shape& y = c.outputs[0].shape;
   const Shape per_channel{1, y[1], 1, 1};
   for (const int d : readers[static_cast<std::size_t>(conv)]) {
     const Node& sub = g.node(d);
