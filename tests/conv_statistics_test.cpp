@@ -263,7 +263,10 @@ TEST_CASE("conv statistics: the statistics, activations and gradients of the gra
 
 TEST_CASE("GPU: the TMA pass's epilogue writes the run moments, and the step matches the CPU") {
   if (!test::have_gpu()) return;
-  ::setenv("KILN_CONV_MOMENTS", "1", 1);  // off by default (backends/compile.h)
+  struct PassOn {  // off by default (backends/compile.h); off again however the case ends
+    PassOn() { ::setenv("KILN_CONV_MOMENTS", "1", 1); }
+    ~PassOn() { ::unsetenv("KILN_CONV_MOMENTS"); }
+  } pass_on;
   std::uint64_t seed = 77;
   for (const Layer& l : kGpuLayers) {
     CAPTURE(l.in);
@@ -288,7 +291,6 @@ TEST_CASE("GPU: the TMA pass's epilogue writes the run moments, and the step mat
       check_errors_against_f64(l, feeds, cpu, gpu);
     }
   }
-  ::unsetenv("KILN_CONV_MOMENTS");
 }
 
 }  // namespace kiln
