@@ -185,7 +185,8 @@ std::size_t mma_workspace(const ConvGeometry& g, DType dtype, ConvPass pass,
   return conv_mma_wgrad_scratch(splits, d.m, d.n);
 }
 
-std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, ConvPass pass) {
+std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, ConvPass pass,
+                                           bool moments) {
   const GemmDims d = dims_of(g, pass);
   if (use_nhwc(g, dtype, pass)) {
     const bool forward = pass == ConvPass::forward;
@@ -195,7 +196,7 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
         nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(!forward, dtype_size(dtype)),
         conv_nhwc_source(dtype, plan.tile, dilated, plan.splits > 1)};
     if (const auto tma = conv_tma_tile(dtype, gemm_shape(g, pass, d, d.k), dilated))
-      sources.push_back(conv_tma_source(dtype, *tma));
+      sources.push_back(conv_tma_source(dtype, *tma, moments && forward));
     if (plan.splits > 1) sources.push_back(conv_splitk_sum_source(dtype));
     return sources;
   }
@@ -265,8 +266,9 @@ std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pa
 }
 
 std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
-                                                   ConvPass pass) {
-  if (use_nhwc(g, dtype, pass) || use_mma(g, dtype, pass)) return mma_sources(g, dtype, pass);
+                                                   ConvPass pass, bool moments) {
+  if (use_nhwc(g, dtype, pass) || use_mma(g, dtype, pass))
+    return mma_sources(g, dtype, pass, moments);
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
     if (pass == ConvPass::grad_weight && is_low_precision(dtype))  // rounding the f32 dW
@@ -292,14 +294,6 @@ bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
   if (g.batch == 0 || !use_nhwc(g, dtype, ConvPass::forward)) return false;
   const GemmDims d = dims_of(g, ConvPass::forward);
   return conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false).has_value();
-}
-
-gpu::KernelSource conv_forward_moments_source(const ConvGeometry& g, DType dtype) {
-  const GemmDims d = dims_of(g, ConvPass::forward);
-  const std::optional<TmaTile> tile =
-      conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false);
-  KILN_CHECK(tile.has_value(), "conv2d: no TMA pass writes the run moments of this forward");
-  return conv_tma_source(dtype, *tile, true);
 }
 
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,

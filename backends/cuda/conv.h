@@ -42,9 +42,10 @@ struct ConvWorkspace {
 
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> y: [B, Cout, OH, OW].
 // The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and
-// its split-K sum, or im2col/col2im), so that a program can compile them up front.
+// its split-K sum, or im2col/col2im), so that a program can compile them up front. moments
+// (the forward where conv_forward_writes_moments): its TMA kernel with the moments epilogue.
 std::vector<gpu::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
-                                                   ConvPass pass);
+                                                   ConvPass pass, bool moments = false);
 
 // Whether `pass` reorders its image (the forward's or grad_weight's x) to NHWC itself: the
 // channels-last tensor-core passes and grad_weight's TMA pass. Only those take an image stored
@@ -62,8 +63,6 @@ bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inpu
 // Whether the forward pass over `g` runs the TMA pass (conv_tma.h), whose epilogue can write the
 // run moments (conv2d_forward's `moments`).
 bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
-// That pass's kernel with the moments epilogue (where conv_forward_writes_moments).
-gpu::KernelSource conv_forward_moments_source(const kernels::ConvGeometry& g, DType dtype);
 
 // moments: where not null (only where conv_forward_writes_moments), y's run moments too
 // (graph/ops.h's conv2d_moments, [3, ceil(B OH OW / 64), Cout] f32), from the epilogue.

@@ -73,10 +73,11 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
     const Shape stored = s.input_types[0].shape;
     const bool epilogue = moments && conv_forward_writes_moments(g, dtype);
     float* runs = moments ? static_cast<float*>(s.outputs[1]) : nullptr;
-    const DeviceKernel* after = moments && !epilogue
-                                    ? &device_kernel(conv_moments_source(dtype).name,
-                                                     [&] { return conv_moments_source(dtype); })
-                                    : nullptr;
+    const DeviceKernel* after = nullptr;
+    if (moments && !epilogue) {
+      const gpu::KernelSource source = conv_moments_source(dtype);
+      after = &device_kernel(source.name, [&] { return source; });
+    }
     const Shape& y = s.node.outputs[0].shape;
     return [=](gpu::Stream st) {
       const void* x = a;
@@ -97,11 +98,10 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
   };
   e.sources = [pass, moments](const Node& n, const InputTypes& in) {
     const kernels::ConvGeometry g = geometry_of(pass, n, in);
-    std::vector<gpu::KernelSource> sources = conv_kernel_sources(g, in[0].dtype, pass);
-    if (moments)
-      sources.push_back(conv_forward_writes_moments(g, in[0].dtype)
-                            ? conv_forward_moments_source(g, in[0].dtype)
-                            : conv_moments_source(in[0].dtype));
+    // conv2d_moments: the epilogue's TMA kernel in place of the plain one, or the moments kernel.
+    const bool epilogue = moments && conv_forward_writes_moments(g, in[0].dtype);
+    std::vector<gpu::KernelSource> sources = conv_kernel_sources(g, in[0].dtype, pass, epilogue);
+    if (moments && !epilogue) sources.push_back(conv_moments_source(in[0].dtype));
     if (image_route(pass, n, g, in[0].dtype).reorder_bytes > 0) {  // layout.h's transpose
       sources.push_back(transpose_source(dtype_size(in[0].dtype)));
       sources.push_back(nhwc_image_source(dtype_size(in[0].dtype)));
