@@ -596,8 +596,12 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
   // a partial 128-filter tile, 4x4 (16 images a tile; grad_weight's K of 32 pixels in one step
   // of 4 images), a 1x1, 128 channels (atoms of a tile across taps), 8x4 images (grad_weight's
   // 32-pixel rows), 4x4 with 256 channels (four atoms a tile), stride 2 (3x3 and 1x1, an odd
-  // 15x15 image whose last windows pass its edge), and a 5x5 on 12x12 (no whole-row tile: the
-  // usual kernels).
+  // 15x15 image whose last windows pass its edge and whose input gradient is the dilated pass;
+  // on images of an even height and a width a multiple of 4 the input gradient by classes of
+  // dx's pixels: 3x3 without padding, whose classes read outside dy, 5x5, 2x2, 1x1 with three
+  // classes of zeros, 256 rows of dx; a width of 6, dilated); rows of 64 at stride 1 and by
+  // classes of 32, and a 3x3 without padding; and a 5x5 on 12x12 (no whole-row tile: the usual
+  // kernels).
   for (auto [xs, ws, stride, pad] : {std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 1},
                                      std::tuple{Shape{3, 128, 8, 8}, Shape{128, 128, 3, 3}, 1, 1},
                                      std::tuple{Shape{2, 64, 32, 32}, Shape{200, 64, 3, 3}, 1, 1},
@@ -609,6 +613,14 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
                                      std::tuple{Shape{2, 64, 32, 32}, Shape{128, 64, 3, 3}, 2, 1},
                                      std::tuple{Shape{3, 128, 16, 16}, Shape{256, 128, 1, 1}, 2, 0},
                                      std::tuple{Shape{3, 64, 15, 15}, Shape{64, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{2, 64, 8, 8}, Shape{64, 64, 3, 3}, 2, 0},
+                                     std::tuple{Shape{1, 64, 16, 16}, Shape{64, 64, 5, 5}, 2, 2},
+                                     std::tuple{Shape{3, 64, 8, 8}, Shape{128, 64, 2, 2}, 2, 0},
+                                     std::tuple{Shape{2, 256, 8, 8}, Shape{64, 256, 3, 3}, 2, 1},
+                                     std::tuple{Shape{2, 64, 8, 6}, Shape{64, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{1, 64, 8, 64}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{1, 64, 16, 64}, Shape{64, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 0},
                                      std::tuple{Shape{1, 64, 12, 12}, Shape{64, 64, 5, 5}, 1, 2}}) {
     CAPTURE(xs.str());
     CAPTURE(ws.str());
@@ -616,6 +628,15 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
     std::pair<Tensor, Tensor> tma, tma2, plain;
     {
       TmaOn on;
+      // Stride 2, an even height and a width a multiple of 4: the input gradient by classes (the
+      // TMA kernel of 4 classes).
+      const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, pad);
+      bool by_classes = false;
+      for (const gpu::KernelSource& k :
+           cuda::conv_kernel_sources(g, DType::bf16, cuda::ConvPass::grad_input))
+        by_classes = by_classes || k.name.find("_c4_") != std::string::npos;
+      CHECK(by_classes == (stride == 2 && xs[2] % 2 == 0 && xs[3] % 4 == 0));
+
       for (bool wide : {true, false}) {  // and the forward's teams: 1, then 2 (persistent)
         CAPTURE(wide);
         cuda::detail::set_conv_tma_wide_for_testing(wide);

@@ -8,7 +8,8 @@
 // order (a second small kernel), so it stays deterministic.
 // bf16 and f16 (DESIGN.md, Precision) run every pass on the tensor cores wherever an implicit
 // GEMM fits (conv_mma.cpp; grad_input transposes the weights into the workspace first, and at
-// stride 2 reads dy as if dilated by 2). Where the image's channels are a multiple of 8, the
+// stride 2 reads dy as if dilated by 2, or on the TMA pass by classes of dx's pixels:
+// conv_classes.cpp). Where the image's channels are a multiple of 8, the
 // forward and grad_input read a channels-last copy of it instead (16-byte loads of 8 channels:
 // conv_mma_nhwc.cuh). The CUDA-core implicit GEMM's tiles and launch are in conv_igemm.cpp;
 // every pass's tile is autotuned (conv_tuning.h). The fallback is im2col + cuBLAS
@@ -21,6 +22,7 @@
 #include <climits>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/conv_mma.h"
@@ -148,6 +150,8 @@ NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass,
       image_given ? 0 : round_up(static_cast<std::size_t>(image) * bytes);
   const std::size_t partials =
       image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes);
+  if (pass == ConvPass::grad_input && tma_grad_input(g, dtype))
+    return {image_bytes, partials, partials};
   const GemmDims d = dims_of(g, pass);
   return {image_bytes, partials,
           partials + round_up(nhwc_plan(g, dtype, pass).partial_bytes(d.m, d.n))};
@@ -190,6 +194,10 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   const GemmDims d = dims_of(g, pass);
   if (use_nhwc(g, dtype, pass)) {
     const bool forward = pass == ConvPass::forward;
+    if (const std::optional<TmaGradInput> tma = forward ? std::nullopt : tma_grad_input(g, dtype)) {
+      return {nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(true, dtype_size(dtype)),
+              conv_tma_source(dtype, tma->tile, false, tma->classes.count)};
+    }
     const NhwcPlan plan = nhwc_plan(g, dtype, pass);
     const bool dilated = !forward && g.stride == 2;
     std::vector<gpu::KernelSource> sources = {
@@ -233,14 +241,21 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
   auto* base = static_cast<std::uint8_t*>(ws.data);
   void* a = base + scratch.image;
   const void* xt = base;
+  const std::optional<TmaGradInput> tma = forward ? std::nullopt : tma_grad_input(g, dtype);
   if (forward && image_nhwc)
     xt = image;
   else if (forward)
     nchw_to_nhwc(dtype, image, base, g.batch, g.in_channels, g.height * g.width, stream);
   else
     nchw_to_nhwc(dtype, image, base, g.batch, g.out_channels, g.out_h * g.out_w, stream);
-  nhwc_weights(dtype, w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w, !forward,
-               stream);
+  const ConvClasses taps = tma ? tma->classes : conv_input_gradient_classes(g, false);
+  nhwc_weights(dtype, w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w,
+               forward ? nullptr : &taps, stream);
+  if (tma) {
+    conv_tma_forward(dtype, tma->shape, tma->tile, a, xt, out, stream, nullptr,
+                     taps.count > 1 ? &taps : nullptr);
+    return;
+  }
   const GemmDims d = dims_of(g, pass);
   conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, base + scratch.partials, stream,
                     !forward && g.stride == 2, moments);

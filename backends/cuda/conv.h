@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/kernels/conv_params.h"
 #include "core/dtype.h"
 #include "gpu/cuda_runtime.h"
 #include "graph/graph.h"
@@ -39,6 +40,11 @@ struct ConvWorkspace {
   void* data = nullptr;
   std::size_t bytes = 0;
 };
+
+// The input gradient's filter taps (kernels/conv_params.h, ConvClasses): one class of the whole
+// flipped filter, or (by_residue) one for each residue of dx's pixels modulo the stride (at
+// most 2), the stride-2 pass's four stride-1 convolutions of dy (where the TMA pass fits them).
+ConvClasses conv_input_gradient_classes(const kernels::ConvGeometry& g, bool by_residue);
 
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> y: [B, Cout, OH, OW].
 // The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and

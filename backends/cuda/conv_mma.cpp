@@ -44,7 +44,9 @@ void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, co
 }
 
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
-                  std::int64_t in_channels, std::int64_t khkw, bool flip, gpu::Stream stream) {
+                  std::int64_t in_channels, std::int64_t khkw, const ConvClasses* classes,
+                  gpu::Stream stream) {
+  const bool flip = classes != nullptr;
   const std::size_t bytes = dtype_size(dtype);
   const DeviceKernel& k = device_kernel(nhwc_weights_name(flip, bytes),
                                         [flip, bytes] { return nhwc_weights_source(flip, bytes); });
@@ -61,7 +63,8 @@ void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels
              in_channels, khkw);
   int r = static_cast<int>(rows), c = static_cast<int>(cols), taps = static_cast<int>(khkw),
       n = static_cast<int>(chunk);
-  void* args[] = {&w, &a, &r, &c, &taps, &n};
+  ConvClasses cl = flip ? *classes : ConvClasses{};
+  void* args[] = {&w, &a, &r, &c, &taps, &n, &cl};
   const gpu::Dim3 grid{static_cast<unsigned>((cols + chunk - 1) / chunk),
                        static_cast<unsigned>(rows), 1};
   k.kernel.launch(grid, {256, 1, 1}, static_cast<std::size_t>(chunk * khkw) * bytes, stream, args);

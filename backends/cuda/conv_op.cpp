@@ -189,9 +189,11 @@ std::vector<gpu::KernelSource> every_conv_source() {
           for (int teams : {1, 2})    // two teams: the 64-filter tiles only (conv_tma_tile)
             for (int split : {1, 2})  // split K: the 128-filter tiles only
               if ((teams == 1 || bm == 64) && (split == 1 || (bm == 128 && teams == 1)))
-                for (bool moments : {false, true})  // conv2d_moments' epilogue
-                  all.push_back(
-                      conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split), moments));
+                for (int kind : {0, 1, 2}) {  // plain, conv2d_moments' epilogue, 4 classes
+                  if (kind == 2 && split == 2) continue;  // classes keep K whole
+                  all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split),
+                                                kind == 1, kind == 2 ? 4 : 1));
+                }
       for (auto [bm, atoms, ar] : {std::tuple{64, 3, 64}, std::tuple{128, 3, 64},
                                    std::tuple{128, 4, 16}, std::tuple{64, 1, 32}})
         for (bool wide : {false, true})  // grad_weight's TMA pass

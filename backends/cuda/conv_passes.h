@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_tma.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "core/dtype.h"
@@ -39,6 +41,18 @@ IgemmMode mode_of(ConvPass pass);
 // out, and the strides of A and C along M (kernels/conv_params.h, ConvGemmShape).
 ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,
                          std::int64_t k_chunk);
+
+// The input gradient on the TMA pass (conv_tma.h) where it fits: at stride 1 the convolution of
+// dy with the flipped filter; at stride 2 by classes of dx's pixels (four stride-1 passes in one
+// launch, none of dy's dilation zeros multiplied) where dx's height is even and its width a
+// multiple of 4 (every class grid H / 2 x W / 2, an even width: the kernel stores four columns
+// of dx at once; KILN_CONV_CLASSES=0: the dilated pass). Both read dy's channels-last copy.
+struct TmaGradInput {
+  ConvGemmShape shape;  // stride 2: one class's grid, N = B H W / 4
+  TmaTile tile;
+  ConvClasses classes;
+};
+std::optional<TmaGradInput> tma_grad_input(const ConvGeometry& g, DType dtype);
 
 // The CUDA-core implicit GEMM (conv_igemm.cpp): grad_weight's partials (the pass's tile is
 // tuned when it is sized), the kernels a pass may launch, and one pass: a = W (forward,

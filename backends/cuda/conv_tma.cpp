@@ -246,28 +246,34 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams, int split) {
   return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage)), 1};
 }
 
-std::string conv_tma_name(DType dtype, TmaTile t, bool moments) {
-  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}{}{}_{}", t.bm, t.bn, t.stages,
+std::string conv_tma_name(DType dtype, TmaTile t, bool moments, int classes) {
+  return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}{}{}{}_{}", t.bm, t.bn, t.stages,
                      t.teams == 2 ? "_t2" : "", t.split == 2 ? "_k2" : "",
-                     moments ? "_moments" : "", dtype_name(dtype));
+                     moments ? "_moments" : "", classes > 1 ? fmt::format("_c{}", classes) : "",
+                     dtype_name(dtype));
 }
 
-gpu::KernelSource conv_tma_source(DType dtype, TmaTile t, bool moments) {
-  gpu::KernelSource source = embedded_kernel(
-      conv_tma_name(dtype, t, moments), kernel_files::conv_wgmma_tma_cuh, "KILN_CONV_WGMMA_TMA",
-      {{"KILN_T", cuda_type_name(dtype)},
-       {"KILN_BM", std::to_string(t.bm)},
-       {"KILN_BN", std::to_string(t.bn)},
-       {"KILN_STAGES", std::to_string(t.stages)},
-       {"KILN_TEAMS", std::to_string(t.teams)},
-       {"KILN_SPLIT", std::to_string(t.split)},
-       {"KILN_MOMENTS", moments ? "1" : "0"}});
+gpu::KernelSource conv_tma_source(DType dtype, TmaTile t, bool moments, int classes) {
+  KILN_CHECK((classes == 1 || classes == 4) && (classes == 1 || (!moments && t.split == 1)),
+             "conv TMA pass: {} classes (1, or 4 without moments or a split K)", classes);
+  gpu::KernelSource source =
+      embedded_kernel(conv_tma_name(dtype, t, moments, classes), kernel_files::conv_wgmma_tma_cuh,
+                      "KILN_CONV_WGMMA_TMA",
+                      {{"KILN_T", cuda_type_name(dtype)},
+                       {"KILN_BM", std::to_string(t.bm)},
+                       {"KILN_BN", std::to_string(t.bn)},
+                       {"KILN_STAGES", std::to_string(t.stages)},
+                       {"KILN_TEAMS", std::to_string(t.teams)},
+                       {"KILN_SPLIT", std::to_string(t.split)},
+                       {"KILN_MOMENTS", moments ? "1" : "0"},
+                       {"KILN_CLASSES", std::to_string(classes)}});
   source.arch_specific = true;
   return source;
 }
 
 void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const void* a,
-                      const void* xt, void* y, gpu::Stream stream, float* moments) {
+                      const void* xt, void* y, gpu::Stream stream, float* moments,
+                      const ConvClasses* classes) {
   const auto box = conv_tma_box(g, tile.bn);
   KILN_CHECK(box.has_value() && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
@@ -282,12 +288,14 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   const CUtensorMap image =
       image_map(dtype, g, xt, g.k / g.khkw, g.n / g.s_hw, box->first, box->second);
   const bool with_moments = moments != nullptr;
+  const int count = classes != nullptr ? classes->count : 1;
   const DeviceKernel& k = device_kernel(
-      conv_tma_name(dtype, tile, with_moments),
-      [&] { return conv_tma_source(dtype, tile, with_moments); }, tile.shared_bytes());
+      conv_tma_name(dtype, tile, with_moments, count),
+      [&] { return conv_tma_source(dtype, tile, with_moments, count); }, tile.shared_bytes());
   ConvGemmShape s = g;
-  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y,
-                  &moments, &s};
+  ConvClasses cl = classes != nullptr ? *classes : ConvClasses{};
+  void* args[] = {
+      const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &moments, &s, &cl};
   // The tiles, N fastest (as a 2-D grid's x), dealt out to the blocks in turn: a block each, or
   // (two teams) a persistent block an SM.
   const std::int64_t tiles =

@@ -1,7 +1,8 @@
 // The channels-last passes with both operands brought by the TMA (sm_90, bf16/f16): the forward
-// (stride 1 or 2) and stride-1 input gradient (kernels/conv_wgmma_tma.cuh), where a tile of
-// output pixels is whole output rows, each K step's patches one box of the NHWC image shifted
-// by the tap; and grad_weight (kernels/conv_wgmma_wgrad_tma.cuh).
+// (stride 1 or 2) and the input gradient (stride 1, or 2 by classes of dx's pixels: ConvClasses;
+// kernels/conv_wgmma_tma.cuh), where a tile of output pixels is whole output rows, each K
+// step's patches one box of the NHWC image shifted by the tap; and grad_weight
+// (kernels/conv_wgmma_wgrad_tma.cuh).
 #pragma once
 
 #include <cstddef>
@@ -49,14 +50,17 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams = 1, int split = 1);
 // The split of a one-team tile of bm filters on a pass of `tiles` tiles and `steps` K steps, on
 // a device of `sms` SMs (no GPU needed): 2 where the tiles fill at most half the SMs.
 int conv_tma_split_of(int bm, std::int64_t tiles, int steps, int sms);
-// moments: the kernel whose epilogue also writes conv2d_moments' run moments.
-std::string conv_tma_name(DType dtype, TmaTile tile, bool moments = false);
-gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile, bool moments = false);
+// moments: the kernel whose epilogue also writes conv2d_moments' run moments; classes 4: the
+// input gradient of a stride-2 pass by classes of dx's pixels (ConvClasses).
+std::string conv_tma_name(DType dtype, TmaTile tile, bool moments = false, int classes = 1);
+gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile, bool moments = false, int classes = 1);
 // y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned);
 // where `moments` is not null, also y's run moments over 64 pixels, [3, ceil(N / 64), M]
-// (graph/ops.h's conv2d_moments; the forward only).
+// (graph/ops.h's conv2d_moments; the forward only). Where `classes` is not null (4 classes,
+// never split), `shape` is a class's grid and y is dx (ConvClasses).
 void conv_tma_forward(DType dtype, const ConvGemmShape& shape, TmaTile tile, const void* a,
-                      const void* xt, void* y, gpu::Stream stream, float* moments = nullptr);
+                      const void* xt, void* y, gpu::Stream stream, float* moments = nullptr,
+                      const ConvClasses* classes = nullptr);
 
 // grad_weight's TMA pass (kernels/conv_wgmma_wgrad_tma.cuh): dW = dy x patches of x's
 // channels-last copy, K (the batch's pixels) split into `splits` pieces of `chunk` pixels.

@@ -13,9 +13,10 @@
 // (KILN_U: the element's unsigned type). KILN_NHWC_WEIGHTS: the GEMM's A, W'[m, tap, c] =
 // w[m, c, tap] (forward) or, KILN_FLIP, the input gradient's W'[ci, tap, co] =
 // w[co, ci, khkw - 1 - tap] (the flipped, transposed filter; the pass is then the forward
-// convolution of dy with it). KILN_CONV_NHWC: the GEMM in tiles of KILN_BM filters by KILN_BN
-// pixels (128 x 64, 64 x 128 or 64 x 64), 4 warps of (BM / 2) x (BN / 2) each, KILN_DIL 2
-// reading the image as if dilated by 2 (grad_input of a stride-2 convolution).
+// convolution of dy with it), or its taps by classes of dx's pixels (ConvClasses). KILN_CONV_NHWC:
+// the GEMM in tiles of KILN_BM filters by KILN_BN pixels (128 x 64, 64 x 128 or 64 x 64), 4 warps
+// of (BM / 2) x (BN / 2) each, KILN_DIL 2 reading the image as if dilated by 2 (grad_input of a
+// stride-2 convolution).
 //
 // Loads, per K step: A's rows by 16-byte pieces, 4 lanes a row (64 contiguous bytes); B's
 // pixels the same way, 4 lanes a pixel, through L1, where the pixel's other taps (its
@@ -406,16 +407,28 @@ __device__ __forceinline__ void nchw_to_nhwc(const U* __restrict__ x, U* __restr
   }
 }
 
+// The filter tap (kh KW + kw) that the input gradient's K tap t holds: the classes' taps one
+// after another (conv_params.h, ConvClasses).
+__device__ __forceinline__ int class_source_tap(const ConvClasses& cl, int t) {
+  int c = 0;
+  while (c + 1 < cl.count && t >= cl.taps_h[c] * cl.taps_w[c]) t -= cl.taps_h[c] * cl.taps_w[c++];
+  const int jh = t / cl.taps_w[c], jw = t - jh * cl.taps_w[c];
+  return (cl.first_kh[c] + cl.stride * (cl.taps_h[c] - 1 - jh)) * cl.kernel_w + cl.first_kw[c] +
+         cl.stride * (cl.taps_w[c] - 1 - jw);
+}
+
 // The GEMM's A from w[co, ci, tap]: a is [rows][khkw][cols], forward rows = co, cols = ci
-// (a[r, tap, c] = w[r, c, tap]); FLIP rows = ci, cols = co, the taps mirrored (a[r, tap, c] =
-// w[c, r, khkw - 1 - tap]). A block takes one row's columns [c0, c0 + chunk): it reads their
+// (a[r, tap, c] = w[r, c, tap]); FLIP rows = ci, cols = co, the taps in the input gradient's
+// order (a[r, tap, c] = w[c, r, class_source_tap(tap)]: with one class of stride 1, khkw - 1 -
+// tap, the mirrored filter). A block takes one row's columns [c0, c0 + chunk): it reads their
 // taps into shared memory in the source's order (forward: one contiguous run; FLIP: a run of
 // khkw per column), then writes the row's taps column-contiguous, so that both sides of the
 // transpose are coalesced. Grid (column chunks, rows), dynamic shared memory chunk * khkw
 // elements.
 template <typename U, bool FLIP>
 __device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restrict__ a, int rows,
-                                             int cols, int khkw, int chunk) {
+                                             int cols, int khkw, int chunk,
+                                             const ConvClasses& classes) {
   extern __shared__ __align__(16) unsigned char weights_smem[];
   U* taps = reinterpret_cast<U*>(weights_smem);  // [column - c0][tap], as w holds them
   const int r = blockIdx.y, c0 = blockIdx.x * chunk, n = min(chunk, cols - c0);
@@ -428,7 +441,7 @@ __device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restr
   for (int i = threadIdx.x; i < n * khkw; i += blockDim.x) {
     const int tap = i / n, cc = i - tap * n;
     a[((long long)r * khkw + tap) * cols + c0 + cc] =
-        taps[cc * khkw + (FLIP ? khkw - 1 - tap : tap)];
+        taps[cc * khkw + (FLIP ? class_source_tap(classes, tap) : tap)];
   }
 }
 
@@ -451,7 +464,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #ifdef KILN_NHWC_WEIGHTS
 extern "C" __global__ void __launch_bounds__(256)
     KILN_NHWC_WEIGHTS(const KILN_U* __restrict__ w, KILN_U* __restrict__ a, int rows, int cols,
-                      int khkw, int chunk) {
-  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, rows, cols, khkw, chunk);
+                      int khkw, int chunk, kiln::cuda::ConvClasses classes) {
+  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, rows, cols, khkw, chunk, classes);
 }
 #endif

@@ -29,4 +29,19 @@ struct ConvGemmShape {
 };
 static_assert(sizeof(ConvGemmShape) == 17 * 4, "ConvGemmShape: seventeen 32-bit fields");
 
+// The input gradient's filter as `count` classes of taps. With stride s, dx's pixel (s a + rh,
+// s b + rw) takes only the taps kh = rh + pad (mod s), kw likewise: each class of pixels (rh,
+// rw) is a stride-1 convolution of dy over a grid of H / s x W / s pixels with taps_h x taps_w
+// of the flipped filter, kh = first_kh + s (taps_h - 1 - j) for its j-th row of taps, reading
+// dy's row a + j - pad_h (pad_h may be negative). count 1, stride 1: the whole flipped filter
+// (kh = KH - 1 - j). The classes' taps lie one after another along K (class-major, tap-major
+// within a class, dy's channels within a tap); a class's pixel p (row p / s_w, column p % s_w
+// of its grid) is dx's out_offset[c] + row * row_pitch + column * stride of an image of `plane`
+// pixels. A class without taps (a 1x1 filter's odd pixels) is zeros.
+struct ConvClasses {
+  int count, stride, kernel_w, plane, row_pitch;
+  int taps_h[4], taps_w[4], first_kh[4], first_kw[4], pad_h[4], pad_w[4], out_offset[4];
+};
+static_assert(sizeof(ConvClasses) == 33 * 4, "ConvClasses: thirty-three 32-bit fields");
+
 }  // namespace kiln::cuda

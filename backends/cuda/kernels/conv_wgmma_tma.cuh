@@ -14,6 +14,15 @@
 // consumers' K loop is a wait, four wgmma and an arrive: no address arithmetic at all.
 // The sums are those of conv_wgmma.cuh (the same K steps in the same order): the same bits.
 //
+// NC 4 (the input gradient of a stride-2 convolution by classes of dx's pixels, ConvClasses in
+// conv_params.h): a tile is BN pixels of the class grid (H / 2 x W / 2), and its K loop runs
+// the four classes one after another, each over its own taps of the filter (A's columns
+// class-major) and its own shift of dy's box; a class (rh, 0)'s sums wait, rounded, in registers
+// until (rh, 1)'s are done, and the two are stored together into row 2 row + rh of dx, four
+// adjacent columns at once. Every tile has all of K's steps, so the stages turn as in the plain
+// pass. The sums are those of the dilated pass (conv_wgmma.cuh, KILN_DIL 2) without the steps
+// that multiply the zeros between dy's pixels: the same bits.
+//
 // SPLIT 2 (one team only; a launch of clusters of two blocks, a tile each): where the tiles are
 // too few for the SMs, the cluster's two blocks take the two halves of a tile's K steps; the
 // second then writes its sums into the first's (idle) stage memory, and the first adds them to
@@ -80,6 +89,55 @@ __device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
   }
 }
 
+// Two values rounded to T, the first in the low half.
+template <typename T>
+__device__ __forceinline__ unsigned rounded_pair(float a, float b) {
+  return static_cast<unsigned>(T(a).bits) | (static_cast<unsigned>(T(b).bits) << 16);
+}
+
+// Two classes' tiles of dx (ConvClasses, stride 2), (rh, 0) and (rh, 1), of one warp's 16 rows
+// (row0 + lane / 4 and 8 more) over BN pixels of the class grid from n0, in wgmma's accumulator
+// layout: the first's sums already rounded in pairs (`first[2 i + half]`: column block i, its
+// columns e = 0, 1), the second's in `acc`. A thread's class pixels (row, col) and (row, col + 1)
+// are dx's columns 2 col .. 2 col + 3 of row 2 row + rh: one 8-byte store of the four values
+// (col even; dx's width a multiple of 4), so that each row's 4 lanes write one 32-byte sector.
+template <typename T, int BN>
+__device__ __forceinline__ void store_class_pair(T* __restrict__ dx, const ConvGemmShape& g,
+                                                 const ConvClasses& cl, int rh, int row0, int n0,
+                                                 const unsigned (&first)[BN / 4],
+                                                 const float (&acc)[BN / 2]) {
+  const int lane = threadIdx.x & 31, tig = lane & 3, s_h = g.s_hw / g.s_w;
+  int n = n0 + 2 * tig, b = n / g.s_hw, pix = n - b * g.s_hw;
+  int row = pix / g.s_w, col = pix - row * g.s_w;
+#pragma unroll
+  for (int i = 0; i < BN / 8; ++i) {
+    if (n < g.n) {  // (n even, g.n even: n + 1 too)
+      T* at = dx + static_cast<long long>(b) * g.m * cl.plane + cl.out_offset[2 * rh] +
+              row * cl.row_pitch + 2 * col;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int m = row0 + lane / 4 + 8 * half;
+        if (m >= g.m) continue;
+        const unsigned f = first[2 * i + half];
+        const unsigned second = rounded_pair<T>(acc[4 * i + 2 * half], acc[4 * i + 2 * half + 1]);
+        uint2 v;
+        v.x = (f & 0xffffu) | (second << 16);
+        v.y = (f >> 16) | (second & 0xffff0000u);
+        *reinterpret_cast<uint2*>(at + static_cast<long long>(m) * cl.plane) = v;
+      }
+    }
+    n += 8;
+    col += 8;
+    while (col >= g.s_w) {
+      col -= g.s_w;
+      if (++row == s_h) {
+        row = 0;
+        ++b;
+      }
+    }
+  }
+}
+
 // y = W' x patches (conv_wgmma.cuh's GEMM) over `image` (the NHWC image's box map: channels,
 // columns, rows, images; boxes of 64 x s_w x rows x images = BN pixels) and `filters` (A's map:
 // K, M; boxes of 64 x BM). The tiles (N fastest) are dealt out to the blocks in turn
@@ -89,12 +147,13 @@ __device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
 // for the other's K loop, not its epilogue), so that one team's epilogue overlaps the other's
 // multiplies, and a team never waits on a stage's barrier before the fill ahead of its own has
 // landed (a parity wait cannot tell two fills apart).
-// MOMENTS: the epilogue also writes conv2d_moments' run moments (store_run_moments).
-template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT, bool MOMENTS>
+// MOMENTS: the epilogue also writes conv2d_moments' run moments (store_run_moments). NC: 1, or
+// 4 classes of dx's pixels (`classes`; the header).
+template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT, bool MOMENTS, int NC>
 __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
                                                const TmaDescriptor* image, T* __restrict__ y,
-                                               float* __restrict__ moments,
-                                               const ConvGemmShape& g) {
+                                               float* __restrict__ moments, const ConvGemmShape& g,
+                                               const ConvClasses& classes) {
   constexpr int WM = BM / 64, TEAM = 128 * WM, CONSUMERS = TEAM * TEAMS;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
@@ -102,6 +161,7 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   static_assert(
       SPLIT == 1 || (SPLIT == 2 && TEAMS == 1 && STAGES * STAGE_BYTES >= CONSUMERS * (BN / 2) * 4u),
       "a split tile: one team, and the second half's sums fit the stages");
+  static_assert(NC == 1 || (NC == 4 && SPLIT == 1 && !MOMENTS), "classes: K whole, no moments");
   extern __shared__ __align__(16) unsigned char wgmma_smem[];
   unsigned short* s = wgmma_tiles(wgmma_smem);
   auto* full = reinterpret_cast<unsigned long long*>(s + STAGES * (A_STAGE + B_STAGE));
@@ -130,20 +190,31 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
     for (int t = first_tile; t < tiles; t += tile_stride) {
       const int m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
       const int b0 = n0 / g.s_hw, oh0 = (n0 - b0 * g.s_hw) / g.s_w;
-      const int tap = first_step * 64 / channels;
-      int c = first_step * 64 - tap * channels, kh = tap / g.kw, kw = tap - kh * g.kw;
-      for (int step = first_step; step < first_step + steps; ++step, ++gstep) {
-        const int buf = gstep % STAGES;
-        if (gstep >= STAGES) mbarrier_wait(empty + buf, (gstep / STAGES - 1) & 1);
-        mbarrier_expect_bytes(full + buf, STAGE_BYTES);
-        tma_load_2d(s + buf * A_STAGE, filters, full + buf, step * 64, m0);
-        tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE, image, full + buf, c, kw - g.pad_w,
-                    oh0 * g.stride + kh - g.pad_h, b0);
-        if ((c += 64) == channels) {  // the next tap
-          c = 0;
-          if (++kw == g.kw) {
-            kw = 0;
-            ++kh;
+      int step = first_step;  // A's column / 64
+#pragma unroll
+      for (int cls = 0; cls < NC; ++cls) {  // (NC 1: the whole filter)
+        const int taps_w = NC > 1 ? classes.taps_w[cls] : g.kw;
+        const int pad_h = NC > 1 ? classes.pad_h[cls] : g.pad_h;
+        const int pad_w = NC > 1 ? classes.pad_w[cls] : g.pad_w;
+        const int end =
+            NC > 1 ? step + classes.taps_h[cls] * taps_w * channels / 64 : first_step + steps;
+        // (NC 1) the split's first tap; (NC 4) the class's first, whose taps may be none
+        const int tap = NC > 1 ? 0 : first_step * 64 / channels;
+        int c = NC > 1 ? 0 : first_step * 64 - tap * channels, kh = NC > 1 ? 0 : tap / taps_w,
+            kw = tap - kh * taps_w;
+        for (; step < end; ++step, ++gstep) {
+          const int buf = gstep % STAGES;
+          if (gstep >= STAGES) mbarrier_wait(empty + buf, (gstep / STAGES - 1) & 1);
+          mbarrier_expect_bytes(full + buf, STAGE_BYTES);
+          tma_load_2d(s + buf * A_STAGE, filters, full + buf, step * 64, m0);
+          tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE, image, full + buf, c, kw - pad_w,
+                      oh0 * g.stride + kh - pad_h, b0);
+          if ((c += 64) == channels) {  // the next tap
+            c = 0;
+            if (++kw == taps_w) {
+              kw = 0;
+              ++kh;
+            }
           }
         }
       }
@@ -158,47 +229,64 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
     const int m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
     if (TEAMS > 1 && (team == 1 || done > 0))  // the other team's previous K loop has passed
       mbarrier_wait(turn + team, (team == 0 ? done - 1 : done) & 1);
-    float acc[BN / 2];
+    int g0 = j * steps;                  // the block's step of this class's first
+    unsigned held[NC > 1 ? BN / 4 : 1];  // (NC 4) class (rh, 0)'s sums, rounded, for (rh, 1)'s
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    const int g0 = j * steps;
-    for (int step = 0; step < steps; ++step) {
-      const int buf = (g0 + step) % STAGES;
-      mbarrier_wait(full + buf, ((g0 + step) / STAGES) & 1);
-      wgmma_k64<T, BN>(acc, s + buf * A_STAGE + group * 64 * 64,
-                       s + STAGES * A_STAGE + buf * B_STAGE);
-      wgmma_wait<1>();  // step - 1's multiplies are done: its stage may be loaded again
+    for (int cls = 0; cls < NC; ++cls) {
+      const int class_steps =
+          NC > 1 ? classes.taps_h[cls] * classes.taps_w[cls] * channels / 64 : steps;
+      float acc[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      for (int step = 0; step < class_steps; ++step) {
+        const int buf = (g0 + step) % STAGES;
+        mbarrier_wait(full + buf, ((g0 + step) / STAGES) & 1);
+        wgmma_k64<T, BN>(acc, s + buf * A_STAGE + group * 64 * 64,
+                         s + STAGES * A_STAGE + buf * B_STAGE);
+        wgmma_wait<1>();  // step - 1's multiplies are done: its stage may be loaded again
+        wgmma_hold(acc);
+        if (step > 0) mbarrier_arrive(empty + (g0 + step - 1) % STAGES);
+      }
+      if (TEAMS > 1 && cls == NC - 1) mbarrier_arrive(turn + (1 - team));
+      wgmma_wait<0>();
       wgmma_hold(acc);
-      if (step > 0) mbarrier_arrive(empty + (g0 + step - 1) % STAGES);
-    }
-    if (TEAMS > 1) mbarrier_arrive(turn + (1 - team));
-    wgmma_wait<0>();
-    wgmma_hold(acc);
-    if (steps > 0) mbarrier_arrive(empty + (g0 + steps - 1) % STAGES);
-    if (SPLIT > 1) {  // (one tile a block) the halves' sums meet in the first block's stages
-      float* sums = reinterpret_cast<float*>(s);  // [BN / 8][CONSUMERS] float4s
-      cluster_sync();  // the first block's multiplies have read its stages
-      if (rank == 1) {
-        const unsigned first = cluster_address(sums, 0);
+      if (class_steps > 0) mbarrier_arrive(empty + (g0 + class_steps - 1) % STAGES);
+      g0 += class_steps;
+      if constexpr (NC > 1) {
+        if (cls % 2 == 0) {
 #pragma unroll
-        for (int i = 0; i < BN / 8; ++i)
-          cluster_store4(first + (i * CONSUMERS + threadIdx.x) * 16u, acc[4 * i], acc[4 * i + 1],
-                         acc[4 * i + 2], acc[4 * i + 3]);
+          for (int i = 0; i < BN / 4; ++i) held[i] = rounded_pair<T>(acc[2 * i], acc[2 * i + 1]);
+        } else {
+          store_class_pair<T, BN>(y, g, classes, cls / 2, m0 + group * 64 + warp * 16, n0, held,
+                                  acc);
+        }
+        continue;
       }
-      cluster_sync();  // the second half's sums have landed
-      if (rank == 1) continue;
+      if (SPLIT > 1) {  // (one tile a block) the halves' sums meet in the first block's stages
+        float* sums = reinterpret_cast<float*>(s);  // [BN / 8][CONSUMERS] float4s
+        cluster_sync();  // the first block's multiplies have read its stages
+        if (rank == 1) {
+          const unsigned first = cluster_address(sums, 0);
 #pragma unroll
-      for (int i = 0; i < BN / 8; ++i) {
-        const float4 v = reinterpret_cast<const float4*>(sums)[i * CONSUMERS + threadIdx.x];
-        acc[4 * i] += v.x;
-        acc[4 * i + 1] += v.y;
-        acc[4 * i + 2] += v.z;
-        acc[4 * i + 3] += v.w;
+          for (int i = 0; i < BN / 8; ++i)
+            cluster_store4(first + (i * CONSUMERS + threadIdx.x) * 16u, acc[4 * i], acc[4 * i + 1],
+                           acc[4 * i + 2], acc[4 * i + 3]);
+        }
+        cluster_sync();  // the second half's sums have landed
+        if (rank == 1) continue;
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i) {
+          const float4 v = reinterpret_cast<const float4*>(sums)[i * CONSUMERS + threadIdx.x];
+          acc[4 * i] += v.x;
+          acc[4 * i + 1] += v.y;
+          acc[4 * i + 2] += v.z;
+          acc[4 * i + 3] += v.w;
+        }
       }
+      mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
+                                *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
+      if (MOMENTS) store_run_moments<T, BN>(moments, g, m0 + group * 64 + warp * 16, n0, acc);
     }
-    mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
-                              *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
-    if (MOMENTS) store_run_moments<T, BN>(moments, g, m0 + group * 64 + warp * 16, n0, acc);
   }
 }
 
@@ -209,8 +297,9 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS +
     KILN_CONV_WGMMA_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                         const __grid_constant__ kiln::cuda::TmaDescriptor image,
                         KILN_T* __restrict__ y, float* __restrict__ moments,
-                        kiln::cuda::ConvGemmShape g) {
+                        kiln::cuda::ConvGemmShape g, kiln::cuda::ConvClasses classes) {
   kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT,
-                             KILN_MOMENTS != 0>(&filters, &image, y, moments, g);
+                             KILN_MOMENTS != 0, KILN_CLASSES>(&filters, &image, y, moments, g,
+                                                              classes);
 }
 #endif
