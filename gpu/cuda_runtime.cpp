@@ -45,6 +45,23 @@ std::string cuda_unavailable_reason() {
   return count == 0 ? "no CUDA driver/GPU: the driver reports no CUDA device" : "";
 }
 
+namespace {
+std::optional<PlanTarget>& assumed_target() {
+  static std::optional<PlanTarget> target;
+  return target;
+}
+}  // namespace
+
+std::optional<PlanTarget> plan_target() {
+  if (cuda_device_count() == 0) return assumed_target();
+  int device = 0, sms = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return PlanTarget{current_target().sm, sms, false};
+}
+
+void assume_plan_target(int sm, int sms) { assumed_target() = PlanTarget{sm, sms, true}; }
+
 JitTarget current_target() {
   KILN_CHECK(cuda_device_count() > 0, "current_target: {}", cuda_unavailable_reason());
   int device = 0, major = 0, minor = 0;

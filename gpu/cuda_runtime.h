@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,19 @@ int cuda_device_count();
 std::string cuda_unavailable_reason();
 // The architecture of the current device (sm = 10 * major + minor). Throws without a GPU.
 JitTarget current_target();
+
+// The GPU that the CUDA backend's choices are made for (which convolution passes, tiles and
+// grids): the current device, or where there is none and a tool assumed one (dump's view of a
+// GPU step on a machine without a GPU), that one; nullopt otherwise.
+struct PlanTarget {
+  int sm = 0;   // 10 * major + minor
+  int sms = 0;  // streaming multiprocessors
+  bool assumed = false;
+};
+std::optional<PlanTarget> plan_target();
+// Makes plan_target() answer an sm_`sm` device of `sms` SMs where there is no device; call it
+// before the backend's first choice (its answers are kept).
+void assume_plan_target(int sm, int sms);
 
 // What the compiler made of a kernel (cudaFuncGetAttributes), for occupancy reports.
 struct KernelAttributes {

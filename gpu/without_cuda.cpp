@@ -25,6 +25,15 @@ int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() { return kNoCuda; }
 JitTarget current_target() { throw_no_cuda("no CUDA device"); }
 
+namespace {
+std::optional<PlanTarget>& assumed_target() {
+  static std::optional<PlanTarget> target;
+  return target;
+}
+}  // namespace
+std::optional<PlanTarget> plan_target() { return assumed_target(); }
+void assume_plan_target(int sm, int sms) { assumed_target() = PlanTarget{sm, sms, true}; }
+
 bool autotune_enabled() { return false; }
 bool autotune_flushes_l2(std::size_t) { return true; }
 TuningRecord autotune(const std::string& problem, const std::vector<std::string>&,

@@ -36,6 +36,13 @@ bf16 = kernels("bf16", "conv2d")
 assert any(k.startswith("kiln_conv_nhwc_fwd_") and k.endswith("_bf16") for k in bf16), bf16
 assert "kiln_conv_nchw_to_nhwc_u16" in bf16 and any(k.startswith("kiln_conv_mma_fwd_") for k in bf16)
 assert any(k.startswith("kiln_conv_nhwc_") for k in kernels("bf16", "conv2d_grad_input"))
+# Without a GPU the view is planned for an sm_90 of 132 SMs: the TMA passes, the stride-2 input
+# gradient by classes of dx's pixels, and the layout pass's transposes, as on an H100/H200.
+r18 = json.load(open(f"{tmp}/r18_bf16.json"))
+if "sm_90 of 132 SMs (no GPU here)" in r18["title"]:
+    assert any(k.startswith("kiln_conv_nhwc_tma_") for k in bf16), bf16
+    assert any("_c4_" in k for k in kernels("bf16", "conv2d_grad_input"))
+    assert any(n["op"] == "transpose" for n in r18["before"]), "no channels-last transposes"
 tf32 = kernels("tf32", "conv2d")
 assert any(k.startswith("kiln_conv_nhwc_fwd_") and k.endswith("_tf32") for k in tf32), tf32
 assert not any("nhwc" in k for k in kernels("fp32", "conv2d") + kernels("fp32", "conv2d_grad_input"))

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "core/atomic_file.h"
+#include "gpu/cuda_runtime.h"
 #include "tools/graph_render.h"
 #include "tools/cli.h"
 #include "tools/output_check.h"
@@ -68,14 +69,24 @@ int run(int argc, char** argv) {
     if (task.apply_defaults) task.apply_defaults(config, {});
     if (!optimizer.empty()) config.loop.optimizer = optimizer;
     optimizer = config.loop.optimizer;
+    // Without a GPU the view is planned for an sm_90 of 132 SMs (an H100 or H200): the layout,
+    // the convolution passes and their tiles as they are chosen there.
+    std::string planned;
+#ifdef KILN_HAVE_CUDA
+    if (kiln::gpu::cuda_device_count() == 0) {
+      kiln::gpu::assume_plan_target(90, 132);
+      planned = ", GPU choices for an sm_90 of 132 SMs (no GPU here)";
+    }
+#endif
     const kiln::RecordedStep recorded = task.record(config, stage);
     const kiln::Graph* graph = recorded.graph.get();
     kiln::tools::FusionView view =
         kiln::tools::fuse_for_view(*graph, *kiln::precision_from_name(precision));
     if (device == "cuda") kiln::tools::add_occupancy(view);
-    const std::string title = fmt::format("{} {} step, batch {}{}{}", model, stage, batch,
-                                          stage == "forward" ? "" : ", " + optimizer,
-                                          precision == "fp32" ? "" : ", precision " + precision);
+    const std::string title =
+        fmt::format("{} {} step, batch {}{}{}{}", model, stage, batch,
+                    stage == "forward" ? "" : ", " + optimizer,
+                    precision == "fp32" ? "" : ", precision " + precision, planned);
     std::string text;
     if (format == "text") text = kiln::tools::render_text(view, title, kernels);
     if (format == "dot") text = kiln::tools::render_dot(view, title);

@@ -137,7 +137,10 @@ bool& wgmma_allowed() {
 }  // namespace
 
 bool conv_wgmma_enabled(DType dtype) {
-  static const bool sm90 = gpu::cuda_device_count() > 0 && gpu::current_target().sm == 90;
+  static const bool sm90 = [] {  // the device here, or the one dump assumes without one
+    const std::optional<gpu::PlanTarget> target = gpu::plan_target();
+    return target && target->sm == 90;
+  }();
   return sm90 && is_low_precision(dtype) && wgmma_allowed();
 }
 

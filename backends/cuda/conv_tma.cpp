@@ -57,12 +57,11 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-int sm_count() {
+int sm_count() {  // the device's, or the one dump assumes without one (gpu::plan_target)
   static const int count = [] {
-    int device = 0, n = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&device));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return std::max(n, 1);
+    const std::optional<gpu::PlanTarget> target = gpu::plan_target();
+    KILN_CHECK(target.has_value(), "conv TMA pass: no GPU to plan for");
+    return std::max(target->sms, 1);
   }();
   return count;
 }
