@@ -57,10 +57,10 @@ std::optional<PlanTarget> plan_target() {
   int device = 0, sms = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return PlanTarget{current_target().sm, sms, false};
+  return PlanTarget{current_target().sm, sms};
 }
 
-void assume_plan_target(int sm, int sms) { assumed_target() = PlanTarget{sm, sms, true}; }
+void assume_plan_target(int sm, int sms) { assumed_target() = PlanTarget{sm, sms}; }
 
 JitTarget current_target() {
   KILN_CHECK(cuda_device_count() > 0, "current_target: {}", cuda_unavailable_reason());

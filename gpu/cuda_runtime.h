@@ -38,7 +38,6 @@ JitTarget current_target();
 struct PlanTarget {
   int sm = 0;   // 10 * major + minor
   int sms = 0;  // streaming multiprocessors
-  bool assumed = false;
 };
 std::optional<PlanTarget> plan_target();
 // Makes plan_target() answer an sm_`sm` device of `sms` SMs where there is no device; call it

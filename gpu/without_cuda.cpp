@@ -32,7 +32,7 @@ std::optional<PlanTarget>& assumed_target() {
 }
 }  // namespace
 std::optional<PlanTarget> plan_target() { return assumed_target(); }
-void assume_plan_target(int sm, int sms) { assumed_target() = PlanTarget{sm, sms, true}; }
+void assume_plan_target(int sm, int sms) { assumed_target() = PlanTarget{sm, sms}; }
 
 bool autotune_enabled() { return false; }
 bool autotune_flushes_l2(std::size_t) { return true; }
