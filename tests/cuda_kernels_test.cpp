@@ -518,6 +518,48 @@ TEST_CASE("conv TMA split: only where the tiles fill at most half the SMs (no GP
         cuda::conv_tma_name(DType::bf16, cuda::conv_tma_tile_of(128, 128)));
 }
 
+// The TMA pass's halo form (no GPU needed): resnet18's stage-1 passes (64 channels and filters,
+// 32x32, 3x3), forward and input gradient, and a 1x1 of 64 channels; not 128 channels, more than
+// 64 filters, stride 2, rows of 14 or 4 pixels (a tile of whole images), rows of 64 (too much
+// shared memory), a 5x5 (its 25 taps' filter does not fit beside the boxes) or a 1x7 (seven
+// columns of taps: 14 boxes of 16 KiB); a 1x5 fits.
+TEST_CASE("conv TMA halo form: where it fits (no GPU needed)") {
+  // The forward's GEMM of a kh x kw convolution at stride 1: co filters, c channels, oh x ow.
+  auto shape = [](int batch, int c, int oh, int ow, int co, int kh, int kw, int stride = 1) {
+    cuda::ConvGemmShape g{};
+    g.m = co;
+    g.khkw = kh * kw;
+    g.kw = kw;
+    g.k = c * kh * kw;
+    g.n = batch * oh * ow;
+    g.s_hw = oh * ow;
+    g.s_w = ow;
+    g.stride = stride;
+    return g;
+  };
+  const auto stage1 = cuda::conv_tma_halo_tile(shape(512, 64, 32, 32, 64, 3, 3));
+  REQUIRE(stage1.has_value());
+  CHECK(stage1->bm == 64);
+  CHECK(stage1->bn == 128);
+  CHECK(stage1->teams == 2);
+  // the filter (9 taps of 8 KiB), two teams' 3 boxes of 4 + 2 rows of 32 pixels, 1 KiB
+  CHECK(stage1->shared_bytes() == 1024 + 9 * 8192 + 2 * 3 * 6 * 32 * 128);
+  CHECK(stage1->shared_bytes() <= 227 * 1024);
+  CHECK(cuda::conv_tma_name(DType::bf16, *stage1) == "kiln_conv_nhwc_tma_halo_64x128_bf16");
+  CHECK(cuda::conv_tma_halo_tile(shape(2, 64, 16, 16, 64, 3, 3)).has_value());  // 8 rows a tile
+  CHECK(cuda::conv_tma_halo_tile(shape(2, 64, 16, 16, 48, 3, 3)).has_value());  // 48 filters
+  CHECK(cuda::conv_tma_halo_tile(shape(2, 64, 32, 32, 32, 1, 1)).has_value());
+  CHECK(cuda::conv_tma_halo_tile(shape(2, 64, 16, 16, 64, 1, 5)).has_value());
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 16, 16, 64, 1, 7)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 128, 16, 16, 64, 3, 3)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 16, 16, 65, 3, 3)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 16, 16, 64, 3, 3, 2)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 14, 14, 64, 3, 3)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 4, 4, 64, 3, 3)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 8, 64, 64, 3, 3)));
+  CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 32, 32, 64, 5, 5)));
+}
+
 // grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 on 132 SMs (the grids
 // the H200 ran), the splits covering K in whole 64-pixel steps, and the shapes it leaves alone.
 TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)") {
@@ -600,8 +642,9 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
   // on images of an even height and a width a multiple of 4 the input gradient by classes of
   // dx's pixels: 3x3 without padding, whose classes read outside dy, 5x5, 2x2, 1x1 with three
   // classes of zeros, 256 rows of dx; a width of 6, dilated); rows of 64 at stride 1 and by
-  // classes of 32, and a 3x3 without padding; and a 5x5 on 12x12 (no whole-row tile: the usual
-  // kernels).
+  // classes of 32, and a 3x3 without padding; a 5x5 on 12x12 (no whole-row tile: the usual
+  // kernels); and resnet18's stage-1 layer on 32x32 and 48 filters on 32x16 (the halo form, which
+  // the first shape and the input gradient of the unpadded 3x3 take too).
   for (auto [xs, ws, stride, pad] : {std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 1},
                                      std::tuple{Shape{3, 128, 8, 8}, Shape{128, 128, 3, 3}, 1, 1},
                                      std::tuple{Shape{2, 64, 32, 32}, Shape{200, 64, 3, 3}, 1, 1},
@@ -621,7 +664,9 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
                                      std::tuple{Shape{1, 64, 8, 64}, Shape{64, 64, 3, 3}, 1, 1},
                                      std::tuple{Shape{1, 64, 16, 64}, Shape{64, 64, 3, 3}, 2, 1},
                                      std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 0},
-                                     std::tuple{Shape{1, 64, 12, 12}, Shape{64, 64, 5, 5}, 1, 2}}) {
+                                     std::tuple{Shape{1, 64, 12, 12}, Shape{64, 64, 5, 5}, 1, 2},
+                                     std::tuple{Shape{2, 64, 32, 32}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 32, 16}, Shape{48, 64, 3, 3}, 1, 1}}) {
     CAPTURE(xs.str());
     CAPTURE(ws.str());
     CAPTURE(stride);
@@ -636,12 +681,30 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
            cuda::conv_kernel_sources(g, DType::bf16, cuda::ConvPass::grad_input))
         by_classes = by_classes || k.name.find("_c4_") != std::string::npos;
       CHECK(by_classes == (stride == 2 && xs[2] % 2 == 0 && xs[3] % 4 == 0));
+      // The halo form (two teams, the default): 64 channels, at most 64 filters, stride 1 and
+      // tiles of whole rows of 16 or 32 pixels (the shapes here), forward and input gradient.
+      auto takes_halo = [&](cuda::ConvPass pass) {
+        bool halo = false;
+        for (const gpu::KernelSource& k : cuda::conv_kernel_sources(g, DType::bf16, pass))
+          halo = halo || k.name.find("_halo_") != std::string::npos;
+        return halo;
+      };
+      auto fits_halo = [&](std::int64_t c, std::int64_t m, std::int64_t h, std::int64_t w) {
+        return stride == 1 && c == 64 && m <= 64 && (w == 16 || w == 32) && h * w >= 128;
+      };
+      CHECK(takes_halo(cuda::ConvPass::forward) == fits_halo(xs[1], ws[0], g.out_h, g.out_w));
+      CHECK(takes_halo(cuda::ConvPass::grad_input) == fits_halo(ws[0], xs[1], xs[2], xs[3]));
 
       for (bool wide : {true, false}) {  // and the forward's teams: 1, then 2 (persistent)
         CAPTURE(wide);
         cuda::detail::set_conv_tma_wide_for_testing(wide);
         cuda::detail::set_conv_tma_teams_for_testing(wide ? 1 : 2, 3);  // 3 blocks: many tiles each
         check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+      }
+      if (takes_halo(cuda::ConvPass::forward) || takes_halo(cuda::ConvPass::grad_input)) {
+        cuda::detail::set_conv_tma_teams_for_testing(2, 0);  // a block an SM: at most a tile each
+        check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+        cuda::detail::set_conv_tma_teams_for_testing(2, 3);
       }
       // K split over a cluster of two blocks (the 128-filter tiles; others as before): the
       // CPU's result, whatever the tile count.

@@ -203,7 +203,8 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
     std::vector<gpu::KernelSource> sources = {
         nhwc_image_source(dtype_size(dtype)), nhwc_weights_source(!forward, dtype_size(dtype)),
         conv_nhwc_source(dtype, plan.tile, dilated, plan.splits > 1)};
-    if (const auto tma = conv_tma_tile(dtype, gemm_shape(g, pass, d, d.k), dilated))
+    if (const auto tma =
+            conv_tma_tile(dtype, gemm_shape(g, pass, d, d.k), dilated, moments && forward))
       sources.push_back(conv_tma_source(dtype, *tma, moments && forward));
     if (plan.splits > 1) sources.push_back(conv_splitk_sum_source(dtype));
     return sources;

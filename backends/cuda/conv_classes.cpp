@@ -74,7 +74,7 @@ std::optional<TmaGradInput> tma_grad_input(const ConvGeometry& g, DType dtype) {
   if (!tile) return std::nullopt;
   // K whole, and 128 pixels where they fit (the kernel holds half a class pair's sums besides)
   const int bn = tile->bn == 256 && conv_tma_box(shape, 128) ? 128 : tile->bn;
-  if (tile->split > 1 || bn != tile->bn)
+  if (tile->split > 1 || bn != tile->bn || tile->halo())  // (the halo form: one class)
     tile = conv_tma_tile_of(tile->bm, bn, tile->bm == 64 ? tile->teams : 1);
   return TmaGradInput{shape, *tile, conv_input_gradient_classes(g, true)};
 }

@@ -181,7 +181,7 @@ void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, c
   KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % per_piece == 0,
              "conv: the channels-last pass needs 16-byte aligned operands and K % {} == 0 (K {})",
              per_piece, shape.k);
-  if (const std::optional<TmaTile> tma = conv_tma_tile(dtype, shape, dilated)) {
+  if (const std::optional<TmaTile> tma = conv_tma_tile(dtype, shape, dilated, moments != nullptr)) {
     conv_tma_forward(dtype, shape, *tma, a, xt, y, stream, moments);
     return;
   }

@@ -194,6 +194,9 @@ std::vector<gpu::KernelSource> every_conv_source() {
                   all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split),
                                                 kind == 1, kind == 2 ? 4 : 1));
                 }
+      TmaTile halo = conv_tma_tile_of(64, 128, 2);  // the halo form (its source is one for
+      halo.halo_bytes = 227 * 1024;                 // every size of its shared memory)
+      all.push_back(conv_tma_source(t, halo));
       for (auto [bm, atoms, ar] : {std::tuple{64, 3, 64}, std::tuple{128, 3, 64},
                                    std::tuple{128, 4, 16}, std::tuple{64, 1, 32}})
         for (bool wide : {false, true})  // grad_weight's TMA pass

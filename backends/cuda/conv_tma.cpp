@@ -109,6 +109,18 @@ detail::TmaSplit split_mode() {
   return split_for_testing().value_or(by_env);
 }
 
+std::optional<bool>& halo_for_testing() {
+  static std::optional<bool> on;
+  return on;
+}
+bool halo_on() {
+  static const bool by_env = [] {
+    const char* v = std::getenv("KILN_CONV_TMA_HALO");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return halo_for_testing().value_or(by_env);
+}
+
 bool& wide_on() {
   static bool on = [] {
     const char* v = std::getenv("KILN_CONV_TMA_WIDE");
@@ -156,6 +168,31 @@ CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::
   return tiled_map(dtype, xt, 4, dims, strides, box, 128, steps);
 }
 
+// A persistent grid: a block an SM (or a test's cap), at most one a tile.
+int persistent_grid(std::int64_t tiles) {
+  const int cap = persistent_blocks_cap() > 0 ? persistent_blocks_cap() : sm_count();
+  return static_cast<int>(std::min<std::int64_t>(tiles, cap));
+}
+
+constexpr int kHaloMaxTapsW = 7;  // kernels/conv_wgmma_tma_halo.cuh's barriers hold 7 columns
+
+// The halo form's launch (kernels/conv_wgmma_tma_halo.cuh): the image's boxes are `rows` output
+// rows and the taps' KH - 1 more, one image.
+void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
+                  const CUtensorMap& filters, const void* xt, void* y, gpu::Stream stream,
+                  int rows) {
+  const CUtensorMap image =
+      image_map(dtype, g, xt, g.k / g.khkw, g.n / g.s_hw, rows + g.khkw / g.kw - 1, 1);
+  const std::string name = conv_tma_name(dtype, tile);
+  const DeviceKernel& k = device_kernel(
+      name, [&] { return conv_tma_source(dtype, tile); }, tile.shared_bytes());
+  ConvGemmShape s = g;
+  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s};
+  const std::int64_t tiles = (g.n + tile.bn - 1) / tile.bn;
+  k.kernel.launch({static_cast<unsigned>(persistent_grid(tiles)), 1, 1},
+                  {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream, args);
+}
+
 }  // namespace
 
 std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& g, int bn) {
@@ -187,7 +224,27 @@ std::optional<TmaTile> forced_tma_tile() {
   return forced;
 }
 
-std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated) {
+std::optional<TmaTile> conv_tma_halo_tile(const ConvGemmShape& g) {
+  constexpr int bn = 128;
+  if (g.stride != 1 || g.khkw == 0 || g.k != 64 * g.khkw || g.m > 64 || g.m == 0 || g.n == 0 ||
+      g.kw > kHaloMaxTapsW || g.s_w % 8 != 0)
+    return std::nullopt;
+  const std::optional<std::pair<int, int>> box = conv_tma_box(g, bn);
+  const int taps_h = g.khkw / g.kw;
+  if (!box || box->second != 1 || box->first + taps_h - 1 > 256) return std::nullopt;
+  // the filter, two teams' boxes of rows, 1 KiB to align them (the barriers are static)
+  const std::size_t bytes = 1024 + static_cast<std::size_t>(g.khkw) * 64 * 128 +
+                            2 * static_cast<std::size_t>(g.kw) * (box->first + taps_h - 1) *
+                                static_cast<std::size_t>(g.s_w) * 128;
+  if (bytes > 227 * 1024 - 256) return std::nullopt;
+  TmaTile tile = conv_tma_tile_of(64, bn, 2);
+  tile.stages = 2;
+  tile.halo_bytes = bytes;
+  return tile;
+}
+
+std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated,
+                                     bool moments) {
   if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || g.stride < 1 ||
       g.stride > max_stride() || g.khkw == 0 || g.m == 0 || g.n == 0)
     return std::nullopt;
@@ -195,6 +252,8 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool d
   if (channels % 64 != 0) return std::nullopt;
   if (const std::optional<TmaTile> forced = forced_tma_tile())
     return conv_tma_box(g, forced->bn) ? forced : std::nullopt;
+  if (!moments && halo_on() && tma_teams() == 2)
+    if (const std::optional<TmaTile> halo = conv_tma_halo_tile(g)) return halo;
   const int bm = g.m >= 128 ? 128 : 64;
   auto blocks = [&](int bn) {
     return static_cast<std::int64_t>((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn);
@@ -246,6 +305,7 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams, int split) {
 }
 
 std::string conv_tma_name(DType dtype, TmaTile t, bool moments, int classes) {
+  if (t.halo()) return fmt::format("kiln_conv_nhwc_tma_halo_64x{}_{}", t.bn, dtype_name(dtype));
   return fmt::format("kiln_conv_nhwc_tma_{}x{}_s{}{}{}{}{}_{}", t.bm, t.bn, t.stages,
                      t.teams == 2 ? "_t2" : "", t.split == 2 ? "_k2" : "",
                      moments ? "_moments" : "", classes > 1 ? fmt::format("_c{}", classes) : "",
@@ -253,8 +313,17 @@ std::string conv_tma_name(DType dtype, TmaTile t, bool moments, int classes) {
 }
 
 gpu::KernelSource conv_tma_source(DType dtype, TmaTile t, bool moments, int classes) {
-  KILN_CHECK((classes == 1 || classes == 4) && (classes == 1 || (!moments && t.split == 1)),
-             "conv TMA pass: {} classes (1, or 4 without moments or a split K)", classes);
+  KILN_CHECK((classes == 1 || classes == 4) && (classes == 1 || (!moments && t.split == 1)) &&
+                 (!t.halo() || (classes == 1 && !moments)),
+             "conv TMA pass: {} classes (1, or 4 without moments or a split K){}", classes,
+             t.halo() ? ", the halo form (one class, no moments)" : "");
+  if (t.halo()) {
+    gpu::KernelSource source = embedded_kernel(
+        conv_tma_name(dtype, t), kernel_files::conv_wgmma_tma_halo_cuh, "KILN_CONV_WGMMA_TMA_HALO",
+        {{"KILN_T", cuda_type_name(dtype)}, {"KILN_BN", std::to_string(t.bn)}});
+    source.arch_specific = true;
+    return source;
+  }
   gpu::KernelSource source =
       embedded_kernel(conv_tma_name(dtype, t, moments, classes), kernel_files::conv_wgmma_tma_cuh,
                       "KILN_CONV_WGMMA_TMA",
@@ -284,6 +353,12 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(g.k) * 2};
   const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(tile.bm)};
   const CUtensorMap filters = tiled_map(dtype, a, 2, a_dims, a_strides, a_box);
+  if (tile.halo()) {
+    KILN_CHECK(moments == nullptr && classes == nullptr && conv_tma_halo_tile(g).has_value(),
+               "conv TMA pass: the halo form does not fit the pass (or moments or classes asked)");
+    halo_forward(dtype, g, tile, filters, xt, y, stream, box->first);
+    return;
+  }
   const CUtensorMap image =
       image_map(dtype, g, xt, g.k / g.khkw, g.n / g.s_hw, box->first, box->second);
   const bool with_moments = moments != nullptr;
@@ -299,8 +374,7 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   // (two teams) a persistent block an SM.
   const std::int64_t tiles =
       static_cast<std::int64_t>((g.m + tile.bm - 1) / tile.bm) * ((g.n + tile.bn - 1) / tile.bn);
-  const int cap = persistent_blocks_cap() > 0 ? persistent_blocks_cap() : sm_count();
-  const std::int64_t blocks = tile.teams == 2 ? std::min<std::int64_t>(tiles, cap) : tiles;
+  const std::int64_t blocks = tile.teams == 2 ? persistent_grid(tiles) : tiles;
   const gpu::Dim3 block{static_cast<unsigned>(tile.threads()), 1, 1};
   if (tile.split == 2)  // clusters of two blocks, a tile each
     k.kernel.launch_clusters({static_cast<unsigned>(2 * tiles), 1, 1}, block, tile.shared_bytes(),
@@ -402,6 +476,7 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
 
 namespace detail {
 void set_conv_tma_for_testing(std::optional<bool> on) { tma_for_testing() = on; }
+void set_conv_tma_halo_for_testing(std::optional<bool> on) { halo_for_testing() = on; }
 void set_conv_tma_wide_for_testing(bool wide) { wide_on() = wide; }
 void set_conv_tma_split_for_testing(std::optional<TmaSplit> split) { split_for_testing() = split; }
 void set_conv_tma_teams_for_testing(int teams, int max_blocks) {

@@ -23,9 +23,14 @@ namespace kiln::cuda {
 // take its tiles in turn (one's epilogue under the other's multiplies). split 2 (one team): a
 // cluster of two blocks a tile, each multiplying half of its K steps, the halves summed in the
 // first block's shared memory: for passes of too few tiles to fill the SMs.
+// halo_bytes > 0: the halo form (kernels/conv_wgmma_tma_halo.cuh: bm 64, two teams, the filter
+// resident, a box of rows a column of taps), whose shared memory it is.
 struct TmaTile {
   int bm, bn, stages, teams = 1, split = 1;
+  std::size_t halo_bytes = 0;
+  bool halo() const { return halo_bytes > 0; }
   std::size_t shared_bytes() const {  // the tiles, 1 KiB to align them, two barriers a stage, two
+    if (halo()) return halo_bytes;
     return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages + 16);
   }
   int threads() const { return teams * 2 * bm + 32; }  // the warpgroups and the producer warp
@@ -35,7 +40,14 @@ struct TmaTile {
 // is undilated with stride 1 or 2, the image's channels are a multiple of 64 and a tile of bn
 // pixels is whole output rows of one image or whole images (a box of the image); KILN_CONV_TMA=0
 // turns the TMA passes off, and they stand aside where a tile is forced (conv_tiles_forced).
-std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& shape, bool dilated);
+// The halo form where it fits and is on (KILN_CONV_TMA_HALO=0: never): 64 channels, at most 64
+// filters, stride 1, a tile of 128 pixels whole rows of one image (its box rows from the first
+// tap's), rows a multiple of 8 pixels, the persistent two teams, and the resident filter with two
+// teams' boxes in 227 KiB. `moments`: the pass writes conv2d_moments (the plain form's epilogue).
+std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& shape, bool dilated,
+                                     bool moments = false);
+// The halo form's tile for `shape` on any sm_90 (no GPU needed; conv_tma_tile's geometry).
+std::optional<TmaTile> conv_tma_halo_tile(const ConvGemmShape& shape);
 // The box of the image that a tile of bn output pixels reads for one tap: (rows, images) of
 // whole output rows (a run of rows of one image, or whole images), or nullopt where bn pixels
 // are not whole rows.
@@ -110,6 +122,8 @@ void set_conv_tma_teams_for_testing(int teams, int max_blocks = 0);
 // says), or (always) split wherever a pass has at least two K steps.
 enum class TmaSplit { never, automatic, always };
 void set_conv_tma_split_for_testing(std::optional<TmaSplit> split);
+// Whether the halo form is taken where it fits (nullopt: as KILN_CONV_TMA_HALO says).
+void set_conv_tma_halo_for_testing(std::optional<bool> on);
 }  // namespace detail
 
 }  // namespace kiln::cuda
