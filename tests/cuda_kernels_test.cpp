@@ -560,8 +560,9 @@ TEST_CASE("conv TMA halo form: where it fits (no GPU needed)") {
   CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 32, 32, 64, 5, 5)));
 }
 
-// grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 on 132 SMs (the grids
-// the H200 ran), the splits covering K in whole 64-pixel steps, and the shapes it leaves alone.
+// grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 (and stage 4 at 512) on
+// 132 SMs, the splits (by the model of waves and partials) covering K in whole 64-pixel steps,
+// and the shapes it leaves alone.
 TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)") {
   // grad_weight's GEMM of a k x k convolution: co filters, c channels, an oh x ow output.
   auto shape = [](int batch, int c, int oh, int ow, int co, int k, int stride) {
@@ -585,7 +586,13 @@ TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)")
   for (const Expected& e : {Expected{shape(128, 64, 32, 32, 64, 3, 1), 64, 3, 64, 44},
                             Expected{shape(128, 128, 16, 16, 128, 3, 1), 128, 3, 64, 22},
                             Expected{shape(128, 256, 8, 8, 256, 3, 1), 128, 4, 64, 7},
-                            Expected{shape(128, 512, 4, 4, 512, 3, 1), 128, 4, 16, 2},
+                            // 72 tiles: 2 splits would be two waves of 16 steps on 132 SMs, no
+                            // quicker than one of 32, and twice the partials
+                            Expected{shape(128, 512, 4, 4, 512, 3, 1), 128, 4, 16, 1},
+                            // b512: 3 splits, two waves of 43 steps (2: two of 64)
+                            Expected{shape(512, 512, 4, 4, 512, 3, 1), 128, 4, 16, 3},
+                            // 36 tiles: 3 splits fill 108 SMs (4: two waves)
+                            Expected{shape(512, 256, 4, 4, 512, 3, 2), 128, 4, 16, 3},
                             Expected{shape(128, 256, 4, 4, 512, 1, 2), 128, 4, 16, 8},
                             Expected{shape(3, 64, 8, 4, 64, 3, 1), 64, 3, 32, 1}}) {
     CAPTURE(e.g.n);

@@ -174,8 +174,6 @@ int persistent_grid(std::int64_t tiles) {
   return static_cast<int>(std::min<std::int64_t>(tiles, cap));
 }
 
-constexpr int kHaloMaxTapsW = 7;  // kernels/conv_wgmma_tma_halo.cuh's barriers hold 7 columns
-
 // The halo form's launch (kernels/conv_wgmma_tma_halo.cuh): the image's boxes are `rows` output
 // rows and the taps' KH - 1 more, one image.
 void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
@@ -195,18 +193,6 @@ void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
 
 }  // namespace
 
-std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& g, int bn) {
-  if (g.s_w <= 0 || g.s_hw % g.s_w != 0) return std::nullopt;
-  const int s_h = g.s_hw / g.s_w;
-  if (g.s_w * std::max(g.stride, 1) > 256 || bn % g.s_w != 0) return std::nullopt;
-  const int rows = bn / g.s_w;
-  if (rows <= s_h)
-    return s_h % rows == 0 && rows * g.stride <= 256 ? std::optional(std::pair(rows, 1))
-                                                     : std::nullopt;
-  if (bn % g.s_hw != 0 || bn / g.s_hw > 256 || s_h * g.stride > 256) return std::nullopt;
-  return std::pair(s_h, bn / g.s_hw);
-}
-
 // KILN_CONV_TMA_TILE=bm,bn,stages forces a tile wherever it fits (for measuring).
 std::optional<TmaTile> forced_tma_tile() {
   static const std::optional<TmaTile> forced = []() -> std::optional<TmaTile> {
@@ -222,25 +208,6 @@ std::optional<TmaTile> forced_tma_tile() {
     return t;
   }();
   return forced;
-}
-
-std::optional<TmaTile> conv_tma_halo_tile(const ConvGemmShape& g) {
-  constexpr int bn = 128;
-  if (g.stride != 1 || g.khkw == 0 || g.k != 64 * g.khkw || g.m > 64 || g.m == 0 || g.n == 0 ||
-      g.kw > kHaloMaxTapsW || g.s_w % 8 != 0)
-    return std::nullopt;
-  const std::optional<std::pair<int, int>> box = conv_tma_box(g, bn);
-  const int taps_h = g.khkw / g.kw;
-  if (!box || box->second != 1 || box->first + taps_h - 1 > 256) return std::nullopt;
-  // the filter, two teams' boxes of rows, 1 KiB to align them (the barriers are static)
-  const std::size_t bytes = 1024 + static_cast<std::size_t>(g.khkw) * 64 * 128 +
-                            2 * static_cast<std::size_t>(g.kw) * (box->first + taps_h - 1) *
-                                static_cast<std::size_t>(g.s_w) * 128;
-  if (bytes > 227 * 1024 - 256) return std::nullopt;
-  TmaTile tile = conv_tma_tile_of(64, bn, 2);
-  tile.stages = 2;
-  tile.halo_bytes = bytes;
-  return tile;
 }
 
 std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated,
@@ -279,29 +246,6 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool d
     return conv_tma_tile_of(bm, bn, 1, split);
   }
   return std::nullopt;
-}
-
-// The stage-4 passes of resnet18 at b128 (512 filters x 2048 pixels, K 4608: 64 tiles of
-// 128 x 128 on 132 SMs) ran 46-58 us a pass with half the SMs idle.
-int conv_tma_split_of(int bm, std::int64_t tiles, int steps, int sms) {
-  return bm == 128 && 2 * tiles <= sms && steps >= 16 ? 2 : 1;
-}
-
-TmaTile conv_tma_tile_of(int bm, int bn, int teams, int split) {
-  if (split == 2) {
-    TmaTile t = conv_tma_tile_of(bm, bn, 1);
-    t.split = 2;
-    return t;
-  }
-  const std::size_t stage = static_cast<std::size_t>(bm + bn) * 128 + 16;
-  if (teams == 2)
-    return {bm, bn, static_cast<int>(std::min<std::size_t>(8, (227 * 1024 - 1024 - 16) / stage)),
-            2};
-  // One warpgroup's tiles (bm 64) keep two blocks an SM, so that one's loads and stores overlap
-  // the other's multiplies (stage-1 forward of resnet18 at b128: 64x256 in 5 stages 53.9 us,
-  // 64x128 in 4 stages 43.0 us, ncu on the H200).
-  const std::size_t room = bm == 64 ? (227 * 1024) / 2 - 1024 : 227 * 1024 - 1024;
-  return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage)), 1};
 }
 
 std::string conv_tma_name(DType dtype, TmaTile t, bool moments, int classes) {
@@ -384,37 +328,9 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
                     args);
 }
 
-std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
-                                                   bool wide) {
-  if (g.stride < 1 || g.stride > max_stride || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 ||
-      g.n % g.khkw != 0 || g.n / g.khkw % 64 != 0 || g.khkw > 64 || g.m > 65535)
-    return std::nullopt;
-  // A K step is 64 pixels: B's box is conv_tma_box's of a 64-pixel tile, A's rows the step's
-  // pixels of one image (64, or a whole image of 32 or 16: a row of 128, 64 or 32 bytes).
-  const int ar = std::min(64, g.s_hw);
-  if (!conv_tma_box(g, 64) || ar % 16 != 0) return std::nullopt;
-  const int atoms = g.n / 64;
-  const int na = atoms % 4 == 0 ? 4 : atoms % 3 == 0 ? 3 : atoms % 2 == 0 ? 2 : 1;
-  TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide);
-  const int bm = plan.bm;
-  const std::int64_t tiles = static_cast<std::int64_t>((g.m + bm - 1) / bm) * (atoms / na);
-  const std::int64_t steps = (static_cast<std::int64_t>(g.k) + 63) / 64;
-  const std::int64_t wanted =
-      std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1, std::max<std::int64_t>(1, steps / 4));
-  const std::int64_t per = (steps + wanted - 1) / wanted;
-  plan.splits = static_cast<int>((steps + per - 1) / per);
-  plan.chunk = static_cast<int>(per * 64);
-  return plan;
-}
-
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
   if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;
   return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
-}
-
-TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide) {
-  const int stage = (bm + 64 * atoms) * 128 + 16;
-  return {bm, atoms, std::min(8, (227 * 1024 - 1024) / stage), ar, wide, 1, 0};
 }
 
 gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p) {
