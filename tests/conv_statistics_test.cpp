@@ -275,8 +275,11 @@ TEST_CASE("GPU: the TMA pass's epilogue writes the run moments, and the step mat
     // The GPU's choice: the layers of 64 input channels (the TMA pass), not the others.
     const int made = count(apply_conv_statistics(apply_channels_last(g)), OpId::conv2d_moments);
     CHECK(made == (l.in == 64 ? 1 : 0));
-    // The statistics and activations within bf16's tolerance of the CPU's unfused step, and
-    // every output's error against f64 about the CPU's (three runs: the CUDA graph's replays).
+    // The statistics and activations within twice bf16's tolerance of the CPU's unfused step
+    // (each rounds to bf16 at its own points, each within one tolerance of the f64 step: the
+    // stride-2 layer's conv, mean and var were 1.3 to 1.7 tolerances from the CPU's on the
+    // H100), and every output's error against f64 about the CPU's (three runs: the CUDA
+    // graph's replays).
     const std::vector<Feed> feeds = test::random_feeds(g, seed++);
     const Outputs cpu = compile(g)->run(feeds);
     auto program = compile(g, {.device = Device::cuda()});
@@ -286,7 +289,7 @@ TEST_CASE("GPU: the TMA pass's epilogue writes the run moments, and the step mat
       const double tolerance = test::dtype_tolerance(DType::bf16);
       for (const std::string name : {"conv", "mean", "var", "a"}) {
         CAPTURE(name);
-        CHECK(test::closeness(gpu.at(name), cpu.at(name), tolerance, tolerance) <= 1.0);
+        CHECK(test::closeness(gpu.at(name), cpu.at(name), 2 * tolerance, 2 * tolerance) <= 1.0);
       }
       check_errors_against_f64(l, feeds, cpu, gpu);
     }
