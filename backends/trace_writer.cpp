@@ -22,13 +22,15 @@ void write_trace(const std::string& path, const std::vector<TraceEvent>& events,
                     {"pid", 0},
                     {"tid", t},
                     {"args", {{"name", "stream " + std::to_string(t)}}}});
-  for (const TraceEvent& e : events)
-    list.push_back({{"name", e.name},
-                    {"ph", "X"},
-                    {"pid", 0},
-                    {"tid", e.track},
-                    {"ts", e.start_us},
-                    {"dur", e.duration_us}});
+  for (const TraceEvent& e : events) {
+    nlohmann::json event = {{"name", e.name}, {"ph", "X"},        {"pid", 0},
+                            {"tid", e.track}, {"ts", e.start_us}, {"dur", e.duration_us}};
+    if (e.node >= 0) {
+      event["args"] = {{"node", e.node}};
+      if (e.flops > 0) event["args"]["flops"] = e.flops;
+    }
+    list.push_back(std::move(event));
+  }
   const std::string text =
       nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
   write_file_atomically(path,

@@ -2,6 +2,7 @@
 // kernel, one track per stream; chrome://tracing and ui.perfetto.dev open them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@ struct TraceEvent {
   int track = 0;        // the stream (or thread)
   double start_us = 0;  // from the start of the step
   double duration_us = 0;
+  std::int32_t node = -1;  // the graph's node (args "node"); -1: none (a variable update)
+  double flops = 0;        // its floating-point operations (args "flops"; Graph::node_flops)
 };
 
 // Writes the events; kiln::Error naming the file if it cannot be written.

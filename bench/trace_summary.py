@@ -3,9 +3,11 @@
 (total ms, share, launches), the heaviest first; with --passes, the convolution passes one by
 one in launch order instead (with --streams 1 each is timed alone), to compare tile settings;
 with --overlap, how much of each all-reduce (data parallelism) ran while kernels of the same
-program on other streams did: the communication the backward hides.
+program on other streams did: the communication the backward hides; with --rates, every
+launch that multiplies (convolutions, products: the trace's args "flops") at its TFLOP/s, in
+launch order, then each kind's sum and the convolutions' share of the kernel time.
 
-  python3 bench/trace_summary.py TRACE.json [--top N] [--passes | --overlap]
+  python3 bench/trace_summary.py TRACE.json [--top N] [--passes | --overlap | --rates]
 """
 import argparse
 import collections
@@ -22,6 +24,35 @@ def print_passes(events):
         print(f"{name:>18} sum {sum(durations):8.1f} us: " + " ".join(f"{d:.0f}" for d in durations))
     span = max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)
     print(f"{'step':>18} span {span:8.1f} us, {len(events)} launches")
+
+
+def print_rates(events):
+    """Each launch with a FLOP count: node, op, microseconds, GFLOP, TFLOP/s; then per kind."""
+    events = sorted(events, key=lambda e: e["ts"])
+    counted = [e for e in events if e.get("args", {}).get("flops", 0) > 0]
+    if not counted:
+        print("no launch in this trace counts its FLOPs (a trace from before args were written?)")
+        return
+    kinds = collections.OrderedDict()
+    for e in counted:
+        gflop = e["args"]["flops"] / 1e9
+        rate = gflop / e["dur"] * 1e3 if e["dur"] > 0 else 0.0  # GFLOP / us -> TFLOP/s
+        print(f"%{e['args']['node']:<6} {e['name']:>18} {e['dur']:9.1f} us {gflop:9.3f} GFLOP "
+              f"{rate:7.1f} TFLOP/s")
+        us, flop = kinds.get(e["name"], (0.0, 0.0))
+        kinds[e["name"]] = (us + e["dur"], flop + gflop)
+    total_us = sum(e["dur"] for e in events)
+    conv_us = conv_gflop = 0.0
+    for name, (us, gflop) in kinds.items():
+        print(f"{name:>18} {us / 1000:8.3f} ms {gflop:9.1f} GFLOP "
+              f"{gflop / us * 1e3 if us > 0 else 0.0:7.1f} TFLOP/s")
+        if name in CONV_PASSES:
+            conv_us += us
+            conv_gflop += gflop
+    if conv_us > 0:
+        print(f"convolutions: {conv_us / 1000:.3f} of {total_us / 1000:.3f} ms of kernel time "
+              f"({100 * conv_us / total_us:.1f} %), {conv_gflop:.1f} GFLOP at "
+              f"{conv_gflop / conv_us * 1e3:.1f} TFLOP/s")
 
 
 def covered(start, end, spans):
@@ -63,6 +94,8 @@ def main():
     parser.add_argument("--passes", action="store_true", help="the convolution passes in order")
     parser.add_argument("--overlap", action="store_true",
                         help="the all-reduces' time hidden under other streams' kernels")
+    parser.add_argument("--rates", action="store_true",
+                        help="each multiplying launch's TFLOP/s, and the convolutions' share")
     args = parser.parse_args()
     with open(args.trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
@@ -71,6 +104,9 @@ def main():
         return
     if args.overlap:
         print_overlap(events)
+        return
+    if args.rates:
+        print_rates(events)
         return
     total = collections.defaultdict(float)
     launches = collections.Counter()

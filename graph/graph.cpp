@@ -147,6 +147,14 @@ const TensorType& Graph::type(ValueRef ref) const {
   return n.outputs[static_cast<std::size_t>(ref.index)];
 }
 
+double Graph::node_flops(std::int32_t id) const {
+  const Node& n = node(id);
+  if (!n.op || !n.op->flops) return 0.0;
+  std::vector<TensorType> in;
+  for (const ValueRef& r : n.inputs) in.push_back(type(r));
+  return n.op->flops(n, in);
+}
+
 ValueRef Graph::output_ref(const std::string& name) const {
   for (const auto& [existing, ref] : outputs_)
     if (existing == name) return ref;

@@ -111,6 +111,9 @@ class Graph {
   const std::vector<Node>& nodes() const { return nodes_; }
   const Node& node(std::int32_t id) const { return nodes_.at(static_cast<std::size_t>(id)); }
   const TensorType& type(ValueRef ref) const;
+  // The floating-point operations of one run of node `id` (OpDef::flops; 0 where the op does
+  // not count them, or for a fused group).
+  double node_flops(std::int32_t id) const;
   Value value(ValueRef ref) { return Value(this, ref); }
   const std::vector<std::pair<std::string, ValueRef>>& outputs() const { return outputs_; }
   const std::vector<std::pair<VariablePtr, ValueRef>>& assignments() const { return assignments_; }

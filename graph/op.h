@@ -146,6 +146,10 @@ struct OpDef {
   std::function<std::uint32_t(const Node&, std::span<const TensorType>)> cpu_blocked;
   ReductionRule reduction;  // reductions only
   AutocastPolicy autocast = AutocastPolicy::follow;
+  // Ops that multiply (the products, the convolutions): the floating-point operations of one
+  // call, two a multiply-add, from the node and its input types, so that a trace shows each
+  // launch's rate (node_flops); empty: none counted.
+  std::function<double(const Node&, std::span<const TensorType>)> flops;
 };
 
 }  // namespace kiln

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -142,6 +144,28 @@ TEST_CASE("the trace writer leaves a user's own <path>.tmp alone and refuses a F
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK_THROWS_AS(write_trace(fifo.string(), {}, "test"), Error);
   CHECK(fs::is_fifo(fifo));
+}
+
+// Each launch's node and FLOPs go into the event's args (bench/trace_summary.py --rates reads
+// them); a launch of no node (a variable update) has none.
+TEST_CASE("the trace writer gives a launch its node and FLOPs as args") {
+  ScratchDir dir;
+  const fs::path trace = dir.path / "t.json";
+  write_trace(trace.string(), {{"conv2d", 1, 1.0, 2.0, 7, 1.5e9}, {"update w", 0, 3.0, 1.0}},
+              "test");
+  const nlohmann::json events = nlohmann::json::parse(read_text(trace)).at("traceEvents");
+  int launches = 0;
+  for (const nlohmann::json& e : events) {
+    if (e.at("ph") != "X") continue;
+    ++launches;
+    if (e.at("name") == "conv2d") {
+      CHECK(e.at("args").at("node") == 7);
+      CHECK(e.at("args").at("flops") == 1.5e9);
+    } else {
+      CHECK_FALSE(e.contains("args"));
+    }
+  }
+  CHECK(launches == 2);
 }
 
 TEST_CASE("check_writable_directory creates a file to find out, a missing directory is named") {

@@ -28,6 +28,28 @@ TEST_CASE("every op id has one entry, found by id and by its name") {
   CHECK_THROWS_WITH_AS(op_def("reduce_mean"), "unknown op 'reduce_mean'", Error);
 }
 
+// The FLOPs a trace shows for each launch (OpDef::flops, Graph::node_flops): two a
+// multiply-add, every pass of one convolution alike, a product's K from its (transposed) a;
+// ops that do not multiply count none.
+TEST_CASE("node_flops: convolutions and products count two a multiply-add, other ops none") {
+  Graph g;
+  const Value x = g.input("x", Shape{2, 3, 8, 9});
+  const Value w = g.input("w", Shape{4, 3, 3, 2});
+  const Value y = conv2d(x, w, 2, 1);  // [2, 4, 4, 5]
+  REQUIRE(y.shape() == Shape{2, 4, 4, 5});
+  const double conv = 2.0 * (2 * 4 * 4 * 5) * (3 * 3 * 2);
+  CHECK(g.node_flops(y.ref().node) == conv);
+  const Value dy = g.input("dy", y.shape());
+  CHECK(g.node_flops(conv2d_grad_input(dy, w, x.shape(), 2, 1).ref().node) == conv);
+  CHECK(g.node_flops(conv2d_grad_weight(x, dy, w.shape(), 2, 1).ref().node) == conv);
+  const Value a = g.input("a", Shape{7, 5});
+  const Value b = g.input("b", Shape{7, 3});
+  CHECK(g.node_flops(matmul(a, b, true).ref().node) == 2.0 * 5 * 3 * 7);  // aT: K = 7
+  CHECK(g.node_flops(matmul(b, g.input("c", Shape{3, 6})).ref().node) == 2.0 * 7 * 6 * 3);
+  CHECK(g.node_flops(relu(x).ref().node) == 0.0);
+  CHECK(g.node_flops(x.ref().node) == 0.0);  // an input
+}
+
 // Runs reduction `id` over axis 1 of x: [3, 5] on the CPU: the op's own kernel if `direct`,
 // else a compiled program (where it becomes a fused group's tail, run by the fused evaluator).
 Tensor reduce_on_cpu(OpId id, const Tensor& x, bool direct) {

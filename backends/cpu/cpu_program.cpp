@@ -180,7 +180,9 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
         const auto now = std::chrono::steady_clock::now();
         trace.push_back({n.body ? n.body->summary() : n.op->name, 0,
                          std::chrono::duration<double, std::micro>(start - run_start).count(),
-                         std::chrono::duration<double, std::micro>(now - start).count()});
+                         std::chrono::duration<double, std::micro>(now - start).count(),
+                         static_cast<std::int32_t>(id),
+                         graph_.node_flops(static_cast<std::int32_t>(id))});
       }
       if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
         const double seconds =

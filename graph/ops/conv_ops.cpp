@@ -82,12 +82,22 @@ Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, ConvAttr
   return Shape{x[0], w[0], g.out_h, g.out_w};
 }
 
+// 2 x (output values) x (channels x taps) of the filter w: every pass of one convolution alike
+// (the input gradient's and the weight gradient's multiplies are the forward's, reordered).
+double conv_flops(const Shape& y, const Shape& w) {
+  return 2.0 * static_cast<double>(y.numel()) *
+         static_cast<double>(w.numel() / std::max<std::int64_t>(w[0], 1));
+}
+
 Attrs make_conv_attrs(std::int64_t stride, std::int64_t padding) {
   return {{"stride", stride}, {"padding", padding}};
 }
 
 OpDef conv_forward_op() {
   OpDef op{.id = OpId::conv2d, .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
+  op.flops = [](const Node& n, std::span<const TensorType> in) {
+    return conv_flops(n.outputs[0].shape, in[1].shape);
+  };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d", in);
     return std::vector<TensorType>{
@@ -159,6 +169,9 @@ OpDef conv_bias_op() {
            .kind = OpKind::conv,
            .arity = 3,
            .attrs = {"stride", "padding", "relu"}};
+  op.flops = [](const Node& n, std::span<const TensorType> in) {
+    return conv_flops(n.outputs[0].shape, in[1].shape);
+  };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_bias", in);
     const Shape y = conv_output_shape("conv2d_bias", image_shape("conv2d_bias", in[0].shape, attrs),
@@ -224,6 +237,9 @@ void conv_moments_cpu(const KernelCall& call) {
 OpDef conv_moments_op() {
   OpDef op{
       .id = OpId::conv2d_moments, .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
+  op.flops = [](const Node& n, std::span<const TensorType> in) {
+    return conv_flops(n.outputs[0].shape, in[1].shape);
+  };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_moments", in);
     KILN_CHECK(in[0].dtype != DType::f64, "conv2d_moments: f64 is not supported (f32, bf16, f16)");
@@ -249,6 +265,9 @@ OpDef conv_grad_input_op() {
            .kind = OpKind::conv,
            .arity = 2,
            .attrs = {"stride", "padding", "shape"}};
+  op.flops = [](const Node&, std::span<const TensorType> in) {  // in: dy, w
+    return conv_flops(in[0].shape, in[1].shape);
+  };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_grad_input", in);
     const Shape x(attrs.integers("shape"));
@@ -288,6 +307,9 @@ OpDef conv_grad_weight_op() {
            .kind = OpKind::conv,
            .arity = 2,
            .attrs = {"stride", "padding", "shape"}};
+  op.flops = [](const Node& n, std::span<const TensorType> in) {  // in: x, dy
+    return conv_flops(in[1].shape, n.outputs[0].shape);
+  };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_grad_weight", in);
     const Shape w(attrs.integers("shape"));

@@ -215,8 +215,20 @@ void matmul_bias_kernel_typed(const KernelCall& call) {
   matmul_kernel_typed<T>(call, call.inputs[2].data<T>(), call.node.attrs.integer("relu") != 0);
 }
 
+namespace {
+
+// 2 x (output values) x K, K a's columns (rows where it is transposed).
+double matmul_flops(const Node& n, std::span<const TensorType> in) {
+  const Shape& a = in[0].shape;
+  const std::int64_t k = n.attrs.integer("trans_a") != 0 ? a[a.rank() - 2] : a[a.rank() - 1];
+  return 2.0 * static_cast<double>(n.outputs[0].shape.numel()) * static_cast<double>(k);
+}
+
+}  // namespace
+
 void ops::register_matmul_ops(std::vector<OpDef>& table) {
   OpDef op{.id = OpId::matmul, .kind = OpKind::matmul, .arity = 2, .attrs = {"trans_a", "trans_b"}};
+  op.flops = matmul_flops;
   op.infer = infer_matmul;
   op.grad = matmul_grad;
   op.cpu = [](const KernelCall& call) {
@@ -230,6 +242,7 @@ void ops::register_matmul_ops(std::vector<OpDef>& table) {
                   .arity = 3,
                   .attrs = {"trans_a", "trans_b", "relu"}};
   with_bias.infer = infer_matmul_bias;
+  with_bias.flops = matmul_flops;
   with_bias.cpu = [](const KernelCall& call) {
     visit_floating(call.inputs[0].dtype(), "matmul_bias",
                    [&](auto zero) { matmul_bias_kernel_typed<decltype(zero)>(call); });
