@@ -10,8 +10,6 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kHaloMaxTapsW = 7;  // kernels/conv_wgmma_tma_halo.cuh's barriers hold 7 columns
-
 // grad_weight's K split by a model of its time, in microseconds: every block takes an SM (its
 // stages fill the shared memory), so `splits` splits of `tiles` tiles run in ceil(blocks /
 // SMs) waves of a split's steps, a block's K step of bm x 64 atoms x 64 multiplies at
@@ -107,17 +105,11 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int m
     const char* v = std::getenv("KILN_CONV_WGRAD_WAVES");
     return v == nullptr || std::string(v) != "0";
   }();
-  if (!by_waves) {
-    const std::int64_t wanted = std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1,
-                                                         std::max<std::int64_t>(1, steps / 4));
-    const std::int64_t per = (steps + wanted - 1) / wanted;
-    plan.splits = static_cast<int>((steps + per - 1) / per);
-    plan.chunk = static_cast<int>(per * 64);
-    return plan;
-  }
-  std::int64_t wanted = 1;
+  std::int64_t wanted = by_waves ? 1
+                                 : std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1,
+                                                            std::max<std::int64_t>(1, steps / 4));
   double best = wgrad_time(tiles, steps, 1, bm, na, g.m, g.n, sms);
-  for (std::int64_t s = 2; s <= std::min<std::int64_t>(steps / 4, 4 * sms); ++s) {
+  for (std::int64_t s = 2; by_waves && s <= std::min<std::int64_t>(steps / 4, 4 * sms); ++s) {
     const double t = wgrad_time(tiles, steps, s, bm, na, g.m, g.n, sms);
     if (t < best) {
       best = t;

@@ -4,6 +4,10 @@
 
 namespace kiln::cuda {
 
+// The most columns of taps (KW) the TMA pass's halo form takes: its barriers' array
+// (conv_wgmma_tma_halo.cuh) and the host's fit (conv_tma_halo_tile).
+constexpr int kHaloMaxTapsW = 7;
+
 // One chunk of a convolution's images and its patch matrix `col`, element
 // col[b * image_stride + ((c * KH + kh) * KW + kw) * row_stride + oh * OW + ow].
 // Per-image layout [b][P][OH*OW]: image_stride = P*OH*OW, row_stride = OH*OW.

@@ -27,8 +27,6 @@
 
 namespace kiln::cuda {
 
-constexpr int kHaloMaxTapsW = 7;  // the host keeps KW to this (the barriers' array)
-
 // y = W' x patches (64 filters, M <= 64) over `image` (the NHWC image's map: channels, columns,
 // rows, images; boxes of 64 x s_w x (BN / s_w + KH - 1) x 1) and `filters` (A: K, M; boxes of
 // 64 x 64), BN pixels a tile, the tiles dealt out to the blocks in turn.
