@@ -1188,6 +1188,45 @@ TEST_CASE("transpose: permutations of rank 1 to 8, size-1 axes, every element si
   }
 }
 
+// The channels-last copy of 16-bit images in both forms (kernels/nhwc_copy.cuh): the wide one
+// where channels and planes are multiples of 8 (multi-image warps for small planes, channel
+// counts that leave lanes idle), the tiled one elsewhere and where a pointer is not 16-byte
+// aligned; each against the CPU's transpose, bit for bit.
+TEST_CASE("transpose: the channels-last copy of 16-bit images, wide and tiled, equals the CPU") {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int64_t> last = {0, 2, 3, 1};
+  std::uint64_t seed = 760;
+  for (bool wide : {true, false}) {
+    CAPTURE(wide);
+    cuda::nhwc_wide_for_testing() = wide;
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      for (const Shape& s : {Shape{2, 64, 32, 32}, Shape{3, 512, 4, 4}, Shape{5, 256, 8, 8},
+                             Shape{2, 8, 2, 4}, Shape{3, 24, 5, 8}, Shape{1, 72, 7, 8},
+                             Shape{2, 40, 3, 8}, Shape{2, 72, 3, 3}, Shape{2, 6, 4, 4}})
+        check_transpose(s, last, dtype, seed++);
+    }
+    // 4-byte but not 16-byte aligned: the tiled form, whatever the switch says.
+    const Shape s{2, 64, 8, 8};
+    const Tensor x = random_tensor(s, DType::f64, seed++, 0, 100).to(DType::bf16);
+    Attrs attrs;
+    attrs.set("perm", last);
+    const Tensor ref = cpu_op("transpose", attrs, {x}, Shape{2, 8, 8, 64}, DType::bf16);
+    DeviceBuffer dx(x.nbytes() + 4), dy(ref.nbytes() + 4);
+    auto* x_at = static_cast<char*>(dx.get()) + 4;
+    auto* y_at = static_cast<char*>(dy.get()) + 4;
+    KILN_CUDA_CHECK(cudaMemcpy(x_at, x.raw(), x.nbytes(), cudaMemcpyHostToDevice));
+    cuda::nchw_to_nhwc(DType::bf16, x_at, y_at, 2, 64, 64, nullptr);
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    Tensor got = Tensor::empty(ref.shape(), DType::bf16);
+    KILN_CUDA_CHECK(cudaMemcpy(got.raw(), y_at, got.nbytes(), cudaMemcpyDeviceToHost));
+    check_identical(got, ref);
+    // Pairs that straddle 4 bytes are refused, not read misaligned.
+    CHECK_THROWS_WITH_AS(cuda::nchw_to_nhwc(DType::bf16, x_at + 2, y_at, 2, 64, 64, nullptr),
+                         doctest::Contains("aligned"), Error);
+  }
+  cuda::nhwc_wide_for_testing().reset();
+}
+
 TEST_CASE("one_hot: i32, i64 and u8 labels into f32 and f64 rows, exactly as the CPU") {
   SKIP_WITHOUT_GPU();
   DeviceBuffer status(cuda::kOneHotStatusBytes);

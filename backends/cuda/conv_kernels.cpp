@@ -213,7 +213,7 @@ std::string nhwc_weights_name(bool flip, std::size_t element_bytes) {
 }
 
 gpu::KernelSource nhwc_image_source(std::size_t element_bytes) {
-  return embedded_kernel(nhwc_image_name(element_bytes), kernel_files::conv_mma_nhwc_cuh,
+  return embedded_kernel(nhwc_image_name(element_bytes), kernel_files::nhwc_copy_cuh,
                          "KILN_NHWC_IMAGE", {{"KILN_U", unsigned_of(element_bytes)}});
 }
 

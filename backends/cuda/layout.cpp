@@ -6,7 +6,11 @@
 #include <cuda_runtime_api.h>
 #include <fmt/ranges.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "backends/cuda/kernels/layout_params.h"
 #include "backends/cuda/kernel_registry.h"
@@ -95,6 +99,25 @@ void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t
   launch_items(k, n, stream, args);
 }
 
+std::optional<bool>& nhwc_wide_for_testing() {
+  static std::optional<bool> on;
+  return on;
+}
+
+namespace {
+bool nhwc_wide_on() {
+  static const bool by_env = [] {
+    const char* v = std::getenv("KILN_NHWC_WIDE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return nhwc_wide_for_testing().value_or(by_env);
+}
+
+bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+}  // namespace
+
 void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
                   std::int64_t hw, gpu::Stream stream) {
   if (batch == 0 || channels == 0 || hw == 0) return;
@@ -104,10 +127,23 @@ void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std:
   KILN_CHECK(channels % 2 == 0, "conv: the channels-last copy takes an even channel count ({})",
              channels);
   const std::size_t bytes = dtype_size(dtype);
+  KILN_CHECK(aligned(x, 2 * bytes) && aligned(xt, 2 * bytes),
+             "conv: the channels-last copy reads and writes pairs of elements: both images must "
+             "be aligned to {} bytes ({} and {})",
+             2 * bytes, x, xt);
   const DeviceKernel& k =
       device_kernel(nhwc_image_name(bytes), [bytes] { return nhwc_image_source(bytes); });
   int c = static_cast<int>(channels), n = static_cast<int>(hw);
-  void* args[] = {&x, &xt, &c, &n};
+  long long pixels = batch * hw;
+  // The wide form (kernels/nhwc_copy.cuh): 16-byte runs of 8 channels and of 8 pixels.
+  int wide = bytes == 2 && channels % 8 == 0 && hw % 8 == 0 && aligned(x, 16) && aligned(xt, 16) &&
+             nhwc_wide_on();
+  void* args[] = {&x, &xt, &c, &n, &pixels, &wide};
+  if (wide) {
+    const std::int64_t warps = (channels + 31) / 32 * ((pixels + 63) / 64);
+    k.kernel.launch({static_cast<unsigned>((warps + 7) / 8), 1, 1}, {256, 1, 1}, 0, stream, args);
+    return;
+  }
   const gpu::Dim3 grid{static_cast<unsigned>((hw + 63) / 64),
                        static_cast<unsigned>((channels + 63) / 64), static_cast<unsigned>(batch)};
   k.kernel.launch(grid, {256, 1, 1}, 0, stream, args);

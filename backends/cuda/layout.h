@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/dtype.h"
@@ -17,11 +18,15 @@ namespace kiln::cuda {
 void transpose(DType dtype, const Shape& x_shape, const std::vector<std::int64_t>& perm,
                const void* x, void* y, gpu::Stream stream);
 
-// xt[b, pix, c] = x[b, c, pix] of elements of `dtype`'s size (batch <= 65535, channels even):
-// 64 x 64 tiles through shared memory (kernels/conv_mma_nhwc.cuh); the convolutions'
-// channels-last copies and transpose's [B][C][HW] planes.
+// xt[b, pix, c] = x[b, c, pix] of elements of `dtype`'s size (batch <= 65535, channels even);
+// the convolutions' channels-last copies and transpose's [B][C][HW] planes
+// (kernels/nhwc_copy.cuh): 16-bit images of channels and planes a multiple of 8 at 16-byte
+// aligned addresses by 8 x 8 blocks in registers (the wide form), any other by 64 x 64 tiles
+// through shared memory.
 void nchw_to_nhwc(DType dtype, const void* x, void* xt, std::int64_t batch, std::int64_t channels,
                   std::int64_t hw, gpu::Stream stream);
+// Whether nchw_to_nhwc takes the wide form where it applies (nullopt: unless KILN_NHWC_WIDE=0).
+std::optional<bool>& nhwc_wide_for_testing();
 
 // The device-side report of one_hot: the first row whose label is outside [0, classes)
 // and that label, or bad_row = -1. Allocate kOneHotStatusBytes of device memory for it.

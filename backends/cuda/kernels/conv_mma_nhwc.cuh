@@ -9,14 +9,13 @@
 // arrive by cp.async into KILN_NHWC_STAGES buffers in flight; the tensor cores read both
 // K-contiguous tiles with plain ldmatrix (a "TN" GEMM).
 //
-// Three entries. KILN_NHWC_IMAGE: x[b, c, pix] -> xt[b, pix, c] through a 64 x 64 shared tile
-// (KILN_U: the element's unsigned type). KILN_NHWC_WEIGHTS: the GEMM's A, W'[m, tap, c] =
-// w[m, c, tap] (forward) or, KILN_FLIP, the input gradient's W'[ci, tap, co] =
-// w[co, ci, khkw - 1 - tap] (the flipped, transposed filter; the pass is then the forward
-// convolution of dy with it), or its taps by classes of dx's pixels (ConvClasses). KILN_CONV_NHWC:
-// the GEMM in tiles of KILN_BM filters by KILN_BN pixels (128 x 64, 64 x 128 or 64 x 64), 4 warps
-// of (BM / 2) x (BN / 2) each, KILN_DIL 2 reading the image as if dilated by 2 (grad_input of a
-// stride-2 convolution).
+// Two entries (the image's channels-last copy is kernels/nhwc_copy.cuh). KILN_NHWC_WEIGHTS: the
+// GEMM's A, W'[m, tap, c] = w[m, c, tap] (forward) or, KILN_FLIP, the input gradient's
+// W'[ci, tap, co] = w[co, ci, khkw - 1 - tap] (the flipped, transposed filter; the pass is then
+// the forward convolution of dy with it), or its taps by classes of dx's pixels (ConvClasses).
+// KILN_CONV_NHWC: the GEMM in tiles of KILN_BM filters by KILN_BN pixels (128 x 64, 64 x 128 or 64
+// x 64), 4 warps of (BM / 2) x (BN / 2) each, KILN_DIL 2 reading the image as if dilated by 2
+// (grad_input of a stride-2 convolution).
 //
 // Loads, per K step: A's rows by 16-byte pieces, 4 lanes a row (64 contiguous bytes); B's
 // pixels the same way, 4 lanes a pixel, through L1, where the pixel's other taps (its
@@ -359,54 +358,6 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
                      NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>>(w, xt, y, g);
 }
 
-// xt[b, pix, c] = x[b, c, pix] of images [C][HW] (C even) of elements U (16 or 32 bits): tiles
-// of 64 channels by 64 pixels through shared memory, each thread reading two pixels and
-// writing two channels as one pair (128 or 256 contiguous bytes a warp both ways); grid
-// (HW/64, C/64, B), 256 threads.
-template <typename U>
-struct NhwcPair;
-template <>
-struct NhwcPair<unsigned short> {
-  using type = ushort2;
-};
-template <>
-struct NhwcPair<unsigned> {
-  using type = uint2;
-};
-
-template <typename U>
-__device__ __forceinline__ void nchw_to_nhwc(const U* __restrict__ x, U* __restrict__ xt,
-                                             int channels, int hw) {
-  using Pair = typename NhwcPair<U>::type;
-  __shared__ U tile[64][66];
-  const long long image = (long long)blockIdx.z * channels * hw;
-  const int p0 = blockIdx.x * 64, c0 = blockIdx.y * 64, lane = threadIdx.x % 32;
-  const bool pairs = hw % 2 == 0;  // rows of x start pair-aligned
-  for (int r = threadIdx.x / 32; r < 64; r += 8) {
-    const int c = c0 + r, p = p0 + 2 * lane;
-    U v0 = 0, v1 = 0;
-    if (c < channels && pairs && p + 1 < hw) {
-      const Pair v = *reinterpret_cast<const Pair*>(x + image + (long long)c * hw + p);
-      v0 = v.x;
-      v1 = v.y;
-    } else if (c < channels) {
-      if (p < hw) v0 = x[image + (long long)c * hw + p];
-      if (p + 1 < hw) v1 = x[image + (long long)c * hw + p + 1];
-    }
-    tile[r][2 * lane] = v0;
-    tile[r][2 * lane + 1] = v1;
-  }
-  __syncthreads();
-  for (int r = threadIdx.x / 32; r < 64; r += 8) {
-    const int p = p0 + r, c = c0 + 2 * lane;
-    if (p >= hw || c >= channels) continue;  // channels even: c + 1 < channels too
-    Pair v;
-    v.x = tile[2 * lane][r];
-    v.y = tile[2 * lane + 1][r];
-    *reinterpret_cast<Pair*>(xt + image + (long long)p * channels + c) = v;
-  }
-}
-
 // The filter tap (kh KW + kw) that the input gradient's K tap t holds: the classes' taps one
 // after another (conv_params.h, ConvClasses).
 __device__ __forceinline__ int class_source_tap(const ConvClasses& cl, int t) {
@@ -453,12 +404,6 @@ extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
                    KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
   kiln::cuda::conv_mma_nhwc<KILN_T, KILN_BM, KILN_BN, KILN_WM, KILN_WN, KILN_PIECES, KILN_STAGES,
                             KILN_DIL, KILN_SPLIT>(w, xt, y, g);
-}
-#endif
-#ifdef KILN_NHWC_IMAGE
-extern "C" __global__ void __launch_bounds__(256)
-    KILN_NHWC_IMAGE(const KILN_U* __restrict__ x, KILN_U* __restrict__ xt, int channels, int hw) {
-  kiln::cuda::nchw_to_nhwc<KILN_U>(x, xt, channels, hw);
 }
 #endif
 #ifdef KILN_NHWC_WEIGHTS
