@@ -30,9 +30,13 @@ struct TmaTile {
   std::size_t halo_bytes = 0;
   bool halo() const { return halo_bytes > 0; }
   std::size_t shared_bytes() const {  // the tiles, 1 KiB to align them, two barriers a stage, two
-    if (halo()) return halo_bytes;
-    return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages + 16);
+    if (halo()) return halo_bytes;    // more, the staging tiles
+    return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages + 16) +
+           staging_bytes();
   }
+  // The plain form's store staging: 16 x 72 16-bit values for each consumer warp
+  // (kernels/conv_wgmma_tma.cuh, staged_store_c).
+  std::size_t staging_bytes() const { return static_cast<std::size_t>(teams * (bm / 16)) * 2304; }
   int threads() const { return teams * 2 * bm + 32; }  // the warpgroups and the producer warp
 };
 
@@ -53,11 +57,12 @@ std::optional<TmaTile> conv_tma_halo_tile(const ConvGemmShape& shape);
 // are not whole rows.
 std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& shape, int bn);
 // bm x bn with as many stages as fit (one team: at most 6, and half of 227 KiB where bm is 64;
-// two teams: at most 8 in 227 KiB): the tiles conv_tma_tile gives. The 64-filter tiles take the
-// persistent two-team form (KILN_CONV_TMA_TEAMS=1: a block a tile; stage-1 forward of resnet18
-// at b128 on the H200, ncu: 45 -> 38 us); two teams of 128-filter tiles would need more registers
-// than 544 threads have. The 128-filter tiles split K in two (split 2) where their tiles are
-// at most half the SMs and each half has at least 8 K steps (KILN_CONV_TMA_SPLIT=0: never).
+// two teams: at most 8 in 227 KiB; each less its warps' staging tiles): the tiles conv_tma_tile
+// gives. The 64-filter tiles take the persistent two-team form (KILN_CONV_TMA_TEAMS=1: a block
+// a tile; stage-1 forward of resnet18 at b128 on the H200, ncu: 45 -> 38 us); two teams of
+// 128-filter tiles would need more registers than 544 threads have. The 128-filter tiles split K in
+// two (split 2) where their tiles are at most half the SMs and each half has at least 8 K steps
+// (KILN_CONV_TMA_SPLIT=0: never).
 TmaTile conv_tma_tile_of(int bm, int bn, int teams = 1, int split = 1);
 // The split of a one-team tile of bm filters on a pass of `tiles` tiles and `steps` K steps, on
 // a device of `sms` SMs (no GPU needed): 2 where the tiles fill at most half the SMs.

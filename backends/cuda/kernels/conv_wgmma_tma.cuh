@@ -95,6 +95,46 @@ __device__ __forceinline__ unsigned rounded_pair(float a, float b) {
   return static_cast<unsigned>(T(a).bits) | (static_cast<unsigned>(T(b).bits) << 16);
 }
 
+// A consumer warp's staging tile for its stores: 16 rows of 64 columns, rows 144 bytes apart
+// (36 words: a lane's pair of a fragment and a lane's 16 bytes of a row land on distinct banks).
+constexpr int kStagePitch = 72;                        // 16-bit units
+constexpr int kStageWarpBytes = 16 * kStagePitch * 2;  // conv_tma.h's TmaTile::staging_bytes
+
+// A warp's 16 rows (row0 + lane / 4 and 8 more) by BN columns of y from wgmma's accumulators
+// (as mma_store_c, the same rounding), 64 columns at a time through the warp's staging tile:
+// the fragments go in as they are held (a pair of columns a lane), then come out 8 columns a
+// lane, so that a store instruction writes 4 rows of 128 contiguous bytes (mma_store_c's wrote
+// 8 rows of 16: the short-K passes stored at about 0.5 TB/s). Needs s_hw % 8 == 0 (a lane's 8
+// columns lie in one image, 16-byte aligned) and y 16-byte aligned.
+template <typename T, int BN>
+__device__ __forceinline__ void staged_store_c(T* __restrict__ y, const ConvGemmShape& g, int row0,
+                                               int n0, const float (&acc)[BN / 2],
+                                               unsigned short* stage) {
+  const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int c0 = 0; c0 < BN; c0 += 64) {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 4 * (c0 / 8 + jj) + 2 * half;
+        *reinterpret_cast<unsigned*>(stage + (group + 8 * half) * kStagePitch + jj * 8 + 2 * tig) =
+            rounded_pair<T>(acc[i], acc[i + 1]);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 4 * i + lane / 8, m = row0 + r, n = n0 + c0 + (lane % 8) * 8;
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kStagePitch + (lane % 8) * 8);
+      if (m < g.m && n < g.n) {  // g.n is a multiple of 8: so are the 8 columns
+        const int b = n / g.s_hw, pix = n - b * g.s_hw;
+        *reinterpret_cast<uint4*>(y + ((long long)b * g.m + m) * g.s_hw + pix) = v;
+      }
+    }
+    __syncwarp();  // the tile is read before the next 64 columns go in
+  }
+}
+
 // Two classes' tiles of dx (ConvClasses, stride 2), (rh, 0) and (rh, 1), of one warp's 16 rows
 // (row0 + lane / 4 and 8 more) over BN pixels of the class grid from n0, in wgmma's accumulator
 // layout: the first's sums already rounded in pairs (`first[2 i + half]`: column block i, its
@@ -148,12 +188,13 @@ __device__ __forceinline__ void store_class_pair(T* __restrict__ dx, const ConvG
 // multiplies, and a team never waits on a stage's barrier before the fill ahead of its own has
 // landed (a parity wait cannot tell two fills apart).
 // MOMENTS: the epilogue also writes conv2d_moments' run moments (store_run_moments). NC: 1, or
-// 4 classes of dx's pixels (`classes`; the header).
+// 4 classes of dx's pixels (`classes`; the header). staging: the plain store goes through each
+// warp's staging tile (staged_store_c) where the shape allows.
 template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT, bool MOMENTS, int NC>
 __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
                                                const TmaDescriptor* image, T* __restrict__ y,
                                                float* __restrict__ moments, const ConvGemmShape& g,
-                                               const ConvClasses& classes) {
+                                               const ConvClasses& classes, bool staging) {
   constexpr int WM = BM / 64, TEAM = 128 * WM, CONSUMERS = TEAM * TEAMS;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
@@ -167,6 +208,11 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   auto* full = reinterpret_cast<unsigned long long*>(s + STAGES * (A_STAGE + B_STAGE));
   unsigned long long* empty = full + STAGES;
   unsigned long long* turn = empty + STAGES;  // turn[team]: the other team's K loop is done
+  // Each consumer warp's staging tile (staged_store_c), after the barriers.
+  unsigned short* stage =
+      reinterpret_cast<unsigned short*>(turn + 2) + (threadIdx.x / 32) * (kStageWarpBytes / 2);
+  const bool staged =
+      staging && g.s_hw % 8 == 0 && (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
   const int channels = g.k / g.khkw, all_steps = g.k / 64;
   const int n_tiles = (g.n + BN - 1) / BN, tiles = n_tiles * ((g.m + BM - 1) / BM);
   // This block's K steps of each of its tiles: all, or (SPLIT 2) its rank's half.
@@ -283,8 +329,11 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
           acc[4 * i + 3] += v.w;
         }
       }
-      mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
-                                *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
+      if (staged)
+        staged_store_c<T, BN>(y, g, m0 + group * 64 + warp * 16, n0, acc, stage);
+      else
+        mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
+                                  *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
       if (MOMENTS) store_run_moments<T, BN>(moments, g, m0 + group * 64 + warp * 16, n0, acc);
     }
   }
@@ -297,9 +346,9 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS +
     KILN_CONV_WGMMA_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                         const __grid_constant__ kiln::cuda::TmaDescriptor image,
                         KILN_T* __restrict__ y, float* __restrict__ moments,
-                        kiln::cuda::ConvGemmShape g, kiln::cuda::ConvClasses classes) {
+                        kiln::cuda::ConvGemmShape g, kiln::cuda::ConvClasses classes, int staging) {
   kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT,
                              KILN_MOMENTS != 0, KILN_CLASSES>(&filters, &image, y, moments, g,
-                                                              classes);
+                                                              classes, staging != 0);
 }
 #endif
