@@ -187,6 +187,16 @@ bool tma_persistent(const TmaTile& tile) {
   return tile.teams == 2 || (on && tile.split == 1);
 }
 
+// Whether the passes store y through shared memory (staged_store_c in kernels/conv_mma.cuh);
+// KILN_CONV_TMA_STAGING=0: from the fragments (mma_store_c).
+int staging_on() {
+  static const int on = [] {
+    const char* v = std::getenv("KILN_CONV_TMA_STAGING");
+    return v == nullptr || std::string(v) != "0" ? 1 : 0;
+  }();
+  return on;
+}
+
 // The halo form's launch (kernels/conv_wgmma_tma_halo.cuh): the image's boxes are `rows` output
 // rows and the taps' KH - 1 more, one image.
 void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
@@ -198,7 +208,9 @@ void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
   const DeviceKernel& k = device_kernel(
       name, [&] { return conv_tma_source(dtype, tile); }, tile.shared_bytes());
   ConvGemmShape s = g;
-  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s};
+  int staging = staging_on();
+  void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s,
+                  &staging};
   const std::int64_t tiles = (g.n + tile.bn - 1) / tile.bn;
   k.kernel.launch({static_cast<unsigned>(persistent_grid(tiles)), 1, 1},
                   {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream, args);
@@ -325,12 +337,7 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
       [&] { return conv_tma_source(dtype, tile, with_moments, count); }, tile.shared_bytes());
   ConvGemmShape s = g;
   ConvClasses cl = classes != nullptr ? *classes : ConvClasses{};
-  // Stores through shared memory (staged_store_c); KILN_CONV_TMA_STAGING=0: from the fragments.
-  static const int staging_on = [] {
-    const char* v = std::getenv("KILN_CONV_TMA_STAGING");
-    return v == nullptr || std::string(v) != "0" ? 1 : 0;
-  }();
-  int staging = staging_on;
+  int staging = staging_on();
   void* args[] = {const_cast<CUtensorMap*>(&filters),
                   const_cast<CUtensorMap*>(&image),
                   &y,

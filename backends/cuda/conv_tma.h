@@ -34,9 +34,9 @@ struct TmaTile {
     return static_cast<std::size_t>((bm + bn) * 128 * stages + 1024 + 16 * stages + 16) +
            staging_bytes();
   }
-  // The plain form's store staging: 16 x 72 16-bit values for each consumer warp
-  // (kernels/conv_wgmma_tma.cuh, staged_store_c).
-  std::size_t staging_bytes() const { return static_cast<std::size_t>(teams * (bm / 16)) * 2304; }
+  // The store staging: 8 x 72 16-bit values for each consumer warp (staged_store_c in
+  // kernels/conv_mma.cuh, kStageWarpBytes), in the plain and the halo form.
+  std::size_t staging_bytes() const { return static_cast<std::size_t>(teams * (bm / 16)) * 1152; }
   int threads() const { return teams * 2 * bm + 32; }  // the warpgroups and the producer warp
 };
 

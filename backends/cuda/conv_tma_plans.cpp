@@ -50,12 +50,14 @@ std::optional<TmaTile> conv_tma_halo_tile(const ConvGemmShape& g) {
   const std::optional<std::pair<int, int>> box = conv_tma_box(g, bn);
   const int taps_h = g.khkw / g.kw;
   if (!box || box->second != 1 || box->first + taps_h - 1 > 256) return std::nullopt;
-  // the filter, two teams' boxes of rows, 1 KiB to align them (the barriers are static)
+  // the filter, two teams' boxes of rows, 1 KiB to align them (the barriers are static), the
+  // eight consumer warps' staging tiles
+  TmaTile tile = conv_tma_tile_of(64, bn, 2);
   const std::size_t bytes = 1024 + static_cast<std::size_t>(g.khkw) * 64 * 128 +
                             2 * static_cast<std::size_t>(g.kw) * (box->first + taps_h - 1) *
-                                static_cast<std::size_t>(g.s_w) * 128;
+                                static_cast<std::size_t>(g.s_w) * 128 +
+                            tile.staging_bytes();
   if (bytes > 227 * 1024 - 256) return std::nullopt;
-  TmaTile tile = conv_tma_tile_of(64, bn, 2);
   tile.stages = 2;
   tile.halo_bytes = bytes;
   return tile;

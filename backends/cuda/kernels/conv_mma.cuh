@@ -168,6 +168,54 @@ struct StorePair<float> {
   }
 };
 
+// Two values rounded to T, the first in the low half.
+template <typename T>
+__device__ __forceinline__ unsigned rounded_pair(float a, float b) {
+  return static_cast<unsigned>(T(a).bits) | (static_cast<unsigned>(T(b).bits) << 16);
+}
+
+// A warp's staging tile for staged_store_c: 8 rows of 64 columns, rows 144 bytes apart (36
+// words: a lane's pair of a fragment and a lane's 16 bytes of a row land on distinct banks).
+constexpr int kStagePitch = 72;                       // 16-bit units
+constexpr int kStageWarpBytes = 8 * kStagePitch * 2;  // conv_tma.h's TmaTile::staging_bytes
+
+// A warp's 16 rows (row0 + lane / 4 and 8 more) by BN columns of y from a wgmma (or mma)
+// accumulator (acc[4 j + 2 half + e]: row lane / 4 + 8 half, column 8 j + 2 (lane % 4) + e),
+// rounded once as mma_store_c rounds them, through the warp's staging tile: 8 rows of 64
+// columns at a time go in as the fragments hold them (a pair of columns a lane) and come out 8
+// columns a lane, so that a store instruction writes 4 rows of 128 contiguous bytes (mma_store_c
+// writes 8 rows of 16: the short-K passes stored at about 0.5 TB/s). Needs 16-bit T,
+// s_hw % 8 == 0 (a lane's 8 columns lie in one image, 16-byte aligned) and y 16-byte aligned.
+template <typename T, int BN>
+__device__ __forceinline__ void staged_store_c(T* __restrict__ y, const ConvGemmShape& g, int row0,
+                                               int n0, const float (&acc)[BN / 2],
+                                               unsigned short* stage) {
+  const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int c0 = 0; c0 < BN; c0 += 64)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int i = 4 * (c0 / 8 + jj) + 2 * half;
+        *reinterpret_cast<unsigned*>(stage + group * kStagePitch + jj * 8 + 2 * tig) =
+            rounded_pair<T>(acc[i], acc[i + 1]);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = 4 * i + lane / 8, m = row0 + 8 * half + r;
+        const int n = n0 + c0 + (lane % 8) * 8;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kStagePitch + (lane % 8) * 8);
+        if (m < g.m && n < g.n) {  // g.n is a multiple of 8: so are the 8 columns
+          const int b = n / g.s_hw, pix = n - b * g.s_hw;
+          *reinterpret_cast<uint4*>(y + ((long long)b * g.m + m) * g.s_hw + pix) = v;
+        }
+      }
+      __syncwarp();  // the tile is read before the next rows go in
+    }
+}
+
 // Each accumulator of a warp's (16 MI) x (8 NI) piece at (row0, col0) rounded once into
 // y[b, m, pix] (n = b * s_hw + pix). A thread's columns are n = col0 + ni * 8 + tig * 2 + e:
 // (b, pix) of the first is divided out once and stepped by 8 after; where s_hw is even the

@@ -89,52 +89,6 @@ __device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
   }
 }
 
-// Two values rounded to T, the first in the low half.
-template <typename T>
-__device__ __forceinline__ unsigned rounded_pair(float a, float b) {
-  return static_cast<unsigned>(T(a).bits) | (static_cast<unsigned>(T(b).bits) << 16);
-}
-
-// A consumer warp's staging tile for its stores: 16 rows of 64 columns, rows 144 bytes apart
-// (36 words: a lane's pair of a fragment and a lane's 16 bytes of a row land on distinct banks).
-constexpr int kStagePitch = 72;                        // 16-bit units
-constexpr int kStageWarpBytes = 16 * kStagePitch * 2;  // conv_tma.h's TmaTile::staging_bytes
-
-// A warp's 16 rows (row0 + lane / 4 and 8 more) by BN columns of y from wgmma's accumulators
-// (as mma_store_c, the same rounding), 64 columns at a time through the warp's staging tile:
-// the fragments go in as they are held (a pair of columns a lane), then come out 8 columns a
-// lane, so that a store instruction writes 4 rows of 128 contiguous bytes (mma_store_c's wrote
-// 8 rows of 16: the short-K passes stored at about 0.5 TB/s). Needs s_hw % 8 == 0 (a lane's 8
-// columns lie in one image, 16-byte aligned) and y 16-byte aligned.
-template <typename T, int BN>
-__device__ __forceinline__ void staged_store_c(T* __restrict__ y, const ConvGemmShape& g, int row0,
-                                               int n0, const float (&acc)[BN / 2],
-                                               unsigned short* stage) {
-  const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
-#pragma unroll
-  for (int c0 = 0; c0 < BN; c0 += 64) {
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = 4 * (c0 / 8 + jj) + 2 * half;
-        *reinterpret_cast<unsigned*>(stage + (group + 8 * half) * kStagePitch + jj * 8 + 2 * tig) =
-            rounded_pair<T>(acc[i], acc[i + 1]);
-      }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 4 * i + lane / 8, m = row0 + r, n = n0 + c0 + (lane % 8) * 8;
-      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kStagePitch + (lane % 8) * 8);
-      if (m < g.m && n < g.n) {  // g.n is a multiple of 8: so are the 8 columns
-        const int b = n / g.s_hw, pix = n - b * g.s_hw;
-        *reinterpret_cast<uint4*>(y + ((long long)b * g.m + m) * g.s_hw + pix) = v;
-      }
-    }
-    __syncwarp();  // the tile is read before the next 64 columns go in
-  }
-}
-
 // Two classes' tiles of dx (ConvClasses, stride 2), (rh, 0) and (rh, 1), of one warp's 16 rows
 // (row0 + lane / 4 and 8 more) over BN pixels of the class grid from n0, in wgmma's accumulator
 // layout: the first's sums already rounded in pairs (`first[2 i + half]`: column block i, its

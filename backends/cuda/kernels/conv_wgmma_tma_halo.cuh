@@ -33,7 +33,7 @@ namespace kiln::cuda {
 template <typename T, int BN>
 __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters,
                                                     const TmaDescriptor* image, T* __restrict__ y,
-                                                    const ConvGemmShape& g) {
+                                                    const ConvGemmShape& g, bool staging) {
   constexpr int A_TAP = 64 * 64;  // a tap's 64 filters x 64 channels, 16-bit units
   const int taps_w = g.kw, taps_h = g.khkw / g.kw, taps = g.khkw;
   const int box = (BN / g.s_w + taps_h - 1) * g.s_w * 64;  // a box, 16-bit units
@@ -45,6 +45,10 @@ __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters
   unsigned long long* empty = bars + 1;           // [team]: its multiplies are done
   unsigned long long* turn = bars + 3;            // [team]: the other team's K loop is done
   unsigned long long* full = bars + 5;            // [team][kw]: the box has landed
+  // Each consumer warp's staging tile (staged_store_c), after the boxes; rows of s_w % 8 == 0
+  // pixels (conv_tma_halo_tile).
+  unsigned short* stage = boxes + 2 * taps_w * box + (threadIdx.x / 32) * (kStageWarpBytes / 2);
+  const bool staged = staging && (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
   const int tiles = (g.n + BN - 1) / BN;
   if (threadIdx.x == 0) {
     mbarrier_init(a_full, 1);
@@ -96,8 +100,11 @@ __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters
     wgmma_wait<0>();
     wgmma_hold(acc);
     mbarrier_arrive(empty + team);  // the boxes may be refilled
-    mma_store_c<T, 1, BN / 8>(y, g, warp * 16, t * BN,
-                              *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
+    if (staged)
+      staged_store_c<T, BN>(y, g, warp * 16, t * BN, acc, stage);
+    else
+      mma_store_c<T, 1, BN / 8>(y, g, warp * 16, t * BN,
+                                *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
   }
 }
 
@@ -107,7 +114,7 @@ __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters
 extern "C" __global__ void __launch_bounds__(288)
     KILN_CONV_WGMMA_TMA_HALO(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                              const __grid_constant__ kiln::cuda::TmaDescriptor image,
-                             KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_wgmma_tma_halo<KILN_T, KILN_BN>(&filters, &image, y, g);
+                             KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g, int staging) {
+  kiln::cuda::conv_wgmma_tma_halo<KILN_T, KILN_BN>(&filters, &image, y, g, staging != 0);
 }
 #endif
