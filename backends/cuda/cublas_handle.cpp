@@ -22,8 +22,10 @@ class ThreadHandles {
   ThreadHandles() = default;
   ThreadHandles(const ThreadHandles&) = delete;
   ThreadHandles& operator=(const ThreadHandles&) = delete;
-  ~ThreadHandles() {
+  ~ThreadHandles() { clear(); }
+  void clear() {
     for (auto& [device, handle] : handles_) (void)cublasDestroy(handle);
+    handles_.clear();
   }
   cublasHandle_t get(int device) {
     auto it = handles_.find(device);
@@ -38,16 +40,23 @@ class ThreadHandles {
   std::map<int, cublasHandle_t> handles_;
 };
 
+ThreadHandles& thread_handles() {
+  thread_local ThreadHandles handles;
+  return handles;
+}
+
 }  // namespace
 
 cublasHandle_t handle_for(gpu::Stream stream) {
-  thread_local ThreadHandles handles;
+  ThreadHandles& handles = thread_handles();
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   cublasHandle_t handle = handles.get(device);
   KILN_CUBLAS_CHECK(cublasSetStream(handle, stream));
   return handle;
 }
+
+void release_thread_handles() { thread_handles().clear(); }
 
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }

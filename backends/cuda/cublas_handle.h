@@ -14,6 +14,9 @@ namespace kiln::cuda {
 // stream set to `stream`. A handle is not shared between threads, so concurrent callers
 // never race on its stream; it is destroyed when its thread exits.
 cublasHandle_t handle_for(gpu::Stream stream);
+// Destroys the calling thread's handles now rather than at its exit (the warm-up thread's, so
+// that none is destroyed while a program's GEMMs run).
+void release_thread_handles();
 
 // TF32 for f32 GEMMs (10-bit mantissa inputs, about 8x faster on Hopper). Off by default:
 // f32 results then match the CPU to about 1e-6 relative. Read at each GEMM call.

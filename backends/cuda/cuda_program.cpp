@@ -15,6 +15,7 @@
 #include <set>
 
 #include "backends/cuda/cublas_handle.h"
+#include "backends/cuda/warm_up.h"
 #include "backends/cuda/device_allocator.h"
 #include "backends/cuda/cast.h"
 #include "backends/cuda/device_buffers.h"
@@ -442,6 +443,7 @@ Outputs CudaProgram::finish_run() {
 }  // namespace
 
 std::vector<std::size_t> cuda_scratch_bytes(const Graph& compiled, bool tf32) {
+  cuda::wait_for_warm_ups();  // sizing tunes convolutions on the device
   cuda::set_allow_tf32(tf32);
   std::vector<std::size_t> bytes(compiled.nodes().size(), 0);
   for (std::size_t id = 0; id < bytes.size(); ++id) {
@@ -459,6 +461,7 @@ std::vector<std::size_t> cuda_scratch_bytes(const Graph& compiled, bool tf32) {
 std::unique_ptr<Program> make_cuda_program(const Graph& compiled, const Lowering& lowering,
                                            const CudaOptions& options) {
   KILN_CHECK(gpu::cuda_device_count() > 0, "device cuda: {}", gpu::cuda_unavailable_reason());
+  cuda::wait_for_warm_ups();
   return std::make_unique<CudaProgram>(compiled, lowering, options);
 }
 
