@@ -28,6 +28,7 @@ void write_trace(const std::string& path, const std::vector<TraceEvent>& events,
     if (e.node >= 0) {
       event["args"] = {{"node", e.node}};
       if (e.flops > 0) event["args"]["flops"] = e.flops;
+      if (e.bytes > 0) event["args"]["bytes"] = e.bytes;
     }
     list.push_back(std::move(event));
   }

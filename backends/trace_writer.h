@@ -15,6 +15,7 @@ struct TraceEvent {
   double duration_us = 0;
   std::int32_t node = -1;  // the graph's node (args "node"); -1: none (a variable update)
   double flops = 0;        // its floating-point operations (args "flops"; Graph::node_flops)
+  double bytes = 0;        // its operands' bytes (args "bytes"; Graph::node_bytes)
 };
 
 // Writes the events; kiln::Error naming the file if it cannot be written.

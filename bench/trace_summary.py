@@ -5,13 +5,17 @@ one in launch order instead (with --streams 1 each is timed alone), to compare t
 with --overlap, how much of each all-reduce (data parallelism) ran while kernels of the same
 program on other streams did: the communication the backward hides; with --rates, every
 launch that multiplies (convolutions, products: the trace's args "flops") at its TFLOP/s, in
-launch order, then each kind's sum and the convolutions' share of the kernel time.
+launch order, then each kind's sum and the convolutions' share of the kernel time; with
+--bandwidth, every kernel that does not multiply (fused groups, copies, reductions) by its
+operands' bytes (the trace's args "bytes": each input once and each output, the least a launch
+moves) and the GB/s that makes, the heaviest first: how far each is from the memory's rate.
 
-  python3 bench/trace_summary.py TRACE.json [--top N] [--passes | --overlap | --rates]
+  python3 bench/trace_summary.py TRACE.json [--top N] [--passes | --overlap | --rates | --bandwidth]
 """
 import argparse
 import collections
 import json
+import signal
 
 CONV_PASSES = ("conv2d", "conv2d_bias", "conv2d_moments", "conv2d_grad_input", "conv2d_grad_weight")
 
@@ -55,6 +59,28 @@ def print_rates(events):
               f"{conv_gflop / conv_us * 1e3:.1f} TFLOP/s")
 
 
+def print_bandwidth(events, top):
+    """Each kernel name whose launches count bytes and no FLOPs: ms, launches, GB, TB/s."""
+    kinds = collections.defaultdict(lambda: [0.0, 0, 0.0])  # us, launches, bytes
+    for e in events:
+        a = e.get("args", {})
+        if a.get("bytes", 0) > 0 and a.get("flops", 0) == 0:
+            kind = kinds[e["name"]]
+            kind[0] += e["dur"]
+            kind[1] += 1
+            kind[2] += a["bytes"]
+    if not kinds:
+        print("no launch in this trace counts its bytes (a trace from before args were written?)")
+        return
+    us_all = sum(k[0] for k in kinds.values())
+    gb_all = sum(k[2] for k in kinds.values()) / 1e9
+    print(f"{us_all / 1000:.3f} ms, {gb_all:.3f} GB at {gb_all / us_all * 1e6 if us_all else 0:.0f} "
+          f"GB/s in the launches that do not multiply")
+    for name, (us, n, nbytes) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:top]:
+        rate = nbytes / us * 1e-3 if us > 0 else 0.0  # bytes / us -> GB/s
+        print(f"{us / 1000:8.3f} ms {n:4d}x {nbytes / 1e9:8.3f} GB {rate:7.0f} GB/s  {name}")
+
+
 def covered(start, end, spans):
     """Microseconds of [start, end) inside the union of `spans` ((start, end) pairs)."""
     total, reach = 0.0, start
@@ -96,7 +122,10 @@ def main():
                         help="the all-reduces' time hidden under other streams' kernels")
     parser.add_argument("--rates", action="store_true",
                         help="each multiplying launch's TFLOP/s, and the convolutions' share")
+    parser.add_argument("--bandwidth", action="store_true",
+                        help="each other kernel's operand bytes and GB/s, the heaviest first")
     args = parser.parse_args()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     with open(args.trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     if args.passes:
@@ -107,6 +136,9 @@ def main():
         return
     if args.rates:
         print_rates(events)
+        return
+    if args.bandwidth:
+        print_bandwidth(events, args.top)
         return
     total = collections.defaultdict(float)
     launches = collections.Counter()

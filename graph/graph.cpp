@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <set>
+#include <utility>
+
 #include "graph/op_table.h"
 
 namespace kiln {
@@ -153,6 +156,19 @@ double Graph::node_flops(std::int32_t id) const {
   std::vector<TensorType> in;
   for (const ValueRef& r : n.inputs) in.push_back(type(r));
   return n.op->flops(n, in);
+}
+
+double Graph::node_bytes(std::int32_t id) const {
+  const Node& n = node(id);
+  if (!n.op || n.op->kind == OpKind::source || n.op->alias) return 0.0;
+  double bytes = 0;
+  std::set<std::pair<std::int32_t, std::int32_t>> read;
+  for (const ValueRef& r : n.inputs)
+    if (read.insert({r.node, r.index}).second)
+      bytes += static_cast<double>(type(r).shape.numel()) * dtype_size(type(r).dtype);
+  for (const TensorType& t : n.outputs)
+    bytes += static_cast<double>(t.shape.numel()) * dtype_size(t.dtype);
+  return bytes;
 }
 
 ValueRef Graph::output_ref(const std::string& name) const {

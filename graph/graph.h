@@ -114,6 +114,10 @@ class Graph {
   // The floating-point operations of one run of node `id` (OpDef::flops; 0 where the op does
   // not count them, or for a fused group).
   double node_flops(std::int32_t id) const;
+  // The bytes of node `id`'s distinct inputs and of its outputs: what one run must read and
+  // write at the least (a fused group's values outside it), against which a trace shows a
+  // launch's bandwidth; 0 for sources and views (aliases).
+  double node_bytes(std::int32_t id) const;
   Value value(ValueRef ref) { return Value(this, ref); }
   const std::vector<std::pair<std::string, ValueRef>>& outputs() const { return outputs_; }
   const std::vector<std::pair<VariablePtr, ValueRef>>& assignments() const { return assignments_; }

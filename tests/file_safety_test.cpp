@@ -146,12 +146,12 @@ TEST_CASE("the trace writer leaves a user's own <path>.tmp alone and refuses a F
   CHECK(fs::is_fifo(fifo));
 }
 
-// Each launch's node and FLOPs go into the event's args (bench/trace_summary.py --rates reads
-// them); a launch of no node (a variable update) has none.
-TEST_CASE("the trace writer gives a launch its node and FLOPs as args") {
+// Each launch's node, FLOPs and bytes go into the event's args (bench/trace_summary.py --rates
+// reads them); a launch of no node (a variable update) has none.
+TEST_CASE("the trace writer gives a launch its node, FLOPs and bytes as args") {
   ScratchDir dir;
   const fs::path trace = dir.path / "t.json";
-  write_trace(trace.string(), {{"conv2d", 1, 1.0, 2.0, 7, 1.5e9}, {"update w", 0, 3.0, 1.0}},
+  write_trace(trace.string(), {{"conv2d", 1, 1.0, 2.0, 7, 1.5e9, 4096}, {"update w", 0, 3.0, 1.0}},
               "test");
   const nlohmann::json events = nlohmann::json::parse(read_text(trace)).at("traceEvents");
   int launches = 0;
@@ -161,6 +161,7 @@ TEST_CASE("the trace writer gives a launch its node and FLOPs as args") {
     if (e.at("name") == "conv2d") {
       CHECK(e.at("args").at("node") == 7);
       CHECK(e.at("args").at("flops") == 1.5e9);
+      CHECK(e.at("args").at("bytes") == 4096);
     } else {
       CHECK_FALSE(e.contains("args"));
     }

@@ -8,6 +8,7 @@
 
 #include "backends/compile.h"
 #include "core/philox.h"
+#include "fusion/fuse.h"
 #include "graph/op_table.h"
 #include "graph/ops.h"
 
@@ -48,6 +49,29 @@ TEST_CASE("node_flops: convolutions and products count two a multiply-add, other
   CHECK(g.node_flops(matmul(b, g.input("c", Shape{3, 6})).ref().node) == 2.0 * 7 * 6 * 3);
   CHECK(g.node_flops(relu(x).ref().node) == 0.0);
   CHECK(g.node_flops(x.ref().node) == 0.0);  // an input
+}
+
+// The bytes a trace shows for each launch (Graph::node_bytes): its distinct inputs once and its
+// outputs; a fused group's values outside it only, however many members read them.
+TEST_CASE("node_bytes: a launch's distinct operands and outputs; a fused group's outside values") {
+  Graph g;
+  const Value x = g.input("x", Shape{2, 3});  // 24 bytes
+  const Value y = g.input("y", Shape{2, 3}, DType::f64);
+  CHECK(g.node_bytes(x.ref().node) == 0.0);                   // an input
+  CHECK(g.node_bytes((x + x).ref().node) == 24.0 + 24.0);     // x read once
+  CHECK(g.node_bytes(reshape(x, {3, 2}).ref().node) == 0.0);  // a view
+  CHECK(g.node_bytes(cast(y, DType::f32).ref().node) == 48.0 + 24.0);
+  Graph h;  // one group of four members: reads a and b, writes z
+  const Value a = h.input("a", Shape{2, 3}), b = h.input("b", Shape{2, 3});
+  h.output("z", relu(a * 2.0 + b) - a);
+  const Graph fused = fuse(h);
+  int groups = 0;
+  for (std::size_t id = 0; id < fused.nodes().size(); ++id)
+    if (fused.nodes()[id].body) {
+      ++groups;
+      CHECK(fused.node_bytes(static_cast<std::int32_t>(id)) == 24.0 + 24.0 + 24.0);
+    }
+  CHECK(groups == 1);
 }
 
 // Runs reduction `id` over axis 1 of x: [3, 5] on the CPU: the op's own kernel if `direct`,

@@ -182,7 +182,8 @@ Outputs CpuProgram::run(const std::vector<Feed>& feeds) {
                          std::chrono::duration<double, std::micro>(start - run_start).count(),
                          std::chrono::duration<double, std::micro>(now - start).count(),
                          static_cast<std::int32_t>(id),
-                         graph_.node_flops(static_cast<std::int32_t>(id))});
+                         graph_.node_flops(static_cast<std::int32_t>(id)),
+                         graph_.node_bytes(static_cast<std::int32_t>(id))});
       }
       if (profile_ && runs_ > 1) {  // the first run JIT-compiles oneDNN's kernels
         const double seconds =

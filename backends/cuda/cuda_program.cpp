@@ -333,8 +333,10 @@ void CudaProgram::execute(std::vector<TraceEvent>* trace) {
     KILN_CUDA_CHECK(cudaEventElapsedTime(&start, timing[0], timing[1 + 2 * k]));
     KILN_CUDA_CHECK(cudaEventElapsedTime(&end, timing[0], timing[2 + 2 * k]));
     const LaunchStep& step = *steps_[k].order;
+    const bool one_node = step.node >= 0 && step.merged.empty();
     trace->push_back({step.label, step.stream, 1000.0 * start, 1000.0 * (end - start), step.node,
-                      step.node >= 0 && step.merged.empty() ? graph_.node_flops(step.node) : 0.0});
+                      one_node ? graph_.node_flops(step.node) : 0.0,
+                      one_node ? graph_.node_bytes(step.node) : 0.0});
   }
   for (cudaEvent_t e : timing) cudaEventDestroy(e);
 }
