@@ -53,7 +53,7 @@ TEST_CASE("node_flops: convolutions and products count two a multiply-add, other
 
 // The bytes a trace shows for each launch (Graph::node_bytes): its distinct inputs once and its
 // outputs; a fused group's values outside it only, however many members read them.
-TEST_CASE("node_bytes: a launch's distinct operands and outputs; a fused group's outside values") {
+TEST_CASE("node_bytes: a launch's distinct operands and outputs, a fused group's outside values") {
   Graph g;
   const Value x = g.input("x", Shape{2, 3});  // 24 bytes
   const Value y = g.input("y", Shape{2, 3}, DType::f64);
