@@ -12,6 +12,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/cuda_program.h"
 #endif
+#include "core/env_switch.h"
 #include "core/log.h"
 #include "fusion/fuse.h"
 #include "fusion/conv_statistics.h"
@@ -42,10 +43,7 @@ bool dump_wanted(const char* pass) {
 }
 
 // Whether the one-hot products pass runs (KILN_ONE_HOT_PRODUCTS=0 turns it off).
-bool one_hot_products_enabled() {
-  const char* v = std::getenv("KILN_ONE_HOT_PRODUCTS");
-  return v == nullptr || std::string(v) != "0";
-}
+bool one_hot_products_enabled() { return env_switch_on("KILN_ONE_HOT_PRODUCTS"); }
 
 // Prints the graph after `pass` when KILN_DUMP asks for it.
 void dump_after(const char* pass, const Graph& g) {
@@ -79,8 +77,7 @@ Graph apply_precision(const Graph& g, Precision precision) {
 
 Graph apply_channels_last(const Graph& g) {
 #ifdef KILN_HAVE_CUDA
-  const char* v = std::getenv("KILN_CHANNELS_LAST");
-  if (v == nullptr || std::string(v) != "0")
+  if (env_switch_on("KILN_CHANNELS_LAST"))
     return eliminate_dead_code(channels_last_images(g, cuda::conv_node_reads_channels_last));
 #endif
   return g;

@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "gpu/cuda_check.h"
@@ -103,10 +104,7 @@ bool autotune_flushes_l2(std::size_t bytes) {
 }
 
 bool autotune_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KILN_AUTOTUNE");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = env_switch_on("KILN_AUTOTUNE");
   return enabled;
 }
 

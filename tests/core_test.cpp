@@ -1,8 +1,10 @@
 // core: shapes and broadcasting, tensors, dtypes, the Philox generator.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <set>
 
+#include "core/env_switch.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 
@@ -39,6 +41,19 @@ TEST_CASE("tensors convert dtypes, reshape as views and narrow rows") {
   CHECK(row.at(0) == 4);
   CHECK_THROWS_AS(t.narrow_rows(1, 2), Error);
   CHECK_THROWS_WITH_AS(t.data<double>(), doctest::Contains("f32 read as f64"), Error);
+}
+
+TEST_CASE("an environment switch is on unless set to 0") {
+  const char* name = "KILN_TEST_ENV_SWITCH";
+  ::unsetenv(name);
+  CHECK(env_switch_on(name));
+  for (const char* on : {"1", "", "00", "off"}) {
+    ::setenv(name, on, 1);
+    CHECK_MESSAGE(env_switch_on(name), on);
+  }
+  ::setenv(name, "0", 1);
+  CHECK_FALSE(env_switch_on(name));
+  ::unsetenv(name);
 }
 
 TEST_CASE("dtype names round-trip") {

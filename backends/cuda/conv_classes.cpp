@@ -7,6 +7,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/conv_passes.h"
 #include "backends/cuda/conv_tma.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -52,10 +53,7 @@ ConvClasses conv_input_gradient_classes(const kernels::ConvGeometry& g, bool by_
 namespace conv_detail {
 
 std::optional<TmaGradInput> tma_grad_input(const ConvGeometry& g, DType dtype) {
-  static const bool classes_allowed = [] {
-    const char* v = std::getenv("KILN_CONV_CLASSES");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool classes_allowed = env_switch_on("KILN_CONV_CLASSES");
   const GemmDims d = dims_of(g, ConvPass::grad_input);
   ConvGemmShape shape = gemm_shape(g, ConvPass::grad_input, d, d.k);
   if (g.stride == 1) {

@@ -15,6 +15,7 @@
 #include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -125,13 +126,8 @@ void launch_nhwc(DType dtype, const ConvGemmShape& shape, const NhwcPlan& plan, 
 }  // namespace
 
 namespace {
-// Whether the environment leaves switch `name` on (unset, or anything but "0").
-bool switched_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::string(v) != "0";
-}
 bool& wgmma_allowed() {
-  static bool allowed = switched_on("KILN_WGMMA");
+  static bool allowed = env_switch_on("KILN_WGMMA");
   return allowed;
 }
 }  // namespace
@@ -203,7 +199,7 @@ std::optional<WgradTile>& forced_wgrad_tile() {
   return forced;
 }
 bool& wgrad_runs_allowed() {
-  static bool allowed = switched_on("KILN_WGRAD_RUNS");
+  static bool allowed = env_switch_on("KILN_WGRAD_RUNS");
   return allowed;
 }
 }  // namespace

@@ -14,6 +14,7 @@
 #include "backends/cuda/conv_mma.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "gpu/cuda_check.h"
 #include "kiln_kernel_files.h"
@@ -27,10 +28,7 @@ std::optional<bool>& tma_for_testing() {
   return on;
 }
 bool tma_on() {
-  static const bool by_env = [] {
-    const char* v = std::getenv("KILN_CONV_TMA");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool by_env = env_switch_on("KILN_CONV_TMA");
   return tma_for_testing().value_or(by_env && !conv_tiles_forced());
 }
 
@@ -114,18 +112,12 @@ std::optional<bool>& halo_for_testing() {
   return on;
 }
 bool halo_on() {
-  static const bool by_env = [] {
-    const char* v = std::getenv("KILN_CONV_TMA_HALO");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool by_env = env_switch_on("KILN_CONV_TMA_HALO");
   return halo_for_testing().value_or(by_env);
 }
 
 bool& wide_on() {
-  static bool on = [] {
-    const char* v = std::getenv("KILN_CONV_TMA_WIDE");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static bool on = env_switch_on("KILN_CONV_TMA_WIDE");
   return on;
 }
 
@@ -180,20 +172,14 @@ int persistent_grid(std::int64_t tiles) {
 // resnet18 bf16 b512 on the H200, with staged stores: 6.911 -> 6.822 ms (a block a tile where
 // the K loop is longer than the stages: 6.911). KILN_CONV_TMA_PERSISTENT=0: two teams only.
 bool tma_persistent(const TmaTile& tile) {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_CONV_TMA_PERSISTENT");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool on = env_switch_on("KILN_CONV_TMA_PERSISTENT");
   return tile.teams == 2 || (on && tile.split == 1);
 }
 
 // Whether the passes store y through shared memory (staged_store_c in kernels/conv_mma.cuh);
 // KILN_CONV_TMA_STAGING=0: from the fragments (mma_store_c).
 int staging_on() {
-  static const int on = [] {
-    const char* v = std::getenv("KILN_CONV_TMA_STAGING");
-    return v == nullptr || std::string(v) != "0" ? 1 : 0;
-  }();
+  static const int on = env_switch_on("KILN_CONV_TMA_STAGING") ? 1 : 0;
   return on;
 }
 

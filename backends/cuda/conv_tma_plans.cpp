@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cuda/conv_tma.h"
+#include "core/env_switch.h"
 
 namespace kiln::cuda {
 namespace {
@@ -105,10 +106,7 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int m
   const std::int64_t steps = (static_cast<std::int64_t>(g.k) + 63) / 64;
   // The quickest split by wgrad_time, at least 4 steps a split (the fewest splits of a tie);
   // KILN_CONV_WGRAD_WAVES=0: the earlier rule, about a block an SM (for measuring).
-  static const bool by_waves = [] {
-    const char* v = std::getenv("KILN_CONV_WGRAD_WAVES");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool by_waves = env_switch_on("KILN_CONV_WGRAD_WAVES");
   std::int64_t wanted = by_waves ? 1
                                  : std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1,
                                                             std::max<std::int64_t>(1, steps / 4));

@@ -16,6 +16,7 @@
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/op_entry.h"
+#include "core/env_switch.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "gpu/cuda_check.h"
@@ -106,10 +107,7 @@ std::optional<bool>& nhwc_wide_for_testing() {
 
 namespace {
 bool nhwc_wide_on() {
-  static const bool by_env = [] {
-    const char* v = std::getenv("KILN_NHWC_WIDE");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool by_env = env_switch_on("KILN_NHWC_WIDE");
   return nhwc_wide_for_testing().value_or(by_env);
 }
 
