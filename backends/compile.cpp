@@ -23,6 +23,7 @@
 #include "graph/op.h"
 #include "graph/passes/autocast.h"
 #include "graph/passes/channels_last.h"
+#include "graph/passes/channels_last_values.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/hoist_collectives.h"
@@ -63,7 +64,7 @@ Graph simplify_for_fusion(const Graph& recorded) {
   dump_after("fold_constants", g);
   g = eliminate_dead_code(apply_masks_before_pool_grads(g));
   dump_after("pool_grad_masks", g);
-  if (const char* r = std::getenv("KILN_RECOMPUTE"); r == nullptr || std::string(r) != "0") {
+  if (env_switch_on("KILN_RECOMPUTE")) {
     g = eliminate_dead_code(recompute_in_readers(g));
     dump_after("recompute_in_readers", g);
   }
@@ -77,15 +78,18 @@ Graph apply_precision(const Graph& g, Precision precision) {
 
 Graph apply_channels_last(const Graph& g) {
 #ifdef KILN_HAVE_CUDA
-  if (env_switch_on("KILN_CHANNELS_LAST"))
-    return eliminate_dead_code(channels_last_images(g, cuda::conv_node_reads_channels_last));
+  if (env_switch_on("KILN_CHANNELS_LAST")) {
+    const Graph images =
+        eliminate_dead_code(channels_last_images(g, cuda::conv_node_reads_channels_last));
+    if (!env_switch_set("KILN_CHANNELS_LAST_VALUES")) return images;
+    return eliminate_dead_code(channels_last_values(images, cuda::conv_node_channels_last_sides));
+  }
 #endif
   return g;
 }
 
 Graph apply_conv_statistics(const Graph& g) {
-  const char* on = std::getenv("KILN_CONV_MOMENTS");
-  if (on == nullptr || std::string(on) != "1") return g;
+  if (!env_switch_set("KILN_CONV_MOMENTS")) return g;
 #ifdef KILN_HAVE_CUDA
   return eliminate_dead_code(fuse_conv_statistics(g, cuda::conv_node_writes_moments,
                                                   cuda_stage_options().max_row_elements));

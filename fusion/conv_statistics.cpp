@@ -44,7 +44,7 @@ std::optional<int> channel_sum_of(const Graph& g, const Readers& readers, int v)
 std::optional<Match> match(const Graph& g, const Readers& readers, int conv,
                            const ConvMomentsWanted& takes, std::int64_t min_pixels) {
   const Node& c = g.node(conv);
-  if (c.op->id != OpId::conv2d) return std::nullopt;
+  if (c.op->id != OpId::conv2d || conv_y_channels_last(c.attrs)) return std::nullopt;  // y NCHW
   const Shape& y = c.outputs[0].shape;
   if (y[0] * y[2] * y[3] <= min_pixels) return std::nullopt;
   std::vector<TensorType> in;

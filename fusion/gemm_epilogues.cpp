@@ -11,6 +11,7 @@
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
 #include "graph/op_table.h"
+#include "graph/ops.h"
 
 namespace kiln {
 namespace {
@@ -26,7 +27,8 @@ struct Epilogue {
 // an f32 convolution's forward; its bias runs along axis 1 either way.
 bool takes_product(const Node& m, GemmEpilogueOptions options) {
   const DType dtype = m.outputs[0].dtype;
-  if (m.op->id == OpId::conv2d) return options.convolutions && dtype == DType::f32;
+  if (m.op->id == OpId::conv2d)  // its bias along axis 1: y stored NCHW
+    return options.convolutions && dtype == DType::f32 && !conv_y_channels_last(m.attrs);
   return m.op->id == OpId::matmul && m.outputs[0].shape.rank() == 2 &&
          (is_low_precision(dtype) ? options.low_products : options.f32_products);
 }

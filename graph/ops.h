@@ -89,14 +89,18 @@ Value pad(Value x, std::int64_t axis, std::int64_t before, std::int64_t after);
 Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
 
 // Convolution and pooling on NCHW tensors.
-// x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> [B, Cout, OH, OW]. channels_last: x is stored
-// [B, H, W, Cin] (conv2d and conv2d_grad_weight; the output stays NCHW).
+// x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> [B, Cout, OH, OW]. channels_last: the image side
+// (x; grad_input's dx) is stored [B, H, W, Cin]; y_channels_last: the output side (y; the
+// gradients' dy) is stored [B, OH, OW, Cout] (below: conv_image_channels_last). input_shape is
+// x's [B, C, H, W] shape either way.
 Value conv2d(Value x, Value w, std::int64_t stride = 1, std::int64_t padding = 0,
-             bool channels_last = false);
+             bool channels_last = false, bool y_channels_last = false);
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
-                        std::int64_t padding);
+                        std::int64_t padding, bool y_channels_last = false,
+                        bool channels_last = false);
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
-                         std::int64_t padding, bool channels_last = false);
+                         std::int64_t padding, bool channels_last = false,
+                         bool y_channels_last = false);
 // conv2d's y with, over each run of kConvMomentRun of its pixels in (image, row, column) order
 // (the last run shorter), every output channel's count, mean and sum of squared deviations from
 // that mean: {y, moments}, moments f32 [3, T, Cout] (counts, means, squared deviations; T =
@@ -106,10 +110,16 @@ Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int6
 inline constexpr std::int64_t kConvMomentRun = 64;
 std::pair<Value, Value> conv2d_moments(Value x, Value w, std::int64_t stride, std::int64_t padding,
                                        bool channels_last = false);
-// Whether a conv2d, conv2d_moments or conv2d_grad_weight node's attributes say its image is
-// stored channels-last, and the mark that says so.
+// A convolution node's two activations: its image side (x of conv2d, conv2d_moments and
+// conv2d_grad_weight; dx, the output, of conv2d_grad_input) and its output side (y of conv2d; dy
+// of the two gradients). Either may be stored channels-last, [B, H, W, C]: the attribute
+// "channels_last" = 1 says so of the image side, "y_channels_last" = 1 of the output side
+// (conv2d, conv2d_grad_input and conv2d_grad_weight only). Shapes are checked and kernels chosen
+// on both as [B, C, H, W]. Whether a node's attributes say so, and the marks that say so:
 bool conv_image_channels_last(const Attrs& attrs);
 void mark_conv_image_channels_last(Attrs& attrs);
+bool conv_y_channels_last(const Attrs& attrs);
+void mark_conv_y_channels_last(Attrs& attrs);
 // The permutations between NCHW and NHWC (transpose's perm).
 inline const std::vector<std::int64_t> kChannelsLast{0, 2, 3, 1}, kChannelsFirst{0, 3, 1, 2};
 // Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "core/env_switch.h"
+
 #include "graph/nn/batch_norm.h"
 #include "graph/nn/functional.h"
 #include "graph/train_step.h"
@@ -70,8 +72,7 @@ GanSteps::GanSteps(Gan& gan, std::int64_t batch, const OptimizerConfig& optimize
                    const CompileOptions& options, const TrainStepOptions& step)
     : d_optimizer_(make_optimizer(optimizer)),
       g_optimizer_(make_optimizer(optimizer)),
-      sync_(std::getenv("KILN_GAN_SYNC") != nullptr &&
-            std::string(std::getenv("KILN_GAN_SYNC")) == "1") {
+      sync_(env_switch_set("KILN_GAN_SYNC")) {
   {
     Graph g;
     record_discriminator_step(g, gan, batch, *d_optimizer_, step);

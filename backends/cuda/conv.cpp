@@ -306,6 +306,11 @@ bool conv_reads_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass)
   return false;
 }
 
+bool conv_runs_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  return pass == ConvPass::grad_input ? use_nhwc(g, dtype, pass)
+                                      : conv_reads_channels_last(g, dtype, pass);
+}
+
 bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
   if (g.batch == 0 || !use_nhwc(g, dtype, ConvPass::forward)) return false;
   const GemmDims d = dims_of(g, ConvPass::forward);

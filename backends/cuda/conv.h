@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "gpu/cuda_runtime.h"
 #include "graph/graph.h"
+#include "graph/passes/channels_last_values.h"
 #include "graph/kernels/conv_cpu.h"
 
 namespace kiln::cuda {
@@ -58,10 +59,21 @@ std::vector<gpu::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& 
 // channels-last ([B, H, W, Cin]: x_channels_last below; graph/passes/channels_last.h), and
 // skip the copy.
 bool conv_reads_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
+// Whether `pass` runs on the channels-last tensor-core kernels (the TMA or wgmma passes over NHWC
+// operands; grad_weight's TMA pass), which could take y, dy and dx channels-last too.
+bool conv_runs_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
 // The same for a bf16/f16 conv2d or conv2d_grad_weight node whose image (inputs[0]) is
 // [B, C, H, W]: the layout pass's choice on the GPU (graph/passes/channels_last.h). False for
 // f32, whose passes depend on the TF32 switch that the program sets later.
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs);
+// Which activations of a bf16/f16 conv2d, conv2d_grad_input or conv2d_grad_weight node
+// (inputs: as the node has them) the channels-last values pass
+// (graph/passes/channels_last_values.h) may store channels-last: with KILN_CHANNELS_LAST_VALUES=1,
+// the output side (and grad_input's dx) of every pass that runs on the channels-last tensor-core
+// kernels; otherwise none. The passes do not take them yet (conv_op.cpp refuses such a node), so
+// the switch serves `dump`'s projection of the graph they would run, not a program.
+ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
+                                                std::span<const TensorType> inputs);
 // Whether the forward of a conv2d node (inputs: its image, [B, H, W, C] where the node is marked
 // channels-last, and its weights) runs the TMA pass, whose epilogue computes conv2d_moments'
 // run moments (the conv-statistics pass's choice on the GPU, fusion/conv_statistics.h).

@@ -11,20 +11,34 @@
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/op_entry.h"
+#include "core/env_switch.h"
 #include "graph/ops.h"
 
 namespace kiln::cuda {
 namespace {
 
 // The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
-// or the output (grad_input), as [B, C, H, W] (a channels-last image, graph/passes/
-// channels_last.h, is stored [B, H, W, C]); w the second input or, in grad_weight, the output.
+// or the output (grad_input), as [B, C, H, W] (a channels-last image, graph/ops.h, is stored
+// [B, H, W, C]); w the second input or, in grad_weight, the output.
 kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTypes& in) {
   Shape x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
-  if (pass != ConvPass::grad_input && conv_image_channels_last(node.attrs))
-    x = Shape{x[0], x[3], x[1], x[2]};
+  if (conv_image_channels_last(node.attrs)) x = Shape{x[0], x[3], x[1], x[2]};
   const Shape& w = pass == ConvPass::grad_weight ? node.outputs[0].shape : in[1].shape;
   return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
+}
+
+// The passes read and write y (dy) as [B, C, H, W] and grad_input writes dx so: a node marked
+// otherwise (graph/ops.h; graph/passes/channels_last_values.h marks none for the GPU yet) is
+// refused, not run on misread memory.
+void refuse_channels_last_y(ConvPass pass, const Node& node) {
+  KILN_CHECK(!conv_y_channels_last(node.attrs),
+             "{}: the GPU's convolution passes do not take y or dy stored channels-last "
+             "(attribute y_channels_last)",
+             node.op->name);
+  KILN_CHECK(pass != ConvPass::grad_input || !conv_image_channels_last(node.attrs),
+             "{}: the GPU's input-gradient pass does not write dx channels-last (attribute "
+             "channels_last)",
+             node.op->name);
 }
 
 // How a node's image reaches its pass: as stored, channels-last where the pass reads it so, or
@@ -63,6 +77,7 @@ void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, con
 CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
   CudaOpEntry e;
   e.prepare = [pass, moments](const LaunchSetup& s) -> Launch {
+    refuse_channels_last_y(pass, s.node);
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
     const ImageRoute route = image_route(pass, s.node, g, dtype);
@@ -238,6 +253,21 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
       conv.op->id == OpId::conv2d_grad_weight ? ConvPass::grad_weight : ConvPass::forward;
   const InputTypes in(inputs.begin(), inputs.end());
   return conv_reads_channels_last(geometry_of(pass, conv, in), dtype, pass);
+}
+
+ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
+                                                std::span<const TensorType> inputs) {
+  const DType dtype = inputs[0].dtype;
+  if (!env_switch_set("KILN_CHANNELS_LAST_VALUES") || !is_low_precision(dtype)) return {};
+  const ConvPass pass = conv.op->id == OpId::conv2d_grad_weight  ? ConvPass::grad_weight
+                        : conv.op->id == OpId::conv2d_grad_input ? ConvPass::grad_input
+                                                                 : ConvPass::forward;
+  const InputTypes in(inputs.begin(), inputs.end());
+  const bool tensor_cores = conv_runs_channels_last(geometry_of(pass, conv, in), dtype, pass);
+  const bool grad_input = pass == ConvPass::grad_input;
+  return {.y = tensor_cores,
+          .image = tensor_cores && grad_input,
+          .copies_nchw_dy = tensor_cores && grad_input};
 }
 
 void add_conv_ops(CudaOpTable& table) {

@@ -1,8 +1,10 @@
 // conv2d and its two backward ops. All three are bilinear, so each one's gradient is
 // one of the other two (or conv2d itself); the whole family is closed under autograd.
-// conv2d and conv2d_grad_weight may read their image x channels-last: the optional attribute
-// "channels_last" = 1 says x is stored [B, H, W, C] (graph/passes/channels_last.h puts it
-// there); shapes are checked and kernels chosen on x as [B, C, H, W].
+// Either activation of a pass may be stored channels-last (graph/ops.h): the image side
+// (attribute "channels_last" = 1, graph/passes/channels_last.h puts it there) and the output
+// side ("y_channels_last" = 1, graph/passes/channels_last_values.h); shapes are checked and
+// kernels chosen on both as [B, C, H, W]. The CPU's kernels read such an input through a
+// transposed copy and write such an output through one, so the marks never change a result.
 #include <algorithm>
 
 #include "graph/kernels/conv_cpu.h"
@@ -21,20 +23,40 @@ struct ConvAttrs {
 };
 ConvAttrs conv_attrs(const Attrs& a) { return {a.integer("stride"), a.integer("padding")}; }
 
-// The image's [B, C, H, W] shape from its stored one.
-Shape image_shape(const char* op, const Shape& stored, const Attrs& a) {
-  if (!conv_image_channels_last(a)) return stored;
-  KILN_CHECK(stored.rank() == 4, "{}: a channels-last input must be [B, H, W, C] but is {}", op,
-             stored.str());
+// An activation's [B, C, H, W] shape from its stored one (`last`: stored [B, H, W, C]).
+Shape logical_shape(const char* op, const Shape& stored, bool last) {
+  if (!last) return stored;
+  KILN_CHECK(stored.rank() == 4, "{}: a channels-last activation must be [B, H, W, C] but is {}",
+             op, stored.str());
   return Shape{stored[0], stored[3], stored[1], stored[2]};
 }
+// The stored shape of a [B, C, H, W] activation.
+Shape stored_shape(const Shape& logical, bool last) {
+  return last ? Shape{logical[0], logical[2], logical[3], logical[1]} : logical;
+}
+Shape image_shape(const char* op, const Shape& stored, const Attrs& a) {
+  return logical_shape(op, stored, conv_image_channels_last(a));
+}
 
-// The image as [B, C, H, W] for the CPU kernels: x itself, or a transposed copy.
-Tensor channels_first(const Tensor& x, const Attrs& a) {
-  if (!conv_image_channels_last(a)) return x;
-  Tensor nchw = Tensor::empty(image_shape("conv2d", x.shape(), a), x.dtype());
+// An activation as [B, C, H, W] for the CPU kernels: itself, or a transposed copy.
+Tensor channels_first(const Tensor& x, bool last) {
+  if (!last) return x;
+  Tensor nchw = Tensor::empty(logical_shape("conv2d", x.shape(), true), x.dtype());
   kernels::transpose(x, kChannelsFirst, nchw);
   return nchw;
+}
+Tensor channels_first(const Tensor& x, const Attrs& a) {
+  return channels_first(x, conv_image_channels_last(a));
+}
+
+// Runs `compute` on `out` as [B, C, H, W]: on out itself, or (out stored channels-last) on a
+// temporary then transposed into out.
+template <class Compute>
+void into_channels_first(Tensor& out, bool last, Compute&& compute) {
+  if (!last) return compute(out);
+  Tensor nchw = Tensor::empty(logical_shape("conv2d", out.shape(), true), out.dtype());
+  compute(nchw);
+  kernels::transpose(nchw, kChannelsLast, out);
 }
 
 // Each pass's geometry from its call, the image in [B, C, H, W] terms: for its kernel and for
@@ -46,8 +68,9 @@ kernels::ConvGeometry forward_geometry(const KernelCall& call) {
 }
 kernels::ConvGeometry grad_input_geometry(const KernelCall& call) {
   const ConvAttrs a = conv_attrs(call.node.attrs);
-  return kernels::conv_geometry(call.outputs[0].shape(), call.inputs[1].shape(), a.stride,
-                                a.padding);
+  return kernels::conv_geometry(
+      image_shape("conv2d_grad_input", call.outputs[0].shape(), call.node.attrs),
+      call.inputs[1].shape(), a.stride, a.padding);
 }
 kernels::ConvGeometry grad_weight_geometry(const KernelCall& call) {
   const ConvAttrs a = conv_attrs(call.node.attrs);
@@ -57,9 +80,9 @@ kernels::ConvGeometry grad_weight_geometry(const KernelCall& call) {
 }
 
 // The activations a pass can take in oneDNN's blocked layout (OpDef::cpu_blocked), from the
-// node's types: none where the image is stored channels-last (the CPU reads a copy).
+// node's types: none where an activation is stored channels-last (the CPU reads a copy).
 std::uint32_t blocked_of(kernels::ConvPass pass, const Node& n, std::span<const TensorType> in) {
-  if (conv_image_channels_last(n.attrs)) return 0;
+  if (conv_image_channels_last(n.attrs) || conv_y_channels_last(n.attrs)) return 0;
   const ConvAttrs a = conv_attrs(n.attrs);
   const Shape& image = pass == kernels::ConvPass::grad_input ? n.outputs[0].shape : in[0].shape;
   const Shape& w = pass == kernels::ConvPass::grad_weight ? n.outputs[0].shape : in[1].shape;
@@ -100,29 +123,32 @@ OpDef conv_forward_op() {
   };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d", in);
-    return std::vector<TensorType>{
-        {conv_output_shape("conv2d", image_shape("conv2d", in[0].shape, attrs), in[1].shape,
-                           conv_attrs(attrs)),
-         in[0].dtype}};
+    const Shape y = conv_output_shape("conv2d", image_shape("conv2d", in[0].shape, attrs),
+                                      in[1].shape, conv_attrs(attrs));
+    return std::vector<TensorType>{{stored_shape(y, conv_y_channels_last(attrs)), in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
     const ConvAttrs a = conv_attrs(c.node.attrs);
     const Value& x = c.inputs[0];
     const Value& w = c.inputs[1];
-    const Value& dy = c.output_grads[0];
+    const Value& dy = c.output_grads[0];  // stored as y is
     const bool last = conv_image_channels_last(c.node.attrs);
+    const bool y_last = conv_y_channels_last(c.node.attrs);
     Value dx, dw;
     if (c.needs_grad[0]) {
       dx = conv2d_grad_input(dy, w, image_shape("conv2d", x.shape(), c.node.attrs), a.stride,
-                             a.padding);
+                             a.padding, y_last);
       if (last) dx = transpose(dx, kChannelsLast);
     }
-    if (c.needs_grad[1]) dw = conv2d_grad_weight(x, dy, w.shape(), a.stride, a.padding, last);
+    if (c.needs_grad[1])
+      dw = conv2d_grad_weight(x, dy, w.shape(), a.stride, a.padding, last, y_last);
     return std::vector<Value>{dx, dw};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::conv2d_forward(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
-                            call.outputs[0], forward_geometry(call), call.blocked);
+    const Tensor x = channels_first(call.inputs[0], call.node.attrs);
+    into_channels_first(call.outputs[0], conv_y_channels_last(call.node.attrs), [&](Tensor& y) {
+      kernels::conv2d_forward(x, call.inputs[1], y, forward_geometry(call), call.blocked);
+    });
   };
   op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
     return blocked_of(kernels::ConvPass::forward, n, in);
@@ -272,23 +298,32 @@ OpDef conv_grad_input_op() {
     ops::check_floating_inputs("conv2d_grad_input", in);
     const Shape x(attrs.integers("shape"));
     const Shape y = conv_output_shape("conv2d_grad_input", x, in[1].shape, conv_attrs(attrs));
-    KILN_CHECK(in[0].shape == y, "conv2d_grad_input: dy is {} but the convolution output is {}",
-               in[0].str(), y.str());
-    return std::vector<TensorType>{{x, in[0].dtype}};
+    const bool y_last = conv_y_channels_last(attrs);
+    KILN_CHECK(in[0].shape == stored_shape(y, y_last),
+               "conv2d_grad_input: dy is {} but the convolution output is {}{}", in[0].str(),
+               stored_shape(y, y_last).str(), y_last ? " (channels-last)" : "");
+    return std::vector<TensorType>{{stored_shape(x, conv_image_channels_last(attrs)), in[0].dtype}};
   };
-  op.grad = [](const GradContext& c) {
+  op.grad = [](const GradContext& c) {  // g: stored as dx is
     const ConvAttrs a = conv_attrs(c.node.attrs);
     const Value& dy = c.inputs[0];
     const Value& w = c.inputs[1];
     const Value& g = c.output_grads[0];
+    const bool last = conv_image_channels_last(c.node.attrs);
+    const bool y_last = conv_y_channels_last(c.node.attrs);
     Value d_dy, d_w;
-    if (c.needs_grad[0]) d_dy = conv2d(g, w, a.stride, a.padding);
-    if (c.needs_grad[1]) d_w = conv2d_grad_weight(g, dy, w.shape(), a.stride, a.padding);
+    if (c.needs_grad[0]) d_dy = conv2d(g, w, a.stride, a.padding, last, y_last);
+    if (c.needs_grad[1])
+      d_w = conv2d_grad_weight(g, dy, w.shape(), a.stride, a.padding, last, y_last);
     return std::vector<Value>{d_dy, d_w};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::conv2d_backward_input(call.inputs[0], call.inputs[1], call.outputs[0],
-                                   grad_input_geometry(call), call.blocked);
+    const Tensor dy = channels_first(call.inputs[0], conv_y_channels_last(call.node.attrs));
+    into_channels_first(call.outputs[0], conv_image_channels_last(call.node.attrs),
+                        [&](Tensor& dx) {
+                          kernels::conv2d_backward_input(dy, call.inputs[1], dx,
+                                                         grad_input_geometry(call), call.blocked);
+                        });
   };
   op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
     return blocked_of(kernels::ConvPass::grad_input, n, in);
@@ -316,8 +351,10 @@ OpDef conv_grad_weight_op() {
     const Shape y = conv_output_shape("conv2d_grad_weight",
                                       image_shape("conv2d_grad_weight", in[0].shape, attrs), w,
                                       conv_attrs(attrs));
-    KILN_CHECK(in[1].shape == y, "conv2d_grad_weight: dy is {} but the convolution output is {}",
-               in[1].str(), y.str());
+    const bool y_last = conv_y_channels_last(attrs);
+    KILN_CHECK(in[1].shape == stored_shape(y, y_last),
+               "conv2d_grad_weight: dy is {} but the convolution output is {}{}", in[1].str(),
+               stored_shape(y, y_last).str(), y_last ? " (channels-last)" : "");
     return std::vector<TensorType>{{w, in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
@@ -326,18 +363,21 @@ OpDef conv_grad_weight_op() {
     const Value& dy = c.inputs[1];
     const Value& g = c.output_grads[0];
     const bool last = conv_image_channels_last(c.node.attrs);
+    const bool y_last = conv_y_channels_last(c.node.attrs);
     Value d_x, d_dy;
     if (c.needs_grad[0]) {
       d_x = conv2d_grad_input(dy, g, image_shape("conv2d_grad_weight", x.shape(), c.node.attrs),
-                              a.stride, a.padding);
+                              a.stride, a.padding, y_last);
       if (last) d_x = transpose(d_x, kChannelsLast);
     }
-    if (c.needs_grad[1]) d_dy = conv2d(x, g, a.stride, a.padding, last);
+    if (c.needs_grad[1]) d_dy = conv2d(x, g, a.stride, a.padding, last, y_last);
     return std::vector<Value>{d_x, d_dy};
   };
   op.cpu = [](const KernelCall& call) {
-    kernels::conv2d_backward_weight(channels_first(call.inputs[0], call.node.attrs), call.inputs[1],
-                                    call.outputs[0], grad_weight_geometry(call), call.blocked);
+    kernels::conv2d_backward_weight(
+        channels_first(call.inputs[0], call.node.attrs),
+        channels_first(call.inputs[1], conv_y_channels_last(call.node.attrs)), call.outputs[0],
+        grad_weight_geometry(call), call.blocked);
   };
   op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
     return blocked_of(kernels::ConvPass::grad_weight, n, in);
@@ -358,6 +398,12 @@ bool conv_image_channels_last(const Attrs& attrs) {
 
 void mark_conv_image_channels_last(Attrs& attrs) { attrs.set("channels_last", std::int64_t{1}); }
 
+bool conv_y_channels_last(const Attrs& attrs) {
+  return attrs.has("y_channels_last") && attrs.integer("y_channels_last") != 0;
+}
+
+void mark_conv_y_channels_last(Attrs& attrs) { attrs.set("y_channels_last", std::int64_t{1}); }
+
 void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_forward_op());
   table.push_back(conv_bias_op());
@@ -366,9 +412,11 @@ void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_moments_op());
 }
 
-Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding, bool channels_last) {
+Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding, bool channels_last,
+             bool y_channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
   if (channels_last) mark_conv_image_channels_last(attrs);
+  if (y_channels_last) mark_conv_y_channels_last(attrs);
   return x.graph().apply1(OpId::conv2d, {x, w}, std::move(attrs));
 }
 
@@ -381,16 +429,19 @@ std::pair<Value, Value> conv2d_moments(Value x, Value w, std::int64_t stride, st
 }
 
 Value conv2d_grad_input(Value dy, Value w, const Shape& input_shape, std::int64_t stride,
-                        std::int64_t padding) {
+                        std::int64_t padding, bool y_channels_last, bool channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
+  if (channels_last) mark_conv_image_channels_last(attrs);
+  if (y_channels_last) mark_conv_y_channels_last(attrs);
   attrs.set("shape", input_shape.dims());
   return dy.graph().apply1(OpId::conv2d_grad_input, {dy, w}, std::move(attrs));
 }
 
 Value conv2d_grad_weight(Value x, Value dy, const Shape& weight_shape, std::int64_t stride,
-                         std::int64_t padding, bool channels_last) {
+                         std::int64_t padding, bool channels_last, bool y_channels_last) {
   Attrs attrs = make_conv_attrs(stride, padding);
   if (channels_last) mark_conv_image_channels_last(attrs);
+  if (y_channels_last) mark_conv_y_channels_last(attrs);
   attrs.set("shape", weight_shape.dims());
   return x.graph().apply1(OpId::conv2d_grad_weight, {x, dy}, std::move(attrs));
 }

@@ -1,0 +1,235 @@
+// Channels-last values: convolutions that write y and dx and read dy stored [B, H, W, C]
+// (graph/ops.h), and the pass that carries that layout through the work between them
+// (graph/passes/channels_last_values.h), checked on the CPU against the NCHW graph.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <memory>
+
+#include "backends/compile.h"
+#include "graph/autograd.h"
+#include "graph/nn/functional.h"
+#include "graph/op.h"
+#include "graph/ops.h"
+#include "graph/passes/channels_last.h"
+#include "graph/passes/channels_last_values.h"
+#include "graph/passes/dead_code.h"
+#include "graph/passes/verify.h"
+#include "models/resnet.h"
+#include "tests/support.h"
+
+namespace kiln {
+namespace {
+
+int count_nodes(const Graph& g, OpId id) {
+  int count = 0;
+  for (const Node& n : g.nodes()) count += n.op->id == id;
+  return count;
+}
+
+int count_marked(const Graph& g, OpId id, bool (*marked)(const Attrs&)) {
+  int count = 0;
+  for (const Node& n : g.nodes()) count += n.op->id == id && marked(n.attrs);
+  return count;
+}
+
+std::int64_t transposed_elements(const Graph& g) {
+  std::int64_t elements = 0;
+  for (const Node& n : g.nodes())
+    if (n.op->id == OpId::transpose) elements += n.outputs[0].shape.numel();
+  return elements;
+}
+
+void check_same_bits(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) differ += a.at(i) != b.at(i);
+  CHECK(differ == 0);
+}
+
+ChannelsLastSides every_side(const Node&, std::span<const TensorType>) {
+  return {.y = true, .image = true};
+}
+bool every_image(const Node&, std::span<const TensorType>) { return true; }
+
+// ResNet-18's training step (CIFAR form, 3 x 8 x 8 images, batch 2, cross-entropy) in
+// `precision`: the loss and every parameter's gradient as outputs; batch norm's running
+// statistics as assignments.
+struct ResNetStep {
+  Graph graph;
+  std::unique_ptr<ResNet18> model;
+};
+ResNetStep resnet18_step(Precision precision) {
+  ResNetStep s;
+  Philox rng(5);
+  s.model = std::make_unique<ResNet18>(rng);
+  Graph& g = s.graph;
+  const Value loss =
+      cross_entropy((*s.model)(g.input("x", {2, 3, 8, 8})), g.input("labels", {2}, DType::i64));
+  std::vector<Value> params;
+  for (const VariablePtr& p : s.model->parameters()) params.push_back(g.variable(p));
+  const std::vector<Value> grads = grad(loss, params);
+  g.output("loss", loss);
+  for (std::size_t k = 0; k < grads.size(); ++k) g.output(fmt::format("grad{}", k), grads[k]);
+  s.graph = eliminate_dead_code(apply_precision(g, precision));
+  return s;
+}
+
+// The outputs of one run of g, then the values it assigned (the variables restored after).
+std::map<std::string, Tensor> run_and_restore(const Graph& g, const std::vector<Feed>& feeds) {
+  std::map<VariablePtr, Tensor> before;
+  for (const auto& [var, ref] : g.assignments()) before[var] = var->value.clone();
+  std::map<std::string, Tensor> results = test::run_once(g, feeds);
+  for (auto& [var, value] : before) {
+    results["assigned " + var->name] = var->value.clone();
+    var->value.copy_from(value);
+  }
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("convolutions writing y and dx and reading dy channels-last give the NCHW bits (CPU)") {
+  for (auto [stride, padding] : {std::pair{1, 1}, std::pair{2, 0}}) {
+    CAPTURE(stride);
+    const Shape x_shape{3, 5, 7, 6};
+    Outputs results[2];
+    for (bool last : {false, true}) {
+      Graph g;
+      const Value x = g.input("x", x_shape);
+      const Value w = g.input("w", {4, 5, 3, 3});
+      const Value seed = g.input(
+          "dy", {3, 4, (7 + 2 * padding - 3) / stride + 1, (6 + 2 * padding - 3) / stride + 1});
+      // y and each gradient's dy channels-last where `last`; dx too, read back as NCHW.
+      const Value y_stored = conv2d(x, w, stride, padding, false, last);
+      const Value y = last ? transpose(y_stored, kChannelsFirst) : y_stored;
+      const Value dy = last ? transpose(seed, kChannelsLast) : seed;
+      const Value dx_stored = conv2d_grad_input(dy, w, x_shape, stride, padding, last, last);
+      const Value dx = last ? transpose(dx_stored, kChannelsFirst) : dx_stored;
+      const Value dw = conv2d_grad_weight(x, dy, w.shape(), stride, padding, false, last);
+      // Gradients through the marked ops: each one's rule must keep the layouts straight.
+      const std::vector<Value> first = grad(sum_all(y * y), {x, w});
+      const std::vector<Value> second = grad(sum_all(dx * dx) + sum_all(dw * dw), {x, w, seed});
+      g.output("y", y);
+      g.output("dx", dx);
+      g.output("dw", dw);
+      g.output("grad x", first[0]);
+      g.output("grad w", first[1]);
+      g.output("grad2 w", second[1]);
+      g.output("grad2 dy", second[2]);
+      CHECK(count_marked(g, OpId::conv2d_grad_input, conv_y_channels_last) == (last ? 3 : 0));
+      results[last] = test::run_once(g, test::random_feeds(g, 60 + stride));
+    }
+    for (const auto& [name, tensor] : results[0]) {
+      CAPTURE(name);
+      check_same_bits(results[1].at(name), tensor);
+    }
+  }
+}
+
+TEST_CASE("a channels-last dy must be [B, OH, OW, Cout]") {
+  Graph g;
+  const Value w = g.input("w", {4, 5, 3, 3});
+  const Value nchw_dy = g.input("dy", {2, 4, 6, 6});
+  CHECK_THROWS_WITH_AS(conv2d_grad_input(nchw_dy, w, {2, 5, 6, 6}, 1, 1, true),
+                       doctest::Contains("(channels-last)"), Error);
+  CHECK_THROWS_WITH_AS(
+      conv2d_grad_weight(g.input("x", {2, 5, 6, 6}), nchw_dy, w.shape(), 1, 1, false, true),
+      doctest::Contains("(channels-last)"), Error);
+  CHECK(conv2d_grad_input(transpose(nchw_dy, kChannelsLast), w, {2, 5, 6, 6}, 1, 1, true, true)
+            .shape() == Shape{2, 6, 6, 5});
+}
+
+TEST_CASE(
+    "channels-last values: ResNet-18's step transposes only its input and gives its results") {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    CAPTURE(static_cast<int>(precision));
+    const ResNetStep step = resnet18_step(precision);
+    const Graph& g = step.graph;
+    const Graph images = eliminate_dead_code(channels_last_images(g, every_image));
+    const Graph values = eliminate_dead_code(channels_last_values(images, every_side));
+    CHECK_NOTHROW(verify(values));
+    // One copy of the input, for the first layer; every activation after it stays [B, H, W, C].
+    CHECK(count_nodes(images, OpId::transpose) == 17);
+    CHECK(count_nodes(values, OpId::transpose) == 1);
+    CHECK(transposed_elements(values) == 2 * 3 * 8 * 8);
+    CHECK(count_marked(values, OpId::conv2d, conv_y_channels_last) == 20);
+    CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
+    CHECK(count_marked(values, OpId::conv2d_grad_input, conv_image_channels_last) == 19);
+    CHECK(count_marked(values, OpId::conv2d_grad_weight, conv_y_channels_last) == 20);
+    // Running the pass again changes nothing.
+    CHECK(channels_last_values(values, every_side).nodes().size() == values.nodes().size());
+
+    const std::vector<Feed> feeds = test::random_feeds(g, 17);
+    const auto want = run_and_restore(g, feeds);
+    const auto got = run_and_restore(values, feeds);
+    REQUIRE(got.size() == want.size());
+    // The elementwise math is the same; sums are taken in another order.
+    const double tolerance =
+        precision == Precision::fp32 ? 1e-4 : test::dtype_tolerance(DType::bf16);
+    for (const auto& [name, tensor] : want) {
+      CAPTURE(name);
+      CHECK(test::closeness(got.at(name), tensor, tolerance, tolerance) <= 1.0);
+    }
+  }
+}
+
+TEST_CASE(
+    "channels-last values: weight gradients that read dy NCHW, and the input gradients' own dy "
+    "copies") {
+  // The forwards and input gradients take them, the weight gradients do not: each weight
+  // gradient then reads a transpose of its dy, which pays where the input gradient would have
+  // copied that dy itself, and not otherwise.
+  const ResNetStep step = resnet18_step(Precision::fp32);
+  const Graph images = eliminate_dead_code(channels_last_images(step.graph, every_image));
+  auto sides = [](bool copies) {
+    return [copies](const Node& n, std::span<const TensorType>) {
+      const bool grad_input = n.op->id == OpId::conv2d_grad_input;
+      return ChannelsLastSides{.y = n.op->id != OpId::conv2d_grad_weight,
+                               .image = grad_input,
+                               .copies_nchw_dy = copies && grad_input};
+    };
+  };
+  const Graph kept = channels_last_values(images, sides(false));
+  CHECK(kept.nodes().size() == images.nodes().size());
+  const Graph values = eliminate_dead_code(channels_last_values(images, sides(true)));
+  CHECK_NOTHROW(verify(values));
+  CHECK(count_marked(values, OpId::conv2d_grad_weight, conv_y_channels_last) == 0);
+  CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
+  // The input's, and one for each weight gradient's dy but stage 4's five (one pixel at 8 x 8
+  // inputs: the same order, a view).
+  CHECK(count_nodes(values, OpId::transpose) == 1 + 20 - 5);
+  const std::vector<Feed> feeds = test::random_feeds(step.graph, 29);
+  const auto want = run_and_restore(step.graph, feeds);
+  const auto got = run_and_restore(values, feeds);
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    CHECK(test::closeness(got.at(name), tensor, 1e-4, 1e-4) <= 1.0);
+  }
+}
+
+TEST_CASE("channels-last values: nothing changes where no convolution takes them") {
+  const ResNetStep step = resnet18_step(Precision::fp32);
+  const Graph images = eliminate_dead_code(channels_last_images(step.graph, every_image));
+  const Graph none = eliminate_dead_code(channels_last_values(
+      images, [](const Node&, std::span<const TensorType>) { return ChannelsLastSides{}; }));
+  CHECK(none.nodes().size() == images.nodes().size());
+  // Only a copy of one pixel an image (stage 4 at 1 x 1) became a view: the same order.
+  int one_pixel = 0;
+  for (const Node& n : images.nodes())
+    one_pixel += n.op->id == OpId::transpose && n.outputs[0].shape[1] * n.outputs[0].shape[2] == 1;
+  CHECK(one_pixel == 3);
+  CHECK(count_nodes(none, OpId::transpose) == count_nodes(images, OpId::transpose) - one_pixel);
+  // A graph whose convolutions' outputs are read only by a pooling layer would transpose more:
+  // the pass leaves it as it was.
+  Graph g;
+  const Value x = g.input("x", {2, 4, 8, 8});
+  const Value pooled = max_pool2d(relu(conv2d(x, g.input("w", {6, 4, 3, 3}), 1, 1)), 2);
+  g.output("y", conv2d(pooled, g.input("v", {6, 6, 3, 3}), 1, 1));
+  const Graph picked = channels_last_images(g, every_image);
+  const Graph after = channels_last_values(picked, every_side);
+  CHECK(after.nodes().size() == picked.nodes().size());
+  CHECK(count_marked(after, OpId::conv2d, conv_y_channels_last) == 0);
+}
+
+}  // namespace kiln
