@@ -175,6 +175,7 @@ CudaKernelSource Writer::generate() {
                               // segment
       const std::int64_t tiles = (k.reduced_outputs + 31) / 32;
       k.splits = reduction_splits(tiles, per_output * 32, 1024, 2048);
+      if (!g_.row_outputs.empty()) k.splits = std::max<std::int64_t>(k.splits, 2);  // finisher's
       k.work_items = tiles * k.splits;
       body = column_reduction_body(k.splits);
     } else {

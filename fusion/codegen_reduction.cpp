@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "fusion/codegen_writer.h"
 
@@ -213,13 +215,19 @@ int Writer::reduction_lanes() const {
 }
 
 // The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
-// value over its rows): element (r, o) is at r * n + o, so threads of a warp that take
-// adjacent outputs read adjacent elements, where the row-by-row body reads them n apart.
-// Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
+// value over its rows; batch norm's sums over a [B, H, W, C] value stored channels-last,
+// graph/passes/channels_last_values.h): element (r, o) is at r * n + o, so threads of a warp
+// that take adjacent outputs read adjacent elements, where the row-by-row body reads them n
+// apart. Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
 // output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
+// Sibling reductions each keep their accumulators; row outputs come from the finisher (the
+// body is then always split). Not yet run on a GPU, those two take the column body only while
+// the channels-last values are asked for (KILN_CHANNELS_LAST_VALUES, backends/cuda/conv.h).
 bool Writer::columns_reduced() const {
-  // The row-by-row body takes several reductions, and row outputs.
-  if (!g_.more_reductions.empty() || !g_.row_outputs.empty()) return false;
+  const char* values = std::getenv("KILN_CHANNELS_LAST_VALUES");
+  if ((!g_.more_reductions.empty() || !g_.row_outputs.empty()) &&
+      (values == nullptr || std::strcmp(values, "0") == 0))
+    return false;
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
          axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
@@ -231,21 +239,19 @@ bool Writer::columns_reduced() const {
 // then added in warp order (deterministic). Partial results land where the finisher of
 // the row-by-row body expects them: reduced[o * splits + split].
 std::string Writer::column_reduction_body(std::int64_t splits) const {
-  const FusedReduction& red = *g_.reduction;
-  const ReductionAxes axes = split_axes(g_.shape, red.axes);
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
   const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
                      chunk = (n_red + splits - 1) / splits;
-  const std::string init = reduction_identity(red, g_.compute);
-  auto combine = [&](const std::string& a, const std::string& b) {
-    return reduction_combine(red, a, b);
-  };
   std::string out = fmt::format(
       "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
   out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
                      chunk);
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("  __shared__ T {}[32][33];\n", reduction_name("warp_acc", r));
   out +=
-      "  __shared__ T warp_acc[32][33];\n  const unsigned lane = threadIdx.x & 31u, warp = "
-      "threadIdx.x >> 5, warps = blockDim.x >> 5;\n";
+      "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
+      "5;\n";
   out += hoisted_scalars();
   out +=
       "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) "
@@ -253,7 +259,9 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   out += "    const long long o = (job / splits) * 32 + lane;\n";
   out += "    const long long r_first = (job % splits) * chunk;\n";
   out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
-  out += fmt::format("    T acc = {};\n", init);
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
+                       reduction_identity(*reds[r], g_.compute));
   out +=
       "    if (o < n_out) {\n      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
   out += "        const long long i = r * n_out + o;\n";
@@ -261,14 +269,25 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   out += compute("        ", "");
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
     out += "        " + store(k, fmt::format("out{}[i]", k), "");
-  out +=
-      fmt::format("        acc = {};\n      }}\n    }}\n", combine("acc", operand(red.value, "")));
-  out += "    warp_acc[warp][lane] = acc;\n    __syncthreads();\n";
-  out += "    if (warp == 0u && o < n_out) {\n";
-  out += fmt::format("      for (unsigned w = 1; w < warps; ++w) acc = {};\n",
-                     combine("acc", "warp_acc[w][lane]"));
-  out += "      " + store_reduced("o * splits + job % splits", "acc", splits) +
-         "\n    }\n    __syncthreads();\n  }\n";
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string acc = reduction_name("acc", r);
+    out += fmt::format("        {} = {};\n", acc,
+                       reduction_combine(*reds[r], acc, operand(reds[r]->value, "")));
+  }
+  out += "      }\n    }\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    {}[warp][lane] = {};\n", reduction_name("warp_acc", r),
+                       reduction_name("acc", r));
+  out += "    __syncthreads();\n    if (warp == 0u && o < n_out) {\n";
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string acc = reduction_name("acc", r);
+    out +=
+        fmt::format("      for (unsigned w = 1; w < warps; ++w) {} = {};\n", acc,
+                    reduction_combine(*reds[r], acc,
+                                      fmt::format("{}[w][lane]", reduction_name("warp_acc", r))));
+    out += "      " + store_reduced("o * splits + job % splits", acc, splits, r) + "\n";
+  }
+  out += "    }\n    __syncthreads();\n  }\n";
   return out;
 }
 

@@ -3,10 +3,15 @@
 // (graph/passes/channels_last_values.h), checked on the CPU against the NCHW graph.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "backends/compile.h"
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/conv.h"
+#endif
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
 #include "graph/op.h"
@@ -52,20 +57,20 @@ ChannelsLastSides every_side(const Node&, std::span<const TensorType>) {
 }
 bool every_image(const Node&, std::span<const TensorType>) { return true; }
 
-// ResNet-18's training step (CIFAR form, 3 x 8 x 8 images, batch 2, cross-entropy) in
+// ResNet-18's training step (CIFAR form; 3 x 8 x 8 images, batch 2 unless told; cross-entropy) in
 // `precision`: the loss and every parameter's gradient as outputs; batch norm's running
 // statistics as assignments.
 struct ResNetStep {
   Graph graph;
   std::unique_ptr<ResNet18> model;
 };
-ResNetStep resnet18_step(Precision precision) {
+ResNetStep resnet18_step(Precision precision, std::int64_t batch = 2, std::int64_t size = 8) {
   ResNetStep s;
   Philox rng(5);
   s.model = std::make_unique<ResNet18>(rng);
   Graph& g = s.graph;
-  const Value loss =
-      cross_entropy((*s.model)(g.input("x", {2, 3, 8, 8})), g.input("labels", {2}, DType::i64));
+  const Value loss = cross_entropy((*s.model)(g.input("x", {batch, 3, size, size})),
+                                   g.input("labels", {batch}, DType::i64));
   std::vector<Value> params;
   for (const VariablePtr& p : s.model->parameters()) params.push_back(g.variable(p));
   const std::vector<Value> grads = grad(loss, params);
@@ -231,5 +236,76 @@ TEST_CASE("channels-last values: nothing changes where no convolution takes them
   CHECK(after.nodes().size() == picked.nodes().size());
   CHECK(count_marked(after, OpId::conv2d, conv_y_channels_last) == 0);
 }
+
+#ifdef KILN_HAVE_CUDA
+TEST_CASE(
+    "GPU: the TMA passes write y and dx and read dy channels-last with the NCHW passes' bits") {
+  if (!test::have_gpu()) return;
+  struct Layer {
+    std::int64_t channels, filters, kernel, stride, padding;
+  };
+  // The halo form (64 -> 64), the plain pass (64 -> 128), the input gradient by classes of
+  // pixels (stride 2) and a strided 1 x 1.
+  for (const Layer l : {Layer{64, 64, 3, 1, 1}, Layer{64, 128, 3, 1, 1}, Layer{64, 128, 3, 2, 1},
+                        Layer{64, 128, 1, 2, 0}}) {
+    CAPTURE(l.filters);
+    CAPTURE(l.stride);
+    const Shape x_shape{32, l.channels, 16, 16};
+    const std::int64_t out = (16 + 2 * l.padding - l.kernel) / l.stride + 1;
+    const kernels::ConvGeometry geometry = kernels::conv_geometry(
+        x_shape, Shape{l.filters, l.channels, l.kernel, l.kernel}, l.stride, l.padding);
+    REQUIRE(cuda::conv_writes_channels_last(geometry, DType::bf16, cuda::ConvPass::forward));
+    REQUIRE(cuda::conv_writes_channels_last(geometry, DType::bf16, cuda::ConvPass::grad_input));
+    Graph g;
+    const Value x = g.input("x", {32, 16, 16, l.channels}, DType::bf16);  // stored [B, H, W, C]
+    const Value w = g.input("w", {l.filters, l.channels, l.kernel, l.kernel}, DType::bf16);
+    const Value dy = g.input("dy", {32, l.filters, out, out}, DType::bf16);
+    g.output("y", conv2d(x, w, l.stride, l.padding, true));
+    g.output("y last", transpose(conv2d(x, w, l.stride, l.padding, true, true), kChannelsFirst));
+    g.output("dx", conv2d_grad_input(dy, w, x_shape, l.stride, l.padding));
+    g.output("dx last", transpose(conv2d_grad_input(transpose(dy, kChannelsLast), w, x_shape,
+                                                    l.stride, l.padding, true, true),
+                                  kChannelsFirst));
+    const Outputs got = compile(g, {.device = Device::cuda()})->run(test::random_feeds(g, 41));
+    check_same_bits(got.at("y last"), got.at("y"));
+    check_same_bits(got.at("dx last"), got.at("dx"));
+  }
+}
+
+TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step without them") {
+  if (!test::have_gpu()) return;
+  const ResNetStep step = resnet18_step(Precision::bf16, 16, 32);
+  const std::vector<Feed> feeds = test::random_feeds(step.graph, 43);
+  setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  const Graph picked = apply_channels_last(step.graph);
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+  CHECK(count_marked(picked, OpId::conv2d, conv_y_channels_last) > 0);
+  CHECK(count_marked(picked, OpId::conv2d_grad_input, conv_y_channels_last) > 0);
+  const auto cpu = run_and_restore(picked, feeds);  // the rewritten graph on the CPU
+  auto run_gpu = [&](bool values) {
+    if (values) setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+    std::map<VariablePtr, Tensor> before;
+    for (const auto& [var, ref] : step.graph.assignments()) before[var] = var->value.clone();
+    Outputs results = compile(step.graph, {.device = Device::cuda()})->run(feeds);
+    for (auto& [var, value] : before) var->value.copy_from(value);
+    unsetenv("KILN_CHANNELS_LAST_VALUES");
+    return results;
+  };
+  const Outputs on = run_gpu(true), off = run_gpu(false);
+  // Batch norm's sums run in another order: each output's error relative to its norm, against
+  // bf16's rounding; the CPU's run of the rewritten graph as a third opinion.
+  for (const auto& [name, tensor] : off) {
+    CAPTURE(name);
+    double diff = 0, norm = 0, cpu_diff = 0;
+    for (std::int64_t i = 0; i < tensor.numel(); ++i) {
+      diff += std::pow(on.at(name).at(i) - tensor.at(i), 2);
+      cpu_diff += std::pow(cpu.at(name).at(i) - tensor.at(i), 2);
+      norm += std::pow(tensor.at(i), 2);
+    }
+    CHECK(std::sqrt(diff) <= 2e-2 * std::sqrt(norm) + 1e-6);
+    CHECK(std::sqrt(cpu_diff) <= 5e-2 * std::sqrt(norm) + 1e-6);
+  }
+}
+#endif
 
 }  // namespace kiln

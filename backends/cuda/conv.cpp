@@ -231,11 +231,14 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
 // One channels-last pass: the image (x or dy) and the weights reordered into the workspace,
 // then the GEMM into `out` (y or dx) in NCHW.
 // image_nhwc: the forward's x is already channels-last (its region of the workspace unused).
+// image: the forward's x or grad_input's dy; image_nhwc: stored channels-last already (else
+// copied so into the workspace); out_nhwc: y (dx) stored channels-last (the TMA pass only,
+// conv_writes_channels_last).
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
               void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false,
-              float* moments = nullptr) {
+              float* moments = nullptr, bool out_nhwc = false) {
   const bool forward = pass == ConvPass::forward;
-  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass, forward && image_nhwc);
+  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass, image_nhwc);
   KILN_CHECK(ws.bytes >= scratch.total,
              "{}: a workspace of {} bytes cannot hold the channels-last image and weights ({})",
              forward ? "conv2d" : "conv2d_grad_input", ws.bytes, scratch.total);
@@ -243,7 +246,7 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
   void* a = base + scratch.image;
   const void* xt = base;
   const std::optional<TmaGradInput> tma = forward ? std::nullopt : tma_grad_input(g, dtype);
-  if (forward && image_nhwc)
+  if (image_nhwc)
     xt = image;
   else if (forward)
     nchw_to_nhwc(dtype, image, base, g.batch, g.in_channels, g.height * g.width, stream);
@@ -254,12 +257,12 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
                forward ? nullptr : &taps, stream);
   if (tma) {
     conv_tma_forward(dtype, tma->shape, tma->tile, a, xt, out, stream, nullptr,
-                     taps.count > 1 ? &taps : nullptr);
+                     taps.count > 1 ? &taps : nullptr, out_nhwc);
     return;
   }
   const GemmDims d = dims_of(g, pass);
   conv_nhwc_forward(dtype, gemm_shape(g, pass, d, d.k), a, xt, out, base + scratch.partials, stream,
-                    !forward && g.stride == 2, moments);
+                    !forward && g.stride == 2, moments, out_nhwc);
 }
 
 void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
@@ -311,6 +314,13 @@ bool conv_runs_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) 
                                       : conv_reads_channels_last(g, dtype, pass);
 }
 
+bool conv_writes_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  if (g.batch == 0 || pass == ConvPass::grad_weight || !use_nhwc(g, dtype, pass)) return false;
+  if (pass == ConvPass::grad_input) return tma_grad_input(g, dtype).has_value();
+  const GemmDims d = dims_of(g, pass);
+  return conv_tma_tile(dtype, gemm_shape(g, pass, d, d.k), false, false).has_value();
+}
+
 bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
   if (g.batch == 0 || !use_nhwc(g, dtype, ConvPass::forward)) return false;
   const GemmDims d = dims_of(g, ConvPass::forward);
@@ -318,8 +328,13 @@ bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
 }
 
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
-                    ConvWorkspace ws, gpu::Stream stream, bool x_channels_last, float* moments) {
+                    ConvWorkspace ws, gpu::Stream stream, bool x_channels_last, float* moments,
+                    bool y_channels_last) {
   check_geometry(g, dtype, "conv2d");
+  KILN_CHECK(!y_channels_last || conv_writes_channels_last(g, dtype, ConvPass::forward),
+             "conv2d: a channels-last y asked of a pass that writes NCHW ({} -> {} channels, "
+             "{}x{})",
+             g.in_channels, g.out_channels, g.height, g.width);
   KILN_CHECK(!x_channels_last || conv_reads_channels_last(g, dtype, ConvPass::forward),
              "conv2d: a channels-last image on a pass that reads NCHW ({} channels, {}x{})",
              g.in_channels, g.height, g.width);
@@ -329,7 +344,8 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
              g.in_channels, g.out_channels, g.height, g.width);
   if (g.batch == 0) return;
   if (use_nhwc(g, dtype, ConvPass::forward)) {
-    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments);
+    run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments,
+             y_channels_last);
   } else if (use_mma(g, dtype, ConvPass::forward)) {
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
@@ -341,11 +357,21 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
 }
 
 void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const void* w, void* dx,
-                       ConvWorkspace ws, gpu::Stream stream) {
+                       ConvWorkspace ws, gpu::Stream stream, bool dy_channels_last,
+                       bool dx_channels_last) {
   check_geometry(g, dtype, "conv2d_grad_input");
+  KILN_CHECK(!dy_channels_last || use_nhwc(g, dtype, ConvPass::grad_input),
+             "conv2d_grad_input: a channels-last dy on a pass that reads NCHW ({} -> {} channels, "
+             "{}x{})",
+             g.out_channels, g.in_channels, g.out_h, g.out_w);
+  KILN_CHECK(!dx_channels_last || conv_writes_channels_last(g, dtype, ConvPass::grad_input),
+             "conv2d_grad_input: a channels-last dx asked of a pass that writes NCHW ({} -> {} "
+             "channels, {}x{})",
+             g.out_channels, g.in_channels, g.height, g.width);
   if (g.batch == 0) return;
   if (use_nhwc(g, dtype, ConvPass::grad_input)) {
-    run_nhwc(dtype, g, ConvPass::grad_input, dy, w, dx, ws, stream);
+    run_nhwc(dtype, g, ConvPass::grad_input, dy, w, dx, ws, stream, dy_channels_last, nullptr,
+             dx_channels_last);
   } else if (use_mma(g, dtype, ConvPass::grad_input)) {
     KILN_CHECK(ws.bytes >= mma_workspace(g, dtype, ConvPass::grad_input),
                "conv2d_grad_input: a workspace of {} bytes cannot hold the {} transposed weights",

@@ -62,18 +62,27 @@ bool conv_reads_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvP
 // Whether `pass` runs on the channels-last tensor-core kernels (the TMA or wgmma passes over NHWC
 // operands; grad_weight's TMA pass), which could take y, dy and dx channels-last too.
 bool conv_runs_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
+// Whether `pass` can store its output (conv2d's y, grad_input's dx) channels-last: the TMA
+// pass's epilogue (kernels/conv_mma.cuh's nhwc_store_c; store_class_pair's NHWC by classes).
+bool conv_writes_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
 // The same for a bf16/f16 conv2d or conv2d_grad_weight node whose image (inputs[0]) is
 // [B, C, H, W]: the layout pass's choice on the GPU (graph/passes/channels_last.h). False for
 // f32, whose passes depend on the TF32 switch that the program sets later.
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs);
 // Which activations of a bf16/f16 conv2d, conv2d_grad_input or conv2d_grad_weight node
 // (inputs: as the node has them) the channels-last values pass
-// (graph/passes/channels_last_values.h) may store channels-last: with KILN_CHANNELS_LAST_VALUES=1,
-// the output side (and grad_input's dx) of every pass that runs on the channels-last tensor-core
-// kernels; otherwise none. The passes do not take them yet (conv_op.cpp refuses such a node), so
-// the switch serves `dump`'s projection of the graph they would run, not a program.
+// (graph/passes/channels_last_values.h) may store channels-last, with KILN_CHANNELS_LAST_VALUES=1
+// (otherwise none): the forward's y and grad_input's dx where the TMA pass writes them
+// (conv_writes_channels_last), grad_input's dy where its pass reads NHWC (which copies a
+// [B, C, H, W] dy so itself); grad_weight none (its kernel reads dy [B, C, H, W]). Off by
+// default: not yet run on a GPU.
+// KILN_CHANNELS_LAST_VALUES=all instead grants every side of every pass on the channels-last
+// tensor cores, whether its kernels take it or not: `dump`'s projection of the finished work (a
+// program refuses the nodes its kernels do not take).
 ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
                                                 std::span<const TensorType> inputs);
+enum class ChannelsLastValues { off, kernels, projected };  // KILN_CHANNELS_LAST_VALUES 0, 1, all
+ChannelsLastValues channels_last_values_mode();
 // Whether the forward of a conv2d node (inputs: its image, [B, H, W, C] where the node is marked
 // channels-last, and its weights) runs the TMA pass, whose epilogue computes conv2d_moments'
 // run moments (the conv-statistics pass's choice on the GPU, fusion/conv_statistics.h).
@@ -84,12 +93,17 @@ bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
 
 // moments: where not null (only where conv_forward_writes_moments), y's run moments too
 // (graph/ops.h's conv2d_moments, [3, ceil(B OH OW / 64), Cout] f32), from the epilogue.
+// y_channels_last: y stored [B, OH, OW, Cout] (only where conv_writes_channels_last).
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
                     void* y, ConvWorkspace workspace, gpu::Stream stream,
-                    bool x_channels_last = false, float* moments = nullptr);
-// dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W].
+                    bool x_channels_last = false, float* moments = nullptr,
+                    bool y_channels_last = false);
+// dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W]; dy_channels_last: dy stored [B, OH, OW, Cout]
+// (where conv_runs_channels_last), dx_channels_last: dx [B, H, W, Cin] (where
+// conv_writes_channels_last).
 void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w,
-                       void* dx, ConvWorkspace workspace, gpu::Stream stream);
+                       void* dx, ConvWorkspace workspace, gpu::Stream stream,
+                       bool dy_channels_last = false, bool dx_channels_last = false);
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
 void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy,
                         void* dw, ConvWorkspace workspace, gpu::Stream stream,

@@ -171,17 +171,22 @@ void conv_nhwc_launch(DType dtype, const ConvGemmShape& shape, NhwcTile tile, co
 }
 
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
-                       void* y, void* partials, gpu::Stream stream, bool dilated, float* moments) {
+                       void* y, void* partials, gpu::Stream stream, bool dilated, float* moments,
+                       bool y_channels_last) {
   if (shape.m == 0 || shape.n == 0) return;
   const auto per_piece = static_cast<int>(16 / dtype_size(dtype));
   KILN_CHECK(aligned16(a) && aligned16(xt) && shape.k % per_piece == 0,
              "conv: the channels-last pass needs 16-byte aligned operands and K % {} == 0 (K {})",
              per_piece, shape.k);
   if (const std::optional<TmaTile> tma = conv_tma_tile(dtype, shape, dilated, moments != nullptr)) {
-    conv_tma_forward(dtype, shape, *tma, a, xt, y, stream, moments);
+    conv_tma_forward(dtype, shape, *tma, a, xt, y, stream, moments, nullptr, y_channels_last);
     return;
   }
   KILN_CHECK(moments == nullptr, "conv: run moments asked of a pass that is not the TMA pass");
+  KILN_CHECK(!y_channels_last,
+             "conv: a channels-last output asked of a pass that is not the TMA "
+             "pass (M {}, N {}, K {})",
+             shape.m, shape.n, shape.k);
   const NhwcPlan plan = conv_nhwc_plan(dtype, shape, dilated, false);
   const bool split = plan.splits > 1;
   KILN_CHECK(

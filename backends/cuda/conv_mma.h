@@ -66,10 +66,11 @@ bool conv_tiles_forced();
 // y = A x patches of the NHWC image xt, `shape` as conv_mma_forward's (dilated: grad_input at
 // stride 2); a and xt 16-byte aligned; `partials` (256-byte aligned, plan.partial_bytes) where
 // the plan splits K. moments (not null only where the TMA pass runs, conv_tma_tile): the run
-// moments of y that its epilogue writes (conv_tma_forward).
+// moments of y that its epilogue writes (conv_tma_forward); y_channels_last (the TMA pass only):
+// y stored [pixels][M].
 void conv_nhwc_forward(DType dtype, const ConvGemmShape& shape, const void* a, const void* xt,
                        void* y, void* partials, gpu::Stream stream, bool dilated,
-                       float* moments = nullptr);
+                       float* moments = nullptr, bool y_channels_last = false);
 // One launch of that GEMM in `tile`, K not split (the tuner's candidates).
 void conv_nhwc_launch(DType dtype, const ConvGemmShape& shape, NhwcTile tile, const void* a,
                       const void* xt, void* y, gpu::Stream stream, bool dilated);

@@ -2,6 +2,8 @@
 // (conv.h): each pass's geometry from the node, its launch, its kernels and its workspace.
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
 #include <tuple>
 
 #include "backends/cuda/conv.h"
@@ -27,18 +29,19 @@ kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTy
   return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
 }
 
-// The passes read and write y (dy) as [B, C, H, W] and grad_input writes dx so: a node marked
-// otherwise (graph/ops.h; graph/passes/channels_last_values.h marks none for the GPU yet) is
-// refused, not run on misread memory.
-void refuse_channels_last_y(ConvPass pass, const Node& node) {
-  KILN_CHECK(!conv_y_channels_last(node.attrs),
-             "{}: the GPU's convolution passes do not take y or dy stored channels-last "
-             "(attribute y_channels_last)",
-             node.op->name);
-  KILN_CHECK(pass != ConvPass::grad_input || !conv_image_channels_last(node.attrs),
-             "{}: the GPU's input-gradient pass does not write dx channels-last (attribute "
-             "channels_last)",
-             node.op->name);
+// A node whose output side (or grad_input's dx) is marked channels-last (graph/ops.h) on a pass
+// that does not take it so (conv_node_channels_last_sides) is refused, not run on misread memory.
+void check_channels_last_sides(ConvPass pass, const Node& node, const kernels::ConvGeometry& g,
+                               DType dtype) {
+  const bool y = conv_y_channels_last(node.attrs);
+  const bool dx = pass == ConvPass::grad_input && conv_image_channels_last(node.attrs);
+  const bool y_taken = pass == ConvPass::forward      ? conv_writes_channels_last(g, dtype, pass)
+                       : pass == ConvPass::grad_input ? conv_runs_channels_last(g, dtype, pass)
+                                                      : false;
+  KILN_CHECK((!y || y_taken) && (!dx || conv_writes_channels_last(g, dtype, pass)),
+             "{}: its pass ({} -> {} channels, {}x{}, {}) does not take {} stored channels-last",
+             node.op->name, g.in_channels, g.out_channels, g.height, g.width, dtype_name(dtype),
+             y && !y_taken ? (pass == ConvPass::forward ? "y" : "dy") : "dx");
 }
 
 // How a node's image reaches its pass: as stored, channels-last where the pass reads it so, or
@@ -51,23 +54,28 @@ struct ImageRoute {
 
 ImageRoute image_route(ConvPass pass, const Node& node, const kernels::ConvGeometry& g,
                        DType dtype) {
-  if (pass == ConvPass::grad_input || !conv_image_channels_last(node.attrs)) return {};
+  // grad_input's first operand is dy: read as stored (check_channels_last_sides).
+  if (pass == ConvPass::grad_input) return {.channels_last = conv_y_channels_last(node.attrs)};
+  if (!conv_image_channels_last(node.attrs)) return {};
   if (conv_reads_channels_last(g, dtype, pass)) return {.channels_last = true};
   const std::size_t bytes =
       static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) * dtype_size(dtype);
   return {.reorder_bytes = (bytes + 255) / 256 * 256};
 }
 
+// a_channels_last: the first operand (x; grad_input's dy) is stored channels-last;
+// out_channels_last: the output (y; grad_input's dx) is.
 void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, const void* a,
                  const void* b, void* out, ConvWorkspace ws, gpu::Stream stream,
-                 bool x_channels_last, float* moments) {
+                 bool a_channels_last, float* moments, bool out_channels_last) {
   switch (pass) {
     case ConvPass::forward:  // x, w -> y
-      return conv2d_forward(dtype, g, a, b, out, ws, stream, x_channels_last, moments);
+      return conv2d_forward(dtype, g, a, b, out, ws, stream, a_channels_last, moments,
+                            out_channels_last);
     case ConvPass::grad_input:  // dy, w -> dx
-      return conv2d_grad_input(dtype, g, a, b, out, ws, stream);
+      return conv2d_grad_input(dtype, g, a, b, out, ws, stream, a_channels_last, out_channels_last);
     case ConvPass::grad_weight:  // x, dy -> dw
-      return conv2d_grad_weight(dtype, g, a, b, out, ws, stream, x_channels_last);
+      return conv2d_grad_weight(dtype, g, a, b, out, ws, stream, a_channels_last);
   }
 }
 
@@ -77,9 +85,13 @@ void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, con
 CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
   CudaOpEntry e;
   e.prepare = [pass, moments](const LaunchSetup& s) -> Launch {
-    refuse_channels_last_y(pass, s.node);
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
+    check_channels_last_sides(pass, s.node, g, dtype);
+    const bool out_channels_last =
+        pass == ConvPass::forward
+            ? conv_y_channels_last(s.node.attrs)
+            : pass == ConvPass::grad_input && conv_image_channels_last(s.node.attrs);
     const ImageRoute route = image_route(pass, s.node, g, dtype);
     auto* front = static_cast<std::uint8_t*>(s.workspace);
     const ConvWorkspace ws{front + route.reorder_bytes, s.workspace_bytes - route.reorder_bytes};
@@ -100,8 +112,8 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
         transpose(dtype, stored, kChannelsFirst, a, front, st);
         x = front;
       }
-      launch_pass(pass, dtype, g, x, b, out, ws, st, route.channels_last,
-                  epilogue ? runs : nullptr);
+      launch_pass(pass, dtype, g, x, b, out, ws, st, route.channels_last, epilogue ? runs : nullptr,
+                  out_channels_last);
       if (after == nullptr) return;
       const void* y_ptr = out;
       float* runs_ptr = runs;
@@ -255,19 +267,36 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
   return conv_reads_channels_last(geometry_of(pass, conv, in), dtype, pass);
 }
 
+ChannelsLastValues channels_last_values_mode() {
+  const char* v = std::getenv("KILN_CHANNELS_LAST_VALUES");
+  if (v == nullptr || std::string_view(v) == "0") return ChannelsLastValues::off;
+  if (std::string_view(v) == "1") return ChannelsLastValues::kernels;
+  KILN_CHECK(std::string_view(v) == "all",
+             "KILN_CHANNELS_LAST_VALUES={}: 0, 1 or all (all: dump's projection only)", v);
+  return ChannelsLastValues::projected;
+}
+
 ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
                                                 std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;
-  if (!env_switch_set("KILN_CHANNELS_LAST_VALUES") || !is_low_precision(dtype)) return {};
+  const ChannelsLastValues mode = channels_last_values_mode();
+  if (mode == ChannelsLastValues::off || !is_low_precision(dtype)) return {};
   const ConvPass pass = conv.op->id == OpId::conv2d_grad_weight  ? ConvPass::grad_weight
                         : conv.op->id == OpId::conv2d_grad_input ? ConvPass::grad_input
                                                                  : ConvPass::forward;
   const InputTypes in(inputs.begin(), inputs.end());
-  const bool tensor_cores = conv_runs_channels_last(geometry_of(pass, conv, in), dtype, pass);
-  const bool grad_input = pass == ConvPass::grad_input;
+  const kernels::ConvGeometry g = geometry_of(pass, conv, in);
+  if (mode == ChannelsLastValues::projected) {  // every pass on the channels-last tensor cores
+    const bool runs = conv_runs_channels_last(g, dtype, pass);
+    const bool grad_input = pass == ConvPass::grad_input;
+    return {.y = runs, .image = runs && grad_input, .copies_nchw_dy = runs && grad_input};
+  }
+  if (pass == ConvPass::grad_weight) return {};  // its kernel reads dy [B, C, H, W]
+  if (pass == ConvPass::forward) return {.y = conv_writes_channels_last(g, dtype, pass)};
+  const bool tensor_cores = conv_runs_channels_last(g, dtype, pass);
   return {.y = tensor_cores,
-          .image = tensor_cores && grad_input,
-          .copies_nchw_dy = tensor_cores && grad_input};
+          .image = conv_writes_channels_last(g, dtype, pass),
+          .copies_nchw_dy = tensor_cores};
 }
 
 void add_conv_ops(CudaOpTable& table) {

@@ -186,15 +186,14 @@ int staging_on() {
 // The halo form's launch (kernels/conv_wgmma_tma_halo.cuh): the image's boxes are `rows` output
 // rows and the taps' KH - 1 more, one image.
 void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
-                  const CUtensorMap& filters, const void* xt, void* y, gpu::Stream stream,
-                  int rows) {
+                  const CUtensorMap& filters, const void* xt, void* y, gpu::Stream stream, int rows,
+                  int staging) {
   const CUtensorMap image =
       image_map(dtype, g, xt, g.k / g.khkw, g.n / g.s_hw, rows + g.khkw / g.kw - 1, 1);
   const std::string name = conv_tma_name(dtype, tile);
   const DeviceKernel& k = device_kernel(
       name, [&] { return conv_tma_source(dtype, tile); }, tile.shared_bytes());
   ConvGemmShape s = g;
-  int staging = staging_on();
   void* args[] = {const_cast<CUtensorMap*>(&filters), const_cast<CUtensorMap*>(&image), &y, &s,
                   &staging};
   const std::int64_t tiles = (g.n + tile.bn - 1) / tile.bn;
@@ -296,7 +295,7 @@ gpu::KernelSource conv_tma_source(DType dtype, TmaTile t, bool moments, int clas
 
 void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const void* a,
                       const void* xt, void* y, gpu::Stream stream, float* moments,
-                      const ConvClasses* classes) {
+                      const ConvClasses* classes, bool y_channels_last) {
   const auto box = conv_tma_box(g, tile.bn);
   KILN_CHECK(box.has_value() && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
@@ -308,10 +307,14 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(g.k) * 2};
   const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(tile.bm)};
   const CUtensorMap filters = tiled_map(dtype, a, 2, a_dims, a_strides, a_box);
+  KILN_CHECK(!y_channels_last || moments == nullptr,
+             "conv TMA pass: a channels-last output with run moments");
+  // The epilogue's store (the kernels' `staging`): channels-last, staged or from the fragments.
+  const int staging = y_channels_last ? 2 : staging_on();
   if (tile.halo()) {
     KILN_CHECK(moments == nullptr && classes == nullptr && conv_tma_halo_tile(g).has_value(),
                "conv TMA pass: the halo form does not fit the pass (or moments or classes asked)");
-    halo_forward(dtype, g, tile, filters, xt, y, stream, box->first);
+    halo_forward(dtype, g, tile, filters, xt, y, stream, box->first, staging);
     return;
   }
   const CUtensorMap image =
@@ -323,14 +326,14 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
       [&] { return conv_tma_source(dtype, tile, with_moments, count); }, tile.shared_bytes());
   ConvGemmShape s = g;
   ConvClasses cl = classes != nullptr ? *classes : ConvClasses{};
-  int staging = staging_on();
+  int store = staging;
   void* args[] = {const_cast<CUtensorMap*>(&filters),
                   const_cast<CUtensorMap*>(&image),
                   &y,
                   &moments,
                   &s,
                   &cl,
-                  &staging};
+                  &store};
   // The tiles, N fastest (as a 2-D grid's x), dealt out to the blocks in turn: a block each, or
   // a persistent block an SM (tma_persistent).
   const std::int64_t tiles =

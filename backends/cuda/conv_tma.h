@@ -74,10 +74,11 @@ gpu::KernelSource conv_tma_source(DType dtype, TmaTile tile, bool moments = fals
 // y = A x patches(xt) in `tile` (a: [M][K] tap-major; xt: the NHWC image, 16-byte aligned);
 // where `moments` is not null, also y's run moments over 64 pixels, [3, ceil(N / 64), M]
 // (graph/ops.h's conv2d_moments; the forward only). Where `classes` is not null (4 classes,
-// never split), `shape` is a class's grid and y is dx (ConvClasses).
+// never split), `shape` is a class's grid and y is dx (ConvClasses). y_channels_last: y is
+// stored [pixels][M] (graph/ops.h's y_channels_last; not with moments).
 void conv_tma_forward(DType dtype, const ConvGemmShape& shape, TmaTile tile, const void* a,
                       const void* xt, void* y, gpu::Stream stream, float* moments = nullptr,
-                      const ConvClasses* classes = nullptr);
+                      const ConvClasses* classes = nullptr, bool y_channels_last = false);
 
 // grad_weight's TMA pass (kernels/conv_wgmma_wgrad_tma.cuh): dW = dy x patches of x's
 // channels-last copy, K (the batch's pixels) split into `splits` pieces of `chunk` pixels.

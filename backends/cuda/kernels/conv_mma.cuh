@@ -216,6 +216,43 @@ __device__ __forceinline__ void staged_store_c(T* __restrict__ y, const ConvGemm
     }
 }
 
+// The same 16 rows (filters) by BN columns (pixels) stored channels-last, y[n * g.m + m]
+// (graph/ops.h's y_channels_last: the output is [pixels][filters]), rounded as staged_store_c
+// rounds them. With `vectors` (g.m % 8 == 0, y 16-byte aligned) through the warp's staging tile
+// 16 columns at a time, transposed ([column][16 rows], 512 bytes): a lane then writes 8 rows of
+// one column, 16 bytes, and two lanes a column's 32-byte sector (reads conflict-free; the 2-byte
+// writes into the tile meet 2-way conflicts); without, each value alone.
+template <typename T, int BN>
+__device__ __forceinline__ void nhwc_store_c(T* __restrict__ y, const ConvGemmShape& g, int row0,
+                                             int n0, const float (&acc)[BN / 2],
+                                             unsigned short* stage, bool vectors) {
+  const int lane = threadIdx.x & 31, group = lane / 4, tig = lane % 4;
+  if (!vectors) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      const int m = row0 + group + 8 * ((i / 2) % 2), n = n0 + 8 * (i / 4) + 2 * tig + i % 2;
+      if (m < g.m && n < g.n) y[(long long)n * g.m + m] = T(acc[i]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int c0 = 0; c0 < BN; c0 += 16) {
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          stage[(jj * 8 + 2 * tig + e) * 16 + 8 * half + group] =
+              T(acc[4 * (c0 / 8 + jj) + 2 * half + e]).bits;
+    __syncwarp();
+    const int col = lane / 2, m = row0 + 8 * (lane % 2), n = n0 + c0 + col;
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + col * 16 + 8 * (lane % 2));
+    if (m < g.m && n < g.n) *reinterpret_cast<uint4*>(y + (long long)n * g.m + m) = v;
+    __syncwarp();  // the tile is read before the next columns go in
+  }
+}
+
 // Each accumulator of a warp's (16 MI) x (8 NI) piece at (row0, col0) rounded once into
 // y[b, m, pix] (n = b * s_hw + pix). A thread's columns are n = col0 + ni * 8 + tig * 2 + e:
 // (b, pix) of the first is divided out once and stepped by 8 after; where s_hw is even the

@@ -94,8 +94,10 @@ __device__ __forceinline__ void store_run_moments(float* __restrict__ moments,
 // layout: the first's sums already rounded in pairs (`first[2 i + half]`: column block i, its
 // columns e = 0, 1), the second's in `acc`. A thread's class pixels (row, col) and (row, col + 1)
 // are dx's columns 2 col .. 2 col + 3 of row 2 row + rh: one 8-byte store of the four values
-// (col even; dx's width a multiple of 4), so that each row's 4 lanes write one 32-byte sector.
-template <typename T, int BN>
+// (col even; dx's width a multiple of 4), so that each row's 4 lanes write one 32-byte sector;
+// NHWC (dx stored channels-last, dx[(b plane + pixel) * g.m + m]): the four values each alone,
+// a warp's store writing 8 filters (16 bytes) of 4 pixels.
+template <typename T, int BN, bool NHWC>
 __device__ __forceinline__ void store_class_pair(T* __restrict__ dx, const ConvGemmShape& g,
                                                  const ConvClasses& cl, int rh, int row0, int n0,
                                                  const unsigned (&first)[BN / 4],
@@ -106,18 +108,25 @@ __device__ __forceinline__ void store_class_pair(T* __restrict__ dx, const ConvG
 #pragma unroll
   for (int i = 0; i < BN / 8; ++i) {
     if (n < g.n) {  // (n even, g.n even: n + 1 too)
-      T* at = dx + static_cast<long long>(b) * g.m * cl.plane + cl.out_offset[2 * rh] +
-              row * cl.row_pitch + 2 * col;
+      const long long image = static_cast<long long>(b) * cl.plane;  // (NCHW: times g.m)
+      const long long pixel = cl.out_offset[2 * rh] + row * cl.row_pitch + 2 * col;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int m = row0 + lane / 4 + 8 * half;
         if (m >= g.m) continue;
         const unsigned f = first[2 * i + half];
         const unsigned second = rounded_pair<T>(acc[4 * i + 2 * half], acc[4 * i + 2 * half + 1]);
-        uint2 v;
-        v.x = (f & 0xffffu) | (second << 16);
-        v.y = (f >> 16) | (second & 0xffff0000u);
-        *reinterpret_cast<uint2*>(at + static_cast<long long>(m) * cl.plane) = v;
+        const unsigned lo = (f & 0xffffu) | (second << 16), hi = (f >> 16) | (second & 0xffff0000u);
+        if constexpr (NHWC) {
+          auto* at = reinterpret_cast<unsigned short*>(dx) + (image + pixel) * g.m + m;
+          at[0] = static_cast<unsigned short>(lo);
+          at[g.m] = static_cast<unsigned short>(lo >> 16);
+          at[2 * g.m] = static_cast<unsigned short>(hi);
+          at[3 * g.m] = static_cast<unsigned short>(hi >> 16);
+        } else {
+          *reinterpret_cast<uint2*>(dx + image * g.m + static_cast<long long>(m) * cl.plane +
+                                    pixel) = make_uint2(lo, hi);
+        }
       }
     }
     n += 8;
@@ -142,13 +151,15 @@ __device__ __forceinline__ void store_class_pair(T* __restrict__ dx, const ConvG
 // multiplies, and a team never waits on a stage's barrier before the fill ahead of its own has
 // landed (a parity wait cannot tell two fills apart).
 // MOMENTS: the epilogue also writes conv2d_moments' run moments (store_run_moments). NC: 1, or
-// 4 classes of dx's pixels (`classes`; the header). staging: the plain store goes through each
-// warp's staging tile (staged_store_c) where the shape allows.
+// 4 classes of dx's pixels (`classes`; the header). staging: 1, the plain store goes through each
+// warp's staging tile (staged_store_c) where the shape allows; 2, y is stored channels-last
+// (nhwc_store_c, store_class_pair's NHWC; no moments: the host asks it only so); 0, from the
+// fragments.
 template <typename T, int BM, int BN, int STAGES, int TEAMS, int SPLIT, bool MOMENTS, int NC>
 __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
                                                const TmaDescriptor* image, T* __restrict__ y,
                                                float* __restrict__ moments, const ConvGemmShape& g,
-                                               const ConvClasses& classes, bool staging) {
+                                               const ConvClasses& classes, int staging) {
   constexpr int WM = BM / 64, TEAM = 128 * WM, CONSUMERS = TEAM * TEAMS;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
@@ -165,8 +176,9 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   // Each consumer warp's staging tile (staged_store_c), after the barriers.
   unsigned short* stage =
       reinterpret_cast<unsigned short*>(turn + 2) + (threadIdx.x / 32) * (kStageWarpBytes / 2);
-  const bool staged =
-      staging && g.s_hw % 8 == 0 && (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
+  const bool aligned = (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
+  const bool staged = staging == 1 && g.s_hw % 8 == 0 && aligned;
+  const bool nhwc = staging == 2, nhwc_vectors = g.m % 8 == 0 && aligned;
   const int channels = g.k / g.khkw, all_steps = g.k / 64;
   const int n_tiles = (g.n + BN - 1) / BN, tiles = n_tiles * ((g.m + BM - 1) / BM);
   // This block's K steps of each of its tiles: all, or (SPLIT 2) its rank's half.
@@ -257,8 +269,12 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
 #pragma unroll
           for (int i = 0; i < BN / 4; ++i) held[i] = rounded_pair<T>(acc[2 * i], acc[2 * i + 1]);
         } else {
-          store_class_pair<T, BN>(y, g, classes, cls / 2, m0 + group * 64 + warp * 16, n0, held,
-                                  acc);
+          if (nhwc)
+            store_class_pair<T, BN, true>(y, g, classes, cls / 2, m0 + group * 64 + warp * 16, n0,
+                                          held, acc);
+          else
+            store_class_pair<T, BN, false>(y, g, classes, cls / 2, m0 + group * 64 + warp * 16, n0,
+                                           held, acc);
         }
         continue;
       }
@@ -283,7 +299,9 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
           acc[4 * i + 3] += v.w;
         }
       }
-      if (staged)
+      if (nhwc)
+        nhwc_store_c<T, BN>(y, g, m0 + group * 64 + warp * 16, n0, acc, stage, nhwc_vectors);
+      else if (staged)
         staged_store_c<T, BN>(y, g, m0 + group * 64 + warp * 16, n0, acc, stage);
       else
         mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
@@ -303,6 +321,6 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS +
                         kiln::cuda::ConvGemmShape g, kiln::cuda::ConvClasses classes, int staging) {
   kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT,
                              KILN_MOMENTS != 0, KILN_CLASSES>(&filters, &image, y, moments, g,
-                                                              classes, staging != 0);
+                                                              classes, staging);
 }
 #endif

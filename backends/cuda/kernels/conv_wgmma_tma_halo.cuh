@@ -33,7 +33,7 @@ namespace kiln::cuda {
 template <typename T, int BN>
 __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters,
                                                     const TmaDescriptor* image, T* __restrict__ y,
-                                                    const ConvGemmShape& g, bool staging) {
+                                                    const ConvGemmShape& g, int staging) {
   constexpr int A_TAP = 64 * 64;  // a tap's 64 filters x 64 channels, 16-bit units
   const int taps_w = g.kw, taps_h = g.khkw / g.kw, taps = g.khkw;
   const int box = (BN / g.s_w + taps_h - 1) * g.s_w * 64;  // a box, 16-bit units
@@ -48,7 +48,9 @@ __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters
   // Each consumer warp's staging tile (staged_store_c), after the boxes; rows of s_w % 8 == 0
   // pixels (conv_tma_halo_tile).
   unsigned short* stage = boxes + 2 * taps_w * box + (threadIdx.x / 32) * (kStageWarpBytes / 2);
-  const bool staged = staging && (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
+  const bool aligned = (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
+  const bool staged = staging == 1 && aligned;  // (staging 2: y channels-last, nhwc_store_c)
+  const bool nhwc = staging == 2, nhwc_vectors = g.m % 8 == 0 && aligned;
   const int tiles = (g.n + BN - 1) / BN;
   if (threadIdx.x == 0) {
     mbarrier_init(a_full, 1);
@@ -100,7 +102,9 @@ __device__ __forceinline__ void conv_wgmma_tma_halo(const TmaDescriptor* filters
     wgmma_wait<0>();
     wgmma_hold(acc);
     mbarrier_arrive(empty + team);  // the boxes may be refilled
-    if (staged)
+    if (nhwc)
+      nhwc_store_c<T, BN>(y, g, warp * 16, t * BN, acc, stage, nhwc_vectors);
+    else if (staged)
       staged_store_c<T, BN>(y, g, warp * 16, t * BN, acc, stage);
     else
       mma_store_c<T, 1, BN / 8>(y, g, warp * 16, t * BN,
@@ -115,6 +119,6 @@ extern "C" __global__ void __launch_bounds__(288)
     KILN_CONV_WGMMA_TMA_HALO(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                              const __grid_constant__ kiln::cuda::TmaDescriptor image,
                              KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g, int staging) {
-  kiln::cuda::conv_wgmma_tma_halo<KILN_T, KILN_BN>(&filters, &image, y, g, staging != 0);
+  kiln::cuda::conv_wgmma_tma_halo<KILN_T, KILN_BN>(&filters, &image, y, g, staging);
 }
 #endif
