@@ -11,6 +11,7 @@
 #include "backends/compile.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/conv.h"
+#include "gpu/cuda_runtime.h"
 #endif
 #include "graph/autograd.h"
 #include "graph/nn/functional.h"
@@ -239,13 +240,49 @@ TEST_CASE("channels-last values: nothing changes where no convolution takes them
 
 #ifdef KILN_HAVE_CUDA
 TEST_CASE(
+    "channels-last values as the GPU's passes take them: ResNet-18's bf16 step (no GPU needed)") {
+  // KILN_CHANNELS_LAST_VALUES=1 asks the CUDA backend which passes write y and dx and read dy
+  // channels-last; without a GPU they are planned as `dump` plans them, for an sm_90 of 132 SMs
+  // (this process keeps that answer: ctest runs each case alone).
+  if (gpu::cuda_device_count() == 0) gpu::assume_plan_target(90, 132);
+  const kernels::ConvGeometry stage1 =
+      kernels::conv_geometry(Shape{32, 64, 32, 32}, Shape{64, 64, 3, 3}, 1, 1);
+  if (!cuda::conv_writes_channels_last(stage1, DType::bf16, cuda::ConvPass::forward)) {
+    MESSAGE(
+        "skipped: this process chose its passes before the target was assumed (ctest runs "
+        "the case alone)");
+    return;
+  }
+  const ResNetStep step = resnet18_step(Precision::bf16, 32, 32);
+  const Graph images = apply_channels_last(step.graph);
+  setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  const Graph values = apply_channels_last(step.graph);
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+  CHECK_NOTHROW(verify(values));
+  // The first layer (3 channels) runs NCHW: its ReLU's copy for the next layer and one of the
+  // gradient into it stay; every other activation is stored [B, H, W, C].
+  CHECK(count_nodes(images, OpId::transpose) == 16);
+  CHECK(count_nodes(values, OpId::transpose) == 2);
+  CHECK(count_marked(values, OpId::conv2d, conv_y_channels_last) == 19);
+  CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
+  CHECK(count_marked(values, OpId::conv2d_grad_weight, conv_y_channels_last) == 19);
+  const std::vector<Feed> feeds = test::random_feeds(step.graph, 47);
+  const auto want = run_and_restore(step.graph, feeds);
+  const auto got = run_and_restore(values, feeds);
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    CHECK(test::closeness(got.at(name), tensor, 4.0 / 256, 4.0 / 256) <= 1.0);
+  }
+}
+
+TEST_CASE(
     "GPU: the TMA passes write y and dx and read dy channels-last with the NCHW passes' bits") {
   if (!test::have_gpu()) return;
   struct Layer {
     std::int64_t channels, filters, kernel, stride, padding;
   };
   // The halo form (64 -> 64), the plain pass (64 -> 128), the input gradient by classes of
-  // pixels (stride 2) and a strided 1 x 1.
+  // pixels (stride 2) and a strided 1 x 1; the weight gradients' MN-major dy.
   for (const Layer l : {Layer{64, 64, 3, 1, 1}, Layer{64, 128, 3, 1, 1}, Layer{64, 128, 3, 2, 1},
                         Layer{64, 128, 1, 2, 0}}) {
     CAPTURE(l.filters);
@@ -256,6 +293,7 @@ TEST_CASE(
         x_shape, Shape{l.filters, l.channels, l.kernel, l.kernel}, l.stride, l.padding);
     REQUIRE(cuda::conv_writes_channels_last(geometry, DType::bf16, cuda::ConvPass::forward));
     REQUIRE(cuda::conv_writes_channels_last(geometry, DType::bf16, cuda::ConvPass::grad_input));
+    REQUIRE(cuda::conv_grad_weight_reads_nhwc_dy(geometry, DType::bf16));
     Graph g;
     const Value x = g.input("x", {32, 16, 16, l.channels}, DType::bf16);  // stored [B, H, W, C]
     const Value w = g.input("w", {l.filters, l.channels, l.kernel, l.kernel}, DType::bf16);
@@ -266,9 +304,13 @@ TEST_CASE(
     g.output("dx last", transpose(conv2d_grad_input(transpose(dy, kChannelsLast), w, x_shape,
                                                     l.stride, l.padding, true, true),
                                   kChannelsFirst));
+    g.output("dw", conv2d_grad_weight(x, dy, w.shape(), l.stride, l.padding, true));
+    g.output("dw last", conv2d_grad_weight(x, transpose(dy, kChannelsLast), w.shape(), l.stride,
+                                           l.padding, true, true));
     const Outputs got = compile(g, {.device = Device::cuda()})->run(test::random_feeds(g, 41));
     check_same_bits(got.at("y last"), got.at("y"));
     check_same_bits(got.at("dx last"), got.at("dx"));
+    check_same_bits(got.at("dw last"), got.at("dw"));
   }
 }
 
@@ -281,6 +323,7 @@ TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step
   unsetenv("KILN_CHANNELS_LAST_VALUES");
   CHECK(count_marked(picked, OpId::conv2d, conv_y_channels_last) > 0);
   CHECK(count_marked(picked, OpId::conv2d_grad_input, conv_y_channels_last) > 0);
+  CHECK(count_marked(picked, OpId::conv2d_grad_weight, conv_y_channels_last) > 0);
   const auto cpu = run_and_restore(picked, feeds);  // the rewritten graph on the CPU
   auto run_gpu = [&](bool values) {
     if (values) setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);

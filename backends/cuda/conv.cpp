@@ -190,7 +190,7 @@ std::size_t mma_workspace(const ConvGeometry& g, DType dtype, ConvPass pass,
 }
 
 std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, ConvPass pass,
-                                           bool moments) {
+                                           bool moments, bool dy_channels_last) {
   const GemmDims d = dims_of(g, pass);
   if (use_nhwc(g, dtype, pass)) {
     const bool forward = pass == ConvPass::forward;
@@ -215,7 +215,8 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
     return {transpose_source(2), conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n),
                                                  conv_mma_vector_weights(d.k), mma_kind(g, pass))};
   if (const std::optional<TmaWgradPlan> plan = tma_wgrad_plan(g, dtype)) {
-    return {nhwc_image_source(dtype_size(dtype)), conv_tma_wgrad_source(dtype, *plan),
+    return {nhwc_image_source(dtype_size(dtype)),
+            conv_tma_wgrad_source(dtype, *plan, dy_channels_last),
             conv_tma_wgrad_sum_source(dtype)};
   }
   const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k);
@@ -285,9 +286,10 @@ std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pa
 }
 
 std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
-                                                   ConvPass pass, bool moments) {
+                                                   ConvPass pass, bool moments,
+                                                   bool dy_channels_last) {
   if (use_nhwc(g, dtype, pass) || use_mma(g, dtype, pass))
-    return mma_sources(g, dtype, pass, moments);
+    return mma_sources(g, dtype, pass, moments, dy_channels_last);
   if (!use_igemm(g, dtype, pass)) {
     if (pointwise(g) && pass != ConvPass::grad_weight) return {};  // cuBLAS only
     if (pass == ConvPass::grad_weight && is_low_precision(dtype))  // rounding the f32 dW
@@ -312,6 +314,13 @@ bool conv_reads_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass)
 bool conv_runs_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
   return pass == ConvPass::grad_input ? use_nhwc(g, dtype, pass)
                                       : conv_reads_channels_last(g, dtype, pass);
+}
+
+bool conv_grad_weight_reads_nhwc_dy(const ConvGeometry& g, DType dtype) {
+  if (g.batch == 0 || !use_mma(g, dtype, ConvPass::grad_weight) || !tma_wgrad_plan(g, dtype))
+    return false;
+  const GemmDims d = dims_of(g, ConvPass::grad_weight);
+  return conv_tma_wgrad_reads_nhwc_dy(gemm_shape(g, ConvPass::grad_weight, d, d.k));
 }
 
 bool conv_writes_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
@@ -390,8 +399,13 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
 }
 
 void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const void* dy, void* dw,
-                        ConvWorkspace ws, gpu::Stream stream, bool x_channels_last) {
+                        ConvWorkspace ws, gpu::Stream stream, bool x_channels_last,
+                        bool dy_channels_last) {
   check_geometry(g, dtype, "conv2d_grad_weight");
+  KILN_CHECK(!dy_channels_last || conv_grad_weight_reads_nhwc_dy(g, dtype),
+             "conv2d_grad_weight: a channels-last dy on a pass that reads it NCHW ({} filters, "
+             "{}x{})",
+             g.out_channels, g.out_h, g.out_w);
   KILN_CHECK(!x_channels_last || conv_reads_channels_last(g, dtype, ConvPass::grad_weight),
              "conv2d_grad_weight: a channels-last image on a pass that reads NCHW ({} channels, "
              "{}x{})",
@@ -411,7 +425,7 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
     if (!x_channels_last)
       nchw_to_nhwc(dtype, x, base, g.batch, g.in_channels, g.height * g.width, stream);
     conv_tma_grad_weight(dtype, gemm_shape(g, ConvPass::grad_weight, d, plan->chunk), *plan, dy,
-                         x_channels_last ? x : base, base + image, dw, stream);
+                         x_channels_last ? x : base, base + image, dw, stream, dy_channels_last);
   } else if (use_mma(g, dtype, ConvPass::grad_weight)) {
     const GemmDims d = dims_of(g, ConvPass::grad_weight);
     const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k, ws.bytes);

@@ -51,8 +51,10 @@ ConvClasses conv_input_gradient_classes(const kernels::ConvGeometry& g, bool by_
 // The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and
 // its split-K sum, or im2col/col2im), so that a program can compile them up front. moments
 // (the forward where conv_forward_writes_moments): its TMA kernel with the moments epilogue.
+// dy_channels_last: grad_weight's kernel that reads dy stored channels-last.
 std::vector<gpu::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
-                                                   ConvPass pass, bool moments = false);
+                                                   ConvPass pass, bool moments = false,
+                                                   bool dy_channels_last = false);
 
 // Whether `pass` reorders its image (the forward's or grad_weight's x) to NHWC itself: the
 // channels-last tensor-core passes and grad_weight's TMA pass. Only those take an image stored
@@ -65,6 +67,9 @@ bool conv_runs_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPa
 // Whether `pass` can store its output (conv2d's y, grad_input's dx) channels-last: the TMA
 // pass's epilogue (kernels/conv_mma.cuh's nhwc_store_c; store_class_pair's NHWC by classes).
 bool conv_writes_channels_last(const kernels::ConvGeometry& g, DType dtype, ConvPass pass);
+// Whether grad_weight's pass over `g` can read dy stored channels-last: its TMA pass, 64 or more
+// filters, a multiple of 8 (the MN-major A of kernels/conv_wgmma_wgrad_tma.cuh).
+bool conv_grad_weight_reads_nhwc_dy(const kernels::ConvGeometry& g, DType dtype);
 // The same for a bf16/f16 conv2d or conv2d_grad_weight node whose image (inputs[0]) is
 // [B, C, H, W]: the layout pass's choice on the GPU (graph/passes/channels_last.h). False for
 // f32, whose passes depend on the TF32 switch that the program sets later.
@@ -105,9 +110,10 @@ void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* 
                        void* dx, ConvWorkspace workspace, gpu::Stream stream,
                        bool dy_channels_last = false, bool dx_channels_last = false);
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
+// dy_channels_last: dy stored [B, OH, OW, Cout] (where conv_grad_weight_reads_nhwc_dy).
 void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy,
                         void* dw, ConvWorkspace workspace, gpu::Stream stream,
-                        bool x_channels_last = false);
+                        bool x_channels_last = false, bool dy_channels_last = false);
 
 namespace detail {
 // Test and benchmark hooks, not for production code (not thread-safe; take effect at the

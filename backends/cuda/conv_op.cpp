@@ -37,7 +37,7 @@ void check_channels_last_sides(ConvPass pass, const Node& node, const kernels::C
   const bool dx = pass == ConvPass::grad_input && conv_image_channels_last(node.attrs);
   const bool y_taken = pass == ConvPass::forward      ? conv_writes_channels_last(g, dtype, pass)
                        : pass == ConvPass::grad_input ? conv_runs_channels_last(g, dtype, pass)
-                                                      : false;
+                                                      : conv_grad_weight_reads_nhwc_dy(g, dtype);
   KILN_CHECK((!y || y_taken) && (!dx || conv_writes_channels_last(g, dtype, pass)),
              "{}: its pass ({} -> {} channels, {}x{}, {}) does not take {} stored channels-last",
              node.op->name, g.in_channels, g.out_channels, g.height, g.width, dtype_name(dtype),
@@ -63,19 +63,22 @@ ImageRoute image_route(ConvPass pass, const Node& node, const kernels::ConvGeome
   return {.reorder_bytes = (bytes + 255) / 256 * 256};
 }
 
-// a_channels_last: the first operand (x; grad_input's dy) is stored channels-last;
-// out_channels_last: the output (y; grad_input's dx) is.
+// Which of a pass's activations it reads or writes stored channels-last: its first operand a
+// (x; grad_input's dy), its second b (grad_weight's dy), its output (y; grad_input's dx).
+struct ChannelsLastOperands {
+  bool a = false, b = false, out = false;
+};
+
 void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, const void* a,
                  const void* b, void* out, ConvWorkspace ws, gpu::Stream stream,
-                 bool a_channels_last, float* moments, bool out_channels_last) {
+                 ChannelsLastOperands last, float* moments) {
   switch (pass) {
     case ConvPass::forward:  // x, w -> y
-      return conv2d_forward(dtype, g, a, b, out, ws, stream, a_channels_last, moments,
-                            out_channels_last);
+      return conv2d_forward(dtype, g, a, b, out, ws, stream, last.a, moments, last.out);
     case ConvPass::grad_input:  // dy, w -> dx
-      return conv2d_grad_input(dtype, g, a, b, out, ws, stream, a_channels_last, out_channels_last);
+      return conv2d_grad_input(dtype, g, a, b, out, ws, stream, last.a, last.out);
     case ConvPass::grad_weight:  // x, dy -> dw
-      return conv2d_grad_weight(dtype, g, a, b, out, ws, stream, a_channels_last);
+      return conv2d_grad_weight(dtype, g, a, b, out, ws, stream, last.a, last.b);
   }
 }
 
@@ -88,11 +91,14 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
     check_channels_last_sides(pass, s.node, g, dtype);
-    const bool out_channels_last =
-        pass == ConvPass::forward
-            ? conv_y_channels_last(s.node.attrs)
-            : pass == ConvPass::grad_input && conv_image_channels_last(s.node.attrs);
     const ImageRoute route = image_route(pass, s.node, g, dtype);
+    const bool y_last = conv_y_channels_last(s.node.attrs);
+    const ChannelsLastOperands last{
+        .a = route.channels_last,
+        .b = pass == ConvPass::grad_weight && y_last,
+        .out = pass == ConvPass::forward
+                   ? y_last
+                   : pass == ConvPass::grad_input && conv_image_channels_last(s.node.attrs)};
     auto* front = static_cast<std::uint8_t*>(s.workspace);
     const ConvWorkspace ws{front + route.reorder_bytes, s.workspace_bytes - route.reorder_bytes};
     const void *a = s.inputs[0], *b = s.inputs[1];
@@ -112,8 +118,7 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
         transpose(dtype, stored, kChannelsFirst, a, front, st);
         x = front;
       }
-      launch_pass(pass, dtype, g, x, b, out, ws, st, route.channels_last, epilogue ? runs : nullptr,
-                  out_channels_last);
+      launch_pass(pass, dtype, g, x, b, out, ws, st, last, epilogue ? runs : nullptr);
       if (after == nullptr) return;
       const void* y_ptr = out;
       float* runs_ptr = runs;
@@ -127,7 +132,9 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
     const kernels::ConvGeometry g = geometry_of(pass, n, in);
     // conv2d_moments: the epilogue's TMA kernel in place of the plain one, or the moments kernel.
     const bool epilogue = moments && conv_forward_writes_moments(g, in[0].dtype);
-    std::vector<gpu::KernelSource> sources = conv_kernel_sources(g, in[0].dtype, pass, epilogue);
+    std::vector<gpu::KernelSource> sources =
+        conv_kernel_sources(g, in[0].dtype, pass, epilogue,
+                            pass == ConvPass::grad_weight && conv_y_channels_last(n.attrs));
     if (moments && !epilogue) sources.push_back(conv_moments_source(in[0].dtype));
     if (image_route(pass, n, g, in[0].dtype).reorder_bytes > 0) {  // layout.h's transpose
       sources.push_back(transpose_source(dtype_size(in[0].dtype)));
@@ -226,8 +233,10 @@ std::vector<gpu::KernelSource> every_conv_source() {
       all.push_back(conv_tma_source(t, halo));
       for (auto [bm, atoms, ar] : {std::tuple{64, 3, 64}, std::tuple{128, 3, 64},
                                    std::tuple{128, 4, 16}, std::tuple{64, 1, 32}})
-        for (bool wide : {false, true})  // grad_weight's TMA pass
-          all.push_back(conv_tma_wgrad_source(t, conv_tma_wgrad_tile_of(bm, atoms, ar, wide)));
+        for (bool wide : {false, true})       // grad_weight's TMA pass, dy NCHW or (its
+          for (bool dy_nhwc : {false, true})  // channels-last values) NHWC
+            all.push_back(
+                conv_tma_wgrad_source(t, conv_tma_wgrad_tile_of(bm, atoms, ar, wide), dy_nhwc));
       all.push_back(conv_tma_wgrad_sum_source(t));
       for (WgradTile tile : kWgmmaWgradCandidates)
         for (bool vec : {false, true})
@@ -291,7 +300,7 @@ ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
     const bool grad_input = pass == ConvPass::grad_input;
     return {.y = runs, .image = runs && grad_input, .copies_nchw_dy = runs && grad_input};
   }
-  if (pass == ConvPass::grad_weight) return {};  // its kernel reads dy [B, C, H, W]
+  if (pass == ConvPass::grad_weight) return {.y = conv_grad_weight_reads_nhwc_dy(g, dtype)};
   if (pass == ConvPass::forward) return {.y = conv_writes_channels_last(g, dtype, pass)};
   const bool tensor_cores = conv_runs_channels_last(g, dtype, pass);
   return {.y = tensor_cores,

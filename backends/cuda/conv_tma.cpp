@@ -64,9 +64,9 @@ int sm_count() {  // the device's, or the one dump assumes without one (gpu::pla
   return count;
 }
 
-std::string wgrad_name(DType dtype, const TmaWgradPlan& p) {
-  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}_{}", p.bm, 64 * p.atoms, p.stages, p.ar,
-                     p.wide ? "_wide" : "", dtype_name(dtype));
+std::string wgrad_name(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
+  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}{}_{}", p.bm, 64 * p.atoms, p.stages, p.ar,
+                     p.wide ? "_wide" : "", dy_nhwc ? "_dy_nhwc" : "", dtype_name(dtype));
 }
 std::string sum_name(DType dtype) {
   return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
@@ -348,20 +348,24 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
                     args);
 }
 
+bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& g) { return g.m >= 64 && g.m % 8 == 0; }
+
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
   if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;
   return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
 }
 
-gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p) {
-  gpu::KernelSource source = embedded_kernel(
-      wgrad_name(dtype, p), kernel_files::conv_wgmma_wgrad_tma_cuh, "KILN_CONV_WGMMA_WGRAD_TMA",
-      {{"KILN_T", cuda_type_name(dtype)},
-       {"KILN_BM", std::to_string(p.bm)},
-       {"KILN_NA", std::to_string(p.atoms)},
-       {"KILN_STAGES", std::to_string(p.stages)},
-       {"KILN_AR", std::to_string(p.ar)},
-       {"KILN_WIDE", p.wide ? "true" : "false"}});
+gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
+  gpu::KernelSource source =
+      embedded_kernel(wgrad_name(dtype, p, dy_nhwc), kernel_files::conv_wgmma_wgrad_tma_cuh,
+                      "KILN_CONV_WGMMA_WGRAD_TMA",
+                      {{"KILN_T", cuda_type_name(dtype)},
+                       {"KILN_BM", std::to_string(p.bm)},
+                       {"KILN_NA", std::to_string(p.atoms)},
+                       {"KILN_STAGES", std::to_string(p.stages)},
+                       {"KILN_AR", std::to_string(p.ar)},
+                       {"KILN_WIDE", p.wide ? "true" : "false"},
+                       {"KILN_DY_NHWC", dy_nhwc ? "true" : "false"}});
   source.arch_specific = true;
   return source;
 }
@@ -373,7 +377,7 @@ gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype) {
 
 void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
                           const void* dy, const void* xt, void* partials, void* dw,
-                          gpu::Stream stream) {
+                          gpu::Stream stream, bool dy_nhwc) {
   const auto box = conv_tma_box(g, 64);  // a K step's pixels: (rows, images)
   KILN_CHECK(box.has_value() && g.k_chunk == p.chunk &&
                  reinterpret_cast<std::uintptr_t>(partials) % 16 == 0 &&
@@ -391,10 +395,20 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
                                    static_cast<cuuint64_t>(g.s_hw) * 2 * g.m};
   const cuuint32_t a_box[3] = {static_cast<cuuint32_t>(p.ar), static_cast<cuuint32_t>(p.bm),
                                static_cast<cuuint32_t>(64 / p.ar)};
-  const CUtensorMap dy_map = tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
+  // (dy_nhwc) A: dy [pixels][M]; boxes of 64 filters x the step's 64 pixels, one a warpgroup.
+  KILN_CHECK(!dy_nhwc || conv_tma_wgrad_reads_nhwc_dy(g),
+             "conv2d_grad_weight (TMA): a channels-last dy of {} filters (64 or more, a multiple "
+             "of 8)",
+             g.m);
+  const cuuint64_t nhwc_dims[2] = {static_cast<cuuint64_t>(g.m), static_cast<cuuint64_t>(g.k)};
+  const cuuint64_t nhwc_strides[1] = {static_cast<cuuint64_t>(g.m) * 2};
+  const cuuint32_t nhwc_box[2] = {64, 64};
+  const CUtensorMap dy_map = dy_nhwc ? tiled_map(dtype, dy, 2, nhwc_dims, nhwc_strides, nhwc_box)
+                                     : tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
   const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
   const DeviceKernel& k = device_kernel(
-      wgrad_name(dtype, p), [&] { return conv_tma_wgrad_source(dtype, p); }, p.shared_bytes());
+      wgrad_name(dtype, p, dy_nhwc), [&] { return conv_tma_wgrad_source(dtype, p, dy_nhwc); },
+      p.shared_bytes());
   ConvGemmShape s = g;
   void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map), &partials,
                   &s};

@@ -105,14 +105,18 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, i
                                                    int sms, bool wide);
 // bm x 64 atoms with as many stages (at most 8) as fit 227 KiB.
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide);
-gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& plan);
+// dy_nhwc: the kernel that reads dy stored channels-last ([pixels][M]; M >= 64, M % 8 == 0:
+// conv_tma_wgrad_reads_nhwc_dy), as wgmma's MN-major A.
+gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& plan,
+                                        bool dy_nhwc = false);
+bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& shape);
 // The sum of the splits' partials into dW's order (kernels/conv_wgmma_wgrad_tma.cuh).
 gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype);
 // dW = dy x patches(xt) (shape.k_chunk = plan.chunk): the splits' f32 partials into
 // `partials` (plan.partial_bytes, 16-byte aligned), then their sum into dw.
 void conv_tma_grad_weight(DType dtype, const ConvGemmShape& shape, const TmaWgradPlan& plan,
                           const void* dy, const void* xt, void* partials, void* dw,
-                          gpu::Stream stream);
+                          gpu::Stream stream, bool dy_nhwc = false);
 
 namespace detail {
 // Turns the TMA passes on or off wherever they fit (nullopt: as KILN_CONV_TMA and

@@ -5,7 +5,10 @@
 // output rows of one image or whole images.
 //  - A (dy, NCHW) is one 3-D box a step: AR pixels (64, or a whole image of 32 or 16) x BM
 //    filters x 64 / AR images, landing as 64 / AR blocks of BM K-major rows of AR pixels in the
-//    swizzle of AR * 2 bytes: each k16 slice of the step is 16 pixels of one block.
+//    swizzle of AR * 2 bytes: each k16 slice of the step is 16 pixels of one block. DY_NHWC (dy
+//    stored channels-last, [pixels][M]): one 2-D box a warpgroup, 64 filters x the step's 64
+//    pixels, wgmma's MN-major A in the 128-byte swizzle (rows of 64 filters, one per pixel, as B
+//    lies), so that the same pixels meet in the same order: the same sums.
 //  - each atom of B (x's channels-last copy) is one 4-D box, 64 channels x the step's pixels
 //    shifted by the atom's tap, every stride-th row and column (zeros outside the image: the
 //    padding): rows of 64 channels, one
@@ -34,7 +37,7 @@ __device__ __forceinline__ TmaAtom tma_atom(const ConvGemmShape& g, int channels
   return TmaAtom{n - tap * channels, tap, kh, tap - kh * g.kw};
 }
 
-template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE>
+template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE, bool DY_NHWC>
 __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map,
                                                      const TmaDescriptor* x_map,
                                                      float* __restrict__ out,
@@ -68,7 +71,13 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
       const int b = k0 / g.s_hw, pix = k0 - b * g.s_hw, oh0 = pix / g.s_w;
       if (step >= STAGES) mbarrier_wait(empty + buf, (step / STAGES - 1) & 1);
       mbarrier_expect_bytes(full + buf, STAGE_BYTES);
-      tma_load_3d(s + buf * A_STAGE, dy_map, full + buf, pix, m0, b);
+      if constexpr (DY_NHWC) {
+#pragma unroll
+        for (int h = 0; h < WM; ++h)
+          tma_load_2d(s + buf * A_STAGE + h * 64 * 64, dy_map, full + buf, m0 + 64 * h, k0);
+      } else {
+        tma_load_3d(s + buf * A_STAGE, dy_map, full + buf, pix, m0, b);
+      }
 #pragma unroll
       for (int a = 0; a < NA; ++a) {
         const TmaAtom at = tma_atom(g, channels, n0 + 64 * a);
@@ -87,21 +96,23 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
   for (int step = 0; step < steps; ++step) {
     const int buf = step % STAGES;
     mbarrier_wait(full + buf, (step / STAGES) & 1);
-    const unsigned short* a_tile = s + buf * A_STAGE + group * 64 * AR;
+    const unsigned short* a_tile = s + buf * A_STAGE + group * 64 * (DY_NHWC ? 64 : AR);
     const unsigned short* b_tile = s + STAGES * A_STAGE + buf * B_STAGE;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // pixels 16 kk ..: block kk / SLICES of A, rows 16 kk of B
-      const unsigned long long a = wgmma_descriptor(
-          a_tile + (kk / SLICES) * BM * AR + (kk % SLICES) * 16, 16, 8 * AR * 2, A_SWIZZLE);
+      const unsigned long long a =
+          DY_NHWC ? wgmma_descriptor(a_tile + kk * 16 * 64, 16, 1024, 1)
+                  : wgmma_descriptor(a_tile + (kk / SLICES) * BM * AR + (kk % SLICES) * 16, 16,
+                                     8 * AR * 2, A_SWIZZLE);
       if (WIDE) {
-        Wgmma<T, BN>::template run<1>(
+        Wgmma<T, BN>::template run<1, DY_NHWC ? 1 : 0>(
             *reinterpret_cast<float(*)[BN / 2]>(&acc), a,
             wgmma_descriptor(b_tile + kk * 16 * 64, 64 * 64 * 2, 1024, 1));
       } else {
 #pragma unroll
         for (int n = 0; n < NA; ++n)
-          Wgmma<T, 64>::template run<1>(
+          Wgmma<T, 64>::template run<1, DY_NHWC ? 1 : 0>(
               acc[n], a, wgmma_descriptor(b_tile + n * 64 * 64 + kk * 16 * 64, 16, 1024, 1));
       }
     }
@@ -156,8 +167,8 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32)
     KILN_CONV_WGMMA_WGRAD_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor dy,
                               const __grid_constant__ kiln::cuda::TmaDescriptor xt,
                               float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
-  kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE>(
-      &dy, &xt, out, g);
+  kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE,
+                                   KILN_DY_NHWC>(&dy, &xt, out, g);
 }
 #endif
 

@@ -42,38 +42,40 @@ namespace kiln::cuda {
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define KILN_WGMMA_F32(d, i) \
   KILN_WGMMA_F8(d, i), KILN_WGMMA_F8(d, i + 8), KILN_WGMMA_F8(d, i + 16), KILN_WGMMA_F8(d, i + 24)
-// d (+)= A B: scale-d from a register (1: add to d), A K-major, B K-major or (TRANS 1)
-// MN-major, unscaled.
-#define KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS)                              \
+// d (+)= A B: scale-d from a register (1: add to d), A K-major or (TRANS_A 1) MN-major, B
+// K-major or (TRANS 1) MN-major, unscaled.
+#define KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS_A, TRANS)                     \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE                                                \
   ", 0;\n"                                                                                 \
   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" D "}, " DESCRIPTORS \
-  ", p, 1, 1, 0, " TRANS ";\n}\n"
+  ", p, 1, 1, " TRANS_A ", " TRANS ";\n}\n"
 
 // One warpgroup's d[64 x N] += A[64 x 16] B[16 x N], A and B in shared memory (descriptors);
-// B K-major, or under TRANS_B MN-major (N contiguous).
+// A K-major, or under TRANS_A MN-major (M contiguous); B K-major, or under TRANS_B MN-major (N
+// contiguous).
 template <typename T, int N>
 struct Wgmma;
-// Wgmma<T, N>: its accumulator list D, the operand numbers of the descriptors and of scale-d,
-// B's transposition, and the accumulators as asm outputs (__VA_ARGS__).
-#define KILN_WGMMA_SIZE(T, TYPE, N, D, DESCRIPTORS, SCALE, TRANS, ...)                          \
+// Wgmma<T, N>: its accumulator list D, the operand numbers of the descriptors, of scale-d and of
+// A's and B's transpositions, and the accumulators as asm outputs (__VA_ARGS__).
+#define KILN_WGMMA_SIZE(T, TYPE, N, D, DESCRIPTORS, SCALE, TRANS_A, TRANS, ...)                 \
   template <>                                                                                   \
   struct Wgmma<T, N> {                                                                          \
-    template <int TRANS_B = 0>                                                                  \
+    template <int TRANS_B = 0, int TRANS_A_ = 0>                                                \
     __device__ static void run(float (&d)[N / 2], unsigned long long a, unsigned long long b) { \
-      asm volatile(KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS)                        \
+      asm volatile(KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS_A, TRANS)               \
                    : __VA_ARGS__                                                                \
-                   : "l"(a), "l"(b), "r"(1), "n"(TRANS_B));                                     \
+                   : "l"(a), "l"(b), "r"(1), "n"(TRANS_B), "n"(TRANS_A_));                      \
     }                                                                                           \
   };
-#define KILN_WGMMA_KIND(T, TYPE)                                                                   \
-  KILN_WGMMA_SIZE(T, TYPE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", "%35", KILN_WGMMA_F32(d, 0))   \
-  KILN_WGMMA_SIZE(T, TYPE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", "%67", KILN_WGMMA_F32(d, 0), \
-                  KILN_WGMMA_F32(d, 32))                                                           \
-  KILN_WGMMA_SIZE(T, TYPE, 192, KILN_WGMMA_N192_D, "%96, %97", "%98", "%99", KILN_WGMMA_F32(d, 0), \
-                  KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64))                                    \
-  KILN_WGMMA_SIZE(T, TYPE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", "%131",                   \
-                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),              \
+#define KILN_WGMMA_KIND(T, TYPE)                                                         \
+  KILN_WGMMA_SIZE(T, TYPE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", "%36", "%35",        \
+                  KILN_WGMMA_F32(d, 0))                                                  \
+  KILN_WGMMA_SIZE(T, TYPE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", "%68", "%67",      \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32))                           \
+  KILN_WGMMA_SIZE(T, TYPE, 192, KILN_WGMMA_N192_D, "%96, %97", "%98", "%100", "%99",     \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64))    \
+  KILN_WGMMA_SIZE(T, TYPE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", "%132", "%131", \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),    \
                   KILN_WGMMA_F32(d, 96))
 KILN_WGMMA_KIND(Bf16, "bf16")
 KILN_WGMMA_KIND(F16, "f16")
