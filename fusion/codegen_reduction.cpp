@@ -262,8 +262,10 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
                        reduction_identity(*reds[r], g_.compute));
-  out +=
-      "    if (o < n_out) {\n      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
+  // (Batch norm's sums over [B, H, W, C]: a lane's 2-byte loads, so four rows' loads in flight.)
+  const bool several = reds.size() > 1 || !g_.row_outputs.empty();
+  out += several ? "    if (o < n_out) {\n#pragma unroll 4\n" : "    if (o < n_out) {\n";
+  out += "      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
   out += "        const long long i = r * n_out + o;\n";
   out += scalar_loads("        ", "i");
   out += compute("        ", "");
