@@ -4,10 +4,11 @@
 # resnet18's step with and without them; then resnet18's bf16 step at both batch sizes, the
 # switch off and on, alternated twice; then one-stream traces of b512 each way, summed by pass
 # and by bandwidth. Writes the traces and summaries under OUT_DIR.
-#   bench/channels_last_values.sh [BIN_DIR] [OUT_DIR]
+#   bench/channels_last_values.sh [BIN_DIR] [OUT_DIR]   (BIN_DIR: build/tools, or a gpu-pack's .gpu/bin)
 set -uo pipefail
 bin=${1:-build/tools}
-tests=$(dirname "$bin")/tests
+tests=$(dirname "$bin")/tests  # the build tree's; a gpu-pack keeps them beside the tools
+[ -x "$bin/backends_tests" ] && tests=$bin
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 here=$(dirname "$0")
