@@ -81,7 +81,7 @@ Graph apply_channels_last(const Graph& g) {
   if (env_switch_on("KILN_CHANNELS_LAST")) {
     const Graph images =
         eliminate_dead_code(channels_last_images(g, cuda::conv_node_reads_channels_last));
-    if (cuda::channels_last_values_mode() == cuda::ChannelsLastValues::off) return images;
+    if (channels_last_values_mode() == ChannelsLastValues::off) return images;
     return eliminate_dead_code(channels_last_values(images, cuda::conv_node_channels_last_sides));
   }
 #endif

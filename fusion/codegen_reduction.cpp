@@ -4,10 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "fusion/codegen_writer.h"
+#include "graph/passes/channels_last_values.h"
 
 namespace kiln::codegen {
 
@@ -222,11 +221,10 @@ int Writer::reduction_lanes() const {
 // output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
 // Sibling reductions each keep their accumulators; row outputs come from the finisher (the
 // body is then always split). Not yet run on a GPU, those two take the column body only while
-// the channels-last values are asked for (KILN_CHANNELS_LAST_VALUES, backends/cuda/conv.h).
+// the channels-last values are asked for (graph/passes/channels_last_values.h).
 bool Writer::columns_reduced() const {
-  const char* values = std::getenv("KILN_CHANNELS_LAST_VALUES");
   if ((!g_.more_reductions.empty() || !g_.row_outputs.empty()) &&
-      (values == nullptr || std::strcmp(values, "0") == 0))
+      channels_last_values_mode() == ChannelsLastValues::off)
     return false;
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&

@@ -229,12 +229,10 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
   return sources;
 }
 
-// One channels-last pass: the image (x or dy) and the weights reordered into the workspace,
-// then the GEMM into `out` (y or dx) in NCHW.
-// image_nhwc: the forward's x is already channels-last (its region of the workspace unused).
-// image: the forward's x or grad_input's dy; image_nhwc: stored channels-last already (else
-// copied so into the workspace); out_nhwc: y (dx) stored channels-last (the TMA pass only,
-// conv_writes_channels_last).
+// One channels-last pass: the image (the forward's x or grad_input's dy) and the weights
+// reordered into the workspace, then the GEMM into `out` (y or dx). image_nhwc: the image is
+// stored channels-last already (its region of the workspace unused); out_nhwc: out is stored
+// channels-last (the TMA pass only, conv_writes_channels_last), else NCHW.
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
               void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false,
               float* moments = nullptr, bool out_nhwc = false) {
@@ -326,8 +324,7 @@ bool conv_grad_weight_reads_nhwc_dy(const ConvGeometry& g, DType dtype) {
 bool conv_writes_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
   if (g.batch == 0 || pass == ConvPass::grad_weight || !use_nhwc(g, dtype, pass)) return false;
   if (pass == ConvPass::grad_input) return tma_grad_input(g, dtype).has_value();
-  const GemmDims d = dims_of(g, pass);
-  return conv_tma_tile(dtype, gemm_shape(g, pass, d, d.k), false, false).has_value();
+  return conv_forward_writes_moments(g, dtype);  // the forward's TMA pass
 }
 
 bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {

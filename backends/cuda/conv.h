@@ -86,8 +86,6 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
 // program refuses the nodes its kernels do not take).
 ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
                                                 std::span<const TensorType> inputs);
-enum class ChannelsLastValues { off, kernels, projected };  // KILN_CHANNELS_LAST_VALUES 0, 1, all
-ChannelsLastValues channels_last_values_mode();
 // Whether the forward of a conv2d node (inputs: its image, [B, H, W, C] where the node is marked
 // channels-last, and its weights) runs the TMA pass, whose epilogue computes conv2d_moments'
 // run moments (the conv-statistics pass's choice on the GPU, fusion/conv_statistics.h).

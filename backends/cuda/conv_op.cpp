@@ -2,8 +2,6 @@
 // (conv.h): each pass's geometry from the node, its launch, its kernels and its workspace.
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <string_view>
 #include <tuple>
 
 #include "backends/cuda/conv.h"
@@ -274,15 +272,6 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
       conv.op->id == OpId::conv2d_grad_weight ? ConvPass::grad_weight : ConvPass::forward;
   const InputTypes in(inputs.begin(), inputs.end());
   return conv_reads_channels_last(geometry_of(pass, conv, in), dtype, pass);
-}
-
-ChannelsLastValues channels_last_values_mode() {
-  const char* v = std::getenv("KILN_CHANNELS_LAST_VALUES");
-  if (v == nullptr || std::string_view(v) == "0") return ChannelsLastValues::off;
-  if (std::string_view(v) == "1") return ChannelsLastValues::kernels;
-  KILN_CHECK(std::string_view(v) == "all",
-             "KILN_CHANNELS_LAST_VALUES={}: 0, 1 or all (all: dump's projection only)", v);
-  return ChannelsLastValues::projected;
 }
 
 ChannelsLastSides conv_node_channels_last_sides(const Node& conv,

@@ -310,7 +310,7 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   KILN_CHECK(!y_channels_last || moments == nullptr,
              "conv TMA pass: a channels-last output with run moments");
   // The epilogue's store (the kernels' `staging`): channels-last, staged or from the fragments.
-  const int staging = y_channels_last ? 2 : staging_on();
+  int staging = y_channels_last ? 2 : staging_on();
   if (tile.halo()) {
     KILN_CHECK(moments == nullptr && classes == nullptr && conv_tma_halo_tile(g).has_value(),
                "conv TMA pass: the halo form does not fit the pass (or moments or classes asked)");
@@ -326,14 +326,13 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
       [&] { return conv_tma_source(dtype, tile, with_moments, count); }, tile.shared_bytes());
   ConvGemmShape s = g;
   ConvClasses cl = classes != nullptr ? *classes : ConvClasses{};
-  int store = staging;
   void* args[] = {const_cast<CUtensorMap*>(&filters),
                   const_cast<CUtensorMap*>(&image),
                   &y,
                   &moments,
                   &s,
                   &cl,
-                  &store};
+                  &staging};
   // The tiles, N fastest (as a 2-D grid's x), dealt out to the blocks in turn: a block each, or
   // a persistent block an SM (tma_persistent).
   const std::int64_t tiles =

@@ -4,7 +4,9 @@
 #include "graph/passes/channels_last_values.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -262,6 +264,15 @@ class Rewriter {
 };
 
 }  // namespace
+
+ChannelsLastValues channels_last_values_mode() {
+  const char* v = std::getenv("KILN_CHANNELS_LAST_VALUES");
+  if (v == nullptr || std::string_view(v) == "0") return ChannelsLastValues::off;
+  if (std::string_view(v) == "1") return ChannelsLastValues::kernels;
+  KILN_CHECK(std::string_view(v) == "all",
+             "KILN_CHANNELS_LAST_VALUES={}: 0, 1 or all (all: dump's projection only)", v);
+  return ChannelsLastValues::projected;
+}
 
 Graph channels_last_values(const Graph& g, const ChannelsLastTaken& takes) {
   Graph out = Rewriter(g, takes).run();

@@ -50,4 +50,10 @@ using ChannelsLastTaken =
 
 Graph channels_last_values(const Graph& g, const ChannelsLastTaken& takes);
 
+// KILN_CHANNELS_LAST_VALUES (off by default, not yet run on a GPU): 0 or unset, off; 1, the GPU
+// runs the pass with what its kernels take; all, every tensor-core pass takes every side, for
+// `dump`'s projection (backends/cuda/conv.h). Anything else is an error.
+enum class ChannelsLastValues { off, kernels, projected };
+ChannelsLastValues channels_last_values_mode();
+
 }  // namespace kiln
