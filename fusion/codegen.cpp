@@ -171,13 +171,14 @@ CudaKernelSource Writer::generate() {
     k.reduced_outputs = g_.reduction->type.shape.numel();
     k.reductions = static_cast<int>(g_.reductions().size());
     const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
-    if (columns_reduced()) {  // blocks of 32 adjacent outputs, so that a warp's loads are one row
-                              // segment
-      const std::int64_t tiles = (k.reduced_outputs + 31) / 32;
-      k.splits = reduction_splits(tiles, per_output * 32, 1024, 2048);
+    if (columns_reduced()) {  // blocks of adjacent outputs, so that a warp's loads are row
+                              // segments
+      const ColumnVectors cv = column_vectors();
+      const std::int64_t tiles = (k.reduced_outputs + cv.tile() - 1) / cv.tile();
+      k.splits = reduction_splits(tiles, per_output * cv.tile(), 1024, 2048);
       if (!g_.row_outputs.empty()) k.splits = std::max<std::int64_t>(k.splits, 2);  // finisher's
       k.work_items = tiles * k.splits;
-      body = column_reduction_body(k.splits);
+      body = cv.lanes > 1 ? column_vector_body(k.splits) : column_reduction_body(k.splits);
     } else {
       k.splits = reduction_splits(k.reduced_outputs, per_output, 2048, 512);
       k.work_items = k.reduced_outputs * k.splits;

@@ -64,13 +64,9 @@ std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
   return expr.empty() ? fmt::format("0{}", suffix) : expr;
 }
 
-namespace {
-// Names of reduction r's accumulator, output (or partials) and shared per-warp results: the
-// first keeps the plain names, so a group of one reduction reads as it always has.
 std::string reduction_name(const char* base, std::size_t r) {
   return r == 0 ? std::string(base) : fmt::format("{}{}", base, r);
 }
-}  // namespace
 
 // reduced[index] = value: the output rounded to its storage, or a partial result of the
 // compute type when the reduction is split.
@@ -211,84 +207,6 @@ int Writer::reduction_lanes() const {
   if (!vectorizable() || axes.red_strides.empty() || axes.red_strides.back() != 1) return 1;
   const int lanes = g_.low_precision() ? lanes_ : (g_.compute == DType::f32 ? 4 : 1);
   return lanes > 1 && axes.red_sizes.back() % lanes == 0 ? lanes : 1;
-}
-
-// The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
-// value over its rows; batch norm's sums over a [B, H, W, C] value stored channels-last,
-// graph/passes/channels_last_values.h): element (r, o) is at r * n + o, so threads of a warp
-// that take adjacent outputs read adjacent elements, where the row-by-row body reads them n
-// apart. Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
-// output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
-// Sibling reductions each keep their accumulators; row outputs come from the finisher (the
-// body is then always split). Not yet run on a GPU, those two take the column body only while
-// the channels-last values are asked for (graph/passes/channels_last_values.h).
-bool Writer::columns_reduced() const {
-  if ((!g_.more_reductions.empty() || !g_.row_outputs.empty()) &&
-      channels_last_values_mode() == ChannelsLastValues::off)
-    return false;
-  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
-  return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
-         axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
-         axes.red_sizes[0] >= 512;
-}
-
-// One block per (tile of 32 outputs, split of the rows): lane x takes output tile * 32 + x,
-// the block's warps take every (blockDim.x / 32)-th row of the split; the warps' sums are
-// then added in warp order (deterministic). Partial results land where the finisher of
-// the row-by-row body expects them: reduced[o * splits + split].
-std::string Writer::column_reduction_body(std::int64_t splits) const {
-  const std::vector<const FusedReduction*> reds = g_.reductions();
-  const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
-  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
-                     chunk = (n_red + splits - 1) / splits;
-  std::string out = fmt::format(
-      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
-  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
-                     chunk);
-  for (std::size_t r = 0; r < reds.size(); ++r)
-    out += fmt::format("  __shared__ T {}[32][33];\n", reduction_name("warp_acc", r));
-  out +=
-      "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
-      "5;\n";
-  out += hoisted_scalars();
-  out +=
-      "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) "
-      "{\n";
-  out += "    const long long o = (job / splits) * 32 + lane;\n";
-  out += "    const long long r_first = (job % splits) * chunk;\n";
-  out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
-  for (std::size_t r = 0; r < reds.size(); ++r)
-    out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
-                       reduction_identity(*reds[r], g_.compute));
-  // (Batch norm's sums over [B, H, W, C]: a lane's 2-byte loads, so four rows' loads in flight.)
-  const bool several = reds.size() > 1 || !g_.row_outputs.empty();
-  out += several ? "    if (o < n_out) {\n#pragma unroll 4\n" : "    if (o < n_out) {\n";
-  out += "      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
-  out += "        const long long i = r * n_out + o;\n";
-  out += scalar_loads("        ", "i");
-  out += compute("        ", "");
-  for (std::size_t k = 0; k < g_.outputs.size(); ++k)
-    out += "        " + store(k, fmt::format("out{}[i]", k), "");
-  for (std::size_t r = 0; r < reds.size(); ++r) {
-    const std::string acc = reduction_name("acc", r);
-    out += fmt::format("        {} = {};\n", acc,
-                       reduction_combine(*reds[r], acc, operand(reds[r]->value, "")));
-  }
-  out += "      }\n    }\n";
-  for (std::size_t r = 0; r < reds.size(); ++r)
-    out += fmt::format("    {}[warp][lane] = {};\n", reduction_name("warp_acc", r),
-                       reduction_name("acc", r));
-  out += "    __syncthreads();\n    if (warp == 0u && o < n_out) {\n";
-  for (std::size_t r = 0; r < reds.size(); ++r) {
-    const std::string acc = reduction_name("acc", r);
-    out +=
-        fmt::format("      for (unsigned w = 1; w < warps; ++w) {} = {};\n", acc,
-                    reduction_combine(*reds[r], acc,
-                                      fmt::format("{}[w][lane]", reduction_name("warp_acc", r))));
-    out += "      " + store_reduced("o * splits + job % splits", acc, splits, r) + "\n";
-  }
-  out += "    }\n    __syncthreads();\n  }\n";
-  return out;
 }
 
 // Combines each output's partial results, a warp an output, in a fixed order (deterministic: no

@@ -1,7 +1,8 @@
 // The CUDA code generator's internals (fusion/codegen.h is its interface): the Writer that
 // turns one fused group into CUDA C, and the text helpers its bodies share. The elementwise
 // bodies are in codegen.cpp and codegen_vector.cpp, the reduction bodies in
-// codegen_reduction.cpp, the horizontal kernel (segments of one kind) in codegen_horizontal.cpp.
+// codegen_reduction.cpp and codegen_columns.cpp, the horizontal kernel (segments of one kind) in
+// codegen_horizontal.cpp.
 #pragma once
 
 #include <functional>
@@ -37,6 +38,10 @@ std::string reduction_combine(const FusedReduction& red, const std::string& acc,
 // so that every lane ends with the same bits.
 std::string warp_butterfly(const FusedReduction& red, const std::string& acc);
 
+// Names of reduction r's accumulator, output (or partials) and shared per-warp results: the
+// first keeps the plain names, so a group of one reduction reads as it always has.
+std::string reduction_name(const char* base, std::size_t r);
+
 // Merged axes of the iteration space, split into kept and reduced ones.
 struct ReductionAxes {
   std::vector<std::int64_t> kept_sizes, kept_strides, red_sizes,
@@ -51,6 +56,13 @@ std::string coordinate_sum(const std::vector<std::int64_t>& sizes,
                            const char* suffix = "LL");
 
 enum class Access { contiguous, scalar, strided };
+
+// The column body's vector form (codegen_columns.cpp): `lanes` adjacent outputs a thread,
+// `groups` channel groups a warp; lanes 1: the scalar form, a warp's 32 lanes an output each.
+struct ColumnVectors {
+  int lanes = 1, groups = 32;
+  int tile() const { return lanes * groups; }  // outputs a job covers
+};
 
 struct InputPlan {
   Access access;
@@ -128,16 +140,20 @@ class Writer {
   // NCHW maps of 8 x 8, 16 x 16, ...; bf16 over 14 x 14 stays scalar: 196 is no multiple of
   // the 8 lanes its inputs were planned for), else 1.
   int reduction_lanes() const;
-  std::string column_reduction_body(std::int64_t splits) const;
   std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
   // A rows_finish_only group's row outputs of row `row` (C expressions), from the reductions'
   // final values `finals` and the inputs at `element` (any element of the row).
   std::string row_outputs_code(const std::string& indent, const std::string& row,
                                const std::string& element,
                                const std::vector<std::string>& finals) const;
-  bool columns_reduced() const;
   std::string store_reduced(const std::string& index, const std::string& value, std::int64_t splits,
                             std::size_t r = 0) const;
+
+  // codegen_columns.cpp: reduced axes leading, kept ones trailing
+  bool columns_reduced() const;
+  std::string column_reduction_body(std::int64_t splits) const;
+  ColumnVectors column_vectors() const;
+  std::string column_vector_body(std::int64_t splits) const;
 
   const FusedGroup& g_;
   std::string t_;  // the compute type's name

@@ -2,6 +2,7 @@
 // statistics over a [B, H, W, C] value stored channels-last (graph/passes/
 // channels_last_values.h) keep C innermost, so a warp takes 32 adjacent channels of a row.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -65,6 +66,7 @@ TEST_CASE("golden: channel statistics over [B, H, W, C] take the column body, ro
     CHECK(!contains(generate_cuda(*reduction_group(fused)).source, "(job / splits) * 32 + lane;"));
   }
   setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  setenv("KILN_COLUMN_VECTORS", "0", 1);  // the scalar form; the vector form's case is below
   // As the GPU's policy groups them: the per-channel math becomes the sums' row outputs.
   const Graph fused =
       stage_reductions(fuse(eliminate_dead_code(channel_statistics({32, 8, 8, 64}, DType::bf16))),
@@ -87,26 +89,70 @@ TEST_CASE("golden: channel statistics over [B, H, W, C] take the column body, ro
 #ifdef KILN_HAVE_CUDA
   CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
 #endif
+  unsetenv("KILN_COLUMN_VECTORS");
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+}
+
+TEST_CASE("golden: the column body's vector form takes 8 channels a lane, 16-byte loads") {
+  setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  struct Case {
+    Shape shape;
+    DType dtype;
+    int lanes, groups;
+  };
+  // 64 bf16 channels: a tile of 8 lanes x 8 channels, 4 rows a warp; 40: 5 tiles of one lane's
+  // 8, 32 rows a warp; f32: float4s, 16 lanes x 4 channels.
+  for (const Case& c :
+       {Case{{32, 8, 8, 64}, DType::bf16, 8, 8}, Case{{32, 8, 8, 40}, DType::bf16, 8, 1},
+        Case{{32, 8, 8, 64}, DType::f32, 4, 16}}) {
+    CAPTURE(c.shape.str());
+    CAPTURE(dtype_name(c.dtype));
+    const Graph fused = stage_reductions(
+        fuse(eliminate_dead_code(channel_statistics(c.shape, c.dtype))), cuda_stage_options());
+    const CudaKernelSource k = generate_cuda(*reduction_group(fused));
+    CAPTURE(k.source);
+    const int tile = c.lanes * c.groups;
+    CHECK(k.work_items == c.shape[3] / tile * k.splits);
+    CHECK(contains(k.source, fmt::format("__shared__ T warp_acc[32][{}];", tile)));
+    CHECK(
+        contains(k.source, fmt::format("group = lane % {0}u, row_lane = lane / {0}u;", c.groups)));
+    CHECK(contains(k.source, fmt::format("const long long c = (job / splits) * {} + group * {};",
+                                         tile, c.lanes)));
+    CHECK(contains(k.source, fmt::format("T acc1[{}];", c.lanes)));
+    CHECK(contains(k.source, c.dtype == DType::bf16 ? "reinterpret_cast<const uint4*>"
+                                                    : "reinterpret_cast<const float4*>"));
+    CHECK(contains(k.source, "__shfl_xor_sync") == (c.groups < 32));
+    CHECK(contains(k.source, "} else {"));  // the scalar loop for operands not 16-byte aligned
+    CHECK(contains(k.source, "row_out0[o] = "));
+#ifdef KILN_HAVE_CUDA
+    CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
+#endif
+  }
   unsetenv("KILN_CHANNELS_LAST_VALUES");
 }
 
 TEST_CASE("GPU: channel statistics over [B, H, W, C] in the column body match the CPU") {
   if (!test::have_gpu()) return;
   setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);  // the column body (and the row body, after)
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    CAPTURE(dtype_name(dtype));
-    for (const Shape& shape : {Shape{32, 8, 8, 64}, Shape{7, 9, 11, 40}, Shape{64, 4, 4, 512}}) {
-      CAPTURE(shape.str());
-      const Graph g = channel_statistics(shape, dtype);
-      const std::vector<Feed> feeds = test::random_feeds(g, 3);
-      const Outputs gpu = compile(g, {.device = Device::cuda()})->run(feeds);
-      const Outputs cpu = compile(g)->run(feeds);
-      for (const auto& [name, tensor] : cpu) {
-        CAPTURE(name);
-        CHECK(test::closeness(gpu.at(name), tensor, 1e-4, 1e-3) <= 1.0);
+  for (const char* vectors : {"0", "1"})
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      setenv("KILN_COLUMN_VECTORS", vectors, 1);
+      CAPTURE(vectors);
+      CAPTURE(dtype_name(dtype));
+      for (const Shape& shape : {Shape{32, 8, 8, 64}, Shape{7, 9, 11, 40}, Shape{64, 4, 4, 512},
+                                 Shape{9, 8, 8, 24}, Shape{4, 16, 16, 96}}) {
+        CAPTURE(shape.str());
+        const Graph g = channel_statistics(shape, dtype);
+        const std::vector<Feed> feeds = test::random_feeds(g, 3);
+        const Outputs gpu = compile(g, {.device = Device::cuda()})->run(feeds);
+        const Outputs cpu = compile(g)->run(feeds);
+        for (const auto& [name, tensor] : cpu) {
+          CAPTURE(name);
+          CHECK(test::closeness(gpu.at(name), tensor, 1e-4, 1e-3) <= 1.0);
+        }
       }
     }
-  }
+  unsetenv("KILN_COLUMN_VECTORS");
   unsetenv("KILN_CHANNELS_LAST_VALUES");
 }
 

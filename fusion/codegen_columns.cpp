@@ -1,0 +1,202 @@
+// The column bodies of generated reductions: the reduced axes lead and the kept ones trail
+// (a bias gradient, the sum of a [rows, n] value over its rows; batch norm's sums over a
+// [B, H, W, C] value stored channels-last, graph/passes/channels_last_values.h). A warp's lanes
+// take adjacent outputs of a row, one each (the scalar form) or 8 (4 for f32) each through
+// 16-byte loads (the vector form), and the rows are split among warps and blocks; partial
+// results land where the row-by-row body's finisher (codegen_reduction.cpp) expects them.
+#include <fmt/format.h>
+
+#include "core/env_switch.h"
+#include "fusion/codegen_writer.h"
+#include "graph/passes/channels_last_values.h"
+
+namespace kiln::codegen {
+
+// The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
+// value over its rows; batch norm's sums over a [B, H, W, C] value stored channels-last,
+// graph/passes/channels_last_values.h): element (r, o) is at r * n + o, so threads of a warp
+// that take adjacent outputs read adjacent elements, where the row-by-row body reads them n
+// apart. Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
+// output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
+// Sibling reductions each keep their accumulators; row outputs come from the finisher (the
+// body is then always split). Not yet run on a GPU, those two take the column body only while
+// the channels-last values are asked for (graph/passes/channels_last_values.h).
+bool Writer::columns_reduced() const {
+  if ((!g_.more_reductions.empty() || !g_.row_outputs.empty()) &&
+      channels_last_values_mode() == ChannelsLastValues::off)
+    return false;
+  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
+  return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
+         axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
+         axes.red_sizes[0] >= 512;
+}
+
+// One block per (tile of 32 outputs, split of the rows): lane x takes output tile * 32 + x,
+// the block's warps take every (blockDim.x / 32)-th row of the split; the warps' sums are
+// then added in warp order (deterministic). Partial results land where the finisher of
+// the row-by-row body expects them: reduced[o * splits + split].
+std::string Writer::column_reduction_body(std::int64_t splits) const {
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
+  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
+                     chunk = (n_red + splits - 1) / splits;
+  std::string out = fmt::format(
+      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
+  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
+                     chunk);
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("  __shared__ T {}[32][33];\n", reduction_name("warp_acc", r));
+  out +=
+      "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
+      "5;\n";
+  out += hoisted_scalars();
+  out +=
+      "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) "
+      "{\n";
+  out += "    const long long o = (job / splits) * 32 + lane;\n";
+  out += "    const long long r_first = (job % splits) * chunk;\n";
+  out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
+                       reduction_identity(*reds[r], g_.compute));
+  // (Batch norm's sums over [B, H, W, C]: a lane's 2-byte loads, so four rows' loads in flight.)
+  const bool several = reds.size() > 1 || !g_.row_outputs.empty();
+  out += several ? "    if (o < n_out) {\n#pragma unroll 4\n" : "    if (o < n_out) {\n";
+  out += "      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
+  out += "        const long long i = r * n_out + o;\n";
+  out += scalar_loads("        ", "i");
+  out += compute("        ", "");
+  for (std::size_t k = 0; k < g_.outputs.size(); ++k)
+    out += "        " + store(k, fmt::format("out{}[i]", k), "");
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string acc = reduction_name("acc", r);
+    out += fmt::format("        {} = {};\n", acc,
+                       reduction_combine(*reds[r], acc, operand(reds[r]->value, "")));
+  }
+  out += "      }\n    }\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    {}[warp][lane] = {};\n", reduction_name("warp_acc", r),
+                       reduction_name("acc", r));
+  out += "    __syncthreads();\n    if (warp == 0u && o < n_out) {\n";
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string acc = reduction_name("acc", r);
+    out +=
+        fmt::format("      for (unsigned w = 1; w < warps; ++w) {} = {};\n", acc,
+                    reduction_combine(*reds[r], acc,
+                                      fmt::format("{}[w][lane]", reduction_name("warp_acc", r))));
+    out += "      " + store_reduced("o * splits + job % splits", acc, splits, r) + "\n";
+  }
+  out += "    }\n    __syncthreads();\n  }\n";
+  return out;
+}
+
+// The vector form's lanes a thread (8 for groups of 16-bit values, 4 for f32 ones, as the
+// row-by-row body's vector loop) and its channel groups a warp, G: lanes l and l + G take the
+// same outputs in other rows. A tile (a job's outputs) is T = G L <= 64 adjacent outputs, so
+// that one shared array of 32 warps x T values (8 KiB, whatever block the occupancy choice
+// gives) combines the warps. 1 lane: the scalar form. Taken where the column body with
+// several sums is (the channels-last values), and KILN_COLUMN_VECTORS=0 keeps the scalar form
+// there (for measuring).
+ColumnVectors Writer::column_vectors() const {
+  const bool on = env_switch_on("KILN_COLUMN_VECTORS");
+  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
+  const int lanes = g_.low_precision() ? lanes_ : (g_.compute == DType::f32 ? 4 : 1);
+  const std::int64_t n_out = axes.kept_sizes[0];
+  if (!on || channels_last_values_mode() == ChannelsLastValues::off || !vectorizable() ||
+      lanes == 1 || n_out % lanes != 0)
+    return {};
+  int groups = 64 / lanes;
+  while (n_out % (groups * lanes) != 0) groups /= 2;
+  return {lanes, groups};
+}
+
+// One block per (tile of T outputs, split of the rows): lane l takes outputs tile * T + (l % G)
+// * L .. + L - 1 of rows r_first + warp * (32 / G) + l / G, stepping by the block's rows. A
+// warp's rows are then combined by a butterfly over the lanes of a channel group, the block's
+// warps through shared memory in warp order (deterministic), one reduction after another.
+std::string Writer::column_vector_body(std::int64_t splits) const {
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
+  const ColumnVectors cv = column_vectors();
+  const int lanes = cv.lanes, tile = cv.lanes * cv.groups, rows = 32 / cv.groups;
+  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
+                     chunk = (n_red + splits - 1) / splits;
+  std::string out = fmt::format(
+      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
+  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
+                     chunk);
+  out += fmt::format("  __shared__ T warp_acc[32][{}];\n", tile);
+  out += fmt::format(
+      "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
+      "5;\n  const unsigned group = lane % {0}u, row_lane = lane / {0}u;\n",
+      cv.groups);
+  out += hoisted_scalars();
+  out += fmt::format("  const bool vec = {};\n", aligned());
+  out +=
+      fmt::format("  for (long long job = blockIdx.x; job < {}LL * splits; job += gridDim.x) {{\n",
+                  n_out / tile);
+  out += fmt::format("    const long long c = (job / splits) * {} + group * {};\n", tile, lanes);
+  out += "    const long long r_first = (job % splits) * chunk;\n";
+  out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("    T {}[{}];\n    for (int l = 0; l < {}; ++l) {}[l] = {};\n",
+                       reduction_name("acc", r), lanes, lanes, reduction_name("acc", r),
+                       reduction_identity(*reds[r], g_.compute));
+  // Lane `l`'s value of each reduction combined into its accumulator.
+  auto accumulate = [&](const std::string& indent, int l, const std::string& suffix) {
+    std::string lines;
+    for (std::size_t r = 0; r < reds.size(); ++r) {
+      const std::string acc = fmt::format("{}[{}]", reduction_name("acc", r), l);
+      lines += fmt::format("{}{} = {};\n", indent, acc,
+                           reduction_combine(*reds[r], acc, operand(reds[r]->value, suffix)));
+    }
+    return lines;
+  };
+  const std::string rows_loop = fmt::format(
+      "      for (long long r = r_first + warp * {0} + row_lane; r < r_end; r += warps * {0}) {{\n",
+      rows);
+  out += "    if (vec) {\n#pragma unroll 2\n" + rows_loop;
+  out += "        const long long i = r * n_out + c;\n";
+  int lane_of_suffix = 0;  // the hook is called for lanes 0, 1, ... in order
+  auto per_lane = [&](const std::string& suffix) {
+    return accumulate("          ", lane_of_suffix++, suffix);
+  };
+  out += g_.low_precision() ? vector_body_wide(per_lane) : vector_body_f32(per_lane);
+  out += "      }\n    } else {\n" + rows_loop;  // (an operand not 16-byte aligned)
+  for (int l = 0; l < lanes; ++l) {
+    out += fmt::format("        {{\n          const long long i = r * n_out + c + {};\n", l);
+    out += scalar_loads("          ", "i") + compute("          ", "");
+    for (std::size_t k = 0; k < g_.outputs.size(); ++k)
+      out += "          " + store(k, fmt::format("out{}[i]", k), "");
+    out += accumulate("          ", l, "") + "        }\n";
+  }
+  out += "      }\n    }\n";
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string acc = reduction_name("acc", r);
+    out += fmt::format(
+        "    for (int mask = 16; mask >= {}; mask >>= 1)\n      for (int l = 0; l < {}; ++l) {{ "
+        "const T other = __shfl_xor_sync(0xffffffffu, {}[l], mask); {}[l] = {}; }}\n",
+        cv.groups, lanes, acc, acc, reduction_combine(*reds[r], acc + "[l]", "other"));
+  }
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string acc = reduction_name("acc", r);
+    out += fmt::format(
+        "    if (row_lane == 0u)\n      for (int l = 0; l < {}; ++l) warp_acc[warp][group * {} + "
+        "l] = {}[l];\n",
+        lanes, lanes, acc);
+    out += fmt::format(
+        "    __syncthreads();\n    for (unsigned t = threadIdx.x; t < {}u; t += "
+        "blockDim.x) {{\n      T total = warp_acc[0][t];\n",
+        tile);
+    out += fmt::format("      for (unsigned w = 1; w < warps; ++w) total = {};\n",
+                       reduction_combine(*reds[r], "total", "warp_acc[w][t]"));
+    out += "      " +
+           store_reduced(fmt::format("((job / splits) * {} + t) * splits + job % splits", tile),
+                         "total", splits, r) +
+           "\n    }\n    __syncthreads();\n";
+  }
+  out += "  }\n";
+  return out;
+}
+
+}  // namespace kiln::codegen
