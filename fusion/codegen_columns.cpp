@@ -12,6 +12,19 @@
 
 namespace kiln::codegen {
 
+namespace {
+
+// The column bodies' constants: outputs, rows, splits of the rows and rows a split.
+std::string column_constants(const ReductionAxes& axes, std::int64_t splits) {
+  const std::int64_t n_red = axes.red_sizes[0];
+  return fmt::format(
+      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n  const long long splits "
+      "= {}LL;\n  const long long chunk = {}LL;\n",
+      axes.kept_sizes[0], n_red, splits, (n_red + splits - 1) / splits);
+}
+
+}  // namespace
+
 // The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
 // value over its rows; batch norm's sums over a [B, H, W, C] value stored channels-last,
 // graph/passes/channels_last_values.h): element (r, o) is at r * n + o, so threads of a warp
@@ -38,12 +51,7 @@ bool Writer::columns_reduced() const {
 std::string Writer::column_reduction_body(std::int64_t splits) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
-  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
-                     chunk = (n_red + splits - 1) / splits;
-  std::string out = fmt::format(
-      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
-  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
-                     chunk);
+  std::string out = column_constants(axes, splits);
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("  __shared__ T {}[32][33];\n", reduction_name("warp_acc", r));
   out +=
@@ -119,12 +127,8 @@ std::string Writer::column_vector_body(std::int64_t splits) const {
   const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
   const ColumnVectors cv = column_vectors();
   const int lanes = cv.lanes, tile = cv.lanes * cv.groups, rows = 32 / cv.groups;
-  const std::int64_t n_out = axes.kept_sizes[0], n_red = axes.red_sizes[0],
-                     chunk = (n_red + splits - 1) / splits;
-  std::string out = fmt::format(
-      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n", n_out, n_red);
-  out += fmt::format("  const long long splits = {}LL;\n  const long long chunk = {}LL;\n", splits,
-                     chunk);
+  const std::int64_t n_out = axes.kept_sizes[0];
+  std::string out = column_constants(axes, splits);
   out += fmt::format("  __shared__ T warp_acc[32][{}];\n", tile);
   out += fmt::format(
       "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
