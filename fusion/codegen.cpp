@@ -178,7 +178,7 @@ CudaKernelSource Writer::generate() {
       k.splits = reduction_splits(tiles, per_output * cv.tile(), 1024, 2048);
       if (!g_.row_outputs.empty()) k.splits = std::max<std::int64_t>(k.splits, 2);  // finisher's
       k.work_items = tiles * k.splits;
-      body = cv.lanes > 1 ? column_vector_body(k.splits) : column_reduction_body(k.splits);
+      body = cv.lanes > 1 ? column_vector_body(cv, k.splits) : column_reduction_body(k.splits);
     } else {
       k.splits = reduction_splits(k.reduced_outputs, per_output, 2048, 512);
       k.work_items = k.reduced_outputs * k.splits;

@@ -122,10 +122,9 @@ ColumnVectors Writer::column_vectors() const {
 // * L .. + L - 1 of rows r_first + warp * (32 / G) + l / G, stepping by the block's rows. A
 // warp's rows are then combined by a butterfly over the lanes of a channel group, the block's
 // warps through shared memory in warp order (deterministic), one reduction after another.
-std::string Writer::column_vector_body(std::int64_t splits) const {
+std::string Writer::column_vector_body(const ColumnVectors& cv, std::int64_t splits) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
-  const ColumnVectors cv = column_vectors();
   const int lanes = cv.lanes, tile = cv.lanes * cv.groups, rows = 32 / cv.groups;
   const std::int64_t n_out = axes.kept_sizes[0];
   std::string out = column_constants(axes, splits);
@@ -161,9 +160,8 @@ std::string Writer::column_vector_body(std::int64_t splits) const {
       rows);
   out += "    if (vec) {\n#pragma unroll 2\n" + rows_loop;
   out += "        const long long i = r * n_out + c;\n";
-  int lane_of_suffix = 0;  // the hook is called for lanes 0, 1, ... in order
-  auto per_lane = [&](const std::string& suffix) {
-    return accumulate("          ", lane_of_suffix++, suffix);
+  auto per_lane = [&](const std::string& suffix, int l) {
+    return accumulate("          ", l, suffix);
   };
   out += g_.low_precision() ? vector_body_wide(per_lane) : vector_body_f32(per_lane);
   out += "      }\n    } else {\n" + rows_loop;  // (an operand not 16-byte aligned)

@@ -126,7 +126,7 @@ std::string Writer::reduction_body(std::int64_t splits) const {
         ix, lanes);
     out += fmt::format("      const {} i = base + {};\n", ix,
                        coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
-    auto per_lane = [&](const std::string& lane) { return accumulate("        ", lane); };
+    auto per_lane = [&](const std::string& suffix, int) { return accumulate("        ", suffix); };
     out += g_.low_precision() ? vector_body_wide(per_lane) : vector_body_f32(per_lane);
     out += "    }\n    } else\n";
   }

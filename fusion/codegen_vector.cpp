@@ -56,13 +56,12 @@ std::string Writer::vector_body_f32(const LaneHook& after_lane) const {
                          k, k, off);
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("      float4 o{};\n", o);
-  for (const char* lane : {"x", "y", "z", "w"}) {
-    out += "      {\n" + compute("        ", std::string(".") + lane);
-    for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
-      out += fmt::format("        o{}.{} = {};\n", o, lane,
-                         operand(g_.outputs[o], std::string(".") + lane));
-    }
-    if (after_lane) out += after_lane(std::string(".") + lane);
+  for (int l = 0; l < 4; ++l) {
+    const std::string suffix = std::string(".") + "xyzw"[l];
+    out += "      {\n" + compute("        ", suffix);
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      out += fmt::format("        o{}{} = {};\n", o, suffix, operand(g_.outputs[o], suffix));
+    if (after_lane) out += after_lane(suffix, l);
     out += "      }\n";
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
@@ -138,7 +137,7 @@ std::string Writer::vector_body_wide(const LaneHook& after_lane) const {
       }
       out += fmt::format("        v{}[{}] = {};\n", o, lane, operand(g_.outputs[o], suffix));
     }
-    if (after_lane) out += after_lane(suffix);
+    if (after_lane) out += after_lane(suffix, lane);
     out += "      }\n";
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)

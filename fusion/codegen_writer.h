@@ -111,8 +111,9 @@ class Writer {
   std::string vector_loop_f32() const;
   std::string vector_loop_wide() const;
   // One iteration at element i (the loops' bodies); `after_lane` adds lines at the end of
-  // each lane's block (its argument: the lane's operand suffix), where its values are in scope.
-  using LaneHook = std::function<std::string(const std::string& lane)>;
+  // each lane's block (its arguments: the lane's operand suffix and its number), where its
+  // values are in scope.
+  using LaneHook = std::function<std::string(const std::string& suffix, int lane)>;
   std::string vector_body_f32(const LaneHook& after_lane = {}) const;
   std::string vector_body_wide(const LaneHook& after_lane = {}) const;
 
@@ -153,7 +154,7 @@ class Writer {
   bool columns_reduced() const;
   std::string column_reduction_body(std::int64_t splits) const;
   ColumnVectors column_vectors() const;
-  std::string column_vector_body(std::int64_t splits) const;
+  std::string column_vector_body(const ColumnVectors& cv, std::int64_t splits) const;
 
   const FusedGroup& g_;
   std::string t_;  // the compute type's name
