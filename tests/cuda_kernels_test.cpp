@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,16 @@
 
 namespace kiln {
 using namespace cuda_test;  // NOLINT: the shared test helpers
+
+namespace {
+// TF32 allowed while it lives (off again however the case ends: the later cases are f32).
+struct AllowTf32 {
+  AllowTf32() { cuda::set_allow_tf32(true); }
+  ~AllowTf32() { cuda::set_allow_tf32(false); }
+  AllowTf32(const AllowTf32&) = delete;
+  AllowTf32& operator=(const AllowTf32&) = delete;
+};
+}  // namespace
 
 TEST_CASE("every hand-written CUDA kernel compiles with NVRTC for sm_90 (no GPU needed)") {
   const std::vector<gpu::KernelSource> sources = cuda::all_kernel_sources();
@@ -237,6 +248,33 @@ void check_matmul(std::vector<std::int64_t> batch_dims, std::int64_t m, std::int
 
 }  // namespace
 
+// f32's weight gradient under TF32 (--precision tf32) takes the 16-bit types' tensor-core kernels
+// (their K steps the same bytes: half the pixels), wgmma where the plan's device is sm_90, with
+// the same split-K partials; without TF32 it stays on the CUDA cores.
+TEST_CASE("conv2d grad_weight of f32 under TF32 takes the tensor-core kernels (no GPU needed)") {
+  const auto g = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
+  auto wgrad_kernels = [&] {
+    std::vector<std::string> names;
+    for (const gpu::KernelSource& k :
+         cuda::conv_kernel_sources(g, DType::f32, cuda::ConvPass::grad_weight))
+      if (k.name.rfind("kiln_conv_mma_wgrad_", 0) == 0) names.push_back(k.name);
+    return names;
+  };
+  CHECK(wgrad_kernels().empty());
+  const AllowTf32 tf32;
+  const cuda::MmaSplits splits = cuda::conv_mma_wgrad_splits(64, 288, 64 * 196);
+  CHECK(splits.count == 49);
+  CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) ==
+        49u * 64 * 288 * 4);
+  const std::vector<std::string> names = wgrad_kernels();
+  REQUIRE(names.size() == 1);
+  CHECK(names[0].find("_tf32") != std::string::npos);
+  CHECK(names[0].find("_vec") == std::string::npos);  // 14 x 14 pixels: dy by scalar loads
+  CHECK((names[0].find("wgmma") != std::string::npos) ==
+        cuda::conv_wgmma_wgrad_enabled(DType::f32));
+  CHECK_FALSE(cuda::conv_wgmma_enabled(DType::f32));  // the other passes: the channels-last path
+}
+
 TEST_CASE("matmul: all transpose combinations, batched, LeNet's fc1, f64") {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 100;
@@ -351,10 +389,7 @@ TEST_CASE("conv2d: odd sizes, strides, paddings, 1x1, rectangular kernels, f64")
 // (tiles of 128), a 36-step K, and 6 channels (no channels-last path), within TF32's 1e-2.
 TEST_CASE("conv2d: TF32 on the tensor cores stays within TF32's precision") {
   SKIP_WITHOUT_GPU();
-  struct AllowTf32 {  // off again however the case ends: the later cases are f32
-    AllowTf32() { cuda::set_allow_tf32(true); }
-    ~AllowTf32() { cuda::set_allow_tf32(false); }
-  } tf32;
+  const AllowTf32 tf32;
   check_conv({4, 16, 9, 7}, {24, 16, 3, 3}, 1, 1, DType::f32, 600, 0, -1, 1e-2);
   check_conv({3, 12, 11, 10}, {40, 12, 5, 3}, 2, 2, DType::f32, 610, 0, -1, 1e-2);
   check_conv({2, 8, 8, 8}, {130, 8, 3, 3}, 1, 0, DType::f32, 620, 0, -1, 1e-2);
@@ -761,26 +796,29 @@ TEST_CASE("conv2d: each tensor-core pass is tuned once, keeps the fastest tile, 
 
 namespace {
 
-// dW of one bf16 convolution on the tensor cores, gathering the patches as 16-byte runs or not
-// (used_runs: whether the pass's kernel gathers runs).
+// dW of one convolution on the tensor cores (bf16, or f32 under TF32), gathering the patches
+// as 16-byte runs or not (used_runs: whether the pass's kernel gathers runs; mma: whether it is
+// a tensor-core kernel at all).
 Tensor mma_grad_weight(bool runs, const Shape& xs, const Shape& ws, std::int64_t padding,
-                       std::uint64_t seed, bool* used_runs = nullptr) {
+                       std::uint64_t seed, bool* used_runs = nullptr, DType dtype = DType::bf16,
+                       bool* mma = nullptr) {
   cuda::detail::set_wgrad_runs_for_testing(runs);
   const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, 1, padding);
   const Shape ys{g.batch, g.out_channels, g.out_h, g.out_w};
-  const Tensor x = random_tensor(xs, DType::bf16, seed),
-               dy = random_tensor(ys, DType::bf16, seed + 2);
-  const std::size_t bytes = cuda::conv_workspace_bytes(g, DType::bf16, cuda::ConvPass::grad_weight);
-  bool uses_runs = false;
+  const Tensor x = random_tensor(xs, dtype, seed), dy = random_tensor(ys, dtype, seed + 2);
+  const std::size_t bytes = cuda::conv_workspace_bytes(g, dtype, cuda::ConvPass::grad_weight);
+  bool uses_runs = false, uses_mma = false;
   for (const gpu::KernelSource& k :
-       cuda::conv_kernel_sources(g, DType::bf16, cuda::ConvPass::grad_weight))
+       cuda::conv_kernel_sources(g, dtype, cuda::ConvPass::grad_weight)) {
     uses_runs = uses_runs || k.name.find("_runs") != std::string::npos;
+    uses_mma = uses_mma || k.name.rfind("kiln_conv_mma_wgrad_", 0) == 0;
+  }
   if (used_runs) *used_runs = uses_runs;
-  DeviceBuffer dx(x), ddy(dy), work(bytes), dw(ws.numel() * 2);
-  cuda::conv2d_grad_weight(DType::bf16, g, dx.get(), ddy.get(), dw.get(), {work.get(), bytes},
-                           nullptr);
+  if (mma) *mma = uses_mma;
+  DeviceBuffer dx(x), ddy(dy), work(bytes), dw(ws.numel() * dtype_size(dtype));
+  cuda::conv2d_grad_weight(dtype, g, dx.get(), ddy.get(), dw.get(), {work.get(), bytes}, nullptr);
   cuda::detail::set_wgrad_runs_for_testing(true);
-  return dw.download(ws, DType::bf16);
+  return dw.download(ws, dtype);
 }
 
 }  // namespace
@@ -802,17 +840,24 @@ TEST_CASE("conv2d: grad_weight's 16-byte patch runs equal the scalar gather and 
     CAPTURE(xs.str());
     CAPTURE(ws.str());
     check_conv(xs, ws, 1, padding, DType::bf16, seed += 3, 0, -1, 1.5e-2);
-    bool with_runs = false, without = true;
-    check_identical(mma_grad_weight(true, xs, ws, padding, seed, &with_runs),
-                    mma_grad_weight(false, xs, ws, padding, seed, &without));
-    CHECK(with_runs);  // else the comparison proves nothing
-    CHECK_FALSE(without);
+    for (DType dtype : {DType::bf16, DType::f32}) {  // f32: TF32's runs of 4 pixels
+      CAPTURE(dtype_name(dtype));
+      std::optional<AllowTf32> tf32;
+      if (dtype == DType::f32) tf32.emplace();
+      bool with_runs = false, without = true, mma = false;
+      check_identical(mma_grad_weight(true, xs, ws, padding, seed, &with_runs, dtype, &mma),
+                      mma_grad_weight(false, xs, ws, padding, seed, &without, dtype));
+      CHECK(mma);
+      CHECK(with_runs);  // else the comparison proves nothing
+      CHECK_FALSE(without);
+    }
   }
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
 }
 
-// Every weight-gradient tile the tuner may choose: against the CPU (every pass, check_conv), and
-// the same bits as the default tile, split or not, scalar gather or runs.
+// Every weight-gradient tile the tuner may choose, in bf16 and in f32 under TF32 (its steps half
+// the pixels): against the CPU (every pass, check_conv), and the same bits as the default tile,
+// split or not, scalar gather or runs.
 TEST_CASE("conv2d: every grad_weight tuning candidate gives the same bits, and the CPU's values") {
   SKIP_WITHOUT_GPU();
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
@@ -822,19 +867,27 @@ TEST_CASE("conv2d: every grad_weight tuning candidate gives the same bits, and t
                                  std::tuple{Shape{64, 8, 8, 8}, Shape{24, 8, 3, 3}, 1}}) {
     CAPTURE(xs.str());
     seed += 3;
-    for (bool wgmma : {false, true}) {  // each family against its own default (wgmma: sm_90)
-      if (wgmma && !cuda::conv_wgmma_enabled(DType::bf16)) continue;
-      cuda::detail::force_wgrad_tile_for_testing(wgmma ? cuda::conv_wgmma_wgrad_default_tile(ws[0])
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      std::optional<AllowTf32> tf32;
+      if (dtype == DType::f32) tf32.emplace();
+      const double tolerance = dtype == DType::f32 ? 1e-2 : 1.5e-2;
+      for (bool wgmma : {false, true}) {  // each family against its own default (wgmma: sm_90)
+        if (wgmma && !cuda::conv_wgmma_wgrad_enabled(dtype)) continue;
+        cuda::detail::force_wgrad_tile_for_testing(wgmma
+                                                       ? cuda::conv_wgmma_wgrad_default_tile(ws[0])
                                                        : cuda::conv_mma_wgrad_default_tile(ws[0]));
-      const Tensor first = mma_grad_weight(true, xs, ws, padding, seed);
-      const std::span<const cuda::WgradTile> family =
-          wgmma ? std::span<const cuda::WgradTile>(cuda::kWgmmaWgradCandidates)
-                : std::span<const cuda::WgradTile>(cuda::kWgradCandidates);
-      for (const cuda::WgradTile& tile : family) {
-        CAPTURE(cuda::conv_mma_wgrad_name(DType::bf16, tile, true, false));
-        cuda::detail::force_wgrad_tile_for_testing(tile);
-        check_identical(mma_grad_weight(true, xs, ws, padding, seed), first);
-        check_conv(xs, ws, 1, padding, DType::bf16, seed + 1, 0, -1, 1.5e-2);
+        bool mma = false;
+        const Tensor first = mma_grad_weight(true, xs, ws, padding, seed, nullptr, dtype, &mma);
+        CHECK(mma);
+        const std::span<const cuda::WgradTile> family =
+            wgmma ? std::span<const cuda::WgradTile>(cuda::kWgmmaWgradCandidates)
+                  : std::span<const cuda::WgradTile>(cuda::kWgradCandidates);
+        for (const cuda::WgradTile& tile : family) {
+          CAPTURE(cuda::conv_mma_wgrad_name(dtype, tile, true, false));
+          cuda::detail::force_wgrad_tile_for_testing(tile);
+          check_identical(mma_grad_weight(true, xs, ws, padding, seed, nullptr, dtype), first);
+          check_conv(xs, ws, 1, padding, dtype, seed + 1, 0, -1, tolerance);
+        }
       }
     }
   }

@@ -35,6 +35,7 @@
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/layout.h"
 #include "core/error.h"
+#include "core/env_switch.h"
 
 namespace kiln::cuda {
 
@@ -101,22 +102,28 @@ std::int64_t mma_min_macs() {
   return detail::g_algo == detail::ConvAlgo::tensor_cores ? 0 : macs;
 }
 
-// bf16/f16 run on the tensor cores wherever an implicit GEMM fits, grad_input at stride 1 or
-// 2, and the pass is not too small for them (mma_min_macs).
-bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
-  const GemmDims d = dims_of(g, pass);
-  return is_low_precision(dtype) && detail::g_algo != detail::ConvAlgo::cuda_cores &&
-         igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2) &&
-         d.m * d.n * d.k >= mma_min_macs();
-}
-
-// f32 forward and grad_input on the TF32 tensor cores where TF32 is allowed (--precision tf32:
-// set_allow_tf32), through the channels-last path only.
+// f32 on the TF32 tensor cores where TF32 is allowed (--precision tf32: set_allow_tf32): the
+// forward and grad_input through the channels-last path only (use_nhwc), grad_weight on the
+// NCHW kernels of the 16-bit types (use_mma; KILN_TF32_WGRAD=0 keeps it on the CUDA cores, for
+// measuring).
 bool use_tf32_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
-  return dtype == DType::f32 && allow_tf32() && pass != ConvPass::grad_weight &&
+  static const bool weight_gradient = env_switch_on("KILN_TF32_WGRAD");
+  return dtype == DType::f32 && allow_tf32() &&
+         (pass != ConvPass::grad_weight || weight_gradient) &&
          (detail::g_algo == detail::ConvAlgo::automatic ||
           detail::g_algo == detail::ConvAlgo::tensor_cores) &&
          igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride <= 2);
+}
+
+// bf16/f16 run on the tensor cores wherever an implicit GEMM fits, grad_input at stride 1 or
+// 2, and the pass is not too small for them (mma_min_macs); so does f32's grad_weight under
+// TF32.
+bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  const GemmDims d = dims_of(g, pass);
+  const bool tf32_weight_gradient = pass == ConvPass::grad_weight && use_tf32_mma(g, dtype, pass);
+  return (is_low_precision(dtype) || tf32_weight_gradient) &&
+         detail::g_algo != detail::ConvAlgo::cuda_cores && igemm_fits(g, pass) &&
+         (pass != ConvPass::grad_input || g.stride <= 2) && d.m * d.n * d.k >= mma_min_macs();
 }
 
 // The channels-last tensor-core path (conv_mma_nhwc.cuh): forward and grad_input over an NHWC

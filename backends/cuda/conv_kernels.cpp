@@ -223,7 +223,8 @@ gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes) {
       {{"KILN_U", unsigned_of(element_bytes)}, {"KILN_FLIP", flip ? "true" : "false"}});
 }
 
-// The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out.
+// The tensor-core weight gradient (conv_mma_wgrad.cuh): f32 partials when float_out; f32 on
+// TF32's tensor cores, its K steps the same bytes as the 16-bit types' (tile.bk / 2 pixels).
 bool wgrad_tile_valid(WgradTile t) {
   const int threads = t.threads(), pieces = t.bk / 8;
   if (t.wgmma)
@@ -239,15 +240,16 @@ bool wgrad_tile_valid(WgradTile t) {
 std::string conv_mma_wgrad_name(DType dtype, WgradTile tile, bool vec_a, bool float_out,
                                 bool vec_b) {
   return fmt::format("kiln_conv_mma_wgrad_{}x{}x{}_{}{}x{}_{}{}{}{}", tile.bm, tile.bn, tile.bk,
-                     tile.wgmma ? "wgmma" : "w", tile.wm, tile.wn, dtype_name(dtype),
-                     vec_a ? "_vec" : "", vec_b ? "_runs" : "", float_out ? "_f32out" : "");
+                     tile.wgmma ? "wgmma" : "w", tile.wm, tile.wn,
+                     dtype == DType::f32 ? "tf32" : dtype_name(dtype), vec_a ? "_vec" : "",
+                     vec_b ? "_runs" : "", float_out && dtype != DType::f32 ? "_f32out" : "");
 }
 
 gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a, bool float_out,
                                         bool vec_b) {
-  KILN_CHECK(is_low_precision(dtype) && wgrad_tile_valid(tile),
-             "conv tensor-core weight gradient: bf16 or f16 in a valid tile, not {} in {}x{} "
-             "(warps {}x{}, {} pixels a step)",
+  KILN_CHECK((is_low_precision(dtype) || dtype == DType::f32) && wgrad_tile_valid(tile),
+             "conv tensor-core weight gradient: bf16, f16 or f32 (TF32) in a valid tile, not {} "
+             "in {}x{} (warps {}x{}, {} 16-bit pixels a step)",
              dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn, tile.bk);
   if (tile.wgmma) {
     gpu::KernelSource source =
@@ -270,7 +272,7 @@ gpu::KernelSource conv_mma_wgrad_source(DType dtype, WgradTile tile, bool vec_a,
                           {"KILN_BN", std::to_string(tile.bn)},
                           {"KILN_WM", std::to_string(tile.wm)},
                           {"KILN_WN", std::to_string(tile.wn)},
-                          {"KILN_BK", std::to_string(tile.bk)},
+                          {"KILN_BK", std::to_string(tile.bk * 2 / dtype_size(dtype))},
                           {"KILN_VEC_A", vec_a ? "1" : "0"},
                           {"KILN_VEC_B", vec_b ? "1" : "0"}});
 }

@@ -132,12 +132,20 @@ bool& wgmma_allowed() {
 }
 }  // namespace
 
-bool conv_wgmma_enabled(DType dtype) {
+namespace {
+bool wgmma_device() {
   static const bool sm90 = [] {  // the device here, or the one dump assumes without one
     const std::optional<gpu::PlanTarget> target = gpu::plan_target();
     return target && target->sm == 90;
   }();
-  return sm90 && is_low_precision(dtype) && wgmma_allowed();
+  return sm90 && wgmma_allowed();
+}
+}  // namespace
+
+bool conv_wgmma_enabled(DType dtype) { return wgmma_device() && is_low_precision(dtype); }
+
+bool conv_wgmma_wgrad_enabled(DType dtype) {
+  return wgmma_device() && (is_low_precision(dtype) || dtype == DType::f32);
 }
 
 NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, bool may_time) {
@@ -280,11 +288,12 @@ void conv_mma_wgrad_launch(DType dtype, const ConvGemmShape& shape, const MmaSpl
 WgradTile conv_mma_wgrad_tile(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
                               bool may_time) {
   const std::optional<WgradTile> forced = forced_wgrad_tile();
-  if (forced && (!forced->wgmma || conv_wgmma_enabled(dtype))) return *forced;  // wgmma: sm_90
+  if (forced && (!forced->wgmma || conv_wgmma_wgrad_enabled(dtype)))  // wgmma: sm_90
+    return *forced;
   if (const std::optional<WgradTile> tuned = tuned_wgrad_tile(dtype, shape, splits, may_time))
     return *tuned;
-  return conv_wgmma_enabled(dtype) ? conv_wgmma_wgrad_default_tile(shape.m)
-                                   : conv_mma_wgrad_default_tile(shape.m);
+  return conv_wgmma_wgrad_enabled(dtype) ? conv_wgmma_wgrad_default_tile(shape.m)
+                                         : conv_mma_wgrad_default_tile(shape.m);
 }
 
 }  // namespace kiln::cuda

@@ -60,6 +60,10 @@ NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, b
 // tile is then kWgmmaTiles's, the candidates kWgmmaCandidates. KILN_NHWC_TILE's eighth field 1
 // forces a wgmma tile (where wgmma runs; the other passes keep their choice).
 bool conv_wgmma_enabled(DType dtype);
+// Whether the weight gradient of `dtype` runs on wgmma (kernels/conv_wgmma_wgrad.cuh): as
+// conv_wgmma_enabled, and f32 too (TF32, which conv.cpp allows only under --precision tf32);
+// its default tile is then conv_wgmma_wgrad_default_tile's, the candidates kWgmmaWgradCandidates.
+bool conv_wgmma_wgrad_enabled(DType dtype);
 // Whether a tile is forced (KILN_NHWC_TILE, or a test's forced channels-last plan or grad_weight
 // tile): the TMA passes (conv_tma.h) then stand aside unless a test turns them on.
 bool conv_tiles_forced();
@@ -104,7 +108,7 @@ inline int conv_mma_wgrad_tile_m(std::int64_t m) { return m >= 128 ? 128 : 64; }
 inline WgradTile conv_mma_wgrad_default_tile(std::int64_t m) {
   return m >= 128 ? WgradTile{128, 64, 4, 2} : WgradTile{64, 64, 2, 2};
 }
-// On wgmma (conv_wgmma_enabled): 128 (or 64) filters by 128 patch rows.
+// On wgmma (conv_wgmma_wgrad_enabled): 128 (or 64) filters by 128 patch rows.
 inline WgradTile conv_wgmma_wgrad_default_tile(std::int64_t m) {
   return m >= 128 ? WgradTile{128, 128, 2, 1, 64, true} : WgradTile{64, 128, 1, 1, 64, true};
 }

@@ -210,6 +210,14 @@ std::vector<gpu::KernelSource> every_conv_source() {
                 if (tile.bm == bm && (vec || tile == conv_mma_wgrad_default_tile(bm)))
                   all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
         }
+    if (t == DType::f32)  // grad_weight on TF32's tensor cores (its partials are f32 anyway)
+      for (bool vec : {false, true})
+        for (bool runs : {false, true}) {
+          for (WgradTile tile : kWgradCandidates)
+            all.push_back(conv_mma_wgrad_source(t, tile, vec, false, runs));
+          for (WgradTile tile : kWgmmaWgradCandidates)
+            all.push_back(conv_mma_wgrad_source(t, tile, vec, false, runs));
+        }
     if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)
       for (NhwcTile tile : kNhwcCandidates)      // every tile the tuner may choose
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));

@@ -105,7 +105,7 @@ gpu::KernelSource nhwc_weights_source(bool flip, std::size_t element_bytes);
 // wgmma (sm_90, kernels/conv_wgmma_wgrad.cuh): wm warpgroups along the filters (bm = 64 wm,
 // wn 1), 64 pixels a step, three buffers of 128-byte swizzled rows.
 struct WgradTile {
-  int bm, bn, wm, wn, bk = 32;
+  int bm, bn, wm, wn, bk = 32;  // bk: pixels a step of 16-bit types (f32: half as many)
   bool wgmma = false;
   int threads() const { return (wgmma ? 128 : 32) * wm * wn; }
   std::size_t shared_bytes() const {  // two (wgmma: three) buffers of both tiles, the row table

@@ -1,10 +1,11 @@
-// The weight gradient of bf16/f16 convolutions on sm_90's wgmma (issue 17): conv_mma_wgrad.cuh's
-// implicit GEMM dW[co, (c, kh, kw)] = dy[co, (b, pix)] x patches[(b, pix), (c, kh, kw)], with its
-// loads (dy by cp.async or scalars, the patches gathered into registers as scalars or 16-byte
-// runs) writing 64-pixel rows in wgmma.cuh's 128-byte swizzle, and each warpgroup multiplying
-// its 64 filters by the block's BN patch rows straight from shared memory. K (the batch's
-// pixels) is split over blockIdx.z as conv_mma_wgrad.cuh splits it, so every tile sums each
-// element over the same steps in the same order.
+// The weight gradient of bf16/f16 convolutions, and of f32 ones under TF32, on sm_90's wgmma
+// (issue 17): conv_mma_wgrad.cuh's implicit GEMM dW[co, (c, kh, kw)] = dy[co, (b, pix)] x
+// patches[(b, pix), (c, kh, kw)], with its loads (dy by cp.async or scalars, the patches
+// gathered into registers as scalars or 16-byte runs) writing 128-byte rows (a step: 64 16-bit
+// pixels, or 32 f32 ones, both operands K-major as TF32 requires) in wgmma.cuh's 128-byte
+// swizzle, and each warpgroup multiplying its 64 filters by the block's BN patch rows straight
+// from shared memory. K (the batch's pixels) is split over blockIdx.z as conv_mma_wgrad.cuh
+// splits it, so every tile sums each element over the same steps in the same order.
 //
 // Three buffers, per step s: store the registers gathered for s (the buffer was read by step
 // s - 3, which every warpgroup waited for before the last barrier), wait for s's dy copies,
@@ -19,8 +20,10 @@ namespace kiln::cuda {
 
 // wgmma.cuh's swizzled 128-byte rows, by element.
 struct SwizzledRows {
-  __device__ static unsigned short* at(unsigned short* tile, int r, int c) {
-    return swizzled_piece(tile, r, c >> 3) + (c & 7);
+  template <typename E>
+  __device__ static E* at(E* tile, int r, int c) {
+    constexpr int EP = Bits<E>::piece, SHIFT = EP == 8 ? 3 : 2;  // (c >= 0)
+    return swizzled_piece(tile, r, c >> SHIFT) + (c & (EP - 1));
   }
 };
 
@@ -29,19 +32,20 @@ __device__ __forceinline__ void conv_wgmma_grad_weight(const T* __restrict__ dy,
                                                        const T* __restrict__ x,
                                                        OT* __restrict__ out,
                                                        const ConvGemmShape& g) {
-  constexpr int BK = 64, GROUPS = BM / 64, NT = 128 * GROUPS, G = BK / 8, BUFFERS = 3;
-  constexpr int A_TILE = BM * BK, B_TILE = BN * BK;  // 16-bit units
+  using E = typename Bits<T>::type;
+  constexpr int BK = 8 * Bits<E>::piece, GROUPS = BM / 64, NT = 128 * GROUPS, G = 8, BUFFERS = 3;
+  constexpr int A_TILE = BM * BK, B_TILE = BN * BK;  // elements (E)
   constexpr int R = VEC_B ? 1 : BN * BK / NT, P = BN * G / NT;
   constexpr int AS = VEC_A ? 1 : BM * BK / NT;
   static_assert(BM % 64 == 0 && P * NT == BN * G && (BM * G) % NT == 0 && NT % BK == 0,
                 "wgmma wgrad tile");
   extern __shared__ __align__(16) unsigned char wgmma_wgrad_smem[];
-  unsigned short* s = wgmma_tiles(wgmma_wgrad_smem);
+  E* s = reinterpret_cast<E*>(wgmma_tiles(wgmma_wgrad_smem));
   int4* ntab = reinterpret_cast<int4*>(s + BUFFERS * (A_TILE + B_TILE));
   auto a_tile = [&](int buf) { return s + buf * A_TILE; };
   auto b_tile = [&](int buf) { return s + BUFFERS * A_TILE + buf * B_TILE; };
-  const unsigned short* dyb = reinterpret_cast<const unsigned short*>(dy);
-  const unsigned short* xb = reinterpret_cast<const unsigned short*>(x);
+  const E* dyb = reinterpret_cast<const E*>(dy);
+  const E* xb = reinterpret_cast<const E*>(x);
   const int t = threadIdx.x, group = t / 128, warp = (t / 32) % 4;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int k_begin = blockIdx.z * g.k_chunk;
@@ -53,7 +57,7 @@ __device__ __forceinline__ void conv_wgmma_grad_weight(const T* __restrict__ dy,
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   __syncthreads();
-  unsigned short ra[AS], rb[R];
+  E ra[AS], rb[R];
   WgradRuns<P> runs;
   auto gather = [&](int k0) {
     if (VEC_B)

@@ -24,6 +24,24 @@ struct F16 {
   }
 };
 
+// What a tile of the tensor-core kernels keeps of an element: its bits (the 16 of bf16 and f16,
+// the 32 of f32), `piece` of them to a 16-byte load.
+template <int BYTES>
+struct BitsOfSize;
+template <>
+struct BitsOfSize<2> {
+  typedef unsigned short type;
+};
+template <>
+struct BitsOfSize<4> {
+  typedef unsigned type;
+};
+template <typename T>
+struct Bits {
+  typedef typename BitsOfSize<sizeof(T)>::type type;
+  static constexpr int piece = 16 / sizeof(T);
+};
+
 template <typename T>
 struct Wide {
   typedef float type;

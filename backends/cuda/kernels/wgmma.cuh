@@ -1,12 +1,14 @@
 // The warpgroup tensor-core building blocks of sm_90 (wgmma; conv_wgmma*.cuh): the
-// m64nNk16 multiplies of bf16/f16 with f32 accumulation from shared memory, their descriptors,
-// fences and waits, and the 128-byte swizzle of the tiles they read. Compiled for sm_90a only.
+// m64nNk16 multiplies of bf16/f16 and the m64nNk8 ones of TF32 (f32 storage; both operands
+// K-major) with f32 accumulation from shared memory, their descriptors, fences and waits, and
+// the 128-byte swizzle of the tiles they read. Compiled for sm_90a only.
 //
-// A tile the descriptors name: rows of 128 bytes (64 elements of K), the 16-byte piece p of row
-// r at piece p ^ (r % 8), groups of 8 rows 1024 bytes apart, the tile on a 1024-byte boundary
-// (the swizzle's period). A K slice of 16 elements at offset kk starts 32 * kk bytes into the
-// rows: the hardware applies the swizzle to the address it computes, so the slices of one
-// row group are found by moving the start address alone.
+// A tile the descriptors name: rows of 128 bytes (64 16-bit elements of K, 32 f32), the
+// 16-byte piece p of row r at piece p ^ (r % 8), groups of 8 rows 1024 bytes apart, the tile on
+// a 1024-byte boundary (the swizzle's period). A K slice (16 16-bit elements, 8 TF32: 32 bytes)
+// at byte offset 32 kk starts there in the rows: the hardware applies the swizzle to the
+// address it computes, so the slices of one row group are found by moving the start address
+// alone.
 //
 // The accumulators of m64nNk16: warp i of a warpgroup holds rows 16 i .. 16 i + 15, laid out as
 // N / 8 fragments of mma.sync's m16n8 (register 4 j + e: row lane / 4 + 8 (e / 2), column
@@ -43,42 +45,47 @@ namespace kiln::cuda {
 #define KILN_WGMMA_F32(d, i) \
   KILN_WGMMA_F8(d, i), KILN_WGMMA_F8(d, i + 8), KILN_WGMMA_F8(d, i + 16), KILN_WGMMA_F8(d, i + 24)
 // d (+)= A B: scale-d from a register (1: add to d), A K-major or (TRANS_A 1) MN-major, B
-// K-major or (TRANS 1) MN-major, unscaled.
-#define KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS_A, TRANS)                     \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE                                                \
-  ", 0;\n"                                                                                 \
-  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" D "}, " DESCRIPTORS \
-  ", p, 1, 1, " TRANS_A ", " TRANS ";\n}\n"
+// K-major or (TRANS 1) MN-major, unscaled. TF32 takes no transpositions (both K-major): its
+// kind writes them with KILN_WGMMA_K_MAJOR.
+#define KILN_WGMMA_ASM(N, K, TYPE, D, DESCRIPTORS, SCALE, TRANSPOSES)                     \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE                                               \
+  ", 0;\n"                                                                                \
+  "wgmma.mma_async.sync.aligned.m64n" #N K ".f32." TYPE "." TYPE " {" D "}, " DESCRIPTORS \
+  ", p, 1, 1" TRANSPOSES ";\n}\n"
+#define KILN_WGMMA_TRANSPOSED(TRANS_A, TRANS) ", " TRANS_A ", " TRANS
+#define KILN_WGMMA_K_MAJOR(TRANS_A, TRANS) ""
 
-// One warpgroup's d[64 x N] += A[64 x 16] B[16 x N], A and B in shared memory (descriptors);
-// A K-major, or under TRANS_A MN-major (M contiguous); B K-major, or under TRANS_B MN-major (N
-// contiguous).
+// One warpgroup's d[64 x N] += A[64 x K] B[K x N] (K: a slice of 32 bytes), A and B in shared
+// memory (descriptors); A K-major, or under TRANS_A MN-major (M contiguous); B K-major, or under
+// TRANS_B MN-major (N contiguous). TF32 (T float) reads both K-major.
 template <typename T, int N>
 struct Wgmma;
 // Wgmma<T, N>: its accumulator list D, the operand numbers of the descriptors, of scale-d and of
 // A's and B's transpositions, and the accumulators as asm outputs (__VA_ARGS__).
-#define KILN_WGMMA_SIZE(T, TYPE, N, D, DESCRIPTORS, SCALE, TRANS_A, TRANS, ...)                 \
+#define KILN_WGMMA_SIZE(T, K, TYPE, XPOSE, N, D, DESCRIPTORS, SCALE, TRANS_A, TRANS, ...)       \
   template <>                                                                                   \
   struct Wgmma<T, N> {                                                                          \
     template <int TRANS_B = 0, int TRANS_A_ = 0>                                                \
     __device__ static void run(float (&d)[N / 2], unsigned long long a, unsigned long long b) { \
-      asm volatile(KILN_WGMMA_ASM(N, TYPE, D, DESCRIPTORS, SCALE, TRANS_A, TRANS)               \
+      static_assert(sizeof(T) == 2 || (TRANS_B == 0 && TRANS_A_ == 0), "TF32 is K-major");      \
+      asm volatile(KILN_WGMMA_ASM(N, K, TYPE, D, DESCRIPTORS, SCALE, XPOSE(TRANS_A, TRANS))     \
                    : __VA_ARGS__                                                                \
                    : "l"(a), "l"(b), "r"(1), "n"(TRANS_B), "n"(TRANS_A_));                      \
     }                                                                                           \
   };
-#define KILN_WGMMA_KIND(T, TYPE)                                                         \
-  KILN_WGMMA_SIZE(T, TYPE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", "%36", "%35",        \
-                  KILN_WGMMA_F32(d, 0))                                                  \
-  KILN_WGMMA_SIZE(T, TYPE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", "%68", "%67",      \
-                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32))                           \
-  KILN_WGMMA_SIZE(T, TYPE, 192, KILN_WGMMA_N192_D, "%96, %97", "%98", "%100", "%99",     \
-                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64))    \
-  KILN_WGMMA_SIZE(T, TYPE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", "%132", "%131", \
-                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),    \
+#define KILN_WGMMA_KIND(T, K, TYPE, XPOSE)                                                         \
+  KILN_WGMMA_SIZE(T, K, TYPE, XPOSE, 64, KILN_WGMMA_N64_D, "%32, %33", "%34", "%36", "%35",        \
+                  KILN_WGMMA_F32(d, 0))                                                            \
+  KILN_WGMMA_SIZE(T, K, TYPE, XPOSE, 128, KILN_WGMMA_N128_D, "%64, %65", "%66", "%68", "%67",      \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32))                                     \
+  KILN_WGMMA_SIZE(T, K, TYPE, XPOSE, 192, KILN_WGMMA_N192_D, "%96, %97", "%98", "%100", "%99",     \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64))              \
+  KILN_WGMMA_SIZE(T, K, TYPE, XPOSE, 256, KILN_WGMMA_N256_D, "%128, %129", "%130", "%132", "%131", \
+                  KILN_WGMMA_F32(d, 0), KILN_WGMMA_F32(d, 32), KILN_WGMMA_F32(d, 64),              \
                   KILN_WGMMA_F32(d, 96))
-KILN_WGMMA_KIND(Bf16, "bf16")
-KILN_WGMMA_KIND(F16, "f16")
+KILN_WGMMA_KIND(Bf16, "k16", "bf16", KILN_WGMMA_TRANSPOSED)
+KILN_WGMMA_KIND(F16, "k16", "f16", KILN_WGMMA_TRANSPOSED)
+KILN_WGMMA_KIND(float, "k8", "tf32", KILN_WGMMA_K_MAJOR)
 
 // A shared-memory descriptor: start address / 16 (bits 0-13), `leading` and `stride` offsets in
 // bytes (/ 16, bits 16-29 and 32-45), `swizzle` the mode (bits 62-63; 1: 128-byte, 2: 64-byte,
@@ -117,10 +124,11 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// The 16-byte piece `piece` (0-7) of row `row` of a swizzled tile (16-bit units).
-__device__ __forceinline__ unsigned short* swizzled_piece(unsigned short* tile, int row,
-                                                          int piece) {
-  return tile + row * 64 + ((piece ^ (row & 7)) << 3);
+// The 16-byte piece `piece` (0-7) of row `row` of a swizzled tile of elements' bits E.
+template <typename E>
+__device__ __forceinline__ E* swizzled_piece(E* tile, int row, int piece) {
+  constexpr int EP = Bits<E>::piece;
+  return tile + row * 8 * EP + (piece ^ (row & 7)) * EP;
 }
 
 // The first 1024-byte boundary in dynamic shared memory `smem` (its size 1 KiB over the tiles').
@@ -128,15 +136,16 @@ __device__ __forceinline__ unsigned short* wgmma_tiles(unsigned char* smem) {
   return reinterpret_cast<unsigned short*>(smem + ((1024 - (shared_address(smem) & 1023)) & 1023));
 }
 
-// A warpgroup's acc[64 x N] += a[64 x 64] b[64 x N]^T over one 128-byte row of swizzled tiles
-// (4 slices of 16), committed as one group.
+// A warpgroup's acc[64 x N] += a[64 x K] b[K x N]^T over one 128-byte row of swizzled tiles
+// (K: 64 16-bit elements, 32 TF32; 4 slices of 32 bytes), committed as one group.
 template <typename T, int N>
-__device__ __forceinline__ void wgmma_k64(float (&acc)[N / 2], const unsigned short* a,
-                                          const unsigned short* b) {
+__device__ __forceinline__ void wgmma_k64(float (&acc)[N / 2], const void* a, const void* b) {
+  const unsigned char* a_bytes = static_cast<const unsigned char*>(a);
+  const unsigned char* b_bytes = static_cast<const unsigned char*>(b);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)  // 16 elements = 32 bytes along the rows
-    Wgmma<T, N>::run(acc, wgmma_descriptor(a + kk * 16), wgmma_descriptor(b + kk * 16));
+  for (int kk = 0; kk < 4; ++kk)  // 32 bytes along the rows a slice
+    Wgmma<T, N>::run(acc, wgmma_descriptor(a_bytes + kk * 32), wgmma_descriptor(b_bytes + kk * 32));
   wgmma_commit();
 }
 
