@@ -270,9 +270,7 @@ TEST_CASE("conv2d grad_weight of f32 under TF32 takes the tensor-core kernels (n
   REQUIRE(names.size() == 1);
   CHECK(names[0].find("_tf32") != std::string::npos);
   CHECK(names[0].find("_vec") == std::string::npos);  // 14 x 14 pixels: dy by scalar loads
-  CHECK((names[0].find("wgmma") != std::string::npos) ==
-        cuda::conv_wgmma_wgrad_enabled(DType::f32));
-  CHECK_FALSE(cuda::conv_wgmma_enabled(DType::f32));  // the other passes: the channels-last path
+  CHECK((names[0].find("wgmma") != std::string::npos) == cuda::conv_wgmma_enabled(DType::f32));
 }
 
 TEST_CASE("matmul: all transpose combinations, batched, LeNet's fc1, f64") {
@@ -421,7 +419,7 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
                                     std::end(cuda::kNhwcCandidates));
   for (cuda::NhwcTile t : {cuda::NhwcTile{256, 64, 4, 1, 4, 2}, cuda::NhwcTile{64, 64, 2, 2, 4, 3}})
     tiles.push_back(t);
-  if (cuda::conv_wgmma_enabled(DType::bf16))  // sm_90: the wgmma tiles too (bf16 rows only)
+  if (cuda::conv_wgmma_enabled(DType::bf16))  // sm_90: the wgmma tiles too (TF32's rows too)
     tiles.insert(tiles.end(), std::begin(cuda::kWgmmaCandidates), std::end(cuda::kWgmmaCandidates));
   std::uint64_t seed = 700;
   for (const cuda::NhwcTile& tile : tiles)
@@ -449,6 +447,8 @@ TEST_CASE("conv2d: every channels-last tile and forced K splits, bf16 and TF32")
       cuda::set_allow_tf32(true);
       check_conv({2, 16, 9, 7}, {40, 16, 3, 3}, 1, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       check_conv({2, 8, 12, 10}, {16, 8, 3, 3}, 2, 1, DType::f32, seed += 3, 0, -1, 1e-2);
+      // 64 channels: TF32's K step of 32 (8 f32 pieces a wgmma row) within one tap.
+      check_conv({2, 64, 7, 9}, {72, 64, 3, 3}, 1, 1, DType::f32, seed += 3, 0, -1, 1e-2);
       cuda::set_allow_tf32(false);
     }
   cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores);
@@ -872,7 +872,7 @@ TEST_CASE("conv2d: every grad_weight tuning candidate gives the same bits, and t
       if (dtype == DType::f32) tf32.emplace();
       const double tolerance = dtype == DType::f32 ? 1e-2 : 1.5e-2;
       for (bool wgmma : {false, true}) {  // each family against its own default (wgmma: sm_90)
-        if (wgmma && !cuda::conv_wgmma_wgrad_enabled(dtype)) continue;
+        if (wgmma && !cuda::conv_wgmma_enabled(dtype)) continue;
         cuda::detail::force_wgrad_tile_for_testing(wgmma
                                                        ? cuda::conv_wgmma_wgrad_default_tile(ws[0])
                                                        : cuda::conv_mma_wgrad_default_tile(ws[0]));

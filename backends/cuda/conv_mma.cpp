@@ -142,9 +142,7 @@ bool wgmma_device() {
 }
 }  // namespace
 
-bool conv_wgmma_enabled(DType dtype) { return wgmma_device() && is_low_precision(dtype); }
-
-bool conv_wgmma_wgrad_enabled(DType dtype) {
+bool conv_wgmma_enabled(DType dtype) {
   return wgmma_device() && (is_low_precision(dtype) || dtype == DType::f32);
 }
 
@@ -288,12 +286,12 @@ void conv_mma_wgrad_launch(DType dtype, const ConvGemmShape& shape, const MmaSpl
 WgradTile conv_mma_wgrad_tile(DType dtype, const ConvGemmShape& shape, const MmaSplits& splits,
                               bool may_time) {
   const std::optional<WgradTile> forced = forced_wgrad_tile();
-  if (forced && (!forced->wgmma || conv_wgmma_wgrad_enabled(dtype)))  // wgmma: sm_90
+  if (forced && (!forced->wgmma || conv_wgmma_enabled(dtype)))  // wgmma: sm_90
     return *forced;
   if (const std::optional<WgradTile> tuned = tuned_wgrad_tile(dtype, shape, splits, may_time))
     return *tuned;
-  return conv_wgmma_wgrad_enabled(dtype) ? conv_wgmma_wgrad_default_tile(shape.m)
-                                         : conv_mma_wgrad_default_tile(shape.m);
+  return conv_wgmma_enabled(dtype) ? conv_wgmma_wgrad_default_tile(shape.m)
+                                   : conv_mma_wgrad_default_tile(shape.m);
 }
 
 }  // namespace kiln::cuda

@@ -55,15 +55,14 @@ struct NhwcPlan {
   }
 };
 NhwcPlan conv_nhwc_plan(DType dtype, const ConvGemmShape& shape, bool dilated, bool may_time);
-// Whether the channels-last passes of `dtype` run on wgmma (kernels/conv_wgmma.cuh): bf16 or f16
-// on an sm_90 device, unless KILN_WGMMA=0 or the test hook below turns it off; the default
-// tile is then kWgmmaTiles's, the candidates kWgmmaCandidates. KILN_NHWC_TILE's eighth field 1
-// forces a wgmma tile (where wgmma runs; the other passes keep their choice).
+// Whether the tensor-core passes of `dtype` run on wgmma (kernels/conv_wgmma.cuh for the
+// channels-last forward and grad_input, kernels/conv_wgmma_wgrad.cuh for grad_weight): bf16,
+// f16 or f32 (TF32: conv.cpp lets f32 reach them only under --precision tf32) on an sm_90
+// device, unless KILN_WGMMA=0 or the test hook below turns it off; the default tiles are then
+// kWgmmaTiles's and conv_wgmma_wgrad_default_tile's, the candidates kWgmmaCandidates and
+// kWgmmaWgradCandidates. KILN_NHWC_TILE's eighth field 1 forces a wgmma tile (where wgmma
+// runs; the other passes keep their choice). The TMA passes (conv_tma.h) are 16-bit only.
 bool conv_wgmma_enabled(DType dtype);
-// Whether the weight gradient of `dtype` runs on wgmma (kernels/conv_wgmma_wgrad.cuh): as
-// conv_wgmma_enabled, and f32 too (TF32, which conv.cpp allows only under --precision tf32);
-// its default tile is then conv_wgmma_wgrad_default_tile's, the candidates kWgmmaWgradCandidates.
-bool conv_wgmma_wgrad_enabled(DType dtype);
 // Whether a tile is forced (KILN_NHWC_TILE, or a test's forced channels-last plan or grad_weight
 // tile): the TMA passes (conv_tma.h) then stand aside unless a test turns them on.
 bool conv_tiles_forced();
@@ -108,7 +107,7 @@ inline int conv_mma_wgrad_tile_m(std::int64_t m) { return m >= 128 ? 128 : 64; }
 inline WgradTile conv_mma_wgrad_default_tile(std::int64_t m) {
   return m >= 128 ? WgradTile{128, 64, 4, 2} : WgradTile{64, 64, 2, 2};
 }
-// On wgmma (conv_wgmma_wgrad_enabled): 128 (or 64) filters by 128 patch rows.
+// On wgmma (conv_wgmma_enabled): 128 (or 64) filters by 128 patch rows.
 inline WgradTile conv_wgmma_wgrad_default_tile(std::int64_t m) {
   return m >= 128 ? WgradTile{128, 128, 2, 1, 64, true} : WgradTile{64, 128, 1, 1, 64, true};
 }

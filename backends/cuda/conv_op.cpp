@@ -210,6 +210,10 @@ std::vector<gpu::KernelSource> every_conv_source() {
                 if (tile.bm == bm && (vec || tile == conv_mma_wgrad_default_tile(bm)))
                   all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
         }
+    if (t == DType::f32) {  // TF32 on wgmma (sm_90): the channels-last passes' tiles
+      for (NhwcTile tile : kWgmmaCandidates)
+        for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+    }
     if (t == DType::f32)  // grad_weight on TF32's tensor cores (its partials are f32 anyway)
       for (bool vec : {false, true})
         for (bool runs : {false, true}) {

@@ -222,8 +222,8 @@ std::optional<TmaTile> forced_tma_tile() {
 
 std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated,
                                      bool moments) {
-  if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || g.stride < 1 ||
-      g.stride > max_stride() || g.khkw == 0 || g.m == 0 || g.n == 0)
+  if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || !is_low_precision(dtype) ||
+      g.stride < 1 || g.stride > max_stride() || g.khkw == 0 || g.m == 0 || g.n == 0)
     return std::nullopt;
   const int channels = g.k / g.khkw;
   if (channels % 64 != 0) return std::nullopt;
@@ -350,7 +350,7 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
 bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& g) { return g.m >= 64 && g.m % 8 == 0; }
 
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
-  if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;
+  if (!tma_on() || !conv_wgmma_enabled(dtype) || !is_low_precision(dtype)) return std::nullopt;
   return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
 }
 

@@ -284,7 +284,7 @@ std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& s,
                                           const MmaSplits& splits, bool may_time) {
   if (!gpu::autotune_enabled() || s.m == 0 || s.n == 0 || !conv_mma_vector_dy(s.s_hw))
     return std::nullopt;  // (dy by scalar loads, rare: the default tile)
-  const PassKey key = pass_key(conv_wgmma_wgrad_enabled(dtype) ? 8 : 2, dtype, s, splits);
+  const PassKey key = pass_key(conv_wgmma_enabled(dtype) ? 8 : 2, dtype, s, splits);
   if (const std::optional<int> known = memo().find(key)) return wgrad_candidates(dtype)[*known];
   if (gpu::cuda_device_count() == 0) return std::nullopt;
   const std::string base_problem = fmt::format(
@@ -344,7 +344,7 @@ std::vector<gpu::KernelSource> nhwc_candidate_sources(DType dtype, bool dilated)
 }
 
 std::span<const WgradTile> wgrad_candidates(DType dtype) {
-  if (conv_wgmma_wgrad_enabled(dtype)) return kWgmmaWgradCandidates;
+  if (conv_wgmma_enabled(dtype)) return kWgmmaWgradCandidates;
   return kWgradCandidates;
 }
 

@@ -62,7 +62,7 @@ inline constexpr WgradTile kWgradCandidates[] = {
     {64, 64, 2, 2},       {128, 64, 4, 2},    {128, 128, 2, 2},   {64, 128, 1, 2},
     {64, 128, 2, 2},      {128, 128, 2, 4},   {64, 64, 2, 2, 64}, {128, 64, 4, 2, 64},
     {128, 128, 2, 2, 64}, {64, 128, 2, 2, 64}};
-// On wgmma (conv_wgmma_wgrad_enabled) these instead, each summing over the same splits and steps.
+// On wgmma (conv_wgmma_enabled) these instead, each summing over the same splits and steps.
 inline constexpr WgradTile kWgmmaWgradCandidates[] = {{128, 128, 2, 1, 64, true},
                                                       {64, 128, 1, 1, 64, true},
                                                       {128, 64, 2, 1, 64, true},

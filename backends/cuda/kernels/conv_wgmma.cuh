@@ -1,13 +1,14 @@
-// The channels-last forward and input gradient of bf16/f16 convolutions on sm_90's warpgroup
-// tensor-core instructions (wgmma; issue 17): the same implicit GEMM as conv_mma_nhwc.cuh,
-// y[co, (b, pix)] = W'[co, (kh, kw, c)] x patches[(kh, kw, c), (b, pix)], K tap-major, with the
-// same cp.async loads (a 16-byte piece is 8 channels of one pixel), but multiplied by
-// wgmma.mma_async: each warpgroup (4 warps) owns 64 filters by BN pixels of the block's tile and
-// multiplies them straight from shared memory, 64 x BN x 16 an instruction, while the next
-// stages load. Compiled for sm_90a (the instructions exist on sm_90 only).
+// The channels-last forward and input gradient of bf16/f16 convolutions, and of f32 ones under
+// TF32, on sm_90's warpgroup tensor-core instructions (wgmma; issue 17): the same implicit GEMM
+// as conv_mma_nhwc.cuh, y[co, (b, pix)] = W'[co, (kh, kw, c)] x patches[(kh, kw, c), (b, pix)],
+// K tap-major, with the same cp.async loads (a 16-byte piece is 8 channels of one pixel, 4 in
+// f32), but multiplied by wgmma.mma_async: each warpgroup (4 warps) owns 64 filters by BN pixels
+// of the block's tile and multiplies them straight from shared memory, 64 x BN x 16 (TF32: x 8)
+// an instruction, while the next stages load. Both operands are K-major, as TF32 requires.
+// Compiled for sm_90a (the instructions exist on sm_90 only).
 //
 // Shared memory: STAGES buffers of A (BM filter rows) and B (BN pixel rows), each row one K
-// step of 64 elements = 128 bytes, in wgmma.cuh's 128-byte swizzle.
+// step of 128 bytes (64 16-bit elements, 32 f32), in wgmma.cuh's 128-byte swizzle.
 //
 // The pipeline, per K step s: wait for stage s's copies, make them visible to the tensor cores
 // (fence.proxy.async) and to every thread (barrier), start the copies of stage s + STAGES - 2
@@ -73,7 +74,7 @@ __device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __r
                                            T* __restrict__ y, const ConvGemmShape& g) {
   constexpr int NT = 128 * (BM / 64);
   if constexpr (DIL == 1)
-    if (nhwc_taps_aligned(g, 64))
+    if (nhwc_taps_aligned(g, 8 * NhwcElems<T>::piece))
       return conv_wgmma_with<T, BM, BN, STAGES, NhwcTapLoads<T, NT, 8, BM, BN>>(w, xt, y, g);
   conv_wgmma_with<T, BM, BN, STAGES, NhwcStageLoads<T, NT, 8, BM, BN, DIL>>(w, xt, y, g);
 }
