@@ -282,12 +282,15 @@ TEST_CASE(
     std::int64_t channels, filters, kernel, stride, padding;
   };
   // The halo form (64 -> 64), the plain pass (64 -> 128), the input gradient by classes of
-  // pixels (stride 2) and a strided 1 x 1; the weight gradients' MN-major dy.
+  // pixels (stride 2) and a strided 1 x 1; the weight gradients' MN-major dy. A batch of 128:
+  // the 1 x 1's forward (128 x 8192 x 64) is then at the tensor cores' size rule (mma_min_macs).
+  constexpr std::int64_t batch = 128;
   for (const Layer l : {Layer{64, 64, 3, 1, 1}, Layer{64, 128, 3, 1, 1}, Layer{64, 128, 3, 2, 1},
                         Layer{64, 128, 1, 2, 0}}) {
     CAPTURE(l.filters);
     CAPTURE(l.stride);
-    const Shape x_shape{32, l.channels, 16, 16};
+    CAPTURE(l.kernel);
+    const Shape x_shape{batch, l.channels, 16, 16};
     const std::int64_t out = (16 + 2 * l.padding - l.kernel) / l.stride + 1;
     const kernels::ConvGeometry geometry = kernels::conv_geometry(
         x_shape, Shape{l.filters, l.channels, l.kernel, l.kernel}, l.stride, l.padding);
@@ -295,9 +298,9 @@ TEST_CASE(
     REQUIRE(cuda::conv_writes_channels_last(geometry, DType::bf16, cuda::ConvPass::grad_input));
     REQUIRE(cuda::conv_grad_weight_reads_nhwc_dy(geometry, DType::bf16));
     Graph g;
-    const Value x = g.input("x", {32, 16, 16, l.channels}, DType::bf16);  // stored [B, H, W, C]
+    const Value x = g.input("x", {batch, 16, 16, l.channels}, DType::bf16);  // [B, H, W, C]
     const Value w = g.input("w", {l.filters, l.channels, l.kernel, l.kernel}, DType::bf16);
-    const Value dy = g.input("dy", {32, l.filters, out, out}, DType::bf16);
+    const Value dy = g.input("dy", {batch, l.filters, out, out}, DType::bf16);
     g.output("y", conv2d(x, w, l.stride, l.padding, true));
     g.output("y last", transpose(conv2d(x, w, l.stride, l.padding, true, true), kChannelsFirst));
     g.output("dx", conv2d_grad_input(dy, w, x_shape, l.stride, l.padding));
@@ -330,7 +333,7 @@ TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step
     std::map<VariablePtr, Tensor> before;
     for (const auto& [var, ref] : step.graph.assignments()) before[var] = var->value.clone();
     Outputs results = compile(step.graph, {.device = Device::cuda()})->run(feeds);
-    for (auto& [var, value] : before) var->value.copy_from(value);
+    for (auto& [var, value] : before) var->value = value;  // (the run left it on the device)
     unsetenv("KILN_CHANNELS_LAST_VALUES");
     return results;
   };
