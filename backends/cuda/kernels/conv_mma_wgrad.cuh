@@ -17,8 +17,8 @@
 // double-buffered: dy rows by cp.async (or scalar loads), and the patch columns gathered into
 // registers while the tensor cores work on the other buffer, each warp a (BM / WM) x (BN / WN)
 // piece. Scalar gather: each thread gathers one pixel of the step for BN * BK / threads
-// consecutive patch rows (c, kh, kw), so a warp reads 32 adjacent pixels; the rows' offsets
-// come from a table the block makes once (its BN patch rows never change). The patches are
+// consecutive patch rows (c, kh, kw), so a warp reads 32 (BK 16: 16) adjacent pixels; the rows'
+// offsets come from a table the block makes once (its BN patch rows never change). The patches are
 // kept as [patch][pixel] rows of BK + E elements, read by ldmatrix without transposition (for
 // f32, an 8 x 8 matrix of 16-bit units is 8 rows of 4 elements: thread l receives element (l /
 // 4, l % 4), which is TF32's fragment order). VEC_B (stride 1, image and output widths
