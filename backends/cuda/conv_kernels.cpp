@@ -170,8 +170,7 @@ gpu::KernelSource conv_nhwc_source(DType dtype, NhwcTile tile, bool dilated, boo
              "{}x{} (warps {}x{}, {} pieces, {} stages)",
              dtype_name(dtype), tile.bm, tile.bn, tile.wm, tile.wn, tile.pieces, tile.stages);
   if (tile.wgmma) {
-    KILN_CHECK(!split, "conv channels-last wgmma kernel: no K split, not {}{}", dtype_name(dtype),
-               split ? " split" : "");
+    KILN_CHECK(!split, "conv channels-last wgmma kernel ({}): K is never split", dtype_name(dtype));
     gpu::KernelSource source = embedded_kernel(conv_nhwc_name(dtype, tile, dilated),
                                                kernel_files::conv_wgmma_cuh, "KILN_CONV_WGMMA",
                                                {{"KILN_T", cuda_type_name(dtype)},

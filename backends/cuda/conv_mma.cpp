@@ -130,9 +130,6 @@ bool& wgmma_allowed() {
   static bool allowed = env_switch_on("KILN_WGMMA");
   return allowed;
 }
-}  // namespace
-
-namespace {
 bool wgmma_device() {
   static const bool sm90 = [] {  // the device here, or the one dump assumes without one
     const std::optional<gpu::PlanTarget> target = gpu::plan_target();

@@ -197,37 +197,34 @@ std::vector<gpu::KernelSource> every_conv_source() {
           all.push_back(conv_igemm_source(mode, tile, t, true));
       }
     all.push_back(conv_splitk_sum_source(t));
-    if (is_low_precision(t))  // the tensor-core passes
+    if (is_low_precision(t) || t == DType::f32)  // the tensor-core passes (f32: TF32)
       for (int bm : {64, 128})
         for (bool vec : {false, true}) {
-          for (ConvMmaKind kind :
-               {ConvMmaKind::forward, ConvMmaKind::grad_input, ConvMmaKind::grad_input_stride2})
-            all.push_back(conv_mma_source(t, bm, vec, kind));
+          if (is_low_precision(t))  // (f32's forward and grad_input: channels-last only)
+            for (ConvMmaKind kind :
+                 {ConvMmaKind::forward, ConvMmaKind::grad_input, ConvMmaKind::grad_input_stride2})
+              all.push_back(conv_mma_source(t, bm, vec, kind));
           for (bool f32_partials : {false, true})
             for (bool runs : {false, true})
               for (WgradTile tile : kWgradCandidates)  // every tile the tuner may choose (it
-                // tunes only passes whose dy arrives by cp.async: vec)
-                if (tile.bm == bm && (vec || tile == conv_mma_wgrad_default_tile(bm)))
+                // tunes only passes whose dy arrives by cp.async: vec); f32's partials are f32
+                if (tile.bm == bm && (vec || tile == conv_mma_wgrad_default_tile(bm)) &&
+                    (!f32_partials || t != DType::f32))
                   all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
         }
-    if (t == DType::f32) {  // TF32 on wgmma (sm_90): the channels-last passes' tiles
-      for (NhwcTile tile : kWgmmaCandidates)
+    if (is_low_precision(t) || t == DType::f32) {  // every tile the tuner may choose (f32: TF32)
+      for (NhwcTile tile : kNhwcCandidates)        // the channels-last passes
         for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+      for (NhwcTile tile : kWgmmaCandidates)  // the same on wgmma (sm_90)
+        for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+      for (WgradTile tile : kWgmmaWgradCandidates)  // grad_weight on wgmma
+        for (bool vec : {false, true})
+          for (bool f32_partials : {false, true})
+            for (bool runs : {false, true})
+              if (!f32_partials || t != DType::f32)  // (f32's partials are f32 anyway)
+                all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
     }
-    if (t == DType::f32)  // grad_weight on TF32's tensor cores (its partials are f32 anyway)
-      for (bool vec : {false, true})
-        for (bool runs : {false, true}) {
-          for (WgradTile tile : kWgradCandidates)
-            all.push_back(conv_mma_wgrad_source(t, tile, vec, false, runs));
-          for (WgradTile tile : kWgmmaWgradCandidates)
-            all.push_back(conv_mma_wgrad_source(t, tile, vec, false, runs));
-        }
-    if (is_low_precision(t) || t == DType::f32)  // the channels-last passes (f32: TF32)
-      for (NhwcTile tile : kNhwcCandidates)      // every tile the tuner may choose
-        for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
-    if (is_low_precision(t)) {  // the wgmma tiles (sm_90)
-      for (NhwcTile tile : kWgmmaCandidates)
-        for (bool dilated : {false, true}) all.push_back(conv_nhwc_source(t, tile, dilated));
+    if (is_low_precision(t)) {
       for (int bm : {64, 128})  // the TMA pass's tiles (conv_tma.h)
         for (int bn : {128, 256})
           for (int teams : {1, 2})    // two teams: the 64-filter tiles only (conv_tma_tile)
@@ -248,11 +245,6 @@ std::vector<gpu::KernelSource> every_conv_source() {
             all.push_back(
                 conv_tma_wgrad_source(t, conv_tma_wgrad_tile_of(bm, atoms, ar, wide), dy_nhwc));
       all.push_back(conv_tma_wgrad_sum_source(t));
-      for (WgradTile tile : kWgmmaWgradCandidates)
-        for (bool vec : {false, true})
-          for (bool f32_partials : {false, true})
-            for (bool runs : {false, true})
-              all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
     }
   }
   for (std::size_t bytes : {2, 4}) {

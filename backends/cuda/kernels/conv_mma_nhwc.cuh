@@ -29,12 +29,6 @@
 
 namespace kiln::cuda {
 
-// Elements per 16-byte piece.
-template <typename T>
-struct NhwcElems {
-  static constexpr int piece = 16 / sizeof(T);
-};
-
 // A block's tiles: BM filters and BN pixels by PIECES 16-byte pieces of K a stage, STAGES
 // stages, in dynamic shared memory (16-bit units; each row padded by 16 bytes, so that the
 // eight rows an ldmatrix reads fall in distinct banks).
@@ -113,7 +107,7 @@ __device__ __forceinline__ void nhwc_load_b(const NhwcColumn<T>& col, const Conv
 // rows k0.., past M or, with CHECK_K, past k_end zeros) and one piece of each of COLS columns.
 template <typename T, int NT, int PIECES, int BM, int BN>
 struct NhwcStageShape {
-  static constexpr int E = NhwcElems<T>::piece, STEP = PIECES * E;
+  static constexpr int E = Bits<T>::piece, STEP = PIECES * E;
   static constexpr int PER_PASS = NT / PIECES, COLS = BN / PER_PASS;  // pixels a pass; a thread's
   static constexpr int A_LOADS = BM * PIECES / NT;
   static_assert(COLS * PER_PASS == BN && A_LOADS * NT == BM * PIECES, "tile and threads");
@@ -351,7 +345,7 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
                                               T* __restrict__ y, const ConvGemmShape& g) {
   constexpr int NT = 32 * WM * WN;
   if constexpr (DIL == 1)
-    if (nhwc_taps_aligned(g, PIECES * NhwcElems<T>::piece))
+    if (nhwc_taps_aligned(g, PIECES * Bits<T>::piece))
       return conv_mma_nhwc_with<T, BM, BN, WM, WN, PIECES, STAGES, SPLIT,
                                 NhwcTapLoads<T, NT, PIECES, BM, BN>>(w, xt, y, g);
   conv_mma_nhwc_with<T, BM, BN, WM, WN, PIECES, STAGES, SPLIT,

@@ -74,7 +74,7 @@ __device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __r
                                            T* __restrict__ y, const ConvGemmShape& g) {
   constexpr int NT = 128 * (BM / 64);
   if constexpr (DIL == 1)
-    if (nhwc_taps_aligned(g, 8 * NhwcElems<T>::piece))
+    if (nhwc_taps_aligned(g, 8 * Bits<T>::piece))
       return conv_wgmma_with<T, BM, BN, STAGES, NhwcTapLoads<T, NT, 8, BM, BN>>(w, xt, y, g);
   conv_wgmma_with<T, BM, BN, STAGES, NhwcStageLoads<T, NT, 8, BM, BN, DIL>>(w, xt, y, g);
 }
