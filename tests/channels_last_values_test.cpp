@@ -338,18 +338,26 @@ TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step
     return results;
   };
   const Outputs on = run_gpu(true), off = run_gpu(false);
+  // The third opinion: the same step in fp32 on the CPU (the same seed: the same weights). A
+  // gradient through twenty batch norms in bf16 is far from it (up to tens of percent where a
+  // batch norm's sums cancel), so the GPU's step is held to the CPU's own bf16 distance.
+  const ResNetStep exact = resnet18_step(Precision::fp32, 16, 32);
+  const auto reference = run_and_restore(exact.graph, feeds);
   // Batch norm's sums run in another order: each output's error relative to its norm, against
-  // bf16's rounding; the CPU's run of the rewritten graph as a third opinion.
+  // bf16's rounding.
   for (const auto& [name, tensor] : off) {
     CAPTURE(name);
-    double diff = 0, norm = 0, cpu_diff = 0;
+    double diff = 0, norm = 0, gpu_error = 0, cpu_error = 0;
+    const Tensor& want = reference.at(name);
     for (std::int64_t i = 0; i < tensor.numel(); ++i) {
       diff += std::pow(on.at(name).at(i) - tensor.at(i), 2);
-      cpu_diff += std::pow(cpu.at(name).at(i) - tensor.at(i), 2);
-      norm += std::pow(tensor.at(i), 2);
+      gpu_error += std::pow(tensor.at(i) - want.at(i), 2);
+      cpu_error += std::pow(cpu.at(name).at(i) - want.at(i), 2);
+      norm += std::pow(want.at(i), 2);
     }
+    CAPTURE(std::sqrt(cpu_error / norm));
     CHECK(std::sqrt(diff) <= 2e-2 * std::sqrt(norm) + 1e-6);
-    CHECK(std::sqrt(cpu_diff) <= 5e-2 * std::sqrt(norm) + 1e-6);
+    CHECK(std::sqrt(gpu_error) <= 2.0 * std::sqrt(cpu_error) + 1e-2 * std::sqrt(norm) + 1e-6);
   }
 }
 #endif

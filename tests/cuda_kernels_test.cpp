@@ -144,12 +144,15 @@ TEST_CASE("conv workspace sizes (no GPU needed)") {
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_input) == 0);
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) ==
         49u * 64 * 288 * 4);
-  // Stride 2: grad_input is im2col + GEMM, one [P = 288, OH*OW = 49] patch matrix per image.
+  // Stride 2: grad_input by classes of dx's pixels where dx's sides are even (no scratch),
+  // else im2col + GEMM, one [P = 288, OH*OW = 64] patch matrix per image.
   const auto strided = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 2, 1);
-  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input) ==
-        64u * 288 * 49 * 4);
-  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input, 1) ==
-        288u * 49 * 4);
+  CHECK(cuda::conv_workspace_bytes(strided, DType::f32, cuda::ConvPass::grad_input) == 0);
+  const auto odd = kernels::conv_geometry({64, 32, 15, 15}, {64, 32, 3, 3}, 2, 1);
+  CHECK(cuda::conv_workspace_bytes(odd, DType::f32, cuda::ConvPass::grad_input) ==
+        64u * 288 * 64 * 4);
+  CHECK(cuda::conv_workspace_bytes(odd, DType::f32, cuda::ConvPass::grad_input, 1) ==
+        288u * 64 * 4);
   {
     ForceIm2col im2col;  // P = 288, OH*OW = 196: forward one [P, 196] f32 patch matrix per image
     CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) ==
@@ -379,6 +382,30 @@ TEST_CASE("conv2d: odd sizes, strides, paddings, 1x1, rectangular kernels, f64")
   check_conv({2, 3, 5, 7}, {4, 3, 1, 1}, 1, 0, DType::f32, 300);  // pointwise: no im2col
   check_conv({2, 3, 5, 7}, {4, 3, 1, 1}, 2, 0, DType::f32, 303);
   check_conv({1, 1, 3, 3}, {1, 1, 3, 3}, 1, 0, DType::f64, 306);
+}
+
+// The input gradient at stride 2 by classes of dx's pixels on the CUDA cores (even sides, at
+// least 16 input channels; no scratch, where im2col would need it): 3x3 at paddings 0-2 (a
+// class's window shifted either way), 1x1 (three classes of zeros, with and without padding),
+// 2x2, 4x4, 5x5 and a 3x2 filter, sides that do not divide the tiles, batch 1, f32 and f64.
+TEST_CASE("conv2d: grad_input at stride 2 by classes of dx's pixels, f32 and f64") {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 700;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [xs, ws, pad] : {std::tuple{Shape{3, 17, 8, 6}, Shape{9, 17, 3, 3}, 0},
+                               std::tuple{Shape{3, 17, 8, 6}, Shape{9, 17, 3, 3}, 1},
+                               std::tuple{Shape{1, 20, 10, 14}, Shape{33, 20, 3, 3}, 2},
+                               std::tuple{Shape{2, 16, 6, 6}, Shape{5, 16, 1, 1}, 0},
+                               std::tuple{Shape{2, 16, 6, 6}, Shape{5, 16, 1, 1}, 1},
+                               std::tuple{Shape{2, 18, 8, 8}, Shape{7, 18, 2, 2}, 0},
+                               std::tuple{Shape{2, 18, 8, 8}, Shape{7, 18, 4, 4}, 1},
+                               std::tuple{Shape{2, 16, 12, 10}, Shape{70, 16, 5, 5}, 2},
+                               std::tuple{Shape{2, 16, 6, 8}, Shape{4, 16, 3, 2}, 1}}) {
+      CAPTURE(dtype_name(dtype));
+      const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, 2, pad);
+      CHECK(cuda::conv_workspace_bytes(g, dtype, cuda::ConvPass::grad_input) == 0);
+      check_conv(xs, ws, 2, pad, dtype, seed += 3);
+    }
 }
 
 // Under TF32 the f32 forward and grad_input run on the channels-last tensor-core kernels where

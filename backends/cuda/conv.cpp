@@ -75,9 +75,10 @@ bool igemm_fits(const ConvGeometry& g, ConvPass pass) {
   return d.m / 16 < 65535;  // grid.y
 }
 
-// The CUDA-core implicit GEMM: grad_input at stride 1 only.
+// The CUDA-core implicit GEMM: grad_input at stride 1, or 2 by classes (igemm_by_classes).
 bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass pass) {
-  return igemm_fits(g, pass) && (pass != ConvPass::grad_input || g.stride == 1);
+  return igemm_fits(g, pass) &&
+         (pass != ConvPass::grad_input || g.stride == 1 || igemm_by_classes(g));
 }
 
 // The smallest pass (M * N * K multiply-adds) that goes to the tensor cores by default:

@@ -13,9 +13,10 @@ namespace kiln::cuda {
 
 // C = A x B of `shape` (k_chunk: each split's K range) in `tile`, `splits` blocks along K
 // (more than one: partials of the compute type into `target`, f32 for bf16/f16, summed later);
-// a = W (forward, grad_input) or dy; img = x (forward, grad_weight) or dy.
+// a = W (forward, grad_input) or dy; img = x (forward, grad_weight) or dy. The input gradient
+// by classes (IgemmMode::grad_input_classes) takes `classes` (a block z a class) and no split.
 void conv_igemm_launch(IgemmMode mode, DType dtype, IgemmTile tile, const ConvGemmShape& shape,
                        std::int64_t splits, const void* a, const void* img, void* target,
-                       gpu::Stream stream);
+                       gpu::Stream stream, const ConvClasses* classes = nullptr);
 
 }  // namespace kiln::cuda

@@ -35,6 +35,8 @@ const char* mode_name(IgemmMode mode) {
       return "dgrad";
     case IgemmMode::grad_weight:
       return "wgrad";
+    case IgemmMode::grad_input_classes:
+      return "dgrad_classes";
   }
   return "?";
 }

@@ -190,7 +190,8 @@ std::vector<gpu::KernelSource> every_conv_source() {
   for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     all.push_back(im2col_source(t));
     all.push_back(col2im_source(t));
-    for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight})
+    for (IgemmMode mode : {IgemmMode::forward, IgemmMode::grad_input, IgemmMode::grad_weight,
+                           IgemmMode::grad_input_classes})
       for (IgemmTile tile : igemm_tiles(mode, t)) {
         all.push_back(conv_igemm_source(mode, tile, t));
         if (mode == IgemmMode::grad_weight && is_low_precision(t))  // f32 split-K partials

@@ -36,7 +36,13 @@ struct GemmDims {
   std::int64_t m, n, k;
 };
 GemmDims dims_of(const ConvGeometry& g, ConvPass pass);
-IgemmMode mode_of(ConvPass pass);
+// The implicit GEMM's input gradient at stride 2 by classes of dx's pixels (four stride-1
+// passes in one launch, none of dy's dilation zeros multiplied: ConvClasses) where dx's sides
+// are even; KILN_IGEMM_CLASSES=0: im2col + cuBLAS, as before.
+bool igemm_by_classes(const ConvGeometry& g);
+// The kernel's mode of `pass`, and the GEMM it runs (dims_of's; by classes, N is one class's).
+IgemmMode igemm_mode(const ConvGeometry& g, ConvPass pass);
+GemmDims igemm_dims(const ConvGeometry& g, ConvPass pass);
 // The GEMM's description for the kernels: which tensor is the image, how its windows are laid
 // out, and the strides of A and C along M (kernels/conv_params.h, ConvGemmShape).
 ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d,

@@ -77,10 +77,10 @@ std::optional<WgradTile> tuned_wgrad_tile(DType dtype, const ConvGemmShape& shap
 // kIgemmCandidates with the default tile's thread groups and K step (kg, ks: the order in which
 // each element is summed), the split count the default's.
 inline constexpr IgemmTile kIgemmCandidates[] = {
-    {64, 128, 1, 16, 8, 8}, {32, 64, 1, 16, 4, 8}, {64, 64, 1, 16, 8, 8}, {128, 64, 1, 16, 8, 8},
-    {64, 64, 1, 16, 4, 4},  {32, 32, 1, 16, 4, 4}, {64, 32, 2, 16, 8, 4}, {64, 32, 2, 16, 4, 4},
-    {32, 32, 2, 16, 4, 4},  {64, 64, 2, 16, 8, 8}, {32, 64, 2, 16, 4, 8}, {32, 16, 4, 16, 4, 4},
-    {64, 64, 2, 16, 4, 4},  {32, 32, 4, 16, 4, 4}};
+    {64, 128, 1, 16, 8, 8}, {32, 64, 1, 16, 4, 8}, {64, 64, 1, 16, 8, 8},  {128, 64, 1, 16, 8, 8},
+    {64, 64, 1, 16, 4, 4},  {32, 32, 1, 16, 4, 4}, {64, 32, 2, 16, 8, 4},  {64, 32, 2, 16, 4, 4},
+    {32, 32, 2, 16, 4, 4},  {64, 64, 2, 16, 8, 8}, {32, 64, 2, 16, 4, 8},  {32, 16, 4, 16, 4, 4},
+    {64, 64, 2, 16, 4, 4},  {32, 32, 4, 16, 4, 4}, {128, 128, 1, 16, 8, 8}};
 std::optional<IgemmTile> tuned_igemm_tile(IgemmMode mode, DType dtype, const ConvGemmShape& shape,
                                           IgemmTile base, std::int64_t splits, bool may_time);
 // The candidates timed for a pass whose default tile is `base`: base first, then every tile of

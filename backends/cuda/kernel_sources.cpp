@@ -54,6 +54,7 @@ const char* cuda_type_name(DType dtype) {
 //    64), else 64x32.
 //  - f64 keeps 4x4 threads and 16-row K steps (registers and shared memory).
 IgemmTile igemm_choose_tile(IgemmMode mode, DType dtype, std::int64_t m, std::int64_t n) {
+  if (mode == IgemmMode::grad_input_classes) mode = IgemmMode::grad_input;  // (a class's n)
   auto blocks = [&](std::int64_t bm, std::int64_t bn) {
     return (m + bm - 1) / bm * ((n + bn - 1) / bn);
   };

@@ -32,7 +32,8 @@ gpu::KernelSource col2im_source(DType dtype);
 // The implicit-GEMM convolution kernels (kernels/conv_igemm.cuh; ConvGemmShape in conv_params.h):
 // a BM x BN tile of C per block, KG groups of threads each summing KS rows of every K step
 // (of KS * KG rows), 4x4 per thread.
-enum class IgemmMode { forward = 0, grad_input = 1, grad_weight = 2 };
+// grad_input_classes: at stride 2, a launch of the classes of dx's pixels (ConvClasses).
+enum class IgemmMode { forward = 0, grad_input = 1, grad_weight = 2, grad_input_classes = 3 };
 struct IgemmTile {
   int bm = 64, bn = 64, kg = 1, ks = 16;
   int tm = 4, tn = 4;  // each thread's sub-tile: 4 or 8 rows by 4 or 8 columns

@@ -1,7 +1,8 @@
 // The implicit-GEMM convolution kernel of every pass it can run (conv.cpp chooses), one
 // kernel per (pass, tile, element types): the host defines KILN_T (the inputs' element type),
 // KILN_OT (the output's: KILN_T, or float for bf16/f16 split-K partials), KILN_CONV_IGEMM (the
-// kernel's name), KILN_MODE (0 forward, 1 grad_input, 2 grad_weight), the tile KILN_BM,
+// kernel's name), KILN_MODE (0 forward, 1 grad_input, 2 grad_weight, 3 grad_input at stride 2
+// by classes of dx's pixels), the tile KILN_BM,
 // KILN_BN, KILN_KG, KILN_KS, KILN_TM, KILN_TN, the K table's size KILN_TK and the block's
 // threads KILN_THREADS (conv_kernels.cpp).
 #pragma once
@@ -60,40 +61,88 @@ __device__ __forceinline__ void store4(OT* p, const float (&r)[4]) {
   *reinterpret_cast<uint2*>(p) = make_uint2(b0 | (b1 << 16), b2 | (b3 << 16));
 }
 
+// MODE 3's class (blockIdx.z) of dx's pixels (ConvClasses, conv_params.h): where its pixel p
+// of the class grid lies in dx, and which tap of the whole filter its tap j is.
+struct IgemmClass {
+  int out_offset, row_pitch, stride, plane;  // dx's pixels
+  int last_tap, filter_khkw, filter_kw;      // the tap of j = 0: (first_kh + s (taps_h - 1), ..)
+};
+
 // Spatial index j = (b, oh, ow) of the [B, M, s_hw] tensor (y, dx or dy): the window's
-// corner in the image and j's offset in that tensor. Past `end`: an entry that is never inside.
-__device__ __forceinline__ int4 spatial_entry(const ConvGemmShape& g, int j, int end) {
+// corner in the image and j's offset in that tensor (MODE 3: j of the class grid, its offset
+// in dx). Past `end`: an entry that is never inside.
+template <int MODE>
+__device__ __forceinline__ int4 spatial_entry(const ConvGemmShape& g, const IgemmClass& cl, int j,
+                                              int end) {
   if (j >= end) return make_int4(0, KILN_OUTSIDE, KILN_OUTSIDE, -1);
   const int b = j / g.s_hw, pix = j - b * g.s_hw;
   const int oh = pix / g.s_w, ow = pix - oh * g.s_w;
   const int h = oh * g.stride - g.pad_h, w = ow * g.stride - g.pad_w;
-  return make_int4(b * g.img_chw + h * g.img_w + w, h, w, b * g.m * g.s_hw + pix);
+  const int at = MODE == 3 ? b * g.m * cl.plane + cl.out_offset + oh * cl.row_pitch + ow * cl.stride
+                           : b * g.m * g.s_hw + pix;
+  return make_int4(b * g.img_chw + h * g.img_w + w, h, w, at);
 }
 
 // Patch index j = (c, kh, kw): its offset from a window's corner, and aux: j itself (the
 // weight's column in forward, dW's column in grad_weight) or, in grad_input, the offset of
-// w[c, 0, KH-1-kh, KW-1-kw] (the flipped filter, m = input channel adds m * KH*KW).
+// w[c, 0, KH-1-kh, KW-1-kw] (the flipped filter, m = input channel adds m * KH*KW); MODE 3, of
+// the class's tap (kh, kw): the filter's tap last_tap - s (kh * filter_kw + kw).
 template <int MODE>
-__device__ __forceinline__ int4 patch_entry(const ConvGemmShape& g, int j, int end) {
+__device__ __forceinline__ int4 patch_entry(const ConvGemmShape& g, const IgemmClass& cl, int j,
+                                            int end) {
   if (j >= end) return make_int4(0, KILN_OUTSIDE, KILN_OUTSIDE, -1);
   const int c = j / g.khkw, r = j - c * g.khkw;
   const int kh = r / g.kw, kw = r - kh * g.kw;
-  const int aux = MODE == 1 ? (c * g.m + 1) * g.khkw - 1 - r : j;
+  const int aux =
+      MODE == 1   ? (c * g.m + 1) * g.khkw - 1 - r
+      : MODE == 3 ? c * g.m * cl.filter_khkw + cl.last_tap - cl.stride * (kh * cl.filter_kw + kw)
+                  : j;
   return make_int4(c * g.img_hw + kh * g.img_w + kw, kh, kw, aux);
 }
 
 template <int MODE>
-__device__ __forceinline__ int4 k_entry(const ConvGemmShape& g, int j, int end) {
-  return MODE == 2 ? spatial_entry(g, j, end) : patch_entry<MODE>(g, j, end);
+__device__ __forceinline__ int4 k_entry(const ConvGemmShape& g, const IgemmClass& cl, int j,
+                                        int end) {
+  return MODE == 2 ? spatial_entry<MODE>(g, cl, j, end) : patch_entry<MODE>(g, cl, j, end);
 }
 template <int MODE>
-__device__ __forceinline__ int4 n_entry(const ConvGemmShape& g, int j, int end) {
-  return MODE == 2 ? patch_entry<MODE>(g, j, end) : spatial_entry(g, j, end);
+__device__ __forceinline__ int4 n_entry(const ConvGemmShape& g, const IgemmClass& cl, int j,
+                                        int end) {
+  return MODE == 2 ? patch_entry<MODE>(g, cl, j, end) : spatial_entry<MODE>(g, cl, j, end);
+}
+
+// MODE 3: the pass of class blockIdx.z, a stride-1 convolution of dy over the class grid with
+// the class's taps and shift (the host's shape has the whole filter's khkw and K); else `whole`.
+template <int MODE>
+__device__ __forceinline__ ConvGemmShape class_shape(const ConvGemmShape& whole,
+                                                     const ConvClasses& classes, IgemmClass& cl) {
+  ConvGemmShape g = whole;
+  cl = IgemmClass{};
+  if (MODE != 3) return g;
+  const int c = blockIdx.z, taps_h = classes.taps_h[c], taps_w = classes.taps_w[c];
+  g.khkw = taps_h * taps_w;
+  g.kw = taps_w;
+  g.pad_h = classes.pad_h[c];
+  g.pad_w = classes.pad_w[c];
+  g.k = whole.k / whole.khkw * g.khkw;  // (no taps: K = 0, the class's pixels are zeros)
+  g.k_chunk = g.k;
+  cl.out_offset = classes.out_offset[c];
+  cl.row_pitch = classes.row_pitch;
+  cl.stride = classes.stride;
+  cl.plane = classes.plane;
+  cl.filter_khkw = whole.khkw;
+  cl.filter_kw = classes.kernel_w;
+  cl.last_tap = (classes.first_kh[c] + classes.stride * (taps_h - 1)) * classes.kernel_w +
+                classes.first_kw[c] + classes.stride * (taps_w - 1);
+  return g;
 }
 
 template <typename T, typename OT, int MODE, int BM, int BN, int KG, int KS, int TK, int TM, int TN>
 __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T* __restrict__ img,
-                                           OT* __restrict__ out, const ConvGemmShape& g) {
+                                           OT* __restrict__ out, const ConvGemmShape& whole,
+                                           const ConvClasses& classes) {
+  IgemmClass cl;
+  const ConvGemmShape g = class_shape<MODE>(whole, classes, cl);
   typedef typename Wide<T>::type W;
   constexpr int BK = KS * KG, CT = (BM / TM) * (BN / TN), NT = KG * CT, WARPS = NT / 32;
   constexpr int RM = TM / 4,
@@ -113,7 +162,7 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
   const int t = threadIdx.x;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-  const int k_begin = blockIdx.z * g.k_chunk;
+  const int k_begin = MODE == 3 ? 0 : blockIdx.z * g.k_chunk;
   const int k_end = min(g.k, k_begin + g.k_chunk);
   const int grp = t / CT, tc = t - grp * CT, ty = tc / (BN / TN), tx = tc - ty * (BN / TN);
   // This thread's row i and column j of the tile.
@@ -133,7 +182,7 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
     return (int)(cb * 4 + (lane >> 3));
   };
 
-  for (int i = t; i < BN; i += NT) ntab[i] = n_entry<MODE>(g, n0 + i, g.n);
+  for (int i = t; i < BN; i += NT) ntab[i] = n_entry<MODE>(g, cl, n0 + i, g.n);
   __syncthreads();
   int4 nent[B_PER];  // B load j: (k, n) = (k_of(j), col_of(j)) or (t / BN + j * NT / BN, t % BN)
 #pragma unroll
@@ -193,7 +242,7 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
     const int c1 = min(k_end, c0 + TK);
     const int steps = (c1 - c0 + BK - 1) / BK;
     __syncthreads();  // the previous chunk's last reads of ktab and the tiles are done
-    for (int i = t; i < steps * BK; i += NT) ktab[i] = k_entry<MODE>(g, c0 + i, c1);
+    for (int i = t; i < steps * BK; i += NT) ktab[i] = k_entry<MODE>(g, cl, c0 + i, c1);
     __syncthreads();
     load_tiles(0);
     store_tiles(0);
@@ -223,7 +272,7 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
           for (int j = 0; j < TN; ++j) acc[i][j] += red[((q - 1) * BM + row(i)) * BN + col(j)];
   }
   if (grp != 0) return;
-  out += (size_t)blockIdx.z * (size_t)g.m * (size_t)g.n;
+  if (MODE != 3) out += (size_t)blockIdx.z * (size_t)g.m * (size_t)g.n;
 #pragma unroll
   for (int r = 0; r < RN;
        ++r) {  // each run of 4 columns: one 4-wide store per row where they are adjacent
@@ -256,8 +305,9 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 #ifdef KILN_CONV_IGEMM
 extern "C" __global__ void __launch_bounds__(KILN_THREADS)
     KILN_CONV_IGEMM(const KILN_T* __restrict__ a, const KILN_T* __restrict__ img,
-                    KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g) {
+                    KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g,
+                    kiln::cuda::ConvClasses classes) {
   kiln::cuda::conv_igemm<KILN_T, KILN_OT, KILN_MODE, KILN_BM, KILN_BN, KILN_KG, KILN_KS, KILN_TK,
-                         KILN_TM, KILN_TN>(a, img, out, g);
+                         KILN_TM, KILN_TN>(a, img, out, g, classes);
 }
 #endif
