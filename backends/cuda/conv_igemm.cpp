@@ -56,8 +56,10 @@ namespace {
 // and sum cost about as much as a few steps). resnet18 fp32 on an H100, device ms at b128 / b512
 // with one target for all: 264 blocks 14.985 / 56.283, 528 14.738 / 55.467, 792 14.488 /
 // 53.307, 1056 14.603 / 53.354, 1584 14.841 / 53.482; inception's b64 / b256 steps (short K
-// loops, small tiles) 0.818 / 2.087 at 264, 0.833 / 2.129 at 792. KILN_IGEMM_WGRAD_BLOCKS sets
-// the larger target.
+// loops, small tiles) 0.818 / 2.087 at 264, 0.833 / 2.129 at 792. This rule: resnet18 15.03 /
+// 53.40 (b128's stage 1 keeps 64 of the 88 splits it wants; 32-step long splits would give it
+// all, not yet measured), inception 0.821 / 2.092. KILN_IGEMM_WGRAD_BLOCKS sets the larger
+// target.
 constexpr std::int64_t kGradWeightBlocks = 264, kMinSplitSteps = 8, kLongSplitSteps = 64;
 std::int64_t grad_weight_more_blocks() {
   static const std::int64_t blocks = [] {
