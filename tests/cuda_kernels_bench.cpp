@@ -410,4 +410,49 @@ TEST_CASE("benchmark: TF32 weight-gradient tiles on resnet18's b512 passes" * do
   }
   cuda::set_allow_tf32(false);
 }
+
+// fp32's weight gradient on the CUDA cores (the largest share of resnet18's fp32 step: 25.7 of
+// 63.4 ms at b512 in session 26's H100 trace, 18-27 TFLOP/s against the forward's 38 in its
+// 128x128 tile): the default tile (two thread groups: its tuner keeps them) against one-group
+// tiles up to 128x128, each with the pass's own split rule, on resnet18's 3x3 passes at b512.
+TEST_CASE("benchmark: f32 weight-gradient tiles on resnet18's b512 passes" * doctest::skip()) {
+  SKIP_WITHOUT_GPU();
+  BenchTimer timer;
+  using Tiling = cuda::detail::ConvTiling;
+  for (auto [channels, hw] :
+       {std::pair<std::int64_t, std::int64_t>{64, 32}, {128, 16}, {256, 8}, {512, 4}}) {
+    const std::int64_t batch = 512;
+    const auto g =
+        kernels::conv_geometry({batch, channels, hw, hw}, {channels, channels, 3, 3}, 1, 1);
+    const std::size_t bytes = 256u << 20;
+    DeviceBuffer x(random_tensor({batch, channels, hw, hw}, DType::f32, 1)),
+        dy(random_tensor({batch, channels, hw, hw}, DType::f32, 2)), work(bytes),
+        dw(static_cast<std::size_t>(channels * channels * 9 * 4));
+    const double flops = 2.0 * channels * channels * 9 * batch * hw * hw;
+    for (const Tiling& t : std::vector<Tiling>{{},
+                                               {64, 64, 1, 0, 16, 8, 8},
+                                               {64, 128, 1, 0, 16, 8, 8},
+                                               {128, 64, 1, 0, 16, 8, 8},
+                                               {128, 128, 1, 0, 16, 8, 8}}) {
+      std::ostringstream line;
+      line << "stage c" << channels << " " << hw << "x" << hw << " ";
+      if (t.bm == 0)
+        line << "default";
+      else
+        line << t.bm << "x" << t.bn << "x" << t.kg << "t" << t.tm << "x" << t.tn;
+      cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_weight, t);
+      try {
+        const double us = timer.events_us([&](cudaStream_t st) {
+          cuda::conv2d_grad_weight(DType::f32, g, x.get(), dy.get(), dw.get(), {work.get(), bytes},
+                                   st);
+        });
+        line << " us " << us << " TFLOP/s " << flops / us * 1e-6;
+      } catch (const std::exception& e) {
+        line << " failed: " << e.what();
+      }
+      cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_weight, {});
+      MESSAGE("F32 WGRAD " << line.str());
+    }
+  }
+}
 }  // namespace kiln
