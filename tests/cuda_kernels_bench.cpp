@@ -408,9 +408,9 @@ TEST_CASE("benchmark: TF32 weight-gradient tiles on resnet18's b512 passes" * do
     time(std::nullopt);
     for (const cuda::WgradTile& t : cuda::kWgmmaWgradCandidates) time(t);
     // The same GEMM (M = C, N = 9 C, K = B H W) as a 1x1 convolution of 9 C channels: every
-    // patch row starts 16-byte aligned, where the 3x3's taps left and right of the centre
-    // shift it by one f32. Far faster here: the gathers' alignment is what the 3x3 loses
-    // (its taps could then be expanded into 3 C channels of a 3x1 convolution).
+    // patch run starts on a 16-byte piece, where the 3x3's taps left and right of the centre
+    // start one f32 into one (two pieces loaded and shifted; main loads two for every run, the
+    // branch tf32-wgrad-expand one where aligned). Against the 3x3: what the taps' shifts cost.
     const auto pointwise =
         kernels::conv_geometry({batch, 9 * channels, hw, hw}, {channels, 9 * channels, 1, 1}, 1, 0);
     const std::size_t pointwise_bytes =
