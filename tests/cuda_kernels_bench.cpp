@@ -113,6 +113,22 @@ struct BenchTimer {
   }
 };
 
+// " us T TFLOP/s R" of one f32 grad_weight pass of `g` (`flops` its work), or " failed: why".
+std::string timed_wgrad(const BenchTimer& timer, const kernels::ConvGeometry& g,
+                        const DeviceBuffer& x, const DeviceBuffer& dy, DeviceBuffer& dw,
+                        const cuda::ConvWorkspace& ws, double flops) {
+  std::ostringstream out;
+  try {
+    const double us = timer.events_us([&](cudaStream_t st) {
+      cuda::conv2d_grad_weight(DType::f32, g, x.get(), dy.get(), dw.get(), ws, st);
+    });
+    out << " us " << us << " TFLOP/s " << flops / us * 1e-6;
+  } catch (const std::exception& e) {
+    out << " failed: " << e.what();
+  }
+  return out.str();
+}
+
 }  // namespace
 
 // KILN-BENCH-BEGIN (public API only: also built against older trees for before/after tables)
@@ -393,15 +409,7 @@ TEST_CASE("benchmark: TF32 weight-gradient tiles on resnet18's b512 passes" * do
         line << tile->bm << "x" << tile->bn << " warps " << tile->wm << "x" << tile->wn;
       else
         line << "default";
-      try {
-        const double us = timer.events_us([&](cudaStream_t st) {
-          cuda::conv2d_grad_weight(DType::f32, g, x.get(), dy.get(), dw.get(), {work.get(), bytes},
-                                   st);
-        });
-        line << " us " << us << " TFLOP/s " << flops / us * 1e-6;
-      } catch (const std::exception& e) {
-        line << " failed: " << e.what();
-      }
+      line << timed_wgrad(timer, g, x, dy, dw, {work.get(), bytes}, flops);
       cuda::detail::force_wgrad_tile_for_testing(std::nullopt);
       MESSAGE("TF32 WGRAD " << line.str());
     };
@@ -417,13 +425,9 @@ TEST_CASE("benchmark: TF32 weight-gradient tiles on resnet18's b512 passes" * do
         cuda::conv_workspace_bytes(pointwise, DType::f32, cuda::ConvPass::grad_weight);
     DeviceBuffer x9(random_tensor({batch, 9 * channels, hw, hw}, DType::f32, 3)),
         work9(pointwise_bytes);
-    const double us = timer.events_us([&](cudaStream_t st) {
-      cuda::conv2d_grad_weight(DType::f32, pointwise, x9.get(), dy.get(), dw.get(),
-                               {work9.get(), pointwise_bytes}, st);
-    });
-    MESSAGE("TF32 WGRAD stage c" << channels << " " << hw << "x" << hw
-                                 << " as a 1x1 of 9C channels us " << us << " TFLOP/s "
-                                 << flops / us * 1e-6);
+    MESSAGE("TF32 WGRAD stage c" << channels << " " << hw << "x" << hw << " as a 1x1 of 9C channels"
+                                 << timed_wgrad(timer, pointwise, x9, dy, dw,
+                                                {work9.get(), pointwise_bytes}, flops));
   }
   cuda::set_allow_tf32(false);
 }
@@ -458,15 +462,7 @@ TEST_CASE("benchmark: f32 weight-gradient tiles on resnet18's b512 passes" * doc
       else
         line << t.bm << "x" << t.bn << "x" << t.kg << "t" << t.tm << "x" << t.tn;
       cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_weight, t);
-      try {
-        const double us = timer.events_us([&](cudaStream_t st) {
-          cuda::conv2d_grad_weight(DType::f32, g, x.get(), dy.get(), dw.get(), {work.get(), bytes},
-                                   st);
-        });
-        line << " us " << us << " TFLOP/s " << flops / us * 1e-6;
-      } catch (const std::exception& e) {
-        line << " failed: " << e.what();
-      }
+      line << timed_wgrad(timer, g, x, dy, dw, {work.get(), bytes}, flops);
       cuda::detail::set_conv_tiling_for_testing(cuda::ConvPass::grad_weight, {});
       MESSAGE("F32 WGRAD " << line.str());
     }
