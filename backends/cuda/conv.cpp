@@ -92,14 +92,8 @@ bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass p
 constexpr std::int64_t kMmaMinMacs = std::int64_t{1} << 26;
 
 std::int64_t mma_min_macs() {
-  static const std::int64_t macs = [] {
-    const char* v = std::getenv("KILN_MMA_MIN_MACS");
-    if (v == nullptr || *v == 0) return kMmaMinMacs;
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    KILN_CHECK(*end == 0 && n >= 0, "KILN_MMA_MIN_MACS='{}': expected a count of multiply-adds", v);
-    return static_cast<std::int64_t>(n);
-  }();
+  static const std::int64_t macs =
+      env_integer("KILN_MMA_MIN_MACS", kMmaMinMacs, 0, INT64_MAX, "a count of multiply-adds");
   return detail::g_algo == detail::ConvAlgo::tensor_cores ? 0 : macs;
 }
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <iterator>
 #include <vector>
 
@@ -62,15 +61,8 @@ namespace {
 // target.
 constexpr std::int64_t kGradWeightBlocks = 264, kMinSplitSteps = 8, kLongSplitSteps = 64;
 std::int64_t grad_weight_more_blocks() {
-  static const std::int64_t blocks = [] {
-    const char* v = std::getenv("KILN_IGEMM_WGRAD_BLOCKS");
-    if (v == nullptr || *v == 0) return std::int64_t{792};
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    KILN_CHECK(*end == 0 && n >= 1 && n <= 65535,
-               "KILN_IGEMM_WGRAD_BLOCKS='{}': expected a block count from 1 to 65535", v);
-    return static_cast<std::int64_t>(n);
-  }();
+  static const std::int64_t blocks =
+      env_integer("KILN_IGEMM_WGRAD_BLOCKS", 792, 1, 65535, "a block count from 1 to 65535");
   return blocks;
 }
 
