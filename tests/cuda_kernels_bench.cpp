@@ -434,8 +434,10 @@ TEST_CASE("benchmark: TF32 weight-gradient tiles on resnet18's b512 passes" * do
 
 // fp32's weight gradient on the CUDA cores (the largest share of resnet18's fp32 step: 25.7 of
 // 63.4 ms at b512 in session 26's H100 trace, 18-27 TFLOP/s against the forward's 38 in its
-// 128x128 tile): the default tile (two thread groups: its tuner keeps them) against one-group
-// tiles up to 128x128, each with the pass's own split rule, on resnet18's 3x3 passes at b512.
+// 128x128 tile): the default tile (two thread groups over 64x64 until session 27, whose H100
+// run of this case made one group over 64x128 the default: faster on all four) against
+// one-group tiles up to 128x128, each with the pass's own split rule, on resnet18's 3x3 passes
+// at b512.
 TEST_CASE("benchmark: f32 weight-gradient tiles on resnet18's b512 passes" * doctest::skip()) {
   SKIP_WITHOUT_GPU();
   BenchTimer timer;

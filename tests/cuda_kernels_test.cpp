@@ -138,12 +138,12 @@ struct ForceTiling {
 TEST_CASE("conv workspace sizes (no GPU needed)") {
   const auto g = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 1, 1);
   // Implicit GEMM: forward and grad_input need no scratch; grad_weight's K = 64*196 = 12544
-  // (392 steps of 32) is split 49 ways (5 tiles of 64x64, 53 splits wanted for about 264
-  // blocks: 8 steps each), one [64, 288] partial each.
+  // (784 steps of 16) is split 88 ways (3 tiles of 64x128, 88 splits wanted for about 264
+  // blocks: 9 steps each), one [64, 288] partial each.
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::forward) == 0);
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_input) == 0);
   CHECK(cuda::conv_workspace_bytes(g, DType::f32, cuda::ConvPass::grad_weight) ==
-        49u * 64 * 288 * 4);
+        88u * 64 * 288 * 4);
   // Stride 2: grad_input by classes of dx's pixels where dx's sides are even (no scratch),
   // else im2col + GEMM, one [P = 288, OH*OW = 64] patch matrix per image.
   const auto strided = kernels::conv_geometry({64, 32, 14, 14}, {64, 32, 3, 3}, 2, 1);
