@@ -28,6 +28,7 @@
 #include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
+#include "core/env_switch.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/pool.h"
@@ -679,6 +680,110 @@ TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)")
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 9, 1)));     // 81 taps: past the sum's 64
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 3)));     // stride 3
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 2), 1));  // stride 2 turned off
+}
+
+// f32's grad_weight plans under TF32 (no GPU needed): K steps of 32 pixels read from x's tap
+// columns, B's rows a run of 32 pixels of an output row (OW a multiple of 32) or a whole row of
+// 16 or 8; resnet18's 3x3 passes at b512 on 132 SMs (stride 1, and stride 2 into stages 2 and
+// 3), a 5x5 whose output is wider than x, and the shapes it leaves alone.
+TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU needed)") {
+  auto shape = [](int batch, int c, int oh, int ow, int co, int k, int stride, int pad) {
+    cuda::ConvGemmShape g{};
+    g.m = co;
+    g.khkw = k * k;
+    g.n = c * k * k;
+    g.k = batch * oh * ow;
+    g.s_hw = oh * ow;
+    g.s_w = ow;
+    g.stride = stride;
+    g.img_w = (ow - 1) * stride + k - 2 * pad;
+    return g;
+  };
+  struct Expected {
+    cuda::ConvGemmShape g;
+    int bm, atoms, br;
+  };
+  for (const Expected& e : {Expected{shape(512, 64, 32, 32, 64, 3, 1, 1), 64, 3, 32},
+                            Expected{shape(512, 128, 16, 16, 128, 3, 1, 1), 128, 3, 16},
+                            Expected{shape(512, 256, 8, 8, 256, 3, 1, 1), 128, 4, 8},
+                            Expected{shape(2, 64, 8, 64, 200, 3, 1, 1), 128, 3, 32},
+                            Expected{shape(1, 64, 6, 32, 64, 5, 1, 0), 64, 1, 32},
+                            Expected{shape(512, 64, 16, 16, 128, 3, 2, 1), 128, 3, 16},
+                            Expected{shape(512, 128, 8, 8, 256, 3, 2, 1), 128, 3, 8},
+                            Expected{shape(512, 128, 8, 8, 256, 1, 2, 0), 128, 2, 8},
+                            Expected{shape(8, 64, 14, 32, 64, 3, 1, 0), 64, 3, 32},
+                            Expected{shape(8, 64, 4, 64, 64, 5, 1, 4), 64, 1, 32}}) {
+    CAPTURE(e.g.n);
+    CAPTURE(e.g.s_hw);
+    const auto p = cuda::conv_tma_tf32_wgrad_plan_of(e.g, 132, true);
+    REQUIRE(p.has_value());
+    CHECK(p->bm == e.bm);
+    CHECK(p->atoms == e.atoms);
+    CHECK(p->br == e.br);
+    CHECK(p->ar == 32);
+    CHECK(p->chunk % 32 == 0);
+    CHECK(static_cast<std::int64_t>(p->splits) * p->chunk >= e.g.k);     // K covered,
+    CHECK(static_cast<std::int64_t>(p->splits - 1) * p->chunk < e.g.k);  // no split empty
+    CHECK(p->shared_bytes() <= 227 * 1024);
+  }
+  auto plan = [](const cuda::ConvGemmShape& g) {
+    return cuda::conv_tma_tf32_wgrad_plan_of(g, 132, true);
+  };
+  CHECK_FALSE(plan(shape(512, 512, 4, 4, 512, 3, 1, 1)));  // rows of 4 pixels: 16 bytes
+  CHECK_FALSE(plan(shape(8, 64, 16, 16, 128, 3, 3, 1)));   // stride 3
+  CHECK_FALSE(plan(shape(8, 64, 12, 12, 64, 3, 1, 1)));    // 144 pixels an image
+  CHECK_FALSE(plan(shape(8, 64, 16, 24, 64, 3, 1, 1)));    // rows of 24: steps straddle them
+  CHECK_FALSE(plan(shape(8, 96, 16, 16, 64, 3, 1, 1)));    // 96 channels: not whole atoms
+}
+
+// f32's weight gradient under TF32 by the TMA pass over x's tap columns against the CPU (TF32's
+// 1e-2; the forward and input gradient as before): 1x1s first (boxes that start on 16 bytes
+// without the tap columns too), B's rows of 16, 8 and 32 pixels (two runs a row of 64), 200
+// filters (a partial tile), 256 channels (four atoms a tile), a 5x5 without padding (x wider than
+// the output) and one whose padding makes the output wider than x, stride 2 (3x3, an odd 15x15
+// image, a 1x1), one multiply across the atoms and one an atom; and shapes it leaves to the
+// register-gather kernels (14x14 outputs, 4x4 images) still right.
+TEST_CASE("conv2d: TF32's weight gradient by TMA matches the CPU") {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::conv_wgmma_enabled(DType::f32) || !env_switch_on("KILN_TF32_TMA_WGRAD"))
+    return;  // sm_90 only, and not with KILN_TF32_TMA_WGRAD=0
+  const AllowTf32 tf32;
+  struct TensorCores {  // (the small passes too)
+    TensorCores() { cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::tensor_cores); }
+    ~TensorCores() {
+      cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+      cuda::detail::set_conv_tma_wide_for_testing(true);
+    }
+  } on;
+  std::uint64_t seed = 2600;
+  for (auto [xs, ws, stride, pad] : {std::tuple{Shape{2, 64, 8, 8}, Shape{64, 64, 1, 1}, 1, 0},
+                                     std::tuple{Shape{2, 64, 32, 32}, Shape{64, 64, 1, 1}, 1, 0},
+                                     std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{3, 128, 8, 8}, Shape{128, 128, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 32, 32}, Shape{200, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{1, 64, 8, 64}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 256, 8, 8}, Shape{64, 256, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 64, 8, 8}, Shape{64, 64, 1, 1}, 1, 0},
+                                     std::tuple{Shape{1, 64, 10, 36}, Shape{64, 64, 5, 5}, 1, 0},
+                                     std::tuple{Shape{2, 64, 16, 16}, Shape{64, 64, 3, 3}, 1, 0},
+                                     std::tuple{Shape{1, 64, 4, 60}, Shape{64, 64, 5, 5}, 1, 4},
+                                     std::tuple{Shape{2, 64, 16, 16}, Shape{128, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{2, 64, 15, 15}, Shape{64, 64, 3, 3}, 2, 1},
+                                     std::tuple{Shape{3, 128, 16, 16}, Shape{128, 128, 1, 1}, 2, 0},
+                                     std::tuple{Shape{3, 64, 4, 4}, Shape{64, 64, 3, 3}, 1, 1}}) {
+    const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, pad);
+    bool by_tma = false;
+    for (const gpu::KernelSource& k :
+         cuda::conv_kernel_sources(g, DType::f32, cuda::ConvPass::grad_weight))
+      by_tma = by_tma || k.name.rfind("kiln_conv_wgrad_tma_", 0) == 0;
+    CAPTURE(xs.str());
+    CAPTURE(ws.str());
+    CHECK(by_tma == (g.out_h * g.out_w % 32 == 0 && g.out_w >= 8));
+    for (bool wide : {true, false}) {
+      cuda::detail::set_conv_tma_wide_for_testing(wide);
+      check_conv(xs, ws, stride, pad, DType::f32, seed += 3, 0, -1, 1e-2);
+    }
+  }
 }
 
 // The TMA passes (conv_tma.h): the forward and grad_input where a tile is whole output rows or

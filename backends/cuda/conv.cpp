@@ -166,6 +166,9 @@ std::optional<TmaWgradPlan> tma_wgrad_plan(const ConvGeometry& g, DType dtype) {
   return conv_tma_wgrad_plan(dtype, gemm_shape(g, ConvPass::grad_weight, d, d.k));
 }
 std::size_t tma_wgrad_image_bytes(const ConvGeometry& g, DType dtype, bool image_given) {
+  if (dtype == DType::f32)  // TF32: x's tap columns, [B][C][KW][H][OW]
+    return round_up(
+        static_cast<std::size_t>(g.batch * g.in_channels * g.kernel_w * g.height * g.out_w) * 4);
   if (image_given) return 0;  // x arrives channels-last
   return round_up(static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) *
                   dtype_size(dtype));
@@ -217,6 +220,9 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
     return {transpose_source(2), conv_mma_source(dtype, conv_mma_tile_m(d.m, d.n),
                                                  conv_mma_vector_weights(d.k), mma_kind(g, pass))};
   if (const std::optional<TmaWgradPlan> plan = tma_wgrad_plan(g, dtype)) {
+    if (dtype == DType::f32)  // (TF32: x's tap columns)
+      return {tap_expand_source(), conv_tma_wgrad_source(dtype, *plan),
+              conv_tma_wgrad_sum_source(dtype)};
     return {nhwc_image_source(dtype_size(dtype)),
             conv_tma_wgrad_source(dtype, *plan, dy_channels_last),
             conv_tma_wgrad_sum_source(dtype)};
@@ -303,8 +309,8 @@ bool conv_reads_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass)
   switch (pass) {
     case ConvPass::forward:
       return use_nhwc(g, dtype, pass);
-    case ConvPass::grad_weight:
-      return use_mma(g, dtype, pass) && tma_wgrad_plan(g, dtype).has_value();
+    case ConvPass::grad_weight:  // (TF32's TMA pass reads x NCHW)
+      return dtype != DType::f32 && use_mma(g, dtype, pass) && tma_wgrad_plan(g, dtype).has_value();
     case ConvPass::grad_input:
       return false;
   }
@@ -317,7 +323,8 @@ bool conv_runs_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) 
 }
 
 bool conv_grad_weight_reads_nhwc_dy(const ConvGeometry& g, DType dtype) {
-  if (g.batch == 0 || !use_mma(g, dtype, ConvPass::grad_weight) || !tma_wgrad_plan(g, dtype))
+  if (g.batch == 0 || dtype == DType::f32 || !use_mma(g, dtype, ConvPass::grad_weight) ||
+      !tma_wgrad_plan(g, dtype))
     return false;
   const GemmDims d = dims_of(g, ConvPass::grad_weight);
   return conv_tma_wgrad_reads_nhwc_dy(gemm_shape(g, ConvPass::grad_weight, d, d.k));
@@ -421,10 +428,13 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
                "and {} split partials",
                ws.bytes, plan->splits);
     auto* base = static_cast<std::uint8_t*>(ws.data);  // x's copy (unused where x is NHWC)
-    if (!x_channels_last)
+    const ConvGemmShape shape = gemm_shape(g, ConvPass::grad_weight, d, plan->chunk);
+    if (dtype == DType::f32)  // TF32: x's tap columns (x NCHW)
+      tf32_tap_expand(shape, x, base, stream);
+    else if (!x_channels_last)
       nchw_to_nhwc(dtype, x, base, g.batch, g.in_channels, g.height * g.width, stream);
-    conv_tma_grad_weight(dtype, gemm_shape(g, ConvPass::grad_weight, d, plan->chunk), *plan, dy,
-                         x_channels_last ? x : base, base + image, dw, stream, dy_channels_last);
+    conv_tma_grad_weight(dtype, shape, *plan, dy, x_channels_last && dtype != DType::f32 ? x : base,
+                         base + image, dw, stream, dy_channels_last);
   } else if (use_mma(g, dtype, ConvPass::grad_weight)) {
     const GemmDims d = dims_of(g, ConvPass::grad_weight);
     const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k, ws.bytes);

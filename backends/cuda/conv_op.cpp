@@ -247,6 +247,17 @@ std::vector<gpu::KernelSource> every_conv_source() {
                 conv_tma_wgrad_source(t, conv_tma_wgrad_tile_of(bm, atoms, ar, wide), dy_nhwc));
       all.push_back(conv_tma_wgrad_sum_source(t));
     }
+    if (t == DType::f32) {  // grad_weight's TMA pass under TF32: B's rows of 32, 16, 8 pixels
+      all.push_back(tap_expand_source());
+      for (auto [bm, atoms, br] :
+           {std::tuple{64, 3, 32}, std::tuple{128, 3, 16}, std::tuple{128, 4, 8}})
+        for (bool wide : {false, true}) {
+          TmaWgradPlan plan = conv_tma_wgrad_tile_of(bm, atoms, 32, wide);
+          plan.br = br;
+          all.push_back(conv_tma_wgrad_source(t, plan));
+        }
+      all.push_back(conv_tma_wgrad_sum_source(t));
+    }
   }
   for (std::size_t bytes : {2, 4}) {
     all.push_back(nhwc_image_source(bytes));

@@ -65,8 +65,9 @@ int sm_count() {  // the device's, or the one dump assumes without one (gpu::pla
 }
 
 std::string wgrad_name(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
-  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}{}_{}", p.bm, 64 * p.atoms, p.stages, p.ar,
-                     p.wide ? "_wide" : "", dy_nhwc ? "_dy_nhwc" : "", dtype_name(dtype));
+  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}{}{}_{}", p.bm, 64 * p.atoms, p.stages,
+                     p.ar, p.br > 0 ? fmt::format("_b{}", p.br) : "", p.wide ? "_wide" : "",
+                     dy_nhwc ? "_dy_nhwc" : "", dtype_name(dtype));
 }
 std::string sum_name(DType dtype) {
   return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
@@ -131,12 +132,14 @@ CUtensorMap tiled_map(DType dtype, const void* base, int rank, const cuuint64_t*
                                                            : CU_TENSOR_MAP_SWIZZLE_32B;
   CUtensorMap map;
   const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
-  const CUresult r = encode_tiled()(
-      &map,
-      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box,
-      steps != nullptr ? steps : unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode_tiled()(&map,
+                     dtype == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                     : dtype == DType::f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box,
+                     steps != nullptr ? steps : unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   KILN_CHECK(r == CUDA_SUCCESS, "conv TMA pass: cuTensorMapEncodeTiled failed ({})",
              static_cast<int>(r));
   return map;
@@ -349,8 +352,21 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
 
 bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& g) { return g.m >= 64 && g.m % 8 == 0; }
 
+namespace {
+// f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
+// the register-gather kernels (conv_wgmma_wgrad.cuh).
+bool tf32_tma_wgrad_on() {
+  static const bool on = env_switch_on("KILN_TF32_TMA_WGRAD");
+  return on;
+}
+}  // namespace
+
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
-  if (!tma_on() || !conv_wgmma_enabled(dtype) || !is_low_precision(dtype)) return std::nullopt;
+  if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;
+  if (dtype == DType::f32)
+    return tf32_tma_wgrad_on() ? conv_tma_tf32_wgrad_plan_of(g, sm_count(), wide_on())
+                               : std::nullopt;
+  if (!is_low_precision(dtype)) return std::nullopt;
   return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
 }
 
@@ -364,7 +380,8 @@ gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p, bool
                        {"KILN_STAGES", std::to_string(p.stages)},
                        {"KILN_AR", std::to_string(p.ar)},
                        {"KILN_WIDE", p.wide ? "true" : "false"},
-                       {"KILN_DY_NHWC", dy_nhwc ? "true" : "false"}});
+                       {"KILN_DY_NHWC", dy_nhwc ? "true" : "false"},
+                       {"KILN_BR", std::to_string(p.br)}});
   source.arch_specific = true;
   return source;
 }
@@ -374,9 +391,66 @@ gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype) {
                          "KILN_WGRAD_TAP_SUM", {{"KILN_T", cuda_type_name(dtype)}});
 }
 
+namespace {
+// f32's maps (TF32; plan.br > 0): A dy [N][M][OH*OW], boxes of 32 pixels x bm filters; B x's
+// tap columns x3 [N][C][KW][H][OW], boxes of br columns x 1 row x 1 tap x 64 channels (one
+// output row's run at its own columns, 16-byte aligned).
+std::pair<CUtensorMap, CUtensorMap> tf32_wgrad_maps(const ConvGemmShape& g, const TmaWgradPlan& p,
+                                                    const void* dy, const void* x) {
+  KILN_CHECK(p.br > 0 && (g.stride == 1 || g.stride == 2) && g.s_hw % 32 == 0 &&
+                 g.k_chunk == p.chunk && g.k_chunk % 32 == 0 && g.s_w % 4 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(x) % 16 == 0,
+             "conv2d_grad_weight (TMA, TF32): a plan for stride 1 or 2, OH*OW % 32 == 0, OW % 4 "
+             "== 0 and 16-byte aligned operands (stride {}, {} pixels, OW {}, K chunk {} for {})",
+             g.stride, g.s_hw, g.s_w, g.k_chunk, p.chunk);
+  const auto u64 = [](std::int64_t v) { return static_cast<cuuint64_t>(v); };
+  const cuuint64_t a_dims[3] = {u64(g.s_hw), u64(g.m), u64(g.k / g.s_hw)};
+  const cuuint64_t a_strides[2] = {u64(g.s_hw) * 4, u64(g.s_hw) * 4 * g.m};
+  const cuuint32_t a_box[3] = {32, static_cast<cuuint32_t>(p.bm), 1};
+  const std::int64_t channels = g.n / g.khkw;
+  const cuuint64_t x_dims[5] = {u64(g.s_w), u64(g.img_h), u64(g.kw), u64(channels),
+                                u64(g.k / g.s_hw)};
+  const cuuint64_t plane = u64(g.img_h) * g.s_w * 4;
+  const cuuint64_t x_strides[4] = {u64(g.s_w) * 4, plane, plane * g.kw, plane * g.kw * channels};
+  const cuuint32_t x_box[5] = {static_cast<cuuint32_t>(p.br), 1, 1, 64, 1};
+  return {tiled_map(DType::f32, dy, 3, a_dims, a_strides, a_box, 128),
+          tiled_map(DType::f32, x, 5, x_dims, x_strides, x_box, p.br * 4)};
+}
+
+// The pass over its maps, then the sum of its splits into dW.
+void wgrad_launch(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
+                  const CUtensorMap& dy_map, const CUtensorMap& x_map, void* partials, void* dw,
+                  gpu::Stream stream, bool dy_nhwc) {
+  const DeviceKernel& k = device_kernel(
+      wgrad_name(dtype, p, dy_nhwc), [&] { return conv_tma_wgrad_source(dtype, p, dy_nhwc); },
+      p.shared_bytes());
+  ConvGemmShape s = g;
+  void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map), &partials,
+                  &s};
+  const gpu::Dim3 grid{static_cast<unsigned>(g.n / (64 * p.atoms)),
+                       static_cast<unsigned>((g.m + p.bm - 1) / p.bm),
+                       static_cast<unsigned>(p.splits)};
+  k.kernel.launch(grid, {static_cast<unsigned>(p.threads()), 1, 1}, p.shared_bytes(), stream, args);
+  const DeviceKernel& sum =
+      device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
+  int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
+  void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits};
+  sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
+                    {256, 1, 1}, 0, stream, sum_args);
+}
+}  // namespace
+
 void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
                           const void* dy, const void* xt, void* partials, void* dw,
                           gpu::Stream stream, bool dy_nhwc) {
+  if (dtype == DType::f32) {
+    KILN_CHECK(!dy_nhwc && reinterpret_cast<std::uintptr_t>(partials) % 16 == 0,
+               "conv2d_grad_weight (TMA, TF32): dy NCHW and 16-byte aligned partials");
+    const auto [dy_map, x_map] = tf32_wgrad_maps(g, p, dy, xt);
+    wgrad_launch(dtype, g, p, dy_map, x_map, partials, dw, stream, false);
+    return;
+  }
   const auto box = conv_tma_box(g, 64);  // a K step's pixels: (rows, images)
   KILN_CHECK(box.has_value() && g.k_chunk == p.chunk &&
                  reinterpret_cast<std::uintptr_t>(partials) % 16 == 0 &&
@@ -405,22 +479,7 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
   const CUtensorMap dy_map = dy_nhwc ? tiled_map(dtype, dy, 2, nhwc_dims, nhwc_strides, nhwc_box)
                                      : tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
   const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
-  const DeviceKernel& k = device_kernel(
-      wgrad_name(dtype, p, dy_nhwc), [&] { return conv_tma_wgrad_source(dtype, p, dy_nhwc); },
-      p.shared_bytes());
-  ConvGemmShape s = g;
-  void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map), &partials,
-                  &s};
-  const gpu::Dim3 grid{static_cast<unsigned>(g.n / (64 * p.atoms)),
-                       static_cast<unsigned>((g.m + p.bm - 1) / p.bm),
-                       static_cast<unsigned>(p.splits)};
-  k.kernel.launch(grid, {static_cast<unsigned>(p.threads()), 1, 1}, p.shared_bytes(), stream, args);
-  const DeviceKernel& sum =
-      device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
-  int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
-  void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits};
-  sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
-                    {256, 1, 1}, 0, stream, sum_args);
+  wgrad_launch(dtype, g, p, dy_map, x_map, partials, dw, stream, dy_nhwc);
 }
 
 namespace detail {

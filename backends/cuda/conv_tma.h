@@ -81,11 +81,13 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& shape, TmaTile tile, con
                       const ConvClasses* classes = nullptr, bool y_channels_last = false);
 
 // grad_weight's TMA pass (kernels/conv_wgmma_wgrad_tma.cuh): dW = dy x patches of x's
-// channels-last copy, K (the batch's pixels) split into `splits` pieces of `chunk` pixels.
+// channels-last copy (bf16, f16), or of x's tap columns (f32 under TF32: B's rows of br pixels), K
+// (the batch's pixels) split into `splits` pieces of `chunk` pixels.
 struct TmaWgradPlan {
   int bm, atoms, stages, ar;  // bm filters by `atoms` x 64 columns; A's rows of ar pixels
   bool wide;                  // one multiply across the atoms (else one a atom)
   int splits, chunk;
+  int br = 0;  // f32: B's rows, br pixels of an output row (0: the 16-bit types' NHWC boxes)
   std::size_t shared_bytes() const {
     return static_cast<std::size_t>((bm + 64 * atoms) * 128 * stages + 1024 + 16 * stages);
   }
@@ -103,6 +105,17 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
 // that divide N, K split for about one block an SM, at least 4 steps a split.
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, int max_stride,
                                                    int sms, bool wide);
+// f32's (TF32) plan likewise: K steps of 32 pixels (the same 128-byte rows), stride 1 or 2, x
+// read through its tap columns, each step one output row's run of 32 pixels (OW a multiple of
+// 32) or whole rows of 8 or 16 (32 % OW == 0), OH*OW a multiple of 32.
+std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& shape, int sms,
+                                                        bool wide);
+// TF32's tap columns of x (kernels/tap_expand.cuh): x3 [B][C][KW][H][OW], x3[.][kw][h][j] =
+// x[.][h][stride j + kw - pad]; its bytes, and the copy (`shape` the pass's, x3 16-byte
+// aligned).
+std::size_t tf32_tap_expand_bytes(const ConvGemmShape& shape);
+gpu::KernelSource tap_expand_source();
+void tf32_tap_expand(const ConvGemmShape& shape, const void* x, void* x3, gpu::Stream stream);
 // bm x 64 atoms with as many stages (at most 8) as fit 227 KiB.
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide);
 // dy_nhwc: the kernel that reads dy stored channels-last ([pixels][M]; M >= 64, M % 8 == 0:

@@ -29,6 +29,35 @@ double wgrad_time(std::int64_t tiles, std::int64_t steps, std::int64_t splits, i
   return static_cast<double>(waves * per) * step + static_cast<double>(used) * partials;
 }
 
+// The pass's tile (64 or 128 filters by the most atoms, 4, 3, 2 or 1, that divide N) and its K
+// split (steps of `step` pixels: 64 16-bit or 32 f32 ones, a step of the same time at TF32's half
+// rate) by wgrad_time.
+TmaWgradPlan wgrad_split(const ConvGemmShape& g, int ar, int step, int sms, bool wide) {
+  const int atoms = g.n / 64;
+  const int na = atoms % 4 == 0 ? 4 : atoms % 3 == 0 ? 3 : atoms % 2 == 0 ? 2 : 1;
+  TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide);
+  const int bm = plan.bm;
+  const std::int64_t tiles = static_cast<std::int64_t>((g.m + bm - 1) / bm) * (atoms / na);
+  const std::int64_t steps = (static_cast<std::int64_t>(g.k) + step - 1) / step;
+  // The quickest split by wgrad_time, at least 4 steps a split (the fewest splits of a tie);
+  // KILN_CONV_WGRAD_WAVES=0: the earlier rule, about a block an SM (for measuring).
+  static const bool by_waves = env_switch_on("KILN_CONV_WGRAD_WAVES");
+  std::int64_t wanted = by_waves ? 1
+                                 : std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1,
+                                                            std::max<std::int64_t>(1, steps / 4));
+  double best = wgrad_time(tiles, steps, 1, bm, na, g.m, g.n, sms);
+  for (std::int64_t s = 2; by_waves && s <= std::min<std::int64_t>(steps / 4, 4 * sms); ++s) {
+    const double t = wgrad_time(tiles, steps, s, bm, na, g.m, g.n, sms);
+    if (t < best) {
+      best = t;
+      wanted = s;
+    }
+  }
+  const std::int64_t per = (steps + wanted - 1) / wanted;
+  plan.splits = static_cast<int>((steps + per - 1) / per);
+  plan.chunk = static_cast<int>(per * step);
+  return plan;
+}
 }  // namespace
 
 std::optional<std::pair<int, int>> conv_tma_box(const ConvGemmShape& g, int bn) {
@@ -98,29 +127,20 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int m
   // pixels of one image (64, or a whole image of 32 or 16: a row of 128, 64 or 32 bytes).
   const int ar = std::min(64, g.s_hw);
   if (!conv_tma_box(g, 64) || ar % 16 != 0) return std::nullopt;
-  const int atoms = g.n / 64;
-  const int na = atoms % 4 == 0 ? 4 : atoms % 3 == 0 ? 3 : atoms % 2 == 0 ? 2 : 1;
-  TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide);
-  const int bm = plan.bm;
-  const std::int64_t tiles = static_cast<std::int64_t>((g.m + bm - 1) / bm) * (atoms / na);
-  const std::int64_t steps = (static_cast<std::int64_t>(g.k) + 63) / 64;
-  // The quickest split by wgrad_time, at least 4 steps a split (the fewest splits of a tie);
-  // KILN_CONV_WGRAD_WAVES=0: the earlier rule, about a block an SM (for measuring).
-  static const bool by_waves = env_switch_on("KILN_CONV_WGRAD_WAVES");
-  std::int64_t wanted = by_waves ? 1
-                                 : std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1,
-                                                            std::max<std::int64_t>(1, steps / 4));
-  double best = wgrad_time(tiles, steps, 1, bm, na, g.m, g.n, sms);
-  for (std::int64_t s = 2; by_waves && s <= std::min<std::int64_t>(steps / 4, 4 * sms); ++s) {
-    const double t = wgrad_time(tiles, steps, s, bm, na, g.m, g.n, sms);
-    if (t < best) {
-      best = t;
-      wanted = s;
-    }
-  }
-  const std::int64_t per = (steps + wanted - 1) / wanted;
-  plan.splits = static_cast<int>((steps + per - 1) / per);
-  plan.chunk = static_cast<int>(per * 64);
+  return wgrad_split(g, ar, 64, sms, wide);
+}
+
+std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& g, int sms,
+                                                        bool wide) {
+  if (g.stride < 1 || g.stride > 2 || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 ||
+      g.n % g.khkw != 0 || g.n / g.khkw % 64 != 0 || g.khkw > 64 || g.m > 65535 || g.s_w <= 0 ||
+      g.s_hw % 32 != 0 || (g.s_w % 32 != 0 && (32 % g.s_w != 0 || g.s_w < 8)))
+    return std::nullopt;
+  // (the tap columns' quads a 32-bit count: kernels/tap_expand.cuh)
+  const std::int64_t x3 = std::int64_t{g.k} / g.s_hw * (g.n / g.khkw) * g.kw * g.img_h * g.s_w;
+  if (x3 / 4 >= (std::int64_t{1} << 31)) return std::nullopt;
+  TmaWgradPlan plan = wgrad_split(g, 32, 32, sms, wide);
+  plan.br = std::min(32, g.s_w);
   return plan;
 }
 

@@ -15,11 +15,19 @@
 //    per pixel, wgmma's MN-major B in the 128-byte swizzle; the atoms of a tile lie 8 KiB apart,
 //    so one multiply spans them (WIDE: m64n(64 NA)k16, the descriptor's leading offset 8 KiB),
 //    or one m64n64k16 per atom.
-// One producer warp (the last) issues a step's copies on the stage's `full` barrier; WM = BM / 64
-// warpgroups wait, multiply and arrive on its `empty` barrier (conv_wgmma_tma.cuh's pipeline).
-// K is split over blockIdx.z in k_chunk pieces (multiples of 64); each split stores its f32
-// partials in the tile's own column order, [split][co][(tap, c)] (8 rows of 32 contiguous bytes
-// a store), and wgrad_tap_sum adds the splits into dW's order [co][c][tap].
+// f32 under TF32 (BR > 0; wgmma's TF32 reads both operands K-major): a K step is 32 pixels (the
+// same 128 bytes a row), A as above with rows of AR f32 pixels, and B from x's tap columns x3
+// (x3[b][c][kw][h][j] = x[b][c][h][stride j + kw - pad]: kernels/tap_expand.cuh): each atom's 64
+// channels x the step's pixels of one output row (BR of them, BR = min(32, OW): 32 / BR rows a
+// step) at the row's own columns (a box's first column on a 16-byte boundary, as the tensor
+// memory accelerator requires), the tap's row of x and its copy, one 5-D box a row (zeros
+// outside the image), landing as 64 K-major rows of BR pixels in the swizzle of BR * 4 bytes; a
+// step's blocks of rows lie [row][atom][64 channels][BR], so that one multiply spans the atoms
+// (WIDE) with one stride. One producer warp (the last) issues a step's copies on the stage's `full`
+// barrier; WM = BM / 64 warpgroups wait, multiply and arrive on its `empty` barrier
+// (conv_wgmma_tma.cuh's pipeline). K is split over blockIdx.z in k_chunk pieces (whole steps);
+// each split stores its f32 partials in the tile's own column order, [split][co][(tap, c)] (8 rows
+// of 32 contiguous bytes a store), and wgrad_tap_sum adds the splits into dW's order [co][c][tap].
 #pragma once
 
 #include "backends/cuda/kernels/conv_mma.cuh"
@@ -37,7 +45,12 @@ __device__ __forceinline__ TmaAtom tma_atom(const ConvGemmShape& g, int channels
   return TmaAtom{n - tap * channels, tap, kh, tap - kh * g.kw};
 }
 
-template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE, bool DY_NHWC>
+// The swizzle mode of a descriptor for K-major rows of `bytes` (128, 64 or 32).
+__host__ __device__ constexpr unsigned wgrad_swizzle_mode(int bytes) {
+  return bytes == 128 ? 1 : bytes == 64 ? 2 : 3;
+}
+
+template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE, bool DY_NHWC, int BR>
 __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map,
                                                      const TmaDescriptor* x_map,
                                                      float* __restrict__ out,
@@ -45,16 +58,23 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
   constexpr int WM = BM / 64, CONSUMERS = 128 * WM, BN = 64 * NA;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
-  constexpr int SLICES = AR / 16;  // k16 slices a block of A holds
-  constexpr unsigned A_SWIZZLE = AR == 64 ? 1 : AR == 32 ? 2 : 3;
-  static_assert(BM % 64 == 0 && STAGES >= 2 && (AR == 64 || AR == 32 || AR == 16), "tile");
+  constexpr bool K_MAJOR_B = BR > 0;                               // f32 (TF32): B from NCHW x
+  constexpr int STEP = 128 / sizeof(T);                            // a K step's pixels
+  constexpr int AU = AR * sizeof(T) / 2, BU = BR * sizeof(T) / 2;  // rows in 16-bit units
+  constexpr int SLICES = AU / 16, B_SLICES = BU / 16;              // 32-byte K slices a block holds
+  constexpr int B_ROWS = K_MAJOR_B ? STEP / BR : 1;  // B's blocks (output rows) a step
+  constexpr unsigned A_SWIZZLE = wgrad_swizzle_mode(AU * 2), B_SWIZZLE = wgrad_swizzle_mode(BU * 2);
+  static_assert(BM % 64 == 0 && STAGES >= 2 && (AU == 64 || AU == 32 || AU == 16), "tile");
+  static_assert(K_MAJOR_B == (sizeof(T) == 4) && !(K_MAJOR_B && DY_NHWC) &&
+                    (!K_MAJOR_B || BU == 64 || BU == 32 || BU == 16),
+                "TF32 reads B K-major from NCHW x, dy NCHW");
   extern __shared__ __align__(16) unsigned char wgrad_tma_smem[];
   unsigned short* s = wgmma_tiles(wgrad_tma_smem);
   auto* full = reinterpret_cast<unsigned long long*>(s + STAGES * (A_STAGE + B_STAGE));
   unsigned long long* empty = full + STAGES;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, channels = g.n / g.khkw;
   const int k_begin = blockIdx.z * g.k_chunk, k_end = min(g.k, k_begin + g.k_chunk);
-  const int steps = k_end > k_begin ? (k_end - k_begin + 63) / 64 : 0;
+  const int steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
   out += (long long)blockIdx.z * g.m * g.n;
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
@@ -67,7 +87,7 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
   if (threadIdx.x >= CONSUMERS) {  // the producer warp: one thread issues the copies
     if (threadIdx.x != CONSUMERS) return;
     for (int step = 0; step < steps; ++step) {
-      const int buf = step % STAGES, k0 = k_begin + step * 64;
+      const int buf = step % STAGES, k0 = k_begin + step * STEP;
       const int b = k0 / g.s_hw, pix = k0 - b * g.s_hw, oh0 = pix / g.s_w;
       if (step >= STAGES) mbarrier_wait(empty + buf, (step / STAGES - 1) & 1);
       mbarrier_expect_bytes(full + buf, STAGE_BYTES);
@@ -81,8 +101,17 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
 #pragma unroll
       for (int a = 0; a < NA; ++a) {
         const TmaAtom at = tma_atom(g, channels, n0 + 64 * a);
-        tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE + a * 64 * 64, x_map, full + buf, at.c,
-                    at.kw - g.pad_w, oh0 * g.stride + at.kh - g.pad_h, b);
+        unsigned short* b_stage = s + STAGES * A_STAGE + buf * B_STAGE;
+        if constexpr (K_MAJOR_B) {
+          const int ow0 = pix - oh0 * g.s_w;  // (0 where a step is whole rows)
+#pragma unroll
+          for (int r = 0; r < B_ROWS; ++r)
+            tma_load_5d(b_stage + (r * NA + a) * 64 * BU, x_map, full + buf, ow0,
+                        (oh0 + r) * g.stride + at.kh - g.pad_h, at.kw, at.c, b);
+        } else {
+          tma_load_4d(b_stage + a * 64 * 64, x_map, full + buf, at.c, at.kw - g.pad_w,
+                      oh0 * g.stride + at.kh - g.pad_h, b);
+        }
       }
     }
     return;
@@ -96,24 +125,32 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
   for (int step = 0; step < steps; ++step) {
     const int buf = step % STAGES;
     mbarrier_wait(full + buf, (step / STAGES) & 1);
-    const unsigned short* a_tile = s + buf * A_STAGE + group * 64 * (DY_NHWC ? 64 : AR);
+    const unsigned short* a_tile = s + buf * A_STAGE + group * 64 * (DY_NHWC ? 64 : AU);
     const unsigned short* b_tile = s + STAGES * A_STAGE + buf * B_STAGE;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // pixels 16 kk ..: block kk / SLICES of A, rows 16 kk of B
+    for (int kk = 0; kk < 4; ++kk) {  // K slice kk (32 bytes): block kk / SLICES of A; of B
+      // (MN-major) rows 16 kk, or (K-major) block kk / B_SLICES
       const unsigned long long a =
           DY_NHWC ? wgmma_descriptor(a_tile + kk * 16 * 64, 16, 1024, 1)
-                  : wgmma_descriptor(a_tile + (kk / SLICES) * BM * AR + (kk % SLICES) * 16, 16,
-                                     8 * AR * 2, A_SWIZZLE);
+                  : wgmma_descriptor(a_tile + (kk / SLICES) * BM * AU + (kk % SLICES) * 16, 16,
+                                     8 * AU * 2, A_SWIZZLE);
+      // atom n's descriptor (WIDE: from atom 0, spanning them)
+      auto b_at = [&](int n) {
+        return K_MAJOR_B ? wgmma_descriptor(b_tile + (kk / B_SLICES) * BN * BU + n * 64 * BU +
+                                                (kk % B_SLICES) * 16,
+                                            16, 8 * BU * 2, B_SWIZZLE)
+                         : wgmma_descriptor(b_tile + n * 64 * 64 + kk * 16 * 64,
+                                            WIDE ? 64 * 64 * 2 : 16, 1024, 1);
+      };
+      constexpr int TRANS_B = K_MAJOR_B ? 0 : 1, TRANS_A = DY_NHWC ? 1 : 0;
       if (WIDE) {
-        Wgmma<T, BN>::template run<1, DY_NHWC ? 1 : 0>(
-            *reinterpret_cast<float(*)[BN / 2]>(&acc), a,
-            wgmma_descriptor(b_tile + kk * 16 * 64, 64 * 64 * 2, 1024, 1));
+        Wgmma<T, BN>::template run<TRANS_B, TRANS_A>(*reinterpret_cast<float(*)[BN / 2]>(&acc), a,
+                                                     b_at(0));
       } else {
 #pragma unroll
         for (int n = 0; n < NA; ++n)
-          Wgmma<T, 64>::template run<1, DY_NHWC ? 1 : 0>(
-              acc[n], a, wgmma_descriptor(b_tile + n * 64 * 64 + kk * 16 * 64, 16, 1024, 1));
+          Wgmma<T, 64>::template run<TRANS_B, TRANS_A>(acc[n], a, b_at(n));
       }
     }
     wgmma_commit();
@@ -168,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32)
                               const __grid_constant__ kiln::cuda::TmaDescriptor xt,
                               float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
   kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE,
-                                   KILN_DY_NHWC>(&dy, &xt, out, g);
+                                   KILN_DY_NHWC, KILN_BR>(&dy, &xt, out, g);
 }
 #endif
 

@@ -46,5 +46,14 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDescriptor* map,
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_address(bar))
       : "memory");
 }
+__device__ __forceinline__ void tma_load_5d(void* dst, const TmaDescriptor* map,
+                                            unsigned long long* bar, int c0, int c1, int c2, int c3,
+                                            int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(shared_address(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(shared_address(bar))
+      : "memory");
+}
 
 }  // namespace kiln::cuda
