@@ -625,22 +625,29 @@ TEST_CASE("conv TMA halo form: where it fits (no GPU needed)") {
   CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 32, 32, 64, 5, 5)));
 }
 
+// grad_weight's GEMM of a k x k convolution: co filters, c channels, an oh x ow output (x's width
+// from the stride and padding).
+namespace {
+cuda::ConvGemmShape wgrad_gemm_shape(int batch, int c, int oh, int ow, int co, int k, int stride,
+                                     int pad = 0) {
+  cuda::ConvGemmShape g{};
+  g.m = co;
+  g.khkw = k * k;
+  g.n = c * k * k;
+  g.k = batch * oh * ow;
+  g.s_hw = oh * ow;
+  g.s_w = ow;
+  g.stride = stride;
+  g.img_w = (ow - 1) * stride + k - 2 * pad;
+  return g;
+}
+}  // namespace
+
 // grad_weight's TMA plans (no GPU needed): resnet18's passes at batch 128 (and stage 4 at 512) on
 // 132 SMs, the splits (by the model of waves and partials) covering K in whole 64-pixel steps,
 // and the shapes it leaves alone.
 TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)") {
-  // grad_weight's GEMM of a k x k convolution: co filters, c channels, an oh x ow output.
-  auto shape = [](int batch, int c, int oh, int ow, int co, int k, int stride) {
-    cuda::ConvGemmShape g{};
-    g.m = co;
-    g.khkw = k * k;
-    g.n = c * k * k;
-    g.k = batch * oh * ow;
-    g.s_hw = oh * ow;
-    g.s_w = ow;
-    g.stride = stride;
-    return g;
-  };
+  auto shape = [](auto... a) { return wgrad_gemm_shape(a...); };
   auto plan = [](const cuda::ConvGemmShape& g, int max_stride = 2) {
     return cuda::conv_tma_wgrad_plan_of(g, max_stride, 132, true);
   };
@@ -687,18 +694,7 @@ TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)")
 // 16 or 8; resnet18's 3x3 passes at b512 on 132 SMs (stride 1, and stride 2 into stages 2 and
 // 3), a 5x5 whose output is wider than x, and the shapes it leaves alone.
 TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU needed)") {
-  auto shape = [](int batch, int c, int oh, int ow, int co, int k, int stride, int pad) {
-    cuda::ConvGemmShape g{};
-    g.m = co;
-    g.khkw = k * k;
-    g.n = c * k * k;
-    g.k = batch * oh * ow;
-    g.s_hw = oh * ow;
-    g.s_w = ow;
-    g.stride = stride;
-    g.img_w = (ow - 1) * stride + k - 2 * pad;
-    return g;
-  };
+  auto shape = [](auto... a) { return wgrad_gemm_shape(a...); };
   struct Expected {
     cuda::ConvGemmShape g;
     int bm, atoms, br;
