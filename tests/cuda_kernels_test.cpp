@@ -625,7 +625,7 @@ TEST_CASE("conv TMA halo form: where it fits (no GPU needed)") {
   CHECK_FALSE(cuda::conv_tma_halo_tile(shape(2, 64, 32, 32, 64, 5, 5)));
 }
 
-// grad_weight's GEMM of a k x k convolution: co filters, c channels, an oh x ow output (x's width
+// grad_weight's GEMM of a k x k convolution: co filters, c channels, an oh x ow output (x's size
 // from the stride and padding).
 namespace {
 cuda::ConvGemmShape wgrad_gemm_shape(int batch, int c, int oh, int ow, int co, int k, int stride,
@@ -639,6 +639,9 @@ cuda::ConvGemmShape wgrad_gemm_shape(int batch, int c, int oh, int ow, int co, i
   g.s_w = ow;
   g.stride = stride;
   g.img_w = (ow - 1) * stride + k - 2 * pad;
+  g.img_h = (oh - 1) * stride + k - 2 * pad;
+  g.pad_h = g.pad_w = pad;
+  g.kw = k;
   return g;
 }
 }  // namespace
@@ -697,7 +700,7 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
   auto shape = [](auto... a) { return wgrad_gemm_shape(a...); };
   struct Expected {
     cuda::ConvGemmShape g;
-    int bm, atoms, br;
+    int bm, atoms, br, ar = 32;
   };
   for (const Expected& e : {Expected{shape(512, 64, 32, 32, 64, 3, 1, 1), 64, 3, 32},
                             Expected{shape(512, 128, 16, 16, 128, 3, 1, 1), 128, 3, 16},
@@ -708,7 +711,11 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
                             Expected{shape(512, 128, 8, 8, 256, 3, 2, 1), 128, 3, 8},
                             Expected{shape(512, 128, 8, 8, 256, 1, 2, 0), 128, 2, 8},
                             Expected{shape(8, 64, 14, 32, 64, 3, 1, 0), 64, 3, 32},
-                            Expected{shape(8, 64, 4, 64, 64, 5, 1, 4), 64, 1, 32}}) {
+                            Expected{shape(8, 64, 4, 64, 64, 5, 1, 4), 64, 1, 32},
+                            // whole images of 16 or 8 pixels at stride 1 (resnet18's stage 4)
+                            Expected{shape(512, 512, 4, 4, 512, 3, 1, 1), 128, 4, 16, 16},
+                            Expected{shape(3, 64, 2, 4, 64, 3, 1, 1), 64, 3, 8, 8},
+                            Expected{shape(3, 64, 1, 16, 64, 5, 1, 2), 64, 1, 16, 16}}) {
     CAPTURE(e.g.n);
     CAPTURE(e.g.s_hw);
     const auto p = cuda::conv_tma_tf32_wgrad_plan_of(e.g, 132, true);
@@ -716,8 +723,10 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
     CHECK(p->bm == e.bm);
     CHECK(p->atoms == e.atoms);
     CHECK(p->br == e.br);
-    CHECK(p->ar == 32);
+    CHECK(p->ar == e.ar);
     CHECK(p->chunk % 32 == 0);
+    // x3's rows: x's, or for whole images x's with KH - 1 zero rows about them
+    CHECK(cuda::tf32_tap_rows(e.g) == e.g.img_h + (e.g.s_hw < 32 ? e.g.khkw / e.g.kw - 1 : 0));
     CHECK(static_cast<std::int64_t>(p->splits) * p->chunk >= e.g.k);     // K covered,
     CHECK(static_cast<std::int64_t>(p->splits - 1) * p->chunk < e.g.k);  // no split empty
     CHECK(p->shared_bytes() <= 227 * 1024);
@@ -725,7 +734,8 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
   auto plan = [](const cuda::ConvGemmShape& g) {
     return cuda::conv_tma_tf32_wgrad_plan_of(g, 132, true);
   };
-  CHECK_FALSE(plan(shape(512, 512, 4, 4, 512, 3, 1, 1)));  // rows of 4 pixels: 16 bytes
+  CHECK_FALSE(plan(shape(512, 256, 4, 4, 512, 3, 2, 1)));  // images of 16 at stride 2
+  CHECK_FALSE(plan(shape(8, 64, 2, 2, 64, 3, 1, 1)));      // rows of 2: x3's rows 8 bytes
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 128, 3, 3, 1)));   // stride 3
   CHECK_FALSE(plan(shape(8, 64, 12, 12, 64, 3, 1, 1)));    // 144 pixels an image
   CHECK_FALSE(plan(shape(8, 64, 16, 24, 64, 3, 1, 1)));    // rows of 24: steps straddle them
@@ -737,8 +747,10 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
 // without the tap columns too), B's rows of 16, 8 and 32 pixels (two runs a row of 64), 200
 // filters (a partial tile), 256 channels (four atoms a tile), a 5x5 without padding (x wider than
 // the output) and one whose padding makes the output wider than x, stride 2 (3x3, an odd 15x15
-// image, a 1x1), one multiply across the atoms and one an atom; and shapes it leaves to the
-// register-gather kernels (14x14 outputs, 4x4 images) still right.
+// image, a 1x1), whole images a block of B's rows at stride 1 (4x4 with 64 and 512 channels and
+// an odd batch, 2x4 and 1x16 images, 5x5s whose taps reach two rows past x, a 1x1), one multiply
+// across the atoms and one an atom; and shapes it leaves to the register-gather kernels (14x14
+// outputs, 4x4 at stride 2) still right.
 TEST_CASE("conv2d: TF32's weight gradient by TMA matches the CPU") {
   SKIP_WITHOUT_GPU();
   if (!cuda::conv_wgmma_enabled(DType::f32) || !env_switch_on("KILN_TF32_TMA_WGRAD"))
@@ -766,7 +778,13 @@ TEST_CASE("conv2d: TF32's weight gradient by TMA matches the CPU") {
                                      std::tuple{Shape{2, 64, 16, 16}, Shape{128, 64, 3, 3}, 2, 1},
                                      std::tuple{Shape{2, 64, 15, 15}, Shape{64, 64, 3, 3}, 2, 1},
                                      std::tuple{Shape{3, 128, 16, 16}, Shape{128, 128, 1, 1}, 2, 0},
-                                     std::tuple{Shape{3, 64, 4, 4}, Shape{64, 64, 3, 3}, 1, 1}}) {
+                                     std::tuple{Shape{3, 64, 4, 4}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{2, 512, 4, 4}, Shape{512, 512, 3, 3}, 1, 1},
+                                     std::tuple{Shape{3, 64, 2, 4}, Shape{64, 64, 3, 3}, 1, 1},
+                                     std::tuple{Shape{3, 64, 1, 16}, Shape{64, 64, 5, 5}, 1, 2},
+                                     std::tuple{Shape{2, 64, 4, 4}, Shape{128, 64, 5, 5}, 1, 2},
+                                     std::tuple{Shape{3, 128, 4, 4}, Shape{64, 128, 1, 1}, 1, 0},
+                                     std::tuple{Shape{2, 64, 8, 8}, Shape{64, 64, 3, 3}, 2, 1}}) {
     const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, pad);
     bool by_tma = false;
     for (const gpu::KernelSource& k :
@@ -774,7 +792,9 @@ TEST_CASE("conv2d: TF32's weight gradient by TMA matches the CPU") {
       by_tma = by_tma || k.name.rfind("kiln_conv_wgrad_tma_", 0) == 0;
     CAPTURE(xs.str());
     CAPTURE(ws.str());
-    CHECK(by_tma == (g.out_h * g.out_w % 32 == 0 && g.out_w >= 8));
+    const int pixels = static_cast<int>(g.out_h * g.out_w), ow = static_cast<int>(g.out_w);
+    CHECK(by_tma == ((pixels % 32 == 0 && ow >= 8) ||
+                     (stride == 1 && (pixels == 16 || pixels == 8) && ow % 4 == 0)));
     for (bool wide : {true, false}) {
       cuda::detail::set_conv_tma_wide_for_testing(wide);
       check_conv(xs, ws, stride, pad, DType::f32, seed += 3, 0, -1, 1e-2);

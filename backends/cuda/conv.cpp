@@ -166,9 +166,9 @@ std::optional<TmaWgradPlan> tma_wgrad_plan(const ConvGeometry& g, DType dtype) {
   return conv_tma_wgrad_plan(dtype, gemm_shape(g, ConvPass::grad_weight, d, d.k));
 }
 std::size_t tma_wgrad_image_bytes(const ConvGeometry& g, DType dtype, bool image_given) {
-  if (dtype == DType::f32)  // TF32: x's tap columns, [B][C][KW][H][OW]
-    return round_up(
-        static_cast<std::size_t>(g.batch * g.in_channels * g.kernel_w * g.height * g.out_w) * 4);
+  if (dtype == DType::f32)  // TF32: x's tap columns, [B][C][KW][rows][OW]
+    return round_up(tf32_tap_expand_bytes(
+        gemm_shape(g, ConvPass::grad_weight, dims_of(g, ConvPass::grad_weight), 0)));
   if (image_given) return 0;  // x arrives channels-last
   return round_up(static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width) *
                   dtype_size(dtype));

@@ -248,11 +248,12 @@ std::vector<gpu::KernelSource> every_conv_source() {
       all.push_back(conv_tma_wgrad_sum_source(t));
     }
     if (t == DType::f32) {  // grad_weight's TMA pass under TF32: B's rows of 32, 16, 8 pixels
-      all.push_back(tap_expand_source());
-      for (auto [bm, atoms, br] :
-           {std::tuple{64, 3, 32}, std::tuple{128, 3, 16}, std::tuple{128, 4, 8}})
+      all.push_back(tap_expand_source());  // of a row (A's of 32), or whole images of 16 or 8
+      for (auto [bm, atoms, br, ar] :
+           {std::tuple{64, 3, 32, 32}, std::tuple{128, 3, 16, 32}, std::tuple{128, 4, 8, 32},
+            std::tuple{128, 4, 16, 16}, std::tuple{64, 3, 8, 8}})
         for (bool wide : {false, true}) {
-          TmaWgradPlan plan = conv_tma_wgrad_tile_of(bm, atoms, 32, wide);
+          TmaWgradPlan plan = conv_tma_wgrad_tile_of(bm, atoms, ar, wide);
           plan.br = br;
           all.push_back(conv_tma_wgrad_source(t, plan));
         }

@@ -392,30 +392,43 @@ gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype) {
 }
 
 namespace {
-// f32's maps (TF32; plan.br > 0): A dy [N][M][OH*OW], boxes of 32 pixels x bm filters; B x's
-// tap columns x3 [N][C][KW][H][OW], boxes of br columns x 1 row x 1 tap x 64 channels (one
-// output row's run at its own columns, 16-byte aligned).
+// f32's maps (TF32; plan.br > 0): A dy [N][M][OH*OW], boxes of 32 pixels (or 32 / OH*OW whole
+// images) x bm filters; B x's tap columns x3 [N][C][KW][rows][OW], boxes of br columns x 1 row x
+// 1 tap x 64 channels (one output row's run at its own columns, 16-byte aligned), or where
+// images are shorter than a step, of one image's run of rows x OW (rows and columns one
+// dimension) x 1 tap x 64 channels.
 std::pair<CUtensorMap, CUtensorMap> tf32_wgrad_maps(const ConvGemmShape& g, const TmaWgradPlan& p,
                                                     const void* dy, const void* x) {
-  KILN_CHECK(p.br > 0 && (g.stride == 1 || g.stride == 2) && g.s_hw % 32 == 0 &&
+  const bool images = g.s_hw < 32;
+  KILN_CHECK(p.br > 0 && (g.stride == 1 || g.stride == 2) &&
+                 (g.s_hw % 32 == 0 || (images && g.stride == 1 && p.br == g.s_hw)) &&
                  g.k_chunk == p.chunk && g.k_chunk % 32 == 0 && g.s_w % 4 == 0 &&
                  reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(x) % 16 == 0,
-             "conv2d_grad_weight (TMA, TF32): a plan for stride 1 or 2, OH*OW % 32 == 0, OW % 4 "
-             "== 0 and 16-byte aligned operands (stride {}, {} pixels, OW {}, K chunk {} for {})",
+             "conv2d_grad_weight (TMA, TF32): a plan for stride 1 or 2, OH*OW % 32 == 0 (or "
+             "whole images of 16 or 8 pixels at stride 1), OW % 4 == 0 and 16-byte aligned "
+             "operands (stride {}, {} pixels, OW {}, K chunk {} for {})",
              g.stride, g.s_hw, g.s_w, g.k_chunk, p.chunk);
   const auto u64 = [](std::int64_t v) { return static_cast<cuuint64_t>(v); };
+  const auto u32 = [](int v) { return static_cast<cuuint32_t>(v); };
   const cuuint64_t a_dims[3] = {u64(g.s_hw), u64(g.m), u64(g.k / g.s_hw)};
   const cuuint64_t a_strides[2] = {u64(g.s_hw) * 4, u64(g.s_hw) * 4 * g.m};
-  const cuuint32_t a_box[3] = {32, static_cast<cuuint32_t>(p.bm), 1};
-  const std::int64_t channels = g.n / g.khkw;
-  const cuuint64_t x_dims[5] = {u64(g.s_w), u64(g.img_h), u64(g.kw), u64(channels),
+  const int ar = std::min(32, g.s_hw);
+  const cuuint32_t a_box[3] = {u32(ar), u32(p.bm), u32(32 / ar)};
+  const CUtensorMap dy_map = tiled_map(DType::f32, dy, 3, a_dims, a_strides, a_box, ar * 4);
+  const std::int64_t channels = g.n / g.khkw, rows = tf32_tap_rows(g);
+  const cuuint64_t plane = u64(rows) * g.s_w * 4;
+  if (images) {
+    const cuuint64_t x_dims[4] = {u64(rows * g.s_w), u64(g.kw), u64(channels), u64(g.k / g.s_hw)};
+    const cuuint64_t x_strides[3] = {plane, plane * g.kw, plane * g.kw * channels};
+    const cuuint32_t x_box[4] = {u32(p.br), 1, 64, 1};
+    return {dy_map, tiled_map(DType::f32, x, 4, x_dims, x_strides, x_box, p.br * 4)};
+  }
+  const cuuint64_t x_dims[5] = {u64(g.s_w), u64(rows), u64(g.kw), u64(channels),
                                 u64(g.k / g.s_hw)};
-  const cuuint64_t plane = u64(g.img_h) * g.s_w * 4;
   const cuuint64_t x_strides[4] = {u64(g.s_w) * 4, plane, plane * g.kw, plane * g.kw * channels};
-  const cuuint32_t x_box[5] = {static_cast<cuuint32_t>(p.br), 1, 1, 64, 1};
-  return {tiled_map(DType::f32, dy, 3, a_dims, a_strides, a_box, 128),
-          tiled_map(DType::f32, x, 5, x_dims, x_strides, x_box, p.br * 4)};
+  const cuuint32_t x_box[5] = {u32(p.br), 1, 1, 64, 1};
+  return {dy_map, tiled_map(DType::f32, x, 5, x_dims, x_strides, x_box, p.br * 4)};
 }
 
 // The pass over its maps, then the sum of its splits into dW.

@@ -87,7 +87,7 @@ struct TmaWgradPlan {
   int bm, atoms, stages, ar;  // bm filters by `atoms` x 64 columns; A's rows of ar pixels
   bool wide;                  // one multiply across the atoms (else one a atom)
   int splits, chunk;
-  int br = 0;  // f32: B's rows, br pixels of an output row (0: the 16-bit types' NHWC boxes)
+  int br = 0;  // f32: B's rows, br pixels of an output row or an image (0: 16-bit NHWC boxes)
   std::size_t shared_bytes() const {
     return static_cast<std::size_t>((bm + 64 * atoms) * 128 * stages + 1024 + 16 * stages);
   }
@@ -107,12 +107,16 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, i
                                                    int sms, bool wide);
 // f32's (TF32) plan likewise: K steps of 32 pixels (the same 128-byte rows), stride 1 or 2, x
 // read through its tap columns, each step one output row's run of 32 pixels (OW a multiple of
-// 32) or whole rows of 8 or 16 (32 % OW == 0), OH*OW a multiple of 32.
+// 32) or whole rows of 8 or 16 (32 % OW == 0), OH*OW a multiple of 32; or, at stride 1, whole
+// images of 16 or 8 pixels (OW a multiple of 4; B's rows an image each, br = OH*OW).
 std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& shape, int sms,
                                                         bool wide);
-// TF32's tap columns of x (kernels/tap_expand.cuh): x3 [B][C][KW][H][OW], x3[.][kw][h][j] =
-// x[.][h][stride j + kw - pad]; its bytes, and the copy (`shape` the pass's, x3 16-byte
-// aligned).
+// TF32's tap columns of x (kernels/tap_expand.cuh): x3 [B][C][KW][rows][OW], x3[.][kw][h][j] =
+// x[.][h][stride j + kw - pad], rows x's H, or where an image is fewer pixels than a K step
+// (OH*OW 16 or 8, stride 1) H + 2 pad_h rows from x's row -pad_h (zeros outside x), so that each
+// tap's pixels of an image are one run; its rows, its bytes, and the copy (`shape` the pass's, x3
+// 16-byte aligned).
+int tf32_tap_rows(const ConvGemmShape& shape);
 std::size_t tf32_tap_expand_bytes(const ConvGemmShape& shape);
 gpu::KernelSource tap_expand_source();
 void tf32_tap_expand(const ConvGemmShape& shape, const void* x, void* x3, gpu::Stream stream);

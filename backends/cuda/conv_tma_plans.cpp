@@ -132,17 +132,23 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int m
 
 std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& g, int sms,
                                                         bool wide) {
+  // whole images of 16 or 8 pixels a block of B's rows (stride 1), or runs of an output row
+  const bool images = g.stride == 1 && (g.s_hw == 16 || g.s_hw == 8) && g.s_w > 0 &&
+                      g.s_w % 4 == 0 && g.s_hw % g.s_w == 0;
   if (g.stride < 1 || g.stride > 2 || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 ||
       g.n % g.khkw != 0 || g.n / g.khkw % 64 != 0 || g.khkw > 64 || g.m > 65535 || g.s_w <= 0 ||
-      g.s_hw % 32 != 0 || (g.s_w % 32 != 0 && (32 % g.s_w != 0 || g.s_w < 8)))
+      (!images && (g.s_hw % 32 != 0 || (g.s_w % 32 != 0 && (32 % g.s_w != 0 || g.s_w < 8)))))
     return std::nullopt;
   // (the tap columns' quads a 32-bit count: kernels/tap_expand.cuh)
-  const std::int64_t x3 = std::int64_t{g.k} / g.s_hw * (g.n / g.khkw) * g.kw * g.img_h * g.s_w;
+  const std::int64_t x3 =
+      std::int64_t{g.k} / g.s_hw * (g.n / g.khkw) * g.kw * tf32_tap_rows(g) * g.s_w;
   if (x3 / 4 >= (std::int64_t{1} << 31)) return std::nullopt;
-  TmaWgradPlan plan = wgrad_split(g, 32, 32, sms, wide);
-  plan.br = std::min(32, g.s_w);
+  TmaWgradPlan plan = wgrad_split(g, std::min(32, g.s_hw), 32, sms, wide);
+  plan.br = images ? g.s_hw : std::min(32, g.s_w);
   return plan;
 }
+
+int tf32_tap_rows(const ConvGemmShape& g) { return g.s_hw < 32 ? g.img_h + 2 * g.pad_h : g.img_h; }
 
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide) {
   const int stage = (bm + 64 * atoms) * 128 + 16;

@@ -23,11 +23,15 @@
 // memory accelerator requires), the tap's row of x and its copy, one 5-D box a row (zeros
 // outside the image), landing as 64 K-major rows of BR pixels in the swizzle of BR * 4 bytes; a
 // step's blocks of rows lie [row][atom][64 channels][BR], so that one multiply spans the atoms
-// (WIDE) with one stride. One producer warp (the last) issues a step's copies on the stage's `full`
-// barrier; WM = BM / 64 warpgroups wait, multiply and arrive on its `empty` barrier
-// (conv_wgmma_tma.cuh's pipeline). K is split over blockIdx.z in k_chunk pieces (whole steps);
-// each split stores its f32 partials in the tile's own column order, [split][co][(tap, c)] (8 rows
-// of 32 contiguous bytes a store), and wgrad_tap_sum adds the splits into dW's order [co][c][tap].
+// (WIDE) with one stride. Where an image is fewer pixels than a step (OH*OW = BR, 16 or 8, at
+// stride 1), a block of rows is a whole image, 32 / BR images a step (A's box as many), and x3
+// has KH - 1 zero rows about x's (x3[b][c][kw][h + pad][j]), so that tap kh's pixels of an image
+// are one run of x3 from its row kh: one 4-D box (zeros past the batch). One producer warp (the
+// last) issues a step's copies on the stage's `full` barrier; WM = BM / 64 warpgroups wait,
+// multiply and arrive on its `empty` barrier (conv_wgmma_tma.cuh's pipeline). K is split over
+// blockIdx.z in k_chunk pieces (whole steps); each split stores its f32 partials in the tile's own
+// column order, [split][co][(tap, c)] (8 rows of 32 contiguous bytes a store), and wgrad_tap_sum
+// adds the splits into dW's order [co][c][tap].
 #pragma once
 
 #include "backends/cuda/kernels/conv_mma.cuh"
@@ -105,9 +109,14 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
         if constexpr (K_MAJOR_B) {
           const int ow0 = pix - oh0 * g.s_w;  // (0 where a step is whole rows)
 #pragma unroll
-          for (int r = 0; r < B_ROWS; ++r)
-            tma_load_5d(b_stage + (r * NA + a) * 64 * BU, x_map, full + buf, ow0,
-                        (oh0 + r) * g.stride + at.kh - g.pad_h, at.kw, at.c, b);
+          for (int r = 0; r < B_ROWS; ++r) {
+            unsigned short* rows = b_stage + (r * NA + a) * 64 * BU;
+            if (g.s_hw < STEP)  // whole images: image b + r's run of tap row kh (padded rows)
+              tma_load_4d(rows, x_map, full + buf, at.kh * g.s_w, at.kw, at.c, b + r);
+            else
+              tma_load_5d(rows, x_map, full + buf, ow0, (oh0 + r) * g.stride + at.kh - g.pad_h,
+                          at.kw, at.c, b);
+          }
         } else {
           tma_load_4d(b_stage + a * 64 * 64, x_map, full + buf, at.c, at.kw - g.pad_w,
                       oh0 * g.stride + at.kh - g.pad_h, b);
