@@ -1,4 +1,5 @@
-// The TMA channels-last pass (conv_tma.h): its fit, its tensor maps and its launch.
+// The TMA channels-last pass (conv_tma.h): its fit, its tensor maps and its launch (the weight
+// gradient's: conv_tma_wgrad.cpp).
 #include "backends/cuda/conv_tma.h"
 
 #include <cuda.h>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "backends/cuda/conv_mma.h"
+#include "backends/cuda/conv_tma_maps.h"
 #include "backends/cuda/kernel_registry.h"
 #include "backends/cuda/kernel_sources.h"
 #include "core/env_switch.h"
@@ -22,16 +24,18 @@
 namespace kiln::cuda {
 namespace {
 
-// On unless KILN_CONV_TMA=0 or a tile is forced (conv_tiles_forced); a test may say otherwise.
 std::optional<bool>& tma_for_testing() {
   static std::optional<bool> on;
   return on;
 }
+}  // namespace
+
 bool tma_on() {
   static const bool by_env = env_switch_on("KILN_CONV_TMA");
   return tma_for_testing().value_or(by_env && !conv_tiles_forced());
 }
 
+namespace {
 // cuTensorMapEncodeTiled from the driver, found through the runtime (no link to libcuda).
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                                  const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
@@ -55,7 +59,9 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-int sm_count() {  // the device's, or the one dump assumes without one (gpu::plan_target)
+}  // namespace
+
+int sm_count() {
   static const int count = [] {
     const std::optional<gpu::PlanTarget> target = gpu::plan_target();
     KILN_CHECK(target.has_value(), "conv TMA pass: no GPU to plan for");
@@ -64,16 +70,6 @@ int sm_count() {  // the device's, or the one dump assumes without one (gpu::pla
   return count;
 }
 
-std::string wgrad_name(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
-  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}{}{}_{}", p.bm, 64 * p.atoms, p.stages,
-                     p.ar, p.br > 0 ? fmt::format("_b{}", p.br) : "", p.wide ? "_wide" : "",
-                     dy_nhwc ? "_dy_nhwc" : "", dtype_name(dtype));
-}
-std::string sum_name(DType dtype) {
-  return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
-}
-
-// The largest stride the passes take (2; KILN_CONV_TMA_MAX_STRIDE=1 keeps them to stride 1).
 int max_stride() {
   static const int stride = [] {
     const char* v = std::getenv("KILN_CONV_TMA_MAX_STRIDE");
@@ -82,6 +78,7 @@ int max_stride() {
   return stride;
 }
 
+namespace {
 int& tma_teams() {
   static int teams = [] {
     const char* v = std::getenv("KILN_CONV_TMA_TEAMS");
@@ -117,16 +114,16 @@ bool halo_on() {
   return halo_for_testing().value_or(by_env);
 }
 
+}  // namespace
+
 bool& wide_on() {
   static bool on = env_switch_on("KILN_CONV_TMA_WIDE");
   return on;
 }
 
-// A tiled map of `rank` dims (innermost first; strides in bytes of dims 1..), zeros outside the
-// tensor, in the swizzle of `swizzle_bytes` (128, 64 or 32: the box's inner row).
 CUtensorMap tiled_map(DType dtype, const void* base, int rank, const cuuint64_t* dims,
-                      const cuuint64_t* strides, const cuuint32_t* box, int swizzle_bytes = 128,
-                      const cuuint32_t* steps = nullptr) {
+                      const cuuint64_t* strides, const cuuint32_t* box, int swizzle_bytes,
+                      const cuuint32_t* steps) {
   const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                            : CU_TENSOR_MAP_SWIZZLE_32B;
@@ -145,10 +142,6 @@ CUtensorMap tiled_map(DType dtype, const void* base, int rank, const cuuint64_t*
   return map;
 }
 
-// The channels-last image of `images` (a `channels`-channel NHWC copy, of the pass's img_h x
-// img_w): [N][H][W][C], C innermost; boxes of 64 channels x s_w columns x `rows` x `box_images`
-// of the pass's output grid, every stride-th column and row of the image (the TMA's element
-// strides: the box spans stride x as many).
 CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::int64_t channels,
                       std::int64_t images, int rows, int box_images) {
   const auto c = static_cast<cuuint64_t>(channels);
@@ -163,6 +156,7 @@ CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::
   return tiled_map(dtype, xt, 4, dims, strides, box, 128, steps);
 }
 
+namespace {
 // A persistent grid: a block an SM (or a test's cap), at most one a tile.
 int persistent_grid(std::int64_t tiles) {
   const int cap = persistent_blocks_cap() > 0 ? persistent_blocks_cap() : sm_count();
@@ -348,151 +342,6 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
   else
     k.kernel.launch({static_cast<unsigned>(blocks), 1, 1}, block, tile.shared_bytes(), stream,
                     args);
-}
-
-bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& g) { return g.m >= 64 && g.m % 8 == 0; }
-
-namespace {
-// f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
-// the register-gather kernels (conv_wgmma_wgrad.cuh).
-bool tf32_tma_wgrad_on() {
-  static const bool on = env_switch_on("KILN_TF32_TMA_WGRAD");
-  return on;
-}
-}  // namespace
-
-std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
-  if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;
-  if (dtype == DType::f32)
-    return tf32_tma_wgrad_on() ? conv_tma_tf32_wgrad_plan_of(g, sm_count(), wide_on())
-                               : std::nullopt;
-  if (!is_low_precision(dtype)) return std::nullopt;
-  return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
-}
-
-gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
-  gpu::KernelSource source =
-      embedded_kernel(wgrad_name(dtype, p, dy_nhwc), kernel_files::conv_wgmma_wgrad_tma_cuh,
-                      "KILN_CONV_WGMMA_WGRAD_TMA",
-                      {{"KILN_T", cuda_type_name(dtype)},
-                       {"KILN_BM", std::to_string(p.bm)},
-                       {"KILN_NA", std::to_string(p.atoms)},
-                       {"KILN_STAGES", std::to_string(p.stages)},
-                       {"KILN_AR", std::to_string(p.ar)},
-                       {"KILN_WIDE", p.wide ? "true" : "false"},
-                       {"KILN_DY_NHWC", dy_nhwc ? "true" : "false"},
-                       {"KILN_BR", std::to_string(p.br)}});
-  source.arch_specific = true;
-  return source;
-}
-
-gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype) {
-  return embedded_kernel(sum_name(dtype), kernel_files::conv_wgmma_wgrad_tma_cuh,
-                         "KILN_WGRAD_TAP_SUM", {{"KILN_T", cuda_type_name(dtype)}});
-}
-
-namespace {
-// f32's maps (TF32; plan.br > 0): A dy [N][M][OH*OW], boxes of 32 pixels (or 32 / OH*OW whole
-// images) x bm filters; B x's tap columns x3 [N][C][KW][rows][OW], boxes of br columns x 1 row x
-// 1 tap x 64 channels (one output row's run at its own columns, 16-byte aligned), or where
-// images are shorter than a step, of one image's run of rows x OW (rows and columns one
-// dimension) x 1 tap x 64 channels.
-std::pair<CUtensorMap, CUtensorMap> tf32_wgrad_maps(const ConvGemmShape& g, const TmaWgradPlan& p,
-                                                    const void* dy, const void* x) {
-  const bool images = g.s_hw < 32;
-  KILN_CHECK(p.br > 0 && (g.stride == 1 || g.stride == 2) &&
-                 (g.s_hw % 32 == 0 || (images && g.stride == 1 && p.br == g.s_hw)) &&
-                 g.k_chunk == p.chunk && g.k_chunk % 32 == 0 && g.s_w % 4 == 0 &&
-                 reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
-                 reinterpret_cast<std::uintptr_t>(x) % 16 == 0,
-             "conv2d_grad_weight (TMA, TF32): a plan for stride 1 or 2, OH*OW % 32 == 0 (or "
-             "whole images of 16 or 8 pixels at stride 1), OW % 4 == 0 and 16-byte aligned "
-             "operands (stride {}, {} pixels, OW {}, K chunk {} for {})",
-             g.stride, g.s_hw, g.s_w, g.k_chunk, p.chunk);
-  const auto u64 = [](std::int64_t v) { return static_cast<cuuint64_t>(v); };
-  const auto u32 = [](int v) { return static_cast<cuuint32_t>(v); };
-  const cuuint64_t a_dims[3] = {u64(g.s_hw), u64(g.m), u64(g.k / g.s_hw)};
-  const cuuint64_t a_strides[2] = {u64(g.s_hw) * 4, u64(g.s_hw) * 4 * g.m};
-  const int ar = std::min(32, g.s_hw);
-  const cuuint32_t a_box[3] = {u32(ar), u32(p.bm), u32(32 / ar)};
-  const CUtensorMap dy_map = tiled_map(DType::f32, dy, 3, a_dims, a_strides, a_box, ar * 4);
-  const std::int64_t channels = g.n / g.khkw, rows = tf32_tap_rows(g);
-  const cuuint64_t plane = u64(rows) * g.s_w * 4;
-  if (images) {
-    const cuuint64_t x_dims[4] = {u64(rows * g.s_w), u64(g.kw), u64(channels), u64(g.k / g.s_hw)};
-    const cuuint64_t x_strides[3] = {plane, plane * g.kw, plane * g.kw * channels};
-    const cuuint32_t x_box[4] = {u32(p.br), 1, 64, 1};
-    return {dy_map, tiled_map(DType::f32, x, 4, x_dims, x_strides, x_box, p.br * 4)};
-  }
-  const cuuint64_t x_dims[5] = {u64(g.s_w), u64(rows), u64(g.kw), u64(channels),
-                                u64(g.k / g.s_hw)};
-  const cuuint64_t x_strides[4] = {u64(g.s_w) * 4, plane, plane * g.kw, plane * g.kw * channels};
-  const cuuint32_t x_box[5] = {u32(p.br), 1, 1, 64, 1};
-  return {dy_map, tiled_map(DType::f32, x, 5, x_dims, x_strides, x_box, p.br * 4)};
-}
-
-// The pass over its maps, then the sum of its splits into dW.
-void wgrad_launch(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
-                  const CUtensorMap& dy_map, const CUtensorMap& x_map, void* partials, void* dw,
-                  gpu::Stream stream, bool dy_nhwc) {
-  const DeviceKernel& k = device_kernel(
-      wgrad_name(dtype, p, dy_nhwc), [&] { return conv_tma_wgrad_source(dtype, p, dy_nhwc); },
-      p.shared_bytes());
-  ConvGemmShape s = g;
-  void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map), &partials,
-                  &s};
-  const gpu::Dim3 grid{static_cast<unsigned>(g.n / (64 * p.atoms)),
-                       static_cast<unsigned>((g.m + p.bm - 1) / p.bm),
-                       static_cast<unsigned>(p.splits)};
-  k.kernel.launch(grid, {static_cast<unsigned>(p.threads()), 1, 1}, p.shared_bytes(), stream, args);
-  const DeviceKernel& sum =
-      device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
-  int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
-  void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits};
-  sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
-                    {256, 1, 1}, 0, stream, sum_args);
-}
-}  // namespace
-
-void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
-                          const void* dy, const void* xt, void* partials, void* dw,
-                          gpu::Stream stream, bool dy_nhwc) {
-  if (dtype == DType::f32) {
-    KILN_CHECK(!dy_nhwc && reinterpret_cast<std::uintptr_t>(partials) % 16 == 0,
-               "conv2d_grad_weight (TMA, TF32): dy NCHW and 16-byte aligned partials");
-    const auto [dy_map, x_map] = tf32_wgrad_maps(g, p, dy, xt);
-    wgrad_launch(dtype, g, p, dy_map, x_map, partials, dw, stream, false);
-    return;
-  }
-  const auto box = conv_tma_box(g, 64);  // a K step's pixels: (rows, images)
-  KILN_CHECK(box.has_value() && g.k_chunk == p.chunk &&
-                 reinterpret_cast<std::uintptr_t>(partials) % 16 == 0 &&
-                 reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
-                 reinterpret_cast<std::uintptr_t>(xt) % 16 == 0,
-             "conv2d_grad_weight (TMA): K steps of 64 pixels are not whole rows (output {} wide, "
-             "{} pixels an image), K chunk {} for a plan of {}, or an operand is not 16-byte "
-             "aligned",
-             g.s_w, g.s_hw, g.k_chunk, p.chunk);
-  const cuuint64_t images = static_cast<cuuint64_t>(g.k / g.s_hw);
-  // A: dy [N][M][OH*OW]; boxes of ar pixels x bm filters x 64 / ar images.
-  const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(g.s_hw), static_cast<cuuint64_t>(g.m),
-                                images};
-  const cuuint64_t a_strides[2] = {static_cast<cuuint64_t>(g.s_hw) * 2,
-                                   static_cast<cuuint64_t>(g.s_hw) * 2 * g.m};
-  const cuuint32_t a_box[3] = {static_cast<cuuint32_t>(p.ar), static_cast<cuuint32_t>(p.bm),
-                               static_cast<cuuint32_t>(64 / p.ar)};
-  // (dy_nhwc) A: dy [pixels][M]; boxes of 64 filters x the step's 64 pixels, one a warpgroup.
-  KILN_CHECK(!dy_nhwc || conv_tma_wgrad_reads_nhwc_dy(g),
-             "conv2d_grad_weight (TMA): a channels-last dy of {} filters (64 or more, a multiple "
-             "of 8)",
-             g.m);
-  const cuuint64_t nhwc_dims[2] = {static_cast<cuuint64_t>(g.m), static_cast<cuuint64_t>(g.k)};
-  const cuuint64_t nhwc_strides[1] = {static_cast<cuuint64_t>(g.m) * 2};
-  const cuuint32_t nhwc_box[2] = {64, 64};
-  const CUtensorMap dy_map = dy_nhwc ? tiled_map(dtype, dy, 2, nhwc_dims, nhwc_strides, nhwc_box)
-                                     : tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
-  const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
-  wgrad_launch(dtype, g, p, dy_map, x_map, partials, dw, stream, dy_nhwc);
 }
 
 namespace detail {
