@@ -88,6 +88,7 @@ struct TmaWgradPlan {
   bool wide;                  // one multiply across the atoms (else one a atom)
   int splits, chunk;
   int br = 0;  // f32: B's rows, br pixels of an output row or an image (0: 16-bit NHWC boxes)
+  int per_sm = 1;  // blocks an SM: 2 where a tile of one warpgroup fits 3 stages in half of it
   std::size_t shared_bytes() const {
     return static_cast<std::size_t>((bm + 64 * atoms) * 128 * stages + 1024 + 16 * stages);
   }
@@ -120,7 +121,8 @@ int tf32_tap_rows(const ConvGemmShape& shape);
 std::size_t tf32_tap_expand_bytes(const ConvGemmShape& shape);
 gpu::KernelSource tap_expand_source();
 void tf32_tap_expand(const ConvGemmShape& shape, const void* x, void* x3, gpu::Stream stream);
-// bm x 64 atoms with as many stages (at most 8) as fit 227 KiB.
+// bm x 64 atoms with as many stages (at most 8) as fit 227 KiB; a tile of one warpgroup (bm 64),
+// two blocks an SM where 3 or 4 stages fit half of it (KILN_CONV_WGRAD_TWO_A_SM=0: one).
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide);
 // dy_nhwc: the kernel that reads dy stored channels-last ([pixels][M]; M >= 64, M % 8 == 0:
 // conv_tma_wgrad_reads_nhwc_dy), as wgmma's MN-major A.

@@ -11,20 +11,23 @@
 namespace kiln::cuda {
 namespace {
 
-// grad_weight's K split by a model of its time, in microseconds: every block takes an SM (its
-// stages fill the shared memory), so `splits` splits of `tiles` tiles run in ceil(blocks /
-// SMs) waves of a split's steps, a block's K step of bm x 64 atoms x 64 multiplies at
-// kSmFlopsPerUs; each split adds its f32 partials, written and read back by the tap sum, at
-// kBytesPerUs. (resnet18's stage-4 passes at b512, H100: a step of 128 x 256 took 1.2 us; the
-// earlier rule, about one block an SM, gave them 144 blocks, two waves of which the second
-// kept 12 SMs busy.)
+// grad_weight's K split by a model of its time, in microseconds: a block's stages fill the
+// shared memory (or half of it: two blocks an SM, plan.per_sm), so `splits` splits of `tiles`
+// tiles run in ceil(blocks / (SMs x per_sm)) waves of a split's steps, a block's K step of bm x
+// 64 atoms x 64 multiplies at kSmFlopsPerUs, or half of it for a tile of one warpgroup (bm 64:
+// alone it cannot keep the SM's tensor cores busy, resnet18's stage 1 at 250 TFLOP/s of bf16
+// against 380-420 for the other stages' tiles of two, H200); each split adds its f32 partials,
+// written and read back by the tap sum, at kBytesPerUs. (resnet18's stage-4 passes at b512,
+// H100: a step of 128 x 256 took 1.2 us; the earlier rule, about one block an SM, gave them 144
+// blocks, two waves of which the second kept 12 SMs busy.)
 constexpr double kSmFlopsPerUs = 3.5e6, kBytesPerUs = 3.0e6;
 double wgrad_time(std::int64_t tiles, std::int64_t steps, std::int64_t splits, int bm, int atoms,
-                  std::int64_t m, std::int64_t n, int sms) {
+                  int per_sm, std::int64_t m, std::int64_t n, int sms) {
   const std::int64_t per = (steps + splits - 1) / splits;
   const std::int64_t used = (steps + per - 1) / per;  // the splits that have steps
-  const std::int64_t waves = (tiles * used + sms - 1) / sms;
-  const double step = 2.0 * bm * 64 * atoms * 64 / kSmFlopsPerUs;
+  const std::int64_t slots = static_cast<std::int64_t>(sms) * per_sm;
+  const std::int64_t waves = (tiles * used + slots - 1) / slots;
+  const double step = 2.0 * bm * 64 * atoms * 64 / (bm == 64 ? kSmFlopsPerUs / 2 : kSmFlopsPerUs);
   const double partials = 8.0 * static_cast<double>(m) * static_cast<double>(n) / kBytesPerUs;
   return static_cast<double>(waves * per) * step + static_cast<double>(used) * partials;
 }
@@ -38,16 +41,17 @@ TmaWgradPlan wgrad_split(const ConvGemmShape& g, int ar, int step, int sms, bool
   TmaWgradPlan plan = conv_tma_wgrad_tile_of(g.m >= 128 ? 128 : 64, na, ar, wide);
   const int bm = plan.bm;
   const std::int64_t tiles = static_cast<std::int64_t>((g.m + bm - 1) / bm) * (atoms / na);
+  const std::int64_t slots = static_cast<std::int64_t>(sms) * plan.per_sm;
   const std::int64_t steps = (static_cast<std::int64_t>(g.k) + step - 1) / step;
   // The quickest split by wgrad_time, at least 4 steps a split (the fewest splits of a tie);
   // KILN_CONV_WGRAD_WAVES=0: the earlier rule, about a block an SM (for measuring).
   static const bool by_waves = env_switch_on("KILN_CONV_WGRAD_WAVES");
   std::int64_t wanted = by_waves ? 1
-                                 : std::clamp<std::int64_t>((sms + tiles / 2) / tiles, 1,
+                                 : std::clamp<std::int64_t>((slots + tiles / 2) / tiles, 1,
                                                             std::max<std::int64_t>(1, steps / 4));
-  double best = wgrad_time(tiles, steps, 1, bm, na, g.m, g.n, sms);
-  for (std::int64_t s = 2; by_waves && s <= std::min<std::int64_t>(steps / 4, 4 * sms); ++s) {
-    const double t = wgrad_time(tiles, steps, s, bm, na, g.m, g.n, sms);
+  double best = wgrad_time(tiles, steps, 1, bm, na, plan.per_sm, g.m, g.n, sms);
+  for (std::int64_t s = 2; by_waves && s <= std::min<std::int64_t>(steps / 4, 4 * slots); ++s) {
+    const double t = wgrad_time(tiles, steps, s, bm, na, plan.per_sm, g.m, g.n, sms);
     if (t < best) {
       best = t;
       wanted = s;
@@ -151,7 +155,14 @@ std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& g, 
 int tf32_tap_rows(const ConvGemmShape& g) { return g.s_hw < 32 ? g.img_h + 2 * g.pad_h : g.img_h; }
 
 TmaWgradPlan conv_tma_wgrad_tile_of(int bm, int atoms, int ar, bool wide) {
+  static const bool two_a_sm = env_switch_on("KILN_CONV_WGRAD_TWO_A_SM");
   const int stage = (bm + 64 * atoms) * 128 + 16;
+  const int half = (227 * 1024) / 2 - 1024;  // (the forward's tiles of bm 64 likewise)
+  if (two_a_sm && bm == 64 && half / stage >= 3) {
+    TmaWgradPlan plan{bm, atoms, std::min(4, half / stage), ar, wide, 1, 0};
+    plan.per_sm = 2;
+    return plan;
+  }
   return {bm, atoms, std::min(8, (227 * 1024 - 1024) / stage), ar, wide, 1, 0};
 }
 

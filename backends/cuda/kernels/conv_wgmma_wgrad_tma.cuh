@@ -209,7 +209,8 @@ __device__ __forceinline__ void wgrad_tap_sum(const float* __restrict__ part, T*
 }  // namespace kiln::cuda
 
 #ifdef KILN_CONV_WGMMA_WGRAD_TMA
-extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32)
+// (tiles of one warpgroup: two blocks an SM, conv_tma_wgrad_tile_of)
+extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32, KILN_BM == 64 ? 2 : 1)
     KILN_CONV_WGMMA_WGRAD_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor dy,
                               const __grid_constant__ kiln::cuda::TmaDescriptor xt,
                               float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
