@@ -87,7 +87,7 @@ struct TmaWgradPlan {
   int bm, atoms, stages, ar;  // bm filters by `atoms` x 64 columns; A's rows of ar pixels
   bool wide;                  // one multiply across the atoms (else one a atom)
   int splits, chunk;
-  int br = 0;  // f32: B's rows, br pixels of an output row or an image (0: 16-bit NHWC boxes)
+  int br = 0;      // f32: B's rows, br pixels of an output row or an image (0: 16-bit NHWC boxes)
   int per_sm = 1;  // blocks an SM: 2 where a tile of one warpgroup fits 3 stages in half of it
   std::size_t shared_bytes() const {
     return static_cast<std::size_t>((bm + 64 * atoms) * 128 * stages + 1024 + 16 * stages);
