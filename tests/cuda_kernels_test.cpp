@@ -804,6 +804,48 @@ TEST_CASE("conv2d: TF32's weight gradient by TMA matches the CPU") {
   }
 }
 
+// f32's forward and stride-1 input gradient under TF32 on the TMA pass (K steps of 32 channels,
+// one 128-byte row) against the CPU at TF32's 1e-2, and which passes take it: 32 channels (a step
+// a tap), 96 (three), 200 filters and an odd batch (partial tiles; the input gradient's image
+// dy, 200 channels, is not whole steps), 64 filters (two teams), stride 2 (the forward; its
+// input gradient keeps the dilated register-gather pass), an unpadded 3x3 (dx's 10x10 rows do
+// not tile 128 pixels), a 5x5, and resnet18's stage 4 at batch 4 (too few tiles: K split across
+// a cluster of two blocks).
+TEST_CASE("conv2d: TF32's forward and input gradient by TMA match the CPU") {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::conv_wgmma_enabled(DType::f32) || !env_switch_on("KILN_TF32_TMA") ||
+      !env_switch_on("KILN_CONV_TMA"))
+    return;  // sm_90 only, and not with KILN_TF32_TMA=0 or KILN_CONV_TMA=0
+  const AllowTf32 tf32;
+  std::uint64_t seed = 2900;
+  struct Case {
+    Shape xs, ws;
+    std::int64_t stride, pad;
+    bool input_gradient_by_tma;
+  };
+  for (const auto& [xs, ws, stride, pad, dx_by_tma] :
+       {Case{{2, 32, 16, 16}, {64, 32, 3, 3}, 1, 1, true},
+        Case{{2, 64, 32, 32}, {128, 64, 3, 3}, 1, 1, true},
+        Case{{3, 96, 8, 8}, {200, 96, 3, 3}, 1, 1, false},
+        Case{{2, 64, 16, 16}, {96, 64, 3, 3}, 1, 1, true},
+        Case{{2, 64, 16, 16}, {64, 64, 3, 3}, 2, 1, false},
+        Case{{2, 128, 10, 10}, {256, 128, 3, 3}, 1, 0, false},
+        Case{{2, 64, 8, 8}, {64, 64, 5, 5}, 1, 2, true},
+        Case{{4, 512, 4, 4}, {512, 512, 3, 3}, 1, 1, true}}) {
+    const kernels::ConvGeometry g = kernels::conv_geometry(xs, ws, stride, pad);
+    CAPTURE(xs.str());
+    CAPTURE(ws.str());
+    auto by_tma = [&](cuda::ConvPass pass) {
+      for (const gpu::KernelSource& k : cuda::conv_kernel_sources(g, DType::f32, pass))
+        if (k.name.rfind("kiln_conv_nhwc_tma_", 0) == 0) return true;
+      return false;
+    };
+    CHECK(by_tma(cuda::ConvPass::forward));
+    CHECK(by_tma(cuda::ConvPass::grad_input) == dx_by_tma);
+    check_conv(xs, ws, stride, pad, DType::f32, seed += 3, 0, -1, 1e-2);
+  }
+}
+
 // The TMA passes (conv_tma.h): the forward and grad_input where a tile is whole output rows or
 // whole images, against the CPU and the wgmma tiles' bits; grad_weight where a K step of 64
 // pixels is whole rows of one image (A's rows 64 pixels: the 128-byte swizzle) or whole images

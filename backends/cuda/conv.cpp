@@ -331,13 +331,16 @@ bool conv_grad_weight_reads_nhwc_dy(const ConvGeometry& g, DType dtype) {
 }
 
 bool conv_writes_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass) {
-  if (g.batch == 0 || pass == ConvPass::grad_weight || !use_nhwc(g, dtype, pass)) return false;
+  if (g.batch == 0 || pass == ConvPass::grad_weight || !is_low_precision(dtype) ||
+      !use_nhwc(g, dtype, pass))  // (TF32's TMA pass stores NCHW)
+    return false;
   if (pass == ConvPass::grad_input) return tma_grad_input(g, dtype).has_value();
   return conv_forward_writes_moments(g, dtype);  // the forward's TMA pass
 }
 
 bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
-  if (g.batch == 0 || !use_nhwc(g, dtype, ConvPass::forward)) return false;
+  if (g.batch == 0 || !is_low_precision(dtype) || !use_nhwc(g, dtype, ConvPass::forward))
+    return false;  // (TF32's TMA pass writes no moments)
   const GemmDims d = dims_of(g, ConvPass::forward);
   return conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false).has_value();
 }

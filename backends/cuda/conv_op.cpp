@@ -225,17 +225,20 @@ std::vector<gpu::KernelSource> every_conv_source() {
               if (!f32_partials || t != DType::f32)  // (f32's partials are f32 anyway)
                 all.push_back(conv_mma_wgrad_source(t, tile, vec, f32_partials, runs));
     }
-    if (is_low_precision(t)) {
+    if (is_low_precision(t) || t == DType::f32) {
       for (int bm : {64, 128})  // the TMA pass's tiles (conv_tma.h)
         for (int bn : {128, 256})
           for (int teams : {1, 2})    // two teams: the 64-filter tiles only (conv_tma_tile)
             for (int split : {1, 2})  // split K: the 128-filter tiles only
               if ((teams == 1 || bm == 64) && (split == 1 || (bm == 128 && teams == 1)))
                 for (int kind : {0, 1, 2}) {  // plain, conv2d_moments' epilogue, 4 classes
-                  if (kind == 2 && split == 2) continue;  // classes keep K whole
+                  if ((kind == 2 && split == 2) || (kind > 0 && t == DType::f32))
+                    continue;  // classes keep K whole; TF32: the plain pass only
                   all.push_back(conv_tma_source(t, conv_tma_tile_of(bm, bn, teams, split),
                                                 kind == 1, kind == 2 ? 4 : 1));
                 }
+    }
+    if (is_low_precision(t)) {
       TmaTile halo = conv_tma_tile_of(64, 128, 2);  // the halo form (its source is one for
       halo.halo_bytes = 227 * 1024;                 // every size of its shared memory)
       all.push_back(conv_tma_source(t, halo));

@@ -146,10 +146,11 @@ CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::
                       std::int64_t images, int rows, int box_images) {
   const auto c = static_cast<cuuint64_t>(channels);
   const auto stride = static_cast<cuuint32_t>(g.stride);
+  const auto bytes = static_cast<cuuint32_t>(dtype_size(dtype));
   const cuuint64_t dims[4] = {c, static_cast<cuuint64_t>(g.img_w), static_cast<cuuint64_t>(g.img_h),
                               static_cast<cuuint64_t>(images)};
-  const cuuint64_t strides[3] = {c * 2, c * 2 * g.img_w, c * 2 * g.img_w * g.img_h};
-  const cuuint32_t box[4] = {64, stride * static_cast<cuuint32_t>(g.s_w),
+  const cuuint64_t strides[3] = {c * bytes, c * bytes * g.img_w, c * bytes * g.img_w * g.img_h};
+  const cuuint32_t box[4] = {128 / bytes, stride * static_cast<cuuint32_t>(g.s_w),
                              stride * static_cast<cuuint32_t>(rows),
                              static_cast<cuuint32_t>(box_images)};
   const cuuint32_t steps[4] = {1, stride, stride, 1};
@@ -200,6 +201,15 @@ void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
 
 }  // namespace
 
+namespace {
+// f32's forward and stride-1 input gradient under TF32 on the TMA pass; KILN_TF32_TMA=0 leaves
+// them to conv_wgmma.cuh's register gather (for measuring).
+bool tf32_tma_on() {
+  static const bool on = env_switch_on("KILN_TF32_TMA");
+  return on;
+}
+}  // namespace
+
 // KILN_CONV_TMA_TILE=bm,bn,stages forces a tile wherever it fits (for measuring).
 std::optional<TmaTile> forced_tma_tile() {
   static const std::optional<TmaTile> forced = []() -> std::optional<TmaTile> {
@@ -219,14 +229,16 @@ std::optional<TmaTile> forced_tma_tile() {
 
 std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool dilated,
                                      bool moments) {
-  if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || !is_low_precision(dtype) ||
-      g.stride < 1 || g.stride > max_stride() || g.khkw == 0 || g.m == 0 || g.n == 0)
+  const bool tf32 = dtype == DType::f32;  // (TF32: one class, no moments, no halo form)
+  if (!tma_on() || dilated || !conv_wgmma_enabled(dtype) || (!is_low_precision(dtype) && !tf32) ||
+      (tf32 && (moments || !tf32_tma_on())) || g.stride < 1 || g.stride > max_stride() ||
+      g.khkw == 0 || g.m == 0 || g.n == 0)
     return std::nullopt;
-  const int channels = g.k / g.khkw;
-  if (channels % 64 != 0) return std::nullopt;
+  const int channels = g.k / g.khkw, step = 128 / static_cast<int>(dtype_size(dtype));
+  if (channels % step != 0) return std::nullopt;
   if (const std::optional<TmaTile> forced = forced_tma_tile())
     return conv_tma_box(g, forced->bn) ? forced : std::nullopt;
-  if (!moments && halo_on() && tma_teams() == 2)
+  if (!tf32 && !moments && halo_on() && tma_teams() == 2)
     if (const std::optional<TmaTile> halo = conv_tma_halo_tile(g)) return halo;
   const int bm = g.m >= 128 ? 128 : 64;
   auto blocks = [&](int bn) {
@@ -238,7 +250,7 @@ std::optional<TmaTile> conv_tma_tile(DType dtype, const ConvGemmShape& g, bool d
     if (!conv_tma_box(g, bn) || (bn == 256 && blocks(256) < sm_count() && conv_tma_box(g, 128)))
       continue;
     if (bm == 64) return conv_tma_tile_of(bm, bn, tma_teams());  // two teams: 64 filters only
-    const int steps = g.k / 64;
+    const int steps = g.k / step;
     int split = 1;
     switch (split_mode()) {
       case detail::TmaSplit::never:
@@ -299,13 +311,17 @@ void conv_tma_forward(DType dtype, const ConvGemmShape& g, TmaTile tile, const v
              "conv TMA pass: tile {}x{} does not fit the pass (output {} wide, {} pixels an "
              "image) or an operand is not 16-byte aligned",
              tile.bm, tile.bn, g.s_w, g.s_hw);
-  // A: [M][K], K innermost; boxes of 64 x bm.
+  // A: [M][K], K innermost; boxes of a 128-byte row (64 16-bit, 32 f32) x bm.
+  const auto bytes = static_cast<cuuint32_t>(dtype_size(dtype));
   const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(g.k), static_cast<cuuint64_t>(g.m)};
-  const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(g.k) * 2};
-  const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(tile.bm)};
+  const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(g.k) * bytes};
+  const cuuint32_t a_box[2] = {128 / bytes, static_cast<cuuint32_t>(tile.bm)};
   const CUtensorMap filters = tiled_map(dtype, a, 2, a_dims, a_strides, a_box);
   KILN_CHECK(!y_channels_last || moments == nullptr,
              "conv TMA pass: a channels-last output with run moments");
+  KILN_CHECK(dtype != DType::f32 ||
+                 (!y_channels_last && moments == nullptr && classes == nullptr && !tile.halo()),
+             "conv TMA pass (TF32): one class, no moments, an NCHW output, not the halo form");
   // The epilogue's store (the kernels' `staging`): channels-last, staged or from the fragments.
   int staging = y_channels_last ? 2 : staging_on();
   if (tile.halo()) {

@@ -1,12 +1,15 @@
 // The channels-last forward (stride 1 or 2) and stride-1 input gradient of bf16/f16
-// convolutions with both operands brought by the tensor memory accelerator (TMA, sm_90; issue
-// 17): where the image's channels are a multiple of 64, the convolution is undilated and a tile
-// of BN output pixels is whole output rows (of one image, or whole images), each K step's B tile
-// (BN pixels x 64 channels of one tap) is one 4-D box of the NHWC image, [n][h][w][c], shifted
-// by the tap: rows stride oh + kh - pad_h, columns stride ow + kw - pad_w (every stride-th row
-// and column: the map's element strides; the TMA fills what lies outside the image with zeros,
-// the padding). A's 64-element K slice of BM filter rows is one 2-D box.
-// Both land in wgmma's 128-byte swizzle, which is the TMA's 128-byte swizzle.
+// convolutions, and of f32 on TF32's tensor cores, with both operands brought by the tensor
+// memory accelerator (TMA, sm_90; issue 17): where the image's channels are a multiple of a K
+// step's CK (64 16-bit, 32 f32: one 128-byte row), the convolution is undilated and a tile of BN
+// output pixels is whole output rows (of one image, or whole images), each K step's B tile (BN
+// pixels x CK channels of one tap) is one 4-D box of the NHWC image, [n][h][w][c], shifted by
+// the tap: rows stride oh + kh - pad_h, columns stride ow + kw - pad_w (every stride-th row and
+// column: the map's element strides; the TMA fills what lies outside the image with zeros, the
+// padding). A's CK-element K slice of BM filter rows is one 2-D box. Both land K-major in
+// wgmma's 128-byte swizzle, which is the TMA's 128-byte swizzle, as TF32's wgmma reads them too
+// (four k8 slices a row where 16-bit takes four k16). TF32 stores from the fragments, one class,
+// no moments.
 //
 // One producer warp (the last) issues a step's two copies on the stage's `full` barrier (which
 // completes when their bytes have arrived); WM warpgroups (BM = 64 WM) multiply, 64 filters by
@@ -163,7 +166,9 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   constexpr int WM = BM / 64, TEAM = 128 * WM, CONSUMERS = TEAM * TEAMS;
   constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
+  constexpr int CK = 128 / sizeof(T);  // a K step's channels (one 128-byte row)
   static_assert(BM % 64 == 0 && STAGES >= 2 && (TEAMS == 1 || TEAMS == 2), "tile and stages");
+  static_assert(sizeof(T) == 2 || (NC == 1 && !MOMENTS), "TF32: one class, no moments");
   static_assert(
       SPLIT == 1 || (SPLIT == 2 && TEAMS == 1 && STAGES * STAGE_BYTES >= CONSUMERS * (BN / 2) * 4u),
       "a split tile: one team, and the second half's sums fit the stages");
@@ -177,9 +182,9 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
   unsigned short* stage =
       reinterpret_cast<unsigned short*>(turn + 2) + (threadIdx.x / 32) * (kStageWarpBytes / 2);
   const bool aligned = (reinterpret_cast<unsigned long long>(y) & 15ull) == 0ull;
-  const bool staged = staging == 1 && g.s_hw % 8 == 0 && aligned;
-  const bool nhwc = staging == 2, nhwc_vectors = g.m % 8 == 0 && aligned;
-  const int channels = g.k / g.khkw, all_steps = g.k / 64;
+  const bool staged = sizeof(T) == 2 && staging == 1 && g.s_hw % 8 == 0 && aligned;
+  const bool nhwc = sizeof(T) == 2 && staging == 2, nhwc_vectors = g.m % 8 == 0 && aligned;
+  const int channels = g.k / g.khkw, all_steps = g.k / CK;
   const int n_tiles = (g.n + BN - 1) / BN, tiles = n_tiles * ((g.m + BM - 1) / BM);
   // This block's K steps of each of its tiles: all, or (SPLIT 2) its rank's half.
   const int rank = SPLIT > 1 ? static_cast<int>(cluster_rank()) : 0;
@@ -209,19 +214,19 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
         const int pad_h = NC > 1 ? classes.pad_h[cls] : g.pad_h;
         const int pad_w = NC > 1 ? classes.pad_w[cls] : g.pad_w;
         const int end =
-            NC > 1 ? step + classes.taps_h[cls] * taps_w * channels / 64 : first_step + steps;
+            NC > 1 ? step + classes.taps_h[cls] * taps_w * channels / CK : first_step + steps;
         // (NC 1) the split's first tap; (NC 4) the class's first, whose taps may be none
-        const int tap = NC > 1 ? 0 : first_step * 64 / channels;
-        int c = NC > 1 ? 0 : first_step * 64 - tap * channels, kh = NC > 1 ? 0 : tap / taps_w,
+        const int tap = NC > 1 ? 0 : first_step * CK / channels;
+        int c = NC > 1 ? 0 : first_step * CK - tap * channels, kh = NC > 1 ? 0 : tap / taps_w,
             kw = tap - kh * taps_w;
         for (; step < end; ++step, ++gstep) {
           const int buf = gstep % STAGES;
           if (gstep >= STAGES) mbarrier_wait(empty + buf, (gstep / STAGES - 1) & 1);
           mbarrier_expect_bytes(full + buf, STAGE_BYTES);
-          tma_load_2d(s + buf * A_STAGE, filters, full + buf, step * 64, m0);
+          tma_load_2d(s + buf * A_STAGE, filters, full + buf, step * CK, m0);
           tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE, image, full + buf, c, kw - pad_w,
                       oh0 * g.stride + kh - pad_h, b0);
-          if ((c += 64) == channels) {  // the next tap
+          if ((c += CK) == channels) {  // the next tap
             c = 0;
             if (++kw == taps_w) {
               kw = 0;
@@ -246,7 +251,7 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
 #pragma unroll
     for (int cls = 0; cls < NC; ++cls) {
       const int class_steps =
-          NC > 1 ? classes.taps_h[cls] * classes.taps_w[cls] * channels / 64 : steps;
+          NC > 1 ? classes.taps_h[cls] * classes.taps_w[cls] * channels / CK : steps;
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -299,14 +304,19 @@ __device__ __forceinline__ void conv_wgmma_tma(const TmaDescriptor* filters,
           acc[4 * i + 3] += v.w;
         }
       }
-      if (nhwc)
-        nhwc_store_c<T, BN>(y, g, m0 + group * 64 + warp * 16, n0, acc, stage, nhwc_vectors);
-      else if (staged)
-        staged_store_c<T, BN>(y, g, m0 + group * 64 + warp * 16, n0, acc, stage);
-      else
-        mma_store_c<T, 1, BN / 8>(y, g, m0 + group * 64 + warp * 16, n0,
+      const int row0 = m0 + group * 64 + warp * 16;
+      bool stored = false;
+      if constexpr (sizeof(T) == 2) {  // (16-bit only: the channels-last and staged stores)
+        if (nhwc)
+          nhwc_store_c<T, BN>(y, g, row0, n0, acc, stage, nhwc_vectors);
+        else if (staged)
+          staged_store_c<T, BN>(y, g, row0, n0, acc, stage);
+        stored = nhwc || staged;
+      }
+      if (!stored)
+        mma_store_c<T, 1, BN / 8>(y, g, row0, n0,
                                   *reinterpret_cast<const float(*)[1][BN / 8][4]>(&acc));
-      if (MOMENTS) store_run_moments<T, BN>(moments, g, m0 + group * 64 + warp * 16, n0, acc);
+      if constexpr (MOMENTS) store_run_moments<T, BN>(moments, g, row0, n0, acc);
     }
   }
 }
