@@ -727,8 +727,11 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
     CHECK(p->br == e.br);
     CHECK(p->ar == e.ar);
     CHECK(p->chunk % 32 == 0);
-    // x3's rows: x's, or for whole images x's with KH - 1 zero rows about them
+    // x3's rows: x's, or for whole images x's with KH - 1 zero rows about them; its tap columns
+    // all KW but the centre's where the output rows are as wide as x's at stride 1
     CHECK(cuda::tf32_tap_rows(e.g) == e.g.img_h + (e.g.s_hw < 32 ? e.g.khkw / e.g.kw - 1 : 0));
+    const bool centre = e.g.stride == 1 && e.g.s_hw % 32 == 0 && e.g.img_w == e.g.s_w;
+    CHECK(cuda::tf32_tap_columns(e.g) == e.g.kw - (centre ? 1 : 0));
     CHECK(static_cast<std::int64_t>(p->splits) * p->chunk >= e.g.k);     // K covered,
     CHECK(static_cast<std::int64_t>(p->splits - 1) * p->chunk < e.g.k);  // no split empty
     CHECK(p->shared_bytes() <= 227 * 1024);
@@ -736,6 +739,7 @@ TEST_CASE("conv TMA grad_weight plans under TF32: B's rows, splits (no GPU neede
   auto plan = [](const cuda::ConvGemmShape& g) {
     return cuda::conv_tma_tf32_wgrad_plan_of(g, 132, true);
   };
+  CHECK(cuda::tf32_tap_columns(shape(8, 64, 32, 32, 64, 1, 1, 0)) == 0);  // a 1x1: x itself
   CHECK_FALSE(plan(shape(512, 256, 4, 4, 512, 3, 2, 1)));  // images of 16 at stride 2
   CHECK_FALSE(plan(shape(8, 64, 2, 2, 64, 3, 1, 1)));      // rows of 2: x3's rows 8 bytes
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 128, 3, 3, 1)));   // stride 3

@@ -437,7 +437,7 @@ void conv2d_grad_weight(DType dtype, const ConvGeometry& g, const void* x, const
     else if (!x_channels_last)
       nchw_to_nhwc(dtype, x, base, g.batch, g.in_channels, g.height * g.width, stream);
     conv_tma_grad_weight(dtype, shape, *plan, dy, x_channels_last && dtype != DType::f32 ? x : base,
-                         base + image, dw, stream, dy_channels_last);
+                         base + image, dw, stream, dy_channels_last, x);
   } else if (use_mma(g, dtype, ConvPass::grad_weight)) {
     const GemmDims d = dims_of(g, ConvPass::grad_weight);
     const MmaSplits splits = conv_mma_wgrad_splits(d.m, d.n, d.k, ws.bytes);

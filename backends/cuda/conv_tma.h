@@ -112,12 +112,15 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, i
 // images of 16 or 8 pixels (OW a multiple of 4; B's rows an image each, br = OH*OW).
 std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& shape, int sms,
                                                         bool wide);
-// TF32's tap columns of x (kernels/tap_expand.cuh): x3 [B][C][KW][rows][OW], x3[.][kw][h][j] =
+// TF32's tap columns of x (kernels/tap_expand.cuh): x3 [B][C][taps][rows][OW] (taps KW, or KW - 1
+// without the centre tap where it is boxed from x: tf32_centre_from_x), x3[.][kw][h][j] =
 // x[.][h][stride j + kw - pad], rows x's H, or where an image is fewer pixels than a K step
 // (OH*OW 16 or 8, stride 1) H + 2 pad_h rows from x's row -pad_h (zeros outside x), so that each
 // tap's pixels of an image are one run; its rows, its bytes, and the copy (`shape` the pass's, x3
 // 16-byte aligned).
 int tf32_tap_rows(const ConvGemmShape& shape);
+// Its tap columns: KW, or KW - 1 where the centre tap is boxed from x (tf32_centre_from_x).
+int tf32_tap_columns(const ConvGemmShape& shape);
 std::size_t tf32_tap_expand_bytes(const ConvGemmShape& shape);
 gpu::KernelSource tap_expand_source();
 void tf32_tap_expand(const ConvGemmShape& shape, const void* x, void* x3, gpu::Stream stream);
@@ -132,10 +135,11 @@ bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& shape);
 // The sum of the splits' partials into dW's order (kernels/conv_wgmma_wgrad_tma.cuh).
 gpu::KernelSource conv_tma_wgrad_sum_source(DType dtype);
 // dW = dy x patches(xt) (shape.k_chunk = plan.chunk): the splits' f32 partials into
-// `partials` (plan.partial_bytes, 16-byte aligned), then their sum into dw.
+// `partials` (plan.partial_bytes, 16-byte aligned), then their sum into dw. f32: xt is x's tap
+// columns and x the NCHW x (the centre tap's, tf32_centre_from_x).
 void conv_tma_grad_weight(DType dtype, const ConvGemmShape& shape, const TmaWgradPlan& plan,
                           const void* dy, const void* xt, void* partials, void* dw,
-                          gpu::Stream stream, bool dy_nhwc = false);
+                          gpu::Stream stream, bool dy_nhwc = false, const void* x = nullptr);
 
 namespace detail {
 // Turns the TMA passes on or off wherever they fit (nullopt: as KILN_CONV_TMA and

@@ -145,12 +145,14 @@ std::optional<TmaWgradPlan> conv_tma_tf32_wgrad_plan_of(const ConvGemmShape& g, 
     return std::nullopt;
   // (the tap columns' quads a 32-bit count: kernels/tap_expand.cuh)
   const std::int64_t x3 =
-      std::int64_t{g.k} / g.s_hw * (g.n / g.khkw) * g.kw * tf32_tap_rows(g) * g.s_w;
+      std::int64_t{g.k} / g.s_hw * (g.n / g.khkw) * g.kw * tf32_tap_rows(g) * g.s_w;  // (at most)
   if (x3 / 4 >= (std::int64_t{1} << 31)) return std::nullopt;
   TmaWgradPlan plan = wgrad_split(g, std::min(32, g.s_hw), 32, sms, wide);
   plan.br = images ? g.s_hw : std::min(32, g.s_w);
   return plan;
 }
+
+int tf32_tap_columns(const ConvGemmShape& g) { return tf32_centre_from_x(g) ? g.kw - 1 : g.kw; }
 
 int tf32_tap_rows(const ConvGemmShape& g) { return g.s_hw < 32 ? g.img_h + 2 * g.pad_h : g.img_h; }
 

@@ -76,14 +76,19 @@ namespace {
 // images) x bm filters; B x's tap columns x3 [N][C][KW][rows][OW], boxes of br columns x 1 row x
 // 1 tap x 64 channels (one output row's run at its own columns, 16-byte aligned), or where
 // images are shorter than a step, of one image's run of rows x OW (rows and columns one
-// dimension) x 1 tap x 64 channels.
-std::pair<CUtensorMap, CUtensorMap> tf32_wgrad_maps(const ConvGemmShape& g, const TmaWgradPlan& p,
-                                                    const void* dy, const void* x) {
+// dimension) x 1 tap x 64 channels; and x itself [N][C][H][W] for the centre tap
+// (tf32_centre_from_x: W = OW, the same boxes with one tap; else unused, x3's map again).
+struct Tf32WgradMaps {
+  CUtensorMap dy, x3, centre;
+};
+Tf32WgradMaps tf32_wgrad_maps(const ConvGemmShape& g, const TmaWgradPlan& p, const void* dy,
+                              const void* x3, const void* x) {
   const bool images = g.s_hw < 32;
   KILN_CHECK(p.br > 0 && (g.stride == 1 || g.stride == 2) &&
                  (g.s_hw % 32 == 0 || (images && g.stride == 1 && p.br == g.s_hw)) &&
                  g.k_chunk == p.chunk && g.k_chunk % 32 == 0 && g.s_w % 4 == 0 &&
                  reinterpret_cast<std::uintptr_t>(dy) % 16 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(x3) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(x) % 16 == 0,
              "conv2d_grad_weight (TMA, TF32): a plan for stride 1 or 2, OH*OW % 32 == 0 (or "
              "whole images of 16 or 8 pixels at stride 1), OW % 4 == 0 and 16-byte aligned "
@@ -96,30 +101,43 @@ std::pair<CUtensorMap, CUtensorMap> tf32_wgrad_maps(const ConvGemmShape& g, cons
   const int ar = std::min(32, g.s_hw);
   const cuuint32_t a_box[3] = {u32(ar), u32(p.bm), u32(32 / ar)};
   const CUtensorMap dy_map = tiled_map(DType::f32, dy, 3, a_dims, a_strides, a_box, ar * 4);
-  const std::int64_t channels = g.n / g.khkw, rows = tf32_tap_rows(g);
+  const std::int64_t channels = g.n / g.khkw, rows = tf32_tap_rows(g), taps = tf32_tap_columns(g);
   const cuuint64_t plane = u64(rows) * g.s_w * 4;
   if (images) {
-    const cuuint64_t x_dims[4] = {u64(rows * g.s_w), u64(g.kw), u64(channels), u64(g.k / g.s_hw)};
-    const cuuint64_t x_strides[3] = {plane, plane * g.kw, plane * g.kw * channels};
+    const cuuint64_t x_dims[4] = {u64(rows * g.s_w), u64(taps), u64(channels), u64(g.k / g.s_hw)};
+    const cuuint64_t x_strides[3] = {plane, plane * taps, plane * taps * channels};
     const cuuint32_t x_box[4] = {u32(p.br), 1, 64, 1};
-    return {dy_map, tiled_map(DType::f32, x, 4, x_dims, x_strides, x_box, p.br * 4)};
+    const CUtensorMap x3_map = tiled_map(DType::f32, x3, 4, x_dims, x_strides, x_box, p.br * 4);
+    return {dy_map, x3_map, x3_map};
   }
-  const cuuint64_t x_dims[5] = {u64(g.s_w), u64(rows), u64(g.kw), u64(channels), u64(g.k / g.s_hw)};
-  const cuuint64_t x_strides[4] = {u64(g.s_w) * 4, plane, plane * g.kw, plane * g.kw * channels};
-  const cuuint32_t x_box[5] = {u32(p.br), 1, 1, 64, 1};
-  return {dy_map, tiled_map(DType::f32, x, 5, x_dims, x_strides, x_box, p.br * 4)};
+  // a map of x's tap columns [N][C][taps][rows][OW] (taps 1 and rows H: x itself)
+  auto columns = [&](const void* base, std::int64_t count) {
+    const cuuint64_t x_dims[5] = {u64(g.s_w), u64(rows), u64(count), u64(channels),
+                                  u64(g.k / g.s_hw)};
+    const cuuint64_t x_strides[4] = {u64(g.s_w) * 4, plane, plane * count,
+                                     plane * count * channels};
+    const cuuint32_t x_box[5] = {u32(p.br), 1, 1, 64, 1};
+    return tiled_map(DType::f32, base, 5, x_dims, x_strides, x_box, p.br * 4);
+  };
+  if (!tf32_centre_from_x(g)) {
+    const CUtensorMap x3_map = columns(x3, taps);
+    return {dy_map, x3_map, x3_map};
+  }
+  const CUtensorMap centre = columns(x, 1);  // (rows = H and OW = W here)
+  return {dy_map, taps > 0 ? columns(x3, taps) : centre, centre};
 }
 
 // The pass over its maps, then the sum of its splits into dW.
 void wgrad_launch(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
-                  const CUtensorMap& dy_map, const CUtensorMap& x_map, void* partials, void* dw,
-                  gpu::Stream stream, bool dy_nhwc) {
+                  const CUtensorMap& dy_map, const CUtensorMap& x_map,
+                  const CUtensorMap& centre_map, void* partials, void* dw, gpu::Stream stream,
+                  bool dy_nhwc) {
   const DeviceKernel& k = device_kernel(
       wgrad_name(dtype, p, dy_nhwc), [&] { return conv_tma_wgrad_source(dtype, p, dy_nhwc); },
       p.shared_bytes());
   ConvGemmShape s = g;
-  void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map), &partials,
-                  &s};
+  void* args[] = {const_cast<CUtensorMap*>(&dy_map), const_cast<CUtensorMap*>(&x_map),
+                  const_cast<CUtensorMap*>(&centre_map), &partials, &s};
   const gpu::Dim3 grid{static_cast<unsigned>(g.n / (64 * p.atoms)),
                        static_cast<unsigned>((g.m + p.bm - 1) / p.bm),
                        static_cast<unsigned>(p.splits)};
@@ -135,12 +153,12 @@ void wgrad_launch(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
 
 void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
                           const void* dy, const void* xt, void* partials, void* dw,
-                          gpu::Stream stream, bool dy_nhwc) {
+                          gpu::Stream stream, bool dy_nhwc, const void* x) {
   if (dtype == DType::f32) {
-    KILN_CHECK(!dy_nhwc && reinterpret_cast<std::uintptr_t>(partials) % 16 == 0,
-               "conv2d_grad_weight (TMA, TF32): dy NCHW and 16-byte aligned partials");
-    const auto [dy_map, x_map] = tf32_wgrad_maps(g, p, dy, xt);
-    wgrad_launch(dtype, g, p, dy_map, x_map, partials, dw, stream, false);
+    KILN_CHECK(!dy_nhwc && x != nullptr && reinterpret_cast<std::uintptr_t>(partials) % 16 == 0,
+               "conv2d_grad_weight (TMA, TF32): dy NCHW, x given and 16-byte aligned partials");
+    const Tf32WgradMaps maps = tf32_wgrad_maps(g, p, dy, xt, x);
+    wgrad_launch(dtype, g, p, maps.dy, maps.x3, maps.centre, partials, dw, stream, false);
     return;
   }
   const auto box = conv_tma_box(g, 64);  // a K step's pixels: (rows, images)
@@ -171,7 +189,7 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
   const CUtensorMap dy_map = dy_nhwc ? tiled_map(dtype, dy, 2, nhwc_dims, nhwc_strides, nhwc_box)
                                      : tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
   const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
-  wgrad_launch(dtype, g, p, dy_map, x_map, partials, dw, stream, dy_nhwc);
+  wgrad_launch(dtype, g, p, dy_map, x_map, x_map, partials, dw, stream, dy_nhwc);
 }
 
 }  // namespace kiln::cuda

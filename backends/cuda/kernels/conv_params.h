@@ -33,6 +33,19 @@ struct ConvGemmShape {
 };
 static_assert(sizeof(ConvGemmShape) == 17 * 4, "ConvGemmShape: seventeen 32-bit fields");
 
+#ifdef __CUDACC_RTC__
+#define KILN_CONV_BOTH __host__ __device__
+#else
+#define KILN_CONV_BOTH
+#endif
+// TF32's TMA weight gradient (conv_wgmma_wgrad_tma.cuh) over the output's rows (OH*OW a
+// multiple of 32) at stride 1 with the output as wide as x: the centre tap's column (kw = pad)
+// is x's own, so it is boxed from x, and x's tap columns hold the other KW - 1.
+KILN_CONV_BOTH inline bool tf32_centre_from_x(const ConvGemmShape& g) {
+  return g.stride == 1 && g.s_hw % 32 == 0 && g.img_w == g.s_w && g.pad_w >= 0 && g.pad_w < g.kw;
+}
+#undef KILN_CONV_BOTH
+
 // The input gradient's filter as `count` classes of taps. With stride s, dx's pixel (s a + rh,
 // s b + rw) takes only the taps kh = rh + pad (mod s), kw likewise: each class of pixels (rh,
 // rw) is a stride-1 convolution of dy over a grid of H / s x W / s pixels with taps_h x taps_w

@@ -26,8 +26,10 @@
 // (WIDE) with one stride. Where an image is fewer pixels than a step (OH*OW = BR, 16 or 8, at
 // stride 1), a block of rows is a whole image, 32 / BR images a step (A's box as many), and x3
 // has KH - 1 zero rows about x's (x3[b][c][kw][h + pad][j]), so that tap kh's pixels of an image
-// are one run of x3 from its row kh: one 4-D box (zeros past the batch). One producer warp (the
-// last) issues a step's copies on the stage's `full` barrier; WM = BM / 64 warpgroups wait,
+// are one run of x3 from its row kh: one 4-D box (zeros past the batch). Where the output is as
+// wide as x at stride 1 (tf32_centre_from_x), the centre tap (kw = pad) is boxed from x itself
+// (`centre_map`, the same 5-D box with one tap) and x3 holds the other KW - 1. One producer warp
+// (the last) issues a step's copies on the stage's `full` barrier; WM = BM / 64 warpgroups wait,
 // multiply and arrive on its `empty` barrier (conv_wgmma_tma.cuh's pipeline). K is split over
 // blockIdx.z in k_chunk pieces (whole steps); each split stores its f32 partials in the tile's own
 // column order, [split][co][(tap, c)] (8 rows of 32 contiguous bytes a store), and wgrad_tap_sum
@@ -57,6 +59,7 @@ __host__ __device__ constexpr unsigned wgrad_swizzle_mode(int bytes) {
 template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE, bool DY_NHWC, int BR>
 __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map,
                                                      const TmaDescriptor* x_map,
+                                                     const TmaDescriptor* centre_map,
                                                      float* __restrict__ out,
                                                      const ConvGemmShape& g) {
   constexpr int WM = BM / 64, CONSUMERS = 128 * WM, BN = 64 * NA;
@@ -90,6 +93,7 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
   __syncthreads();
   if (threadIdx.x >= CONSUMERS) {  // the producer warp: one thread issues the copies
     if (threadIdx.x != CONSUMERS) return;
+    const bool centre = K_MAJOR_B && tf32_centre_from_x(g);  // kw = pad boxed from x itself
     for (int step = 0; step < steps; ++step) {
       const int buf = step % STAGES, k0 = k_begin + step * STEP;
       const int b = k0 / g.s_hw, pix = k0 - b * g.s_hw, oh0 = pix / g.s_w;
@@ -111,11 +115,14 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
 #pragma unroll
           for (int r = 0; r < B_ROWS; ++r) {
             unsigned short* rows = b_stage + (r * NA + a) * 64 * BU;
+            const int row = (oh0 + r) * g.stride + at.kh - g.pad_h;
             if (g.s_hw < STEP)  // whole images: image b + r's run of tap row kh (padded rows)
               tma_load_4d(rows, x_map, full + buf, at.kh * g.s_w, at.kw, at.c, b + r);
+            else if (centre && at.kw == g.pad_w)
+              tma_load_5d(rows, centre_map, full + buf, ow0, row, 0, at.c, b);
             else
-              tma_load_5d(rows, x_map, full + buf, ow0, (oh0 + r) * g.stride + at.kh - g.pad_h,
-                          at.kw, at.c, b);
+              tma_load_5d(rows, x_map, full + buf, ow0, row,
+                          centre && at.kw > g.pad_w ? at.kw - 1 : at.kw, at.c, b);
           }
         } else {
           tma_load_4d(b_stage + a * 64 * 64, x_map, full + buf, at.c, at.kw - g.pad_w,
@@ -213,9 +220,10 @@ __device__ __forceinline__ void wgrad_tap_sum(const float* __restrict__ part, T*
 extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32, KILN_BM == 64 ? 2 : 1)
     KILN_CONV_WGMMA_WGRAD_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor dy,
                               const __grid_constant__ kiln::cuda::TmaDescriptor xt,
+                              const __grid_constant__ kiln::cuda::TmaDescriptor centre,
                               float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
   kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE,
-                                   KILN_DY_NHWC, KILN_BR>(&dy, &xt, out, g);
+                                   KILN_DY_NHWC, KILN_BR>(&dy, &xt, &centre, out, g);
 }
 #endif
 
