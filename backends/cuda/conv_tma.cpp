@@ -199,9 +199,6 @@ void halo_forward(DType dtype, const ConvGemmShape& g, const TmaTile& tile,
                   {static_cast<unsigned>(tile.threads()), 1, 1}, tile.shared_bytes(), stream, args);
 }
 
-}  // namespace
-
-namespace {
 // f32's forward and stride-1 input gradient under TF32 on the TMA pass; KILN_TF32_TMA=0 leaves
 // them to conv_wgmma.cuh's register gather (for measuring).
 bool tf32_tma_on() {

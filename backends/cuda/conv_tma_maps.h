@@ -28,9 +28,8 @@ CUtensorMap tiled_map(DType dtype, const void* base, int rank, const cuuint64_t*
                       const cuuint32_t* steps = nullptr);
 // The channels-last image of `images` (a `channels`-channel NHWC copy, of the pass's img_h x
 // img_w): [N][H][W][C], C innermost; boxes of a 128-byte row of channels (64 16-bit, 32 f32) x
-// s_w columns x `rows` x `box_images`
-// of the pass's output grid, every stride-th column and row of the image (the TMA's element
-// strides: the box spans stride x as many).
+// s_w columns x `rows` x `box_images` of the pass's output grid, every stride-th column and row
+// of the image (the TMA's element strides: the box spans stride x as many).
 CUtensorMap image_map(DType dtype, const ConvGemmShape& g, const void* xt, std::int64_t channels,
                       std::int64_t images, int rows, int box_images);
 

@@ -28,11 +28,7 @@ std::string wgrad_name(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
 std::string sum_name(DType dtype) {
   return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
 }
-}  // namespace
 
-bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& g) { return g.m >= 64 && g.m % 8 == 0; }
-
-namespace {
 // f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
 // the register-gather kernels (conv_wgmma_wgrad.cuh).
 bool tf32_tma_wgrad_on() {
@@ -40,6 +36,8 @@ bool tf32_tma_wgrad_on() {
   return on;
 }
 }  // namespace
+
+bool conv_tma_wgrad_reads_nhwc_dy(const ConvGemmShape& g) { return g.m >= 64 && g.m % 8 == 0; }
 
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape& g) {
   if (!tma_on() || !conv_wgmma_enabled(dtype)) return std::nullopt;

@@ -1,4 +1,4 @@
-// The tap columns of f32's TF32 weight gradient by TMA (conv_tma.cpp, tf32_tap_expand):
+// The tap columns of f32's TF32 weight gradient by TMA (conv_tap_columns.cpp, tf32_tap_expand):
 // x3[p][t][r][j] = x[p][r + row0][stride j + kw - pad] for each of `planes` (B C) planes of x's
 // H x W, r < rows (H, row0 0; or, for whole-image steps, H + 2 pad rows from row0 = -pad), j < OW
 // (x3's width, the output's), zero where the row or column leaves x; t counts the taps kw but
