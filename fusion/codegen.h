@@ -28,7 +28,12 @@ struct CudaKernelSource {
   // its finisher computes them: (partial, reduced..., inputs..., row outputs...).
   int reductions = 0;
   int row_outputs = 0;
-  bool warp_jobs = false;   // staged groups: a warp per work item (row), not a block
+  bool warp_jobs = false;  // staged groups: a warp per work item (row), not a block
+  // Column bodies: the threads a block that a job's rows keep busy (64 to 256), taken where
+  // that keeps the occupancy-best threads an SM, and a block a job (the grid is the jobs); 0:
+  // the occupancy-best block, and the grid at most the resident blocks.
+  int block_threads = 0;
+  int finish_threads = 32;  // the finisher's threads an output: a warp, or a block of 256
   std::string finish_name;  // empty when splits == 1
 };
 

@@ -6,6 +6,8 @@
 // results land where the row-by-row body's finisher (codegen_reduction.cpp) expects them.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/env_switch.h"
 #include "fusion/codegen_writer.h"
 #include "graph/passes/channels_last_values.h"
@@ -14,64 +16,96 @@ namespace kiln::codegen {
 
 namespace {
 
-// The column bodies' constants: outputs, rows, splits of the rows and rows a split.
-std::string column_constants(const ReductionAxes& axes, std::int64_t splits) {
-  const std::int64_t n_red = axes.red_sizes[0];
+// The column bodies' constants: columns, rows, splits of the rows, rows a split, and tiles of
+// adjacent columns a block of rows.
+std::string column_constants(const ColumnShape& cs, std::int64_t splits, std::int64_t tile) {
   return fmt::format(
       "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n  const long long splits "
-      "= {}LL;\n  const long long chunk = {}LL;\n",
-      axes.kept_sizes[0], n_red, splits, (n_red + splits - 1) / splits);
+      "= {}LL;\n  const long long chunk = {}LL;\n  const long long tiles = {}LL;\n",
+      cs.n_out, cs.rows, splits, (cs.rows + splits - 1) / splits, (cs.n_out + tile - 1) / tile);
+}
+
+// A job's place: its block of rows b (of cs.outer), tile of columns and split of the rows, the
+// element offset of b's first row, and the rows of its split.
+std::string column_job() {
+  return "    const long long b = job / splits / tiles, tile = job / splits % tiles;\n"
+         "    const long long first = b * n_red * n_out;\n"
+         "    const long long r_first = (job % splits) * chunk;\n"
+         "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
 }
 
 }  // namespace
 
-// The reduced axes lead and the kept ones trail (a bias gradient: the sum of a [rows, n]
-// value over its rows; batch norm's sums over a [B, H, W, C] value stored channels-last,
-// graph/passes/channels_last_values.h): element (r, o) is at r * n + o, so threads of a warp
-// that take adjacent outputs read adjacent elements, where the row-by-row body reads them n
-// apart. Only for long columns: over a few rows (a batch of 64) the row-by-row body's block per
-// output keeps more SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there).
-// Sibling reductions each keep their accumulators; row outputs come from the finisher (the
-// body is then always split). Not yet run on a GPU, those two take the column body only while
-// the channels-last values are asked for (graph/passes/channels_last_values.h).
-bool Writer::columns_reduced() const {
+// The reduced axes lie between an outer kept axis (or none) and an inner kept one that is
+// contiguous (a bias gradient: the sum of a [rows, n] value over its rows; batch norm's sums
+// over a [B, H, W, C] value stored channels-last, graph/passes/channels_last_values.h; the
+// global average pool of such a value, over H W rows for each of B): element (b, r, c) is at
+// (b * rows + r) * n + c, so threads of a warp that take adjacent outputs read adjacent
+// elements, where the row-by-row body reads them n apart. Without an outer axis only for long
+// columns: over a few rows (a batch of 64) the row-by-row body's block per output keeps more
+// SMs busy (MLP GAN step 0.134 -> 0.150 ms with the column body there); with one, the jobs are
+// many whatever the rows. Sibling reductions each keep their accumulators; row outputs come
+// from the finisher (the body is then always split). Not yet run on a GPU, those two take the
+// column body only while the channels-last values are asked for
+// (graph/passes/channels_last_values.h).
+ColumnShape Writer::column_shape() const {
   if ((!g_.more_reductions.empty() || !g_.row_outputs.empty()) &&
       channels_last_values_mode() == ChannelsLastValues::off)
-    return false;
+    return {};
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
-  return axes.kept_sizes.size() == 1 && axes.red_sizes.size() == 1 && axes.kept_strides[0] == 1 &&
-         axes.red_strides[0] == axes.kept_sizes[0] && axes.kept_sizes[0] >= 32 &&
-         axes.red_sizes[0] >= 512;
+  const std::size_t kept = axes.kept_sizes.size();
+  if (axes.red_sizes.size() != 1 || kept < 1 || kept > 2 || axes.kept_strides.back() != 1 ||
+      axes.red_strides[0] != axes.kept_sizes.back() || axes.kept_sizes.back() < 32)
+    return {};
+  const ColumnShape cs{kept == 2 ? axes.kept_sizes[0] : 1, axes.red_sizes[0],
+                       axes.kept_sizes.back()};
+  if (kept == 2 && axes.kept_strides[0] != cs.rows * cs.n_out) return {};  // rows, then columns
+  if (kept == 1 && cs.rows < 512) return {};
+  return cs;
 }
 
-// One block per (tile of 32 outputs, split of the rows): lane x takes output tile * 32 + x,
+// Splits of the rows for about 1024 jobs (each at least 2048 elements), a block of as many
+// warps as a split's rows keep busy (at most 8), and as many bytes in flight a thread as its
+// registers allow: an H100's batch norm statistics over [512, 32, 32, 64] in blocks of 2 warps
+// and 2 loads a thread in flight ran at 1.37 TB/s (ncu: 23 % of the warps resident).
+void Writer::column_kernel(const ColumnShape& cs, CudaKernelSource& k, std::string& body) const {
+  const ColumnVectors cv = column_vectors();
+  const std::int64_t tiles = cs.outer * ((cs.n_out + cv.tile() - 1) / cv.tile());
+  k.splits = reduction_splits(tiles, cs.rows * cv.tile(), 1024, 2048);
+  if (!g_.row_outputs.empty()) k.splits = std::max<std::int64_t>(k.splits, 2);  // finisher's
+  k.work_items = tiles * k.splits;
+  const std::int64_t chunk = (cs.rows + k.splits - 1) / k.splits;
+  const std::int64_t warps = std::min<std::int64_t>(8, (chunk + cv.rows() - 1) / cv.rows());
+  k.block_threads = 64;
+  while (k.block_threads < 32 * warps) k.block_threads *= 2;
+  body = cv.lanes > 1 ? column_vector_body(cs, cv, k.splits) : column_reduction_body(cs, k.splits);
+}
+
+// One block per (tile of 32 columns, split of the rows): lane x takes column tile * 32 + x,
 // the block's warps take every (blockDim.x / 32)-th row of the split; the warps' sums are
 // then added in warp order (deterministic). Partial results land where the finisher of
-// the row-by-row body expects them: reduced[o * splits + split].
-std::string Writer::column_reduction_body(std::int64_t splits) const {
+// the row-by-row body expects them: reduced[o * splits + split] for output o = b * n_out + c.
+std::string Writer::column_reduction_body(const ColumnShape& cs, std::int64_t splits) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
-  const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
-  std::string out = column_constants(axes, splits);
+  std::string out = column_constants(cs, splits, 32);
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("  __shared__ T {}[32][33];\n", reduction_name("warp_acc", r));
   out +=
       "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
       "5;\n";
   out += hoisted_scalars();
-  out +=
-      "  for (long long job = blockIdx.x; job < ((n_out + 31) / 32) * splits; job += gridDim.x) "
-      "{\n";
-  out += "    const long long o = (job / splits) * 32 + lane;\n";
-  out += "    const long long r_first = (job % splits) * chunk;\n";
-  out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
+  out += "  for (long long job = blockIdx.x; job < " + std::to_string(cs.outer) +
+         "LL * tiles * splits; job += gridDim.x) {\n";
+  out += column_job();
+  out += "    const long long c = tile * 32 + lane, o = b * n_out + c;\n";
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
                        reduction_identity(*reds[r], g_.compute));
   // (Batch norm's sums over [B, H, W, C]: a lane's 2-byte loads, so four rows' loads in flight.)
   const bool several = reds.size() > 1 || !g_.row_outputs.empty();
-  out += several ? "    if (o < n_out) {\n#pragma unroll 4\n" : "    if (o < n_out) {\n";
+  out += several ? "    if (c < n_out) {\n#pragma unroll 4\n" : "    if (c < n_out) {\n";
   out += "      for (long long r = r_first + warp; r < r_end; r += warps) {\n";
-  out += "        const long long i = r * n_out + o;\n";
+  out += "        const long long i = first + r * n_out + c;\n";
   out += scalar_loads("        ", "i");
   out += compute("        ", "");
   for (std::size_t k = 0; k < g_.outputs.size(); ++k)
@@ -85,7 +119,7 @@ std::string Writer::column_reduction_body(std::int64_t splits) const {
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("    {}[warp][lane] = {};\n", reduction_name("warp_acc", r),
                        reduction_name("acc", r));
-  out += "    __syncthreads();\n    if (warp == 0u && o < n_out) {\n";
+  out += "    __syncthreads();\n    if (warp == 0u && c < n_out) {\n";
   for (std::size_t r = 0; r < reds.size(); ++r) {
     const std::string acc = reduction_name("acc", r);
     out +=
@@ -109,7 +143,7 @@ ColumnVectors Writer::column_vectors() const {
   const bool on = env_switch_on("KILN_COLUMN_VECTORS");
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   const int lanes = g_.low_precision() ? lanes_ : (g_.compute == DType::f32 ? 4 : 1);
-  const std::int64_t n_out = axes.kept_sizes[0];
+  const std::int64_t n_out = axes.kept_sizes.back();
   if (!on || channels_last_values_mode() == ChannelsLastValues::off || !vectorizable() ||
       lanes == 1 || n_out % lanes != 0)
     return {};
@@ -118,16 +152,30 @@ ColumnVectors Writer::column_vectors() const {
   return {lanes, groups};
 }
 
-// One block per (tile of T outputs, split of the rows): lane l takes outputs tile * T + (l % G)
+std::vector<char> Writer::row_invariant_inputs() const {
+  std::vector<char> invariant(plans_.size(), 0);
+  for (std::size_t k = 0; k < plans_.size(); ++k) {
+    if (plans_[k].access == Access::scalar) continue;  // (hoisted_scalars)
+    invariant[k] =
+        std::all_of(g_.reduction->axes.begin(), g_.reduction->axes.end(), [&](std::int64_t a) {
+          const auto d = static_cast<std::size_t>(a);
+          return g_.shape[d] == 1 || g_.inputs[k].strides[d] == 0;
+        });
+  }
+  return invariant;
+}
+
+// One block per (tile of T columns, split of the rows): lane l takes columns tile * T + (l % G)
 // * L .. + L - 1 of rows r_first + warp * (32 / G) + l / G, stepping by the block's rows. A
 // warp's rows are then combined by a butterfly over the lanes of a channel group, the block's
 // warps through shared memory in warp order (deterministic), one reduction after another.
-std::string Writer::column_vector_body(const ColumnVectors& cv, std::int64_t splits) const {
+// Four rows' loads in flight a thread where at most two inputs stream (batch norm's
+// statistics), else two (its gradient's groups: up to 128 registers already).
+std::string Writer::column_vector_body(const ColumnShape& cs, const ColumnVectors& cv,
+                                       std::int64_t splits) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
-  const ReductionAxes axes = split_axes(g_.shape, reds[0]->axes);
-  const int lanes = cv.lanes, tile = cv.lanes * cv.groups, rows = 32 / cv.groups;
-  const std::int64_t n_out = axes.kept_sizes[0];
-  std::string out = column_constants(axes, splits);
+  const int lanes = cv.lanes, tile = cv.lanes * cv.groups, rows = cv.rows();
+  std::string out = column_constants(cs, splits, tile);
   out += fmt::format("  __shared__ T warp_acc[32][{}];\n", tile);
   out += fmt::format(
       "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> "
@@ -135,12 +183,10 @@ std::string Writer::column_vector_body(const ColumnVectors& cv, std::int64_t spl
       cv.groups);
   out += hoisted_scalars();
   out += fmt::format("  const bool vec = {};\n", aligned());
-  out +=
-      fmt::format("  for (long long job = blockIdx.x; job < {}LL * splits; job += gridDim.x) {{\n",
-                  n_out / tile);
-  out += fmt::format("    const long long c = (job / splits) * {} + group * {};\n", tile, lanes);
-  out += "    const long long r_first = (job % splits) * chunk;\n";
-  out += "    const long long r_end = r_first + chunk < n_red ? r_first + chunk : n_red;\n";
+  out += "  for (long long job = blockIdx.x; job < " + std::to_string(cs.outer) +
+         "LL * tiles * splits; job += gridDim.x) {\n";
+  out += column_job();
+  out += fmt::format("    const long long c = tile * {} + group * {};\n", tile, lanes);
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("    T {}[{}];\n    for (int l = 0; l < {}; ++l) {}[l] = {};\n",
                        reduction_name("acc", r), lanes, lanes, reduction_name("acc", r),
@@ -158,15 +204,24 @@ std::string Writer::column_vector_body(const ColumnVectors& cv, std::int64_t spl
   const std::string rows_loop = fmt::format(
       "      for (long long r = r_first + warp * {0} + row_lane; r < r_end; r += warps * {0}) {{\n",
       rows);
-  out += "    if (vec) {\n#pragma unroll 2\n" + rows_loop;
-  out += "        const long long i = r * n_out + c;\n";
+  const std::vector<char> invariant = row_invariant_inputs();
+  const auto streamed = std::count_if(plans_.begin(), plans_.end(), [](const InputPlan& p) {
+    return p.access == Access::contiguous;
+  });
+  out += "    if (vec) {\n";
+  for (std::size_t k = 0; k < plans_.size(); ++k)
+    if (invariant[k]) out += vector_input_loads(k, "(first + c)", "      ");
+  out += fmt::format("#pragma unroll {}\n", streamed <= 2 ? 4 : 2) + rows_loop;
+  out += "        const long long i = first + r * n_out + c;\n";
   auto per_lane = [&](const std::string& suffix, int l) {
     return accumulate("          ", l, suffix);
   };
-  out += g_.low_precision() ? vector_body_wide(per_lane) : vector_body_f32(per_lane);
+  out += g_.low_precision() ? vector_body_wide(per_lane, invariant)
+                            : vector_body_f32(per_lane, invariant);
   out += "      }\n    } else {\n" + rows_loop;  // (an operand not 16-byte aligned)
   for (int l = 0; l < lanes; ++l) {
-    out += fmt::format("        {{\n          const long long i = r * n_out + c + {};\n", l);
+    out +=
+        fmt::format("        {{\n          const long long i = first + r * n_out + c + {};\n", l);
     out += scalar_loads("          ", "i") + compute("          ", "");
     for (std::size_t k = 0; k < g_.outputs.size(); ++k)
       out += "          " + store(k, fmt::format("out{}[i]", k), "");
@@ -193,7 +248,7 @@ std::string Writer::column_vector_body(const ColumnVectors& cv, std::int64_t spl
     out += fmt::format("      for (unsigned w = 1; w < warps; ++w) total = {};\n",
                        reduction_combine(*reds[r], "total", "warp_acc[w][t]"));
     out += "      " +
-           store_reduced(fmt::format("((job / splits) * {} + t) * splits + job % splits", tile),
+           store_reduced(fmt::format("(b * n_out + tile * {} + t) * splits + job % splits", tile),
                          "total", splits, r) +
            "\n    }\n    __syncthreads();\n";
   }

@@ -209,14 +209,16 @@ int Writer::reduction_lanes() const {
   return lanes > 1 && axes.red_sizes.back() % lanes == 0 ? lanes : 1;
 }
 
-// Combines each output's partial results, a warp an output, in a fixed order (deterministic: no
-// atomics); with several reductions, reduction r's partials follow at partial + r * outputs *
-// splits. A group with row outputs also takes its inputs and computes those once an output's
-// sums are final. (A thread an output, adding its partials one after another, took 5-7 us for
-// batch norm's 64 channels x 32 splits on the H200, ncu: one block, each load waiting on L2.)
-std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) const {
+// Combines each output's partial results in a fixed order (deterministic: no atomics): a warp
+// an output, or with `threads` 256 a block an output; with several reductions, reduction r's
+// partials follow at partial + r * outputs * splits. A group with row outputs also takes its
+// inputs and computes those once an output's sums are final. (A thread an output, adding its
+// partials one after another, took 5-7 us for batch norm's 64 channels x 32 splits on the
+// H200, ncu: one block, each load waiting on L2.)
+std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits, int threads) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const bool rows = !g_.row_outputs.empty();
+  const bool block = threads > 32;
   std::string params;
   for (std::size_t r = 0; r < reds.size(); ++r)
     params += fmt::format(", {}* __restrict__ {}", pointer_type(reds[r]->type.dtype),
@@ -232,13 +234,23 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) con
   out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs,
                      splits);
   if (rows) out += offsets() + hoisted_scalars();
-  // A warp an output: lane l combines partials l, l + 32, ... in order, then a butterfly
-  // combines the lanes (each pair in a fixed order: every lane ends with the same bits).
+  // Lane (thread) l combines partials l, l + 32 (+ threads), ... in order, then a butterfly
+  // combines the lanes (each pair in a fixed order: every lane ends with the same bits), and
+  // in a block the warps' results are combined in warp order.
+  const std::string first = block ? "threadIdx.x" : "lane";
+  const std::string leader = block ? "threadIdx.x == 0u" : "lane == 0u";
   out += "  const unsigned lane = threadIdx.x & 31u;\n";
-  out += "  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;\n";
-  out +=
-      "  for (long long o = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < n_out; "
-      "o += warps) {\n";
+  if (block) {
+    out += "  const unsigned warp = threadIdx.x >> 5;\n";
+    for (std::size_t r = 0; r < reds.size(); ++r)
+      out += fmt::format("  __shared__ T {}[{}];\n", reduction_name("warp_acc", r), threads / 32);
+    out += "  for (long long o = blockIdx.x; o < n_out; o += gridDim.x) {\n";
+  } else {
+    out += "  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;\n";
+    out +=
+        "  for (long long o = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < n_out; "
+        "o += warps) {\n";
+  }
   std::vector<std::string> finals;
   for (std::size_t r = 0; r < reds.size(); ++r) {
     const std::string part =
@@ -246,20 +258,34 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits) con
     const std::string acc = reduction_name("acc", r);
     out += fmt::format("    T {} = {};\n", acc, reduction_identity(*reds[r], g_.compute));
     out += fmt::format(
-        "    for (long long c = lane; c < splits; c += 32) {{ const T v = {}[o * splits + c]; {} = "
+        "    for (long long c = {}; c < splits; c += {}) {{ const T v = {}[o * splits + c]; {} = "
         "{}; }}\n",
-        part, acc, reduction_combine(*reds[r], acc, "v"));
+        first, block ? threads : 32, part, acc, reduction_combine(*reds[r], acc, "v"));
     out += "    " + warp_butterfly(*reds[r], acc) + "\n";
-    out += "    if (lane == 0u) " + store_reduced("o", acc, 1, r) + "\n";
+    if (block)
+      out +=
+          fmt::format("    if (lane == 0u) {}[warp] = {};\n", reduction_name("warp_acc", r), acc);
     finals.push_back(acc);
   }
+  if (block) {
+    out += "    __syncthreads();\n";
+    for (std::size_t r = 0; r < reds.size(); ++r) {
+      const std::string acc = reduction_name("acc", r), shared = reduction_name("warp_acc", r);
+      out += fmt::format("    {} = {}[0];\n", acc, shared);
+      out += fmt::format("    for (int w = 1; w < {}; ++w) {} = {};\n", threads / 32, acc,
+                         reduction_combine(*reds[r], acc, shared + "[w]"));
+    }
+  }
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += "    if (" + leader + ") " + store_reduced("o", finals[r], 1, r) + "\n";
   if (rows) {
     const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
-    out += "    if (lane == 0u) {\n";
+    out += "    if (" + leader + ") {\n";
     out += fmt::format("      const long long base = {};\n",
                        coordinate_sum(axes.kept_sizes, axes.kept_strides, "o"));
     out += row_outputs_code("      ", "o", "base", finals) + "    }\n";
   }
+  if (block) out += "    __syncthreads();\n";  // (the shared results are read before reuse)
   out += "  }\n}\n";
   return out;
 }

@@ -43,18 +43,11 @@ std::string Writer::vector_loop_f32() const {
 }
 
 // One vector iteration at element i: float4 loads, the four lanes' instructions, float4 stores.
-std::string Writer::vector_body_f32(const LaneHook& after_lane) const {
+std::string Writer::vector_body_f32(const LaneHook& after_lane,
+                                    const std::vector<char>& preloaded) const {
   std::string out;
-  for (std::size_t k = 0; k < plans_.size(); ++k) {
-    const InputPlan& p = plans_[k];
-    if (p.access == Access::scalar) continue;
-    const std::string off = p.access == Access::contiguous ? "i" : offset_expr(p.walk, "i");
-    if (p.lane_invariant)
-      out += fmt::format("      const T x{} = in{}[{}];\n", k, k, off);
-    else
-      out += fmt::format("      const float4 x{} = *reinterpret_cast<const float4*>(in{} + {});\n",
-                         k, k, off);
-  }
+  for (std::size_t k = 0; k < plans_.size(); ++k)
+    if (preloaded.empty() || !preloaded[k]) out += vector_input_loads(k, "i", "      ");
   for (std::size_t o = 0; o < g_.outputs.size(); ++o) out += fmt::format("      float4 o{};\n", o);
   for (int l = 0; l < 4; ++l) {
     const std::string suffix = std::string(".") + "xyzw"[l];
@@ -86,6 +79,29 @@ std::string copy_lanes(DType dtype, int lanes, const std::string& to, const std:
 
 }  // namespace
 
+std::string Writer::vector_input_loads(std::size_t k, const std::string& index,
+                                       const std::string& indent) const {
+  const InputPlan& p = plans_[k];
+  if (p.access == Access::scalar) return "";  // (hoisted_scalars)
+  const DType d = g_.inputs[k].type.dtype;
+  const std::string off = p.access == Access::contiguous ? index : offset_expr(p.walk, index);
+  if (!g_.low_precision()) {  // float4s
+    if (p.lane_invariant) return fmt::format("{}const T x{} = in{}[{}];\n", indent, k, k, off);
+    return fmt::format("{}const float4 x{} = *reinterpret_cast<const float4*>(in{} + {});\n",
+                       indent, k, k, off);
+  }
+  if (p.lane_invariant)
+    return fmt::format("{}const T x{} = {};\n", indent, k,
+                       widen(d, fmt::format("in{}[{}]", k, off)));
+  std::string out = fmt::format("{}__align__(16) {} s{}[{}]; ", indent, storage_name(d), k, lanes_);
+  out +=
+      copy_lanes(d, lanes_, fmt::format("s{}", k), fmt::format("(in{} + {})", k, off), true) + "\n";
+  for (int lane = 0; lane < lanes_; ++lane)
+    out += fmt::format("{}const T x{}_{} = {};\n", indent, k, lane,
+                       widen(d, fmt::format("s{}[{}]", k, lane)));
+  return out;
+}
+
 // Lanes 0..L-1 (L = lanes_) of input k are x<k>_<lane>, widened from an aligned register array;
 // the vectors stop at n / L * L and the scalar loop after this one takes the rest from `start`.
 std::string Writer::vector_loop_wide() const {
@@ -101,24 +117,11 @@ std::string Writer::vector_loop_wide() const {
 
 // One vector iteration at element i: L (lanes_) elements of each input through an aligned
 // register array, the lanes' instructions, the outputs stored L at a time.
-std::string Writer::vector_body_wide(const LaneHook& after_lane) const {
+std::string Writer::vector_body_wide(const LaneHook& after_lane,
+                                     const std::vector<char>& preloaded) const {
   std::string out;
-  for (std::size_t k = 0; k < plans_.size(); ++k) {
-    const InputPlan& p = plans_[k];
-    if (p.access == Access::scalar) continue;
-    const DType d = g_.inputs[k].type.dtype;
-    const std::string off = p.access == Access::contiguous ? "i" : offset_expr(p.walk, "i");
-    if (p.lane_invariant) {
-      out += fmt::format("      const T x{} = {};\n", k, widen(d, fmt::format("in{}[{}]", k, off)));
-      continue;
-    }
-    out += fmt::format("      __align__(16) {} s{}[{}]; ", storage_name(d), k, lanes_);
-    out += copy_lanes(d, lanes_, fmt::format("s{}", k), fmt::format("(in{} + {})", k, off), true) +
-           "\n";
-    for (int lane = 0; lane < lanes_; ++lane)
-      out += fmt::format("      const T x{}_{} = {};\n", k, lane,
-                         widen(d, fmt::format("s{}[{}]", k, lane)));
-  }
+  for (std::size_t k = 0; k < plans_.size(); ++k)
+    if (preloaded.empty() || !preloaded[k]) out += vector_input_loads(k, "i", "      ");
   // bf16 outputs are rounded two lanes at a time (one cvt.rn.bf16x2 for two cvt.rn.bf16: the
   // conversions bound the bf16 chain on sm_90), from the lanes' values kept in v<o>.
   auto packed = [&](std::size_t o) { return g_.operand_dtype(g_.outputs[o]) == DType::bf16; };

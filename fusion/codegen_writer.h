@@ -62,6 +62,15 @@ enum class Access { contiguous, scalar, strided };
 struct ColumnVectors {
   int lanes = 1, groups = 32;
   int tile() const { return lanes * groups; }  // outputs a job covers
+  int rows() const { return 32 / groups; }     // rows a warp takes at once
+};
+
+// A column reduction's elements (codegen_columns.cpp): `outer` independent blocks of `rows` x
+// `n_out`, element (b, r, c) at (b * rows + r) * n_out + c, the rows reduced and the n_out
+// adjacent columns kept; output (b, c) is b * n_out + c. outer 1: batch norm's sums over
+// [B, H, W, C] (B H W rows); outer B: a global average pool over [B, H, W, C] (H W rows).
+struct ColumnShape {
+  std::int64_t outer = 0, rows = 0, n_out = 0;  // outer 0: not a column reduction
 };
 
 struct InputPlan {
@@ -113,9 +122,17 @@ class Writer {
   // One iteration at element i (the loops' bodies); `after_lane` adds lines at the end of
   // each lane's block (its arguments: the lane's operand suffix and its number), where its
   // values are in scope.
+  // `preloaded` marks inputs whose x<k> values are already in scope (a column job's
+  // row-invariant inputs, loaded before its rows).
   using LaneHook = std::function<std::string(const std::string& suffix, int lane)>;
-  std::string vector_body_f32(const LaneHook& after_lane = {}) const;
-  std::string vector_body_wide(const LaneHook& after_lane = {}) const;
+  std::string vector_body_f32(const LaneHook& after_lane = {},
+                              const std::vector<char>& preloaded = {}) const;
+  std::string vector_body_wide(const LaneHook& after_lane = {},
+                               const std::vector<char>& preloaded = {}) const;
+  // Input k's vector-path values at element `index` (a C expression): x<k> (a float4, or one
+  // value where the lanes share it) in f32 groups, x<k>_<lane> in 16-bit ones.
+  std::string vector_input_loads(std::size_t k, const std::string& index,
+                                 const std::string& indent) const;
 
   // codegen_horizontal.cpp: the segment's pointers, from the table; its vector path
   std::string segment_pointers() const;
@@ -141,7 +158,7 @@ class Writer {
   // NCHW maps of 8 x 8, 16 x 16, ...; bf16 over 14 x 14 stays scalar: 196 is no multiple of
   // the 8 lanes its inputs were planned for), else 1.
   int reduction_lanes() const;
-  std::string finish_kernel(std::int64_t outputs, std::int64_t splits) const;
+  std::string finish_kernel(std::int64_t outputs, std::int64_t splits, int threads) const;
   // A rows_finish_only group's row outputs of row `row` (C expressions), from the reductions'
   // final values `finals` and the inputs at `element` (any element of the row).
   std::string row_outputs_code(const std::string& indent, const std::string& row,
@@ -150,11 +167,17 @@ class Writer {
   std::string store_reduced(const std::string& index, const std::string& value, std::int64_t splits,
                             std::size_t r = 0) const;
 
-  // codegen_columns.cpp: reduced axes leading, kept ones trailing
-  bool columns_reduced() const;
-  std::string column_reduction_body(std::int64_t splits) const;
+  // codegen_columns.cpp: the reduced axes between an outer kept one and an inner kept one
+  ColumnShape column_shape() const;  // outer 0 where the column body does not apply
   ColumnVectors column_vectors() const;
-  std::string column_vector_body(const ColumnVectors& cv, std::int64_t splits) const;
+  // Inputs that are the same in every reduced row (a per-channel scale): a column job loads
+  // them once, before its rows.
+  std::vector<char> row_invariant_inputs() const;
+  // Fills k's splits, work items, block and body for a column reduction of shape `cs`.
+  void column_kernel(const ColumnShape& cs, CudaKernelSource& k, std::string& body) const;
+  std::string column_reduction_body(const ColumnShape& cs, std::int64_t splits) const;
+  std::string column_vector_body(const ColumnShape& cs, const ColumnVectors& cv,
+                                 std::int64_t splits) const;
 
   const FusedGroup& g_;
   std::string t_;  // the compute type's name

@@ -12,11 +12,17 @@
 namespace kiln {
 namespace {
 
-// The occupancy-best block (gpu/block_size.h) and a grid for `work_items`.
+// The occupancy-best block (gpu/block_size.h) and a grid for `work_items`; `block_threads`
+// (CudaKernelSource's) a reduction's own block where that keeps the occupancy, a block a job.
 LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_items,
-                          int vector_width) {
+                          int vector_width, int block_threads = 0) {
   const gpu::DeviceLimits limits = gpu::current_device_limits();
   gpu::BlockChoice choice = gpu::choose_block_size(kernel);
+  if (block_threads > 0 && kernel.max_active_blocks_per_sm(block_threads, 0) * block_threads >=
+                               choice.block * choice.blocks_per_sm) {
+    choice.blocks_per_sm = kernel.max_active_blocks_per_sm(block_threads, 0);
+    choice.block = block_threads;
+  }
   // Elementwise kernels (and finishers) in blocks of 256 where that keeps the occupancy: the
   // smallest block that reaches it (64) made the H200 schedule 4x the blocks, and 256 was
   // faster on every zoo step in bf16 (dcgan at batch 256: 1.695 -> 1.581 ms; resnet 2.660 ->
@@ -41,7 +47,8 @@ LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_ite
   // Elementwise kernels get one thread per item (per float4) however large: on the H200 a
   // full grid reaches 4.25 TB/s on the fused chain where a grid of resident blocks looping
   // reaches 3.98 (more loads in flight). Reductions loop over their jobs with resident blocks.
-  const std::int64_t cap = vector_width == 0 ? resident : std::int64_t{0x7fffffff};
+  const std::int64_t cap =
+      vector_width == 0 && block_threads == 0 ? resident : std::int64_t{0x7fffffff};
   best.grid = {static_cast<unsigned>(std::min(wanted, cap)), 1, 1};
   return best;
 }
@@ -52,7 +59,8 @@ LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_ite
 // elements with a grid-stride loop (vector_width elements per thread per iteration).
 CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKernel& compiled)
     : source_(std::move(source)), kernel_(compiled) {
-  shape_ = choose_launch(kernel_, source_.work_items, source_.reduction ? 0 : source_.vector_width);
+  shape_ = choose_launch(kernel_, source_.work_items, source_.reduction ? 0 : source_.vector_width,
+                         source_.block_threads);
   if (source_.warp_jobs) {  // blocks enough for a warp per row
     const std::int64_t warps = std::max<unsigned>(1, shape_.block.x / 32);
     shape_.grid.x = static_cast<unsigned>(
@@ -60,7 +68,14 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
   }
   if (source_.splits <= 1) return;
   finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name);
-  finish_shape_ = choose_launch(*finish_, source_.reduced_outputs * 32, 1);  // a warp an output
+  if (source_.finish_threads > 32) {  // a block an output
+    finish_shape_.block = {static_cast<unsigned>(source_.finish_threads), 1, 1};
+    finish_shape_.grid = {static_cast<unsigned>(std::min<std::int64_t>(source_.reduced_outputs,
+                                                                       std::int64_t{0x7fffffff})),
+                          1, 1};
+  } else {
+    finish_shape_ = choose_launch(*finish_, source_.reduced_outputs * 32, 1);  // a warp an output
+  }
   const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
   // One partial result per output and split (work_items counts jobs: a column job covers 32
   // outputs).

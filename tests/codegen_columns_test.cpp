@@ -56,14 +56,89 @@ std::shared_ptr<const FusedGroup> reduction_group(const Graph& fused) {
   return found;
 }
 
+// A global average pool over y [B, H, W, C] after a batch norm's scale, shift and ReLU (a
+// ResNet's last block, channels-last): per (b, c) the mean over H W rows of C columns.
+Graph pooled_columns(const Shape& shape, DType dtype) {
+  Graph g;
+  const Value y = g.input("y", shape, dtype);
+  const Value scale = g.input("scale", {1, 1, 1, shape[3]});
+  const Value shift = g.input("shift", {1, 1, 1, shape[3]});
+  const Value a = relu(cast(y, DType::f32) * scale + shift);
+  g.output("pooled", sum(a, {1, 2}) * (1.0 / static_cast<double>(shape[1] * shape[2])));
+  return g;
+}
+
 }  // namespace
+
+TEST_CASE("golden: a global average pool over [B, H, W, C] takes the column body, a job a b") {
+  struct Case {
+    Shape shape;
+    const char* values;  // KILN_CHANNELS_LAST_VALUES: the vector form with them
+    std::int64_t splits;
+    int block;
+  };
+  // [64, 4, 4, 512]: 64 x 8 tiles of 64 columns, 16 rows of a tile each (4 a warp: 4 warps);
+  // the scalar form 64 x 16 tiles of 32, a row a warp (8 warps); 40 columns: 2 tiles of 32.
+  for (const Case& c : {Case{{64, 4, 4, 512}, "1", 1, 128}, Case{{64, 4, 4, 512}, "0", 1, 256},
+                        Case{{3, 5, 7, 40}, "0", 1, 256}}) {
+    setenv("KILN_CHANNELS_LAST_VALUES", c.values, 1);
+    CAPTURE(c.shape.str());
+    CAPTURE(c.values);
+    const Graph fused = stage_reductions(
+        fuse(eliminate_dead_code(pooled_columns(c.shape, DType::bf16))), cuda_stage_options());
+    const CudaKernelSource k = generate_cuda(*reduction_group(fused));
+    CAPTURE(k.source);
+    CHECK(k.splits == c.splits);
+    CHECK(k.block_threads == c.block);
+    const std::int64_t tile = std::string(c.values) == "1" ? 64 : 32;
+    CHECK(k.work_items == c.shape[0] * ((c.shape[3] + tile - 1) / tile) * k.splits);
+    CHECK(contains(k.source, fmt::format("job < {}LL * tiles * splits;", c.shape[0])));
+    CHECK(
+        contains(k.source, fmt::format("const long long n_red = {}LL;", c.shape[1] * c.shape[2])));
+    CHECK(contains(k.source, "const long long first = b * n_red * n_out;"));
+    CHECK(contains(k.source, "const long long i = first + r * n_out + c"));
+#ifdef KILN_HAVE_CUDA
+    CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
+#endif
+  }
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+}
+
+TEST_CASE("golden: a column body's 1024 splits are finished a block an output") {
+  setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  const Graph fused = stage_reductions(
+      fuse(eliminate_dead_code(channel_statistics({512, 32, 32, 64}, DType::bf16))),
+      cuda_stage_options());
+  const CudaKernelSource k = generate_cuda(*reduction_group(fused));
+  CAPTURE(k.source);
+  CHECK(k.splits == 1024);  // 524288 rows of one tile of 64 channels in splits of 512 rows
+  CHECK(k.block_threads == 256);
+  CHECK(contains(k.source, "#pragma unroll 4"));  // one input streams: four rows in flight
+  // k = y[0, 0, 0, c], the same in every row: loaded once a job, before the rows.
+  const std::size_t hoisted = k.source.find("((first + c) % 64LL)");
+  CHECK(hoisted < k.source.find("#pragma unroll 4"));
+  const std::size_t rows = k.source.find("#pragma unroll 4");
+  CHECK(k.source.substr(rows, k.source.find("} else {", rows) - rows).find("(i % 64LL)") ==
+        std::string::npos);  // (the scalar loop, for unaligned operands, loads it every row)
+  CHECK(k.finish_threads == 256);
+  CHECK(contains(k.source, "for (long long o = blockIdx.x; o < n_out; o += gridDim.x) {"));
+  CHECK(contains(k.source,
+                 "for (long long c = threadIdx.x; c < splits; c += 256) { const T v = (partial + "
+                 "1LL * n_out * splits)[o * splits + c]; acc1 = (acc1 + v); }"));
+  CHECK(contains(k.source, "for (int w = 1; w < 8; ++w) acc1 = (acc1 + warp_acc1[w]);"));
+  CHECK(contains(k.source, "if (threadIdx.x == 0u) reduced1[o] = acc1;"));
+#ifdef KILN_HAVE_CUDA
+  CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
+#endif
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+}
 
 TEST_CASE("golden: channel statistics over [B, H, W, C] take the column body, rows finished") {
   {  // (only while the channels-last values are asked for, until run on a GPU)
     const Graph fused =
         stage_reductions(fuse(eliminate_dead_code(channel_statistics({32, 8, 8, 64}, DType::bf16))),
                          cuda_stage_options());
-    CHECK(!contains(generate_cuda(*reduction_group(fused)).source, "(job / splits) * 32 + lane;"));
+    CHECK(!contains(generate_cuda(*reduction_group(fused)).source, "const long long tiles ="));
   }
   setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
   setenv("KILN_COLUMN_VECTORS", "0", 1);  // the scalar form; the vector form's case is below
@@ -80,8 +155,8 @@ TEST_CASE("golden: channel statistics over [B, H, W, C] take the column body, ro
   // row outputs once the sums are whole.
   CHECK(k.splits >= 2);
   CHECK(k.work_items == 2 * k.splits);
-  CHECK(contains(k.source, "const long long o = (job / splits) * 32 + lane;"));
-  CHECK(contains(k.source, "const long long i = r * n_out + o;"));
+  CHECK(contains(k.source, "const long long c = tile * 32 + lane, o = b * n_out + c;"));
+  CHECK(contains(k.source, "const long long i = first + r * n_out + c;"));
   CHECK(contains(k.source, "__shared__ T warp_acc1[32][33];"));
   CHECK(contains(k.source, "reduced1[o * splits + job % splits] = acc1;"));
   CHECK(k.finish_name == k.name + "_finish");
@@ -116,8 +191,8 @@ TEST_CASE("golden: the column body's vector form takes 8 channels a lane, 16-byt
     CHECK(contains(k.source, fmt::format("__shared__ T warp_acc[32][{}];", tile)));
     CHECK(
         contains(k.source, fmt::format("group = lane % {0}u, row_lane = lane / {0}u;", c.groups)));
-    CHECK(contains(k.source, fmt::format("const long long c = (job / splits) * {} + group * {};",
-                                         tile, c.lanes)));
+    CHECK(contains(k.source,
+                   fmt::format("const long long c = tile * {} + group * {};", tile, c.lanes)));
     CHECK(contains(k.source, fmt::format("T acc1[{}];", c.lanes)));
     CHECK(contains(k.source, c.dtype == DType::bf16 ? "reinterpret_cast<const uint4*>"
                                                     : "reinterpret_cast<const float4*>"));
@@ -139,8 +214,9 @@ TEST_CASE("GPU: channel statistics over [B, H, W, C] in the column body match th
       setenv("KILN_COLUMN_VECTORS", vectors, 1);
       CAPTURE(vectors);
       CAPTURE(dtype_name(dtype));
+      // ([64, 32, 32, 64]: 1024 splits, finished a block an output.)
       for (const Shape& shape : {Shape{32, 8, 8, 64}, Shape{7, 9, 11, 40}, Shape{64, 4, 4, 512},
-                                 Shape{9, 8, 8, 24}, Shape{4, 16, 16, 96}}) {
+                                 Shape{9, 8, 8, 24}, Shape{4, 16, 16, 96}, Shape{64, 32, 32, 64}}) {
         CAPTURE(shape.str());
         const Graph g = channel_statistics(shape, dtype);
         const std::vector<Feed> feeds = test::random_feeds(g, 3);
@@ -153,6 +229,27 @@ TEST_CASE("GPU: channel statistics over [B, H, W, C] in the column body match th
       }
     }
   unsetenv("KILN_COLUMN_VECTORS");
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+}
+
+TEST_CASE("GPU: a global average pool over [B, H, W, C] in the column body matches the CPU") {
+  if (!test::have_gpu()) return;
+  for (const char* values : {"0", "1"})
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      setenv("KILN_CHANNELS_LAST_VALUES", values, 1);  // "1": the vector form where it fits
+      CAPTURE(values);
+      CAPTURE(dtype_name(dtype));
+      // A ResNet's last block; odd rows and columns; a partial tile; 1 row of 2 x 1; many b.
+      for (const Shape& shape : {Shape{64, 4, 4, 512}, Shape{3, 5, 7, 40}, Shape{5, 3, 3, 36},
+                                 Shape{2, 2, 1, 64}, Shape{1000, 2, 2, 96}}) {
+        CAPTURE(shape.str());
+        const Graph g = pooled_columns(shape, dtype);
+        const std::vector<Feed> feeds = test::random_feeds(g, 5);
+        const Outputs gpu = compile(g, {.device = Device::cuda()})->run(feeds);
+        const Outputs cpu = compile(g)->run(feeds);
+        CHECK(test::closeness(gpu.at("pooled"), cpu.at("pooled"), 1e-4, 1e-3) <= 1.0);
+      }
+    }
   unsetenv("KILN_CHANNELS_LAST_VALUES");
 }
 

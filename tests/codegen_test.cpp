@@ -274,22 +274,23 @@ TEST_CASE(
   CAPTURE(k.source);
   CHECK(k.splits == 32);  // 32 tiles of 32 outputs, 4096 rows in 32 splits of 128: 1024 blocks
   CHECK(k.work_items == 32 * 32);
-  CHECK(contains(k.source, "const long long o = (job / splits) * 32 + lane;"));
-  CHECK(contains(k.source, "const long long i = r * n_out + o;"));
+  CHECK(contains(k.source, "const long long c = tile * 32 + lane, o = b * n_out + c;"));
+  CHECK(contains(k.source, "const long long i = first + r * n_out + c;"));
   CHECK(contains(k.source, "const long long chunk = 128LL;"));
+  CHECK(k.block_threads == 256);  // 128 rows a split, a row a warp at a time: 8 warps busy
   CHECK(contains(k.source, "reduced[o * splits + job % splits] = acc;"));
   CHECK(k.finish_name == k.name + "_finish");
   Graph narrow,
       short_columns;  // fewer than 32 outputs, or fewer than 512 rows: the row-by-row body
   narrow.output("s", sum(narrow.input("x", {512, 16}), {0}));
-  CHECK(!contains(generate_cuda(*single_group(narrow)).source, "lane;"));
+  CHECK(!contains(generate_cuda(*single_group(narrow)).source, "const long long tiles ="));
   short_columns.output("s", sum(short_columns.input("x", {64, 256}), {0}));
-  CHECK(!contains(generate_cuda(*single_group(short_columns)).source, "lane;"));
+  CHECK(!contains(generate_cuda(*single_group(short_columns)).source, "const long long tiles ="));
 #ifdef KILN_HAVE_CUDA
   Graph f64;
   f64.output("m", max(exp(f64.input("x", {600, 70}, DType::f64)), {0}, true));
   const CudaKernelSource d = generate_cuda(*single_group(f64));
-  CHECK(contains(d.source, "lane;"));
+  CHECK(contains(d.source, "const long long tiles ="));
   for (const CudaKernelSource& source : {k, d})
     CHECK(gpu::compile_to_cubin({source.name, source.source, {}}, {.sm = 90}).size() > 4);
 #endif
