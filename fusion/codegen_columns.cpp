@@ -154,6 +154,7 @@ ColumnVectors Writer::column_vectors() const {
 
 std::vector<char> Writer::row_invariant_inputs() const {
   std::vector<char> invariant(plans_.size(), 0);
+  if (!env_switch_on("KILN_COLUMN_HOIST")) return invariant;  // (=0: loaded every row)
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     if (plans_[k].access == Access::scalar) continue;  // (hoisted_scalars)
     invariant[k] =

@@ -120,6 +120,12 @@ TEST_CASE("golden: a column body's 1024 splits are finished a block an output") 
   const std::size_t rows = k.source.find("#pragma unroll 4");
   CHECK(k.source.substr(rows, k.source.find("} else {", rows) - rows).find("(i % 64LL)") ==
         std::string::npos);  // (the scalar loop, for unaligned operands, loads it every row)
+  setenv("KILN_COLUMN_HOIST", "0", 1);  // every row, for measuring
+  const CudaKernelSource every_row = generate_cuda(*reduction_group(fused));
+  const std::size_t loop = every_row.source.find("#pragma unroll 4");
+  CHECK(every_row.source.find("((first + c) % 64LL)") == std::string::npos);
+  CHECK(every_row.source.find("(i % 64LL)", loop) < every_row.source.find("} else {", loop));
+  unsetenv("KILN_COLUMN_HOIST");
   CHECK(k.finish_threads == 256);
   CHECK(contains(k.source, "for (long long o = blockIdx.x; o < n_out; o += gridDim.x) {"));
   CHECK(contains(k.source,
