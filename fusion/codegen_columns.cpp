@@ -69,7 +69,7 @@ ColumnShape Writer::column_shape() const {
 // registers allow: an H100's batch norm statistics over [512, 32, 32, 64] in blocks of 2 warps
 // and 2 loads a thread in flight ran at 1.37 TB/s (ncu: 23 % of the warps resident).
 void Writer::column_kernel(const ColumnShape& cs, CudaKernelSource& k, std::string& body) const {
-  const ColumnVectors cv = column_vectors();
+  const ColumnVectors cv = column_vectors(cs.n_out);
   const std::int64_t tiles = cs.outer * ((cs.n_out + cv.tile() - 1) / cv.tile());
   k.splits = reduction_splits(tiles, cs.rows * cv.tile(), 1024, 2048);
   if (!g_.row_outputs.empty()) k.splits = std::max<std::int64_t>(k.splits, 2);  // finisher's
@@ -139,11 +139,9 @@ std::string Writer::column_reduction_body(const ColumnShape& cs, std::int64_t sp
 // gives) combines the warps. 1 lane: the scalar form. Taken where the column body with
 // several sums is (the channels-last values), and KILN_COLUMN_VECTORS=0 keeps the scalar form
 // there (for measuring).
-ColumnVectors Writer::column_vectors() const {
+ColumnVectors Writer::column_vectors(std::int64_t n_out) const {
   const bool on = env_switch_on("KILN_COLUMN_VECTORS");
-  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   const int lanes = g_.low_precision() ? lanes_ : (g_.compute == DType::f32 ? 4 : 1);
-  const std::int64_t n_out = axes.kept_sizes.back();
   if (!on || channels_last_values_mode() == ChannelsLastValues::off || !vectorizable() ||
       lanes == 1 || n_out % lanes != 0)
     return {};

@@ -169,7 +169,7 @@ class Writer {
 
   // codegen_columns.cpp: the reduced axes between an outer kept one and an inner kept one
   ColumnShape column_shape() const;  // outer 0 where the column body does not apply
-  ColumnVectors column_vectors() const;
+  ColumnVectors column_vectors(std::int64_t n_out) const;  // n_out: ColumnShape's
   // Inputs that are the same in every reduced row (a per-channel scale): a column job loads
   // them once, before its rows.
   std::vector<char> row_invariant_inputs() const;

@@ -18,9 +18,9 @@ LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_ite
                           int vector_width, int block_threads = 0) {
   const gpu::DeviceLimits limits = gpu::current_device_limits();
   gpu::BlockChoice choice = gpu::choose_block_size(kernel);
-  if (block_threads > 0 && kernel.max_active_blocks_per_sm(block_threads, 0) * block_threads >=
-                               choice.block * choice.blocks_per_sm) {
-    choice.blocks_per_sm = kernel.max_active_blocks_per_sm(block_threads, 0);
+  const int own_per_sm = block_threads > 0 ? kernel.max_active_blocks_per_sm(block_threads, 0) : 0;
+  if (own_per_sm * block_threads >= choice.block * choice.blocks_per_sm && own_per_sm > 0) {
+    choice.blocks_per_sm = own_per_sm;
     choice.block = block_threads;
   }
   // Elementwise kernels (and finishers) in blocks of 256 where that keeps the occupancy: the
