@@ -254,6 +254,8 @@ TEST_CASE(
   CHECK(k.work_items == 32 * 64);
   CHECK(k.finish_name == k.name + "_finish");
   CHECK(contains(k.source, "const long long chunk = 784LL;"));
+  CHECK(k.block_threads == 128);  // 784 values a split, 4 a thread: 196 threads busy
+  CHECK(k.finish_threads == 32);  // 64 partials an output: a warp combines them
   CHECK(contains(k.source, "extern \"C\" __global__ void " + k.finish_name +
                                "(const T* __restrict__ partial, T* __restrict__ reduced)"));
   // A warp an output: each lane its partials in order, then the lanes in a butterfly.
