@@ -186,7 +186,8 @@ CudaKernelSource Writer::generate() {
     // Many partials an output: a block of 256 combines each (a warp's 32 lanes would wait on
     // L2 once per 32 partials: 7 us for 64 channels x 1024 splits on an H100).
     if (k.splits >= 128) k.finish_threads = 256;
-    if (k.splits > 1) extra = finish_kernel(k.reduced_outputs, k.splits, k.finish_threads);
+    if (k.splits > 1)
+      extra = finish_kernel(k.reduced_outputs, k.splits, k.finish_threads, k.split_jobs > 0);
   } else {
     body = elementwise_body(k.vector_width);
   }

@@ -34,6 +34,11 @@ struct CudaKernelSource {
   // the occupancy-best block, and the grid at most the resident blocks.
   int block_threads = 0;
   int finish_threads = 32;  // the finisher's threads an output: a warp, or a block of 256
+  // Split column bodies: the launch picks the splits (1 to `splits`, for which the partials are
+  // allocated) to fill the resident blocks once, the grid is split_jobs x those splits, the
+  // main kernel reads them from gridDim and the finisher from its second parameter. 0: the
+  // splits are the source's.
+  std::int64_t split_jobs = 0;
   std::string finish_name;  // empty when splits == 1
 };
 

@@ -16,13 +16,20 @@ namespace kiln::codegen {
 
 namespace {
 
-// The column bodies' constants: columns, rows, splits of the rows, rows a split, and tiles of
-// adjacent columns a block of rows.
+// The column bodies' constants: columns, rows, tiles of adjacent columns a block of rows, splits
+// of the rows and rows a split. Split bodies take their splits from the grid, which the launch
+// sizes to the resident blocks (CudaKernelSource::launch_splits): at most `splits`.
 std::string column_constants(const ColumnShape& cs, std::int64_t splits, std::int64_t tile) {
-  return fmt::format(
-      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n  const long long splits "
-      "= {}LL;\n  const long long chunk = {}LL;\n  const long long tiles = {}LL;\n",
-      cs.n_out, cs.rows, splits, (cs.rows + splits - 1) / splits, (cs.n_out + tile - 1) / tile);
+  std::string out = fmt::format(
+      "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n  const long long tiles = "
+      "{}LL;\n",
+      cs.n_out, cs.rows, (cs.n_out + tile - 1) / tile);
+  if (splits > 1)
+    return out + fmt::format(
+                     "  const long long splits = (long long)gridDim.x / ({}LL * tiles);  // <= {}\n"
+                     "  const long long chunk = (n_red + splits - 1) / splits;\n",
+                     cs.outer, splits);
+  return out + "  const long long splits = 1LL;\n  const long long chunk = n_red;\n";
 }
 
 // A job's place: its block of rows b (of cs.outer), tile of columns and split of the rows, the
@@ -74,6 +81,7 @@ void Writer::column_kernel(const ColumnShape& cs, CudaKernelSource& k, std::stri
   k.splits = reduction_splits(tiles, cs.rows * cv.tile(), 1024, 2048);
   if (!g_.row_outputs.empty()) k.splits = std::max<std::int64_t>(k.splits, 2);  // finisher's
   k.work_items = tiles * k.splits;
+  if (k.splits > 1) k.split_jobs = tiles;  // the launch picks the splits
   const std::int64_t chunk = (cs.rows + k.splits - 1) / k.splits;
   const std::int64_t warps = std::min<std::int64_t>(8, (chunk + cv.rows() - 1) / cv.rows());
   k.block_threads = 64;

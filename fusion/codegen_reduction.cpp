@@ -215,7 +215,8 @@ int Writer::reduction_lanes() const {
 // inputs and computes those once an output's sums are final. (A thread an output, adding its
 // partials one after another, took 5-7 us for batch norm's 64 channels x 32 splits on the
 // H200, ncu: one block, each load waiting on L2.)
-std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits, int threads) const {
+std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits, int threads,
+                                  bool launched) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const bool rows = !g_.row_outputs.empty();
   const bool block = threads > 32;
@@ -230,9 +231,10 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits, int
                             pointer_type(g_.row_outputs[w].type.dtype), w);
   }
   std::string out = fmt::format(
-      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}) {{\n", params);
-  out += fmt::format("  const long long n_out = {}LL;\n  const long long splits = {}LL;\n", outputs,
-                     splits);
+      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}{}) {{\n",
+      launched ? ", const long long splits" : "", params);
+  out += fmt::format("  const long long n_out = {}LL;\n", outputs);
+  if (!launched) out += fmt::format("  const long long splits = {}LL;\n", splits);
   if (rows) out += offsets() + hoisted_scalars();
   // Lane (thread) l combines partials l, l + 32 (+ threads), ... in order, then a butterfly
   // combines the lanes (each pair in a fixed order: every lane ends with the same bits), and
@@ -253,8 +255,11 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits, int
   }
   std::vector<std::string> finals;
   for (std::size_t r = 0; r < reds.size(); ++r) {
+    // (Reduction r's partials start r x outputs x the most splits in: the allocation's.)
     const std::string part =
-        r == 0 ? "partial" : fmt::format("(partial + {}LL * n_out * splits)", r);
+        r == 0 ? "partial"
+               : fmt::format("(partial + {}LL * n_out * {})", r,
+                             launched ? fmt::format("{}LL", splits) : std::string("splits"));
     const std::string acc = reduction_name("acc", r);
     out += fmt::format("    T {} = {};\n", acc, reduction_identity(*reds[r], g_.compute));
     out += fmt::format(

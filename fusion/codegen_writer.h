@@ -158,7 +158,9 @@ class Writer {
   // NCHW maps of 8 x 8, 16 x 16, ...; bf16 over 14 x 14 stays scalar: 196 is no multiple of
   // the 8 lanes its inputs were planned for), else 1.
   int reduction_lanes() const;
-  std::string finish_kernel(std::int64_t outputs, std::int64_t splits, int threads) const;
+  // `launched`: the splits are the launch's (a parameter after `partial`), at most `splits`.
+  std::string finish_kernel(std::int64_t outputs, std::int64_t splits, int threads,
+                            bool launched) const;
   // A rows_finish_only group's row outputs of row `row` (C expressions), from the reductions'
   // final values `finals` and the inputs at `element` (any element of the row).
   std::string row_outputs_code(const std::string& indent, const std::string& row,

@@ -75,6 +75,12 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
         std::min<std::int64_t>(shape_.grid.x, (source_.work_items + warps - 1) / warps));
   }
   if (source_.splits <= 1) return;
+  if (source_.split_jobs > 0) {  // as many splits as fill the resident blocks once
+    const std::int64_t slots =
+        std::int64_t{shape_.blocks_per_sm} * gpu::current_device_limits().sms;
+    launch_splits_ = std::clamp<std::int64_t>(slots / source_.split_jobs, 1, source_.splits);
+    shape_.grid.x = static_cast<unsigned>(source_.split_jobs * launch_splits_);
+  }
   finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name);
   if (source_.finish_threads > 32) {  // a block an output
     finish_shape_.block = {static_cast<unsigned>(source_.finish_threads), 1, 1};
@@ -125,6 +131,8 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
   if (!finish_) return;
   std::vector<void*> finish_args;
   for (const void*& p : finish_pointers) finish_args.push_back(static_cast<void*>(&p));
+  long long splits = launch_splits_;
+  if (source_.split_jobs > 0) finish_args.insert(finish_args.begin() + 1, &splits);
   finish_->launch(finish_shape_.grid, finish_shape_.block, 0, stream, finish_args.data());
 }
 

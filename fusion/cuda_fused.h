@@ -38,6 +38,7 @@ class CudaFusedKernel {
   // Split reductions: the finishing kernel and the partial results (allocated once, here).
   std::unique_ptr<gpu::LoadedKernel> finish_;
   LaunchShape finish_shape_;
+  long long launch_splits_ = 0;  // CudaKernelSource::split_jobs: the splits the launch picked
   void* partial_ = nullptr;
   std::size_t partial_stride_ = 0;  // bytes of one reduction's partial results
 };

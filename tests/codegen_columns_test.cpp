@@ -128,9 +128,17 @@ TEST_CASE("golden: a column body's 1024 splits are finished a block an output") 
   unsetenv("KILN_COLUMN_HOIST");
   CHECK(k.finish_threads == 256);
   CHECK(contains(k.source, "for (long long o = blockIdx.x; o < n_out; o += gridDim.x) {"));
+  // The launch picks the splits (at most 1024) to fill the resident blocks once: the main
+  // kernel reads them from its grid, the finisher from its second parameter.
+  CHECK(k.split_jobs == 1);
+  CHECK(contains(k.source,
+                 "const long long splits = (long long)gridDim.x / (1LL * tiles);  // <= "
+                 "1024"));
+  CHECK(
+      contains(k.source, k.finish_name + "(const T* __restrict__ partial, const long long splits"));
   CHECK(contains(k.source,
                  "for (long long c = threadIdx.x; c < splits; c += 256) { const T v = (partial + "
-                 "1LL * n_out * splits)[o * splits + c]; acc1 = (acc1 + v); }"));
+                 "1LL * n_out * 1024LL)[o * splits + c]; acc1 = (acc1 + v); }"));
   CHECK(contains(k.source, "for (int w = 1; w < 8; ++w) acc1 = (acc1 + warp_acc1[w]);"));
   CHECK(contains(k.source, "if (threadIdx.x == 0u) reduced1[o] = acc1;"));
 #ifdef KILN_HAVE_CUDA

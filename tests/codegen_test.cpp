@@ -278,7 +278,10 @@ TEST_CASE(
   CHECK(k.work_items == 32 * 32);
   CHECK(contains(k.source, "const long long c = tile * 32 + lane, o = b * n_out + c;"));
   CHECK(contains(k.source, "const long long i = first + r * n_out + c;"));
-  CHECK(contains(k.source, "const long long chunk = 128LL;"));
+  CHECK(k.split_jobs == 32);  // the launch picks the splits, at most 32 (128 rows or more each)
+  CHECK(contains(k.source,
+                 "const long long splits = (long long)gridDim.x / (1LL * tiles);  // <= 32"));
+  CHECK(contains(k.source, "const long long chunk = (n_red + splits - 1) / splits;"));
   CHECK(k.block_threads == 256);  // 128 rows a split, a row a warp at a time: 8 warps busy
   CHECK(contains(k.source, "reduced[o * splits + job % splits] = acc;"));
   CHECK(k.finish_name == k.name + "_finish");
