@@ -18,7 +18,7 @@ namespace {
 
 // The column bodies' constants: columns, rows, tiles of adjacent columns a block of rows, splits
 // of the rows and rows a split. Split bodies take their splits from the grid, which the launch
-// sizes to the resident blocks (CudaKernelSource::launch_splits): at most `splits`.
+// sizes to the resident blocks (CudaKernelSource::split_jobs): at most `splits`.
 std::string column_constants(const ColumnShape& cs, std::int64_t splits, std::int64_t tile) {
   std::string out = fmt::format(
       "  const long long n_out = {}LL;\n  const long long n_red = {}LL;\n  const long long tiles = "
