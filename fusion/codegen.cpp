@@ -137,12 +137,8 @@ Writer::Writer(const FusedGroup& g) : g_(g), t_(g.compute == DType::f64 ? "doubl
   // loads: per-channel values over 14x14 or 7x7 maps), whichever every access allows; f32
   // groups take 4 (float4). 16 lanes (two loads per thread) was measured slower on the H200:
   // the bf16 chain at 3.55 TB/s against 3.66.
-  for (int lanes : g.low_precision() ? std::vector<int>{8, 4} : std::vector<int>{4}) {
-    lanes_ = lanes;
-    plans_.clear();
-    for (const FusedInput& in : g.inputs) plans_.push_back(plan_input(g, in, lanes_));
-    if (vectorizable()) break;
-  }
+  for (int lanes : g.low_precision() ? std::vector<int>{8, 4} : std::vector<int>{4})
+    if (plan_lanes(lanes)) break;
   // Long rows with row outputs: the pass over the elements computes what the outputs and the
   // reductions read, the finisher (row_outputs_code) the rest.
   if (g.rows_finish_only() &&
@@ -152,6 +148,13 @@ Writer::Writer(const FusedGroup& g) : g_(g), t_(g.compute == DType::f64 ? "doubl
     for (const FusedReduction* r : g.reductions()) values.push_back(r->value);
     pass_instrs_ = g.instrs_read_by(std::move(values));
   }
+}
+
+bool Writer::plan_lanes(int lanes) {
+  lanes_ = lanes;
+  plans_.clear();
+  for (const FusedInput& in : g_.inputs) plans_.push_back(plan_input(g_, in, lanes_));
+  return vectorizable();
 }
 
 CudaKernelSource Writer::generate() {
@@ -172,6 +175,7 @@ CudaKernelSource Writer::generate() {
     k.reductions = static_cast<int>(g_.reductions().size());
     const std::int64_t per_output = g_.shape.numel() / std::max<std::int64_t>(1, k.reduced_outputs);
     if (const ColumnShape cs = column_shape(); cs.outer > 0) {  // a warp's loads: row segments
+      if (g_.low_precision() && lanes_ == 8 && column_lanes() == 4) plan_lanes(4);
       column_kernel(cs, k, body);
     } else {
       k.splits = reduction_splits(k.reduced_outputs, per_output, 2048, 512);

@@ -1,14 +1,16 @@
 // The column bodies of generated reductions: the reduced axes lead and the kept ones trail
 // (a bias gradient, the sum of a [rows, n] value over its rows; batch norm's sums over a
 // [B, H, W, C] value stored channels-last, graph/passes/channels_last_values.h). A warp's lanes
-// take adjacent outputs of a row, one each (the scalar form) or 8 (4 for f32) each through
-// 16-byte loads (the vector form), and the rows are split among warps and blocks; partial
+// take adjacent outputs of a row, one each (the scalar form) or 8 (4 for f32, and for 16-bit
+// groups that hoist many inputs) each through vector loads (the vector form), and the rows are
+// split among warps and blocks; partial
 // results land where the row-by-row body's finisher (codegen_reduction.cpp) expects them.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "core/env_switch.h"
+#include "core/error.h"
 #include "fusion/codegen_writer.h"
 #include "graph/passes/channels_last_values.h"
 
@@ -140,8 +142,9 @@ std::string Writer::column_reduction_body(const ColumnShape& cs, std::int64_t sp
   return out;
 }
 
-// The vector form's lanes a thread (8 for groups of 16-bit values, 4 for f32 ones, as the
-// row-by-row body's vector loop) and its channel groups a warp, G: lanes l and l + G take the
+// The vector form's lanes a thread (8 for groups of 16-bit values, or 4 where their hoisted
+// inputs would take too many registers, column_lanes; 4 for f32 ones, as the row-by-row body's
+// vector loop) and its channel groups a warp, G: lanes l and l + G take the
 // same outputs in other rows. A tile (a job's outputs) is T = G L <= 64 adjacent outputs, so
 // that one shared array of 32 warps x T values (8 KiB, whatever block the occupancy choice
 // gives) combines the warps. 1 lane: the scalar form. Taken where the column body with
@@ -156,6 +159,22 @@ ColumnVectors Writer::column_vectors(std::int64_t n_out) const {
   int groups = 64 / lanes;
   while (n_out % (groups * lanes) != 0) groups /= 2;
   return {lanes, groups};
+}
+
+// At 8 lanes stage 1's 29-op backward group over [512, 32, 32, 64] (8 hoisted per-channel
+// inputs: 64 registers of them) took 96 registers a thread, so two blocks of 256 an SM (ncu on
+// an H100: 25 % occupancy, 9.5 cycles between a warp's instructions, 60 % of the DRAM's rate);
+// ptxas puts it at 56 at 4 lanes.
+int Writer::column_lanes() const {
+  const auto forced = env_integer("KILN_COLUMN_LANES", 0, 0, 8, "4 or 8");
+  KILN_CHECK(forced == 0 || forced == 4 || forced == 8, "KILN_COLUMN_LANES='{}': expected 4 or 8",
+             forced);
+  if (forced != 0) return static_cast<int>(forced);
+  const std::vector<char> invariant = row_invariant_inputs();
+  int registers = 0;
+  for (std::size_t k = 0; k < plans_.size(); ++k)
+    if (invariant[k] && !plans_[k].lane_invariant) registers += lanes_;
+  return registers > 32 ? 4 : 8;
 }
 
 std::vector<char> Writer::row_invariant_inputs() const {

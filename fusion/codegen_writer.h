@@ -181,6 +181,13 @@ class Writer {
   std::string column_vector_body(const ColumnShape& cs, const ColumnVectors& cv,
                                  std::int64_t splits) const;
 
+  // Plans the inputs for `lanes` adjacent elements a thread; whether every input takes them.
+  bool plan_lanes(int lanes);
+  // A 16-bit column body's lanes a thread: 8 (16-byte loads), or 4 (8-byte) where its
+  // row-invariant inputs would hold more than 32 registers at 8 (KILN_COLUMN_LANES=4 or 8
+  // forces one, for measuring).
+  int column_lanes() const;
+
   const FusedGroup& g_;
   std::string t_;  // the compute type's name
   std::vector<InputPlan> plans_;

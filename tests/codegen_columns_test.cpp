@@ -68,7 +68,83 @@ Graph pooled_columns(const Shape& shape, DType dtype) {
   return g;
 }
 
+// Batch norm's backward terms over y, dy [B, H, W, C]: five per-channel values read in every
+// row (hoisted: 40 registers at 8 lanes), the input gradient stored and two sums taken.
+Graph gradient_columns(const Shape& shape, DType dtype) {
+  Graph g;
+  const Value y = g.input("y", shape, dtype), dy = g.input("dy", shape, dtype);
+  const Shape per{1, 1, 1, shape[3]};
+  const Value mean = g.input("mean", per), scale = g.input("scale", per);
+  const Value a = g.input("a", per), b = g.input("b", per), c = g.input("c", per);
+  const Value yhat = (cast(y, DType::f32) - mean) * scale + c;
+  const Value d = cast(dy, DType::f32) * a + b;
+  g.output("dx", cast(d - yhat * c, dtype));
+  g.output("sum_d", sum(d, {0, 1, 2}, true));
+  g.output("sum_dyhat", sum(d * yhat, {0, 1, 2}, true));
+  return g;
+}
+
 }  // namespace
+
+TEST_CASE("golden: a 16-bit column body that hoists many per-channel inputs takes 4 lanes") {
+  setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  const Graph fused =
+      stage_reductions(fuse(eliminate_dead_code(gradient_columns({64, 16, 16, 64}, DType::bf16))),
+                       cuda_stage_options());
+  struct Case {
+    const char* lanes;  // KILN_COLUMN_LANES
+    int expected;
+  };
+  for (const Case& c : {Case{"", 4}, Case{"8", 8}, Case{"4", 4}}) {
+    setenv("KILN_COLUMN_LANES", c.lanes, 1);
+    CAPTURE(c.lanes);
+    const CudaKernelSource k = generate_cuda(*reduction_group(fused));
+    CAPTURE(k.source);
+    // 64 channels a tile: 16 groups of 4 lanes (2 rows a warp) or 8 of 8 (4 rows).
+    CHECK(contains(k.source, fmt::format("T acc[{}];", c.expected)));
+    CHECK(contains(k.source,
+                   fmt::format("group = lane % {0}u, row_lane = lane / {0}u;", 64 / c.expected)));
+    CHECK(contains(k.source, c.expected == 4 ? "reinterpret_cast<const uint2*>"
+                                             : "reinterpret_cast<const uint4*>"));
+#ifdef KILN_HAVE_CUDA
+    CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
+#endif
+  }
+  setenv("KILN_COLUMN_LANES", "6", 1);
+  CHECK_THROWS_WITH_AS(generate_cuda(*reduction_group(fused)),
+                       doctest::Contains("KILN_COLUMN_LANES='6': expected 4 or 8"), Error);
+  unsetenv("KILN_COLUMN_LANES");
+  {  // without hoisting, the per-channel values are loaded every row: 8 lanes
+    setenv("KILN_COLUMN_HOIST", "0", 1);
+    CHECK(contains(generate_cuda(*reduction_group(fused)).source, "T acc[8];"));
+    unsetenv("KILN_COLUMN_HOIST");
+  }
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+}
+
+TEST_CASE("GPU: a column body at 4 lanes and at 8 matches the CPU") {
+  if (!test::have_gpu()) return;
+  setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
+  for (const char* lanes : {"4", "8"}) {
+    setenv("KILN_COLUMN_LANES", lanes, 1);
+    CAPTURE(lanes);
+    // A stage-1 shape, channels of one tile and of a part tile, odd rows, one row.
+    for (const Shape& shape :
+         {Shape{64, 32, 32, 64}, Shape{7, 9, 11, 40}, Shape{3, 5, 5, 128}, Shape{1, 1, 1, 64}}) {
+      CAPTURE(shape.str());
+      const Graph g = gradient_columns(shape, DType::bf16);
+      const std::vector<Feed> feeds = test::random_feeds(g, 11);
+      const Outputs gpu = compile(g, {.device = Device::cuda()})->run(feeds);
+      const Outputs cpu = compile(g)->run(feeds);
+      for (const auto& [name, tensor] : cpu) {
+        CAPTURE(name);
+        CHECK(test::closeness(gpu.at(name), tensor, 1e-4, 1e-2) <= 1.0);
+      }
+    }
+  }
+  unsetenv("KILN_COLUMN_LANES");
+  unsetenv("KILN_CHANNELS_LAST_VALUES");
+}
 
 TEST_CASE("golden: a global average pool over [B, H, W, C] takes the column body, a job a b") {
   struct Case {

@@ -12,8 +12,9 @@
 // conv_classes.cpp). Where the image's channels are a multiple of 8, the
 // forward and grad_input read a channels-last copy of it instead (16-byte loads of 8 channels:
 // conv_mma_nhwc.cuh). The CUDA-core implicit GEMM's tiles and launch are in conv_igemm.cpp;
-// every pass's tile is autotuned (conv_tuning.h). The fallback is im2col + cuBLAS
-// (conv_im2col.cpp).
+// every pass's tile is autotuned (conv_tuning.h). The forward over images of at most 4
+// channels (a stem) is a direct kernel on the CUDA cores (conv_direct.cpp). The fallback is
+// im2col + cuBLAS (conv_im2col.cpp).
 #include "backends/cuda/conv.h"
 
 #include <fmt/format.h>
@@ -81,6 +82,15 @@ bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass p
          (pass != ConvPass::grad_input || g.stride == 1 || igemm_by_classes(g));
 }
 
+// The direct forward of images with few channels (conv_direct.cpp): every such forward where
+// the kernels are chosen automatically; KILN_CONV_DIRECT=0 leaves it to the implicit GEMMs.
+std::optional<DirectPlan> direct_plan(const ConvGeometry& g, DType dtype, ConvPass pass) {
+  static const bool on = env_switch_on("KILN_CONV_DIRECT");
+  if (!on || pass != ConvPass::forward || detail::g_algo != detail::ConvAlgo::automatic)
+    return std::nullopt;
+  return conv_direct_plan(g, dtype);
+}
+
 // The smallest pass (M * N * K multiply-adds) that goes to the tensor cores by default:
 // below it, the channels-last copies and the reordered weights cost more than the faster math
 // saves. Whole-step A/B on the H200, bf16, device ms at batch 64 and 256 (2^0 / 2^24 / 2^26 /
@@ -116,7 +126,7 @@ bool use_tf32_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
 bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
   const GemmDims d = dims_of(g, pass);
   const bool tf32_weight_gradient = pass == ConvPass::grad_weight && use_tf32_mma(g, dtype, pass);
-  return (is_low_precision(dtype) || tf32_weight_gradient) &&
+  return (is_low_precision(dtype) || tf32_weight_gradient) && !direct_plan(g, dtype, pass) &&
          detail::g_algo != detail::ConvAlgo::cuda_cores && igemm_fits(g, pass) &&
          (pass != ConvPass::grad_input || g.stride <= 2) && d.m * d.n * d.k >= mma_min_macs();
 }
@@ -124,7 +134,9 @@ bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass) {
 // The channels-last tensor-core path (conv_mma_nhwc.cuh): forward and grad_input over an NHWC
 // copy of their image (x or dy) where its channels are a multiple of 16 bytes' worth.
 bool use_nhwc(const ConvGeometry& g, DType dtype, ConvPass pass) {
-  if (pass == ConvPass::grad_weight || detail::g_algo == detail::ConvAlgo::mma_nchw) return false;
+  if (pass == ConvPass::grad_weight || detail::g_algo == detail::ConvAlgo::mma_nchw ||
+      direct_plan(g, dtype, pass))
+    return false;
   const std::int64_t channels = pass == ConvPass::forward ? g.in_channels : g.out_channels;
   const bool tensor_cores = use_mma(g, dtype, pass) || use_tf32_mma(g, dtype, pass);
   return tensor_cores && conv_nhwc_fits(channels, dtype) && g.batch <= 65535;
@@ -284,6 +296,7 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk, bool image_channels_last) {
+  if (direct_plan(g, dtype, pass)) return 0;
   if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, dtype, pass, image_channels_last).total;
   if (use_mma(g, dtype, pass)) return mma_workspace(g, dtype, pass, image_channels_last);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
@@ -294,6 +307,7 @@ std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pa
 std::vector<gpu::KernelSource> conv_kernel_sources(const ConvGeometry& g, DType dtype,
                                                    ConvPass pass, bool moments,
                                                    bool dy_channels_last) {
+  if (direct_plan(g, dtype, pass)) return {conv_direct_source(g, dtype)};
   if (use_nhwc(g, dtype, pass) || use_mma(g, dtype, pass))
     return mma_sources(g, dtype, pass, moments, dy_channels_last);
   if (!use_igemm(g, dtype, pass)) {
@@ -361,7 +375,9 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
              "channels, {}x{})",
              g.in_channels, g.out_channels, g.height, g.width);
   if (g.batch == 0) return;
-  if (use_nhwc(g, dtype, ConvPass::forward)) {
+  if (const std::optional<DirectPlan> plan = direct_plan(g, dtype, ConvPass::forward)) {
+    conv_direct_forward(dtype, g, *plan, x, w, y, stream);
+  } else if (use_nhwc(g, dtype, ConvPass::forward)) {
     run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments,
              y_channels_last);
   } else if (use_mma(g, dtype, ConvPass::forward)) {

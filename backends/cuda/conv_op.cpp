@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <tuple>
+#include <utility>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_passes.h"
 #include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
 #include "backends/cuda/kernel_registry.h"
@@ -263,6 +265,8 @@ std::vector<gpu::KernelSource> every_conv_source() {
       all.push_back(conv_tma_wgrad_sum_source(t));
     }
   }
+  for (gpu::KernelSource& source : conv_detail::conv_direct_sample_sources())
+    all.push_back(std::move(source));
   for (std::size_t bytes : {2, 4}) {
     all.push_back(nhwc_image_source(bytes));
     for (bool flip : {false, true}) all.push_back(nhwc_weights_source(flip, bytes));

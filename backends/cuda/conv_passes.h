@@ -68,6 +68,22 @@ std::vector<gpu::KernelSource> igemm_sources(const ConvGeometry& g, DType dtype,
 void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
                void* out, const ConvWorkspace& ws, gpu::Stream stream);
 
+// The direct forward of images with few channels (conv_direct.cpp, kernels/conv_direct.cuh;
+// a network's stem): a block's output rows `th` of one image (`tiles` an image), its input's
+// rows x cols in shared memory, and those bytes. Where it fits: at most 4 channels, a filter of
+// at most 7 x 7, stride at most 4, f32, bf16 or f16, tensors under 2^31 elements, a tile's
+// input and filters in 48 KiB.
+struct DirectPlan {
+  int th = 0, tiles = 0, rows = 0, cols = 0;
+  std::size_t shared_bytes = 0;
+};
+std::optional<DirectPlan> conv_direct_plan(const ConvGeometry& g, DType dtype);
+gpu::KernelSource conv_direct_source(const ConvGeometry& g, DType dtype);
+// The stems all_kernel_sources lists: 3x3 over 1 and 3 channels, 5x5 over 1, 7x7 at stride 2.
+std::vector<gpu::KernelSource> conv_direct_sample_sources();
+void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& plan, const void* x,
+                         const void* w, void* y, gpu::Stream stream);
+
 // out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
 // once to `dtype`; a count of 1 is the rounding alone.
 void splitk_sum(DType dtype, const void* part, void* out, std::int64_t elements, std::int64_t count,
