@@ -89,10 +89,12 @@ Graph apply_channels_last(const Graph& g) {
 }
 
 Graph apply_conv_statistics(const Graph& g) {
-  if (!env_switch_set("KILN_CONV_MOMENTS")) return g;
+  if (!env_switch_on("KILN_CONV_MOMENTS")) return g;
 #ifdef KILN_HAVE_CUDA
-  return eliminate_dead_code(fuse_conv_statistics(g, cuda::conv_node_writes_moments,
-                                                  cuda_stage_options().max_row_elements));
+  const ConvMomentsWanted takes = env_switch_set("KILN_CONV_MOMENTS")
+                                      ? ConvMomentsWanted(cuda::conv_node_writes_moments)
+                                      : ConvMomentsWanted(cuda::conv_node_moments_by_default);
+  return eliminate_dead_code(fuse_conv_statistics(g, takes, cuda_stage_options().max_row_elements));
 #else
   return g;
 #endif

@@ -5,6 +5,8 @@
 // filter, rows too wide for one tile of the whole image; f32, bf16 and f16.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "backends/cuda/conv.h"
@@ -14,6 +16,34 @@
 
 namespace kiln {
 using namespace cuda_test;  // NOLINT: the shared test helpers
+
+namespace {
+
+// conv2d_moments' runs of y [B, C, OH, OW] as stored: per run of 64 pixels in (image, pixel)
+// order and channel, the count, mean and squared deviations from it (in double, to 1e-5).
+void check_run_moments(const Tensor& y, const Tensor& moments) {
+  const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
+  const std::int64_t runs = moments.shape()[1];
+  double worst = 0;
+  for (std::int64_t t = 0; t < runs; ++t)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      double values[64], sum = 0, squares = 0;
+      for (int j = 0; j < 64; ++j) {
+        const std::int64_t p = t * 64 + j, b = p / plane;
+        values[j] = y.at((b * channels + c) * plane + p % plane);
+        sum += values[j];
+      }
+      for (double v : values) squares += (v - sum / 64) * (v - sum / 64);
+      const std::int64_t at = t * channels + c, third = runs * channels;
+      CHECK(moments.at(at) == 64.0);
+      worst = std::max(worst,
+                       std::abs(moments.at(third + at) - sum / 64) / (1e-5 + std::abs(sum / 64)));
+      worst = std::max(worst, std::abs(moments.at(2 * third + at) - squares) / (1e-5 + squares));
+    }
+  CHECK(worst < 1e-4);
+}
+
+}  // namespace
 
 TEST_CASE("conv2d: the direct forward takes images of at most 4 channels (no GPU needed)") {
   const auto stem = kernels::conv_geometry({512, 3, 32, 32}, {64, 3, 3, 3}, 1, 1);
@@ -31,7 +61,12 @@ TEST_CASE("conv2d: the direct forward takes images of at most 4 channels (no GPU
     REQUIRE(sources.size() == 1);
     CHECK(sources[0].name == "kiln_conv_direct_" + std::string(dtype_name(dtype)) + "_c3_3x3_s1");
     CHECK(!cuda::conv_reads_channels_last(stem, dtype, cuda::ConvPass::forward));
+    // Its epilogue writes conv2d_moments' runs of 64 pixels (two rows of 32) in 16-bit dtypes.
+    CHECK(cuda::conv_forward_writes_moments(stem, dtype) == (dtype != DType::f32));
   }
+  // Rows of 13 columns: no whole runs.
+  CHECK(!cuda::conv_forward_writes_moments(
+      kernels::conv_geometry({2, 3, 17, 13}, {20, 3, 3, 3}, 1, 1), DType::bf16));
   // The gradients stay on their passes; 8 channels, f64, a 9x9 filter, rows too wide: elsewhere.
   CHECK(cuda::conv_workspace_bytes(stem, DType::bf16, cuda::ConvPass::grad_weight) > 0);
   using cuda::conv_detail::conv_direct_plan;
@@ -73,10 +108,16 @@ TEST_CASE("GPU: the direct forward matches the CPU's convolution") {
       Tensor y_ref = Tensor::empty(ys, ref);
       kernels::conv2d_forward(x.to(ref), w.to(ref), y_ref, g);
       DeviceBuffer dx(x), dw(w), dy(y_ref.numel() * dtype_size(dtype));
-      cuda::conv2d_forward(dtype, g, dx.get(), dw.get(), dy.get(), {nullptr, 0}, nullptr);
+      const bool moments = cuda::conv_forward_writes_moments(g, dtype);
+      const std::int64_t runs = g.batch * g.out_h * g.out_w / 64;
+      DeviceBuffer runs_out(moments ? 3 * runs * g.out_channels * 4 : 1);
+      cuda::conv2d_forward(dtype, g, dx.get(), dw.get(), dy.get(), {nullptr, 0}, nullptr, false,
+                           moments ? static_cast<float*>(runs_out.get()) : nullptr);
       // Each output rounded once from f32 sums: bf16 keeps 8 bits, f16 11.
       const double rtol = dtype == DType::f32 ? 1e-5 : dtype == DType::bf16 ? 8e-3 : 1e-3;
-      CHECK(gemm_closeness(dy.download(ys, dtype), y_ref, rtol) <= 1.0);
+      const Tensor y = dy.download(ys, dtype);
+      CHECK(gemm_closeness(y, y_ref, rtol) <= 1.0);
+      if (moments) check_run_moments(y, runs_out.download({3, runs, g.out_channels}, DType::f32));
     }
 }
 

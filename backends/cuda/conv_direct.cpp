@@ -39,7 +39,8 @@ std::optional<DirectPlan> conv_direct_plan(const ConvGeometry& g, DType dtype) {
     return std::nullopt;
   const std::int64_t groups = (g.out_w + kColumns - 1) / kColumns;  // a thread's items of a row
   if (groups > kThreads) return std::nullopt;
-  const std::int64_t cols = (groups - 1) * kColumns * g.stride + run_of(g);
+  const std::int64_t cols = std::max<std::int64_t>((groups - 1) * kColumns * g.stride + run_of(g),
+                                                   (g.padding + g.width + 3) / 4 * 4);
   const std::size_t filters = static_cast<std::size_t>(patch_rows(g)) * kFilters * 4;
   for (std::int64_t th =
            std::min<std::int64_t>(g.out_h, std::max<std::int64_t>(1, kThreads / groups));
@@ -77,16 +78,31 @@ std::vector<gpu::KernelSource> conv_direct_sample_sources() {
   return all;
 }
 
+bool conv_direct_writes_moments(const ConvGeometry& g, DType dtype, const DirectPlan& plan) {
+  return is_low_precision(dtype) && g.out_w % kColumns == 0 && (g.out_h * g.out_w) % 64 == 0 &&
+         (plan.th * g.out_w) % 64 == 0;
+}
+
 void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& plan, const void* x,
-                         const void* w, void* y, gpu::Stream stream) {
+                         const void* w, void* y, gpu::Stream stream, float* moments) {
+  KILN_CHECK(moments == nullptr || conv_direct_writes_moments(g, dtype, plan),
+             "conv2d (direct): run moments asked of a {}x{} output in tiles of {} rows", g.out_h,
+             g.out_w, plan.th);
   const DeviceKernel& k = device_kernel(
       direct_name(g, dtype), [&] { return conv_direct_source(g, dtype); }, plan.shared_bytes);
   int h = static_cast<int>(g.height), wd = static_cast<int>(g.width),
       pad = static_cast<int>(g.padding), oh = static_cast<int>(g.out_h),
       ow = static_cast<int>(g.out_w), co = static_cast<int>(g.out_channels), th = plan.th,
       tiles = plan.tiles, rows = plan.rows, cols = plan.cols;
-  int vec = g.out_w % kColumns == 0 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0 ? 1 : 0;
-  void* args[] = {&x, &w, &y, &h, &wd, &pad, &oh, &ow, &co, &th, &tiles, &rows, &cols, &vec};
+  const std::size_t piece = 16 / dtype_size(dtype);
+  int flags = (g.out_w % kColumns == 0 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0 ? 1 : 0) |
+              (g.width % static_cast<std::int64_t>(piece) == 0 &&
+                       reinterpret_cast<std::uintptr_t>(x) % 16 == 0
+                   ? 2
+                   : 0);
+  long long runs = g.batch * g.out_h * g.out_w / 64;
+  void* args[] = {&x,  &w,  &y,  &moments, &h,    &wd,   &pad,   &oh,
+                  &ow, &co, &th, &tiles,   &rows, &cols, &flags, &runs};
   const gpu::Dim3 grid{static_cast<unsigned>(g.batch * plan.tiles),
                        static_cast<unsigned>((g.out_channels + kFilters - 1) / kFilters), 1};
   k.kernel.launch(grid, {kThreads, 1, 1}, plan.shared_bytes, stream, args);
