@@ -89,12 +89,10 @@ Graph apply_channels_last(const Graph& g) {
 }
 
 Graph apply_conv_statistics(const Graph& g) {
-  if (!env_switch_on("KILN_CONV_MOMENTS")) return g;
+  if (!env_switch_set("KILN_CONV_MOMENTS")) return g;
 #ifdef KILN_HAVE_CUDA
-  const ConvMomentsWanted takes = env_switch_set("KILN_CONV_MOMENTS")
-                                      ? ConvMomentsWanted(cuda::conv_node_writes_moments)
-                                      : ConvMomentsWanted(cuda::conv_node_moments_by_default);
-  return eliminate_dead_code(fuse_conv_statistics(g, takes, cuda_stage_options().max_row_elements));
+  return eliminate_dead_code(fuse_conv_statistics(g, cuda::conv_node_writes_moments,
+                                                  cuda_stage_options().max_row_elements));
 #else
   return g;
 #endif

@@ -45,10 +45,9 @@ Graph apply_precision(const Graph& g, Precision precision);
 Graph apply_channels_last(const Graph& g);
 // Batch norm's statistics into the epilogue of the convolutions they read
 // (fusion/conv_statistics.h), with the CUDA backend's choice of the convolutions that compute
-// them over more pixels than the stage pass's rows, then dead-code elimination: by default the
-// direct pass's (a stem's, cuda::conv_node_moments_by_default); with KILN_CONV_MOMENTS=1 the
-// TMA pass's too (on the H100 the resnet18 step was not faster with those, bench/README.md);
-// KILN_CONV_MOMENTS=0 or without the CUDA backend, none (`g` itself).
+// them (its TMA pass) over more pixels than the stage pass's rows, then dead-code elimination,
+// where KILN_CONV_MOMENTS=1 asks for it (off by default: on the H100 the resnet18 step was not
+// faster with it, bench/README.md); `g` itself otherwise or without the CUDA backend.
 // compile() runs it for the fused GPU step, after the layout pass.
 Graph apply_conv_statistics(const Graph& g);
 

@@ -1,12 +1,12 @@
 // The direct forward of images with few channels (backends/cuda/conv_direct.cpp): where it is
-// chosen (no GPU needed), and on a GPU against the CPU's convolution on fresh random inputs:
-// resnet18's stem, odd sides, filters that do not fill a block's 16, widths that are no
-// multiple of 4, LeNet's 5x5, an ImageNet stem's 7x7 at stride 2, stride 3 and a rectangular
-// filter, rows too wide for one tile of the whole image; f32, bf16 and f16.
+// chosen and which form (no GPU needed), and on a GPU against the CPU's convolution on fresh
+// random inputs: resnet18's stem, odd sides, filters that do not fill a block, planes that are
+// no multiple of 8 pixels, LeNet's 5x5, an ImageNet stem's 7x7 at stride 2 (K 147: the CUDA
+// cores' form in every dtype), stride 3 and a rectangular filter, rows too wide for one tile of
+// the whole image, more than 64 filters; f32 (the CUDA cores), bf16 and f16 (the tensor cores
+// where K <= 64).
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "backends/cuda/conv.h"
@@ -17,70 +17,50 @@
 namespace kiln {
 using namespace cuda_test;  // NOLINT: the shared test helpers
 
-namespace {
-
-// conv2d_moments' runs of y [B, C, OH, OW] as stored: per run of 64 pixels in (image, pixel)
-// order and channel, the count, mean and squared deviations from it (in double, to 1e-5).
-void check_run_moments(const Tensor& y, const Tensor& moments) {
-  const std::int64_t channels = y.shape()[1], plane = y.shape()[2] * y.shape()[3];
-  const std::int64_t runs = moments.shape()[1];
-  double worst = 0;
-  for (std::int64_t t = 0; t < runs; ++t)
-    for (std::int64_t c = 0; c < channels; ++c) {
-      double values[64], sum = 0, squares = 0;
-      for (int j = 0; j < 64; ++j) {
-        const std::int64_t p = t * 64 + j, b = p / plane;
-        values[j] = y.at((b * channels + c) * plane + p % plane);
-        sum += values[j];
-      }
-      for (double v : values) squares += (v - sum / 64) * (v - sum / 64);
-      const std::int64_t at = t * channels + c, third = runs * channels;
-      CHECK(moments.at(at) == 64.0);
-      worst = std::max(worst,
-                       std::abs(moments.at(third + at) - sum / 64) / (1e-5 + std::abs(sum / 64)));
-      worst = std::max(worst, std::abs(moments.at(2 * third + at) - squares) / (1e-5 + squares));
-    }
-  CHECK(worst < 1e-4);
-}
-
-}  // namespace
-
 TEST_CASE("conv2d: the direct forward takes images of at most 4 channels (no GPU needed)") {
+  using cuda::conv_detail::conv_direct_plan;
   const auto stem = kernels::conv_geometry({512, 3, 32, 32}, {64, 3, 3, 3}, 1, 1);
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     CAPTURE(dtype_name(dtype));
-    const auto plan = cuda::conv_detail::conv_direct_plan(stem, dtype);
+    const auto plan = conv_direct_plan(stem, dtype);
     REQUIRE(plan);
-    CHECK(plan->th == 32);  // the whole image a block: 8 groups of 4 columns x 32 rows
-    CHECK(plan->tiles == 1);
-    CHECK(plan->rows == 34);
-    CHECK(plan->cols == 36);  // 7 groups x 4 columns + a run of 8
-    CHECK(plan->shared_bytes == 27 * 16 * 4 + 3 * 34 * 36 * 4);
+    if (dtype == DType::f32) {  // the CUDA cores: the whole image, 8 groups of 4 columns x 32 rows
+      CHECK(plan->th == 32);
+      CHECK(plan->tiles == 1);
+      CHECK(plan->rows == 34);
+      CHECK(plan->cols == 36);  // 7 groups x 4 columns + a run of 8
+      CHECK(plan->shared_bytes == 27 * 16 * 4 + 3 * 34 * 36 * 4);
+    } else {  // the tensor cores: 16 rows (512 pixels), W [64][40], 8 staging tiles [64][40]
+      CHECK(plan->th == 16);
+      CHECK(plan->tiles == 2);
+      CHECK(plan->rows == 18);
+      CHECK(plan->cols == 40);  // 34 columns, a multiple of 8
+      CHECK(plan->shared_bytes == (64 * 40 + 8 * 64 * 40 + 3 * 18 * 40) * 2);
+    }
     CHECK(cuda::conv_workspace_bytes(stem, dtype, cuda::ConvPass::forward) == 0);
     const auto sources = cuda::conv_kernel_sources(stem, dtype, cuda::ConvPass::forward);
     REQUIRE(sources.size() == 1);
-    CHECK(sources[0].name == "kiln_conv_direct_" + std::string(dtype_name(dtype)) + "_c3_3x3_s1");
+    CHECK(sources[0].name ==
+          std::string(dtype == DType::f32 ? "kiln_conv_direct_" : "kiln_conv_direct_mma_") +
+              std::string(dtype_name(dtype)) + "_c3_3x3_s1");
     CHECK(!cuda::conv_reads_channels_last(stem, dtype, cuda::ConvPass::forward));
-    // Its epilogue writes conv2d_moments' runs of 64 pixels (two rows of 32) in 16-bit dtypes.
-    CHECK(cuda::conv_forward_writes_moments(stem, dtype) == (dtype != DType::f32));
+    CHECK(!cuda::conv_forward_writes_moments(stem, dtype));
   }
-  // Rows of 13 columns: no whole runs.
-  CHECK(!cuda::conv_forward_writes_moments(
-      kernels::conv_geometry({2, 3, 17, 13}, {20, 3, 3, 3}, 1, 1), DType::bf16));
   // The gradients stay on their passes; 8 channels, f64, a 9x9 filter, rows too wide: elsewhere.
   CHECK(cuda::conv_workspace_bytes(stem, DType::bf16, cuda::ConvPass::grad_weight) > 0);
-  using cuda::conv_detail::conv_direct_plan;
   CHECK(
       !conv_direct_plan(kernels::conv_geometry({8, 8, 32, 32}, {64, 8, 3, 3}, 1, 1), DType::bf16));
   CHECK(!conv_direct_plan(stem, DType::f64));
   CHECK(!conv_direct_plan(kernels::conv_geometry({8, 3, 32, 32}, {64, 3, 9, 9}, 1, 4), DType::f32));
   CHECK(!conv_direct_plan(kernels::conv_geometry({1, 4, 2, 1030}, {4, 4, 1, 1}, 1, 0), DType::f32));
-  // A 300-wide image: 76 groups a row, so 3 rows a tile.
-  const auto wide =
-      conv_direct_plan(kernels::conv_geometry({1, 2, 300, 301}, {8, 2, 3, 3}, 1, 1), DType::bf16);
-  REQUIRE(wide);
-  CHECK(wide->th == 3);
-  CHECK(wide->tiles == 100);
+  // A 300-wide image: 76 groups a row, so 3 rows a tile on the CUDA cores, 1 on the tensor cores.
+  const auto wide = kernels::conv_geometry({1, 2, 300, 301}, {8, 2, 3, 3}, 1, 1);
+  REQUIRE(conv_direct_plan(wide, DType::f32));
+  CHECK(conv_direct_plan(wide, DType::f32)->th == 3);
+  CHECK(conv_direct_plan(wide, DType::f32)->tiles == 100);
+  REQUIRE(conv_direct_plan(wide, DType::bf16));
+  CHECK(conv_direct_plan(wide, DType::bf16)->th == 1);
+  CHECK(conv_direct_plan(wide, DType::bf16)->cols == 304);
 }
 
 TEST_CASE("GPU: the direct forward matches the CPU's convolution") {
@@ -95,7 +75,7 @@ TEST_CASE("GPU: the direct forward matches the CPU's convolution") {
          {Case{{5, 3, 32, 32}, {64, 3, 3, 3}, 1, 1}, Case{{2, 3, 17, 13}, {20, 3, 3, 3}, 1, 1},
           Case{{3, 1, 28, 28}, {6, 1, 5, 5}, 1, 0}, Case{{2, 3, 40, 38}, {33, 3, 7, 7}, 2, 3},
           Case{{3, 4, 9, 10}, {16, 4, 3, 2}, 3, 2}, Case{{1, 2, 300, 301}, {8, 2, 3, 3}, 1, 1},
-          Case{{1, 1, 1, 1}, {1, 1, 1, 1}, 1, 0}}) {
+          Case{{2, 3, 12, 20}, {70, 3, 3, 3}, 1, 1}, Case{{1, 1, 1, 1}, {1, 1, 1, 1}, 1, 0}}) {
       CAPTURE(dtype_name(dtype));
       CAPTURE(c.x.str());
       CAPTURE(c.w.str());
@@ -108,16 +88,10 @@ TEST_CASE("GPU: the direct forward matches the CPU's convolution") {
       Tensor y_ref = Tensor::empty(ys, ref);
       kernels::conv2d_forward(x.to(ref), w.to(ref), y_ref, g);
       DeviceBuffer dx(x), dw(w), dy(y_ref.numel() * dtype_size(dtype));
-      const bool moments = cuda::conv_forward_writes_moments(g, dtype);
-      const std::int64_t runs = g.batch * g.out_h * g.out_w / 64;
-      DeviceBuffer runs_out(moments ? 3 * runs * g.out_channels * 4 : 1);
-      cuda::conv2d_forward(dtype, g, dx.get(), dw.get(), dy.get(), {nullptr, 0}, nullptr, false,
-                           moments ? static_cast<float*>(runs_out.get()) : nullptr);
+      cuda::conv2d_forward(dtype, g, dx.get(), dw.get(), dy.get(), {nullptr, 0}, nullptr);
       // Each output rounded once from f32 sums: bf16 keeps 8 bits, f16 11.
       const double rtol = dtype == DType::f32 ? 1e-5 : dtype == DType::bf16 ? 8e-3 : 1e-3;
-      const Tensor y = dy.download(ys, dtype);
-      CHECK(gemm_closeness(y, y_ref, rtol) <= 1.0);
-      if (moments) check_run_moments(y, runs_out.download({3, runs, g.out_channels}, DType::f32));
+      CHECK(gemm_closeness(dy.download(ys, dtype), y_ref, rtol) <= 1.0);
     }
 }
 

@@ -296,29 +296,4 @@ TEST_CASE("GPU: the TMA pass's epilogue writes the run moments, and the step mat
   }
 }
 
-// By default (KILN_CONV_MOMENTS unset) only the direct pass's epilogue writes the moments: a
-// stem of 3 channels (64 filters; 20, a part of the kernel's 16-filter block), not the TMA pass's
-// layer of 64 channels; the step matches the CPU as above.
-TEST_CASE("GPU: by default the stem's direct pass writes the run moments, and the step matches") {
-  if (!test::have_gpu()) return;
-  std::uint64_t seed = 91;
-  for (const Layer& l :
-       {Layer{16, 3, 32, 32, 64, 3, 1, 1}, Layer{9, 3, 16, 16, 20, 3, 1, 1}, kGpuLayers[0]}) {
-    CAPTURE(l.in);
-    CAPTURE(l.out);
-    const Graph g = apply_precision(conv_batch_norm(l, true), Precision::bf16);
-    const int made = count(apply_conv_statistics(apply_channels_last(g)), OpId::conv2d_moments);
-    CHECK(made == (l.in == 3 ? 1 : 0));
-    const std::vector<Feed> feeds = test::random_feeds(g, seed++);
-    const Outputs cpu = compile(g)->run(feeds);
-    const Outputs gpu = compile(g, {.device = Device::cuda()})->run(feeds);
-    const double tolerance = test::dtype_tolerance(DType::bf16);
-    for (const std::string name : {"conv", "mean", "var", "a"}) {
-      CAPTURE(name);
-      CHECK(test::closeness(gpu.at(name), cpu.at(name), 2 * tolerance, 2 * tolerance) <= 1.0);
-    }
-    check_errors_against_f64(l, feeds, cpu, gpu);
-  }
-}
-
 }  // namespace kiln

@@ -352,15 +352,8 @@ bool conv_writes_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass
   return conv_forward_writes_moments(g, dtype);  // the forward's TMA pass
 }
 
-bool conv_forward_runs_direct(const ConvGeometry& g, DType dtype) {
-  return direct_plan(g, dtype, ConvPass::forward).has_value();
-}
-
 bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
-  if (g.batch == 0) return false;
-  if (const std::optional<DirectPlan> plan = direct_plan(g, dtype, ConvPass::forward))
-    return conv_direct_writes_moments(g, dtype, *plan);
-  if (!is_low_precision(dtype) || !use_nhwc(g, dtype, ConvPass::forward))
+  if (g.batch == 0 || !is_low_precision(dtype) || !use_nhwc(g, dtype, ConvPass::forward))
     return false;  // (TF32's TMA pass writes no moments)
   const GemmDims d = dims_of(g, ConvPass::forward);
   return conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false).has_value();
@@ -383,7 +376,7 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
              g.in_channels, g.out_channels, g.height, g.width);
   if (g.batch == 0) return;
   if (const std::optional<DirectPlan> plan = direct_plan(g, dtype, ConvPass::forward)) {
-    conv_direct_forward(dtype, g, *plan, x, w, y, stream, moments);
+    conv_direct_forward(dtype, g, *plan, x, w, y, stream);
   } else if (use_nhwc(g, dtype, ConvPass::forward)) {
     run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments,
              y_channels_last);

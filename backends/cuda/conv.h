@@ -50,8 +50,7 @@ ConvClasses conv_input_gradient_classes(const kernels::ConvGeometry& g, bool by_
 // x: [B, Cin, H, W], w: [Cout, Cin, KH, KW] -> y: [B, Cout, OH, OW].
 // The hand-written kernels a pass over `g` launches (the implicit-GEMM tile chosen for it and
 // its split-K sum, or im2col/col2im), so that a program can compile them up front. moments
-// (the forward where conv_forward_writes_moments): its TMA or direct kernel with the moments
-// epilogue.
+// (the forward where conv_forward_writes_moments): its TMA kernel with the moments epilogue.
 // dy_channels_last: grad_weight's kernel that reads dy stored channels-last.
 std::vector<gpu::KernelSource> conv_kernel_sources(const kernels::ConvGeometry& g, DType dtype,
                                                    ConvPass pass, bool moments = false,
@@ -88,20 +87,11 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
 ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
                                                 std::span<const TensorType> inputs);
 // Whether the forward of a conv2d node (inputs: its image, [B, H, W, C] where the node is marked
-// channels-last, and its weights) runs the TMA pass or the direct one, whose epilogues compute
-// conv2d_moments' run moments (the conv-statistics pass's choice on the GPU,
-// fusion/conv_statistics.h).
+// channels-last, and its weights) runs the TMA pass, whose epilogue computes conv2d_moments'
+// run moments (the conv-statistics pass's choice on the GPU, fusion/conv_statistics.h).
 bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inputs);
-// The conv-statistics pass's default choice: the nodes whose forward runs the direct pass and
-// writes the moments (a stem, whose statistics pass costs more than the epilogue; the TMA
-// pass's epilogue costs more than the pass it saves, bench/README.md, so it takes them only
-// where KILN_CONV_MOMENTS=1 asks: backends/compile.h).
-bool conv_node_moments_by_default(const Node& conv, std::span<const TensorType> inputs);
-// Whether the forward over `g` runs the direct pass (conv_direct.cpp: at most 4 channels).
-bool conv_forward_runs_direct(const kernels::ConvGeometry& g, DType dtype);
-// Whether the forward pass over `g` runs the TMA pass (conv_tma.h), or the direct one
-// (conv_direct.cpp) over whole runs of 64 pixels, whose epilogues can write the run moments
-// (conv2d_forward's `moments`).
+// Whether the forward pass over `g` runs the TMA pass (conv_tma.h), whose epilogue can write the
+// run moments (conv2d_forward's `moments`).
 bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
 
 // moments: where not null (only where conv_forward_writes_moments), y's run moments too

@@ -289,12 +289,6 @@ bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inpu
   return conv_forward_writes_moments(geometry_of(ConvPass::forward, conv, in), dtype);
 }
 
-bool conv_node_moments_by_default(const Node& conv, std::span<const TensorType> inputs) {
-  const InputTypes in(inputs.begin(), inputs.end());
-  return conv_node_writes_moments(conv, inputs) &&
-         conv_forward_runs_direct(geometry_of(ConvPass::forward, conv, in), inputs[0].dtype);
-}
-
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;
   if (!is_low_precision(dtype)) return false;

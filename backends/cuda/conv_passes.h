@@ -81,12 +81,8 @@ std::optional<DirectPlan> conv_direct_plan(const ConvGeometry& g, DType dtype);
 gpu::KernelSource conv_direct_source(const ConvGeometry& g, DType dtype);
 // The stems all_kernel_sources lists: 3x3 over 1 and 3 channels, 5x5 over 1, 7x7 at stride 2.
 std::vector<gpu::KernelSource> conv_direct_sample_sources();
-// Whether the pass can write conv2d_moments' run moments of 64 pixels in its epilogue (bf16,
-// f16: rows of a multiple of 4 columns, images and tiles of whole runs).
-bool conv_direct_writes_moments(const ConvGeometry& g, DType dtype, const DirectPlan& plan);
-// moments: where not null, y's run moments too (only where conv_direct_writes_moments).
 void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& plan, const void* x,
-                         const void* w, void* y, gpu::Stream stream, float* moments = nullptr);
+                         const void* w, void* y, gpu::Stream stream);
 
 // out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
 // once to `dtype`; a count of 1 is the rounding alone.
