@@ -17,8 +17,8 @@ grep -q "__global__" "$tmp/text" && fail "text without --kernels shows source"
 
 # The hand-written CUDA kernels of each node that is not a fused group, from the op entries alone
 # (no GPU needed): resnet18's convolutions over 64+ channels read a channels-last copy in bf16
-# and, under TF32, in f32; the 3-channel first convolution gathers from NCHW; fp32 stays on the
-# CUDA cores. A build without CUDA lists none.
+# and, under TF32, in f32; the 3-channel first convolution runs the direct kernel (on the tensor
+# cores in bf16); fp32 stays on the CUDA cores. A build without CUDA lists none.
 for p in bf16 tf32 fp32; do
   "$dump" --model resnet18 --batch-size 64 --precision $p --format json -o "$tmp/r18_$p.json" ||
     fail "resnet18 $p json exited $?"
@@ -34,7 +34,8 @@ if not have_cuda:
     sys.exit(0)
 bf16 = kernels("bf16", "conv2d")
 assert any(k.startswith("kiln_conv_nhwc_fwd_") and k.endswith("_bf16") for k in bf16), bf16
-assert "kiln_conv_nchw_to_nhwc_u16" in bf16 and any(k.startswith("kiln_conv_mma_fwd_") for k in bf16)
+assert "kiln_conv_nchw_to_nhwc_u16" in bf16 and "kiln_conv_direct_mma_bf16_c3_3x3_s1" in bf16
+assert "kiln_conv_direct_f32_c3_3x3_s1" in kernels("fp32", "conv2d")
 assert any(k.startswith("kiln_conv_nhwc_") for k in kernels("bf16", "conv2d_grad_input"))
 # Without a GPU the view is planned for an sm_90 of 132 SMs: the TMA passes, the stride-2 input
 # gradient by classes of dx's pixels, and the layout pass's transposes, as on an H100/H200.
