@@ -67,6 +67,19 @@ __device__ __forceinline__ void direct_copy_rows(const T* __restrict__ x, D* ima
   }
 }
 
+// N floats (a multiple of 4) from shared memory as N / 4 float4 loads.
+template <int N>
+__device__ __forceinline__ void load_quads(float (&to)[N], const float4* from) {
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {
+    const float4 four = from[q];
+    to[4 * q] = four.x;
+    to[4 * q + 1] = four.y;
+    to[4 * q + 2] = four.z;
+    to[4 * q + 3] = four.w;
+  }
+}
+
 }  // namespace kiln::cuda
 
 #ifdef KILN_CONV_DIRECT
@@ -116,27 +129,13 @@ extern "C" __global__ void __launch_bounds__(256, 2)
       const float4* line =
           reinterpret_cast<const float4*>(image + (c * rows + r * S + kh) * cols + col0 * S);
       float v[RUN];
-#pragma unroll
-      for (int q = 0; q < RUN / 4; ++q) {
-        const float4 four = line[q];
-        v[4 * q] = four.x;
-        v[4 * q + 1] = four.y;
-        v[4 * q + 2] = four.z;
-        v[4 * q + 3] = four.w;
-      }
+      load_quads(v, line);
 #pragma unroll
       for (int kw = 0; kw < KW; ++kw) {
         const float4* tap =
             reinterpret_cast<const float4*>(weights + ((c * KH + kh) * KW + kw) * F);
         float wf[F];
-#pragma unroll
-        for (int q = 0; q < F / 4; ++q) {
-          const float4 four = tap[q];
-          wf[4 * q] = four.x;
-          wf[4 * q + 1] = four.y;
-          wf[4 * q + 2] = four.z;
-          wf[4 * q + 3] = four.w;
-        }
+        load_quads(wf, tap);
 #pragma unroll
         for (int p = 0; p < P; ++p)
 #pragma unroll
