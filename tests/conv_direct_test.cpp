@@ -46,7 +46,13 @@ TEST_CASE("conv2d: the direct forward takes images of at most 4 channels (no GPU
     CHECK(!cuda::conv_reads_channels_last(stem, dtype, cuda::ConvPass::forward));
     CHECK(!cuda::conv_forward_writes_moments(stem, dtype));
   }
-  // The gradients stay on their passes; 8 channels, f64, a 9x9 filter, rows too wide: elsewhere.
+  // The dispatch takes stride 1 only (the kernel takes up to 4: below), and not the gradients;
+  // 8 channels, f64, a 9x9 filter, rows too wide: elsewhere.
+  const auto strided = kernels::conv_geometry({64, 1, 28, 28}, {64, 1, 4, 4}, 2, 1);
+  CHECK(conv_direct_plan(strided, DType::bf16));
+  for (const gpu::KernelSource& k :
+       cuda::conv_kernel_sources(strided, DType::bf16, cuda::ConvPass::forward))
+    CHECK(k.name.find("direct") == std::string::npos);
   CHECK(cuda::conv_workspace_bytes(stem, DType::bf16, cuda::ConvPass::grad_weight) > 0);
   CHECK(
       !conv_direct_plan(kernels::conv_geometry({8, 8, 32, 32}, {64, 8, 3, 3}, 1, 1), DType::bf16));
@@ -88,7 +94,10 @@ TEST_CASE("GPU: the direct forward matches the CPU's convolution") {
       Tensor y_ref = Tensor::empty(ys, ref);
       kernels::conv2d_forward(x.to(ref), w.to(ref), y_ref, g);
       DeviceBuffer dx(x), dw(w), dy(y_ref.numel() * dtype_size(dtype));
-      cuda::conv2d_forward(dtype, g, dx.get(), dw.get(), dy.get(), {nullptr, 0}, nullptr);
+      // (The kernel itself: the dispatch takes it at stride 1 only.)
+      cuda::conv_detail::conv_direct_forward(dtype, g,
+                                             *cuda::conv_detail::conv_direct_plan(g, dtype),
+                                             dx.get(), dw.get(), dy.get(), nullptr);
       // Each output rounded once from f32 sums: bf16 keeps 8 bits, f16 11.
       const double rtol = dtype == DType::f32 ? 1e-5 : dtype == DType::bf16 ? 8e-3 : 1e-3;
       CHECK(gemm_closeness(dy.download(ys, dtype), y_ref, rtol) <= 1.0);

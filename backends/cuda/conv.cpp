@@ -82,11 +82,15 @@ bool use_igemm(const ConvGeometry& g, DType /*every floating dtype*/, ConvPass p
          (pass != ConvPass::grad_input || g.stride == 1 || igemm_by_classes(g));
 }
 
-// The direct forward of images with few channels (conv_direct.cpp): every such forward where
-// the kernels are chosen automatically; KILN_CONV_DIRECT=0 leaves it to the implicit GEMMs.
+// The direct forward of images with few channels (conv_direct.cpp) where the kernels are chosen
+// automatically, at stride 1: on an H100 it made resnet18's stem 130 -> 69 us and left the zoo's
+// 28x28 first layers as fast as before, but the stride-2 ones of alexnet (5x5 to 12x12) and
+// dcgan (4x4 to 14x14) slower (bf16 steps +2 % and +6-9 %; not looked into: small planes, or the
+// stride; bench/README.md). KILN_CONV_DIRECT=0 leaves every forward to the GEMM passes.
 std::optional<DirectPlan> direct_plan(const ConvGeometry& g, DType dtype, ConvPass pass) {
   static const bool on = env_switch_on("KILN_CONV_DIRECT");
-  if (!on || pass != ConvPass::forward || detail::g_algo != detail::ConvAlgo::automatic)
+  if (!on || pass != ConvPass::forward || detail::g_algo != detail::ConvAlgo::automatic ||
+      g.stride != 1)
     return std::nullopt;
   return conv_direct_plan(g, dtype);
 }
