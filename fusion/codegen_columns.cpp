@@ -3,8 +3,8 @@
 // [B, H, W, C] value stored channels-last, graph/passes/channels_last_values.h). A warp's lanes
 // take adjacent outputs of a row, one each (the scalar form) or 8 (4 for f32, and for 16-bit
 // groups that hoist many inputs) each through vector loads (the vector form), and the rows are
-// split among warps and blocks; partial
-// results land where the row-by-row body's finisher (codegen_reduction.cpp) expects them.
+// split among warps and blocks; partial results land where the row-by-row body's finisher
+// (codegen_reduction.cpp) expects them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -164,7 +164,8 @@ ColumnVectors Writer::column_vectors(std::int64_t n_out) const {
 // At 8 lanes stage 1's 29-op backward group over [512, 32, 32, 64] (8 hoisted per-channel
 // inputs: 64 registers of them) took 96 registers a thread, so two blocks of 256 an SM (ncu on
 // an H100: 25 % occupancy, 9.5 cycles between a warp's instructions, 60 % of the DRAM's rate);
-// ptxas puts it at 56 at 4 lanes.
+// ptxas puts it at 56 at 4 lanes. Measured, that barely moved it (96.5 against 97.1 us a
+// launch, bench/README.md): its occupancy is not what bounds it.
 int Writer::column_lanes() const {
   const auto forced = env_integer("KILN_COLUMN_LANES", 0, 0, 8, "4 or 8");
   KILN_CHECK(forced == 0 || forced == 4 || forced == 8, "KILN_COLUMN_LANES='{}': expected 4 or 8",

@@ -12,9 +12,9 @@
 // conv_classes.cpp). Where the image's channels are a multiple of 8, the
 // forward and grad_input read a channels-last copy of it instead (16-byte loads of 8 channels:
 // conv_mma_nhwc.cuh). The CUDA-core implicit GEMM's tiles and launch are in conv_igemm.cpp;
-// every pass's tile is autotuned (conv_tuning.h). The forward over images of at most 4
-// channels (a stem) is a direct kernel on the CUDA cores (conv_direct.cpp). The fallback is
-// im2col + cuBLAS (conv_im2col.cpp).
+// every pass's tile is autotuned (conv_tuning.h). The stride-1 forward over images of at most 4
+// channels (a stem) is a direct kernel (conv_direct.cpp: mma.sync for bf16/f16, else the CUDA
+// cores). The fallback is im2col + cuBLAS (conv_im2col.cpp).
 #include "backends/cuda/conv.h"
 
 #include <fmt/format.h>

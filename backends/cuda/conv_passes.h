@@ -72,7 +72,8 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
 // a network's stem): a block's output rows `th` of one image (`tiles` an image), its input's
 // rows x cols in shared memory, and those bytes. Where it fits: at most 4 channels, a filter of
 // at most 7 x 7, stride at most 4, f32, bf16 or f16, tensors under 2^31 elements, a tile's
-// input and filters in 48 KiB.
+// shared memory in 48 KiB (the CUDA cores' form) or 160 KiB (the tensor cores'). conv.cpp's
+// dispatch takes it at stride 1 only.
 struct DirectPlan {
   int th = 0, tiles = 0, rows = 0, cols = 0;
   std::size_t shared_bytes = 0;
