@@ -14,6 +14,7 @@
 #endif
 #include "core/env_switch.h"
 #include "core/log.h"
+#include "fusion/channels_last_outputs.h"
 #include "fusion/fuse.h"
 #include "fusion/conv_statistics.h"
 #include "fusion/gemm_epilogues.h"
@@ -79,9 +80,15 @@ Graph apply_precision(const Graph& g, Precision precision) {
 Graph apply_channels_last(const Graph& g) {
 #ifdef KILN_HAVE_CUDA
   if (env_switch_on("KILN_CHANNELS_LAST")) {
-    const Graph images =
-        eliminate_dead_code(channels_last_images(g, cuda::conv_node_reads_channels_last));
-    if (channels_last_values_mode() == ChannelsLastValues::off) return images;
+    // dy's copies as nodes, for the fusion pass to fold into dy's producer (the channels-last
+    // values store dy NHWC instead; KILN_NHWC_DY=0: the input gradients copy it themselves).
+    const bool values = channels_last_values_mode() != ChannelsLastValues::off;
+    const Graph images = eliminate_dead_code(channels_last_images(
+        g, cuda::conv_node_reads_channels_last,
+        !values && env_switch_on("KILN_NHWC_DY")
+            ? ChannelsLastWanted(cuda::conv_node_reads_nhwc_dy)
+            : ChannelsLastWanted()));
+    if (!values) return images;
     return eliminate_dead_code(channels_last_values(images, cuda::conv_node_channels_last_sides));
   }
 #endif
@@ -161,6 +168,12 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
           g, nullptr, {.f32_products = cpu, .low_products = !cpu, .convolutions = cpu}));
       verify(g);
       dump_after("gemm_epilogues", g);
+    }
+    // The layout pass's copies to channels-last made by their producers' kernels.
+    if (options.fuse && !options.device.is_cpu()) {
+      g = eliminate_dead_code(fold_channels_last_outputs(g));
+      verify(g);
+      dump_after("channels_last_outputs", g);
     }
   }
   // The GPU's launch list and streams follow node order: each collective as early as its

@@ -46,7 +46,7 @@ bool turned_off() {
 }  // namespace
 
 std::optional<std::string> horizontal_kind(const FusedGroup& group) {
-  if (group.reduction) return std::nullopt;
+  if (group.reduction || group.any_channels_last()) return std::nullopt;
   std::string key = fmt::format("{}|", dtype_name(group.compute));
   for (const FusedInput& in : group.inputs) {
     // The access plan_input (codegen.h) would choose: contiguous first, then one element.

@@ -46,7 +46,8 @@ InPlaceUpdate in_place_update(const Graph& g, const VariablePtr& var, ValueRef r
                           : nullptr;
   const bool full_output = group != nullptr &&
                            static_cast<std::size_t>(ref.index) < group->outputs.size() &&
-                           group->shape == var->value.shape();
+                           group->shape == var->value.shape() &&
+                           !group->output_channels_last(static_cast<std::size_t>(ref.index));
   if (!full_output || readers[ref] != 0) return u;
   for (const auto& [name, out] : g.outputs())
     if (g.node(alias_root(g, out).node).variable == var) return u;

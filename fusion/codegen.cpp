@@ -192,6 +192,8 @@ CudaKernelSource Writer::generate() {
     if (k.splits >= 128) k.finish_threads = 256;
     if (k.splits > 1)
       extra = finish_kernel(k.reduced_outputs, k.splits, k.finish_threads, k.split_jobs > 0);
+  } else if (g_.any_channels_last()) {
+    body = channels_last_body(k);
   } else {
     body = elementwise_body(k.vector_width);
   }

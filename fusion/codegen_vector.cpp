@@ -117,8 +117,8 @@ std::string Writer::vector_loop_wide() const {
 
 // One vector iteration at element i: L (lanes_) elements of each input through an aligned
 // register array, the lanes' instructions, the outputs stored L at a time.
-std::string Writer::vector_body_wide(const LaneHook& after_lane,
-                                     const std::vector<char>& preloaded) const {
+std::string Writer::vector_body_wide(const LaneHook& after_lane, const std::vector<char>& preloaded,
+                                     const OutputHook& channels_last_store) const {
   std::string out;
   for (std::size_t k = 0; k < plans_.size(); ++k)
     if (preloaded.empty() || !preloaded[k]) out += vector_input_loads(k, "i", "      ");
@@ -150,7 +150,9 @@ std::string Writer::vector_body_wide(const LaneHook& after_lane,
           "v{0}[{3}]);\n",
           o, pair, 2 * pair, 2 * pair + 1);
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-    out += "      " +
+    out += g_.output_channels_last(o) && channels_last_store
+               ? channels_last_store(o)
+               : "      " +
            copy_lanes(g_.operand_dtype(g_.outputs[o]), lanes_, fmt::format("(out{} + i)", o),
                       fmt::format("o{}", o), false) +
            "\n";

@@ -127,8 +127,12 @@ class Writer {
   using LaneHook = std::function<std::string(const std::string& suffix, int lane)>;
   std::string vector_body_f32(const LaneHook& after_lane = {},
                               const std::vector<char>& preloaded = {}) const;
+  // `channels_last_store`: the lines that store a channels-last output o's lanes (o<o>[]),
+  // instead of the vector store at element i.
+  using OutputHook = std::function<std::string(std::size_t o)>;
   std::string vector_body_wide(const LaneHook& after_lane = {},
-                               const std::vector<char>& preloaded = {}) const;
+                               const std::vector<char>& preloaded = {},
+                               const OutputHook& channels_last_store = {}) const;
   // Input k's vector-path values at element `index` (a C expression): x<k> (a float4, or one
   // value where the lanes share it) in f32 groups, x<k>_<lane> in 16-bit ones.
   std::string vector_input_loads(std::size_t k, const std::string& index,
@@ -146,6 +150,10 @@ class Writer {
                           const std::vector<void*>& outputs) const;
 
  private:
+  // codegen_channels_last.cpp: a group with channels-last outputs, a tile of 64 pixels x 64
+  // channels at a time through shared memory; sets k's work items.
+  std::string channels_last_body(CudaKernelSource& k) const;
+
   // codegen_stages.cpp: a staged group, a block per row
   std::string staged_body() const;
   std::string stage_pass(int stage) const;

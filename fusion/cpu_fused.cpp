@@ -17,6 +17,8 @@
 #include "fusion/cpu_tiles.h"
 #include "fusion/fused_group.h"
 #include "fusion/strided_walk.h"
+#include "graph/kernels/transpose_cpu.h"
+#include "graph/ops.h"
 #include "graph/reduction_rule.h"
 
 namespace kiln {
@@ -425,7 +427,20 @@ void FusedGroup::run_cpu(const KernelCall& call) const {
               call.inputs.size(), inputs.size());
   // bf16 and f16 tensors arrive widened to f32 (backends/cpu/low_precision.h) and the outputs
   // are rounded where they are stored, so the group runs in its compute dtype.
-  if (call.blocked != 0) {
+  if (any_channels_last()) {  // those outputs made [B, C, H, W], then transposed into place
+    KILN_ASSERT(call.blocked == 0 && !reduction, "fused group {}: channels-last outputs with {}",
+                summary(), reduction ? "a reduction" : "blocked values");
+    std::vector<Tensor> outs(call.outputs.begin(), call.outputs.end());
+    for (std::size_t o = 0; o < outputs.size(); ++o)
+      if (output_channels_last(o)) outs[o] = Tensor::empty(shape, call.outputs[o].dtype());
+    const KernelCall dense{call.node, call.inputs, outs};
+    if (compute == DType::f64)
+      run_group<double>(*this, dense);
+    else
+      run_group<float>(*this, dense);
+    for (std::size_t o = 0; o < outputs.size(); ++o)
+      if (output_channels_last(o)) kernels::transpose(outs[o], kChannelsLast, call.outputs[o]);
+  } else if (call.blocked != 0) {
     KILN_ASSERT(lanes_group(*this), "fused group {}: given blocked values it cannot take",
                 summary());
     const LaneView& view = lane_view_of(*this, call.blocked);

@@ -193,7 +193,7 @@ namespace kiln {
 
 std::uint32_t FusedGroup::cpu_blocked(std::span<const TensorType> /*inputs*/) const {
   using namespace cpu_tiles;
-  if (!lanes_group(*this)) return 0;
+  if (!lanes_group(*this) || any_channels_last()) return 0;
   std::uint32_t bits = 0;
   for (std::size_t k = 0; k < inputs.size() && k < kBlockedOutputs; ++k)
     if (blocked_lanes(*this, k)) bits |= 1u << k;

@@ -58,10 +58,16 @@ std::vector<TensorType> FusedGroup::infer(std::span<const TensorType> in) const 
     KILN_ASSERT(in[i] == inputs[i].type, "fused input {} is {} but the group reads {}", i,
                 in[i].str(), inputs[i].type.str());
   std::vector<TensorType> out;
-  for (const Operand& o : outputs) out.push_back({shape, operand_dtype(o)});
+  for (std::size_t o = 0; o < outputs.size(); ++o)
+    out.push_back({output_channels_last(o) ? Shape{shape[0], shape[2], shape[3], shape[1]} : shape,
+                   operand_dtype(outputs[o])});
   for (const FusedReduction* r : reductions()) out.push_back(r->type);
   for (const RowOutput& w : row_outputs) out.push_back(w.type);
   return out;
+}
+
+bool FusedGroup::any_channels_last() const {
+  return std::any_of(channels_last.begin(), channels_last.end(), [](char c) { return c != 0; });
 }
 
 bool FusedGroup::staged() const {
@@ -172,8 +178,12 @@ std::string FusedGroup::summary() const {
       rows_finish_only() ? fmt::format(", {} row outputs", row_outputs.size())
       : staged() ? fmt::format(", {} passes a row", stage_count() + (outputs.empty() ? 0 : 1))
                  : "";
-  return fmt::format("{} ops ({}) over {}{}{}", instrs.size() + reductions().size(), ops,
-                     shape.str(), stages,
+  const auto last = std::count_if(channels_last.begin(), channels_last.end(),
+                                  [](char c) { return c != 0; });
+  const std::string layout =
+      last == 0 ? "" : fmt::format(", {} output{} channels-last", last, last > 1 ? "s" : "");
+  return fmt::format("{} ops ({}) over {}{}{}{}", instrs.size() + reductions().size(), ops,
+                     shape.str(), stages, layout,
                      stored.empty() ? "" : fmt::format(", {} storage, f32 math", stored));
 }
 

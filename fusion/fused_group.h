@@ -90,6 +90,14 @@ class FusedGroup final : public NodeBody {
   std::vector<FusedInput> inputs;  // node inputs, in order
   std::vector<FusedInstr> instrs;
   std::vector<Operand> outputs;             // node outputs 0..k-1, each of the group's shape
+  // Per output (empty: none), whether it is stored channels-last: [B, H, W, C] for a group over
+  // [B, C, H, W], element (b, c, h, w) at ((b H + h) W + w) C + c. Only groups without
+  // reductions have them (fusion/channels_last_outputs.h folds a transpose into its producer).
+  std::vector<char> channels_last;
+  bool output_channels_last(std::size_t o) const {
+    return o < channels_last.size() && channels_last[o] != 0;
+  }
+  bool any_channels_last() const;
   std::optional<FusedReduction> reduction;  // node output k, when present
   // Node outputs k+1, ...: more reductions over the same axes to the same outputs as
   // `reduction` (batch norm's backward sums), computed in the same pass over the shape.

@@ -130,6 +130,54 @@ TEST_CASE("the layout pass transposes each picked image once and changes no resu
   }
 }
 
+TEST_CASE("the layout pass copies a dy once, for its input gradient and the weight gradient") {
+  const Graph g = two_convolutions();
+  const std::vector<Feed> feeds = test::random_feeds(g, 9);
+  const Outputs want = test::run_once(g, feeds);
+  auto marked = [](const Graph& h, OpId id) {
+    int count = 0;
+    for (const Node& n : h.nodes()) count += n.op->id == id && conv_y_channels_last(n.attrs);
+    return count;
+  };
+  auto none = [](const Node&, std::span<const TensorType>) { return false; };
+  struct Case {
+    const char* name;
+    ChannelsLastWanted wants_dy;
+    int copies, marked_input, marked_weight;
+  };
+  const Case cases[] = {
+      {"every gradient", [](const Node&, std::span<const TensorType>) { return true; }, 2, 2, 2},
+      {"the input gradients only",
+       [](const Node& n, std::span<const TensorType>) {
+         return n.op->id == OpId::conv2d_grad_input;
+       },
+       2, 2, 0},
+      // A weight gradient alone makes no copy: none exists for it to share.
+      {"the weight gradients only",
+       [](const Node& n, std::span<const TensorType>) {
+         return n.op->id == OpId::conv2d_grad_weight;
+       },
+       0, 0, 0},
+      {"the stride-1 layer's",
+       [](const Node& n, std::span<const TensorType>) { return n.attrs.integer("stride") == 1; },
+       1, 1, 1}};
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const Graph after = channels_last_images(g, none, c.wants_dy);
+    CHECK_NOTHROW(verify(after));
+    CHECK(count_nodes(after, OpId::transpose) - count_nodes(g, OpId::transpose) == c.copies);
+    CHECK(marked(after, OpId::conv2d_grad_input) == c.marked_input);
+    CHECK(marked(after, OpId::conv2d_grad_weight) == c.marked_weight);
+    const Outputs got = test::run_once(after, feeds);
+    for (const auto& [name, tensor] : want) {
+      CAPTURE(name);
+      check_same_bits(got.at(name), tensor);
+    }
+    CHECK(count_nodes(channels_last_images(after, none, c.wants_dy), OpId::transpose) ==
+          count_nodes(after, OpId::transpose));
+  }
+}
+
 TEST_CASE("the GPU's layout choice on a bf16 step changes no CPU result (no GPU needed)") {
   // apply_channels_last asks the CUDA backend which passes read NHWC; without a GPU its
   // channels-last forward passes still qualify (no sm_90 query), so the pass runs here too.

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "backends/compile.h"
+#include "fusion/channels_last_outputs.h"
 #include "fusion/fused_group.h"
 #include "fusion/gemm_epilogues.h"
 #include "fusion/stages.h"
@@ -166,6 +167,7 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
   v.after = fuse_gemm_epilogues(v.after, &v.report, {.f32_products = false});  // as compile()
+  v.after = fold_channels_last_outputs(v.after, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));

@@ -74,6 +74,12 @@ bool conv_grad_weight_reads_nhwc_dy(const kernels::ConvGeometry& g, DType dtype)
 // [B, C, H, W]: the layout pass's choice on the GPU (graph/passes/channels_last.h). False for
 // f32, whose passes depend on the TF32 switch that the program sets later.
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs);
+// Whether a bf16/f16 conv2d_grad_input or conv2d_grad_weight node (inputs: as the node has them)
+// should read its dy stored [B, OH, OW, Cout] (channels_last_images' `wants_dy`): an input
+// gradient on the channels-last tensor-core passes (which would copy an NCHW dy so itself); a
+// weight gradient whose TMA pass reads an NHWC dy (KILN_WGRAD_NHWC_DY=0: never), taking the
+// copy only where an input gradient of the same dy made it.
+bool conv_node_reads_nhwc_dy(const Node& conv, std::span<const TensorType> inputs);
 // Which activations of a bf16/f16 conv2d, conv2d_grad_input or conv2d_grad_weight node
 // (inputs: as the node has them) the channels-last values pass
 // (graph/passes/channels_last_values.h) may store channels-last, with KILN_CHANNELS_LAST_VALUES=1

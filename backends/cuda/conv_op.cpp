@@ -298,6 +298,17 @@ bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType>
   return conv_reads_channels_last(geometry_of(pass, conv, in), dtype, pass);
 }
 
+bool conv_node_reads_nhwc_dy(const Node& conv, std::span<const TensorType> inputs) {
+  const DType dtype = inputs[0].dtype;
+  if (!is_low_precision(dtype)) return false;
+  const InputTypes in(inputs.begin(), inputs.end());
+  if (conv.op->id == OpId::conv2d_grad_input)
+    return conv_runs_channels_last(geometry_of(ConvPass::grad_input, conv, in), dtype,
+                                   ConvPass::grad_input);
+  return conv.op->id == OpId::conv2d_grad_weight && env_switch_on("KILN_WGRAD_NHWC_DY") &&
+         conv_grad_weight_reads_nhwc_dy(geometry_of(ConvPass::grad_weight, conv, in), dtype);
+}
+
 ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
                                                 std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;

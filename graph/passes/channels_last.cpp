@@ -1,8 +1,10 @@
-// One walk over the nodes: a picked convolution's image is replaced by its channels-last copy,
-// made at the first picked reader and shared by the later ones.
+// One walk over the nodes: a picked convolution's image (or dy) is replaced by its channels-last
+// copy, made at the first picked reader and shared by the later ones. A first walk finds the dy
+// values that an input gradient wants channels-last: only those get a copy.
 #include "graph/passes/channels_last.h"
 
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,16 @@ bool reads_an_image(const Node& n, std::span<const TensorType> inputs) {
          !conv_image_channels_last(n.attrs) && inputs[0].shape.rank() == 4;
 }
 
+// The operand of a gradient pass that is its dy, or -1: conv2d_grad_input's first,
+// conv2d_grad_weight's second, where it is 4-D and not channels-last already.
+int dy_operand(const Node& n, std::span<const TensorType> inputs) {
+  if (conv_y_channels_last(n.attrs)) return -1;
+  const int k = n.op->id == OpId::conv2d_grad_input    ? 0
+                : n.op->id == OpId::conv2d_grad_weight ? 1
+                                                       : -1;
+  return k >= 0 && inputs[static_cast<std::size_t>(k)].shape.rank() == 4 ? k : -1;
+}
+
 Node transpose_node(ValueRef in, const TensorType& type) {
   Node n{.op = &op_def(OpId::transpose), .inputs = {in}};
   n.attrs = Attrs{{"perm", kChannelsLast}};
@@ -28,7 +40,19 @@ Node transpose_node(ValueRef in, const TensorType& type) {
 
 }  // namespace
 
-Graph channels_last_images(const Graph& g, const ChannelsLastWanted& wants) {
+Graph channels_last_images(const Graph& g, const ChannelsLastWanted& wants,
+                           const ChannelsLastWanted& wants_dy) {
+  auto types_of = [&](const Node& n) {
+    std::vector<TensorType> in_types;
+    for (const ValueRef& in : n.inputs) in_types.push_back(g.type(in));
+    return in_types;
+  };
+  std::set<ValueRef> dy_copied;  // dy values (of g) an input gradient reads channels-last
+  for (const Node& n : g.nodes()) {
+    if (!wants_dy || n.op->id != OpId::conv2d_grad_input) continue;
+    const std::vector<TensorType> in_types = types_of(n);
+    if (dy_operand(n, in_types) == 0 && wants_dy(n, in_types)) dy_copied.insert(n.inputs[0]);
+  }
   Graph out;
   std::vector<std::vector<ValueRef>> refs(g.nodes().size());
   std::map<std::pair<std::int32_t, std::int32_t>, ValueRef> copies;  // image (new graph) -> copy
@@ -39,18 +63,25 @@ Graph channels_last_images(const Graph& g, const ChannelsLastWanted& wants) {
     const Node& n = g.node(id);
     Node copy = n;
     for (ValueRef& in : copy.inputs) in = mapped(in);
-    std::vector<TensorType> in_types;
-    for (const ValueRef& in : n.inputs) in_types.push_back(g.type(in));
-    if (reads_an_image(n, in_types) && wants(n, in_types)) {
-      const ValueRef image = copy.inputs[0];
-      auto it = copies.find({image.node, image.index});
+    const std::vector<TensorType> in_types = types_of(n);
+    auto channels_last_copy = [&](std::size_t k) {
+      const ValueRef value = copy.inputs[k];
+      auto it = copies.find({value.node, value.index});
       if (it == copies.end())
         it = copies
-                 .emplace(std::pair{image.node, image.index},
-                          out.add_node(transpose_node(image, in_types[0])))
+                 .emplace(std::pair{value.node, value.index},
+                          out.add_node(transpose_node(value, in_types[k])))
                  .first;
-      copy.inputs[0] = it->second;
+      copy.inputs[k] = it->second;
+    };
+    if (reads_an_image(n, in_types) && wants(n, in_types)) {
+      channels_last_copy(0);
       mark_conv_image_channels_last(copy.attrs);
+    }
+    if (const int k = dy_operand(n, in_types);
+        k >= 0 && dy_copied.count(n.inputs[static_cast<std::size_t>(k)]) && wants_dy(n, in_types)) {
+      channels_last_copy(static_cast<std::size_t>(k));
+      mark_conv_y_channels_last(copy.attrs);
     }
     const ValueRef first = out.add_node(std::move(copy));
     for (std::int32_t k = 0; k < static_cast<std::int32_t>(n.outputs.size()); ++k)

@@ -7,8 +7,15 @@
 // and `dump` shows it as a node. The CPU kernels read such a node's image through a transposed
 // copy, so the pass never changes a result.
 //
+// The gradients' dy likewise, where `wants_dy` is given: a dy that some conv2d_grad_input picked
+// by it reads is transposed to [B, OH, OW, Cout] once, and each conv2d_grad_input and
+// conv2d_grad_weight of that dy that `wants_dy` picks reads the copy, marked "y_channels_last".
+// A pass that would copy dy to NHWC itself (the GPU's tensor-core input gradients) then reads a
+// node that the fusion pass can fold into dy's producer (fusion/channels_last_outputs.h).
+//
 // Pre: verify(g) holds. Post: verify holds; outputs and assignments are unchanged; each
-// rewritten reader has the attribute and a [B, H, W, C] input 0; no value is transposed twice.
+// rewritten reader has the attribute and a [B, H, W, C] input (its image, or its dy); no value
+// is transposed twice.
 #pragma once
 
 #include <functional>
@@ -23,6 +30,9 @@ namespace kiln {
 using ChannelsLastWanted =
     std::function<bool(const Node& conv, std::span<const TensorType> inputs)>;
 
-Graph channels_last_images(const Graph& g, const ChannelsLastWanted& wants);
+// `wants_dy`: whether conv2d_grad_input or conv2d_grad_weight `conv` should read its dy
+// channels-last (empty: none).
+Graph channels_last_images(const Graph& g, const ChannelsLastWanted& wants,
+                           const ChannelsLastWanted& wants_dy = {});
 
 }  // namespace kiln

@@ -1,0 +1,110 @@
+// One walk over the nodes: a group with transposes to fold is re-made with its channels-last
+// outputs after the [B, C, H, W] ones that are still read, and the transposes' readers read those.
+#include "fusion/channels_last_outputs.h"
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/env_switch.h"
+#include "fusion/fuse.h"
+#include "fusion/fused_group.h"
+#include "graph/ops.h"
+
+namespace kiln {
+namespace {
+
+// The group whose output `ref` is, where a channels-last copy of it can join that group.
+const FusedGroup* foldable(const Graph& g, ValueRef ref) {
+  const FusedGroup* group = fused_group_of(g.node(ref.node));
+  if (group == nullptr || group->reduction || !group->row_outputs.empty() ||
+      group->shape.rank() != 4 || static_cast<std::size_t>(ref.index) >= group->outputs.size() ||
+      group->output_channels_last(static_cast<std::size_t>(ref.index)))
+    return nullptr;
+  return group;
+}
+
+bool folds(const Graph& g, const Node& n) {
+  return n.op->id == OpId::transpose && n.attrs.integers("perm") == kChannelsLast &&
+         foldable(g, n.inputs[0]) != nullptr;
+}
+
+}  // namespace
+
+Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report) {
+  if (!env_switch_on("KILN_CHANNELS_LAST_OUTPUTS")) return fused;
+  const int count = static_cast<int>(fused.nodes().size());
+  // Per value: its readers other than folded transposes (nodes, outputs, assignments), and the
+  // transposes that fold into its group.
+  std::map<ValueRef, int> other_readers;
+  std::map<ValueRef, std::vector<int>> copies;
+  for (int id = 0; id < count; ++id) {
+    const Node& n = fused.node(id);
+    if (folds(fused, n)) {
+      copies[n.inputs[0]].push_back(id);
+      continue;
+    }
+    for (const ValueRef& in : n.inputs) ++other_readers[in];
+  }
+  for (const auto& [name, ref] : fused.outputs()) ++other_readers[ref];
+  for (const auto& [var, ref] : fused.assignments()) ++other_readers[ref];
+  if (copies.empty()) return fused;
+
+  Graph out;
+  std::map<ValueRef, ValueRef> remap;
+  std::vector<int> new_id(static_cast<std::size_t>(count), -1);
+  for (int id = 0; id < count; ++id) {
+    const Node& n = fused.node(id);
+    if (folds(fused, n)) continue;  // its readers read the group's new output (remapped below)
+    Node copy = n;
+    for (ValueRef& in : copy.inputs) in = remap.at(in);
+    const FusedGroup* group = fused_group_of(n);
+    std::vector<std::pair<ValueRef, int>> slots;  // (old value, new output index)
+    if (group != nullptr) {
+      bool any = false;
+      for (std::size_t o = 0; o < group->outputs.size(); ++o)
+        any = any || copies.count({id, static_cast<std::int32_t>(o)});
+      if (any) {
+        auto body = std::make_shared<FusedGroup>(*group);
+        body->outputs.clear();
+        body->channels_last.clear();
+        for (std::size_t o = 0; o < group->outputs.size(); ++o) {
+          const ValueRef value{id, static_cast<std::int32_t>(o)};
+          if (!copies.count(value) || other_readers[value] > 0) {
+            slots.emplace_back(value, static_cast<int>(body->outputs.size()));
+            body->outputs.push_back(group->outputs[o]);
+            body->channels_last.push_back(0);
+          }
+        }
+        for (std::size_t o = 0; o < group->outputs.size(); ++o) {
+          const auto it = copies.find({id, static_cast<std::int32_t>(o)});
+          if (it == copies.end()) continue;
+          for (int transpose : it->second)
+            slots.emplace_back(ValueRef{transpose, 0}, static_cast<int>(body->outputs.size()));
+          body->outputs.push_back(group->outputs[o]);
+          body->channels_last.push_back(1);
+        }
+        std::vector<TensorType> in_types;
+        for (const ValueRef& in : n.inputs) in_types.push_back(fused.type(in));
+        copy.outputs = body->infer(in_types);
+        copy.body = std::move(body);
+      }
+    }
+    const ValueRef made = out.add_node(std::move(copy));
+    new_id[static_cast<std::size_t>(id)] = made.node;
+    if (!slots.empty()) {
+      for (const auto& [value, slot] : slots) remap[value] = {made.node, slot};
+      continue;
+    }
+    for (int i = 0; i < static_cast<int>(n.outputs.size()); ++i) remap[{id, i}] = {made.node, i};
+  }
+  for (const auto& [name, ref] : fused.outputs()) out.output(name, out.value(remap.at(ref)));
+  for (const auto& [var, ref] : fused.assignments()) out.assign(var, out.value(remap.at(ref)));
+  if (report)
+    for (FusionReport::Group& entry : report->groups)
+      entry.fused_node = new_id[static_cast<std::size_t>(entry.fused_node)];
+  return out;
+}
+
+}  // namespace kiln
