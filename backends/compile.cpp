@@ -85,9 +85,8 @@ Graph apply_channels_last(const Graph& g) {
     const bool values = channels_last_values_mode() != ChannelsLastValues::off;
     const Graph images = eliminate_dead_code(channels_last_images(
         g, cuda::conv_node_reads_channels_last,
-        !values && env_switch_on("KILN_NHWC_DY")
-            ? ChannelsLastWanted(cuda::conv_node_reads_nhwc_dy)
-            : ChannelsLastWanted()));
+        !values && env_switch_on("KILN_NHWC_DY") ? ChannelsLastWanted(cuda::conv_node_reads_nhwc_dy)
+                                                 : ChannelsLastWanted()));
     if (!values) return images;
     return eliminate_dead_code(channels_last_values(images, cuda::conv_node_channels_last_sides));
   }

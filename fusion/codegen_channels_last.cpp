@@ -33,7 +33,8 @@ std::string Writer::channels_last_body(CudaKernelSource& k) const {
   k.vector_width = 1;
   bool wide = g_.low_precision() && lanes_ == 8 && plane % 8 == 0 && channels % 8 == 0;
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-    wide = wide && (!g_.output_channels_last(o) || dtype_size(g_.operand_dtype(g_.outputs[o])) == 2);
+    wide =
+        wide && (!g_.output_channels_last(o) || dtype_size(g_.operand_dtype(g_.outputs[o])) == 2);
 
   std::string out = fmt::format(
       "  const long long C = {}LL, P = {}LL, BP = {}LL, tiles = {}LL, channel_tiles = {}LL;\n",
@@ -102,10 +103,11 @@ std::string Writer::channels_last_body(CudaKernelSource& k) const {
   out += scalar_loads("      ", "i");
   out += compute("      ", "");
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-    out += "      " + store(o, g_.output_channels_last(o)
-                                   ? fmt::format("tile{}[{}]", o, swizzled("r", "c"))
-                                   : fmt::format("out{}[i]", o),
-                        "");
+    out += "      " + store(o,
+                            g_.output_channels_last(o)
+                                ? fmt::format("tile{}[{}]", o, swizzled("r", "c"))
+                                : fmt::format("out{}[i]", o),
+                            "");
   out += "    }\n" + store_rows(false);
   return out;
 }

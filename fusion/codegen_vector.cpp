@@ -153,9 +153,9 @@ std::string Writer::vector_body_wide(const LaneHook& after_lane, const std::vect
     out += g_.output_channels_last(o) && channels_last_store
                ? channels_last_store(o)
                : "      " +
-           copy_lanes(g_.operand_dtype(g_.outputs[o]), lanes_, fmt::format("(out{} + i)", o),
-                      fmt::format("o{}", o), false) +
-           "\n";
+                     copy_lanes(g_.operand_dtype(g_.outputs[o]), lanes_,
+                                fmt::format("(out{} + i)", o), fmt::format("o{}", o), false) +
+                     "\n";
   return out;
 }
 

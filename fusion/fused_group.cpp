@@ -178,8 +178,8 @@ std::string FusedGroup::summary() const {
       rows_finish_only() ? fmt::format(", {} row outputs", row_outputs.size())
       : staged() ? fmt::format(", {} passes a row", stage_count() + (outputs.empty() ? 0 : 1))
                  : "";
-  const auto last = std::count_if(channels_last.begin(), channels_last.end(),
-                                  [](char c) { return c != 0; });
+  const auto last =
+      std::count_if(channels_last.begin(), channels_last.end(), [](char c) { return c != 0; });
   const std::string layout =
       last == 0 ? "" : fmt::format(", {} output{} channels-last", last, last > 1 ? "s" : "");
   return fmt::format("{} ops ({}) over {}{}{}{}", instrs.size() + reductions().size(), ops,

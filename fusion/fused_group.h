@@ -89,7 +89,7 @@ class FusedGroup final : public NodeBody {
   DType compute = DType::f32;
   std::vector<FusedInput> inputs;  // node inputs, in order
   std::vector<FusedInstr> instrs;
-  std::vector<Operand> outputs;             // node outputs 0..k-1, each of the group's shape
+  std::vector<Operand> outputs;  // node outputs 0..k-1, each of the group's shape
   // Per output (empty: none), whether it is stored channels-last: [B, H, W, C] for a group over
   // [B, C, H, W], element (b, c, h, w) at ((b H + h) W + w) C + c. Only groups without
   // reductions have them (fusion/channels_last_outputs.h folds a transpose into its producer).

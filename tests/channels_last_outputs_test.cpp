@@ -67,9 +67,9 @@ struct Case {
 };
 // Vector tiles (C and H W multiples of 8; two channel tiles; planes of 16 pixels, a tile over
 // four images; many tiles, the last partial), and the one-element form (C 20, 5x7; f32).
-const Case kCases[] = {{{2, 64, 8, 8}, DType::bf16},   {{1, 72, 4, 4}, DType::bf16},
-                       {{5, 128, 6, 8}, DType::bf16},  {{3, 20, 5, 7}, DType::bf16},
-                       {{2, 24, 3, 8}, DType::f16},    {{2, 16, 6, 6}, DType::f32}};
+const Case kCases[] = {{{2, 64, 8, 8}, DType::bf16},  {{1, 72, 4, 4}, DType::bf16},
+                       {{5, 128, 6, 8}, DType::bf16}, {{3, 20, 5, 7}, DType::bf16},
+                       {{2, 24, 3, 8}, DType::f16},   {{2, 16, 6, 6}, DType::f32}};
 
 }  // namespace
 
@@ -122,13 +122,13 @@ TEST_CASE("golden: a channels-last output tiles through shared memory, 16-byte r
     const FusedGroup* group = group_with_channels_last(folded);
     REQUIRE(group != nullptr);
     const CudaKernelSource k = generate_cuda(*group);
-    const std::int64_t tiles = (c.shape[0] * c.shape[2] * c.shape[3] + 63) / 64 *
-                               ((c.shape[1] + 63) / 64);
+    const std::int64_t tiles =
+        (c.shape[0] * c.shape[2] * c.shape[3] + 63) / 64 * ((c.shape[1] + 63) / 64);
     CHECK(k.work_items == tiles * 256);
     CHECK(k.source.find("__shared__ __align__(16)") != std::string::npos);
     // The vector form: 16-bit values, C and H W multiples of 8.
-    const bool wide = c.dtype != DType::f32 && c.shape[1] % 8 == 0 &&
-                      c.shape[2] * c.shape[3] % 8 == 0;
+    const bool wide =
+        c.dtype != DType::f32 && c.shape[1] % 8 == 0 && c.shape[2] * c.shape[3] % 8 == 0;
     CHECK((k.source.find("*reinterpret_cast<uint4*>(out1 + q * C + ch)") != std::string::npos) ==
           wide);
     CHECK(k.source.find("out1[q * C + ch] = tile1[") != std::string::npos);  // the other form

@@ -159,8 +159,8 @@ TEST_CASE("the layout pass copies a dy once, for its input gradient and the weig
        },
        0, 0, 0},
       {"the stride-1 layer's",
-       [](const Node& n, std::span<const TensorType>) { return n.attrs.integer("stride") == 1; },
-       1, 1, 1}};
+       [](const Node& n, std::span<const TensorType>) { return n.attrs.integer("stride") == 1; }, 1,
+       1, 1}};
   for (const Case& c : cases) {
     CAPTURE(c.name);
     const Graph after = channels_last_images(g, none, c.wants_dy);
