@@ -16,23 +16,25 @@ namespace kiln {
 namespace {
 
 // The group whose output `ref` is, where a channels-last copy of it can join that group.
-const FusedGroup* foldable(const Graph& g, ValueRef ref) {
+const FusedGroup* foldable(const Graph& g, ValueRef ref, bool any_shape) {
   const FusedGroup* group = fused_group_of(g.node(ref.node));
   if (group == nullptr || group->reduction || !group->row_outputs.empty() ||
       group->shape.rank() != 4 || static_cast<std::size_t>(ref.index) >= group->outputs.size() ||
       group->output_channels_last(static_cast<std::size_t>(ref.index)))
     return nullptr;
-  return group;
+  const Shape& s = group->shape;
+  const bool vectors = is_low_precision(g.type(ref).dtype) && s[1] % 8 == 0 && s[2] * s[3] % 8 == 0;
+  return any_shape || vectors ? group : nullptr;
 }
 
-bool folds(const Graph& g, const Node& n) {
+bool folds(const Graph& g, const Node& n, bool any_shape) {
   return n.op->id == OpId::transpose && n.attrs.integers("perm") == kChannelsLast &&
-         foldable(g, n.inputs[0]) != nullptr;
+         foldable(g, n.inputs[0], any_shape) != nullptr;
 }
 
 }  // namespace
 
-Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report) {
+Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report, bool any_shape) {
   if (!env_switch_on("KILN_CHANNELS_LAST_OUTPUTS")) return fused;
   const int count = static_cast<int>(fused.nodes().size());
   // Per value: its readers other than folded transposes (nodes, outputs, assignments), and the
@@ -41,7 +43,7 @@ Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report) {
   std::map<ValueRef, std::vector<int>> copies;
   for (int id = 0; id < count; ++id) {
     const Node& n = fused.node(id);
-    if (folds(fused, n)) {
+    if (folds(fused, n, any_shape)) {
       copies[n.inputs[0]].push_back(id);
       continue;
     }
@@ -56,7 +58,8 @@ Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report) {
   std::vector<int> new_id(static_cast<std::size_t>(count), -1);
   for (int id = 0; id < count; ++id) {
     const Node& n = fused.node(id);
-    if (folds(fused, n)) continue;  // its readers read the group's new output (remapped below)
+    if (folds(fused, n, any_shape))
+      continue;  // its readers read the group's new output (remapped below)
     Node copy = n;
     for (ValueRef& in : copy.inputs) in = remap.at(in);
     const FusedGroup* group = fused_group_of(n);

@@ -7,7 +7,10 @@
 // layout the input and weight gradients read, so that copy's read and write and its launch are
 // gone; its forward's ReLU output is written in both layouts, saving the copy's read.
 //
-// Only groups without reductions take it (their elements in any order), over 4-D shapes.
+// Only groups without reductions take it (their elements in any order), over 4-D shapes, and (the
+// GPU's policy) only where the kernel takes its vector form: 16-bit values whose channels and
+// planes are multiples of 8 (a 14 x 14 plane keeps the convolutions' own copy, which is faster
+// than one element a thread); `any_shape` folds every such transpose (for tests of the other form).
 //
 // Pre: the output of fuse (and stage_reductions, fuse_gemm_epilogues). Post: verify holds; the
 // same values, bit for bit; every output and assignment refers to the same value. Where
@@ -20,6 +23,7 @@
 namespace kiln {
 
 struct FusionReport;  // fusion/fuse.h
-Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report = nullptr);
+Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report = nullptr,
+                                 bool any_shape = false);
 
 }  // namespace kiln
