@@ -259,9 +259,10 @@ TEST_CASE(
   const Graph values = apply_channels_last(step.graph);
   unsetenv("KILN_CHANNELS_LAST_VALUES");
   CHECK_NOTHROW(verify(values));
-  // The first layer (3 channels) runs NCHW: its ReLU's copy for the next layer and one of the
+  // Without the values: the images' 16 copies and the 19 input gradients' dy copies. With them,
+  // the first layer (3 channels) runs NCHW: its ReLU's copy for the next layer and one of the
   // gradient into it stay; every other activation is stored [B, H, W, C].
-  CHECK(count_nodes(images, OpId::transpose) == 16);
+  CHECK(count_nodes(images, OpId::transpose) == 16 + 19);
   CHECK(count_nodes(values, OpId::transpose) == 2);
   CHECK(count_marked(values, OpId::conv2d, conv_y_channels_last) == 19);
   CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
