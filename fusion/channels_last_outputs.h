@@ -12,6 +12,9 @@
 // planes are multiples of 8 (a 14 x 14 plane keeps the convolutions' own copy, which is faster
 // than one element a thread); `any_shape` folds every such transpose (for tests of the other form).
 //
+// A dy copy (a transpose to channels-last read only by input and weight gradients, as their dy)
+// that does not fold is undone: they read the [B, C, H, W] dy again, unmarked.
+//
 // Pre: the output of fuse (and stage_reductions, fuse_gemm_epilogues). Post: verify holds; the
 // same values, bit for bit; every output and assignment refers to the same value. Where
 // `report` is given, its groups follow the new node ids. KILN_CHANNELS_LAST_OUTPUTS=0 turns it

@@ -18,6 +18,7 @@ class Attrs {
 
   bool has(const std::string& name) const { return items_.count(name) != 0; }
   void set(const std::string& name, AttrValue value) { items_[name] = std::move(value); }
+  void erase(const std::string& name) { items_.erase(name); }
   // Typed getters; a missing or mistyped attribute is an internal error (ops build their own
   // attrs).
   std::int64_t integer(const std::string& name) const;

@@ -120,6 +120,7 @@ bool conv_image_channels_last(const Attrs& attrs);
 void mark_conv_image_channels_last(Attrs& attrs);
 bool conv_y_channels_last(const Attrs& attrs);
 void mark_conv_y_channels_last(Attrs& attrs);
+void unmark_conv_y_channels_last(Attrs& attrs);
 // The permutations between NCHW and NHWC (transpose's perm).
 inline const std::vector<std::int64_t> kChannelsLast{0, 2, 3, 1}, kChannelsFirst{0, 3, 1, 2};
 // Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):

@@ -14,7 +14,9 @@
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
 #include "gpu/kernel_cache.h"
+#include "graph/autograd.h"
 #include "graph/ops.h"
+#include "graph/passes/channels_last.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 #include "tests/support.h"
@@ -115,6 +117,49 @@ TEST_CASE("a reduction's group or another permutation keeps its transpose") {
   const Graph folded = fold_channels_last_outputs(fused, nullptr, true);
   CHECK(count_op(folded, OpId::transpose) == count_op(fused, OpId::transpose));
   CHECK(group_with_channels_last(folded) == nullptr);
+}
+
+TEST_CASE("a dy copy that does not fold is undone: its gradients read the NCHW dy, unmarked") {
+  // conv -> relu -> conv -> max pool, a loss of the pool: the layout pass copies each layer's
+  // dy for its input and weight gradients. f32 values: the GPU's policy folds none of them, so
+  // both copies are undone; every shape folded: relu's mask group makes the first layer's dy,
+  // so that copy folds, and the other (made by the pool's gradient, no group) is undone.
+  Graph g;
+  const Value x = g.input("x", {2, 8, 6, 6});
+  const Value w1 = g.input("w1", {8, 8, 3, 3});
+  const Value w2 = g.input("w2", {8, 8, 3, 3});
+  const Value y = conv2d(relu(conv2d(x, w1, 1, 1)), w2, 1, 1);
+  const Value pooled = max_pool2d(y, 2);
+  const Value loss = sum_all(pooled * pooled);
+  const std::vector<Value> grads = grad(loss, {x, w1, w2});
+  g.output("dx", grads[0]);
+  g.output("dw1", grads[1]);
+  g.output("dw2", grads[2]);
+  auto all = [](const Node&, std::span<const TensorType>) { return true; };
+  auto none = [](const Node&, std::span<const TensorType>) { return false; };
+  const Graph copied = eliminate_dead_code(channels_last_images(g, none, all));
+  REQUIRE(count_op(copied, OpId::transpose) == 2);
+  const Graph fused = eliminate_dead_code(fuse(copied));
+  auto marked = [](const Graph& h) {
+    int n = 0;
+    for (const Node& node : h.nodes()) n += conv_y_channels_last(node.attrs);
+    return n;
+  };
+  REQUIRE(marked(fused) == 4);  // both layers' input and weight gradients
+  const std::vector<Feed> feeds = test::random_feeds(g, 5);
+  const Outputs want = test::run_once(g, feeds);
+  const Graph policy = fold_channels_last_outputs(fused);
+  CHECK_NOTHROW(verify(policy));
+  CHECK(count_op(policy, OpId::transpose) == 0);
+  CHECK(marked(policy) == 0);
+  CHECK(group_with_channels_last(policy) == nullptr);
+  check_same_bits(test::run_once(policy, feeds), want);
+  const Graph every = fold_channels_last_outputs(fused, nullptr, true);
+  CHECK_NOTHROW(verify(every));
+  CHECK(count_op(every, OpId::transpose) == 0);
+  CHECK(group_with_channels_last(every) != nullptr);
+  CHECK(marked(every) == 2);  // the first layer's gradients read the folded copy
+  check_same_bits(test::run_once(every, feeds), want);
 }
 
 TEST_CASE("golden: a channels-last output tiles through shared memory, 16-byte rows where it can") {

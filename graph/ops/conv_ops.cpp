@@ -403,6 +403,7 @@ bool conv_y_channels_last(const Attrs& attrs) {
 }
 
 void mark_conv_y_channels_last(Attrs& attrs) { attrs.set("y_channels_last", std::int64_t{1}); }
+void unmark_conv_y_channels_last(Attrs& attrs) { attrs.erase("y_channels_last"); }
 
 void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_forward_op());
