@@ -19,6 +19,7 @@
 #include "fusion/conv_statistics.h"
 #include "fusion/gemm_epilogues.h"
 #include "fusion/recompute.h"
+#include "fusion/rematerialize.h"
 #include "fusion/stages.h"
 #include "graph/train_step.h"
 #include "graph/op.h"
@@ -168,11 +169,15 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
       verify(g);
       dump_after("gemm_epilogues", g);
     }
-    // The layout pass's copies to channels-last made by their producers' kernels.
+    // The layout pass's copies to channels-last made by their producers' kernels, and outputs
+    // that a reader can make from what it loads anyway.
     if (options.fuse && !options.device.is_cpu()) {
       g = eliminate_dead_code(fold_channels_last_outputs(g));
       verify(g);
       dump_after("channels_last_outputs", g);
+      g = eliminate_dead_code(rematerialize_outputs(g));
+      verify(g);
+      dump_after("rematerialize_outputs", g);
     }
   }
   // The GPU's launch list and streams follow node order: each collective as early as its

@@ -10,6 +10,7 @@
 #include "fusion/channels_last_outputs.h"
 #include "fusion/fused_group.h"
 #include "fusion/gemm_epilogues.h"
+#include "fusion/rematerialize.h"
 #include "fusion/stages.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/cublas_handle.h"
@@ -168,6 +169,7 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
   v.after = fuse_gemm_epilogues(v.after, &v.report, {.f32_products = false});  // as compile()
   v.after = fold_channels_last_outputs(v.after, &v.report);
+  v.after = rematerialize_outputs(v.after, &v.report);
   verify(v.after);
   for (const FusionReport::Group& entry : v.report.groups)
     v.kernels.push_back(generate_cuda(group_of(v.after, entry)));
