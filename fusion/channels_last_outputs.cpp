@@ -146,11 +146,7 @@ Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report, bool 
     }
     for (int i = 0; i < static_cast<int>(n.outputs.size()); ++i) remap[{id, i}] = {made.node, i};
   }
-  for (const auto& [name, ref] : fused.outputs()) out.output(name, out.value(remap.at(ref)));
-  for (const auto& [var, ref] : fused.assignments()) out.assign(var, out.value(remap.at(ref)));
-  if (report)
-    for (FusionReport::Group& entry : report->groups)
-      entry.fused_node = new_id[static_cast<std::size_t>(entry.fused_node)];
+  finish_copy(fused, out, remap, new_id, report);
   return out;
 }
 

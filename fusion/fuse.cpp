@@ -357,6 +357,15 @@ BuiltGroup build_group(const Graph& g, const Grouping& gr, int group,
 
 }  // namespace
 
+void finish_copy(const Graph& from, Graph& out, const std::map<ValueRef, ValueRef>& remap,
+                 const std::vector<int>& new_id, FusionReport* report) {
+  for (const auto& [name, ref] : from.outputs()) out.output(name, out.value(remap.at(ref)));
+  for (const auto& [var, ref] : from.assignments()) out.assign(var, out.value(remap.at(ref)));
+  if (report)
+    for (FusionReport::Group& entry : report->groups)
+      entry.fused_node = new_id[static_cast<std::size_t>(entry.fused_node)];
+}
+
 std::vector<std::int32_t> fusion_groups(const Graph& g) {
   const Grouping gr = group_nodes(g, {});
   return {gr.group_of.begin(), gr.group_of.end()};

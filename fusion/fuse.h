@@ -20,6 +20,9 @@
 // (reshape, detach) stay zero-cost aliases outside groups; non-floating values.
 #pragma once
 
+#include <map>
+#include <vector>
+
 #include "graph/graph.h"
 
 namespace kiln {
@@ -40,6 +43,12 @@ struct FuseOptions {
 };
 
 Graph fuse(const Graph& g, FusionReport* report = nullptr, const FuseOptions& options = {});
+
+// The end of a pass that copies a fused graph node by node (fusion/channels_last_outputs.h,
+// fusion/rematerialize.h): `from`'s outputs and assignments set in `out` through `remap`, and
+// the report's groups (where given) moved to their nodes' new ids.
+void finish_copy(const Graph& from, Graph& out, const std::map<ValueRef, ValueRef>& remap,
+                 const std::vector<int>& new_id, FusionReport* report);
 
 // Each node's group as fuse(g) forms it (groups numbered from 0; -1 for a node in none), for
 // passes that plan around the groups (fusion/recompute.h).

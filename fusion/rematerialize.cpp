@@ -220,11 +220,7 @@ Graph rematerialize_outputs(const Graph& fused, FusionReport* report) {
     for (std::size_t o = 0; o < n.outputs.size(); ++o)
       if (slot[o] >= 0) remap[{id, static_cast<std::int32_t>(o)}] = {made.node, slot[o]};
   }
-  for (const auto& [name, ref] : fused.outputs()) out.output(name, out.value(remap.at(ref)));
-  for (const auto& [var, ref] : fused.assignments()) out.assign(var, out.value(remap.at(ref)));
-  if (report)
-    for (FusionReport::Group& entry : report->groups)
-      entry.fused_node = new_id[static_cast<std::size_t>(entry.fused_node)];
+  finish_copy(fused, out, remap, new_id, report);
   return out;
 }
 
