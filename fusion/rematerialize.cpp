@@ -43,7 +43,8 @@ class Remaker {
   explicit Remaker(const Graph& g) : g_(g) {
     for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id) {
       const Node& n = g.node(id);
-      for (std::size_t k = 0; k < n.inputs.size(); ++k) readers_by_value_[n.inputs[k]].push_back({id, k});
+      for (std::size_t k = 0; k < n.inputs.size(); ++k)
+        readers_by_value_[n.inputs[k]].push_back({id, k});
     }
     for (const auto& [name, ref] : g.outputs()) roots_.insert(ref);
     for (const auto& [var, ref] : g.assignments()) roots_.insert(ref);
@@ -62,12 +63,11 @@ class Remaker {
         const auto o = static_cast<std::size_t>(it->index);
         bool reads_chosen = false;
         for (const Operand& a : instr_of(group, o).args)
-          reads_chosen =
-              reads_chosen ||
-              (a.kind == Operand::Kind::instr &&
-               chosen_.count({it->node, output_of_instr(group, a.index, o)})) ||
-              (a.kind == Operand::Kind::input &&
-               chosen_.count(producer.inputs[static_cast<std::size_t>(a.index)]));
+          reads_chosen = reads_chosen ||
+                         (a.kind == Operand::Kind::instr &&
+                          chosen_.count({it->node, output_of_instr(group, a.index, o)})) ||
+                         (a.kind == Operand::Kind::input &&
+                          chosen_.count(producer.inputs[static_cast<std::size_t>(a.index)]));
         changed = changed || reads_chosen;
         it = reads_chosen ? chosen_.erase(it) : std::next(it);
       }
@@ -104,7 +104,8 @@ class Remaker {
           a = input_for(*body, inputs, dropped, producer.inputs[j], from.inputs[j]);
         } else if (a.kind == Operand::Kind::instr) {
           const int stored = output_of_instr(from, a.index, o);
-          const TensorType t{from.shape, from.operand_dtype(from.outputs[static_cast<std::size_t>(stored)])};
+          const TensorType t{from.shape,
+                             from.operand_dtype(from.outputs[static_cast<std::size_t>(stored)])};
           a = input_for(*body, inputs, dropped, {n.inputs[k].node, stored},
                         {t, from.shape.strides(), 0});
         }
