@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -32,15 +33,14 @@ bool folds(const Graph& g, const Node& n, bool any_shape) {
          foldable(g, n.inputs[0], any_shape) != nullptr;
 }
 
-// Whether node `id` is a dy copy of the layout pass: a transpose to channels-last whose readers
-// are all input or weight gradients reading it as their dy, and nothing else.
-bool dy_copy(const Graph& g, int id, const std::vector<std::vector<int>>& readers,
-             const std::vector<char>& root) {
+// Whether transpose `id` is a dy copy of the layout pass: to channels-last, read only by input or
+// weight gradients as their dy (`readers`: its readers, once each), not a graph root.
+bool dy_copy(const Graph& g, int id, const std::vector<int>& readers, bool root) {
   const Node& n = g.node(id);
-  if (n.op->id != OpId::transpose || n.attrs.integers("perm") != kChannelsLast ||
-      root[static_cast<std::size_t>(id)] || readers[static_cast<std::size_t>(id)].empty())
+  if (n.op->id != OpId::transpose || n.attrs.integers("perm") != kChannelsLast || root ||
+      readers.empty())
     return false;
-  for (int r : readers[static_cast<std::size_t>(id)]) {
+  for (int r : readers) {
     const Node& reader = g.node(r);
     const std::size_t dy = reader.op->id == OpId::conv2d_grad_input    ? 0
                            : reader.op->id == OpId::conv2d_grad_weight ? 1
@@ -57,36 +57,39 @@ bool dy_copy(const Graph& g, int id, const std::vector<std::vector<int>>& reader
 Graph fold_channels_last_outputs(const Graph& fused, FusionReport* report, bool any_shape) {
   if (!env_switch_on("KILN_CHANNELS_LAST_OUTPUTS")) return fused;
   const int count = static_cast<int>(fused.nodes().size());
-  // Per value: its readers other than folded transposes (nodes, outputs, assignments), and the
-  // transposes that fold into its group.
-  std::map<ValueRef, int> other_readers;
-  std::map<ValueRef, std::vector<int>> copies;
-  for (int id = 0; id < count; ++id) {
-    const Node& n = fused.node(id);
-    if (folds(fused, n, any_shape)) {
-      copies[n.inputs[0]].push_back(id);
-      continue;
+  // Per value: its reading nodes (once each) and whether it is a graph root; the transposes
+  // that fold into its group; how many readers it keeps besides them.
+  std::map<ValueRef, std::vector<int>> readers;
+  std::set<ValueRef> roots;
+  for (int id = 0; id < count; ++id)
+    for (const ValueRef& in : fused.node(id).inputs) {
+      auto& r = readers[in];
+      if (r.empty() || r.back() != id) r.push_back(id);
     }
-    for (const ValueRef& in : n.inputs) ++other_readers[in];
-  }
-  for (const auto& [name, ref] : fused.outputs()) ++other_readers[ref];
-  for (const auto& [var, ref] : fused.assignments()) ++other_readers[ref];
+  for (const auto& [name, ref] : fused.outputs()) roots.insert(ref);
+  for (const auto& [var, ref] : fused.assignments()) roots.insert(ref);
+  std::map<ValueRef, std::vector<int>> copies;
+  std::map<ValueRef, int> other_readers;
+  for (const auto& [value, nodes] : readers)
+    for (int r : nodes)
+      if (folds(fused, fused.node(r), any_shape))
+        copies[value].push_back(r);
+      else
+        ++other_readers[value];
+  for (const ValueRef& ref : roots) ++other_readers[ref];
   // A dy copy that does not fold is undone: its gradients read the [B, C, H, W] dy again, and the
   // input gradient's pass copies it itself (faster than the node: resnet18 bf16 b512 7.12
   // against 6.92 ms on an H100, session 32).
-  std::vector<std::vector<int>> readers(static_cast<std::size_t>(count));
-  std::vector<char> root(static_cast<std::size_t>(count), 0), undone(root);
-  for (int id = 0; id < count; ++id)
-    for (const ValueRef& in : fused.node(id).inputs) {
-      auto& r = readers[static_cast<std::size_t>(in.node)];
-      if (r.empty() || r.back() != id) r.push_back(id);
-    }
-  for (const auto& [name, ref] : fused.outputs()) root[static_cast<std::size_t>(ref.node)] = 1;
-  for (const auto& [var, ref] : fused.assignments()) root[static_cast<std::size_t>(ref.node)] = 1;
+  std::vector<char> undone(static_cast<std::size_t>(count), 0);
   bool any_undone = false;
-  for (int id = 0; id < count; ++id)
-    if (!folds(fused, fused.node(id), any_shape) && dy_copy(fused, id, readers, root))
+  for (int id = 0; id < count; ++id) {
+    const ValueRef copy{id, 0};
+    const auto it = readers.find(copy);
+    if (!folds(fused, fused.node(id), any_shape) &&
+        dy_copy(fused, id, it == readers.end() ? std::vector<int>{} : it->second,
+                roots.count(copy) != 0))
       any_undone = (undone[static_cast<std::size_t>(id)] = 1) != 0;
+  }
   if (copies.empty() && !any_undone) return fused;
 
   Graph out;
