@@ -1,15 +1,19 @@
-// Two walks: the outputs to make again (their instruction's operands, their readers), then the
-// graph copied with each reader's body given the instruction and the producers' bodies without
-// those outputs.
+// Two walks: the outputs to make again (their instructions, leaves and readers, by the bytes
+// they save), then the graph copied with each reader's body given the instructions at its front
+// and the producers' bodies without those outputs.
 #include "fusion/rematerialize.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/env_switch.h"
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
@@ -38,6 +42,69 @@ int output_of_instr(const FusedGroup& g, int index, std::size_t except) {
   return -1;
 }
 
+// The most instructions a reader makes again for one output (their work is the reader's);
+// KILN_REMATERIALIZE_INSTRS=N sets it (1: one instruction, as the pass first did; for measuring).
+std::size_t most_instrs() {
+  static const auto most = static_cast<std::size_t>(env_integer(
+      "KILN_REMATERIALIZE_INSTRS", 32, 1, 1024, "a count of instructions from 1 to 1024"));
+  return most;
+}
+
+// A value an output's instructions load: an input of its group, or another output it stores.
+struct Leaf {
+  ValueRef ref;
+  FusedInput read;  // over the group's shape
+};
+
+bool reads_alike(const FusedInput& a, const FusedInput& b) {
+  return a.strides == b.strides && a.offset == b.offset;
+}
+
+// What makes output o of group node `id` again: its instruction and those under it (ascending;
+// the output's last) down to the group's inputs, constants and other stored outputs (which it
+// loads: `leaves`), or nothing where one reads a reduction or there are too many.
+struct Cone {
+  std::vector<int> instrs;
+  std::vector<Leaf> leaves;
+};
+std::optional<Cone> cone_of(const Node& n, std::int32_t id, const FusedGroup& g, std::size_t o) {
+  std::set<int> taken;
+  std::vector<int> stack{g.outputs[o].index};
+  while (!stack.empty()) {
+    const int i = stack.back();
+    stack.pop_back();
+    if (!taken.insert(i).second) continue;
+    if (taken.size() > most_instrs()) return std::nullopt;
+    for (const Operand& a : g.instrs[static_cast<std::size_t>(i)].args) {
+      if (a.kind == Operand::Kind::reduced) return std::nullopt;
+      if (a.kind == Operand::Kind::instr && output_of_instr(g, a.index, o) < 0)
+        stack.push_back(a.index);
+    }
+  }
+  Cone cone{{taken.begin(), taken.end()}, {}};
+  auto add = [&](const ValueRef& ref, const FusedInput& read) {
+    for (const Leaf& l : cone.leaves)
+      if (l.ref == ref && reads_alike(l.read, read)) return;
+    cone.leaves.push_back({ref, read});
+  };
+  for (int i : cone.instrs)
+    for (const Operand& a : g.instrs[static_cast<std::size_t>(i)].args) {
+      const auto j = static_cast<std::size_t>(a.index);
+      if (a.kind == Operand::Kind::input) {
+        add(n.inputs[j], g.inputs[j]);
+      } else if (a.kind == Operand::Kind::instr && !taken.count(a.index)) {
+        const int stored = output_of_instr(g, a.index, o);
+        const TensorType t{g.shape, g.operand_dtype(g.outputs[static_cast<std::size_t>(stored)])};
+        add({id, stored}, {t, g.shape.strides(), 0});
+      }
+    }
+  return cone;
+}
+
+std::int64_t bytes_of(const FusedInput& read, const Shape& shape) {
+  return read.elements_read(shape) * static_cast<std::int64_t>(dtype_size(read.type.dtype));
+}
+
 class Remaker {
  public:
   explicit Remaker(const Graph& g) : g_(g) {
@@ -48,38 +115,32 @@ class Remaker {
     }
     for (const auto& [name, ref] : g.outputs()) roots_.insert(ref);
     for (const auto& [var, ref] : g.assignments()) roots_.insert(ref);
+    // The candidates, those that save the most bytes first; one is taken where it loads no
+    // value taken before it and none taken before it loads it (its readers would have nothing
+    // stored to make it from).
+    std::vector<std::tuple<std::int64_t, ValueRef, Cone>> candidates;
     for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id)
       if (const FusedGroup* group = fused_group_of(g.node(id)))
-        for (std::size_t o = 0; o < group->outputs.size(); ++o)
-          if (remakeable(id, *group, o)) chosen_.insert({id, static_cast<std::int32_t>(o)});
-    // An output whose instruction reads a chosen value (another output of its group, or an
-    // input that another group stops storing) stays stored: its readers would have nothing
-    // stored to make it from. Until none is left.
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (auto it = chosen_.begin(); it != chosen_.end();) {
-        const Node& producer = g.node(it->node);
-        const FusedGroup& group = *fused_group_of(producer);
-        const auto o = static_cast<std::size_t>(it->index);
-        bool reads_chosen = false;
-        for (const Operand& a : instr_of(group, o).args)
-          reads_chosen = reads_chosen ||
-                         (a.kind == Operand::Kind::instr &&
-                          chosen_.count({it->node, output_of_instr(group, a.index, o)})) ||
-                         (a.kind == Operand::Kind::input &&
-                          chosen_.count(producer.inputs[static_cast<std::size_t>(a.index)]));
-        changed = changed || reads_chosen;
-        it = reads_chosen ? chosen_.erase(it) : std::next(it);
-      }
+        for (std::size_t o = 0; o < group->outputs.size(); ++o) {
+          const ValueRef ref{id, static_cast<std::int32_t>(o)};
+          std::int64_t saved = 0;
+          if (std::optional<Cone> cone = remakeable(id, *group, o, saved))
+            candidates.emplace_back(saved, ref, std::move(*cone));
+        }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+    std::set<ValueRef> loaded;  // what the taken ones load
+    for (auto& [saved, ref, cone] : candidates) {
+      bool free = !loaded.count(ref);
+      for (const Leaf& l : cone.leaves) free = free && !chosen(l.ref);
+      if (!free) continue;
+      for (const Leaf& l : cone.leaves) loaded.insert(l.ref);
+      chosen_.emplace(ref, std::move(cone));
     }
   }
 
   bool any() const { return !chosen_.empty(); }
   bool chosen(const ValueRef& ref) const { return chosen_.count(ref) != 0; }
-
-  static const FusedInstr& instr_of(const FusedGroup& g, std::size_t o) {
-    return g.instrs[static_cast<std::size_t>(g.outputs[o].index)];
-  }
 
   // Node `id`'s body with each chosen input made in it instead (its input list `inputs`, old
   // refs, updated alike), or nullptr where it reads none.
@@ -91,30 +152,42 @@ class Remaker {
     std::vector<char> dropped(n.inputs.size(), 0);
     bool any = false;
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
-      if (!chosen(n.inputs[k])) continue;
+      const auto chosen_it = chosen_.find(n.inputs[k]);
+      if (chosen_it == chosen_.end()) continue;
       any = true;
       dropped[k] = 1;
       const Node& producer = g_.node(n.inputs[k].node);
       const FusedGroup& from = *fused_group_of(producer);
       const auto o = static_cast<std::size_t>(n.inputs[k].index);
-      FusedInstr made = instr_of(from, o);
-      for (Operand& a : made.args) {
-        if (a.kind == Operand::Kind::input) {
-          const auto j = static_cast<std::size_t>(a.index);
-          a = input_for(*body, inputs, dropped, producer.inputs[j], from.inputs[j]);
-        } else if (a.kind == Operand::Kind::instr) {
-          const int stored = output_of_instr(from, a.index, o);
-          const TensorType t{from.shape,
-                             from.operand_dtype(from.outputs[static_cast<std::size_t>(stored)])};
-          a = input_for(*body, inputs, dropped, {n.inputs[k].node, stored},
-                        {t, from.shape.strides(), 0});
+      const std::vector<int>& cone = chosen_it->second.instrs;
+      std::map<int, int> at;  // the producer's instruction -> its place at the body's front
+      for (std::size_t i = 0; i < cone.size(); ++i) at[cone[i]] = static_cast<int>(i);
+      std::vector<FusedInstr> made;
+      for (int index : cone) {
+        FusedInstr instr = from.instrs[static_cast<std::size_t>(index)];
+        for (Operand& a : instr.args) {
+          if (a.kind == Operand::Kind::input) {
+            const auto j = static_cast<std::size_t>(a.index);
+            a = input_for(*body, inputs, dropped, producer.inputs[j], from.inputs[j]);
+          } else if (a.kind == Operand::Kind::instr && at.count(a.index)) {
+            a = Operand::instr(at.at(a.index));
+          } else if (a.kind == Operand::Kind::instr) {
+            const int stored = output_of_instr(from, a.index, o);
+            const TensorType t{from.shape,
+                               from.operand_dtype(from.outputs[static_cast<std::size_t>(stored)])};
+            a = input_for(*body, inputs, dropped, {n.inputs[k].node, stored},
+                          {t, from.shape.strides(), 0});
+          }
         }
+        made.push_back(std::move(instr));
       }
+      const int shift = static_cast<int>(made.size());
       for_each_operand(*body, [&](Operand& a) {
-        if (a.kind == Operand::Kind::instr) ++a.index;
-        if (same(a, Operand::input(static_cast<int>(k)))) a = Operand::instr(0);
+        if (a.kind == Operand::Kind::instr) a.index += shift;
+        if (same(a, Operand::input(static_cast<int>(k)))) a = Operand::instr(shift - 1);
       });
-      body->instrs.insert(body->instrs.begin(), std::move(made));
+      body->instrs.insert(body->instrs.begin(), std::make_move_iterator(made.begin()),
+                          std::make_move_iterator(made.end()));
     }
     if (!any) return nullptr;
     std::vector<int> renumber(inputs.size(), -1);
@@ -135,25 +208,42 @@ class Remaker {
   }
 
  private:
-  // Whether output o of group node `id` can be made again in each of its readers.
-  bool remakeable(std::int32_t id, const FusedGroup& group, std::size_t o) const {
+  // Output o of group node `id`'s cone, where each of its readers can make it again and the
+  // step moves fewer bytes so (`saved`: the producer stops writing it and each reader stops
+  // loading it, and each reader loads the cone's leaves that it does not load already).
+  std::optional<Cone> remakeable(std::int32_t id, const FusedGroup& group, std::size_t o,
+                                 std::int64_t& saved) const {
     const ValueRef ref{id, static_cast<std::int32_t>(o)};
     if (group.output_channels_last(o) || group.outputs[o].kind != Operand::Kind::instr ||
         roots_.count(ref))
-      return false;
-    for (const Operand& a : instr_of(group, o).args)
-      if (a.kind == Operand::Kind::reduced ||
-          (a.kind == Operand::Kind::instr && output_of_instr(group, a.index, o) < 0))
-        return false;
+      return std::nullopt;
     const auto it = readers_by_value_.find(ref);
-    if (it == readers_by_value_.end()) return false;
+    if (it == readers_by_value_.end()) return std::nullopt;
+    std::optional<Cone> cone = cone_of(g_.node(id), id, group, o);
+    if (!cone) return std::nullopt;
+    const std::int64_t stored =
+        group.shape.numel() *
+        static_cast<std::int64_t>(dtype_size(group.operand_dtype(group.outputs[o])));
+    saved = stored;
     for (const auto& [reader, k] : it->second) {
-      const FusedGroup* other = fused_group_of(g_.node(reader));
-      if (other == nullptr || reader == id || other->shape != group.shape) return false;
+      const Node& reader_node = g_.node(reader);
+      const FusedGroup* other = fused_group_of(reader_node);
+      if (other == nullptr || reader == id || other->shape != group.shape ||
+          other->compute != group.compute)
+        return std::nullopt;
       const FusedInput& in = other->inputs[k];
-      if (in.offset != 0 || !in.contiguous(other->shape)) return false;
+      if (in.offset != 0 || !in.contiguous(other->shape)) return std::nullopt;
+      saved += stored;
+      for (const Leaf& l : cone->leaves) {
+        bool loaded = false;
+        for (std::size_t j = 0; j < reader_node.inputs.size(); ++j)
+          loaded =
+              loaded || (reader_node.inputs[j] == l.ref && reads_alike(other->inputs[j], l.read));
+        if (!loaded) saved -= bytes_of(l.read, group.shape);
+      }
     }
-    return true;
+    if (saved <= 0) return std::nullopt;
+    return cone;
   }
 
   // The body's input for outer value `ref` read as `want` reads it: an existing one (not one
@@ -163,7 +253,7 @@ class Remaker {
                            const FusedInput& want) {
     for (std::size_t k = 0; k < inputs.size(); ++k)
       if (inputs[k] == ref && !(k < dropped.size() && dropped[k]) &&
-          body.inputs[k].strides == want.strides && body.inputs[k].offset == want.offset)
+          reads_alike(body.inputs[k], want))
         return Operand::input(static_cast<int>(k));
     body.inputs.push_back(want);
     inputs.push_back(ref);
@@ -173,7 +263,7 @@ class Remaker {
   const Graph& g_;
   std::map<ValueRef, std::vector<std::pair<std::int32_t, std::size_t>>> readers_by_value_;
   std::set<ValueRef> roots_;
-  std::set<ValueRef> chosen_;
+  std::map<ValueRef, Cone> chosen_;
 };
 
 }  // namespace

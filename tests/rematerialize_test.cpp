@@ -31,6 +31,37 @@ Graph scaled_sums(DType dtype, bool b_out) {
   return g;
 }
 
+// Batch norm's backward in small: a = y * s + b, g = dy * (a > t) and sum(g) in one group (the
+// reduction ends it); (g - sum(g)) * y in another, which loads y anyway: it makes g again from
+// dy, y and the per-channel values instead of loading it (one value fewer written and read,
+// dy read instead of g).
+Graph masked_sums(DType dtype) {
+  Graph g;
+  const Value dy = g.input("dy", {2, 8, 4, 4}, dtype);
+  const Value y = g.input("y", {2, 8, 4, 4}, dtype);
+  const Value s = g.input("s", {1, 8, 1, 1}, dtype);
+  const Value b = g.input("b", {1, 8, 1, 1}, dtype);
+  const Value t = g.input("t", {1, 8, 1, 1}, dtype);
+  const Value grad = dy * greater(y * s + b, t);
+  g.output("h", (grad - sum(grad, {0, 2, 3}, true)) * y);
+  return g;
+}
+
+// p = x * s and q = p - t, and sum(q), in one group; (q - sum(q)) * p * y in another. Both p
+// (from x) and q (from p, which the reader loads anyway) could be made again, not both: q
+// saves more.
+Graph chained(DType dtype) {
+  Graph g;
+  const Value x = g.input("x", {2, 8, 4, 4}, dtype);
+  const Value y = g.input("y", {2, 8, 4, 4}, dtype);
+  const Value s = g.input("s", {1, 8, 1, 1}, dtype);
+  const Value t = g.input("t", {1, 8, 1, 1}, dtype);
+  const Value p = x * s;
+  const Value q = p - t;
+  g.output("h", (q - sum(q, {0, 2, 3}, true)) * p * y);
+  return g;
+}
+
 std::vector<const FusedGroup*> groups(const Graph& g) {
   std::vector<const FusedGroup*> all;
   for (const Node& n : g.nodes())
@@ -42,6 +73,23 @@ std::size_t full_outputs(const Graph& g) {
   std::size_t n = 0;
   for (const FusedGroup* group : groups(g)) n += group->outputs.size();
   return n;
+}
+
+std::int64_t group_bytes(const Graph& g) {
+  std::int64_t n = 0;
+  for (const FusedGroup* group : groups(g)) n += group->bytes_read() + group->bytes_written();
+  return n;
+}
+
+void check_same_bits(const Graph& g, const Graph& remade) {
+  const std::vector<Feed> feeds = test::random_feeds(g, 3);
+  const Outputs want = test::run_once(g, feeds), got = test::run_once(remade, feeds);
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < tensor.numel(); ++i) differ += got.at(name).at(i) != tensor.at(i);
+    CHECK(differ == 0);
+  }
 }
 
 }  // namespace
@@ -57,29 +105,60 @@ TEST_CASE("an output one multiply from a stored one is made again by its reader:
       CHECK_NOTHROW(verify(remade));
       // b stays stored where it is an output; else its group stores only a (and the sum).
       CHECK(full_outputs(remade) == full_outputs(fused) - (b_out ? 0 : 1));
-      const std::vector<Feed> feeds = test::random_feeds(g, 3);
-      const Outputs want = test::run_once(g, feeds), got = test::run_once(remade, feeds);
-      for (const auto& [name, tensor] : want) {
-        CAPTURE(name);
-        std::int64_t differ = 0;
-        for (std::int64_t i = 0; i < tensor.numel(); ++i)
-          differ += got.at(name).at(i) != tensor.at(i);
-        CHECK(differ == 0);
-      }
+      check_same_bits(g, remade);
       setenv("KILN_REMATERIALIZE", "0", 1);
       CHECK(full_outputs(rematerialize_outputs(fused)) == full_outputs(fused));
       unsetenv("KILN_REMATERIALIZE");
     }
 }
 
+TEST_CASE("an output of several instructions is made again where its reader moves fewer bytes") {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(dtype));
+    const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+    const std::int64_t value = 2 * 8 * 4 * 4 * size, row = 8 * size;
+    {
+      const Graph g = masked_sums(dtype);
+      const Graph fused = eliminate_dead_code(fuse(g));
+      const Graph remade = eliminate_dead_code(rematerialize_outputs(fused));
+      CHECK_NOTHROW(verify(remade));
+      CHECK(full_outputs(remade) == full_outputs(fused) - 1);  // g is not stored
+      // g written and read no more, dy read in its place (and s, b, t): one value fewer.
+      CHECK(group_bytes(remade) == group_bytes(fused) - value + 3 * row);
+      check_same_bits(g, remade);
+    }
+    {
+      const Graph g = chained(dtype);
+      const Graph fused = eliminate_dead_code(fuse(g));
+      const Graph remade = eliminate_dead_code(rematerialize_outputs(fused));
+      CHECK_NOTHROW(verify(remade));
+      CHECK(full_outputs(remade) == full_outputs(fused) - 1);
+      // q made again from p and t (two values fewer), not p from x (one fewer)
+      CHECK(group_bytes(remade) == group_bytes(fused) - 2 * value + row);
+      check_same_bits(g, remade);
+    }
+  }
+  // Where the reader would load as much more as is saved, the value stays stored: x * y made
+  // again by a reader of dy alone would load x and y (two values more) for one written and one
+  // read fewer.
+  Graph g;
+  const Value dy = g.input("dy", {2, 8, 4, 4}, DType::f32);
+  const Value x = g.input("x", {2, 8, 4, 4}, DType::f32);
+  const Value y = g.input("y", {2, 8, 4, 4}, DType::f32);
+  const Value a = x * y;
+  g.output("h", (a - sum(a, {0, 2, 3}, true)) * dy);
+  const Graph fused = eliminate_dead_code(fuse(g));
+  CHECK(full_outputs(eliminate_dead_code(rematerialize_outputs(fused))) == full_outputs(fused));
+}
+
 #ifdef KILN_HAVE_CUDA
-TEST_CASE("GPU: an output made again by its reader matches the CPU") {
+TEST_CASE("GPU: outputs made again by their readers match the CPU") {
   if (!test::have_gpu()) return;
   for (DType dtype : {DType::f32, DType::bf16}) {
     CAPTURE(dtype_name(dtype));
-    const Graph g = scaled_sums(dtype, false);
     // Within a sum's rounding: the GPU sums in another order.
-    test::check_gpu_matches_cpu(g, test::random_feeds(g, 11), 4 * test::dtype_tolerance(dtype));
+    for (const Graph& g : {scaled_sums(dtype, false), masked_sums(dtype), chained(dtype)})
+      test::check_gpu_matches_cpu(g, test::random_feeds(g, 11), 4 * test::dtype_tolerance(dtype));
   }
 }
 #endif
