@@ -2,15 +2,29 @@
 // its group stores anyway, the same bits on the CPU and (through compile) the GPU.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
 
 #include "backends/compile.h"
+#include "core/philox.h"
+#include "fusion/channels_last_outputs.h"
+#include "fusion/codegen.h"
 #include "fusion/fuse.h"
 #include "fusion/fused_group.h"
 #include "fusion/rematerialize.h"
+#include "fusion/stages.h"
+#include "gpu/kernel_cache.h"
+#include "graph/autograd.h"
+#include "graph/nn/functional.h"
 #include "graph/ops.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
+#include "models/resnet.h"
 #include "tests/support.h"
 
 namespace kiln {
@@ -149,6 +163,64 @@ TEST_CASE("an output of several instructions is made again where its reader move
   g.output("h", (a - sum(a, {0, 2, 3}, true)) * dy);
   const Graph fused = eliminate_dead_code(fuse(g));
   CHECK(full_outputs(eliminate_dead_code(rematerialize_outputs(fused))) == full_outputs(fused));
+}
+
+TEST_CASE(
+    "ResNet-18's bf16 step under the GPU's passes: the outputs made again keep every bit, and "
+    "the kernels they change compile with NVRTC") {
+  Philox rng(5);
+  ResNet18 model(rng);
+  Graph g;
+  const Value loss =
+      cross_entropy(model(g.input("x", {2, 3, 32, 32})), g.input("labels", {2}, DType::i64));
+  std::vector<Value> params;
+  for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
+  const std::vector<Value> grads = grad(loss, params);
+  g.output("loss", loss);
+  for (std::size_t k = 0; k < grads.size(); ++k) g.output("grad" + std::to_string(k), grads[k]);
+  const Graph step = eliminate_dead_code(apply_precision(g, Precision::bf16));
+  // As compile() and dump prepare a GPU step, up to the pass under test.
+  const Graph before = eliminate_dead_code(fold_channels_last_outputs(stage_reductions(
+      fuse(apply_channels_last(simplify_for_fusion(step))), cuda_stage_options())));
+  const Graph remade = eliminate_dead_code(rematerialize_outputs(before));
+  CHECK_NOTHROW(verify(remade));
+  // Each batch norm's backward over rows longer than a staged group takes (stage 1's 2 x 32 x
+  // 32) stops storing its masked gradient, and the residual blocks' g times a scale: fewer
+  // values, fewer bytes.
+  CHECK(full_outputs(remade) + 4 <= full_outputs(before));
+  CHECK(group_bytes(remade) < group_bytes(before));
+  // The values saved in the variables (the running statistics) are restored before the second
+  // run, so that both see the same ones.
+  std::map<VariablePtr, Tensor> saved;
+  for (const auto& [var, ref] : before.assignments()) saved[var] = var->value.clone();
+  const std::vector<Feed> feeds = test::random_feeds(step, 17);
+  const Outputs want = test::run_once(before, feeds);
+  for (auto& [var, value] : saved) var->value.copy_from(value);
+  const Outputs got = test::run_once(remade, feeds);
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < tensor.numel(); ++i) differ += got.at(name).at(i) != tensor.at(i);
+    CHECK(differ == 0);
+  }
+  std::set<std::string> old_sources;
+  for (const FusedGroup* group : groups(before)) old_sources.insert(generate_cuda(*group).source);
+  std::vector<gpu::KernelSource> sources;
+  for (const FusedGroup* group : groups(remade)) {
+    const CudaKernelSource k = generate_cuda(*group);
+    if (!old_sources.count(k.source)) sources.push_back({k.name, k.source, {}});
+  }
+  CHECK(sources.size() >= 4);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kiln-rematerialize-" + std::to_string(::getpid()));
+  gpu::KernelCache cache(dir);
+  const auto compiled = cache.get_or_compile(sources, {.sm = 90});  // NVRTC, no GPU needed
+  REQUIRE(compiled.size() == sources.size());
+  for (const auto& k : compiled) CHECK(k.cubin.size() > 4);
+  std::filesystem::remove_all(dir);
+  const std::size_t made_again = full_outputs(before) - full_outputs(remade);
+  MESSAGE(made_again << " outputs made again; " << sources.size()
+                     << " changed kernels compiled for sm_90");
 }
 
 #ifdef KILN_HAVE_CUDA
