@@ -70,13 +70,7 @@ ResNetStep resnet18_step(Precision precision, std::int64_t batch = 2, std::int64
   Philox rng(5);
   s.model = std::make_unique<ResNet18>(rng);
   Graph& g = s.graph;
-  const Value loss = cross_entropy((*s.model)(g.input("x", {batch, 3, size, size})),
-                                   g.input("labels", {batch}, DType::i64));
-  std::vector<Value> params;
-  for (const VariablePtr& p : s.model->parameters()) params.push_back(g.variable(p));
-  const std::vector<Value> grads = grad(loss, params);
-  g.output("loss", loss);
-  for (std::size_t k = 0; k < grads.size(); ++k) g.output(fmt::format("grad{}", k), grads[k]);
+  test::add_classifier_step(g, *s.model, {batch, 3, size, size});
   s.graph = eliminate_dead_code(apply_precision(g, precision));
   return s;
 }

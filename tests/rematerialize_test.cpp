@@ -20,8 +20,6 @@
 #include "fusion/rematerialize.h"
 #include "fusion/stages.h"
 #include "gpu/kernel_cache.h"
-#include "graph/autograd.h"
-#include "graph/nn/functional.h"
 #include "graph/ops.h"
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
@@ -203,13 +201,7 @@ TEST_CASE(
   Philox rng(5);
   ResNet18 model(rng);
   Graph g;
-  const Value loss =
-      cross_entropy(model(g.input("x", {2, 3, 32, 32})), g.input("labels", {2}, DType::i64));
-  std::vector<Value> params;
-  for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
-  const std::vector<Value> grads = grad(loss, params);
-  g.output("loss", loss);
-  for (std::size_t k = 0; k < grads.size(); ++k) g.output("grad" + std::to_string(k), grads[k]);
+  test::add_classifier_step(g, model, {2, 3, 32, 32});
   const Graph step = eliminate_dead_code(apply_precision(g, Precision::bf16));
   // As compile() and dump prepare a GPU step, up to the pass under test.
   const Graph before = eliminate_dead_code(fold_channels_last_outputs(stage_reductions(

@@ -13,10 +13,25 @@
 #include "backends/compile.h"
 #include "core/philox.h"
 #include "gpu/cuda_runtime.h"
+#include "graph/autograd.h"
+#include "graph/nn/functional.h"
 #include "graph/op.h"
 #include "graph/ops.h"
 
 namespace kiln::test {
+
+// A classifier's training step in `g`: the cross-entropy of model(x) (input "x" of `x_shape`)
+// against input "labels", as output "loss", and the gradient of every parameter as "grad<k>".
+template <class Model>
+void add_classifier_step(Graph& g, Model& model, const Shape& x_shape) {
+  const Value loss =
+      cross_entropy(model(g.input("x", x_shape)), g.input("labels", {x_shape[0]}, DType::i64));
+  std::vector<Value> params;
+  for (const VariablePtr& p : model.parameters()) params.push_back(g.variable(p));
+  const std::vector<Value> grads = grad(loss, params);
+  g.output("loss", loss);
+  for (std::size_t k = 0; k < grads.size(); ++k) g.output("grad" + std::to_string(k), grads[k]);
+}
 
 // Batch norm's backward sums over (N, H, W) as graph outputs "sum_dy", "sum_dy_xhat" and
 // "max_dy" of inputs "dy" and "xhat" of `shape` stored in `dtype`: three sibling reductions of
