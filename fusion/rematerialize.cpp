@@ -9,7 +9,6 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,12 +59,21 @@ bool reads_alike(const FusedInput& a, const FusedInput& b) {
   return a.strides == b.strides && a.offset == b.offset;
 }
 
+// How a reader over the group's shape loads the group's stored output `stored`: element i at i.
+FusedInput stored_read(const FusedGroup& g, int stored) {
+  return {{g.shape, g.operand_dtype(g.outputs[static_cast<std::size_t>(stored)])},
+          g.shape.strides(),
+          0};
+}
+
 // What makes output o of group node `id` again: its instruction and those under it (ascending;
 // the output's last) down to the group's inputs, constants and other stored outputs (which it
-// loads: `leaves`), or nothing where one reads a reduction or there are too many.
+// loads: `leaves`), or nothing where one reads a reduction or there are too many; `saved`: the
+// bytes the step saves by making it again (Remaker::remakeable).
 struct Cone {
   std::vector<int> instrs;
   std::vector<Leaf> leaves;
+  std::int64_t saved = 0;
 };
 std::optional<Cone> cone_of(const Node& n, std::int32_t id, const FusedGroup& g, std::size_t o) {
   std::set<int> taken;
@@ -94,8 +102,7 @@ std::optional<Cone> cone_of(const Node& n, std::int32_t id, const FusedGroup& g,
         add(n.inputs[j], g.inputs[j]);
       } else if (a.kind == Operand::Kind::instr && !taken.count(a.index)) {
         const int stored = output_of_instr(g, a.index, o);
-        const TensorType t{g.shape, g.operand_dtype(g.outputs[static_cast<std::size_t>(stored)])};
-        add({id, stored}, {t, g.shape.strides(), 0});
+        add({id, stored}, stored_read(g, stored));
       }
     }
   return cone;
@@ -118,19 +125,16 @@ class Remaker {
     // The candidates, those that save the most bytes first; one is taken where it loads no
     // value taken before it and none taken before it loads it (its readers would have nothing
     // stored to make it from).
-    std::vector<std::tuple<std::int64_t, ValueRef, Cone>> candidates;
+    std::vector<std::pair<ValueRef, Cone>> candidates;
     for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id)
       if (const FusedGroup* group = fused_group_of(g.node(id)))
-        for (std::size_t o = 0; o < group->outputs.size(); ++o) {
-          const ValueRef ref{id, static_cast<std::int32_t>(o)};
-          std::int64_t saved = 0;
-          if (std::optional<Cone> cone = remakeable(id, *group, o, saved))
-            candidates.emplace_back(saved, ref, std::move(*cone));
-        }
+        for (std::size_t o = 0; o < group->outputs.size(); ++o)
+          if (std::optional<Cone> cone = remakeable(id, *group, o))
+            candidates.emplace_back(ValueRef{id, static_cast<std::int32_t>(o)}, std::move(*cone));
     std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+                     [](const auto& a, const auto& b) { return a.second.saved > b.second.saved; });
     std::set<ValueRef> loaded;  // what the taken ones load
-    for (auto& [saved, ref, cone] : candidates) {
+    for (auto& [ref, cone] : candidates) {
       bool free = !loaded.count(ref);
       for (const Leaf& l : cone.leaves) free = free && !chosen(l.ref);
       if (!free) continue;
@@ -173,10 +177,8 @@ class Remaker {
             a = Operand::instr(at.at(a.index));
           } else if (a.kind == Operand::Kind::instr) {
             const int stored = output_of_instr(from, a.index, o);
-            const TensorType t{from.shape,
-                               from.operand_dtype(from.outputs[static_cast<std::size_t>(stored)])};
             a = input_for(*body, inputs, dropped, {n.inputs[k].node, stored},
-                          {t, from.shape.strides(), 0});
+                          stored_read(from, stored));
           }
         }
         made.push_back(std::move(instr));
@@ -209,10 +211,9 @@ class Remaker {
 
  private:
   // Output o of group node `id`'s cone, where each of its readers can make it again and the
-  // step moves fewer bytes so (`saved`: the producer stops writing it and each reader stops
+  // step moves fewer bytes so (Cone::saved: the producer stops writing it and each reader stops
   // loading it, and each reader loads the cone's leaves that it does not load already).
-  std::optional<Cone> remakeable(std::int32_t id, const FusedGroup& group, std::size_t o,
-                                 std::int64_t& saved) const {
+  std::optional<Cone> remakeable(std::int32_t id, const FusedGroup& group, std::size_t o) const {
     const ValueRef ref{id, static_cast<std::int32_t>(o)};
     if (group.output_channels_last(o) || group.outputs[o].kind != Operand::Kind::instr ||
         roots_.count(ref))
@@ -224,6 +225,7 @@ class Remaker {
     const std::int64_t stored =
         group.shape.numel() *
         static_cast<std::int64_t>(dtype_size(group.operand_dtype(group.outputs[o])));
+    std::int64_t& saved = cone->saved;
     saved = stored;
     for (const auto& [reader, k] : it->second) {
       const Node& reader_node = g_.node(reader);
