@@ -166,7 +166,8 @@ CudaKernelSource Writer::generate() {
   // than the stage pass allows reach here only with row outputs its finisher computes.
   k.row_outputs = static_cast<int>(g_.row_outputs.size());
   if (g_.staged() && pass_instrs_.empty()) {
-    k.reduced_outputs = k.work_items = g_.reduction->type.shape.numel();
+    k.reduced_outputs = g_.reduction->type.shape.numel();
+    k.work_items = (k.reduced_outputs * row_lanes() + 31) / 32;  // warps' jobs: rows a warp
     k.reductions = static_cast<int>(g_.reductions().size());
     k.warp_jobs = true;
     body = staged_body();

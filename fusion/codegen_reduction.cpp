@@ -21,11 +21,11 @@ std::string reduction_combine(const FusedReduction& red, const std::string& acc,
   return fmt::format("(({1}) != ({1}) ? ({1}) : {0})", combined, value);
 }
 
-std::string warp_butterfly(const FusedReduction& red, const std::string& acc) {
+std::string warp_butterfly(const FusedReduction& red, const std::string& acc, int first_mask) {
   return fmt::format(
-      "for (int mask = 16; mask > 0; mask >>= 1) {{ const T other = __shfl_xor_sync(0xffffffffu, "
+      "for (int mask = {2}; mask > 0; mask >>= 1) {{ const T other = __shfl_xor_sync(0xffffffffu, "
       "{0}, mask); {0} = {1}; }}",
-      acc, reduction_combine(red, acc, "other"));
+      acc, reduction_combine(red, acc, "other"), first_mask);
 }
 
 ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes) {

@@ -35,8 +35,9 @@ std::string reduction_identity(const FusedReduction& red, DType compute);
 std::string reduction_combine(const FusedReduction& red, const std::string& acc,
                               const std::string& value);
 // A warp's butterfly over `acc` (one statement): each pair of lanes combined in a fixed order,
-// so that every lane ends with the same bits.
-std::string warp_butterfly(const FusedReduction& red, const std::string& acc);
+// so that every lane ends with the same bits; from lane distance `first_mask` down (16: the
+// whole warp; 8: each half of it apart, ...).
+std::string warp_butterfly(const FusedReduction& red, const std::string& acc, int first_mask = 16);
 
 // Names of reduction r's accumulator, output (or partials) and shared per-warp results: the
 // first keeps the plain names, so a group of one reduction reads as it always has.
@@ -154,11 +155,19 @@ class Writer {
   // channels at a time through shared memory; sets k's work items.
   std::string channels_last_body(CudaKernelSource& k) const;
 
-  // codegen_stages.cpp: a staged group, a block per row
+  // codegen_stages.cpp: a staged group, a warp per row or (short rows) rows a warp
   std::string staged_body() const;
   std::string stage_pass(int stage) const;
   std::string last_pass() const;
+  std::string row_loop(const std::string& body) const;  // a lane's elements of its row
 
+ public:
+  // The lanes a staged group's row takes: 32, or for rows of at most 64 elements the fewest
+  // (a power of two) that take at most 4 elements each; a warp takes 32 / that many rows
+  // (KILN_ROW_LANES=0: 32, for measuring).
+  int row_lanes() const;
+
+ private:
   // codegen_reduction.cpp
   std::string reduction_body(std::int64_t splits) const;
   // Lanes of the row-by-row body's vector loop: the vector width where every input allows it

@@ -27,12 +27,12 @@ namespace {
 
 using test::random_feeds;
 
-// Softmax cross-entropy over [rows, 13] logits against soft targets (a graph input, so the
+// Softmax cross-entropy over [rows, classes] logits against soft targets (a graph input, so the
 // loss's sum may join the softmax's group: fusion/stages.h) and its gradient.
-Graph softmax_loss(std::int64_t rows) {
+Graph softmax_loss(std::int64_t rows, std::int64_t classes = 13) {
   Graph g;
-  const Value logits = g.input("logits", {rows, 13});
-  const Value targets = g.input("targets", {rows, 13});
+  const Value logits = g.input("logits", {rows, classes});
+  const Value targets = g.input("targets", {rows, classes});
   const Value loss = mean_all(-sum(targets * log_softmax(logits * 1.5), {1}));
   g.output("loss", loss);
   g.output("dlogits", grad(loss, {logits})[0]);
@@ -272,15 +272,21 @@ TEST_CASE("staged groups in bf16 round where the unfused ops store") {
 
 TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm both ways") {
   if (!test::have_gpu()) return;
-  for (std::int64_t rows : {1, 37, 300}) {
-    CAPTURE(rows);
-    const Graph g = softmax_loss(rows);
-    test::check_gpu_matches_cpu(g, random_feeds(g, 31), 1e-4);
-  }
-  // Short rows (a warp a row), then long ones whose finisher computes the row outputs: split
-  // (8 x 32 x 32 = 8192 elements a row) and not (2048 rows of 1089: one block a row).
-  for (const Shape& shape : {Shape{6, 5, 3, 7}, Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5},
-                             Shape{8, 3, 32, 32}, Shape{1, 2048, 33, 33}}) {
+  // Rows of 1 to 65 classes: 1 to 32 lanes a row (codegen_stages.cpp, row_lanes), the rows a
+  // warp's last rows past the end, a lane's last elements past the row.
+  for (std::int64_t classes : {1, 3, 13, 16, 33, 64, 65})
+    for (std::int64_t rows : {1, 37, 300}) {
+      CAPTURE(classes);
+      CAPTURE(rows);
+      const Graph g = softmax_loss(rows, classes);
+      test::check_gpu_matches_cpu(g, random_feeds(g, 31), 1e-4);
+    }
+  // Short rows (a warp a row, or rows a warp: 3, 8 and 64 elements), then long ones whose
+  // finisher computes the row outputs: split (8 x 32 x 32 = 8192 elements a row) and not (2048
+  // rows of 1089: one block a row).
+  for (const Shape& shape :
+       {Shape{6, 5, 3, 7}, Shape{3, 5, 1, 1}, Shape{2, 9, 2, 2}, Shape{4, 6, 4, 4},
+        Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5}, Shape{8, 3, 32, 32}, Shape{1, 2048, 33, 33}}) {
     CAPTURE(shape.str());
     const Graph g = batch_norm_step(shape);
     test::check_gpu_matches_cpu(g, random_feeds(g, 37), 1e-4);
