@@ -29,6 +29,19 @@ std::string sum_name(DType dtype) {
   return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
 }
 
+// The sum of the splits: blocks of 256 threads, `groups` of them sharing each of a block's 32
+// khkw sums where there are that many times more threads than sums and at least 4 splits a
+// group (a 1 x 1 filter split 128 ways: 8 groups of 16 splits, where 32 threads added 128 each;
+// KILN_WGRAD_SUM_GROUPS=0: one, for measuring).
+constexpr unsigned kSumThreads = 256;
+int wgrad_sum_groups(int khkw, int splits) {
+  static const bool on = env_switch_on("KILN_WGRAD_SUM_GROUPS");
+  int groups = 1;
+  while (on && 2 * groups * 32 * khkw <= static_cast<int>(kSumThreads) && 8 * groups <= splits)
+    groups *= 2;
+  return groups;
+}
+
 // f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
 // the register-gather kernels (conv_wgmma_wgrad.cuh).
 bool tf32_tma_wgrad_on() {
@@ -143,9 +156,10 @@ void wgrad_launch(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
   const DeviceKernel& sum =
       device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
   int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
-  void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits};
+  int groups = wgrad_sum_groups(khkw, splits);
+  void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits, &groups};
   sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
-                    {256, 1, 1}, 0, stream, sum_args);
+                    {kSumThreads, 1, 1}, 0, stream, sum_args);
 }
 }  // namespace
 

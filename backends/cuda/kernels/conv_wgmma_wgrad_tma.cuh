@@ -195,18 +195,41 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
 // dW[m, c * khkw + tap] = the sum over the splits, in order, of part[split][m][tap * C + c]. A
 // block takes row m (blockIdx.y) and 32 channels from 32 blockIdx.x, reading 32 contiguous
 // partials of each tap and writing 32 khkw contiguous elements of dW, through shared memory
-// (32 khkw floats, khkw <= 64).
+// (32 khkw floats, khkw <= 64). Where a block's threads outnumber its 32 khkw sums several
+// times (a 1 x 1 filter's 32, split 128 ways: 32 threads each adding 128 partials one after
+// another), `groups` threads share a sum: thread group g adds splits g, g + groups, ..., and
+// the groups' sums are added in group order (the same bits on every run).
 template <typename T>
 __device__ __forceinline__ void wgrad_tap_sum(const float* __restrict__ part, T* __restrict__ dw,
-                                              int m_count, int n, int khkw, int splits) {
+                                              int m_count, int n, int khkw, int splits,
+                                              int groups) {
   __shared__ float sums[32 * 64];
+  __shared__ float group_sums[256];
   const int m = blockIdx.y, c0 = 32 * blockIdx.x, channels = n / khkw, count = 32 * khkw;
   const float* p = part + (long long)m * n + c0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    const int tap = i / 32, c = i - tap * 32;
+  const long long split_stride = (long long)m_count * n;
+  if (groups > 1) {  // (count * groups <= blockDim.x <= 256)
+    const int item = threadIdx.x % count, g = threadIdx.x / count;
+    const int tap = item / 32, c = item - tap * 32;
     float sum = 0.0f;
-    for (int z = 0; z < splits; ++z) sum += p[(long long)z * m_count * n + tap * channels + c];
-    sums[c * khkw + tap] = sum;
+    if (g < groups) {
+#pragma unroll 4
+      for (int z = g; z < splits; z += groups) sum += p[z * split_stride + tap * channels + c];
+    }
+    group_sums[threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.x < count) {
+      for (int h = 1; h < groups; ++h) sum += group_sums[h * count + threadIdx.x];
+      sums[c * khkw + tap] = sum;
+    }
+  } else {
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const int tap = i / 32, c = i - tap * 32;
+      float sum = 0.0f;
+#pragma unroll 4
+      for (int z = 0; z < splits; ++z) sum += p[z * split_stride + tap * channels + c];
+      sums[c * khkw + tap] = sum;
+    }
   }
   __syncthreads();
   T* out = dw + (long long)m * n + (long long)c0 * khkw;
@@ -228,9 +251,9 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32, KILN_BM 
 #endif
 
 #ifdef KILN_WGRAD_TAP_SUM
-extern "C" __global__ void KILN_WGRAD_TAP_SUM(const float* __restrict__ part,
-                                              KILN_T* __restrict__ dw, int m, int n, int khkw,
-                                              int splits) {
-  kiln::cuda::wgrad_tap_sum(part, dw, m, n, khkw, splits);
+extern "C" __global__ void __launch_bounds__(256)
+    KILN_WGRAD_TAP_SUM(const float* __restrict__ part, KILN_T* __restrict__ dw, int m, int n,
+                       int khkw, int splits, int groups) {
+  kiln::cuda::wgrad_tap_sum(part, dw, m, n, khkw, splits, groups);
 }
 #endif
