@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "core/half.h"
 #include "fusion/codegen_writer.h"
 #include "fusion/stages.h"
@@ -179,7 +180,9 @@ CudaKernelSource Writer::generate() {
       if (g_.low_precision() && lanes_ == 8 && column_lanes() == 4) plan_lanes(4);
       column_kernel(cs, k, body);
     } else {
-      k.splits = reduction_splits(k.reduced_outputs, per_output, 2048, 512);
+      // (KILN_REDUCTION_BLOCKS=N aims at N blocks instead, for measuring.)
+      const std::int64_t blocks = env_integer("KILN_REDUCTION_BLOCKS", 2048, 1, 1 << 20, "blocks");
+      k.splits = reduction_splits(k.reduced_outputs, per_output, blocks, 512);
       k.work_items = k.reduced_outputs * k.splits;
       // Long splits (batch norm's statistics over NCHW: 16384 elements a split at [512, 64,
       // 32, 32]) in blocks of up to 256 that their vectors keep busy, a block a job: in blocks
@@ -328,10 +331,12 @@ std::string Writer::compute(const std::string& indent, const std::string& lane,
   return out;
 }
 
-std::string Writer::scalar_loads(const std::string& indent, const std::string& index) const {
+std::string Writer::scalar_loads(const std::string& indent, const std::string& index,
+                                 const std::vector<char>& preloaded) const {
   std::string out;
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     if (plans_[k].access == Access::scalar) continue;  // hoisted
+    if (!preloaded.empty() && preloaded[k]) continue;
     const std::string off =
         plans_[k].access == Access::contiguous ? index : offset_expr(plans_[k].walk, index);
     out += fmt::format("{}const T x{} = {};\n", indent, k,

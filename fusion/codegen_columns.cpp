@@ -171,16 +171,16 @@ int Writer::column_lanes() const {
   KILN_CHECK(forced == 0 || forced == 4 || forced == 8, "KILN_COLUMN_LANES='{}': expected 4 or 8",
              forced);
   if (forced != 0) return static_cast<int>(forced);
-  const std::vector<char> invariant = row_invariant_inputs();
+  const std::vector<char> invariant = row_invariant_inputs("KILN_COLUMN_HOIST");
   int registers = 0;
   for (std::size_t k = 0; k < plans_.size(); ++k)
     if (invariant[k] && !plans_[k].lane_invariant) registers += lanes_;
   return registers > 32 ? 4 : 8;
 }
 
-std::vector<char> Writer::row_invariant_inputs() const {
+std::vector<char> Writer::row_invariant_inputs(const char* off_switch) const {
   std::vector<char> invariant(plans_.size(), 0);
-  if (!env_switch_on("KILN_COLUMN_HOIST")) return invariant;  // (=0: loaded every row)
+  if (!env_switch_on(off_switch)) return invariant;  // (=0: loaded every element)
   for (std::size_t k = 0; k < plans_.size(); ++k) {
     if (plans_[k].access == Access::scalar) continue;  // (hoisted_scalars)
     invariant[k] =
@@ -231,7 +231,7 @@ std::string Writer::column_vector_body(const ColumnShape& cs, const ColumnVector
   const std::string rows_loop = fmt::format(
       "      for (long long r = r_first + warp * {0} + row_lane; r < r_end; r += warps * {0}) {{\n",
       rows);
-  const std::vector<char> invariant = row_invariant_inputs();
+  const std::vector<char> invariant = row_invariant_inputs("KILN_COLUMN_HOIST");
   const auto streamed = std::count_if(plans_.begin(), plans_.end(), [](const InputPlan& p) {
     return p.access == Access::contiguous;
   });

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/env_switch.h"
 #include "fusion/codegen_writer.h"
 #include "graph/passes/channels_last_values.h"
 
@@ -105,6 +106,18 @@ std::string Writer::reduction_body(std::int64_t splits) const {
   out += fmt::format(
       "    const {} base = {};\n", ix,
       coordinate_sum(axes.kept_sizes, axes.kept_strides, fmt::format("(({})o)", ix), suffix));
+  // Inputs the same for every element of the job's output (batch norm's per-channel mean and
+  // scale in its sums over NCHW): loaded once, at its first element (in the vector loop only
+  // where one value serves the lanes).
+  std::vector<char> hoisted = row_invariant_inputs("KILN_REDUCTION_HOIST");
+  for (std::size_t k = 0; k < plans_.size(); ++k) {
+    if (lanes > 1 && !plans_[k].lane_invariant) hoisted[k] = 0;
+    if (!hoisted[k]) continue;
+    const std::string off =
+        plans_[k].access == Access::contiguous ? "base" : offset_expr(plans_[k].walk, "base");
+    out += fmt::format("    const T x{} = {};\n", k,
+                       widen(g_.inputs[k].type.dtype, fmt::format("in{}[{}]", k, off)));
+  }
   for (std::size_t r = 0; r < reds.size(); ++r)
     out += fmt::format("    T {} = {};\n", reduction_name("acc", r),
                        reduction_identity(*reds[r], g_.compute));
@@ -119,15 +132,18 @@ std::string Writer::reduction_body(std::int64_t splits) const {
     return lines;
   };
   if (lanes > 1) {  // `lanes` adjacent elements a thread, each input one vector load
+    // (KILN_REDUCTION_UNROLL=N: N vectors in flight, for measuring.)
+    const std::int64_t unroll = env_integer("KILN_REDUCTION_UNROLL", 2, 1, 16, "vectors");
     out += fmt::format(
-        "    if (vec) {{\n#pragma unroll 2\n    for ({0} r = ({0})r_first + ({0})threadIdx.x * "
+        "    if (vec) {{\n#pragma unroll {2}\n    for ({0} r = ({0})r_first + ({0})threadIdx.x * "
         "{1}; "
         "r < ({0})r_end; r += ({0})blockDim.x * {1}) {{\n",
-        ix, lanes);
+        ix, lanes, unroll);
     out += fmt::format("      const {} i = base + {};\n", ix,
                        coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
     auto per_lane = [&](const std::string& suffix, int) { return accumulate("        ", suffix); };
-    out += g_.low_precision() ? vector_body_wide(per_lane) : vector_body_f32(per_lane);
+    out += g_.low_precision() ? vector_body_wide(per_lane, hoisted)
+                              : vector_body_f32(per_lane, hoisted);
     out += "    }\n    } else\n";
   }
   out += fmt::format(
@@ -136,7 +152,7 @@ std::string Writer::reduction_body(std::int64_t splits) const {
       ix);
   out += fmt::format("      const {} i = base + {};\n", ix,
                      coordinate_sum(axes.red_sizes, axes.red_strides, "r", suffix));
-  out += scalar_loads("      ", "i");
+  out += scalar_loads("      ", "i", hoisted);
   out += compute("      ", "");
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     out += "      " + store(o, fmt::format("out{}[i]", o), "");

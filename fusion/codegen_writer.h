@@ -107,7 +107,9 @@ class Writer {
   std::string compute(const std::string& indent, const std::string& lane,
                       const std::vector<char>* needed = nullptr) const;
   bool exact_in_dtype(std::size_t instr) const;
-  std::string scalar_loads(const std::string& indent, const std::string& index) const;
+  // Every input's x<k> at element `index`, but those `preloaded` marks (already in scope).
+  std::string scalar_loads(const std::string& indent, const std::string& index,
+                           const std::vector<char>& preloaded = {}) const;
   std::string hoisted_scalars() const;
   std::string store(std::size_t output, const std::string& target, const std::string& lane) const;
 
@@ -190,8 +192,9 @@ class Writer {
   ColumnShape column_shape() const;  // outer 0 where the column body does not apply
   ColumnVectors column_vectors(std::int64_t n_out) const;  // n_out: ColumnShape's
   // Inputs that are the same in every reduced row (a per-channel scale): a column job loads
-  // them once, before its rows.
-  std::vector<char> row_invariant_inputs() const;
+  // them once, before its rows, and so does a job of the row-by-row body (its output's
+  // elements). None where the switch `off_switch` is 0 (for measuring).
+  std::vector<char> row_invariant_inputs(const char* off_switch) const;
   // Fills k's splits, work items, block and body for a column reduction of shape `cs`.
   void column_kernel(const ColumnShape& cs, CudaKernelSource& k, std::string& body) const;
   std::string column_reduction_body(const ColumnShape& cs, std::int64_t splits) const;

@@ -283,10 +283,12 @@ TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm b
     }
   // Short rows (a warp a row, or rows a warp: 3, 8 and 64 elements), then long ones whose
   // finisher computes the row outputs: split (8 x 32 x 32 = 8192 elements a row) and not (2048
-  // rows of 1089: one block a row).
+  // rows of 1089: one block a row); then long rows of small planes, whose per-channel inputs a
+  // job loads once (4 lanes over 4 x 4 and 2 x 2 planes, one over 3 x 3), split and not.
   for (const Shape& shape :
        {Shape{6, 5, 3, 7}, Shape{3, 5, 1, 1}, Shape{2, 9, 2, 2}, Shape{4, 6, 4, 4},
-        Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5}, Shape{8, 3, 32, 32}, Shape{1, 2048, 33, 33}}) {
+        Shape{2, 3, 16, 16}, Shape{1, 7, 5, 5}, Shape{8, 3, 32, 32}, Shape{1, 2048, 33, 33},
+        Shape{128, 16, 4, 4}, Shape{512, 8, 2, 2}, Shape{200, 4, 3, 3}, Shape{80, 600, 4, 4}}) {
     CAPTURE(shape.str());
     const Graph g = batch_norm_step(shape);
     test::check_gpu_matches_cpu(g, random_feeds(g, 37), 1e-4);
