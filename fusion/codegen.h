@@ -39,7 +39,12 @@ struct CudaKernelSource {
   // main kernel reads them from gridDim and the finisher from its second parameter. 0: the
   // splits are the source's.
   std::int64_t split_jobs = 0;
-  std::string finish_name;  // empty when splits == 1
+  std::string finish_name;  // empty when splits == 1 or finish_in_kernel
+  // A split row-by-row reduction whose last block to finish an output's split combines its
+  // partials (KILN_LAST_BLOCK_FINISH=1; no finisher launch): after the row outputs come
+  // (unsigned* arrivals, one zeroed counter an output that the last block sets back to 0, then
+  // the reduced outputs, one pointer a reduction).
+  bool finish_in_kernel = false;
 };
 
 CudaKernelSource generate_cuda(const FusedGroup& group);

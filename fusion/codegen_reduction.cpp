@@ -77,7 +77,7 @@ std::string Writer::store_reduced(const std::string& index, const std::string& v
                      splits > 1 ? value : narrow(g_.reductions()[r]->type.dtype, value));
 }
 
-std::string Writer::reduction_body(std::int64_t splits) const {
+std::string Writer::reduction_body(std::int64_t splits, bool finish_in_kernel) const {
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const FusedReduction& red = *reds[0];
   const ReductionAxes axes = split_axes(g_.shape, red.axes);
@@ -183,7 +183,40 @@ std::string Writer::reduction_body(std::int64_t splits) const {
     out += "      if (threadIdx.x == 0u) {\n" +
            row_outputs_code("        ", "job", "base", finals) + "      }\n";
   }
+  if (finish_in_kernel) out += last_block_finish();
   out += "    }\n    __syncthreads();\n  }\n";
+  return out;
+}
+
+// In warp 0 of a row-by-row job, once lane 0 has stored the split's partials: lane 0 counts
+// the split in (after a fence, so that a block that sees the count sees the partials), and the
+// block that brings output o's count to `splits` combines o's partials as the finisher would
+// (lane l takes partials l, l + 32, ... through L2, then a butterfly: the same order whichever
+// block is last), stores the reduced outputs and the row outputs, and sets the count back to 0
+// for the next launch.
+std::string Writer::last_block_finish() const {
+  const std::vector<const FusedReduction*> reds = g_.reductions();
+  std::string out =
+      "      unsigned last = 0u;\n      if (threadIdx.x == 0u) {\n        __threadfence();\n"
+      "        last = atomicAdd(arrivals + o, 1u) == (unsigned)(splits - 1);\n      }\n"
+      "      if (__shfl_sync(0xffffffffu, last, 0) != 0u) {\n        __threadfence();\n";
+  std::vector<std::string> finals;
+  for (std::size_t r = 0; r < reds.size(); ++r) {
+    const std::string fin = reduction_name("fin", r);
+    out += fmt::format("        T {} = {};\n", fin, reduction_identity(*reds[r], g_.compute));
+    out += fmt::format(
+        "        for (long long c = threadIdx.x; c < splits; c += 32) {{ const T v = "
+        "__ldcg({} + o * splits + c); {} = {}; }}\n",
+        reduction_name("reduced", r), fin, reduction_combine(*reds[r], fin, "v"));
+    out += "        " + warp_butterfly(*reds[r], fin) + "\n";
+    finals.push_back(fin);
+  }
+  out += "        if (threadIdx.x == 0u) {\n";
+  for (std::size_t r = 0; r < reds.size(); ++r)
+    out += fmt::format("          {}[o] = {};\n", reduction_name("result", r),
+                       narrow(reds[r]->type.dtype, finals[r]));
+  if (!g_.row_outputs.empty()) out += row_outputs_code("          ", "o", "base", finals);
+  out += "          arrivals[o] = 0u;\n        }\n      }\n";
   return out;
 }
 

@@ -95,7 +95,7 @@ class Writer {
   // 32 x 7 of 1792 elements each; the column body: 1024 and 2048).
   static std::int64_t reduction_splits(std::int64_t outputs, std::int64_t per_output,
                                        std::int64_t blocks, std::int64_t least);
-  std::string parameters(std::int64_t splits) const;
+  std::string parameters(std::int64_t splits, bool finish_in_kernel = false) const;
   // A pointer's element type in generated code: "T" where values are stored as they compute,
   // else the storage (bf16/f16 bit patterns).
   std::string pointer_type(DType stored) const;
@@ -171,7 +171,10 @@ class Writer {
 
  private:
   // codegen_reduction.cpp
-  std::string reduction_body(std::int64_t splits) const;
+  // `finish_in_kernel`: the last block to finish an output's split combines its partials
+  // (CudaKernelSource::finish_in_kernel).
+  std::string reduction_body(std::int64_t splits, bool finish_in_kernel) const;
+  std::string last_block_finish() const;
   // Lanes of the row-by-row body's vector loop: the vector width where every input allows it
   // and the reduced axes end with a contiguous run of a multiple of it (per-channel sums over
   // NCHW maps of 8 x 8, 16 x 16, ...; bf16 over 14 x 14 stays scalar: 196 is no multiple of

@@ -81,6 +81,18 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
     launch_splits_ = std::clamp<std::int64_t>(slots / source_.split_jobs, 1, source_.splits);
     shape_.grid.x = static_cast<unsigned>(source_.split_jobs * launch_splits_);
   }
+  const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
+  // One partial result per output and split (work_items counts jobs: a column job covers 32
+  // outputs).
+  partial_stride_ = static_cast<std::size_t>(source_.reduced_outputs * source_.splits) * element;
+  KILN_CUDA_CHECK(
+      cudaMalloc(&partial_, partial_stride_ * static_cast<std::size_t>(source_.reductions)));
+  if (source_.finish_in_kernel) {  // the counts start at 0 and the last block sets them back
+    const std::size_t bytes = static_cast<std::size_t>(source_.reduced_outputs) * sizeof(unsigned);
+    KILN_CUDA_CHECK(cudaMalloc(&arrivals_, bytes));
+    KILN_CUDA_CHECK(cudaMemset(arrivals_, 0, bytes));
+    return;
+  }
   finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name);
   if (source_.finish_threads > 32) {  // a block an output
     finish_shape_.block = {static_cast<unsigned>(source_.finish_threads), 1, 1};
@@ -90,16 +102,11 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
   } else {
     finish_shape_ = choose_launch(*finish_, source_.reduced_outputs * 32, 1);  // a warp an output
   }
-  const std::size_t element = source_.source.find("typedef double T;") != std::string::npos ? 8 : 4;
-  // One partial result per output and split (work_items counts jobs: a column job covers 32
-  // outputs).
-  partial_stride_ = static_cast<std::size_t>(source_.reduced_outputs * source_.splits) * element;
-  KILN_CUDA_CHECK(
-      cudaMalloc(&partial_, partial_stride_ * static_cast<std::size_t>(source_.reductions)));
 }
 
 CudaFusedKernel::~CudaFusedKernel() {
   if (partial_) cudaFree(partial_);
+  if (arrivals_) cudaFree(arrivals_);
 }
 
 void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
@@ -110,7 +117,17 @@ void CudaFusedKernel::launch(const std::vector<const void*>& inputs,
   // reduced outputs (the `reductions` pointers before the row outputs, which are the last) and,
   // where the group has them, from its inputs the row outputs.
   std::vector<const void*> finish_pointers;
-  if (finish_) {
+  if (source_.finish_in_kernel) {  // (..., partials, row outputs, arrivals, reduced outputs)
+    const auto reductions = static_cast<std::size_t>(source_.reductions);
+    const std::size_t first =
+        pointers.size() - reductions - static_cast<std::size_t>(source_.row_outputs);
+    pointers.push_back(arrivals_);
+    for (std::size_t r = 0; r < reductions; ++r) {
+      const void* reduced = pointers[first + r];
+      pointers[first + r] = static_cast<const char*>(partial_) + r * partial_stride_;
+      pointers.push_back(reduced);
+    }
+  } else if (finish_) {
     finish_pointers.push_back(partial_);
     const auto reductions = static_cast<std::size_t>(source_.reductions);
     const auto rows = static_cast<std::size_t>(source_.row_outputs);

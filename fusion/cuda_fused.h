@@ -41,6 +41,7 @@ class CudaFusedKernel {
   long long launch_splits_ = 0;  // CudaKernelSource::split_jobs: the splits the launch picked
   void* partial_ = nullptr;
   std::size_t partial_stride_ = 0;  // bytes of one reduction's partial results
+  void* arrivals_ = nullptr;        // CudaKernelSource::finish_in_kernel: a count an output
 };
 
 // A horizontal launch (backends/horizontal.h): one kernel over the segments of several groups

@@ -147,6 +147,22 @@ TEST_CASE("batch norm's per-channel values join its long rows' statistics as row
 #ifdef KILN_HAVE_CUDA
     CHECK(gpu::compile_to_cubin({k.name, k.source, {}}, {.sm = 90}).size() > 4);
 #endif
+    // KILN_LAST_BLOCK_FINISH=1: no finisher; the block that counts an output's last split in
+    // stores its reduced outputs and row outputs.
+    setenv("KILN_LAST_BLOCK_FINISH", "1", 1);
+    const CudaKernelSource in_kernel = generate_cuda(*body);
+    unsetenv("KILN_LAST_BLOCK_FINISH");
+    CAPTURE(in_kernel.source);
+    CHECK(in_kernel.finish_in_kernel);
+    CHECK(in_kernel.finish_name.empty());
+    CHECK(in_kernel.splits == k.splits);
+    CHECK(in_kernel.source.find("_finish(") == std::string::npos);
+    CHECK(in_kernel.source.find("row_out0[o] = ") > in_kernel.source.find("atomicAdd(arrivals"));
+    CHECK(in_kernel.source.find("result[o] = ") != std::string::npos);
+    CHECK(in_kernel.source.find("arrivals[o] = 0u;") != std::string::npos);
+#ifdef KILN_HAVE_CUDA
+    CHECK(gpu::compile_to_cubin({in_kernel.name, in_kernel.source, {}}, {.sm = 90}).size() > 4);
+#endif
   }
   StageOptions no_rows = cuda_stage_options();
   no_rows.finish_row_outputs = false;
@@ -292,6 +308,11 @@ TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm b
     CAPTURE(shape.str());
     const Graph g = batch_norm_step(shape);
     test::check_gpu_matches_cpu(g, random_feeds(g, 37), 1e-4);
+    // The split ones again with their last block finishing each output (three runs of the
+    // program: the counts go back to 0 between launches).
+    setenv("KILN_LAST_BLOCK_FINISH", "1", 1);
+    test::check_gpu_matches_cpu(g, random_feeds(g, 38), 1e-4);
+    unsetenv("KILN_LAST_BLOCK_FINISH");
   }
 }
 
