@@ -141,10 +141,17 @@ class Remaker {
       for (const Leaf& l : cone.leaves) loaded.insert(l.ref);
       chosen_.emplace(ref, std::move(cone));
     }
+    // Then the outputs that stay stored: a reader that loads their cone's leaves anyway makes
+    // one itself instead of loading it (KILN_REMATERIALIZE_LOCAL=0: every reader loads it).
+    if (env_switch_on("KILN_REMATERIALIZE_LOCAL"))
+      for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.nodes().size()); ++id)
+        if (const FusedGroup* group = fused_group_of(g.node(id)))
+          for (std::size_t o = 0; o < group->outputs.size(); ++o) take_local(id, *group, o);
   }
 
-  bool any() const { return !chosen_.empty(); }
+  bool any() const { return !chosen_.empty() || !local_.empty(); }
   bool chosen(const ValueRef& ref) const { return chosen_.count(ref) != 0; }
+  std::size_t made_in_readers() const { return local_.size(); }
 
   // Node `id`'s body with each chosen input made in it instead (its input list `inputs`, old
   // refs, updated alike), or nullptr where it reads none.
@@ -156,14 +163,14 @@ class Remaker {
     std::vector<char> dropped(n.inputs.size(), 0);
     bool any = false;
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
-      const auto chosen_it = chosen_.find(n.inputs[k]);
-      if (chosen_it == chosen_.end()) continue;
+      const Cone* found = cone_for(id, k, n.inputs[k]);
+      if (found == nullptr) continue;
       any = true;
       dropped[k] = 1;
       const Node& producer = g_.node(n.inputs[k].node);
       const FusedGroup& from = *fused_group_of(producer);
       const auto o = static_cast<std::size_t>(n.inputs[k].index);
-      const std::vector<int>& cone = chosen_it->second.instrs;
+      const std::vector<int>& cone = found->instrs;
       std::map<int, int> at;  // the producer's instruction -> its place at the body's front
       for (std::size_t i = 0; i < cone.size(); ++i) at[cone[i]] = static_cast<int>(i);
       std::vector<FusedInstr> made;
@@ -210,6 +217,72 @@ class Remaker {
   }
 
  private:
+  // What input k of node `id` (value `ref`) is made from where it is made again there.
+  const Cone* cone_for(std::int32_t id, std::size_t k, const ValueRef& ref) const {
+    if (const auto it = chosen_.find(ref); it != chosen_.end()) return &it->second;
+    if (const auto it = local_.find({id, k}); it != local_.end()) return &it->second;
+    return nullptr;
+  }
+
+  // Whether group node `reader` can make input k (output o of group node `id`) itself: a group
+  // over the same shape and compute type that loads it element i at i.
+  bool can_make(std::int32_t reader, std::size_t k, std::int32_t id,
+                const FusedGroup& group) const {
+    const FusedGroup* other = fused_group_of(g_.node(reader));
+    if (other == nullptr || reader == id || other->shape != group.shape ||
+        other->compute != group.compute)
+      return false;
+    const FusedInput& in = other->inputs[k];
+    return in.offset == 0 && in.contiguous(other->shape);
+  }
+
+  // The bytes of the cone's leaves that `reader` does not load already.
+  std::int64_t unloaded_leaf_bytes(std::int32_t reader, const Cone& cone,
+                                   const Shape& shape) const {
+    const Node& reader_node = g_.node(reader);
+    const FusedGroup& other = *fused_group_of(reader_node);
+    std::int64_t bytes = 0;
+    for (const Leaf& l : cone.leaves) {
+      bool loaded = false;
+      for (std::size_t j = 0; j < reader_node.inputs.size(); ++j)
+        loaded = loaded || (reader_node.inputs[j] == l.ref && reads_alike(other.inputs[j], l.read));
+      if (!loaded) bytes += bytes_of(l.read, shape);
+    }
+    return bytes;
+  }
+
+  // Output o of group node `id` stays stored; each reader that can make it and loads its
+  // cone's leaves but fewer bytes' worth than it makes it instead (a downsampling block's
+  // backward sums load the block's output and the two convolutions' outputs it is made from).
+  void take_local(std::int32_t id, const FusedGroup& group, std::size_t o) {
+    const ValueRef ref{id, static_cast<std::int32_t>(o)};
+    if (chosen(ref) || group.output_channels_last(o) ||
+        group.outputs[o].kind != Operand::Kind::instr)
+      return;
+    const auto it = readers_by_value_.find(ref);
+    if (it == readers_by_value_.end()) return;
+    const std::optional<Cone> cone = cone_of(g_.node(id), id, group, o);
+    if (!cone) return;
+    for (const Leaf& l : cone->leaves)
+      if (chosen(l.ref)) return;  // no longer stored
+    const std::int64_t stored =
+        group.shape.numel() *
+        static_cast<std::int64_t>(dtype_size(group.operand_dtype(group.outputs[o])));
+    for (const auto& [reader, k] : it->second)
+      if (can_make(reader, k, id, group) && !remakes_from(reader, ref) &&
+          unloaded_leaf_bytes(reader, *cone, group.shape) < stored)
+        local_.emplace(std::pair{reader, k}, *cone);
+  }
+
+  // Whether `reader` makes a chosen output again from `ref` (so that it loads it anyway).
+  bool remakes_from(std::int32_t reader, const ValueRef& ref) const {
+    for (const ValueRef& in : g_.node(reader).inputs)
+      if (const auto it = chosen_.find(in); it != chosen_.end())
+        for (const Leaf& l : it->second.leaves)
+          if (l.ref == ref) return true;
+    return false;
+  }
+
   // Output o of group node `id`'s cone, where each of its readers can make it again and the
   // step moves fewer bytes so (Cone::saved: the producer stops writing it and each reader stops
   // loading it, and each reader loads the cone's leaves that it does not load already).
@@ -228,21 +301,8 @@ class Remaker {
     std::int64_t& saved = cone->saved;
     saved = stored;
     for (const auto& [reader, k] : it->second) {
-      const Node& reader_node = g_.node(reader);
-      const FusedGroup* other = fused_group_of(reader_node);
-      if (other == nullptr || reader == id || other->shape != group.shape ||
-          other->compute != group.compute)
-        return std::nullopt;
-      const FusedInput& in = other->inputs[k];
-      if (in.offset != 0 || !in.contiguous(other->shape)) return std::nullopt;
-      saved += stored;
-      for (const Leaf& l : cone->leaves) {
-        bool loaded = false;
-        for (std::size_t j = 0; j < reader_node.inputs.size(); ++j)
-          loaded =
-              loaded || (reader_node.inputs[j] == l.ref && reads_alike(other->inputs[j], l.read));
-        if (!loaded) saved -= bytes_of(l.read, group.shape);
-      }
+      if (!can_make(reader, k, id, group)) return std::nullopt;
+      saved += stored - unloaded_leaf_bytes(reader, *cone, group.shape);
     }
     if (saved <= 0) return std::nullopt;
     return cone;
@@ -266,6 +326,7 @@ class Remaker {
   std::map<ValueRef, std::vector<std::pair<std::int32_t, std::size_t>>> readers_by_value_;
   std::set<ValueRef> roots_;
   std::map<ValueRef, Cone> chosen_;
+  std::map<std::pair<std::int32_t, std::size_t>, Cone> local_;  // (reader, input) -> its cone
 };
 
 }  // namespace

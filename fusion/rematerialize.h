@@ -8,7 +8,11 @@
 // a per-channel scale; the group after it, which read the product, makes it from g, which the
 // block before reads anyway; and batch norm's backward after a ReLU stores the masked gradient
 // dy * (bn(y) > 0), which the next group, loading y anyway, makes from dy and y (resnet18 bf16
-// b512: 10.86 -> 10.42 GB a step; the first case alone 11.05 -> 10.86).
+// b512: 10.86 -> 10.42 GB a step; the first case alone 11.05 -> 10.86). An output that stays
+// stored (a graph output, or one with readers that cannot make it) is still made again by each
+// reader that can and loads its leaves anyway but fewer bytes' worth than it: the downsampling
+// blocks' backward sums make the block's output from its two convolutions' outputs (resnet18
+// bf16 b512: 10.42 -> 10.36 GB; KILN_REMATERIALIZE_LOCAL=0 turns that part off).
 //
 // The recomputed instructions are the producer's, with their operands and dtypes, each rounded
 // as the producer rounded it: the same bits (fusion/recompute.h does the same before fusion,
