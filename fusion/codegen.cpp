@@ -189,6 +189,15 @@ CudaKernelSource Writer::generate() {
       // of 64 they ran at 1.93 TB/s on an H100 (ncu: 43 % of the warps resident).
       const std::int64_t threads = (per_output + k.splits - 1) / k.splits / reduction_lanes();
       if (threads > 64) k.block_threads = threads >= 256 ? 256 : 128;
+      // (KILN_REDUCTION_THREADS=N: blocks of N threads, a block a job, for measuring.)
+      const std::int64_t forced = env_integer("KILN_REDUCTION_THREADS", 0, 0, 1024,
+                                              "0, or threads a block from 32 to 1024");
+      KILN_CHECK(forced % 32 == 0, "KILN_REDUCTION_THREADS='{}': expected a multiple of 32",
+                 forced);
+      if (forced > 0) {
+        k.block_threads = static_cast<int>(forced);
+        k.block_forced = true;
+      }
       k.finish_in_kernel = k.splits > 1 && env_switch_set("KILN_LAST_BLOCK_FINISH");
       body = reduction_body(k.splits, k.finish_in_kernel);
     }

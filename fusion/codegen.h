@@ -33,7 +33,8 @@ struct CudaKernelSource {
   // that keeps the occupancy-best threads an SM, and a block a job (the grid is the jobs); 0:
   // the occupancy-best block, and the grid at most the resident blocks.
   int block_threads = 0;
-  int finish_threads = 32;  // the finisher's threads an output: a warp, or a block of 256
+  bool block_forced = false;  // block_threads whatever the occupancy (KILN_REDUCTION_THREADS)
+  int finish_threads = 32;    // the finisher's threads an output: a warp, or a block of 256
   // Split column bodies: the launch picks the splits (1 to `splits`, for which the partials are
   // allocated) to fill the resident blocks once, the grid is split_jobs x those splits, the
   // main kernel reads them from gridDim and the finisher from its second parameter. 0: the

@@ -18,7 +18,7 @@ namespace {
 // batch norm's 1024 jobs in blocks of 64 filled 496 of an H100 SM's 2048 whatever the
 // registers allowed (ncu: 23 % of the warps resident).
 LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_items,
-                          int vector_width, int block_threads = 0) {
+                          int vector_width, int block_threads = 0, bool forced = false) {
   const gpu::DeviceLimits limits = gpu::current_device_limits();
   gpu::BlockChoice choice = gpu::choose_block_size(kernel);
   auto filled = [&](int block, int per_sm) {
@@ -27,7 +27,7 @@ LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_ite
   };
   const int own_per_sm = block_threads > 0 ? kernel.max_active_blocks_per_sm(block_threads, 0) : 0;
   if (own_per_sm > 0 &&
-      filled(block_threads, own_per_sm) >= filled(choice.block, choice.blocks_per_sm)) {
+      (forced || filled(block_threads, own_per_sm) >= filled(choice.block, choice.blocks_per_sm))) {
     choice.blocks_per_sm = own_per_sm;
     choice.block = block_threads;
   }
@@ -68,7 +68,7 @@ LaunchShape choose_launch(const gpu::LoadedKernel& kernel, std::int64_t work_ite
 CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKernel& compiled)
     : source_(std::move(source)), kernel_(compiled) {
   shape_ = choose_launch(kernel_, source_.work_items, source_.reduction ? 0 : source_.vector_width,
-                         source_.block_threads);
+                         source_.block_threads, source_.block_forced);
   if (source_.warp_jobs) {  // blocks enough for a warp per row
     const std::int64_t warps = std::max<unsigned>(1, shape_.block.x / 32);
     shape_.grid.x = static_cast<unsigned>(

@@ -163,6 +163,15 @@ TEST_CASE("batch norm's per-channel values join its long rows' statistics as row
 #ifdef KILN_HAVE_CUDA
     CHECK(gpu::compile_to_cubin({in_kernel.name, in_kernel.source, {}}, {.sm = 90}).size() > 4);
 #endif
+    // KILN_REDUCTION_THREADS=N: blocks of N threads whatever the occupancy (a multiple of 32).
+    setenv("KILN_REDUCTION_THREADS", "64", 1);
+    const CudaKernelSource narrow_blocks = generate_cuda(*body);
+    CHECK(narrow_blocks.block_threads == 64);
+    CHECK(narrow_blocks.block_forced);
+    CHECK(narrow_blocks.source == k.source);  // the same kernel, launched otherwise
+    setenv("KILN_REDUCTION_THREADS", "48", 1);
+    CHECK_THROWS_WITH_AS(generate_cuda(*body), doctest::Contains("a multiple of 32"), Error);
+    unsetenv("KILN_REDUCTION_THREADS");
   }
   StageOptions no_rows = cuda_stage_options();
   no_rows.finish_row_outputs = false;
@@ -313,6 +322,10 @@ TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm b
     setenv("KILN_LAST_BLOCK_FINISH", "1", 1);
     test::check_gpu_matches_cpu(g, random_feeds(g, 38), 1e-4);
     unsetenv("KILN_LAST_BLOCK_FINISH");
+    // And the row-by-row body in blocks of 64 threads, more vectors a thread.
+    setenv("KILN_REDUCTION_THREADS", "64", 1);
+    test::check_gpu_matches_cpu(g, random_feeds(g, 39), 1e-4);
+    unsetenv("KILN_REDUCTION_THREADS");
   }
 }
 
