@@ -29,6 +29,12 @@ std::string warp_butterfly(const FusedReduction& red, const std::string& acc, in
       acc, reduction_combine(red, acc, "other"), first_mask);
 }
 
+std::int64_t ReductionAxes::reduced_count() const {
+  std::int64_t n = 1;
+  for (std::int64_t s : red_sizes) n *= s;
+  return n;
+}
+
 ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes) {
   ReductionAxes r;
   const std::vector<std::int64_t> dense = shape.strides();
@@ -81,8 +87,7 @@ std::string Writer::reduction_body(std::int64_t splits, bool finish_in_kernel) c
   const std::vector<const FusedReduction*> reds = g_.reductions();
   const FusedReduction& red = *reds[0];
   const ReductionAxes axes = split_axes(g_.shape, red.axes);
-  std::int64_t n_red = 1;
-  for (std::int64_t s : axes.red_sizes) n_red *= s;
+  const std::int64_t n_red = axes.reduced_count();
   const int lanes = reduction_lanes();
   // A split's range starts at a multiple of the lanes (so that each vector is one run).
   const std::int64_t chunk = ((n_red + splits - 1) / splits + lanes - 1) / lanes * lanes;

@@ -33,9 +33,7 @@ IndexType index_type(const FusedGroup& g) {
 }  // namespace
 
 int Writer::row_lanes() const {
-  const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
-  std::int64_t n_red = 1;
-  for (std::int64_t s : axes.red_sizes) n_red *= s;
+  const std::int64_t n_red = split_axes(g_.shape, g_.reduction->axes).reduced_count();
   static const bool on = env_switch_on("KILN_ROW_LANES");  // =0: a warp a row, for measuring
   int lanes = 32;
   while (on && lanes > 1 && (lanes / 2) * 4 >= n_red) lanes /= 2;
@@ -45,8 +43,7 @@ int Writer::row_lanes() const {
 std::string Writer::staged_body() const {
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   const IndexType ix = index_type(g_);
-  std::int64_t n_red = 1;
-  for (std::int64_t s : axes.red_sizes) n_red *= s;
+  const std::int64_t n_red = axes.reduced_count();
   const int lanes = row_lanes();
   std::string out =
       fmt::format("  const long long n_rows = {}LL;\n", g_.reduction->type.shape.numel());
@@ -64,13 +61,9 @@ std::string Writer::staged_body() const {
         "  for (long long first = ((long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> "
         "5)) * {0}; first < n_rows; first += warps * {0}) {{\n",
         rows);
-    out += fmt::format(
-        "    const bool live = first + (long long)((threadIdx.x & 31u) / {}u) < n_rows;\n", lanes);
-    out += fmt::format(
-        "    const long long job = live ? first + (long long)((threadIdx.x & 31u) / {}u) : n_rows "
-        "- "
-        "1;\n",
-        lanes);
+    const std::string row = fmt::format("first + (long long)((threadIdx.x & 31u) / {}u)", lanes);
+    out += fmt::format("    const bool live = {} < n_rows;\n", row);
+    out += fmt::format("    const long long job = live ? {} : n_rows - 1;\n", row);
   }
   out += fmt::format("    const {} base = {};\n", ix.name,
                      coordinate_sum(axes.kept_sizes, axes.kept_strides,
@@ -87,8 +80,7 @@ std::string Writer::staged_body() const {
 std::string Writer::row_loop(const std::string& body) const {
   const ReductionAxes axes = split_axes(g_.shape, g_.reduction->axes);
   const IndexType ix = index_type(g_);
-  std::int64_t n_red = 1;
-  for (std::int64_t s : axes.red_sizes) n_red *= s;
+  const std::int64_t n_red = axes.reduced_count();
   const int lanes = row_lanes();
   const std::string index =
       fmt::format("        const {} i = base + {};\n", ix.name,

@@ -46,7 +46,8 @@ std::string reduction_name(const char* base, std::size_t r);
 // Merged axes of the iteration space, split into kept and reduced ones.
 struct ReductionAxes {
   std::vector<std::int64_t> kept_sizes, kept_strides, red_sizes,
-      red_strides;  // strides: dense, in elements
+      red_strides;                     // strides: dense, in elements
+  std::int64_t reduced_count() const;  // the elements each output reduces
 };
 ReductionAxes split_axes(const Shape& shape, const std::vector<std::int64_t>& axes);
 

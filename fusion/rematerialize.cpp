@@ -108,6 +108,11 @@ std::optional<Cone> cone_of(const Node& n, std::int32_t id, const FusedGroup& g,
   return cone;
 }
 
+// The bytes group output o takes stored.
+std::int64_t stored_bytes(const FusedGroup& g, std::size_t o) {
+  return g.shape.numel() * static_cast<std::int64_t>(dtype_size(g.operand_dtype(g.outputs[o])));
+}
+
 std::int64_t bytes_of(const FusedInput& read, const Shape& shape) {
   return read.elements_read(shape) * static_cast<std::int64_t>(dtype_size(read.type.dtype));
 }
@@ -151,7 +156,6 @@ class Remaker {
 
   bool any() const { return !chosen_.empty() || !local_.empty(); }
   bool chosen(const ValueRef& ref) const { return chosen_.count(ref) != 0; }
-  std::size_t made_in_readers() const { return local_.size(); }
 
   // Node `id`'s body with each chosen input made in it instead (its input list `inputs`, old
   // refs, updated alike), or nullptr where it reads none.
@@ -265,9 +269,7 @@ class Remaker {
     if (!cone) return;
     for (const Leaf& l : cone->leaves)
       if (chosen(l.ref)) return;  // no longer stored
-    const std::int64_t stored =
-        group.shape.numel() *
-        static_cast<std::int64_t>(dtype_size(group.operand_dtype(group.outputs[o])));
+    const std::int64_t stored = stored_bytes(group, o);
     for (const auto& [reader, k] : it->second)
       if (can_make(reader, k, id, group) && !remakes_from(reader, ref) &&
           unloaded_leaf_bytes(reader, *cone, group.shape) < stored)
@@ -295,9 +297,7 @@ class Remaker {
     if (it == readers_by_value_.end()) return std::nullopt;
     std::optional<Cone> cone = cone_of(g_.node(id), id, group, o);
     if (!cone) return std::nullopt;
-    const std::int64_t stored =
-        group.shape.numel() *
-        static_cast<std::int64_t>(dtype_size(group.operand_dtype(group.outputs[o])));
+    const std::int64_t stored = stored_bytes(group, o);
     std::int64_t& saved = cone->saved;
     saved = stored;
     for (const auto& [reader, k] : it->second) {
