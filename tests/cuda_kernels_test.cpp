@@ -920,6 +920,7 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
       cuda::detail::set_conv_tma_wide_for_testing(true);
       cuda::detail::set_conv_tma_teams_for_testing(2);  // the default
       cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+      cuda::detail::set_conv_wgrad_halo_for_testing(std::nullopt);
     }
   };
   std::uint64_t seed = 1300;
@@ -988,8 +989,10 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
       };
       CHECK(takes_halo(cuda::ConvPass::forward) == fits_halo(xs[1], ws[0], g.out_h, g.out_w));
       CHECK(takes_halo(cuda::ConvPass::grad_input) == fits_halo(ws[0], xs[1], xs[2], xs[3]));
-      // grad_weight's halo form: stride 1, a 3x3 over 64 channels, K steps of whole rows of 8,
-      // 16 or 32 pixels (any filters: 200 in tiles of 64, 48 in a part tile); and without it.
+      // grad_weight's halo form (asked for: off by default): stride 1, a 3x3 over 64 channels, K
+      // steps of whole rows of 8, 16 or 32 pixels (any filters: 200 in tiles of 64, 48 in a part
+      // tile); and without it.
+      cuda::detail::set_conv_wgrad_halo_for_testing(true);
       bool wgrad_halo = false;
       for (const gpu::KernelSource& k :
            cuda::conv_kernel_sources(g, DType::bf16, cuda::ConvPass::grad_weight))
@@ -1000,7 +1003,7 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
       if (wgrad_halo) {
         cuda::detail::set_conv_wgrad_halo_for_testing(false);
         check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
-        cuda::detail::set_conv_wgrad_halo_for_testing(std::nullopt);
+        cuda::detail::set_conv_wgrad_halo_for_testing(true);
       }
 
       for (bool wide : {true, false}) {  // and the forward's teams: 1, then 2 (persistent)

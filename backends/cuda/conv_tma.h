@@ -109,7 +109,8 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
 // The same for a device of `sms` SMs, strides up to max_stride and the multiply form `wide`,
 // whatever this machine has (no GPU needed): 64 or 128 filters by the most atoms (4, 3, 2, 1)
 // that divide N, K split for about one block an SM, at least 4 steps a split.
-// `halo`: the halo form where it fits (conv_tma_wgrad_halo_plan_of).
+// `halo`: the halo form where it fits (conv_tma_wgrad_halo_plan_of; the backend asks for it
+// under KILN_CONV_WGRAD_HALO=1, off by default).
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, int max_stride,
                                                    int sms, bool wide, bool halo = true);
 // The halo form's plan (kernels/conv_wgmma_wgrad_tma.cuh, HALO): a stride-1 3x3 over 64
