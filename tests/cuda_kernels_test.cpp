@@ -34,6 +34,7 @@
 #include "backends/cuda/pool.h"
 #include "core/philox.h"
 #include "gpu/cuda_check.h"
+#include "gpu/nvrtc_compiler.h"
 #include "gpu/autotune.h"
 #include "gpu/cuda_runtime.h"
 #include "gpu/kernel_cache.h"
@@ -651,8 +652,8 @@ cuda::ConvGemmShape wgrad_gemm_shape(int batch, int c, int oh, int ow, int co, i
 // and the shapes it leaves alone.
 TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)") {
   auto shape = [](auto... a) { return wgrad_gemm_shape(a...); };
-  auto plan = [](const cuda::ConvGemmShape& g, int max_stride = 2) {
-    return cuda::conv_tma_wgrad_plan_of(g, max_stride, 132, true);
+  auto plan = [](const cuda::ConvGemmShape& g, int max_stride = 2) {  // (without the halo form)
+    return cuda::conv_tma_wgrad_plan_of(g, max_stride, 132, true, false);
   };
   struct Expected {
     cuda::ConvGemmShape g;
@@ -692,6 +693,54 @@ TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)")
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 9, 1)));     // 81 taps: past the sum's 64
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 3)));     // stride 3
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 2), 1));  // stride 2 turned off
+}
+
+// grad_weight's halo form (no GPU needed): stride-1 3x3 passes over 64 channels whose 64-pixel
+// K steps are whole output rows of 8, 16 or 32 (resnet18's stage 1 at b512: 8192 steps in 131
+// splits of 63, a block an SM), a box of 64 / OW + 2 rows a tap column, in at least three stages.
+TEST_CASE("conv TMA grad_weight's halo form: where it fits (no GPU needed)") {
+  auto shape = [](auto... a) { return wgrad_gemm_shape(a...); };
+  struct Expected {
+    cuda::ConvGemmShape g;
+    int stages, splits;
+  };
+  for (const Expected& e : {Expected{shape(512, 64, 32, 32, 64, 3, 1, 1), 4, 131},
+                            Expected{shape(8, 64, 16, 16, 200, 3, 1, 1), 4, 8},
+                            Expected{shape(3, 64, 8, 8, 48, 3, 1, 1), 4, 1}}) {
+    CAPTURE(e.g.s_w);
+    const auto p = cuda::conv_tma_wgrad_plan_of(e.g, 2, 132, true);
+    REQUIRE(p.has_value());
+    CHECK(p->halo == e.g.s_w);
+    CHECK(p->bm == 64);
+    CHECK(p->atoms == 9);
+    CHECK(p->stages == e.stages);
+    CHECK(p->splits == e.splits);
+    CHECK(p->threads() == 416);
+    CHECK(p->shared_bytes() <= 227 * 1024);
+    CHECK(p->stage_bytes() == static_cast<std::size_t>(64 + 3 * (64 + 2 * e.g.s_w)) * 128);
+    CHECK(static_cast<std::int64_t>(p->splits) * p->chunk >= e.g.k);     // K covered,
+    CHECK(static_cast<std::int64_t>(p->splits - 1) * p->chunk < e.g.k);  // no split empty
+    // its kernel compiles for sm_90a, multiplying across the boxes or a box at a time
+    for (bool wide : {true, false}) {
+      cuda::TmaWgradPlan q = *p;
+      q.wide = wide;
+      CHECK(gpu::compile_to_cubin(cuda::conv_tma_wgrad_source(DType::bf16, q, true), {.sm = 90})
+                .size() > 4);
+    }
+    // switched off: the nine taps' atoms
+    const auto atoms = cuda::conv_tma_wgrad_plan_of(e.g, 2, 132, true, false);
+    REQUIRE(atoms.has_value());
+    CHECK(atoms->halo == 0);
+  }
+  // 128 channels, stride 2, a 5x5, rows of 4 or 64 pixels (64: two stages' room), 12x12 planes
+  for (const cuda::ConvGemmShape& g :
+       {shape(8, 128, 16, 16, 64, 3, 1, 1), shape(8, 64, 16, 16, 64, 3, 2, 1),
+        shape(8, 64, 16, 16, 64, 5, 1, 2), shape(8, 64, 8, 4, 64, 3, 1, 1),
+        shape(8, 64, 4, 64, 64, 3, 1, 1), shape(8, 64, 12, 12, 64, 3, 1, 1)}) {
+    CAPTURE(g.n);
+    CAPTURE(g.s_w);
+    CHECK_FALSE(cuda::conv_tma_wgrad_halo_plan_of(g, 132, true));
+  }
 }
 
 // f32's grad_weight plans under TF32 (no GPU needed): K steps of 32 pixels read from x's tap
@@ -871,6 +920,7 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
       cuda::detail::set_conv_tma_wide_for_testing(true);
       cuda::detail::set_conv_tma_teams_for_testing(2);  // the default
       cuda::detail::set_conv_algo_for_testing(cuda::detail::ConvAlgo::automatic);
+      cuda::detail::set_conv_wgrad_halo_for_testing(std::nullopt);
     }
   };
   std::uint64_t seed = 1300;
@@ -909,6 +959,7 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
         std::tuple{Shape{1, 64, 12, 12}, Shape{64, 64, 5, 5}, 1, 2},
         std::tuple{Shape{2, 64, 32, 32}, Shape{64, 64, 3, 3}, 1, 1},
         std::tuple{Shape{2, 64, 32, 16}, Shape{48, 64, 3, 3}, 1, 1},
+        std::tuple{Shape{3, 64, 8, 8}, Shape{64, 64, 3, 3}, 1, 1},
         std::tuple{Shape{16, 64, 16, 16}, Shape{128, 64, 1, 1}, 1, 0},
         std::tuple{Shape{64, 64, 16, 16}, Shape{128, 64, 1, 1}, 2, 0}}) {
     CAPTURE(xs.str());
@@ -938,6 +989,22 @@ TEST_CASE("conv2d: the TMA channels-last passes match the CPU and the wgmma tile
       };
       CHECK(takes_halo(cuda::ConvPass::forward) == fits_halo(xs[1], ws[0], g.out_h, g.out_w));
       CHECK(takes_halo(cuda::ConvPass::grad_input) == fits_halo(ws[0], xs[1], xs[2], xs[3]));
+      // grad_weight's halo form (asked for: off by default): stride 1, a 3x3 over 64 channels, K
+      // steps of whole rows of 8, 16 or 32 pixels (any filters: 200 in tiles of 64, 48 in a part
+      // tile); and without it.
+      cuda::detail::set_conv_wgrad_halo_for_testing(true);
+      bool wgrad_halo = false;
+      for (const gpu::KernelSource& k :
+           cuda::conv_kernel_sources(g, DType::bf16, cuda::ConvPass::grad_weight))
+        wgrad_halo = wgrad_halo || k.name.rfind("kiln_conv_wgrad_tma_64x576_s4_a64_halo", 0) == 0;
+      CHECK(wgrad_halo ==
+            (stride == 1 && xs[1] == 64 && ws[2] == 3 && ws[3] == 3 &&
+             (g.out_w == 8 || g.out_w == 16 || g.out_w == 32) && g.out_h * g.out_w % 64 == 0));
+      if (wgrad_halo) {
+        cuda::detail::set_conv_wgrad_halo_for_testing(false);
+        check_conv(xs, ws, stride, pad, DType::bf16, seed += 3, 0, -1, 1.5e-2);
+        cuda::detail::set_conv_wgrad_halo_for_testing(true);
+      }
 
       for (bool wide : {true, false}) {  // and the forward's teams: 1, then 2 (persistent)
         CAPTURE(wide);

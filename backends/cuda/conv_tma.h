@@ -89,10 +89,15 @@ struct TmaWgradPlan {
   int splits, chunk;
   int br = 0;      // f32: B's rows, br pixels of an output row or an image (0: 16-bit NHWC boxes)
   int per_sm = 1;  // blocks an SM: 2 where a tile of one warpgroup fits 3 stages in half of it
-  std::size_t shared_bytes() const {
-    return static_cast<std::size_t>((bm + 64 * atoms) * 128 * stages + 1024 + 16 * stages);
+  // The halo form (a 16-bit stride-1 3x3 over 64 channels, 64 filters a tile, atoms 9): the
+  // output's width OW; B a box of 64 / OW + 2 rows a tap column (0: an atom's box a tap).
+  int halo = 0;
+  std::size_t stage_bytes() const {
+    return static_cast<std::size_t>(halo > 0 ? (bm + 3 * (64 + 2 * halo)) * 128
+                                             : (bm + 64 * atoms) * 128);
   }
-  int threads() const { return 2 * bm + 32; }
+  std::size_t shared_bytes() const { return stage_bytes() * stages + 1024 + 16 * stages; }
+  int threads() const { return halo > 0 ? 3 * 128 + 32 : 2 * bm + 32; }
   std::size_t partial_bytes(std::int64_t m, std::int64_t n) const {
     return static_cast<std::size_t>(splits) * static_cast<std::size_t>(m * n) * 4;
   }
@@ -104,8 +109,16 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
 // The same for a device of `sms` SMs, strides up to max_stride and the multiply form `wide`,
 // whatever this machine has (no GPU needed): 64 or 128 filters by the most atoms (4, 3, 2, 1)
 // that divide N, K split for about one block an SM, at least 4 steps a split.
+// `halo`: the halo form where it fits (conv_tma_wgrad_halo_plan_of; the backend asks for it
+// under KILN_CONV_WGRAD_HALO=1, off by default).
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, int max_stride,
-                                                   int sms, bool wide);
+                                                   int sms, bool wide, bool halo = true);
+// The halo form's plan (kernels/conv_wgmma_wgrad_tma.cuh, HALO): a stride-1 3x3 over 64
+// channels whose K steps are whole output rows of 8, 16 or 32 pixels, three stages at least;
+// one block an SM, K split for one wave. (x's bytes a step: 3 (R + 2) / R rows' worth where the
+// nine taps' boxes read 9: resnet18's stage 1, whose 64 x 192 tiles were bound by L2.)
+std::optional<TmaWgradPlan> conv_tma_wgrad_halo_plan_of(const ConvGemmShape& shape, int sms,
+                                                        bool wide);
 // f32's (TF32) plan likewise: K steps of 32 pixels (the same 128-byte rows), stride 1 or 2, x
 // read through its tap columns, each step one output row's run of 32 pixels (OW a multiple of
 // 32) or whole rows of 8 or 16 (32 % OW == 0), OH*OW a multiple of 32; or, at stride 1, whole
@@ -157,6 +170,8 @@ enum class TmaSplit { never, automatic, always };
 void set_conv_tma_split_for_testing(std::optional<TmaSplit> split);
 // Whether the halo form is taken where it fits (nullopt: as KILN_CONV_TMA_HALO says).
 void set_conv_tma_halo_for_testing(std::optional<bool> on);
+// Whether grad_weight's halo form is taken where it fits (nullopt: as KILN_CONV_WGRAD_HALO says).
+void set_conv_wgrad_halo_for_testing(std::optional<bool> on);
 }  // namespace detail
 
 }  // namespace kiln::cuda

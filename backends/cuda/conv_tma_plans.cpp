@@ -32,6 +32,13 @@ double wgrad_time(std::int64_t tiles, std::int64_t steps, std::int64_t splits, i
   return static_cast<double>(waves * per) * step + static_cast<double>(used) * partials;
 }
 
+// K in `wanted` splits of whole steps (`step` pixels), none empty.
+void set_splits(TmaWgradPlan& plan, std::int64_t steps, std::int64_t wanted, int step) {
+  const std::int64_t per = (steps + wanted - 1) / wanted;
+  plan.splits = static_cast<int>((steps + per - 1) / per);
+  plan.chunk = static_cast<int>(per * step);
+}
+
 // The pass's tile (64 or 128 filters by the most atoms, 4, 3, 2 or 1, that divide N) and its K
 // split (steps of `step` pixels: 64 16-bit or 32 f32 ones, a step of the same time at TF32's half
 // rate) by wgrad_time.
@@ -57,9 +64,7 @@ TmaWgradPlan wgrad_split(const ConvGemmShape& g, int ar, int step, int sms, bool
       wanted = s;
     }
   }
-  const std::int64_t per = (steps + wanted - 1) / wanted;
-  plan.splits = static_cast<int>((steps + per - 1) / per);
-  plan.chunk = static_cast<int>(per * step);
+  set_splits(plan, steps, wanted, step);
   return plan;
 }
 }  // namespace
@@ -122,8 +127,27 @@ TmaTile conv_tma_tile_of(int bm, int bn, int teams, int split) {
   return {bm, bn, static_cast<int>(std::min<std::size_t>(6, room / stage)), 1};
 }
 
+std::optional<TmaWgradPlan> conv_tma_wgrad_halo_plan_of(const ConvGemmShape& g, int sms,
+                                                        bool wide) {
+  if (g.stride != 1 || g.khkw != 9 || g.kw != 3 || g.n != 9 * 64 || g.m == 0 || g.m > 65535 ||
+      g.s_w <= 0 || g.s_w % 8 != 0 || 64 % g.s_w != 0 || g.s_hw % 64 != 0 || g.k % 64 != 0)
+    return std::nullopt;
+  TmaWgradPlan plan{64, 9, 0, 64, wide, 1, 0};
+  plan.halo = g.s_w;
+  plan.stages =
+      static_cast<int>(std::min<std::size_t>(4, (227 * 1024 - 1024) / (plan.stage_bytes() + 16)));
+  if (plan.stages < 3) return std::nullopt;
+  // one wave of the SMs: a block each, its split at least 4 steps
+  const std::int64_t tiles = (g.m + 63) / 64, steps = g.k / 64;
+  set_splits(plan, steps,
+             std::clamp<std::int64_t>(sms / tiles, 1, std::max<std::int64_t>(1, steps / 4)), 64);
+  return plan;
+}
+
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
-                                                   bool wide) {
+                                                   bool wide, bool halo) {
+  if (halo)
+    if (std::optional<TmaWgradPlan> plan = conv_tma_wgrad_halo_plan_of(g, sms, wide)) return plan;
   if (g.stride < 1 || g.stride > max_stride || g.khkw == 0 || g.m == 0 || g.n == 0 || g.k == 0 ||
       g.n % g.khkw != 0 || g.n / g.khkw % 64 != 0 || g.khkw > 64 || g.m > 65535)
     return std::nullopt;

@@ -21,8 +21,9 @@
 namespace kiln::cuda {
 namespace {
 std::string wgrad_name(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
-  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}{}{}_{}", p.bm, 64 * p.atoms, p.stages,
-                     p.ar, p.br > 0 ? fmt::format("_b{}", p.br) : "", p.wide ? "_wide" : "",
+  return fmt::format("kiln_conv_wgrad_tma_{}x{}_s{}_a{}{}{}{}{}_{}", p.bm, 64 * p.atoms, p.stages,
+                     p.ar, p.br > 0 ? fmt::format("_b{}", p.br) : "",
+                     p.halo > 0 ? fmt::format("_halo{}", p.halo) : "", p.wide ? "_wide" : "",
                      dy_nhwc ? "_dy_nhwc" : "", dtype_name(dtype));
 }
 std::string sum_name(DType dtype) {
@@ -42,6 +43,17 @@ int wgrad_sum_groups(int khkw, int splits) {
   return groups;
 }
 
+// The halo form where it fits, under KILN_CONV_WGRAD_HALO=1 (off by default until measured on a
+// GPU: the nine taps' boxes); a test may say.
+std::optional<bool>& wgrad_halo_for_testing() {
+  static std::optional<bool> on;
+  return on;
+}
+bool wgrad_halo_on() {
+  static const bool by_env = env_switch_set("KILN_CONV_WGRAD_HALO");
+  return wgrad_halo_for_testing().value_or(by_env);
+}
+
 // f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
 // the register-gather kernels (conv_wgmma_wgrad.cuh).
 bool tf32_tma_wgrad_on() {
@@ -58,7 +70,7 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
     return tf32_tma_wgrad_on() ? conv_tma_tf32_wgrad_plan_of(g, sm_count(), wide_on())
                                : std::nullopt;
   if (!is_low_precision(dtype)) return std::nullopt;
-  return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on());
+  return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on(), wgrad_halo_on());
 }
 
 gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
@@ -72,7 +84,8 @@ gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p, bool
                        {"KILN_AR", std::to_string(p.ar)},
                        {"KILN_WIDE", p.wide ? "true" : "false"},
                        {"KILN_DY_NHWC", dy_nhwc ? "true" : "false"},
-                       {"KILN_BR", std::to_string(p.br)}});
+                       {"KILN_BR", std::to_string(p.br)},
+                       {"KILN_HALO", std::to_string(p.halo)}});
   source.arch_specific = true;
   return source;
 }
@@ -200,8 +213,15 @@ void conv_tma_grad_weight(DType dtype, const ConvGemmShape& g, const TmaWgradPla
   const cuuint32_t nhwc_box[2] = {64, 64};
   const CUtensorMap dy_map = dy_nhwc ? tiled_map(dtype, dy, 2, nhwc_dims, nhwc_strides, nhwc_box)
                                      : tiled_map(dtype, dy, 3, a_dims, a_strides, a_box, p.ar * 2);
-  const CUtensorMap x_map = image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
+  // (the halo form: a tap column's box, the step's rows and the two more its taps reach)
+  const CUtensorMap x_map =
+      p.halo > 0 ? image_map(dtype, g, xt, 64, images, box->first + 2, 1)
+                 : image_map(dtype, g, xt, g.n / g.khkw, images, box->first, box->second);
   wgrad_launch(dtype, g, p, dy_map, x_map, x_map, partials, dw, stream, dy_nhwc);
 }
+
+namespace detail {
+void set_conv_wgrad_halo_for_testing(std::optional<bool> on) { wgrad_halo_for_testing() = on; }
+}  // namespace detail
 
 }  // namespace kiln::cuda

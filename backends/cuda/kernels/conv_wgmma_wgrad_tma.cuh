@@ -34,6 +34,14 @@
 // blockIdx.z in k_chunk pieces (whole steps); each split stores its f32 partials in the tile's own
 // column order, [split][co][(tap, c)] (8 rows of 32 contiguous bytes a store), and wgrad_tap_sum
 // adds the splits into dW's order [co][c][tap].
+// HALO = OW (the halo form: a stride-1 3x3 over 64 channels, 64 filters a tile, all nine taps; 0
+// off): a step's R = 64 / OW output rows need x's rows oh0 - pad .. oh0 + R + 1 - pad, so B is
+// three boxes a step, one a tap column kw (R + 2 rows x OW pixels shifted by kw - pad, zeros
+// outside x), each (R + 2) OW rows of 64 channels, and tap (kh, kw)'s operand is box kw from row
+// kh OW on (a multiple of 8 rows: the swizzle's period): x's bytes are read 3 (R + 2) / R times a
+// step where the nine atoms read them nine times (stage 1 of resnet18, L2-bound: 32 -> 24 KiB a
+// step's 64 filters x 192 columns). Three consumer warpgroups, kh each: m64n192 over its three
+// boxes (WIDE: the boxes lie B_BOX apart, the descriptor's leading offset), A shared.
 #pragma once
 
 #include "backends/cuda/kernels/conv_mma.cuh"
@@ -56,14 +64,17 @@ __host__ __device__ constexpr unsigned wgrad_swizzle_mode(int bytes) {
   return bytes == 128 ? 1 : bytes == 64 ? 2 : 3;
 }
 
-template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE, bool DY_NHWC, int BR>
+template <typename T, int BM, int NA, int STAGES, int AR, bool WIDE, bool DY_NHWC, int BR,
+          int HALO = 0>
 __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map,
                                                      const TmaDescriptor* x_map,
                                                      const TmaDescriptor* centre_map,
                                                      float* __restrict__ out,
                                                      const ConvGemmShape& g) {
-  constexpr int WM = BM / 64, CONSUMERS = 128 * WM, BN = 64 * NA;
-  constexpr int A_STAGE = BM * 64, B_STAGE = BN * 64;  // 16-bit units
+  constexpr int WM = BM / 64, BN = 64 * NA;
+  constexpr int GROUPS = HALO > 0 ? 3 : WM, CONSUMERS = 128 * GROUPS;  // consumer warpgroups
+  constexpr int B_BOX = (64 + 2 * HALO) * 64;  // (HALO) a tap column's box of rows, 16-bit units
+  constexpr int A_STAGE = BM * 64, B_STAGE = HALO > 0 ? 3 * B_BOX : BN * 64;
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
   constexpr bool K_MAJOR_B = BR > 0;                               // f32 (TF32): B from NCHW x
   constexpr int STEP = 128 / sizeof(T);                            // a K step's pixels
@@ -72,6 +83,9 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
   constexpr int B_ROWS = K_MAJOR_B ? STEP / BR : 1;  // B's blocks (output rows) a step
   constexpr unsigned A_SWIZZLE = wgrad_swizzle_mode(AU * 2), B_SWIZZLE = wgrad_swizzle_mode(BU * 2);
   static_assert(BM % 64 == 0 && STAGES >= 2 && (AU == 64 || AU == 32 || AU == 16), "tile");
+  static_assert(
+      HALO == 0 || (BM == 64 && NA == 9 && sizeof(T) == 2 && HALO % 8 == 0 && 64 % HALO == 0),
+      "the halo form: 64 filters by nine taps of 64 channels, 16-bit, whole rows a step");
   static_assert(K_MAJOR_B == (sizeof(T) == 4) && !(K_MAJOR_B && DY_NHWC) &&
                     (!K_MAJOR_B || BU == 64 || BU == 32 || BU == 16),
                 "TF32 reads B K-major from NCHW x, dy NCHW");
@@ -106,6 +120,13 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
       } else {
         tma_load_3d(s + buf * A_STAGE, dy_map, full + buf, pix, m0, b);
       }
+      if constexpr (HALO > 0) {  // a box of rows a tap column
+#pragma unroll
+        for (int kw = 0; kw < 3; ++kw)
+          tma_load_4d(s + STAGES * A_STAGE + buf * B_STAGE + kw * B_BOX, x_map, full + buf, 0,
+                      kw - g.pad_w, oh0 - g.pad_h, b);
+        continue;
+      }
 #pragma unroll
       for (int a = 0; a < NA; ++a) {
         const TmaAtom at = tma_atom(g, channels, n0 + 64 * a);
@@ -133,15 +154,17 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
     return;
   }
   const int group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  float acc[NA][32];
+  constexpr int AA = HALO > 0 ? 3 : NA, AN = 64 * AA;  // a warpgroup's atoms and columns
+  float acc[AA][32];
 #pragma unroll
-  for (int a = 0; a < NA; ++a)
+  for (int a = 0; a < AA; ++a)
 #pragma unroll
     for (int r = 0; r < 32; ++r) acc[a][r] = 0.0f;
   for (int step = 0; step < steps; ++step) {
     const int buf = step % STAGES;
     mbarrier_wait(full + buf, (step / STAGES) & 1);
-    const unsigned short* a_tile = s + buf * A_STAGE + group * 64 * (DY_NHWC ? 64 : AU);
+    const unsigned short* a_tile =
+        s + buf * A_STAGE + (HALO > 0 ? 0 : group * 64 * (DY_NHWC ? 64 : AU));
     const unsigned short* b_tile = s + STAGES * A_STAGE + buf * B_STAGE;
     wgmma_fence();
 #pragma unroll
@@ -151,8 +174,12 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
           DY_NHWC ? wgmma_descriptor(a_tile + kk * 16 * 64, 16, 1024, 1)
                   : wgmma_descriptor(a_tile + (kk / SLICES) * BM * AU + (kk % SLICES) * 16, 16,
                                      8 * AU * 2, A_SWIZZLE);
-      // atom n's descriptor (WIDE: from atom 0, spanning them)
+      // atom n's descriptor (WIDE: from atom 0, spanning them); HALO: tap (group, n), box n from
+      // row group OW
       auto b_at = [&](int n) {
+        if constexpr (HALO > 0)
+          return wgmma_descriptor(b_tile + n * B_BOX + (group * HALO + kk * 16) * 64,
+                                  WIDE ? B_BOX * 2 : 16, 1024, 1);
         return K_MAJOR_B ? wgmma_descriptor(b_tile + (kk / B_SLICES) * BN * BU + n * 64 * BU +
                                                 (kk % B_SLICES) * 16,
                                             16, 8 * BU * 2, B_SWIZZLE)
@@ -161,30 +188,32 @@ __device__ __forceinline__ void conv_wgmma_wgrad_tma(const TmaDescriptor* dy_map
       };
       constexpr int TRANS_B = K_MAJOR_B ? 0 : 1, TRANS_A = DY_NHWC ? 1 : 0;
       if (WIDE) {
-        Wgmma<T, BN>::template run<TRANS_B, TRANS_A>(*reinterpret_cast<float(*)[BN / 2]>(&acc), a,
+        Wgmma<T, AN>::template run<TRANS_B, TRANS_A>(*reinterpret_cast<float(*)[AN / 2]>(&acc), a,
                                                      b_at(0));
       } else {
 #pragma unroll
-        for (int n = 0; n < NA; ++n)
+        for (int n = 0; n < AA; ++n)
           Wgmma<T, 64>::template run<TRANS_B, TRANS_A>(acc[n], a, b_at(n));
       }
     }
     wgmma_commit();
     wgmma_wait<1>();  // step - 1's multiplies are done: its stage may be loaded again
-    wgmma_hold(*reinterpret_cast<float(*)[BN / 2]>(&acc));
+    wgmma_hold(*reinterpret_cast<float(*)[AN / 2]>(&acc));
     if (step > 0) mbarrier_arrive(empty + (step - 1) % STAGES);
   }
   wgmma_wait<0>();
-  wgmma_hold(*reinterpret_cast<float(*)[BN / 2]>(&acc));
+  wgmma_hold(*reinterpret_cast<float(*)[AN / 2]>(&acc));
   // Register 4 j + e of an atom: row lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2.
-  const int row0 = m0 + group * 64 + warp * 16, col0 = n0 + 2 * (lane % 4);
+  // (HALO: warpgroup kh's columns are taps 3 kh .. 3 kh + 2, the tile's columns 192 kh on.)
+  const int row0 = m0 + (HALO > 0 ? 0 : group * 64) + warp * 16;
+  const int col0 = n0 + (HALO > 0 ? group * AN : 0) + 2 * (lane % 4);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int m = row0 + lane / 4 + 8 * half;
     if (m >= g.m) continue;
     float* row = out + (long long)m * g.n + col0;
 #pragma unroll
-    for (int a = 0; a < NA; ++a)
+    for (int a = 0; a < AA; ++a)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         *reinterpret_cast<float2*>(row + 64 * a + 8 * j) =
@@ -239,14 +268,16 @@ __device__ __forceinline__ void wgrad_tap_sum(const float* __restrict__ part, T*
 }  // namespace kiln::cuda
 
 #ifdef KILN_CONV_WGMMA_WGRAD_TMA
-// (tiles of one warpgroup: two blocks an SM, conv_tma_wgrad_tile_of)
-extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) + 32, KILN_BM == 64 ? 2 : 1)
+// (tiles of one warpgroup: two blocks an SM, conv_tma_wgrad_tile_of; the halo form's three
+// warpgroups, one)
+extern "C" __global__ void __launch_bounds__(KILN_HALO > 0 ? 416 : 128 * (KILN_BM / 64) + 32,
+                                             KILN_BM == 64 && KILN_HALO == 0 ? 2 : 1)
     KILN_CONV_WGMMA_WGRAD_TMA(const __grid_constant__ kiln::cuda::TmaDescriptor dy,
                               const __grid_constant__ kiln::cuda::TmaDescriptor xt,
                               const __grid_constant__ kiln::cuda::TmaDescriptor centre,
                               float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
   kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE,
-                                   KILN_DY_NHWC, KILN_BR>(&dy, &xt, &centre, out, g);
+                                   KILN_DY_NHWC, KILN_BR, KILN_HALO>(&dy, &xt, &centre, out, g);
 }
 #endif
 
