@@ -39,9 +39,10 @@
 // three boxes a step, one a tap column kw (R + 2 rows x OW pixels shifted by kw - pad, zeros
 // outside x), each (R + 2) OW rows of 64 channels, and tap (kh, kw)'s operand is box kw from row
 // kh OW on (a multiple of 8 rows: the swizzle's period): x's bytes are read 3 (R + 2) / R times a
-// step where the nine atoms read them nine times (stage 1 of resnet18, L2-bound: 32 -> 24 KiB a
-// step's 64 filters x 192 columns). Three consumer warpgroups, kh each: m64n192 over its three
-// boxes (WIDE: the boxes lie B_BOX apart, the descriptor's leading offset), A shared.
+// step where the nine atoms read them nine times (stage 1 of resnet18, L2-bound: a step's 64
+// filters x 192 columns 32 KiB, here 56 KiB for all 576). Three consumer warpgroups, kh each:
+// m64n192 over its three boxes (WIDE: the boxes lie B_BOX apart, the descriptor's leading
+// offset), A shared.
 #pragma once
 
 #include "backends/cuda/kernels/conv_mma.cuh"
