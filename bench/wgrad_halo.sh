@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# grad_weight's halo form (KILN_CONV_WGRAD_HALO=1, off by default until this has run): its GPU
-# test against the CPU, then resnet18's bf16 step with and without it (device ms, and per pass
-# from a one-stream trace at b512: stage 1's passes are the four 38.655-GFLOP grad_weight lines
-# before the stem's), then the zoo's resnet. Session 35 predicted stage 1's passes 123-127 ->
-# ~75-80 us on an H100 (bench/README.md).
+# grad_weight's halo form (by default where it pays, KILN_CONV_WGRAD_HALO=1 wherever it fits): its
+# GPU test against the CPU, then resnet18's bf16 step by default and with it everywhere (device
+# ms, and per pass from a one-stream trace at b512: stage 1's passes are the four 38.655-GFLOP
+# grad_weight lines before the stem's), then the zoo's resnet. Session 36 measured stage 1's
+# passes 115-118 -> 84-86 us on an H100 (bench/README.md).
 #   bench/wgrad_halo.sh BIN_DIR TESTS_DIR OUT_DIR      (a gpu-pack: .gpu/bin .gpu/bin OUT)
 set -uo pipefail
 bin=$1

@@ -693,6 +693,9 @@ TEST_CASE("conv TMA grad_weight plans: atoms, A's rows, splits (no GPU needed)")
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 9, 1)));     // 81 taps: past the sum's 64
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 3)));     // stride 3
   CHECK_FALSE(plan(shape(8, 64, 16, 16, 64, 3, 2), 1));  // stride 2 turned off
+  // the sum of the splits compiles, 16-bit and f32 (TF32's)
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32})
+    CHECK(gpu::compile_to_cubin(cuda::conv_tma_wgrad_sum_source(dtype), {.sm = 90}).size() > 4);
 }
 
 // grad_weight's halo form (no GPU needed): stride-1 3x3 passes over 64 channels whose 64-pixel
@@ -732,6 +735,12 @@ TEST_CASE("conv TMA grad_weight's halo form: where it fits (no GPU needed)") {
     REQUIRE(atoms.has_value());
     CHECK(atoms->halo == 0);
   }
+  // where it pays (the default): a wave's blocks of 32 steps or more: resnet18's stage 1 at b512
+  // (63 steps a block on 132 SMs), not at b128 or b256 (16, 31); 200 filters (4 tiles) at b128
+  CHECK(cuda::conv_tma_wgrad_halo_pays(shape(512, 64, 32, 32, 64, 3, 1, 1), 132));
+  CHECK_FALSE(cuda::conv_tma_wgrad_halo_pays(shape(128, 64, 32, 32, 64, 3, 1, 1), 132));
+  CHECK_FALSE(cuda::conv_tma_wgrad_halo_pays(shape(256, 64, 32, 32, 64, 3, 1, 1), 132));
+  CHECK(cuda::conv_tma_wgrad_halo_pays(shape(128, 64, 32, 32, 200, 3, 1, 1), 132));
   // 128 channels, stride 2, a 5x5, rows of 4 or 64 pixels (64: two stages' room), 12x12 planes
   for (const cuda::ConvGemmShape& g :
        {shape(8, 128, 16, 16, 64, 3, 1, 1), shape(8, 64, 16, 16, 64, 3, 2, 1),

@@ -110,7 +110,7 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
 // whatever this machine has (no GPU needed): 64 or 128 filters by the most atoms (4, 3, 2, 1)
 // that divide N, K split for about one block an SM, at least 4 steps a split.
 // `halo`: the halo form where it fits (conv_tma_wgrad_halo_plan_of; the backend asks for it
-// under KILN_CONV_WGRAD_HALO=1, off by default).
+// where it pays, conv_tma_wgrad_halo_pays, or as KILN_CONV_WGRAD_HALO says).
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, int max_stride,
                                                    int sms, bool wide, bool halo = true);
 // The halo form's plan (kernels/conv_wgmma_wgrad_tma.cuh, HALO): a stride-1 3x3 over 64
@@ -119,6 +119,11 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& shape, i
 // nine taps' boxes read 9: resnet18's stage 1, whose 64 x 192 tiles were bound by L2.)
 std::optional<TmaWgradPlan> conv_tma_wgrad_halo_plan_of(const ConvGemmShape& shape, int sms,
                                                         bool wide);
+// Whether the halo form pays where it fits (the backend's default): its wave of blocks takes at
+// least 32 K steps each (resnet18's stage 1 at b512: 63, -0.07 to -0.12 ms a step on an H100; at
+// b128 16, +0.01 to +0.02 ms: its 132 splits' partials cost as much as at b512, the steps a
+// quarter).
+bool conv_tma_wgrad_halo_pays(const ConvGemmShape& shape, int sms);
 // f32's (TF32) plan likewise: K steps of 32 pixels (the same 128-byte rows), stride 1 or 2, x
 // read through its tap columns, each step one output row's run of 32 pixels (OW a multiple of
 // 32) or whole rows of 8 or 16 (32 % OW == 0), OH*OW a multiple of 32; or, at stride 1, whole

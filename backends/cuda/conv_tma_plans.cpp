@@ -144,6 +144,11 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_halo_plan_of(const ConvGemmShape& g, 
   return plan;
 }
 
+bool conv_tma_wgrad_halo_pays(const ConvGemmShape& g, int sms) {
+  const std::int64_t tiles = (g.m + 63) / 64, steps = g.k / 64;
+  return tiles * steps >= 32 * static_cast<std::int64_t>(std::max(sms, 1));
+}
+
 std::optional<TmaWgradPlan> conv_tma_wgrad_plan_of(const ConvGemmShape& g, int max_stride, int sms,
                                                    bool wide, bool halo) {
   if (halo)

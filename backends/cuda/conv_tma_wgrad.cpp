@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -30,28 +32,33 @@ std::string sum_name(DType dtype) {
   return fmt::format("kiln_conv_wgrad_tap_sum_{}", dtype_name(dtype));
 }
 
-// The sum of the splits: blocks of 256 threads, `groups` of them sharing each of a block's 32
-// khkw sums where there are that many times more threads than sums and at least 4 splits a
-// group (a 1 x 1 filter split 128 ways: 8 groups of 16 splits, where 32 threads added 128 each;
+// The sum of the splits: blocks of 256 threads, a thread a quad of dW's elements, `groups`
+// threads sharing a quad (up to 8, at least 4 splits a group) while the quads' threads would not
+// fill the SMs once (stage 1's 9216 quads over 131 splits: 8 groups of 16 or 17 splits;
 // KILN_WGRAD_SUM_GROUPS=0: one, for measuring).
 constexpr unsigned kSumThreads = 256;
-int wgrad_sum_groups(int khkw, int splits) {
+int wgrad_sum_groups(std::int64_t quads, int splits) {
   static const bool on = env_switch_on("KILN_WGRAD_SUM_GROUPS");
+  const std::int64_t fill = static_cast<std::int64_t>(sm_count()) * 2048;
   int groups = 1;
-  while (on && 2 * groups * 32 * khkw <= static_cast<int>(kSumThreads) && 8 * groups <= splits)
-    groups *= 2;
+  while (on && groups < 8 && 8 * groups <= splits && quads * groups < fill) groups *= 2;
   return groups;
 }
 
-// The halo form where it fits, under KILN_CONV_WGRAD_HALO=1 (off by default until measured on a
-// GPU: the nine taps' boxes); a test may say.
+// The halo form where it pays (conv_tma_wgrad_halo_pays); KILN_CONV_WGRAD_HALO=1: wherever it
+// fits, =0: never (the nine taps' boxes); a test may say (true: wherever it fits).
 std::optional<bool>& wgrad_halo_for_testing() {
   static std::optional<bool> on;
   return on;
 }
-bool wgrad_halo_on() {
-  static const bool by_env = env_switch_set("KILN_CONV_WGRAD_HALO");
-  return wgrad_halo_for_testing().value_or(by_env);
+bool wgrad_halo_on(const ConvGemmShape& g) {
+  static const std::optional<bool> by_env = []() -> std::optional<bool> {
+    const char* v = std::getenv("KILN_CONV_WGRAD_HALO");
+    if (v == nullptr || *v == 0) return std::nullopt;
+    return std::strcmp(v, "0") != 0;
+  }();
+  return wgrad_halo_for_testing().value_or(
+      by_env.value_or(conv_tma_wgrad_halo_pays(g, sm_count())));
 }
 
 // f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
@@ -70,7 +77,7 @@ std::optional<TmaWgradPlan> conv_tma_wgrad_plan(DType dtype, const ConvGemmShape
     return tf32_tma_wgrad_on() ? conv_tma_tf32_wgrad_plan_of(g, sm_count(), wide_on())
                                : std::nullopt;
   if (!is_low_precision(dtype)) return std::nullopt;
-  return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on(), wgrad_halo_on());
+  return conv_tma_wgrad_plan_of(g, max_stride(), sm_count(), wide_on(), wgrad_halo_on(g));
 }
 
 gpu::KernelSource conv_tma_wgrad_source(DType dtype, const TmaWgradPlan& p, bool dy_nhwc) {
@@ -169,10 +176,16 @@ void wgrad_launch(DType dtype, const ConvGemmShape& g, const TmaWgradPlan& p,
   const DeviceKernel& sum =
       device_kernel(sum_name(dtype), [&] { return conv_tma_wgrad_sum_source(dtype); });
   int m = g.m, n = g.n, khkw = g.khkw, splits = p.splits;
-  int groups = wgrad_sum_groups(khkw, splits);
+  const std::int64_t quads = static_cast<std::int64_t>(m) * n / 4;
+  KILN_CHECK(n % 4 == 0 && quads < (std::int64_t{1} << 31),
+             "conv2d_grad_weight (TMA): the sum of the splits takes dW in quads of a 32-bit count "
+             "({} x {})",
+             m, n);
+  int groups = wgrad_sum_groups(quads, splits);
+  const std::int64_t per = kSumThreads / groups;  // a block's quads
   void* sum_args[] = {&partials, &dw, &m, &n, &khkw, &splits, &groups};
-  sum.kernel.launch({static_cast<unsigned>(n / khkw / 32), static_cast<unsigned>(m), 1},
-                    {kSumThreads, 1, 1}, 0, stream, sum_args);
+  sum.kernel.launch({static_cast<unsigned>((quads + per - 1) / per), 1, 1}, {kSumThreads, 1, 1}, 0,
+                    stream, sum_args);
 }
 }  // namespace
 
