@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -52,13 +50,10 @@ std::optional<bool>& wgrad_halo_for_testing() {
   return on;
 }
 bool wgrad_halo_on(const ConvGemmShape& g) {
-  static const std::optional<bool> by_env = []() -> std::optional<bool> {
-    const char* v = std::getenv("KILN_CONV_WGRAD_HALO");
-    if (v == nullptr || *v == 0) return std::nullopt;
-    return std::strcmp(v, "0") != 0;
-  }();
-  return wgrad_halo_for_testing().value_or(
-      by_env.value_or(conv_tma_wgrad_halo_pays(g, sm_count())));
+  static const std::int64_t by_env =
+      env_integer("KILN_CONV_WGRAD_HALO", -1, 0, 1, "0 (never) or 1 (wherever it fits)");
+  return wgrad_halo_for_testing().value_or(by_env >= 0 ? by_env == 1
+                                                       : conv_tma_wgrad_halo_pays(g, sm_count()));
 }
 
 // f32's (TF32) pass over x's tap columns; KILN_TF32_TMA_WGRAD=0 leaves f32's weight gradient to
