@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <utility>
 #include <cmath>
 #include <cstring>
@@ -105,7 +106,11 @@ const char* low_precision_prelude() {
          "asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(t) : \"f\"(v)); return t; }\n"
          "__device__ __forceinline__ unsigned kiln_pack_bf16x2(float lo, float hi) { unsigned d; "
          "asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(d) : \"f\"(hi), \"f\"(lo)); return d; "
-         "}\n";
+         "}\n"
+         "__device__ __forceinline__ void kiln_round_bf16x2(float a, float b, float& ra, float& "
+         "rb) "
+         "{ const unsigned d = kiln_pack_bf16x2(a, b); ra = __uint_as_float(d << 16); "
+         "rb = __uint_as_float(d & 0xffff0000u); }\n";
 }
 
 InputPlan plan_input(const FusedGroup& g, const FusedInput& in, int width) {
@@ -276,13 +281,13 @@ std::string Writer::offsets() const {
   return out;
 }
 
-std::string Writer::operand(const Operand& op, const std::string& lane) const {
+std::string Writer::operand(const Operand& op, const std::string& lane, bool lane_instrs) const {
   switch (op.kind) {
     case Operand::Kind::input:  // a lane-invariant input has one register for all lanes
       return fmt::format("x{}{}", op.index,
                          plans_[static_cast<std::size_t>(op.index)].lane_invariant ? "" : lane);
     case Operand::Kind::instr:
-      return fmt::format("r{}", op.index);
+      return fmt::format("r{}{}", op.index, lane_instrs ? lane : std::string());
     case Operand::Kind::constant:
       return literal(op.constant, g_.compute);
     case Operand::Kind::reduced:  // the row's value of an earlier stage (codegen_stages.cpp)
@@ -327,23 +332,89 @@ bool Writer::exact_in_dtype(std::size_t i) const {
   return true;
 }
 
+bool Writer::rounds(std::size_t i) const {
+  return is_low_precision(g_.instrs[i].dtype) && !exact_in_dtype(i);
+}
+
+bool Writer::computed(std::size_t i, const std::vector<char>* needed) const {
+  if (needed == nullptr && !pass_instrs_.empty()) needed = &pass_instrs_;
+  return needed == nullptr || (*needed)[i];
+}
+
+std::string Writer::instr_value(std::size_t i, const std::string& lane, bool lane_instrs) const {
+  std::vector<std::string> args;
+  for (const Operand& a : g_.instrs[i].args) args.push_back(operand(a, lane, lane_instrs));
+  const OpDef& op = *g_.instrs[i].op;
+  const bool fast =
+      g_.instrs[i].dtype == DType::bf16 && g_.compute == DType::f32 && !op.cuda_bf16.empty();
+  return expand(fast ? op.cuda_bf16 : op.cuda, args);
+}
+
 // The instruction lines; `lane` selects a vector lane of vector-loaded inputs.
 std::string Writer::compute(const std::string& indent, const std::string& lane,
                             const std::vector<char>* needed) const {
   std::string out;
-  if (needed == nullptr && !pass_instrs_.empty()) needed = &pass_instrs_;
   for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
-    if (needed != nullptr && !(*needed)[i]) continue;
-    std::vector<std::string> args;
-    for (const Operand& a : g_.instrs[i].args) args.push_back(operand(a, lane));
+    if (!computed(i, needed)) continue;
     const DType d = g_.instrs[i].dtype;
-    const OpDef& op = *g_.instrs[i].op;
-    const bool fast = d == DType::bf16 && g_.compute == DType::f32 && !op.cuda_bf16.empty();
-    std::string value = expand(fast ? op.cuda_bf16 : op.cuda, args);
+    std::string value = instr_value(i, lane, false);
     // What the op would store (cvt, a quarter-rate instruction on sm_90: bound the bf16 chain).
-    if (is_low_precision(d) && !exact_in_dtype(i)) value = widen(d, narrow(d, value));
+    if (rounds(i)) value = widen(d, narrow(d, value));
     out += fmt::format("{}const T r{} = {};  // {}\n", indent, i, value, g_.instrs[i].op->name);
   }
+  return out;
+}
+
+bool Writer::pairs_rounding() const {
+  if (env_integer("KILN_PAIRED_ROUNDING", 1, 0, 1, "0 or 1") == 0 || g_.compute != DType::f32)
+    return false;
+  for (std::size_t i = 0; i < g_.instrs.size(); ++i)
+    if (g_.instrs[i].dtype == DType::bf16 && rounds(i)) return true;
+  return false;
+}
+
+// cvt.rn.bf16x2 rounds two values as two cvt.rn.bf16 would, in one conversion: sm_90 converts
+// 16 values a clock an SM, and a bf16 group of many rounded ops was bound by them (ncu: batch
+// norm's 29-op backward sums over [512, 64, 32, 32] on an H100, 84 % of the SM's issue
+// throughput, mio_throttle its largest stall).
+std::string Writer::compute_pair(const std::string& indent, const std::string& a,
+                                 const std::string& b) const {
+  std::string out;
+  for (std::size_t i = 0; i < g_.instrs.size(); ++i) {
+    if (!computed(i, nullptr)) continue;
+    const DType d = g_.instrs[i].dtype;
+    std::string va = instr_value(i, a, true), vb = instr_value(i, b, true);
+    const std::string name = g_.instrs[i].op->name;
+    if (rounds(i) && d == DType::bf16) {
+      out += fmt::format(
+          "{0}T r{1}{2}, r{1}{3}; kiln_round_bf16x2({4}, {5}, r{1}{2}, r{1}{3});  // {6}\n", indent,
+          i, a, b, va, vb, name);
+      continue;
+    }
+    if (rounds(i)) {
+      va = widen(d, narrow(d, va));
+      vb = widen(d, narrow(d, vb));
+    }
+    out += fmt::format("{0}const T r{1}{2} = {3}, r{1}{4} = {5};  // {6}\n", indent, i, a, va, b,
+                       vb, name);
+  }
+  return out;
+}
+
+std::string Writer::lane_names(const std::string& indent, const std::string& lane,
+                               const std::string& uses) const {
+  auto read = [&](const std::string& name) {  // as a whole identifier
+    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (std::size_t at = uses.find(name); at != std::string::npos; at = uses.find(name, at + 1))
+      if ((at == 0 || !word(uses[at - 1])) &&
+          (at + name.size() == uses.size() || !word(uses[at + name.size()])))
+        return true;
+    return false;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < g_.instrs.size(); ++i)
+    if (computed(i, nullptr) && read(fmt::format("r{}", i)))
+      out += fmt::format("{}const T r{} = r{}{};\n", indent, i, i, lane);
   return out;
 }
 

@@ -130,18 +130,26 @@ std::string Writer::vector_body_wide(const LaneHook& after_lane, const std::vect
                        storage_name(g_.operand_dtype(g_.outputs[o])), o, lanes_);
     if (packed(o)) out += fmt::format("      T v{}[{}];\n", o, lanes_);
   }
+  // Paired (pairs_rounding): lanes 2p and 2p + 1 computed side by side in one block, each
+  // lane's outputs and hook in a block of its own within it.
+  const bool paired = pairs_rounding() && lanes_ % 2 == 0;
   for (int lane = 0; lane < lanes_; ++lane) {
     const std::string suffix = fmt::format("_{}", lane);
-    out += "      {\n" + compute("        ", suffix);
+    if (paired && lane % 2 == 0)
+      out += "      {\n" + compute_pair("        ", suffix, fmt::format("_{}", lane + 1));
+    std::string uses;  // the lane's outputs and hook, which read its instructions as r<i>
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
       if (!packed(o)) {
-        out += "        " + store(o, fmt::format("o{}[{}]", o, lane), suffix);
+        uses += "        " + store(o, fmt::format("o{}[{}]", o, lane), suffix);
         continue;
       }
-      out += fmt::format("        v{}[{}] = {};\n", o, lane, operand(g_.outputs[o], suffix));
+      uses += fmt::format("        v{}[{}] = {};\n", o, lane, operand(g_.outputs[o], suffix));
     }
-    if (after_lane) out += after_lane(suffix, lane);
-    out += "      }\n";
+    if (after_lane) uses += after_lane(suffix, lane);
+    out += "      {\n" +
+           (paired ? lane_names("        ", suffix, uses) : compute("        ", suffix)) + uses +
+           "      }\n";
+    if (paired && lane % 2 == 1) out += "      }\n";
   }
   for (std::size_t o = 0; o < g_.outputs.size(); ++o)
     for (int pair = 0; packed(o) && pair < lanes_ / 2; ++pair)

@@ -102,11 +102,28 @@ class Writer {
   std::string pointer_type(DType stored) const;
   std::string input_parameters() const;  // "const T* __restrict__ in0, ..."
   std::string offsets() const;
-  std::string operand(const Operand& op, const std::string& lane) const;
+  // `lane` selects a vector lane of vector-loaded inputs; with `lane_instrs` also of the
+  // instructions' values (r<i><lane>: two lanes computed side by side, compute_pair).
+  std::string operand(const Operand& op, const std::string& lane, bool lane_instrs = false) const;
   // `needed`: only the instructions it marks (a staged group's earlier passes; by default
   // pass_instrs_ where that is set).
   std::string compute(const std::string& indent, const std::string& lane,
                       const std::vector<char>* needed = nullptr) const;
+  // Lanes `a` and `b` of the instructions side by side, r<i><a> and r<i><b>, each bf16
+  // rounding of the two in one cvt.rn.bf16x2 (kiln_round_bf16x2); lane_names then gives a
+  // lane's block compute's names, r<i> = r<i><lane>, for those of them that `uses` reads.
+  std::string compute_pair(const std::string& indent, const std::string& a,
+                           const std::string& b) const;
+  std::string lane_names(const std::string& indent, const std::string& lane,
+                         const std::string& uses) const;
+  // Whether the vector bodies compute their lanes in pairs: bf16 values rounded in f32 groups
+  // (KILN_PAIRED_ROUNDING=0: one lane at a time, for measuring).
+  bool pairs_rounding() const;
+  // Instruction i's expression at `lane` before rounding, and whether it is rounded to its
+  // 16-bit dtype (what the unfused op would store).
+  std::string instr_value(std::size_t i, const std::string& lane, bool lane_instrs) const;
+  bool rounds(std::size_t i) const;
+  bool computed(std::size_t i, const std::vector<char>* needed) const;
   bool exact_in_dtype(std::size_t instr) const;
   // Every input's x<k> at element `index`, but those `preloaded` marks (already in scope).
   std::string scalar_loads(const std::string& indent, const std::string& index,

@@ -87,14 +87,21 @@ TEST_CASE("golden: bf16 and f16 groups load bits, compute in float, store rounde
         "reinterpret_cast<uint4*>(s0)[0] = reinterpret_cast<const uint4*>((in0 + i))[0];"));
     CHECK(contains(k.source, "const T x0_7 = " + from + "(s0[7]);"));
     // relu of a 16-bit value is one (OpDef::exact): no rounding; the product is rounded as the
-    // unfused op would store it, and stored: bf16 two lanes a cvt, f16 one.
-    CHECK(contains(k.source, "const T r0 = (x0_7 > T(0) ? x0_7 : T(0));"));
+    // unfused op would store it, and stored: bf16 two lanes a cvt, f16 one. bf16 lanes are
+    // computed in pairs, each rounding of the two one cvt (the scalar tail one a lane).
     CHECK(contains(k.source, "const T r1 = " + from + "(" + to + "((r0 * 0.5f)));"));
     if (low == DType::bf16) {
+      CHECK(contains(k.source,
+                     "const T r0_6 = (x0_6 > T(0) ? x0_6 : T(0)), r0_7 = (x0_7 > "
+                     "T(0) ? x0_7 : T(0));"));
+      CHECK(contains(k.source,
+                     "T r1_6, r1_7; kiln_round_bf16x2((r0_6 * 0.5f), (r0_7 * 0.5f), r1_6, r1_7);"));
+      CHECK(contains(k.source, "const T r1 = r1_7;"));
       CHECK(contains(k.source, "v0[7] = r1;"));
       CHECK(contains(k.source,
                      "reinterpret_cast<unsigned*>(o0)[3] = kiln_pack_bf16x2(v0[6], v0[7]);"));
     } else {
+      CHECK(contains(k.source, "const T r0 = (x0_7 > T(0) ? x0_7 : T(0));"));
       CHECK(contains(k.source, "o0[7] = " + to + "(r1);"));
     }
     CHECK(contains(k.source, "start = n / 8 * 8 + first;"));  // 160 = 20 vectors: no tail

@@ -295,6 +295,50 @@ TEST_CASE("staged groups in bf16 round where the unfused ops store") {
               compile(loss, {.fuse = false, .precision = Precision::bf16})->run(loss_feeds), 2e-2);
 }
 
+// The bf16 vector bodies compute their lanes in pairs, each rounding of the two one
+// cvt.rn.bf16x2 (Writer::compute_pair); one lane at a time (KILN_PAIRED_ROUNDING=0) must give
+// the same bits, a NaN, infinities and values that round to ties planted in x, and both the
+// CPU's values on clean inputs.
+TEST_CASE("GPU: bf16 lanes rounded in pairs give the bits of one lane at a time") {
+  if (!test::have_gpu()) return;
+  auto run = [](const Graph& g, const std::vector<Feed>& feeds, const char* paired) {
+    setenv("KILN_PAIRED_ROUNDING", paired, 1);
+    Outputs out = compile(g, {.device = Device::cuda(), .precision = Precision::bf16})->run(feeds);
+    unsetenv("KILN_PAIRED_ROUNDING");
+    return out;
+  };
+  // The row-by-row body at 8 lanes (split), at 4 (4 x 4 planes), the elementwise groups.
+  for (const Shape& shape : {Shape{16, 8, 32, 32}, Shape{64, 16, 4, 4}, Shape{6, 5, 3, 8}}) {
+    CAPTURE(shape.str());
+    const Graph g = batch_norm_step(shape);
+    const std::vector<Feed> clean = random_feeds(g, 41);
+    const Outputs cpu = compile(g, {.precision = Precision::bf16})->run(clean);
+    const Outputs gpu = run(g, clean, "1");
+    for (const auto& [name, tensor] : cpu) {
+      CAPTURE(name);
+      CHECK(test::closeness(gpu.at(name), tensor, 2e-2, 2e-2) <= 1.0);
+    }
+    std::vector<Feed> feeds = random_feeds(g, 42);
+    for (Feed& f : feeds) {
+      if (f.name != "x") continue;
+      float* x = f.tensor.data<float>();
+      const std::int64_t plane = shape[2] * shape[3];
+      x[3] = std::numeric_limits<float>::quiet_NaN();  // channel 0's statistics NaN
+      x[plane + 1] = std::numeric_limits<float>::infinity();
+      x[2 * plane + 2] = -std::numeric_limits<float>::infinity();
+      for (std::int64_t i = 3 * plane; i < 4 * plane; ++i)  // halfway between bf16 values
+        x[i] = 1.0f + static_cast<float>(i % 16) / 128.0f + 1.0f / 256.0f;
+    }
+    const Outputs paired = run(g, feeds, "1"), single = run(g, feeds, "0");
+    for (const auto& [name, tensor] : single) {
+      CAPTURE(name);
+      const Tensor& p = paired.at(name);
+      REQUIRE(p.nbytes() == tensor.nbytes());
+      CHECK(std::memcmp(p.raw(), tensor.raw(), tensor.nbytes()) == 0);
+    }
+  }
+}
+
 TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm both ways") {
   if (!test::have_gpu()) return;
   // Rows of 1 to 65 classes: 1 to 32 lanes a row (codegen_stages.cpp, row_lanes), the rows a
