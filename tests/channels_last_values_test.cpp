@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backends/compile.h"
+#include "core/env_switch.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/conv.h"
 #include "gpu/cuda_runtime.h"
@@ -339,20 +340,27 @@ TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step
   const ResNetStep exact = resnet18_step(Precision::fp32, 16, 32);
   const auto reference = run_and_restore(exact.graph, feeds);
   // Batch norm's sums run in another order: each output's error relative to its norm, against
-  // bf16's rounding.
+  // bf16's rounding. Under KILN_CONV_MOMENTS=1 the statistics of the step without channels-last
+  // values come from the forward's run moments (the pass leaves channels-last outputs alone),
+  // other arithmetic whose differences twenty bf16 batch norms' gradients amplify to tens of
+  // percent: there each side is held to the CPU's distance alone.
+  const bool same_arithmetic = !env_switch_set("KILN_CONV_MOMENTS");
   for (const auto& [name, tensor] : off) {
     CAPTURE(name);
-    double diff = 0, norm = 0, gpu_error = 0, cpu_error = 0;
+    double diff = 0, norm = 0, gpu_error = 0, on_error = 0, cpu_error = 0;
     const Tensor& want = reference.at(name);
     for (std::int64_t i = 0; i < tensor.numel(); ++i) {
       diff += std::pow(on.at(name).at(i) - tensor.at(i), 2);
       gpu_error += std::pow(tensor.at(i) - want.at(i), 2);
+      on_error += std::pow(on.at(name).at(i) - want.at(i), 2);
       cpu_error += std::pow(cpu.at(name).at(i) - want.at(i), 2);
       norm += std::pow(want.at(i), 2);
     }
     CAPTURE(std::sqrt(cpu_error / norm));
-    CHECK(std::sqrt(diff) <= 2e-2 * std::sqrt(norm) + 1e-6);
-    CHECK(std::sqrt(gpu_error) <= 2.0 * std::sqrt(cpu_error) + 1e-2 * std::sqrt(norm) + 1e-6);
+    if (same_arithmetic) CHECK(std::sqrt(diff) <= 2e-2 * std::sqrt(norm) + 1e-6);
+    const double bound = 2.0 * std::sqrt(cpu_error) + 1e-2 * std::sqrt(norm) + 1e-6;
+    CHECK(std::sqrt(gpu_error) <= bound);
+    CHECK(std::sqrt(on_error) <= bound);
   }
 }
 #endif
