@@ -27,6 +27,7 @@
 #include "graph/passes/channels_last.h"
 #include "graph/passes/channels_last_values.h"
 #include "graph/passes/dead_code.h"
+#include "graph/passes/filter_layouts.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/hoist_collectives.h"
 #include "graph/passes/one_hot_products.h"
@@ -95,6 +96,16 @@ Graph apply_channels_last(const Graph& g) {
   return g;
 }
 
+// Each filter that a channels-last tensor-core pass would copy every step laid out by a node of
+// its own, which the streams run off the critical path (graph/passes/filter_layouts.h).
+Graph apply_filter_layouts(const Graph& g) {
+#ifdef KILN_HAVE_CUDA
+  return eliminate_dead_code(lay_out_filters(g, cuda::conv_node_filter_order));
+#else
+  return g;
+#endif
+}
+
 Graph apply_conv_statistics(const Graph& g) {
   if (!env_switch_set("KILN_CONV_MOMENTS")) return g;
 #ifdef KILN_HAVE_CUDA
@@ -145,6 +156,11 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     g = apply_conv_statistics(g);
     verify(g);
     dump_after("conv_statistics", g);
+  }
+  if (!options.device.is_cpu() && !options.check_numerics) {
+    g = apply_filter_layouts(g);
+    verify(g);
+    dump_after("filter_layouts", g);
   }
   // The CPU runs unfused ops with their own kernels; the GPU runs elementwise math only as
   // generated kernels, so its unfused baseline is one group per op.

@@ -19,7 +19,7 @@ namespace kiln {
   X(reshape) X(transpose) X(one_hot) X(slice) X(concat) X(pad)                              \
   X(gather_rows) X(scatter_add_rows)                                                        \
   X(matmul) X(matmul_bias) X(conv2d) X(conv2d_bias) X(conv2d_grad_input)                    \
-  X(conv2d_grad_weight) X(conv2d_moments)                                                   \
+  X(conv2d_grad_weight) X(conv2d_moments) X(conv_filter_layout)                              \
   X(max_pool2d) X(max_pool2d_grad) X(max_pool2d_select) X(avg_pool2d) X(avg_pool2d_grad)    \
   X(random_uniform) X(all_reduce_mean) X(lstm_sequence) X(lstm_sequence_grad)               \
   X(layer_norm) X(layer_norm_grad) X(cast)

@@ -121,6 +121,24 @@ void mark_conv_image_channels_last(Attrs& attrs);
 bool conv_y_channels_last(const Attrs& attrs);
 void mark_conv_y_channels_last(Attrs& attrs);
 void unmark_conv_y_channels_last(Attrs& attrs);
+// A convolution's filter w [Cout, Cin, KH, KW] laid out as the GPU's channels-last tensor-core
+// passes read it, by a node of its own (made after autograd by lay_out_filters,
+// graph/passes/filter_layouts.h, so that the scheduler can run it off the convolution's
+// stream): filters_major [Cout, KH, KW, Cin] (the forward's), out[o][t][c] = w[o][c][taps[t]];
+// channels_major [Cin, KH, KW, Cout] (the input gradient's), out[c][t][o] = w[o][c][taps[t]];
+// the KH*KW taps (flattened) in the order `taps` gives, a permutation of 0..KH*KW-1 (the input
+// gradient's: the filter mirrored, or grouped by classes of dx's pixels). A conv2d or
+// conv2d_grad_input node that reads its filter so says so in its attributes ("w_layout",
+// "w_taps": conv_filter_layout_of, mark_conv_filter_layout); shapes are checked and kernels
+// chosen on the [Cout, Cin, KH, KW] filter either way (conv_filter_shape), and the CPU reads such
+// a filter through a copy in that order, so the marks never change a result. No gradient.
+enum class FilterLayout { nchw = 0, filters_major = 1, channels_major = 2 };
+Value conv_filter_layout(Value w, FilterLayout layout, const std::vector<std::int64_t>& taps);
+FilterLayout conv_filter_layout_of(const Attrs& conv_attrs);
+void mark_conv_filter_layout(Attrs& conv_attrs, FilterLayout layout,
+                             const std::vector<std::int64_t>& taps);
+// The filter's [Cout, Cin, KH, KW] shape from a convolution node's attributes and its stored one.
+Shape conv_filter_shape(const Attrs& conv_attrs, const Shape& stored);
 // The permutations between NCHW and NHWC (transpose's perm).
 inline const std::vector<std::int64_t> kChannelsLast{0, 2, 3, 1}, kChannelsFirst{0, 3, 1, 2};
 // Pooling over k x k windows, stride s (0: s = k), padding p (0 <= p <= k / 2):

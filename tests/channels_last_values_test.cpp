@@ -28,12 +28,6 @@
 namespace kiln {
 namespace {
 
-int count_nodes(const Graph& g, OpId id) {
-  int count = 0;
-  for (const Node& n : g.nodes()) count += n.op->id == id;
-  return count;
-}
-
 int count_marked(const Graph& g, OpId id, bool (*marked)(const Attrs&)) {
   int count = 0;
   for (const Node& n : g.nodes()) count += n.op->id == id && marked(n.attrs);
@@ -45,13 +39,6 @@ std::int64_t transposed_elements(const Graph& g) {
   for (const Node& n : g.nodes())
     if (n.op->id == OpId::transpose) elements += n.outputs[0].shape.numel();
   return elements;
-}
-
-void check_same_bits(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  std::int64_t differ = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) differ += a.at(i) != b.at(i);
-  CHECK(differ == 0);
 }
 
 ChannelsLastSides every_side(const Node&, std::span<const TensorType>) {
@@ -74,18 +61,6 @@ ResNetStep resnet18_step(Precision precision, std::int64_t batch = 2, std::int64
   test::add_classifier_step(g, *s.model, {batch, 3, size, size});
   s.graph = eliminate_dead_code(apply_precision(g, precision));
   return s;
-}
-
-// The outputs of one run of g, then the values it assigned (the variables restored after).
-std::map<std::string, Tensor> run_and_restore(const Graph& g, const std::vector<Feed>& feeds) {
-  std::map<VariablePtr, Tensor> before;
-  for (const auto& [var, ref] : g.assignments()) before[var] = var->value.clone();
-  std::map<std::string, Tensor> results = test::run_once(g, feeds);
-  for (auto& [var, value] : before) {
-    results["assigned " + var->name] = var->value.clone();
-    var->value.copy_from(value);
-  }
-  return results;
 }
 
 }  // namespace
@@ -123,7 +98,7 @@ TEST_CASE("convolutions writing y and dx and reading dy channels-last give the N
     }
     for (const auto& [name, tensor] : results[0]) {
       CAPTURE(name);
-      check_same_bits(results[1].at(name), tensor);
+      test::check_same_bits(results[1].at(name), tensor);
     }
   }
 }
@@ -151,8 +126,8 @@ TEST_CASE(
     const Graph values = eliminate_dead_code(channels_last_values(images, every_side));
     CHECK_NOTHROW(verify(values));
     // One copy of the input, for the first layer; every activation after it stays [B, H, W, C].
-    CHECK(count_nodes(images, OpId::transpose) == 17);
-    CHECK(count_nodes(values, OpId::transpose) == 1);
+    CHECK(test::count_nodes(images, OpId::transpose) == 17);
+    CHECK(test::count_nodes(values, OpId::transpose) == 1);
     CHECK(transposed_elements(values) == 2 * 3 * 8 * 8);
     CHECK(count_marked(values, OpId::conv2d, conv_y_channels_last) == 20);
     CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
@@ -162,8 +137,8 @@ TEST_CASE(
     CHECK(channels_last_values(values, every_side).nodes().size() == values.nodes().size());
 
     const std::vector<Feed> feeds = test::random_feeds(g, 17);
-    const auto want = run_and_restore(g, feeds);
-    const auto got = run_and_restore(values, feeds);
+    const auto want = test::run_and_restore(g, feeds);
+    const auto got = test::run_and_restore(values, feeds);
     REQUIRE(got.size() == want.size());
     // The elementwise math is the same; sums are taken in another order.
     const double tolerance =
@@ -199,10 +174,10 @@ TEST_CASE(
   CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
   // The input's, and one for each weight gradient's dy but stage 4's five (one pixel at 8 x 8
   // inputs: the same order, a view).
-  CHECK(count_nodes(values, OpId::transpose) == 1 + 20 - 5);
+  CHECK(test::count_nodes(values, OpId::transpose) == 1 + 20 - 5);
   const std::vector<Feed> feeds = test::random_feeds(step.graph, 29);
-  const auto want = run_and_restore(step.graph, feeds);
-  const auto got = run_and_restore(values, feeds);
+  const auto want = test::run_and_restore(step.graph, feeds);
+  const auto got = test::run_and_restore(values, feeds);
   for (const auto& [name, tensor] : want) {
     CAPTURE(name);
     CHECK(test::closeness(got.at(name), tensor, 1e-4, 1e-4) <= 1.0);
@@ -220,7 +195,8 @@ TEST_CASE("channels-last values: nothing changes where no convolution takes them
   for (const Node& n : images.nodes())
     one_pixel += n.op->id == OpId::transpose && n.outputs[0].shape[1] * n.outputs[0].shape[2] == 1;
   CHECK(one_pixel == 3);
-  CHECK(count_nodes(none, OpId::transpose) == count_nodes(images, OpId::transpose) - one_pixel);
+  CHECK(test::count_nodes(none, OpId::transpose) ==
+        test::count_nodes(images, OpId::transpose) - one_pixel);
   // A graph whose convolutions' outputs are read only by a pooling layer would transpose more:
   // the pass leaves it as it was.
   Graph g;
@@ -257,14 +233,14 @@ TEST_CASE(
   // Without the values: the images' 16 copies and the 19 input gradients' dy copies. With them,
   // the first layer (3 channels) runs NCHW: its ReLU's copy for the next layer and one of the
   // gradient into it stay; every other activation is stored [B, H, W, C].
-  CHECK(count_nodes(images, OpId::transpose) == 16 + 19);
-  CHECK(count_nodes(values, OpId::transpose) == 2);
+  CHECK(test::count_nodes(images, OpId::transpose) == 16 + 19);
+  CHECK(test::count_nodes(values, OpId::transpose) == 2);
   CHECK(count_marked(values, OpId::conv2d, conv_y_channels_last) == 19);
   CHECK(count_marked(values, OpId::conv2d_grad_input, conv_y_channels_last) == 19);
   CHECK(count_marked(values, OpId::conv2d_grad_weight, conv_y_channels_last) == 19);
   const std::vector<Feed> feeds = test::random_feeds(step.graph, 47);
-  const auto want = run_and_restore(step.graph, feeds);
-  const auto got = run_and_restore(values, feeds);
+  const auto want = test::run_and_restore(step.graph, feeds);
+  const auto got = test::run_and_restore(values, feeds);
   for (const auto& [name, tensor] : want) {
     CAPTURE(name);
     CHECK(test::closeness(got.at(name), tensor, 4.0 / 256, 4.0 / 256) <= 1.0);
@@ -307,9 +283,9 @@ TEST_CASE(
     g.output("dw last", conv2d_grad_weight(x, transpose(dy, kChannelsLast), w.shape(), l.stride,
                                            l.padding, true, true));
     const Outputs got = compile(g, {.device = Device::cuda()})->run(test::random_feeds(g, 41));
-    check_same_bits(got.at("y last"), got.at("y"));
-    check_same_bits(got.at("dx last"), got.at("dx"));
-    check_same_bits(got.at("dw last"), got.at("dw"));
+    test::check_same_bits(got.at("y last"), got.at("y"));
+    test::check_same_bits(got.at("dx last"), got.at("dx"));
+    test::check_same_bits(got.at("dw last"), got.at("dw"));
   }
 }
 
@@ -323,7 +299,7 @@ TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step
   CHECK(count_marked(picked, OpId::conv2d, conv_y_channels_last) > 0);
   CHECK(count_marked(picked, OpId::conv2d_grad_input, conv_y_channels_last) > 0);
   CHECK(count_marked(picked, OpId::conv2d_grad_weight, conv_y_channels_last) > 0);
-  const auto cpu = run_and_restore(picked, feeds);  // the rewritten graph on the CPU
+  const auto cpu = test::run_and_restore(picked, feeds);  // the rewritten graph on the CPU
   auto run_gpu = [&](bool values) {
     if (values) setenv("KILN_CHANNELS_LAST_VALUES", "1", 1);
     std::map<VariablePtr, Tensor> before;
@@ -338,7 +314,7 @@ TEST_CASE("GPU: ResNet-18's bf16 step with channels-last values matches the step
   // gradient through twenty batch norms in bf16 is far from it (up to tens of percent where a
   // batch norm's sums cancel), so the GPU's step is held to the CPU's own bf16 distance.
   const ResNetStep exact = resnet18_step(Precision::fp32, 16, 32);
-  const auto reference = run_and_restore(exact.graph, feeds);
+  const auto reference = test::run_and_restore(exact.graph, feeds);
   // Batch norm's sums run in another order: each output's error relative to its norm, against
   // bf16's rounding. Under KILN_CONV_MOMENTS=1 the statistics of the step without channels-last
   // values come from the forward's run moments (the pass leaves channels-last outputs alone),

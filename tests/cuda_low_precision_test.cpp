@@ -610,8 +610,9 @@ bool exempt(const OpDef& op) {
          op.id == OpId::matmul_bias ||     // the epilogue pass's: gemm_epilogue_test checks bf16
          op.id == OpId::conv2d_bias ||     // the CPU's epilogue pass's: conv_epilogue_test, bf16
          op.id == OpId::conv2d_moments ||  // the conv-statistics pass's: conv_statistics_test
-         op.id == OpId::gather_rows ||     // the one-hot products pass makes these two for f32
-         op.id == OpId::scatter_add_rows;  // and f64 products only
+         op.id == OpId::conv_filter_layout ||  // the filter layout pass's: filter_layouts_test
+         op.id == OpId::gather_rows ||         // the one-hot products pass makes these two for f32
+         op.id == OpId::scatter_add_rows;      // and f64 products only
 }
 
 }  // namespace

@@ -493,6 +493,7 @@ TEST_CASE("every op of the table has a gradient check") {
   checked.insert("matmul_bias");     // made after autograd (fusion/gemm_epilogues.h): no gradient
   checked.insert("conv2d_bias");     // likewise
   checked.insert("conv2d_moments");  // likewise (fusion/conv_statistics.h)
+  checked.insert("conv_filter_layout");  // likewise (graph/passes/filter_layouts.h)
   for (const auto& cases : {elementwise_cases(), structural_cases()})
     for (const GradCase& c : cases) checked.insert(c.op);
   for (const OpDef* op : all_ops()) {

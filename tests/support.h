@@ -137,4 +137,33 @@ struct TempDir {
   std::filesystem::path path;
 };
 
+// How many nodes of op `id` a graph holds.
+inline int count_nodes(const Graph& g, OpId id) {
+  int count = 0;
+  for (const Node& n : g.nodes()) count += n.op->id == id;
+  return count;
+}
+
+// Two tensors of one shape with the same values, element by element.
+inline void check_same_bits(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) differ += a.at(i) != b.at(i);
+  CHECK(differ == 0);
+}
+
+// The outputs of one CPU run of g, then the values it assigned ("assigned <name>"), the
+// variables restored after.
+inline std::map<std::string, Tensor> run_and_restore(const Graph& g,
+                                                     const std::vector<Feed>& feeds) {
+  std::map<VariablePtr, Tensor> before;
+  for (const auto& [var, ref] : g.assignments()) before[var] = var->value.clone();
+  std::map<std::string, Tensor> results = run_once(g, feeds);
+  for (auto& [var, value] : before) {
+    results["assigned " + var->name] = var->value.clone();
+    var->value.copy_from(value);
+  }
+  return results;
+}
+
 }  // namespace kiln::test

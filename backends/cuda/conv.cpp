@@ -157,9 +157,10 @@ NhwcPlan nhwc_plan(const ConvGeometry& g, DType dtype, ConvPass pass) {
 struct NhwcScratch {
   std::size_t image = 0, partials = 0, total = 0;
 };
-// image_given: the forward's x arrives channels-last, so the scratch holds no copy of it.
+// image_given: the forward's x arrives channels-last, so the scratch holds no copy of it;
+// filter_given: the filter arrives laid out (conv_filter_layout), so it holds no copy of that.
 NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass,
-                         bool image_given = false) {
+                         bool image_given = false, bool filter_given = false) {
   const std::int64_t image = pass == ConvPass::forward
                                  ? g.batch * g.in_channels * g.height * g.width
                                  : g.batch * g.out_channels * g.out_h * g.out_w;
@@ -167,7 +168,9 @@ NhwcScratch nhwc_scratch(const ConvGeometry& g, DType dtype, ConvPass pass,
   const std::size_t image_bytes =
       image_given ? 0 : round_up(static_cast<std::size_t>(image) * bytes);
   const std::size_t partials =
-      image_bytes + round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes);
+      image_bytes +
+      (filter_given ? 0
+                    : round_up(static_cast<std::size_t>(g.out_channels * patch_rows(g)) * bytes));
   if (pass == ConvPass::grad_input && tma_grad_input(g, dtype))
     return {image_bytes, partials, partials};
   const GemmDims d = dims_of(g, pass);
@@ -256,17 +259,18 @@ std::vector<gpu::KernelSource> mma_sources(const ConvGeometry& g, DType dtype, C
 // One channels-last pass: the image (the forward's x or grad_input's dy) and the weights
 // reordered into the workspace, then the GEMM into `out` (y or dx). image_nhwc: the image is
 // stored channels-last already (its region of the workspace unused); out_nhwc: out is stored
-// channels-last (the TMA pass only, conv_writes_channels_last), else NCHW.
+// channels-last (the TMA pass only, conv_writes_channels_last), else NCHW; filter_laid_out: w
+// is the GEMM's A already (conv_filter_layout, in conv_copied_filter_taps' order).
 void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* image, const void* w,
               void* out, const ConvWorkspace& ws, gpu::Stream stream, bool image_nhwc = false,
-              float* moments = nullptr, bool out_nhwc = false) {
+              float* moments = nullptr, bool out_nhwc = false, bool filter_laid_out = false) {
   const bool forward = pass == ConvPass::forward;
-  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass, image_nhwc);
+  const NhwcScratch scratch = nhwc_scratch(g, dtype, pass, image_nhwc, filter_laid_out);
   KILN_CHECK(ws.bytes >= scratch.total,
              "{}: a workspace of {} bytes cannot hold the channels-last image and weights ({})",
              forward ? "conv2d" : "conv2d_grad_input", ws.bytes, scratch.total);
   auto* base = static_cast<std::uint8_t*>(ws.data);
-  void* a = base + scratch.image;
+  const void* a = filter_laid_out ? w : base + scratch.image;
   const void* xt = base;
   const std::optional<TmaGradInput> tma = forward ? std::nullopt : tma_grad_input(g, dtype);
   if (image_nhwc)
@@ -276,8 +280,11 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
   else
     nchw_to_nhwc(dtype, image, base, g.batch, g.out_channels, g.out_h * g.out_w, stream);
   const ConvClasses taps = tma ? tma->classes : conv_input_gradient_classes(g, false);
-  nhwc_weights(dtype, w, a, g.out_channels, g.in_channels, g.kernel_h * g.kernel_w,
-               forward ? nullptr : &taps, stream);
+  if (!filter_laid_out) {
+    const std::int64_t khkw = g.kernel_h * g.kernel_w;
+    nhwc_weights(dtype, w, base + scratch.image, g.out_channels, g.in_channels, khkw, !forward,
+                 conv_filter_taps(forward ? nullptr : &taps, khkw), stream);
+  }
   if (tma) {
     conv_tma_forward(dtype, tma->shape, tma->tile, a, xt, out, stream, nullptr,
                      taps.count > 1 ? &taps : nullptr, out_nhwc);
@@ -299,9 +306,11 @@ void check_geometry(const ConvGeometry& g, DType dtype, const char* op) {
 }  // namespace
 
 std::size_t conv_workspace_bytes(const ConvGeometry& g, DType dtype, ConvPass pass,
-                                 std::int64_t images_per_chunk, bool image_channels_last) {
+                                 std::int64_t images_per_chunk, bool image_channels_last,
+                                 bool filter_laid_out) {
   if (direct_plan(g, dtype, pass)) return 0;
-  if (use_nhwc(g, dtype, pass)) return nhwc_scratch(g, dtype, pass, image_channels_last).total;
+  if (use_nhwc(g, dtype, pass))
+    return nhwc_scratch(g, dtype, pass, image_channels_last, filter_laid_out).total;
   if (use_mma(g, dtype, pass)) return mma_workspace(g, dtype, pass, image_channels_last);
   if (use_igemm(g, dtype, pass)) return igemm_workspace(g, dtype, pass);
   const std::int64_t images = images_per_chunk > 0 ? std::min(images_per_chunk, g.batch) : g.batch;
@@ -356,6 +365,19 @@ bool conv_writes_channels_last(const ConvGeometry& g, DType dtype, ConvPass pass
   return conv_forward_writes_moments(g, dtype);  // the forward's TMA pass
 }
 
+std::optional<std::vector<std::int64_t>> conv_copied_filter_taps(const ConvGeometry& g, DType dtype,
+                                                                 ConvPass pass) {
+  if (g.batch == 0 || pass == ConvPass::grad_weight || direct_plan(g, dtype, pass) ||
+      !use_nhwc(g, dtype, pass))
+    return std::nullopt;
+  const std::int64_t khkw = g.kernel_h * g.kernel_w;
+  if (khkw > kMaxFilterTaps) return std::nullopt;
+  if (pass == ConvPass::forward) return conv_filter_taps(nullptr, khkw);
+  const std::optional<TmaGradInput> tma = tma_grad_input(g, dtype);
+  const ConvClasses classes = tma ? tma->classes : conv_input_gradient_classes(g, false);
+  return conv_filter_taps(&classes, khkw);
+}
+
 bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
   if (g.batch == 0 || !is_low_precision(dtype) || !use_nhwc(g, dtype, ConvPass::forward))
     return false;  // (TF32's TMA pass writes no moments)
@@ -365,7 +387,7 @@ bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
 
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
                     ConvWorkspace ws, gpu::Stream stream, bool x_channels_last, float* moments,
-                    bool y_channels_last) {
+                    bool y_channels_last, bool filter_laid_out) {
   check_geometry(g, dtype, "conv2d");
   KILN_CHECK(!y_channels_last || conv_writes_channels_last(g, dtype, ConvPass::forward),
              "conv2d: a channels-last y asked of a pass that writes NCHW ({} -> {} channels, "
@@ -383,7 +405,7 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
     conv_direct_forward(dtype, g, *plan, x, w, y, stream);
   } else if (use_nhwc(g, dtype, ConvPass::forward)) {
     run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments,
-             y_channels_last);
+             y_channels_last, filter_laid_out);
   } else if (use_mma(g, dtype, ConvPass::forward)) {
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
@@ -396,7 +418,7 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
 
 void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const void* w, void* dx,
                        ConvWorkspace ws, gpu::Stream stream, bool dy_channels_last,
-                       bool dx_channels_last) {
+                       bool dx_channels_last, bool filter_laid_out) {
   check_geometry(g, dtype, "conv2d_grad_input");
   KILN_CHECK(!dy_channels_last || use_nhwc(g, dtype, ConvPass::grad_input),
              "conv2d_grad_input: a channels-last dy on a pass that reads NCHW ({} -> {} channels, "
@@ -409,7 +431,7 @@ void conv2d_grad_input(DType dtype, const ConvGeometry& g, const void* dy, const
   if (g.batch == 0) return;
   if (use_nhwc(g, dtype, ConvPass::grad_input)) {
     run_nhwc(dtype, g, ConvPass::grad_input, dy, w, dx, ws, stream, dy_channels_last, nullptr,
-             dx_channels_last);
+             dx_channels_last, filter_laid_out);
   } else if (use_mma(g, dtype, ConvPass::grad_input)) {
     KILN_CHECK(ws.bytes >= mma_workspace(g, dtype, ConvPass::grad_input),
                "conv2d_grad_input: a workspace of {} bytes cannot hold the {} transposed weights",

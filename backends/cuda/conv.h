@@ -8,6 +8,7 @@
 
 #include "gpu/kernel_source.h"
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "gpu/cuda_runtime.h"
 #include "graph/graph.h"
 #include "graph/passes/channels_last_values.h"
+#include "graph/passes/filter_layouts.h"
 #include "graph/kernels/conv_cpu.h"
 
 namespace kiln::cuda {
@@ -31,10 +33,11 @@ enum class ConvPass { forward, grad_input, grad_weight };
 // at all works too). For the im2col passes any workspace of at least one image's size
 // works: they loop over as many images as fit. 0 when the pass needs no scratch.
 // image_channels_last: the image arrives channels-last (only where conv_reads_channels_last),
-// so the scratch holds no reordered copy of it.
+// so the scratch holds no reordered copy of it; filter_laid_out: likewise the filter
+// (conv_filter_layout, where conv_copied_filter_taps).
 std::size_t conv_workspace_bytes(const kernels::ConvGeometry& g, DType dtype, ConvPass pass,
                                  std::int64_t images_per_chunk = 0,
-                                 bool image_channels_last = false);
+                                 bool image_channels_last = false, bool filter_laid_out = false);
 
 // Device scratch from the caller (e.g. the memory plan), 256-byte aligned.
 struct ConvWorkspace {
@@ -96,23 +99,41 @@ ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
 // channels-last, and its weights) runs the TMA pass, whose epilogue computes conv2d_moments'
 // run moments (the conv-statistics pass's choice on the GPU, fusion/conv_statistics.h).
 bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inputs);
+// The order of its filter that a bf16/f16 conv2d or conv2d_grad_input node's pass reads where
+// it copies the filter first (conv_copied_filter_taps): the layout pass's choice on the GPU
+// (graph/passes/filter_layouts.h); nullopt elsewhere, and everywhere under KILN_FILTER_LAYOUTS=0
+// (the passes copy their filters themselves, as before).
+std::optional<FilterOrder> conv_node_filter_order(const Node& conv,
+                                                  std::span<const TensorType> inputs);
 // Whether the forward pass over `g` runs the TMA pass (conv_tma.h), whose epilogue can write the
 // run moments (conv2d_forward's `moments`).
 bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
 
+// Where `pass` (the forward or the input gradient) copies its filter into the channels-last
+// GEMM's order before it multiplies (kernels/conv_mma_nhwc.cuh, nhwc_weights): the order of the
+// taps in that copy (conv_filter_taps), whose rows are the filters (the forward) or the input
+// channels (the input gradient); nullopt where the pass reads the filter as stored. A graph can
+// make the copy a node of its own (graph/passes/filter_layouts.h), and the pass then takes the
+// filter so (filter_laid_out below).
+std::optional<std::vector<std::int64_t>> conv_copied_filter_taps(const kernels::ConvGeometry& g,
+                                                                 DType dtype, ConvPass pass);
 // moments: where not null (only where conv_forward_writes_moments), y's run moments too
 // (graph/ops.h's conv2d_moments, [3, ceil(B OH OW / 64), Cout] f32), from the epilogue.
 // y_channels_last: y stored [B, OH, OW, Cout] (only where conv_writes_channels_last).
+// filter_laid_out: w is [Cout, KH, KW, Cin] in conv_copied_filter_taps' order (only where that
+// has a value), read as it is.
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
                     void* y, ConvWorkspace workspace, gpu::Stream stream,
                     bool x_channels_last = false, float* moments = nullptr,
-                    bool y_channels_last = false);
+                    bool y_channels_last = false, bool filter_laid_out = false);
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W]; dy_channels_last: dy stored [B, OH, OW, Cout]
 // (where conv_runs_channels_last), dx_channels_last: dx [B, H, W, Cin] (where
-// conv_writes_channels_last).
+// conv_writes_channels_last); filter_laid_out: w is [Cin, KH, KW, Cout] in
+// conv_copied_filter_taps' order (only where that has a value).
 void conv2d_grad_input(DType dtype, const kernels::ConvGeometry& g, const void* dy, const void* w,
                        void* dx, ConvWorkspace workspace, gpu::Stream stream,
-                       bool dy_channels_last = false, bool dx_channels_last = false);
+                       bool dy_channels_last = false, bool dx_channels_last = false,
+                       bool filter_laid_out = false);
 // x, dy -> dw: [Cout, Cin, KH, KW], summed over the batch.
 // dy_channels_last: dy stored [B, OH, OW, Cout] (where conv_grad_weight_reads_nhwc_dy).
 void conv2d_grad_weight(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* dy,

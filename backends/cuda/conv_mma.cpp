@@ -44,28 +44,43 @@ void conv_mma_forward(DType dtype, const ConvGemmShape& shape, const void* w, co
   k.kernel.launch(grid, {static_cast<unsigned>(2 * bm), 1, 1}, 0, stream, args);
 }
 
+std::vector<std::int64_t> conv_filter_taps(const ConvClasses* classes, std::int64_t khkw) {
+  std::vector<std::int64_t> taps(static_cast<std::size_t>(khkw));
+  for (std::int64_t t = 0; t < khkw; ++t)
+    taps[static_cast<std::size_t>(t)] =
+        classes ? class_source_tap(*classes, static_cast<int>(t)) : t;
+  return taps;
+}
+
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
-                  std::int64_t in_channels, std::int64_t khkw, const ConvClasses* classes,
-                  gpu::Stream stream) {
-  const bool flip = classes != nullptr;
+                  std::int64_t in_channels, std::int64_t khkw, bool channels_major,
+                  std::span<const std::int64_t> taps, gpu::Stream stream) {
   const std::size_t bytes = dtype_size(dtype);
-  const DeviceKernel& k = device_kernel(nhwc_weights_name(flip, bytes),
-                                        [flip, bytes] { return nhwc_weights_source(flip, bytes); });
+  const DeviceKernel& k =
+      device_kernel(nhwc_weights_name(channels_major, bytes),
+                    [channels_major, bytes] { return nhwc_weights_source(channels_major, bytes); });
   // a is [rows][khkw][cols]; a block moves a chunk of one row's columns through shared memory.
-  const std::int64_t rows = flip ? in_channels : out_channels;
-  const std::int64_t cols = flip ? out_channels : in_channels;
+  const std::int64_t rows = channels_major ? in_channels : out_channels;
+  const std::int64_t cols = channels_major ? out_channels : in_channels;
   if (rows == 0 || cols == 0 || khkw == 0) return;
   const std::int64_t chunk =
       std::clamp<std::int64_t>(kWeightChunkBytes / (khkw * static_cast<std::int64_t>(bytes)), 1,
                                std::min(cols, kWeightChunkColumns));
   KILN_CHECK(rows <= 65535 && khkw * static_cast<std::int64_t>(bytes) <= kWeightChunkBytes &&
-                 rows * cols * khkw < (std::int64_t{1} << 31),
+                 khkw <= kMaxFilterTaps && rows * cols * khkw < (std::int64_t{1} << 31),
              "conv: weights [{}, {}, {}] are too large for the channels-last copy", out_channels,
              in_channels, khkw);
-  int r = static_cast<int>(rows), c = static_cast<int>(cols), taps = static_cast<int>(khkw),
+  KILN_CHECK(static_cast<std::int64_t>(taps.size()) == khkw,
+             "conv: {} taps ordered for a filter of {}", taps.size(), khkw);
+  FilterTaps order{};
+  for (std::int64_t t = 0; t < khkw; ++t) {
+    const std::int64_t source = taps[static_cast<std::size_t>(t)];
+    KILN_CHECK(source >= 0 && source < khkw, "conv: tap {} of a filter of {}", source, khkw);
+    order.source[t] = static_cast<int>(source);
+  }
+  int r = static_cast<int>(rows), c = static_cast<int>(cols), n_taps = static_cast<int>(khkw),
       n = static_cast<int>(chunk);
-  ConvClasses cl = flip ? *classes : ConvClasses{};
-  void* args[] = {&w, &a, &r, &c, &taps, &n, &cl};
+  void* args[] = {&w, &a, &r, &c, &n_taps, &n, &order};
   const gpu::Dim3 grid{static_cast<unsigned>((cols + chunk - 1) / chunk),
                        static_cast<unsigned>(rows), 1};
   k.kernel.launch(grid, {256, 1, 1}, static_cast<std::size_t>(chunk * khkw) * bytes, stream, args);

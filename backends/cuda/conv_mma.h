@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/kernels/conv_params.h"
@@ -33,12 +35,15 @@ inline int conv_mma_tile_m(std::int64_t m, std::int64_t n) {
 inline bool conv_nhwc_fits(std::int64_t image_channels, DType dtype) {
   return image_channels % static_cast<std::int64_t>(16 / dtype_size(dtype)) == 0;
 }
-// The channels-last GEMM's A from w[co, ci, kh, kw]: [co][tap][ci], or (`classes`, the input
-// gradient) [ci][tap][co] with the taps in the classes' order (ConvClasses: one class of stride
-// 1, the taps mirrored).
+// The channels-last GEMM's A from w[co, ci, kh, kw] (graph/ops.h, conv_filter_layout):
+// [co][tap][ci], or (channels_major, the input gradient) [ci][tap][co], the taps in the order
+// `taps` gives (KH*KW of them, at most kMaxFilterTaps).
 void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
-                  std::int64_t in_channels, std::int64_t khkw, const ConvClasses* classes,
-                  gpu::Stream stream);
+                  std::int64_t in_channels, std::int64_t khkw, bool channels_major,
+                  std::span<const std::int64_t> taps, gpu::Stream stream);
+// The order of a filter's taps in that copy: the input gradient's classes' (class_source_tap;
+// one class of stride 1: the filter mirrored), or (classes null, the forward) as stored.
+std::vector<std::int64_t> conv_filter_taps(const ConvClasses* classes, std::int64_t khkw);
 // Its plan for the GEMM of `shape` (dilated: grad_input at stride 2) in `dtype`: the tile
 // autotuned for the shape (conv_tuning.h: the kernel cache's decision, else, with may_time,
 // every candidate timed now), or where tuning is off or not yet done, 128 x 64 wherever there

@@ -1,11 +1,13 @@
 // The CUDA op entries of conv2d, conv2d_bias, conv2d_grad_input and conv2d_grad_weight
-// (conv.h): each pass's geometry from the node, its launch, its kernels and its workspace.
+// (conv.h): each pass's geometry from the node, its launch, its kernels and its workspace; and
+// conv_filter_layout's, the channels-last passes' copy of a filter as a node of its own.
 #include <fmt/format.h>
 
 #include <tuple>
 #include <utility>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_mma.h"
 #include "backends/cuda/conv_passes.h"
 #include "backends/cuda/conv_tma.h"
 #include "backends/cuda/conv_tuning.h"
@@ -21,11 +23,13 @@ namespace {
 
 // The convolution a node of `pass` computes a pass of: x is the input (forward, grad_weight)
 // or the output (grad_input), as [B, C, H, W] (a channels-last image, graph/ops.h, is stored
-// [B, H, W, C]); w the second input or, in grad_weight, the output.
+// [B, H, W, C]); w the second input (as [Cout, Cin, KH, KW] where it is laid out) or, in
+// grad_weight, the output.
 kernels::ConvGeometry geometry_of(ConvPass pass, const Node& node, const InputTypes& in) {
   Shape x = pass == ConvPass::grad_input ? node.outputs[0].shape : in[0].shape;
   if (conv_image_channels_last(node.attrs)) x = Shape{x[0], x[3], x[1], x[2]};
-  const Shape& w = pass == ConvPass::grad_weight ? node.outputs[0].shape : in[1].shape;
+  const Shape w = pass == ConvPass::grad_weight ? node.outputs[0].shape
+                                                : conv_filter_shape(node.attrs, in[1].shape);
   return kernels::conv_geometry(x, w, node.attrs.integer("stride"), node.attrs.integer("padding"));
 }
 
@@ -42,6 +46,22 @@ void check_channels_last_sides(ConvPass pass, const Node& node, const kernels::C
              "{}: its pass ({} -> {} channels, {}x{}, {}) does not take {} stored channels-last",
              node.op->name, g.in_channels, g.out_channels, g.height, g.width, dtype_name(dtype),
              y && !y_taken ? (pass == ConvPass::forward ? "y" : "dy") : "dx");
+}
+
+// Whether a node reads its filter laid out (graph/ops.h); refused where its pass does not copy
+// its filter into that layout and order itself (conv_copied_filter_taps), not run on misread
+// memory.
+bool filter_laid_out(ConvPass pass, const Node& node, const kernels::ConvGeometry& g, DType dtype) {
+  const FilterLayout layout = conv_filter_layout_of(node.attrs);
+  if (layout == FilterLayout::nchw) return false;
+  const std::optional<std::vector<std::int64_t>> taps = conv_copied_filter_taps(g, dtype, pass);
+  const FilterLayout wanted =
+      pass == ConvPass::forward ? FilterLayout::filters_major : FilterLayout::channels_major;
+  KILN_CHECK(taps && *taps == node.attrs.integers("w_taps") && layout == wanted,
+             "{}: its pass ({} -> {} channels, {}x{}, {}) does not read the filter in the layout "
+             "and order the node gives it",
+             node.op->name, g.in_channels, g.out_channels, g.height, g.width, dtype_name(dtype));
+  return true;
 }
 
 // How a node's image reaches its pass: as stored, channels-last where the pass reads it so, or
@@ -71,12 +91,12 @@ struct ChannelsLastOperands {
 
 void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, const void* a,
                  const void* b, void* out, ConvWorkspace ws, gpu::Stream stream,
-                 ChannelsLastOperands last, float* moments) {
+                 ChannelsLastOperands last, float* moments, bool laid_out) {
   switch (pass) {
     case ConvPass::forward:  // x, w -> y
-      return conv2d_forward(dtype, g, a, b, out, ws, stream, last.a, moments, last.out);
+      return conv2d_forward(dtype, g, a, b, out, ws, stream, last.a, moments, last.out, laid_out);
     case ConvPass::grad_input:  // dy, w -> dx
-      return conv2d_grad_input(dtype, g, a, b, out, ws, stream, last.a, last.out);
+      return conv2d_grad_input(dtype, g, a, b, out, ws, stream, last.a, last.out, laid_out);
     case ConvPass::grad_weight:  // x, dy -> dw
       return conv2d_grad_weight(dtype, g, a, b, out, ws, stream, last.a, last.b);
   }
@@ -91,6 +111,7 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
     check_channels_last_sides(pass, s.node, g, dtype);
+    const bool laid_out = filter_laid_out(pass, s.node, g, dtype);
     const ImageRoute route = image_route(pass, s.node, g, dtype);
     const bool y_last = conv_y_channels_last(s.node.attrs);
     const ChannelsLastOperands last{
@@ -118,7 +139,7 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
         transpose(dtype, stored, kChannelsFirst, a, front, st);
         x = front;
       }
-      launch_pass(pass, dtype, g, x, b, out, ws, st, last, epilogue ? runs : nullptr);
+      launch_pass(pass, dtype, g, x, b, out, ws, st, last, epilogue ? runs : nullptr, laid_out);
       if (after == nullptr) return;
       const void* y_ptr = out;
       float* runs_ptr = runs;
@@ -145,7 +166,33 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
   e.workspace_bytes = [pass](const Node& n, const InputTypes& in) {
     const kernels::ConvGeometry g = geometry_of(pass, n, in);
     const ImageRoute route = image_route(pass, n, g, in[0].dtype);
-    return conv_workspace_bytes(g, in[0].dtype, pass, 0, route.channels_last) + route.reorder_bytes;
+    return conv_workspace_bytes(g, in[0].dtype, pass, 0, route.channels_last,
+                                conv_filter_layout_of(n.attrs) != FilterLayout::nchw) +
+           route.reorder_bytes;
+  };
+  return e;
+}
+
+// conv_filter_layout (graph/ops.h): the channels-last passes' copy of a filter, as a node.
+CudaOpEntry filter_layout_entry() {
+  CudaOpEntry e;
+  e.prepare = [](const LaunchSetup& s) -> Launch {
+    const Shape& w = s.input_types[0].shape;
+    const DType dtype = s.input_types[0].dtype;
+    const bool channels_major =
+        static_cast<FilterLayout>(s.node.attrs.integer("layout")) == FilterLayout::channels_major;
+    const std::vector<std::int64_t> taps = s.node.attrs.integers("taps");
+    const void* in = s.inputs[0];
+    void* out = s.outputs[0];
+    return [=](gpu::Stream st) {
+      nhwc_weights(dtype, in, out, w[0], w[1], w[2] * w[3], channels_major, taps, st);
+    };
+  };
+  e.sources = [](const Node& n, const InputTypes& in) {
+    const bool channels_major =
+        static_cast<FilterLayout>(n.attrs.integer("layout")) == FilterLayout::channels_major;
+    return std::vector<gpu::KernelSource>{
+        nhwc_weights_source(channels_major, dtype_size(in[0].dtype))};
   };
   return e;
 }
@@ -289,6 +336,20 @@ bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inpu
   return conv_forward_writes_moments(geometry_of(ConvPass::forward, conv, in), dtype);
 }
 
+std::optional<FilterOrder> conv_node_filter_order(const Node& conv,
+                                                  std::span<const TensorType> inputs) {
+  const DType dtype = inputs[0].dtype;
+  if (!is_low_precision(dtype) || !env_switch_on("KILN_FILTER_LAYOUTS")) return std::nullopt;
+  const ConvPass pass = conv.op->id == OpId::conv2d ? ConvPass::forward : ConvPass::grad_input;
+  const InputTypes in(inputs.begin(), inputs.end());
+  std::optional<std::vector<std::int64_t>> taps =
+      conv_copied_filter_taps(geometry_of(pass, conv, in), dtype, pass);
+  if (!taps) return std::nullopt;
+  return FilterOrder{
+      pass == ConvPass::forward ? FilterLayout::filters_major : FilterLayout::channels_major,
+      std::move(*taps)};
+}
+
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;
   if (!is_low_precision(dtype)) return false;
@@ -339,6 +400,7 @@ void add_conv_ops(CudaOpTable& table) {
   table[OpId::conv2d_grad_input] = conv_entry(ConvPass::grad_input);
   table[OpId::conv2d_grad_weight] = conv_entry(ConvPass::grad_weight);
   table[OpId::conv2d_moments] = conv_entry(ConvPass::forward, true);
+  table[OpId::conv_filter_layout] = filter_layout_entry();
 }
 
 }  // namespace kiln::cuda

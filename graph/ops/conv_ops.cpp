@@ -5,12 +5,15 @@
 // side ("y_channels_last" = 1, graph/passes/channels_last_values.h); shapes are checked and
 // kernels chosen on both as [B, C, H, W]. The CPU's kernels read such an input through a
 // transposed copy and write such an output through one, so the marks never change a result.
+// conv2d's and conv2d_grad_input's filter may be laid out as the GPU's passes read it
+// (conv_filter_layout, conv_filter_ops.cpp): the CPU reads it through a copy put back.
 #include <algorithm>
 
 #include "graph/kernels/conv_cpu.h"
 #include "graph/kernels/conv_epilogue.h"
 #include "graph/kernels/transpose_cpu.h"
 #include "graph/ops.h"
+#include "graph/ops/conv_filter.h"
 #include "graph/ops/register.h"
 
 namespace kiln {
@@ -64,13 +67,14 @@ void into_channels_first(Tensor& out, bool last, Compute&& compute) {
 kernels::ConvGeometry forward_geometry(const KernelCall& call) {
   const ConvAttrs a = conv_attrs(call.node.attrs);
   return kernels::conv_geometry(image_shape("conv2d", call.inputs[0].shape(), call.node.attrs),
-                                call.inputs[1].shape(), a.stride, a.padding);
+                                conv_filter_shape(call.node.attrs, call.inputs[1].shape()),
+                                a.stride, a.padding);
 }
 kernels::ConvGeometry grad_input_geometry(const KernelCall& call) {
   const ConvAttrs a = conv_attrs(call.node.attrs);
   return kernels::conv_geometry(
       image_shape("conv2d_grad_input", call.outputs[0].shape(), call.node.attrs),
-      call.inputs[1].shape(), a.stride, a.padding);
+      conv_filter_shape(call.node.attrs, call.inputs[1].shape()), a.stride, a.padding);
 }
 kernels::ConvGeometry grad_weight_geometry(const KernelCall& call) {
   const ConvAttrs a = conv_attrs(call.node.attrs);
@@ -85,7 +89,8 @@ std::uint32_t blocked_of(kernels::ConvPass pass, const Node& n, std::span<const 
   if (conv_image_channels_last(n.attrs) || conv_y_channels_last(n.attrs)) return 0;
   const ConvAttrs a = conv_attrs(n.attrs);
   const Shape& image = pass == kernels::ConvPass::grad_input ? n.outputs[0].shape : in[0].shape;
-  const Shape& w = pass == kernels::ConvPass::grad_weight ? n.outputs[0].shape : in[1].shape;
+  const Shape w = pass == kernels::ConvPass::grad_weight ? n.outputs[0].shape
+                                                         : conv_filter_shape(n.attrs, in[1].shape);
   return kernels::conv2d_blocked(pass, in[0].dtype,
                                  kernels::conv_geometry(image, w, a.stride, a.padding));
 }
@@ -112,6 +117,14 @@ double conv_flops(const Shape& y, const Shape& w) {
          static_cast<double>(w.numel() / std::max<std::int64_t>(w[0], 1));
 }
 
+// A node's gradient is taken on its [Cout, Cin, KH, KW] filter: the layout pass runs after
+// autograd.
+void check_plain_filter(const Node& n) {
+  KILN_CHECK(conv_filter_layout_of(n.attrs) == FilterLayout::nchw,
+             "{}: no gradient through a laid-out filter (lay_out_filters runs after autograd)",
+             n.op->name);
+}
+
 Attrs make_conv_attrs(std::int64_t stride, std::int64_t padding) {
   return {{"stride", stride}, {"padding", padding}};
 }
@@ -119,15 +132,16 @@ Attrs make_conv_attrs(std::int64_t stride, std::int64_t padding) {
 OpDef conv_forward_op() {
   OpDef op{.id = OpId::conv2d, .kind = OpKind::conv, .arity = 2, .attrs = {"stride", "padding"}};
   op.flops = [](const Node& n, std::span<const TensorType> in) {
-    return conv_flops(n.outputs[0].shape, in[1].shape);
+    return conv_flops(n.outputs[0].shape, conv_filter_shape(n.attrs, in[1].shape));
   };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d", in);
     const Shape y = conv_output_shape("conv2d", image_shape("conv2d", in[0].shape, attrs),
-                                      in[1].shape, conv_attrs(attrs));
+                                      conv_filter_shape(attrs, in[1].shape), conv_attrs(attrs));
     return std::vector<TensorType>{{stored_shape(y, conv_y_channels_last(attrs)), in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {
+    check_plain_filter(c.node);
     const ConvAttrs a = conv_attrs(c.node.attrs);
     const Value& x = c.inputs[0];
     const Value& w = c.inputs[1];
@@ -147,7 +161,8 @@ OpDef conv_forward_op() {
   op.cpu = [](const KernelCall& call) {
     const Tensor x = channels_first(call.inputs[0], call.node.attrs);
     into_channels_first(call.outputs[0], conv_y_channels_last(call.node.attrs), [&](Tensor& y) {
-      kernels::conv2d_forward(x, call.inputs[1], y, forward_geometry(call), call.blocked);
+      kernels::conv2d_forward(x, ops::conv_filter_nchw(call.inputs[1], call.node.attrs), y,
+                              forward_geometry(call), call.blocked);
     });
   };
   op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
@@ -291,13 +306,14 @@ OpDef conv_grad_input_op() {
            .kind = OpKind::conv,
            .arity = 2,
            .attrs = {"stride", "padding", "shape"}};
-  op.flops = [](const Node&, std::span<const TensorType> in) {  // in: dy, w
-    return conv_flops(in[0].shape, in[1].shape);
+  op.flops = [](const Node& n, std::span<const TensorType> in) {  // in: dy, w
+    return conv_flops(in[0].shape, conv_filter_shape(n.attrs, in[1].shape));
   };
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     ops::check_floating_inputs("conv2d_grad_input", in);
     const Shape x(attrs.integers("shape"));
-    const Shape y = conv_output_shape("conv2d_grad_input", x, in[1].shape, conv_attrs(attrs));
+    const Shape y = conv_output_shape("conv2d_grad_input", x, conv_filter_shape(attrs, in[1].shape),
+                                      conv_attrs(attrs));
     const bool y_last = conv_y_channels_last(attrs);
     KILN_CHECK(in[0].shape == stored_shape(y, y_last),
                "conv2d_grad_input: dy is {} but the convolution output is {}{}", in[0].str(),
@@ -305,6 +321,7 @@ OpDef conv_grad_input_op() {
     return std::vector<TensorType>{{stored_shape(x, conv_image_channels_last(attrs)), in[0].dtype}};
   };
   op.grad = [](const GradContext& c) {  // g: stored as dx is
+    check_plain_filter(c.node);
     const ConvAttrs a = conv_attrs(c.node.attrs);
     const Value& dy = c.inputs[0];
     const Value& w = c.inputs[1];
@@ -319,11 +336,11 @@ OpDef conv_grad_input_op() {
   };
   op.cpu = [](const KernelCall& call) {
     const Tensor dy = channels_first(call.inputs[0], conv_y_channels_last(call.node.attrs));
-    into_channels_first(call.outputs[0], conv_image_channels_last(call.node.attrs),
-                        [&](Tensor& dx) {
-                          kernels::conv2d_backward_input(dy, call.inputs[1], dx,
-                                                         grad_input_geometry(call), call.blocked);
-                        });
+    into_channels_first(
+        call.outputs[0], conv_image_channels_last(call.node.attrs), [&](Tensor& dx) {
+          kernels::conv2d_backward_input(dy, ops::conv_filter_nchw(call.inputs[1], call.node.attrs),
+                                         dx, grad_input_geometry(call), call.blocked);
+        });
   };
   op.cpu_blocked = [](const Node& n, std::span<const TensorType> in) {
     return blocked_of(kernels::ConvPass::grad_input, n, in);
@@ -411,6 +428,7 @@ void ops::register_conv_ops(std::vector<OpDef>& table) {
   table.push_back(conv_grad_input_op());
   table.push_back(conv_grad_weight_op());
   table.push_back(conv_moments_op());
+  register_conv_filter_op(table);
 }
 
 Value conv2d(Value x, Value w, std::int64_t stride, std::int64_t padding, bool channels_last,

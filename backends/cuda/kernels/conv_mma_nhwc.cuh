@@ -352,41 +352,31 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
                      NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>>(w, xt, y, g);
 }
 
-// The filter tap (kh KW + kw) that the input gradient's K tap t holds: the classes' taps one
-// after another (conv_params.h, ConvClasses).
-__device__ __forceinline__ int class_source_tap(const ConvClasses& cl, int t) {
-  int c = 0;
-  while (c + 1 < cl.count && t >= cl.taps_h[c] * cl.taps_w[c]) t -= cl.taps_h[c] * cl.taps_w[c++];
-  const int jh = t / cl.taps_w[c], jw = t - jh * cl.taps_w[c];
-  return (cl.first_kh[c] + cl.stride * (cl.taps_h[c] - 1 - jh)) * cl.kernel_w + cl.first_kw[c] +
-         cl.stride * (cl.taps_w[c] - 1 - jw);
-}
-
-// The GEMM's A from w[co, ci, tap]: a is [rows][khkw][cols], forward rows = co, cols = ci
-// (a[r, tap, c] = w[r, c, tap]); FLIP rows = ci, cols = co, the taps in the input gradient's
-// order (a[r, tap, c] = w[c, r, class_source_tap(tap)]: with one class of stride 1, khkw - 1 -
-// tap, the mirrored filter). A block takes one row's columns [c0, c0 + chunk): it reads their
-// taps into shared memory in the source's order (forward: one contiguous run; FLIP: a run of
-// khkw per column), then writes the row's taps column-contiguous, so that both sides of the
-// transpose are coalesced. Grid (column chunks, rows), dynamic shared memory chunk * khkw
-// elements.
-template <typename U, bool FLIP>
+// A filter w[co, ci, tap] in the order a channels-last GEMM reads it (graph/ops.h,
+// conv_filter_layout): a is [rows][khkw][cols], a[r, t, c] = w[r, c, taps.source[t]] (the
+// forward: rows = co, cols = ci, the taps in order) or, CHANNELS_MAJOR, w[c, r, taps.source[t]]
+// (the input gradient: rows = ci, cols = co, the filter mirrored or its taps by classes,
+// conv_params.h's class_source_tap). A block takes one row's columns [c0, c0 + chunk): it reads
+// their taps into shared memory in the source's order (filters-major: one contiguous run;
+// channels-major: a run of khkw per column), then writes the row's taps column-contiguous, so
+// that both sides of the transpose are coalesced. Grid (column chunks, rows), dynamic shared
+// memory chunk * khkw elements.
+template <typename U, bool CHANNELS_MAJOR>
 __device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restrict__ a, int rows,
                                              int cols, int khkw, int chunk,
-                                             const ConvClasses& classes) {
+                                             const FilterTaps& order) {
   extern __shared__ __align__(16) unsigned char weights_smem[];
   U* taps = reinterpret_cast<U*>(weights_smem);  // [column - c0][tap], as w holds them
   const int r = blockIdx.y, c0 = blockIdx.x * chunk, n = min(chunk, cols - c0);
   for (int i = threadIdx.x; i < n * khkw; i += blockDim.x) {
     const int cc = i / khkw, tap = i - cc * khkw;
-    taps[i] = FLIP ? w[((long long)(c0 + cc) * rows + r) * khkw + tap]
-                   : w[((long long)r * cols + c0) * khkw + i];
+    taps[i] = CHANNELS_MAJOR ? w[((long long)(c0 + cc) * rows + r) * khkw + tap]
+                             : w[((long long)r * cols + c0) * khkw + i];
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n * khkw; i += blockDim.x) {
     const int tap = i / n, cc = i - tap * n;
-    a[((long long)r * khkw + tap) * cols + c0 + cc] =
-        taps[cc * khkw + (FLIP ? class_source_tap(classes, tap) : tap)];
+    a[((long long)r * khkw + tap) * cols + c0 + cc] = taps[cc * khkw + order.source[tap]];
   }
 }
 
@@ -403,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
 #ifdef KILN_NHWC_WEIGHTS
 extern "C" __global__ void __launch_bounds__(256)
     KILN_NHWC_WEIGHTS(const KILN_U* __restrict__ w, KILN_U* __restrict__ a, int rows, int cols,
-                      int khkw, int chunk, kiln::cuda::ConvClasses classes) {
-  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, rows, cols, khkw, chunk, classes);
+                      int khkw, int chunk, kiln::cuda::FilterTaps taps) {
+  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, rows, cols, khkw, chunk, taps);
 }
 #endif

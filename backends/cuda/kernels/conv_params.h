@@ -33,19 +33,6 @@ struct ConvGemmShape {
 };
 static_assert(sizeof(ConvGemmShape) == 17 * 4, "ConvGemmShape: seventeen 32-bit fields");
 
-#ifdef __CUDACC_RTC__
-#define KILN_CONV_BOTH __host__ __device__
-#else
-#define KILN_CONV_BOTH
-#endif
-// TF32's TMA weight gradient (conv_wgmma_wgrad_tma.cuh) over the output's rows (OH*OW a
-// multiple of 32) at stride 1 with the output as wide as x: the centre tap's column (kw = pad)
-// is x's own, so it is boxed from x, and x's tap columns hold the other KW - 1.
-KILN_CONV_BOTH inline bool tf32_centre_from_x(const ConvGemmShape& g) {
-  return g.stride == 1 && g.s_hw % 32 == 0 && g.img_w == g.s_w && g.pad_w >= 0 && g.pad_w < g.kw;
-}
-#undef KILN_CONV_BOTH
-
 // The input gradient's filter as `count` classes of taps. With stride s, dx's pixel (s a + rh,
 // s b + rw) takes only the taps kh = rh + pad (mod s), kw likewise: each class of pixels (rh,
 // rw) is a stride-1 convolution of dy over a grid of H / s x W / s pixels with taps_h x taps_w
@@ -60,5 +47,37 @@ struct ConvClasses {
   int taps_h[4], taps_w[4], first_kh[4], first_kw[4], pad_h[4], pad_w[4], out_offset[4];
 };
 static_assert(sizeof(ConvClasses) == 33 * 4, "ConvClasses: thirty-three 32-bit fields");
+
+#ifdef __CUDACC_RTC__
+#define KILN_CONV_BOTH __host__ __device__
+#else
+#define KILN_CONV_BOTH
+#endif
+// TF32's TMA weight gradient (conv_wgmma_wgrad_tma.cuh) over the output's rows (OH*OW a
+// multiple of 32) at stride 1 with the output as wide as x: the centre tap's column (kw = pad)
+// is x's own, so it is boxed from x, and x's tap columns hold the other KW - 1.
+KILN_CONV_BOTH inline bool tf32_centre_from_x(const ConvGemmShape& g) {
+  return g.stride == 1 && g.s_hw % 32 == 0 && g.img_w == g.s_w && g.pad_w >= 0 && g.pad_w < g.kw;
+}
+
+// The filter tap (kh KW + kw) that the input gradient's K tap t holds: the classes' taps one
+// after another (ConvClasses).
+KILN_CONV_BOTH inline int class_source_tap(const ConvClasses& cl, int t) {
+  int c = 0;
+  for (; c + 1 < cl.count && t >= cl.taps_h[c] * cl.taps_w[c]; ++c)
+    t -= cl.taps_h[c] * cl.taps_w[c];
+  const int jh = t / cl.taps_w[c], jw = t - jh * cl.taps_w[c];
+  return (cl.first_kh[c] + cl.stride * (cl.taps_h[c] - 1 - jh)) * cl.kernel_w + cl.first_kw[c] +
+         cl.stride * (cl.taps_w[c] - 1 - jw);
+}
+#undef KILN_CONV_BOTH
+
+// The channels-last copy of a filter (conv_mma_nhwc.cuh, nhwc_weights): the filter tap that each
+// of its KH*KW taps holds, in the order the pass reads them (graph/ops.h, conv_filter_layout).
+constexpr int kMaxFilterTaps = 256;
+struct FilterTaps {
+  int source[kMaxFilterTaps];
+};
+static_assert(sizeof(FilterTaps) == kMaxFilterTaps * 4, "FilterTaps: 32-bit taps, no padding");
 
 }  // namespace kiln::cuda
