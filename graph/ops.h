@@ -121,8 +121,9 @@ void mark_conv_image_channels_last(Attrs& attrs);
 bool conv_y_channels_last(const Attrs& attrs);
 void mark_conv_y_channels_last(Attrs& attrs);
 void unmark_conv_y_channels_last(Attrs& attrs);
-// A convolution's filter w [Cout, Cin, KH, KW] laid out as the GPU's channels-last tensor-core
-// passes read it, by a node of its own (made after autograd by lay_out_filters,
+// Convolution filters w [Cout, Cin, KH, KW] laid out as the GPU's channels-last tensor-core
+// passes read them, by a node of their own (one launch for filters of one size, dtype, layout
+// and order; made after autograd by lay_out_filters,
 // graph/passes/filter_layouts.h, so that the scheduler can run it off the convolution's
 // stream): filters_major [Cout, KH, KW, Cin] (the forward's), out[o][t][c] = w[o][c][taps[t]];
 // channels_major [Cin, KH, KW, Cout] (the input gradient's), out[c][t][o] = w[o][c][taps[t]];
@@ -133,7 +134,8 @@ void unmark_conv_y_channels_last(Attrs& attrs);
 // chosen on the [Cout, Cin, KH, KW] filter either way (conv_filter_shape), and the CPU reads such
 // a filter through a copy in that order, so the marks never change a result. No gradient.
 enum class FilterLayout { nchw = 0, filters_major = 1, channels_major = 2 };
-Value conv_filter_layout(Value w, FilterLayout layout, const std::vector<std::int64_t>& taps);
+std::vector<Value> conv_filter_layout(const std::vector<Value>& filters, FilterLayout layout,
+                                      const std::vector<std::int64_t>& taps);
 FilterLayout conv_filter_layout_of(const Attrs& conv_attrs);
 void mark_conv_filter_layout(Attrs& conv_attrs, FilterLayout layout,
                              const std::vector<std::int64_t>& taps);

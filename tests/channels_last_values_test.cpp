@@ -250,20 +250,14 @@ TEST_CASE(
 TEST_CASE(
     "GPU: the TMA passes write y and dx and read dy channels-last with the NCHW passes' bits") {
   if (!test::have_gpu()) return;
-  struct Layer {
-    std::int64_t channels, filters, kernel, stride, padding;
-  };
-  // The halo form (64 -> 64), the plain pass (64 -> 128), the input gradient by classes of
-  // pixels (stride 2) and a strided 1 x 1; the weight gradients' MN-major dy. A batch of 128:
-  // the 1 x 1's forward (128 x 8192 x 64) is then at the tensor cores' size rule (mma_min_macs).
+  // The TMA passes' layers; the weight gradients' MN-major dy.
   constexpr std::int64_t batch = 128;
-  for (const Layer l : {Layer{64, 64, 3, 1, 1}, Layer{64, 128, 3, 1, 1}, Layer{64, 128, 3, 2, 1},
-                        Layer{64, 128, 1, 2, 0}}) {
+  for (const test::ConvLayer l : test::tma_conv_layers()) {
     CAPTURE(l.filters);
     CAPTURE(l.stride);
     CAPTURE(l.kernel);
     const Shape x_shape{batch, l.channels, 16, 16};
-    const std::int64_t out = (16 + 2 * l.padding - l.kernel) / l.stride + 1;
+    const std::int64_t out = l.out(16);
     const kernels::ConvGeometry geometry = kernels::conv_geometry(
         x_shape, Shape{l.filters, l.channels, l.kernel, l.kernel}, l.stride, l.padding);
     REQUIRE(cuda::conv_writes_channels_last(geometry, DType::bf16, cuda::ConvPass::forward));

@@ -57,37 +57,51 @@ std::optional<FilterOrder> every_filter(const Node& n, std::span<const TensorTyp
 
 }  // namespace
 
-TEST_CASE("conv_filter_layout puts each element of the filter where its definition says") {
+TEST_CASE("conv_filter_layout puts each element of its filters where its definition says") {
+  // Two filters of one size (3 x 2 taps) in one node, each laid out on its own.
   const Tensor w = test::random_tensor({3, 5, 2, 3}, DType::f32, 7);
+  const Tensor v = test::random_tensor({4, 2, 2, 3}, DType::f32, 8);
   const std::vector<std::int64_t> taps = shuffled_taps(6);
   for (FilterLayout layout : {FilterLayout::filters_major, FilterLayout::channels_major}) {
-    Graph g;
-    const Value in = g.input("w", w.shape());
-    const Value laid = conv_filter_layout(in, layout, taps);
     const bool filters = layout == FilterLayout::filters_major;
-    CHECK(laid.shape() == (filters ? Shape{3, 2, 3, 5} : Shape{5, 2, 3, 3}));
-    g.output("a", laid);
-    const Tensor a = test::run_once(g, {{"w", w}}).at("a");
-    std::int64_t wrong = 0;
-    for (std::int64_t o = 0; o < 3; ++o)
-      for (std::int64_t c = 0; c < 5; ++c)
-        for (std::int64_t t = 0; t < 6; ++t) {
-          const std::int64_t source = (o * 5 + c) * 6 + taps[static_cast<std::size_t>(t)];
-          const std::int64_t at = filters ? (o * 6 + t) * 5 + c : (c * 6 + t) * 3 + o;
-          wrong += a.at(at) != w.at(source);
-        }
-    CHECK(wrong == 0);
+    Graph g;
+    const std::vector<Value> laid =
+        conv_filter_layout({g.input("w", w.shape()), g.input("v", v.shape())}, layout, taps);
+    REQUIRE(laid.size() == 2);
+    CHECK(laid[0].shape() == (filters ? Shape{3, 2, 3, 5} : Shape{5, 2, 3, 3}));
+    CHECK(laid[1].shape() == (filters ? Shape{4, 2, 3, 2} : Shape{2, 2, 3, 4}));
+    g.output("a", laid[0]);
+    g.output("b", laid[1]);
+    const Outputs out = test::run_once(g, {{"w", w}, {"v", v}});
+    for (const auto& [name, filter] : {std::pair{"a", w}, std::pair{"b", v}}) {
+      CAPTURE(name);
+      const Tensor& a = out.at(name);
+      const std::int64_t cout = filter.shape()[0], cin = filter.shape()[1];
+      std::int64_t wrong = 0;
+      for (std::int64_t o = 0; o < cout; ++o)
+        for (std::int64_t c = 0; c < cin; ++c)
+          for (std::int64_t t = 0; t < 6; ++t) {
+            const std::int64_t source = (o * cin + c) * 6 + taps[static_cast<std::size_t>(t)];
+            const std::int64_t at = filters ? (o * 6 + t) * cin + c : (c * 6 + t) * cout + o;
+            wrong += a.at(at) != filter.at(source);
+          }
+      CHECK(wrong == 0);
+    }
   }
 }
 
 TEST_CASE("a filter layout's taps must order every tap once") {
   Graph g;
   const Value w = g.input("w", {4, 2, 3, 3});
-  CHECK_THROWS_WITH_AS(conv_filter_layout(w, FilterLayout::filters_major, {0, 1, 2}),
+  const std::vector<std::int64_t> nine = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK_THROWS_WITH_AS(conv_filter_layout({w}, FilterLayout::filters_major, {0, 1, 2}),
                        doctest::Contains("are not an order of the filter's 9 taps"), Error);
   CHECK_THROWS_WITH_AS(
-      conv_filter_layout(w, FilterLayout::channels_major, {0, 1, 2, 3, 4, 5, 6, 7, 7}),
+      conv_filter_layout({w}, FilterLayout::channels_major, {0, 1, 2, 3, 4, 5, 6, 7, 7}),
       doctest::Contains("are not an order"), Error);
+  CHECK_THROWS_WITH_AS(
+      conv_filter_layout({w, g.input("v", {4, 2, 1, 1})}, FilterLayout::filters_major, nine),
+      doctest::Contains("is not [Cout, Cin, KH, KW] of the first's size"), Error);
   // The pass runs after autograd: a gradient through a marked convolution is refused.
   const Value x = g.input("x", {1, 2, 5, 5});
   g.output("y", conv2d(x, w, 1, 1));
@@ -150,16 +164,22 @@ TEST_CASE("filter layouts as the GPU's passes take them: ResNet-18's bf16 step (
   CHECK(count_laid_out(laid, OpId::conv2d) == 19);
   CHECK(count_laid_out(laid, OpId::conv2d_grad_input) == 19);
   CHECK(test::count_nodes(laid, OpId::conv_filter_layout) == 38);
-  // The weights (here the casts' nodes: no optimizer, so no copies) and their layouts keep their
-  // places; with a training step's weight copies (sources) the layouts come first, the
-  // forward's before the input gradients'.
-  for (std::int32_t id = 0; id < static_cast<std::int32_t>(laid.nodes().size()); ++id) {
-    const Node& n = laid.node(id);
-    if (n.op->id != OpId::conv_filter_layout) continue;
-    const Node& before = laid.node(id - 1);
-    CHECK((n.inputs[0].node == id - 1 ||
-           (before.op->id == OpId::conv_filter_layout && before.inputs[0] == n.inputs[0])));
-  }
+  // Each layout comes right after the node that makes its filter: here the weight's cast (no
+  // optimizer, so no copies); in a training step the weight's copy, where its layer reads it.
+  auto check_placement = [](const Graph& laid_step) {
+    int layouts = 0;
+    for (std::int32_t id = 0; id < static_cast<std::int32_t>(laid_step.nodes().size()); ++id) {
+      const Node& n = laid_step.node(id);
+      if (n.op->id != OpId::conv_filter_layout) continue;
+      ++layouts;
+      CHECK(n.outputs.size() == 1);
+      const Node& before = laid_step.node(id - 1);
+      CHECK((n.inputs[0].node == id - 1 ||
+             (before.op->id == OpId::conv_filter_layout && before.inputs[0] == n.inputs[0])));
+    }
+    CHECK(layouts == 38);
+  };
+  check_placement(laid);
   {
     Philox step_rng(6);
     ResNet18 trained(step_rng);
@@ -172,26 +192,9 @@ TEST_CASE("filter layouts as the GPU's passes take them: ResNet-18's bf16 step (
     Sgd({.lr = 0.1, .momentum = 0.9})
         .append_update(with_sgd, trained.parameters(), grad(loss, params));
     const Graph copies = eliminate_dead_code(apply_precision(with_sgd, Precision::bf16));
-    const Graph front = lay_out_filters(copies, cuda::conv_node_filter_order);
-    std::int32_t layouts = 0, last_layout = -1, first_kernel = -1;
-    FilterLayout previous = FilterLayout::filters_major;
-    bool forward_first = true;
-    for (std::int32_t id = 0; id < static_cast<std::int32_t>(front.nodes().size()); ++id) {
-      const Node& n = front.node(id);
-      if (n.op->id == OpId::conv_filter_layout) {
-        ++layouts;
-        last_layout = id;
-        const auto layout = static_cast<FilterLayout>(n.attrs.integer("layout"));
-        forward_first = forward_first && !(previous == FilterLayout::channels_major &&
-                                           layout == FilterLayout::filters_major);
-        previous = layout;
-      } else if (n.op->kind != OpKind::source && first_kernel < 0) {
-        first_kernel = id;
-      }
-    }
-    CHECK(layouts == 38);
-    CHECK(last_layout < first_kernel);
-    CHECK(forward_first);
+    const Graph laid_copies = lay_out_filters(copies, cuda::conv_node_filter_order);
+    CHECK_NOTHROW(verify(laid_copies));
+    check_placement(laid_copies);
   }
   setenv("KILN_FILTER_LAYOUTS", "0", 1);
   CHECK(test::count_nodes(lay_out_filters(g, cuda::conv_node_filter_order),
@@ -215,20 +218,14 @@ TEST_CASE("filter layouts as the GPU's passes take them: ResNet-18's bf16 step (
 
 TEST_CASE("GPU: convolutions reading laid-out filters give the bits of the passes that copy them") {
   if (!test::have_gpu()) return;
-  struct Layer {
-    std::int64_t channels, filters, kernel, stride, padding;
-  };
-  // The halo form (64 -> 64), the plain pass (64 -> 128), the input gradient by classes of
-  // pixels (stride 2; its filter in the classes' order) and a strided 1 x 1, at batch 128 (the
-  // tensor cores' size rule).
+  // The TMA passes' layers (the input gradient by classes: its filter in the classes' order).
   constexpr std::int64_t batch = 128;
-  for (const Layer l : {Layer{64, 64, 3, 1, 1}, Layer{64, 128, 3, 1, 1}, Layer{64, 128, 3, 2, 1},
-                        Layer{64, 128, 1, 2, 0}}) {
+  for (const test::ConvLayer l : test::tma_conv_layers()) {
     CAPTURE(l.filters);
     CAPTURE(l.stride);
     CAPTURE(l.kernel);
     const Shape x_shape{batch, l.channels, 16, 16};
-    const std::int64_t out = (16 + 2 * l.padding - l.kernel) / l.stride + 1;
+    const std::int64_t out = l.out(16);
     Graph g;
     const Value x = g.input("x", x_shape, DType::bf16);
     const Value w = g.input("w", {l.filters, l.channels, l.kernel, l.kernel}, DType::bf16);
@@ -247,6 +244,28 @@ TEST_CASE("GPU: convolutions reading laid-out filters give the bits of the passe
     const Outputs cpu = test::run_once(g, feeds);
     CHECK(test::closeness(on.at("y"), cpu.at("y"), 4.0 / 256, 4.0 / 256) <= 1.0);
     CHECK(test::closeness(on.at("dx"), cpu.at("dx"), 4.0 / 256, 4.0 / 256) <= 1.0);
+  }
+}
+
+TEST_CASE("GPU: one launch lays out many filters as the CPU does") {
+  if (!test::have_gpu()) return;
+  // 28 filters of 3 x 3 (more than one launch's table holds), of every row and column count.
+  for (FilterLayout layout : {FilterLayout::filters_major, FilterLayout::channels_major}) {
+    Graph g;
+    std::vector<Value> filters;
+    for (std::int64_t i = 0; i < 28; ++i)
+      filters.push_back(g.input("w" + std::to_string(i),
+                                {i < 2 ? 64 * (i + 1) : 3 + i, i < 2 ? 64 : 5 + 2 * i, 3, 3},
+                                DType::bf16));
+    const std::vector<Value> laid = conv_filter_layout(filters, layout, shuffled_taps(9));
+    for (std::size_t i = 0; i < laid.size(); ++i) g.output("a" + std::to_string(i), laid[i]);
+    const std::vector<Feed> feeds = test::random_feeds(g, 23);
+    const Outputs gpu = compile(g, {.device = Device::cuda()})->run(feeds);
+    const Outputs cpu = test::run_once(g, feeds);
+    for (const auto& [name, tensor] : cpu) {
+      CAPTURE(name);
+      test::check_same_bits(gpu.at(name), tensor);
+    }
   }
 }
 #endif

@@ -137,6 +137,19 @@ struct TempDir {
   std::filesystem::path path;
 };
 
+// One convolution layer of a test: its image's channels, its filters, the kernel's side, stride
+// and padding; and the output side of an image `size` pixels square.
+struct ConvLayer {
+  std::int64_t channels, filters, kernel, stride, padding;
+  std::int64_t out(std::int64_t size) const { return (size + 2 * padding - kernel) / stride + 1; }
+};
+// The GPU's TMA passes at batch 128 over 16 x 16 images: the halo form (64 -> 64), the plain
+// pass (64 -> 128), the input gradient by classes of pixels (stride 2) and a strided 1 x 1 (at
+// batch 128 its forward, 128 x 8192 x 64, is at the tensor cores' size rule, mma_min_macs).
+inline std::vector<ConvLayer> tma_conv_layers() {
+  return {{64, 64, 3, 1, 1}, {64, 128, 3, 1, 1}, {64, 128, 3, 2, 1}, {64, 128, 1, 2, 0}};
+}
+
 // How many nodes of op `id` a graph holds.
 inline int count_nodes(const Graph& g, OpId id) {
   int count = 0;

@@ -282,7 +282,8 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
   const ConvClasses taps = tma ? tma->classes : conv_input_gradient_classes(g, false);
   if (!filter_laid_out) {
     const std::int64_t khkw = g.kernel_h * g.kernel_w;
-    nhwc_weights(dtype, w, base + scratch.image, g.out_channels, g.in_channels, khkw, !forward,
+    const FilterLayoutJob job{w, base + scratch.image, g.out_channels, g.in_channels};
+    nhwc_weights(dtype, {&job, 1}, khkw, !forward,
                  conv_filter_taps(forward ? nullptr : &taps, khkw), stream);
   }
   if (tma) {

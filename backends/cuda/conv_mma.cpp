@@ -52,38 +52,55 @@ std::vector<std::int64_t> conv_filter_taps(const ConvClasses* classes, std::int6
   return taps;
 }
 
-void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
-                  std::int64_t in_channels, std::int64_t khkw, bool channels_major,
-                  std::span<const std::int64_t> taps, gpu::Stream stream) {
+void nhwc_weights(DType dtype, std::span<const FilterLayoutJob> jobs, std::int64_t khkw,
+                  bool channels_major, std::span<const std::int64_t> taps, gpu::Stream stream) {
   const std::size_t bytes = dtype_size(dtype);
   const DeviceKernel& k =
       device_kernel(nhwc_weights_name(channels_major, bytes),
                     [channels_major, bytes] { return nhwc_weights_source(channels_major, bytes); });
-  // a is [rows][khkw][cols]; a block moves a chunk of one row's columns through shared memory.
-  const std::int64_t rows = channels_major ? in_channels : out_channels;
-  const std::int64_t cols = channels_major ? out_channels : in_channels;
-  if (rows == 0 || cols == 0 || khkw == 0) return;
-  const std::int64_t chunk =
-      std::clamp<std::int64_t>(kWeightChunkBytes / (khkw * static_cast<std::int64_t>(bytes)), 1,
-                               std::min(cols, kWeightChunkColumns));
-  KILN_CHECK(rows <= 65535 && khkw * static_cast<std::int64_t>(bytes) <= kWeightChunkBytes &&
-                 khkw <= kMaxFilterTaps && rows * cols * khkw < (std::int64_t{1} << 31),
-             "conv: weights [{}, {}, {}] are too large for the channels-last copy", out_channels,
-             in_channels, khkw);
-  KILN_CHECK(static_cast<std::int64_t>(taps.size()) == khkw,
-             "conv: {} taps ordered for a filter of {}", taps.size(), khkw);
+  KILN_CHECK(khkw >= 1 && khkw <= kMaxFilterTaps &&
+                 khkw * static_cast<std::int64_t>(bytes) <= kWeightChunkBytes &&
+                 static_cast<std::int64_t>(taps.size()) == khkw,
+             "conv: a filter of {} taps ({} ordered) is too large for the channels-last copy", khkw,
+             taps.size());
   FilterTaps order{};
   for (std::int64_t t = 0; t < khkw; ++t) {
     const std::int64_t source = taps[static_cast<std::size_t>(t)];
     KILN_CHECK(source >= 0 && source < khkw, "conv: tap {} of a filter of {}", source, khkw);
     order.source[t] = static_cast<int>(source);
   }
-  int r = static_cast<int>(rows), c = static_cast<int>(cols), n_taps = static_cast<int>(khkw),
-      n = static_cast<int>(chunk);
-  void* args[] = {&w, &a, &r, &c, &n_taps, &n, &order};
-  const gpu::Dim3 grid{static_cast<unsigned>((cols + chunk - 1) / chunk),
-                       static_cast<unsigned>(rows), 1};
-  k.kernel.launch(grid, {256, 1, 1}, static_cast<std::size_t>(chunk * khkw) * bytes, stream, args);
+  // A launch for each kMaxFilterCopies filters; a is [rows][khkw][cols], a block moves a chunk
+  // of one row's columns through shared memory.
+  for (std::size_t begin = 0; begin < jobs.size(); begin += kMaxFilterCopies) {
+    FilterCopies copies{};
+    copies.khkw = static_cast<int>(khkw);
+    std::int64_t blocks = 0, widest = 0;
+    for (std::size_t i = begin; i < std::min(jobs.size(), begin + kMaxFilterCopies); ++i) {
+      const FilterLayoutJob& job = jobs[i];
+      const std::int64_t rows = channels_major ? job.in_channels : job.out_channels;
+      const std::int64_t cols = channels_major ? job.out_channels : job.in_channels;
+      if (rows == 0 || cols == 0) continue;
+      const std::int64_t chunk =
+          std::clamp<std::int64_t>(kWeightChunkBytes / (khkw * static_cast<std::int64_t>(bytes)), 1,
+                                   std::min(cols, kWeightChunkColumns));
+      KILN_CHECK(rows * cols * khkw < (std::int64_t{1} << 31),
+                 "conv: weights [{}, {}, {}] are too large for the channels-last copy",
+                 job.out_channels, job.in_channels, khkw);
+      copies.copy[copies.count++] = {job.w,
+                                     job.a,
+                                     static_cast<int>(rows),
+                                     static_cast<int>(cols),
+                                     static_cast<int>(chunk),
+                                     static_cast<int>(blocks)};
+      blocks += rows * ((cols + chunk - 1) / chunk);
+      widest = std::max(widest, chunk);
+    }
+    KILN_CHECK(blocks < (std::int64_t{1} << 31), "conv: {} blocks of filter copies", blocks);
+    if (blocks == 0) continue;
+    void* args[] = {&copies, &order};
+    k.kernel.launch({static_cast<unsigned>(blocks), 1, 1}, {256, 1, 1},
+                    static_cast<std::size_t>(widest * khkw) * bytes, stream, args);
+  }
 }
 
 namespace {

@@ -35,12 +35,17 @@ inline int conv_mma_tile_m(std::int64_t m, std::int64_t n) {
 inline bool conv_nhwc_fits(std::int64_t image_channels, DType dtype) {
   return image_channels % static_cast<std::int64_t>(16 / dtype_size(dtype)) == 0;
 }
-// The channels-last GEMM's A from w[co, ci, kh, kw] (graph/ops.h, conv_filter_layout):
-// [co][tap][ci], or (channels_major, the input gradient) [ci][tap][co], the taps in the order
-// `taps` gives (KH*KW of them, at most kMaxFilterTaps).
-void nhwc_weights(DType dtype, const void* w, void* a, std::int64_t out_channels,
-                  std::int64_t in_channels, std::int64_t khkw, bool channels_major,
-                  std::span<const std::int64_t> taps, gpu::Stream stream);
+// The channels-last GEMM's A from w[co, ci, kh, kw] (graph/ops.h, conv_filter_layout) for each
+// job, filters of one size (KH*KW = khkw, at most kMaxFilterTaps), in one launch a
+// kMaxFilterCopies of them: [co][tap][ci], or (channels_major, the input gradient)
+// [ci][tap][co], the taps in the order `taps` gives.
+struct FilterLayoutJob {
+  const void* w;
+  void* a;
+  std::int64_t out_channels, in_channels;
+};
+void nhwc_weights(DType dtype, std::span<const FilterLayoutJob> jobs, std::int64_t khkw,
+                  bool channels_major, std::span<const std::int64_t> taps, gpu::Stream stream);
 // The order of a filter's taps in that copy: the input gradient's classes' (class_source_tap;
 // one class of stride 1: the filter mirrored), or (classes null, the forward) as stored.
 std::vector<std::int64_t> conv_filter_taps(const ConvClasses* classes, std::int64_t khkw);

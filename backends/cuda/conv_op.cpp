@@ -173,19 +173,22 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
   return e;
 }
 
-// conv_filter_layout (graph/ops.h): the channels-last passes' copy of a filter, as a node.
+// conv_filter_layout (graph/ops.h): the channels-last passes' copies of filters of one size, as
+// a node (one launch a kMaxFilterCopies filters).
 CudaOpEntry filter_layout_entry() {
   CudaOpEntry e;
   e.prepare = [](const LaunchSetup& s) -> Launch {
-    const Shape& w = s.input_types[0].shape;
+    const Shape& first = s.input_types[0].shape;
     const DType dtype = s.input_types[0].dtype;
     const bool channels_major =
         static_cast<FilterLayout>(s.node.attrs.integer("layout")) == FilterLayout::channels_major;
     const std::vector<std::int64_t> taps = s.node.attrs.integers("taps");
-    const void* in = s.inputs[0];
-    void* out = s.outputs[0];
+    std::vector<FilterLayoutJob> jobs;
+    for (std::size_t i = 0; i < s.inputs.size(); ++i)
+      jobs.push_back(
+          {s.inputs[i], s.outputs[i], s.input_types[i].shape[0], s.input_types[i].shape[1]});
     return [=](gpu::Stream st) {
-      nhwc_weights(dtype, in, out, w[0], w[1], w[2] * w[3], channels_major, taps, st);
+      nhwc_weights(dtype, jobs, first[2] * first[3], channels_major, taps, st);
     };
   };
   e.sources = [](const Node& n, const InputTypes& in) {

@@ -1,4 +1,4 @@
-// conv_filter_layout: a convolution's filter in the order the GPU's channels-last tensor-core
+// conv_filter_layout: convolution filters in the order the GPU's channels-last tensor-core
 // passes read it (graph/ops.h), and the attributes by which a convolution node says it reads
 // one. The CPU's layout and its inverse are one walk over the filter's elements.
 #include <fmt/ranges.h>
@@ -104,25 +104,36 @@ void ops::register_conv_filter_op(std::vector<OpDef>& table) {
            .kind = OpKind::layout,
            .arity = 1,
            .attrs = {"layout", "taps"}};
+  op.arity = -1;  // filters of one size and dtype, laid out alike
   op.infer = [](std::span<const TensorType> in, const Attrs& attrs) {
     const char* name = "conv_filter_layout";
-    KILN_CHECK(in[0].shape.rank() == 4, "{}: the filter must be [Cout, Cin, KH, KW] but is {}",
-               name, in[0].str());
+    KILN_CHECK(!in.empty(), "{}: no filter given", name);
+    const FilterLayout layout = layout_from(attrs.integer("layout"), name);
+    std::vector<TensorType> out;
+    for (const TensorType& w : in) {
+      KILN_CHECK(w.shape.rank() == 4 && w.shape[2] == in[0].shape[2] &&
+                     w.shape[3] == in[0].shape[3] && w.dtype == in[0].dtype,
+                 "{}: filter {} is not [Cout, Cin, KH, KW] of the first's size and dtype ({})",
+                 name, w.str(), in[0].str());
+      out.push_back({laid_out_shape(w.shape, layout), w.dtype});
+    }
     check_taps(attrs.integers("taps"), in[0].shape[2] * in[0].shape[3], name);
-    return std::vector<TensorType>{
-        {laid_out_shape(in[0].shape, layout_from(attrs.integer("layout"), name)), in[0].dtype}};
+    return out;
   };
   op.cpu = [](const KernelCall& call) {
     const Attrs& a = call.node.attrs;
-    permute(call.inputs[0], call.outputs[0], call.inputs[0].shape(),
-            layout_from(a.integer("layout"), "conv_filter_layout"), a.integers("taps"), true);
+    for (std::size_t i = 0; i < call.inputs.size(); ++i)
+      permute(call.inputs[i], call.outputs[i], call.inputs[i].shape(),
+              layout_from(a.integer("layout"), "conv_filter_layout"), a.integers("taps"), true);
   };
   op.autocast = AutocastPolicy::follow;
   table.push_back(std::move(op));
 }
 
-Value conv_filter_layout(Value w, FilterLayout layout, const std::vector<std::int64_t>& taps) {
-  return w.graph().apply1(OpId::conv_filter_layout, {w}, layout_attrs(layout, taps));
+std::vector<Value> conv_filter_layout(const std::vector<Value>& filters, FilterLayout layout,
+                                      const std::vector<std::int64_t>& taps) {
+  KILN_CHECK(!filters.empty(), "conv_filter_layout: no filter given");
+  return filters[0].graph().apply(OpId::conv_filter_layout, filters, layout_attrs(layout, taps));
 }
 
 }  // namespace kiln

@@ -1,6 +1,5 @@
 // Two walks: the orders each convolution wants of its filter, then the graph copied with one
-// layout node after each filter's producer (a weight: moved to the front, with its layouts) and
-// the convolutions reading it.
+// layout node after each filter's producer and the convolutions reading it.
 #include "graph/passes/filter_layouts.h"
 
 #include <algorithm>
@@ -27,8 +26,6 @@ Graph lay_out_filters(const Graph& g, const FilterOrderWanted& wants) {
   const auto count = static_cast<std::int32_t>(g.nodes().size());
   std::vector<std::optional<FilterOrder>> wanted(static_cast<std::size_t>(count));
   std::map<std::int32_t, std::vector<LayoutKey>> after;  // producer -> its filters' layouts
-  std::vector<std::int32_t> sources;  // the weights laid out, in their readers' order
-  std::vector<LayoutKey> early;       // their layouts, in their first readers' order
   for (std::int32_t id = 0; id < count; ++id) {
     const Node& n = g.node(id);
     if (!reads_filter(n)) continue;
@@ -37,14 +34,8 @@ Graph lay_out_filters(const Graph& g, const FilterOrderWanted& wants) {
     std::optional<FilterOrder> order = wants(n, inputs);
     if (!order || order->layout == FilterLayout::nchw) continue;
     const LayoutKey key{n.inputs[1], order->layout, order->taps};
-    const std::int32_t producer = n.inputs[1].node;
-    const bool source = g.node(producer).op->kind == OpKind::source;
-    if (source && !after.count(producer)) sources.push_back(producer);
-    std::vector<LayoutKey>& keys = after[producer];
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      keys.push_back(key);
-      if (source) early.push_back(key);
-    }
+    std::vector<LayoutKey>& keys = after[n.inputs[1].node];
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     wanted[static_cast<std::size_t>(id)] = std::move(order);
   }
   if (after.empty()) return g;
@@ -55,12 +46,7 @@ Graph lay_out_filters(const Graph& g, const FilterOrderWanted& wants) {
     return refs[static_cast<std::size_t>(r.node)][static_cast<std::size_t>(r.index)];
   };
   std::map<LayoutKey, ValueRef> laid;  // (filter, layout, taps) -> the layout node's value
-  std::vector<char> done(static_cast<std::size_t>(count), 0);
-  auto lay_out = [&](const LayoutKey& key) {
-    const auto& [filter, layout, taps] = key;
-    laid[key] = conv_filter_layout(out.value(mapped(filter)), layout, taps).ref();
-  };
-  auto emit = [&](std::int32_t id) {
+  for (std::int32_t id = 0; id < count; ++id) {
     const Node& n = g.node(id);
     Node copy = n;
     for (ValueRef& in : copy.inputs) in = mapped(in);
@@ -71,17 +57,13 @@ Graph lay_out_filters(const Graph& g, const FilterOrderWanted& wants) {
     const ValueRef made = out.add_node(std::move(copy));
     for (std::int32_t k = 0; k < static_cast<std::int32_t>(n.outputs.size()); ++k)
       refs[static_cast<std::size_t>(id)].push_back({made.node, k});
-    done[static_cast<std::size_t>(id)] = 1;
     const auto it = after.find(id);
-    if (it == after.end() || n.op->kind == OpKind::source) return;
-    for (const LayoutKey& key : it->second) lay_out(key);
-  };
-  // The weights and their layouts first, in the order of their first readers: the streams'
-  // queues run those copies before any launch that waits on another stream.
-  for (std::int32_t id : sources) emit(id);
-  for (const LayoutKey& key : early) lay_out(key);
-  for (std::int32_t id = 0; id < count; ++id)
-    if (!done[static_cast<std::size_t>(id)]) emit(id);
+    if (it == after.end()) continue;
+    for (const LayoutKey& key : it->second) {
+      const auto& [filter, layout, taps] = key;
+      laid[key] = conv_filter_layout({out.value(mapped(filter))}, layout, taps)[0].ref();
+    }
+  }
   for (const auto& [name, ref] : g.outputs()) out.output(name, out.value(mapped(ref)));
   for (const auto& [var, ref] : g.assignments()) out.assign(var, out.value(mapped(ref)));
   return out;

@@ -352,22 +352,28 @@ __device__ __forceinline__ void conv_mma_nhwc(const T* __restrict__ w, const T* 
                      NhwcStageLoads<T, NT, PIECES, BM, BN, DIL>>(w, xt, y, g);
 }
 
-// A filter w[co, ci, tap] in the order a channels-last GEMM reads it (graph/ops.h,
-// conv_filter_layout): a is [rows][khkw][cols], a[r, t, c] = w[r, c, taps.source[t]] (the
-// forward: rows = co, cols = ci, the taps in order) or, CHANNELS_MAJOR, w[c, r, taps.source[t]]
-// (the input gradient: rows = ci, cols = co, the filter mirrored or its taps by classes,
-// conv_params.h's class_source_tap). A block takes one row's columns [c0, c0 + chunk): it reads
-// their taps into shared memory in the source's order (filters-major: one contiguous run;
-// channels-major: a run of khkw per column), then writes the row's taps column-contiguous, so
-// that both sides of the transpose are coalesced. Grid (column chunks, rows), dynamic shared
-// memory chunk * khkw elements.
+// Filters w[co, ci, tap] in the order a channels-last GEMM reads them (graph/ops.h,
+// conv_filter_layout): each copy's a is [rows][khkw][cols], a[r, t, c] = w[r, c, taps.source[t]]
+// (the forward: rows = co, cols = ci, the taps in order) or, CHANNELS_MAJOR, w[c, r,
+// taps.source[t]] (the input gradient: rows = ci, cols = co, the filter mirrored or its taps by
+// classes, conv_params.h's class_source_tap). A block takes one row's columns [c0, c0 + chunk)
+// of one copy (blocks from copy.first_block on, chunks of a row in turn): it reads their taps
+// into shared memory in the source's order (filters-major: one contiguous run; channels-major: a
+// run of khkw per column), then writes the row's taps column-contiguous, so that both sides of
+// the transpose are coalesced. A one-dimensional grid; dynamic shared memory the largest chunk *
+// khkw elements.
 template <typename U, bool CHANNELS_MAJOR>
-__device__ __forceinline__ void nhwc_weights(const U* __restrict__ w, U* __restrict__ a, int rows,
-                                             int cols, int khkw, int chunk,
-                                             const FilterTaps& order) {
+__device__ __forceinline__ void nhwc_weights(const FilterCopies& copies, const FilterTaps& order) {
   extern __shared__ __align__(16) unsigned char weights_smem[];
   U* taps = reinterpret_cast<U*>(weights_smem);  // [column - c0][tap], as w holds them
-  const int r = blockIdx.y, c0 = blockIdx.x * chunk, n = min(chunk, cols - c0);
+  int e = 0;
+  while (e + 1 < copies.count && (int)blockIdx.x >= copies.copy[e + 1].first_block) ++e;
+  const FilterCopy& f = copies.copy[e];
+  const U* __restrict__ w = static_cast<const U*>(f.w);
+  U* __restrict__ a = static_cast<U*>(f.a);
+  const int rows = f.rows, cols = f.cols, khkw = copies.khkw;
+  const int chunks = (cols + f.chunk - 1) / f.chunk, local = blockIdx.x - f.first_block;
+  const int r = local / chunks, c0 = (local - r * chunks) * f.chunk, n = min(f.chunk, cols - c0);
   for (int i = threadIdx.x; i < n * khkw; i += blockDim.x) {
     const int cc = i / khkw, tap = i - cc * khkw;
     taps[i] = CHANNELS_MAJOR ? w[((long long)(c0 + cc) * rows + r) * khkw + tap]
@@ -392,8 +398,7 @@ extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
 #endif
 #ifdef KILN_NHWC_WEIGHTS
 extern "C" __global__ void __launch_bounds__(256)
-    KILN_NHWC_WEIGHTS(const KILN_U* __restrict__ w, KILN_U* __restrict__ a, int rows, int cols,
-                      int khkw, int chunk, kiln::cuda::FilterTaps taps) {
-  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(w, a, rows, cols, khkw, chunk, taps);
+    KILN_NHWC_WEIGHTS(kiln::cuda::FilterCopies copies, kiln::cuda::FilterTaps taps) {
+  kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(copies, taps);
 }
 #endif

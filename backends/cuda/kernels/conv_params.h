@@ -79,5 +79,20 @@ struct FilterTaps {
   int source[kMaxFilterTaps];
 };
 static_assert(sizeof(FilterTaps) == kMaxFilterTaps * 4, "FilterTaps: 32-bit taps, no padding");
+// Filters of one size copied so in one launch: each copy's filter w and its layout a, rows x
+// cols of them (the layout's rows: filters or input channels), a block a chunk of one row's
+// columns, the copy's blocks from first_block on.
+constexpr int kMaxFilterCopies = 24;
+struct FilterCopy {
+  const void* w;
+  void* a;
+  int rows, cols, chunk, first_block;
+};
+struct FilterCopies {
+  int count, khkw;
+  FilterCopy copy[kMaxFilterCopies];
+};
+static_assert(sizeof(FilterCopy) == 32 && sizeof(FilterCopies) == 8 + kMaxFilterCopies * 32,
+              "FilterCopies: no padding");
 
 }  // namespace kiln::cuda
