@@ -253,9 +253,7 @@ TEST_CASE(
   // The TMA passes' layers; the weight gradients' MN-major dy.
   constexpr std::int64_t batch = 128;
   for (const test::ConvLayer l : test::tma_conv_layers()) {
-    CAPTURE(l.filters);
-    CAPTURE(l.stride);
-    CAPTURE(l.kernel);
+    CAPTURE(l);
     const Shape x_shape{batch, l.channels, 16, 16};
     const std::int64_t out = l.out(16);
     const kernels::ConvGeometry geometry = kernels::conv_geometry(

@@ -221,9 +221,7 @@ TEST_CASE("GPU: convolutions reading laid-out filters give the bits of the passe
   // The TMA passes' layers (the input gradient by classes: its filter in the classes' order).
   constexpr std::int64_t batch = 128;
   for (const test::ConvLayer l : test::tma_conv_layers()) {
-    CAPTURE(l.filters);
-    CAPTURE(l.stride);
-    CAPTURE(l.kernel);
+    CAPTURE(l);
     const Shape x_shape{batch, l.channels, 16, 16};
     const std::int64_t out = l.out(16);
     Graph g;

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,10 @@ struct ConvLayer {
   std::int64_t channels, filters, kernel, stride, padding;
   std::int64_t out(std::int64_t size) const { return (size + 2 * padding - kernel) / stride + 1; }
 };
+inline std::ostream& operator<<(std::ostream& os, const ConvLayer& l) {
+  return os << l.channels << " -> " << l.filters << ", " << l.kernel << "x" << l.kernel
+            << " stride " << l.stride << " padding " << l.padding;
+}
 // The GPU's TMA passes at batch 128 over 16 x 16 images: the halo form (64 -> 64), the plain
 // pass (64 -> 128), the input gradient by classes of pixels (stride 2) and a strided 1 x 1 (at
 // batch 128 its forward, 128 x 8192 x 64, is at the tensor cores' size rule, mma_min_macs).
