@@ -285,7 +285,8 @@ std::string Writer::finish_kernel(std::int64_t outputs, std::int64_t splits, int
                             pointer_type(g_.row_outputs[w].type.dtype), w);
   }
   std::string out = fmt::format(
-      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}{}) {{\n",
+      "extern \"C\" __global__ void KERNEL_finish(const T* __restrict__ partial{}{}) {{\n"
+      "  KILN_AFTER_PRIOR_GRIDS();\n",
       launched ? ", const long long splits" : "", params);
   out += fmt::format("  const long long n_out = {}LL;\n", outputs);
   if (!launched) out += fmt::format("  const long long splits = {}LL;\n", splits);

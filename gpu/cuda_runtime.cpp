@@ -2,8 +2,10 @@
 // management API (cudaLibraryLoadData, cudaLibraryGetKernel; CUDA 12+).
 #include "gpu/cuda_runtime.h"
 
+#include <atomic>
 #include <utility>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "gpu/cuda_check.h"
@@ -71,6 +73,20 @@ JitTarget current_target() {
   return JitTarget{10 * major + minor};
 }
 
+namespace {
+std::atomic<bool>& programmatic_switch() {
+  static std::atomic<bool> on{env_switch_on("KILN_PROGRAMMATIC_LAUNCH")};
+  return on;
+}
+}  // namespace
+
+bool programmatic_launches() { return programmatic_switch().load(std::memory_order_relaxed); }
+void set_programmatic_launches(bool on) { programmatic_switch().store(on); }
+
+LoadedKernel::LoadedKernel(const CompiledKernel& kernel) : LoadedKernel(kernel.cubin, kernel.name) {
+  after_prior_grids_ = kernel.after_prior_grids && current_target().sm >= 90;
+}
+
 LoadedKernel::LoadedKernel(const std::vector<char>& cubin, const std::string& name) : name_(name) {
   KILN_CHECK(!cubin.empty(), "cannot load kernel '{}': its CUBIN is empty", name);
   cudaLibrary_t library = nullptr;
@@ -95,6 +111,7 @@ LoadedKernel::~LoadedKernel() { unload(); }
 
 LoadedKernel::LoadedKernel(LoadedKernel&& other) noexcept
     : name_(std::move(other.name_)),
+      after_prior_grids_(other.after_prior_grids_),
       library_(std::exchange(other.library_, nullptr)),
       kernel_(std::exchange(other.kernel_, nullptr)) {}
 
@@ -102,6 +119,7 @@ LoadedKernel& LoadedKernel::operator=(LoadedKernel&& other) noexcept {
   if (this == &other) return *this;
   unload();
   name_ = std::move(other.name_);
+  after_prior_grids_ = other.after_prior_grids_;
   library_ = std::exchange(other.library_, nullptr);
   kernel_ = std::exchange(other.kernel_, nullptr);
   return *this;
@@ -120,9 +138,15 @@ void LoadedKernel::unload() noexcept {
   }
 }
 
+bool LoadedKernel::programmatic() const { return after_prior_grids_ && programmatic_launches(); }
+
 void LoadedKernel::launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
                           void** args) const {
   KILN_CHECK(kernel_ != nullptr, "launch of kernel '{}', which was moved from", name_);
+  if (programmatic()) {
+    launch_with(grid, block, shared_bytes, stream, args, nullptr, "programmatic");
+    return;
+  }
   const cudaError_t status =
       cudaLaunchKernel(as_func(kernel_), to_dim3(grid), to_dim3(block), args, shared_bytes, stream);
   if (status != cudaSuccess)
@@ -135,7 +159,7 @@ void LoadedKernel::launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Strea
 }
 
 void LoadedKernel::launch_with(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
-                               void** args, const cudaLaunchAttribute_st& attribute,
+                               void** args, const cudaLaunchAttribute_st* attribute,
                                const char* what) const {
   KILN_CHECK(kernel_ != nullptr, "launch of kernel '{}', which was moved from", name_);
   cudaLaunchConfig_t config{};
@@ -143,9 +167,15 @@ void LoadedKernel::launch_with(Dim3 grid, Dim3 block, std::size_t shared_bytes, 
   config.blockDim = to_dim3(block);
   config.dynamicSmemBytes = shared_bytes;
   config.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attributes[] = {attribute};
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (attribute != nullptr) attributes[count++] = *attribute;
+  if (programmatic() && (attribute == nullptr || attribute->id != cudaLaunchAttributeCooperative)) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
   config.attrs = attributes;
-  config.numAttrs = 1;
+  config.numAttrs = count;
   const cudaError_t status = cudaLaunchKernelExC(&config, as_func(kernel_), args);
   if (status != cudaSuccess)
     throw_cuda_error(
@@ -161,7 +191,7 @@ void LoadedKernel::launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_
   cudaLaunchAttribute cooperative{};
   cooperative.id = cudaLaunchAttributeCooperative;
   cooperative.val.cooperative = 1;
-  launch_with(grid, block, shared_bytes, stream, args, cooperative, "cooperative");
+  launch_with(grid, block, shared_bytes, stream, args, &cooperative, "cooperative");
 }
 
 void LoadedKernel::launch_clusters(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
@@ -174,7 +204,7 @@ void LoadedKernel::launch_clusters(Dim3 grid, Dim3 block, std::size_t shared_byt
   cluster.val.clusterDim.x = cluster_x;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
-  launch_with(grid, block, shared_bytes, stream, args, cluster, "clusters");
+  launch_with(grid, block, shared_bytes, stream, args, &cluster, "clusters");
 }
 
 void LoadedKernel::set_max_dynamic_shared_bytes(int bytes) {

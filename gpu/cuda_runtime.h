@@ -44,6 +44,12 @@ std::optional<PlanTarget> plan_target();
 // before the backend's first choice (its answers are kept).
 void assume_plan_target(int sm, int sms);
 
+// Whether launches of kernels that begin with KILN_AFTER_PRIOR_GRIDS() are programmatic
+// (gpu/kernel_source.h) on an sm_90 or later device: on unless KILN_PROGRAMMATIC_LAUNCH=0;
+// set_programmatic_launches turns them on or off for the launches that follow (A/B tests).
+bool programmatic_launches();
+void set_programmatic_launches(bool on);
+
 // What the compiler made of a kernel (cudaFuncGetAttributes), for occupancy reports.
 struct KernelAttributes {
   int registers_per_thread = 0;
@@ -60,7 +66,9 @@ struct KernelAttributes {
 class LoadedKernel {
  public:
   LoadedKernel(const std::vector<char>& cubin, const std::string& name);
-  explicit LoadedKernel(const CompiledKernel& kernel) : LoadedKernel(kernel.cubin, kernel.name) {}
+  // A kernel whose source begins every __global__ function with KILN_AFTER_PRIOR_GRIDS() is
+  // launched programmatically where programmatic_launches() allows it (launch, launch_clusters).
+  explicit LoadedKernel(const CompiledKernel& kernel);
   ~LoadedKernel();
   LoadedKernel(LoadedKernel&& other) noexcept;
   LoadedKernel& operator=(LoadedKernel&& other) noexcept;
@@ -69,9 +77,12 @@ class LoadedKernel {
 
   // Launches asynchronously on `stream`; args[i] points at the i-th kernel parameter.
   // A launch error throws kiln::Error; errors inside the kernel surface at the next sync.
+  // Programmatic (the constructor above) where the kernel allows it; captured in a CUDA graph,
+  // such a launch's edge from the kernel ahead of it is a programmatic one.
   void launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args) const;
   // As launch, but cooperative: every block is resident at once (or the launch fails), so
-  // blocks may wait for each other (a grid-wide barrier). Capturable in a CUDA graph.
+  // blocks may wait for each other (a grid-wide barrier). Capturable in a CUDA graph. Never
+  // programmatic.
   void launch_cooperative(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream,
                           void** args) const;
   // As launch, in clusters of cluster_x consecutive blocks along x (sm_90: blocks placed
@@ -86,10 +97,13 @@ class LoadedKernel {
 
  private:
   void unload() noexcept;
+  // `attribute` and, where the kernel allows it, the programmatic one.
   void launch_with(Dim3 grid, Dim3 block, std::size_t shared_bytes, Stream stream, void** args,
-                   const cudaLaunchAttribute_st& attribute, const char* what) const;
+                   const cudaLaunchAttribute_st* attribute, const char* what) const;
+  bool programmatic() const;
 
   std::string name_;
+  bool after_prior_grids_ = false;  // the source's flag, on an sm_90 or later device
   CUlib_st* library_ = nullptr;
   CUkern_st* kernel_ = nullptr;
 };

@@ -171,6 +171,7 @@ std::vector<CompiledKernel> KernelCache::get_or_compile(const std::vector<Kernel
   std::map<Digest, Request> requests;  // one per distinct key: a repeated source is compiled once
   for (std::size_t i = 0; i < sources.size(); ++i) {
     results[i].name = sources[i].name;
+    results[i].after_prior_grids = sources[i].after_prior_grids;
     const Digest key = kernel_cache_key(sources[i], target);
     auto [it, added] = requests.try_emplace(key, Request{&sources[i], key, {}});
     it->second.slots.push_back(i);

@@ -44,10 +44,14 @@ std::optional<TuningRecord> find_tuning(const std::string&, const std::vector<st
   return std::nullopt;
 }
 std::vector<TuningRecord> tuning_decisions() { return {}; }
+bool programmatic_launches() { return false; }
+void set_programmatic_launches(bool) {}
 
 LoadedKernel::LoadedKernel(const std::vector<char>&, const std::string& name) : name_(name) {
   throw_no_cuda(fmt::format("cannot load kernel '{}'", name));
 }
+LoadedKernel::LoadedKernel(const CompiledKernel& kernel)
+    : LoadedKernel(kernel.cubin, kernel.name) {}
 LoadedKernel::~LoadedKernel() = default;
 LoadedKernel::LoadedKernel(LoadedKernel&& other) noexcept = default;
 LoadedKernel& LoadedKernel::operator=(LoadedKernel&& other) noexcept = default;

@@ -331,6 +331,29 @@ const FusedGroup& group_at(const Graph& fused, std::int32_t node) {
 
 }  // namespace
 
+// Generated kernels may be launched programmatically (gpu/kernel_source.h): the main kernel, a
+// split reduction's finisher and a horizontal launch's kernel each begin with
+// KILN_AFTER_PRIOR_GRIDS(), whose definition the source carries.
+TEST_CASE("every generated kernel of LeNet's Adam step begins with KILN_AFTER_PRIOR_GRIDS()") {
+  const Graph fused = fuse(eliminate_dead_code(lenet_step(64, true)));
+  int finishers = 0, kernels = 0;
+  for (const auto& group : groups_of(fused)) {
+    const CudaKernelSource k = generate_cuda(*group);
+    CAPTURE(k.source);
+    CHECK(k.source.find(gpu::after_prior_grids_definition()) != std::string::npos);
+    CHECK(test::kernels_after_prior_grids(k.source) == (k.finish_name.empty() ? 1 : 2));
+    finishers += !k.finish_name.empty();
+    ++kernels;
+  }
+  CHECK(finishers >= 1);
+  CHECK(kernels >= 15);
+  const std::vector<HorizontalLaunch> launches = horizontal_of(fused);
+  REQUIRE(!launches.empty());
+  for (const HorizontalLaunch& h : launches)
+    CHECK(test::kernels_after_prior_grids(
+              generate_cuda_horizontal(group_at(fused, h.nodes.front())).source) == 1);
+}
+
 TEST_CASE(
     "golden: the horizontal kernel of LeNet's SGD updates walks a segment table and runs each "
     "group's own instruction lines") {

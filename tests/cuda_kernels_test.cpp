@@ -43,6 +43,7 @@
 #include "graph/op_table.h"
 #include "kiln_kernel_files.h"
 #include "tests/cuda_kernels_support.h"
+#include "tests/support.h"
 
 namespace kiln {
 using namespace cuda_test;  // NOLINT: the shared test helpers
@@ -92,7 +93,9 @@ TEST_CASE("every entry of every embedded kernel file is a compiled kernel source
       const std::size_t begin = at + 8, end = text.find('\n', begin);
       const std::string entry = text.substr(begin, end - begin);
       const bool used = std::any_of(sources.begin(), sources.end(), [&](const auto& s) {
-        return s.code.rfind("#define " + entry + " " + s.name + "\n", 0) == 0;
+        return s.code.rfind(
+                   gpu::after_prior_grids_definition() + "#define " + entry + " " + s.name + "\n",
+                   0) == 0;
       });
       CHECK_MESSAGE(used, file.path << ": entry " << entry << " is no kernel's");
       ++entries;
@@ -100,6 +103,17 @@ TEST_CASE("every entry of every embedded kernel file is a compiled kernel source
   }
   CHECK(entries >= 20);
   MESSAGE(entries << " entries in " << std::size(cuda::kernel_files::all) << " embedded files");
+}
+
+// Every hand-written kernel may be launched programmatically (gpu/kernel_source.h): each entry of
+// every source begins with KILN_AFTER_PRIOR_GRIDS(), whose definition the source carries.
+TEST_CASE("every hand-written kernel begins with KILN_AFTER_PRIOR_GRIDS() and says so") {
+  for (const gpu::KernelSource& s : cuda::all_kernel_sources()) {
+    CAPTURE(s.name);
+    CHECK(s.after_prior_grids);
+    CHECK(s.code.rfind(gpu::after_prior_grids_definition(), 0) == 0);
+    CHECK(test::kernels_after_prior_grids(s.code) >= 1);
+  }
 }
 
 TEST_CASE("cuBLAS status names and the TF32 switch") {

@@ -18,13 +18,16 @@
 #include "graph/nn/functional.h"
 #include "graph/op.h"
 #include "graph/ops.h"
+#include "graph/optim.h"
 
 namespace kiln::test {
 
 // A classifier's training step in `g`: the cross-entropy of model(x) (input "x" of `x_shape`)
-// against input "labels", as output "loss", and the gradient of every parameter as "grad<k>".
+// against input "labels", as output "loss", and the gradient of every parameter as "grad<k>";
+// with an optimizer, its update of the parameters too (assignments).
 template <class Model>
-void add_classifier_step(Graph& g, Model& model, const Shape& x_shape) {
+void add_classifier_step(Graph& g, Model& model, const Shape& x_shape,
+                         Optimizer* optimizer = nullptr) {
   const Value loss =
       cross_entropy(model(g.input("x", x_shape)), g.input("labels", {x_shape[0]}, DType::i64));
   std::vector<Value> params;
@@ -32,6 +35,7 @@ void add_classifier_step(Graph& g, Model& model, const Shape& x_shape) {
   const std::vector<Value> grads = grad(loss, params);
   g.output("loss", loss);
   for (std::size_t k = 0; k < grads.size(); ++k) g.output("grad" + std::to_string(k), grads[k]);
+  if (optimizer != nullptr) optimizer->append_update(g, model.parameters(), grads);
 }
 
 // Batch norm's backward sums over (N, H, W) as graph outputs "sum_dy", "sum_dy_xhat" and
@@ -160,6 +164,27 @@ inline int count_nodes(const Graph& g, OpId id) {
   int count = 0;
   for (const Node& n : g.nodes()) count += n.op->id == id;
   return count;
+}
+
+// The `extern "C" __global__` functions of a kernel source; each must begin with
+// KILN_AFTER_PRIOR_GRIDS() (gpu/kernel_source.h), before anything touches global memory.
+inline int kernels_after_prior_grids(const std::string& code) {
+  const std::string global = "extern \"C\" __global__";
+  int kernels = 0;
+  for (std::size_t at = code.find(global); at != std::string::npos;
+       at = code.find(global, at + 1)) {
+    int depth = 0;  // the body's brace: the first at parenthesis depth 0 (after the parameters)
+    std::size_t body = at;
+    for (; body < code.size() && !(code[body] == '{' && depth == 0); ++body)
+      depth += code[body] == '(' ? 1 : code[body] == ')' ? -1 : 0;
+    const std::size_t first = code.find_first_not_of(" \n", body + 1);
+    const bool begins =
+        first != std::string::npos && code.compare(first, 25, "KILN_AFTER_PRIOR_GRIDS();") == 0;
+    CHECK_MESSAGE(begins, "a kernel does not begin with KILN_AFTER_PRIOR_GRIDS(): " << code.substr(
+                              at, body + 40 - at));
+    ++kernels;
+  }
+  return kernels;
 }
 
 // Two tensors of one shape with the same values, element by element.

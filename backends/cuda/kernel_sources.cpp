@@ -12,9 +12,11 @@ namespace kiln::cuda {
 
 gpu::KernelSource embedded_kernel(const std::string& name, const char* file_text,
                                   const std::string& entry, const KernelDefines& defines) {
-  std::string code = "#define " + entry + " " + name + "\n";
+  std::string code = gpu::after_prior_grids_definition() + "#define " + entry + " " + name + "\n";
   for (const auto& [key, value] : defines) code += "#define " + key + " " + value + "\n";
-  return {name, code + file_text, {}};
+  gpu::KernelSource source{name, code + file_text, {}};
+  source.after_prior_grids = true;  // every kernels/*.cuh entry begins with it
+  return source;
 }
 
 const char* cuda_type_name(DType dtype) {

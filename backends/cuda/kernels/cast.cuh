@@ -51,6 +51,7 @@ struct F16Storage {
 #ifdef KILN_CAST
 extern "C" __global__ void KILN_CAST(const KILN_FROM::T* __restrict__ x, KILN_TO::T* __restrict__ y,
                                      long long n) {
+  KILN_AFTER_PRIOR_GRIDS();
   KILN_FOR_EACH_ITEM(i, n) y[i] = KILN_TO::store(KILN_FROM::load(x[i]));
 }
 #endif

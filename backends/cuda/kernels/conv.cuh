@@ -92,6 +92,7 @@ __device__ __forceinline__ void splitk_sum(const typename Wide<T>::type* __restr
 #ifdef KILN_IM2COL
 extern "C" __global__ void KILN_IM2COL(const KILN_T* __restrict__ x, KILN_T* __restrict__ col,
                                        kiln::cuda::ConvShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::im2col(x, col, g);
 }
 #endif
@@ -99,6 +100,7 @@ extern "C" __global__ void KILN_IM2COL(const KILN_T* __restrict__ x, KILN_T* __r
 #ifdef KILN_COL2IM
 extern "C" __global__ void KILN_COL2IM(const kiln::cuda::Wide<KILN_T>::type* __restrict__ col,
                                        KILN_T* __restrict__ x, kiln::cuda::ConvShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::col2im(col, x, g);
 }
 #endif
@@ -107,6 +109,7 @@ extern "C" __global__ void KILN_COL2IM(const kiln::cuda::Wide<KILN_T>::type* __r
 extern "C" __global__ void KILN_SPLITK_SUM(const kiln::cuda::Wide<KILN_T>::type* __restrict__ part,
                                            KILN_T* __restrict__ out, int mn, int splits,
                                            int lanes) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::splitk_sum(part, out, mn, splits, lanes);
 }
 #endif
@@ -117,6 +120,7 @@ extern "C" __global__ void KILN_SPLITK_SUM(const kiln::cuda::Wide<KILN_T>::type*
 extern "C" __global__ void KILN_CONV_BIAS(KILN_T* __restrict__ y, const KILN_T* __restrict__ bias,
                                           long long plane, long long channels, long long n,
                                           int relu) {
+  KILN_AFTER_PRIOR_GRIDS();
   typedef kiln::cuda::Wide<KILN_T>::type W;
   KILN_FOR_EACH_ITEM(i, n) {
     W v = (W)y[i] + (W)bias[(i / plane) % channels];
@@ -134,6 +138,7 @@ extern "C" __global__ void KILN_CONV_BIAS(KILN_T* __restrict__ y, const KILN_T* 
 extern "C" __global__ void KILN_CONV_MOMENTS(const KILN_T* __restrict__ y,
                                              float* __restrict__ moments, long long plane,
                                              long long channels, long long pixels, long long runs) {
+  KILN_AFTER_PRIOR_GRIDS();
   typedef kiln::cuda::Wide<KILN_T>::type W;
   KILN_FOR_EACH_ITEM(i, channels * runs) {
     const long long c = i / runs, t = i - c * runs, first = t * 64;

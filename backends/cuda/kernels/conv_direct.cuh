@@ -93,6 +93,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     KILN_CONV_DIRECT(const KILN_T* __restrict__ x, const KILN_T* __restrict__ wt,
                      KILN_T* __restrict__ y, int h, int w, int pad, int oh, int ow, int co, int th,
                      int tiles, int rows, int cols, int flags) {
+  KILN_AFTER_PRIOR_GRIDS();
   constexpr int C = KILN_DIRECT_C, KH = KILN_DIRECT_KH, KW = KILN_DIRECT_KW, S = KILN_DIRECT_S;
   constexpr int F = KILN_DIRECT_F;
   constexpr int P = KILN_DIRECT_P, TAPS = C * KH * KW, RUN = KILN_DIRECT_RUN(S, KW);
@@ -185,6 +186,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     KILN_CONV_DIRECT_MMA(const KILN_T* __restrict__ x, const KILN_T* __restrict__ wt,
                          KILN_T* __restrict__ y, int h, int w, int pad, int oh, int ow, int co,
                          int th, int tiles, int rows, int cols, int flags) {
+  KILN_AFTER_PRIOR_GRIDS();
   typedef KILN_T T;
   constexpr int C = KILN_DIRECT_C, KH = KILN_DIRECT_KH, KW = KILN_DIRECT_KW, S = KILN_DIRECT_S;
   constexpr int K = C * KH * KW, KS = (K + 15) / 16, AP = KS * 16 + 8, SP = 40;

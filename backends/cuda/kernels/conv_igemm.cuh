@@ -307,6 +307,7 @@ extern "C" __global__ void __launch_bounds__(KILN_THREADS)
     KILN_CONV_IGEMM(const KILN_T* __restrict__ a, const KILN_T* __restrict__ img,
                     KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g,
                     kiln::cuda::ConvClasses classes) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_igemm<KILN_T, KILN_OT, KILN_MODE, KILN_BM, KILN_BN, KILN_KG, KILN_KS, KILN_TK,
                          KILN_TM, KILN_TN>(a, img, out, g, classes);
 }

@@ -350,6 +350,7 @@ __device__ __forceinline__ void conv_mma_forward(const T* __restrict__ w, const 
 extern "C" __global__ void __launch_bounds__(2 * KILN_BM)
     KILN_CONV_MMA(const KILN_T* __restrict__ w, const KILN_T* __restrict__ x,
                   KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_mma_forward<KILN_T, KILN_BM, KILN_VEC_A, KILN_FLIP, KILN_DIL>(w, x, y, g);
 }
 #endif

@@ -392,6 +392,7 @@ __device__ __forceinline__ void nhwc_weights(const FilterCopies& copies, const F
 extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
     KILN_CONV_NHWC(const KILN_T* __restrict__ w, const KILN_T* __restrict__ xt,
                    KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_mma_nhwc<KILN_T, KILN_BM, KILN_BN, KILN_WM, KILN_WN, KILN_PIECES, KILN_STAGES,
                             KILN_DIL, KILN_SPLIT>(w, xt, y, g);
 }
@@ -399,6 +400,7 @@ extern "C" __global__ void __launch_bounds__(32 * KILN_WM * KILN_WN)
 #ifdef KILN_NHWC_WEIGHTS
 extern "C" __global__ void __launch_bounds__(256)
     KILN_NHWC_WEIGHTS(kiln::cuda::FilterCopies copies, kiln::cuda::FilterTaps taps) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::nhwc_weights<KILN_U, KILN_FLIP>(copies, taps);
 }
 #endif

@@ -85,6 +85,7 @@ __device__ __forceinline__ void conv_wgmma(const T* __restrict__ w, const T* __r
 extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64))
     KILN_CONV_WGMMA(const KILN_T* __restrict__ w, const KILN_T* __restrict__ xt,
                     KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_wgmma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_DIL>(w, xt, y, g);
 }
 #endif

@@ -329,6 +329,7 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64) * KILN_TEAMS +
                         const __grid_constant__ kiln::cuda::TmaDescriptor image,
                         KILN_T* __restrict__ y, float* __restrict__ moments,
                         kiln::cuda::ConvGemmShape g, kiln::cuda::ConvClasses classes, int staging) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_wgmma_tma<KILN_T, KILN_BM, KILN_BN, KILN_STAGES, KILN_TEAMS, KILN_SPLIT,
                              KILN_MOMENTS != 0, KILN_CLASSES>(&filters, &image, y, moments, g,
                                                               classes, staging);

@@ -119,6 +119,7 @@ extern "C" __global__ void __launch_bounds__(288)
     KILN_CONV_WGMMA_TMA_HALO(const __grid_constant__ kiln::cuda::TmaDescriptor filters,
                              const __grid_constant__ kiln::cuda::TmaDescriptor image,
                              KILN_T* __restrict__ y, kiln::cuda::ConvGemmShape g, int staging) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_wgmma_tma_halo<KILN_T, KILN_BN>(&filters, &image, y, g, staging);
 }
 #endif

@@ -100,6 +100,7 @@ __device__ __forceinline__ void conv_wgmma_grad_weight(const T* __restrict__ dy,
 extern "C" __global__ void __launch_bounds__(128 * (KILN_BM / 64))
     KILN_CONV_WGMMA_WGRAD(const KILN_T* __restrict__ dy, const KILN_T* __restrict__ x,
                           KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_wgmma_grad_weight<KILN_T, KILN_OT, KILN_BM, KILN_BN, KILN_VEC_A, KILN_VEC_B>(
       dy, x, out, g);
 }

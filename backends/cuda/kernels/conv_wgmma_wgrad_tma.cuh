@@ -285,6 +285,7 @@ extern "C" __global__ void __launch_bounds__(KILN_HALO > 0 ? 416 : 128 * (KILN_B
                               const __grid_constant__ kiln::cuda::TmaDescriptor xt,
                               const __grid_constant__ kiln::cuda::TmaDescriptor centre,
                               float* __restrict__ out, kiln::cuda::ConvGemmShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_wgmma_wgrad_tma<KILN_T, KILN_BM, KILN_NA, KILN_STAGES, KILN_AR, KILN_WIDE,
                                    KILN_DY_NHWC, KILN_BR, KILN_HALO>(&dy, &xt, &centre, out, g);
 }
@@ -294,6 +295,7 @@ extern "C" __global__ void __launch_bounds__(KILN_HALO > 0 ? 416 : 128 * (KILN_B
 extern "C" __global__ void __launch_bounds__(256)
     KILN_WGRAD_TAP_SUM(const float* __restrict__ part, KILN_T* __restrict__ dw, int m, int n,
                        int khkw, int splits, int groups) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::wgrad_tap_sum(part, dw, m, n, khkw, splits, groups);
 }
 #endif

@@ -158,6 +158,7 @@ extern "C" __global__ void KILN_GATHER_ROWS(const KILN_T* __restrict__ table,
                                             KILN_T* __restrict__ out, long long count,
                                             long long width, long long rows,
                                             unsigned long long* __restrict__ status) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::gather_rows(table, idx, out, count, width, rows, status);
 }
 #endif
@@ -168,6 +169,7 @@ extern "C" __global__ void KILN_SCATTER_ADD_ROWS(const KILN_T* __restrict__ x,
                                                  KILN_T* __restrict__ out, long long count,
                                                  long long width, long long rows,
                                                  unsigned long long* __restrict__ status) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::scatter_add_rows(x, idx, out, count, width, rows, status);
 }
 #endif
@@ -177,6 +179,7 @@ extern "C" __global__ void KILN_SCATTER_SORT(const KILN_I* __restrict__ idx, lon
                                              int rows, int* __restrict__ order,
                                              int* __restrict__ starts,
                                              unsigned long long* __restrict__ status) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::scatter_sort(idx, count, rows, order, starts, status);
 }
 #endif
@@ -187,6 +190,7 @@ extern "C" __global__ void KILN_SCATTER_SEGMENTS(const KILN_T* __restrict__ x,
                                                  const int* __restrict__ starts,
                                                  KILN_T* __restrict__ out, long long width,
                                                  int rows) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::scatter_segments(x, order, starts, out, width, rows);
 }
 #endif
@@ -194,6 +198,7 @@ extern "C" __global__ void KILN_SCATTER_SEGMENTS(const KILN_T* __restrict__ x,
 #ifdef KILN_INDEX_FINISH
 extern "C" __global__ void KILN_INDEX_FINISH(const KILN_I* __restrict__ idx, long long rows,
                                              unsigned long long* __restrict__ status) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::index_finish(idx, rows, status);
 }
 #endif

@@ -75,6 +75,7 @@ extern "C" __global__ void __launch_bounds__(kiln::cuda::kLayerNormThreads)
     KILN_LAYER_NORM_FORWARD(const KILN_T* __restrict__ x, KILN_T* __restrict__ y,
                             KILN_T* __restrict__ mean, KILN_T* __restrict__ rstd, long long rows,
                             int d, kiln::cuda::Wide<KILN_T>::type eps) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::layer_norm_forward(x, y, mean, rstd, rows, d, eps);
 }
 #endif
@@ -84,6 +85,7 @@ extern "C" __global__ void __launch_bounds__(kiln::cuda::kLayerNormThreads)
     KILN_LAYER_NORM_BACKWARD(const KILN_T* __restrict__ dy, const KILN_T* __restrict__ x,
                              const KILN_T* __restrict__ mean, const KILN_T* __restrict__ rstd,
                              KILN_T* __restrict__ dx, long long rows, int d) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::layer_norm_backward(dy, x, mean, rstd, dx, rows, d);
 }
 #endif

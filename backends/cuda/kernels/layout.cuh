@@ -77,6 +77,7 @@ __device__ __forceinline__ void one_hot_finish(const L* __restrict__ labels,
 #ifdef KILN_TRANSPOSE
 extern "C" __global__ void KILN_TRANSPOSE(const KILN_U* __restrict__ x, KILN_U* __restrict__ y,
                                           kiln::cuda::TransposeShape s, long long n) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::transpose(x, y, s, n);
 }
 #endif
@@ -85,6 +86,7 @@ extern "C" __global__ void KILN_TRANSPOSE(const KILN_U* __restrict__ x, KILN_U* 
 extern "C" __global__ void KILN_CONCAT(kiln::cuda::ConcatPieces p, KILN_U* __restrict__ out,
                                        long long outer, long long row, long long base,
                                        long long width) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::concat(p, out, outer, row, base, width);
 }
 #endif
@@ -93,6 +95,7 @@ extern "C" __global__ void KILN_CONCAT(kiln::cuda::ConcatPieces p, KILN_U* __res
 extern "C" __global__ void KILN_ONE_HOT(const KILN_L* __restrict__ labels, KILN_T* __restrict__ out,
                                         long long rows, long long classes,
                                         unsigned long long* __restrict__ status) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::one_hot(labels, out, rows, classes, status);
 }
 #endif
@@ -100,12 +103,14 @@ extern "C" __global__ void KILN_ONE_HOT(const KILN_L* __restrict__ labels, KILN_
 #ifdef KILN_ONE_HOT_FINISH
 extern "C" __global__ void KILN_ONE_HOT_FINISH(const KILN_L* __restrict__ labels,
                                                unsigned long long* __restrict__ status) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::one_hot_finish(labels, status);
 }
 #endif
 
 #ifdef KILN_FILL
 extern "C" __global__ void KILN_FILL(KILN_T* __restrict__ out, KILN_T value, long long n) {
+  KILN_AFTER_PRIOR_GRIDS();
   KILN_FOR_EACH_ITEM(i, n) out[i] = value;
 }
 #endif

@@ -208,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(LSTM_MMA_THREADS)
                           const KILN_T* __restrict__ h0, const KILN_T* __restrict__ c0, KILN_T* hs,
                           KILN_T* __restrict__ cs, KILN_T* __restrict__ acts, unsigned* bar,
                           int batch, int hidden, int steps, int reverse) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::lstm_mma_forward(projected, u, h0, c0, hs, cs, acts, bar, batch, hidden, steps,
                                reverse);
 }
@@ -220,6 +221,7 @@ extern "C" __global__ void __launch_bounds__(LSTM_MMA_THREADS)
                            const KILN_T* __restrict__ cs, const KILN_T* __restrict__ acts,
                            KILN_T* d_projected, KILN_T* __restrict__ dh0, KILN_T* __restrict__ dc0,
                            unsigned* bar, int batch, int hidden, int steps, int reverse) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::lstm_mma_backward(d_hs, d_cs, u, c0, cs, acts, d_projected, dh0, dc0, bar, batch,
                                 hidden, steps, reverse);
 }

@@ -147,6 +147,7 @@ extern "C" __global__ void __launch_bounds__(256)
                                  const KILN_T* __restrict__ h0, const KILN_T* __restrict__ c0,
                                  KILN_T* hs, KILN_T* __restrict__ cs, KILN_T* __restrict__ acts,
                                  unsigned* bar, int batch, int hidden, int steps, int reverse) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::lstm_persistent_forward(projected, u, h0, c0, hs, cs, acts, bar, batch, hidden, steps,
                                       reverse);
 }

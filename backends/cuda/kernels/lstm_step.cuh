@@ -236,6 +236,7 @@ extern "C" __global__ void __launch_bounds__(LSTM_THREADS)
     KILN_LSTM_FORWARD_STEP(const KILN_T* __restrict__ projected, const KILN_T* __restrict__ u,
                            const KILN_T* h_prev, const KILN_T* c_prev, KILN_T* hs, KILN_T* cs,
                            KILN_T* __restrict__ acts, int batch, int hidden, int t) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::lstm_forward_step<KILN_T, KILN_GEMM_S, KILN_GEMM_KT>(projected, u, h_prev, c_prev, hs,
                                                                    cs, acts, batch, hidden, t);
 }
@@ -248,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(LSTM_THREADS)
                             const KILN_T* __restrict__ cs, const KILN_T* __restrict__ acts,
                             const KILN_T* __restrict__ c_prev, KILN_T* dc_carry,
                             KILN_T* d_projected, KILN_T* dh0, int batch, int hidden, int t) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::lstm_backward_step<KILN_T, KILN_GEMM_S, KILN_GEMM_KT>(
       d_next, u, d_hs, d_cs, cs, acts, c_prev, dc_carry, d_projected, dh0, batch, hidden, t);
 }

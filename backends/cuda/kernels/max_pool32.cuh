@@ -217,6 +217,7 @@ __device__ __forceinline__ void max_pool32_grad_planes(const T* __restrict__ x,
 extern "C" __global__ void KILN_MAX_POOL32_FORWARD(const KILN_T* __restrict__ x,
                                                    KILN_T* __restrict__ y,
                                                    kiln::cuda::PoolShape32 g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool32_gather<false, KILN_WINDOW>(x, x, y, g);
 }
 #endif
@@ -226,6 +227,7 @@ extern "C" __global__ void KILN_MAX_POOL32_SELECT(const KILN_T* __restrict__ x,
                                                   const KILN_T* __restrict__ src,
                                                   KILN_T* __restrict__ y,
                                                   kiln::cuda::PoolShape32 g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool32_gather<true, KILN_WINDOW>(x, src, y, g);
 }
 #endif
@@ -235,6 +237,7 @@ extern "C" __global__ void KILN_MAX_POOL32_GRAD_CELLS(const KILN_T* __restrict__
                                                       const KILN_T* __restrict__ dy,
                                                       KILN_T* __restrict__ dx,
                                                       kiln::cuda::PoolShape32 g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool32_grad_cells<KILN_EXACT2 != 0>(x, dy, dx, g);
 }
 #endif
@@ -244,6 +247,7 @@ extern "C" __global__ void KILN_MAX_POOL32_GRAD_OVERLAP(const KILN_T* __restrict
                                                         const KILN_T* __restrict__ dy,
                                                         KILN_T* __restrict__ dx,
                                                         kiln::cuda::PoolShape32 g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool32_grad_overlap(x, dy, dx, g);
 }
 #endif
@@ -252,6 +256,7 @@ extern "C" __global__ void KILN_MAX_POOL32_GRAD_OVERLAP(const KILN_T* __restrict
 extern "C" __global__ void __launch_bounds__(kiln::cuda::kPlaneThreads)
     KILN_MAX_POOL32_GRAD_PLANES(const KILN_T* __restrict__ x, const KILN_T* __restrict__ dy,
                                 KILN_T* __restrict__ dx, kiln::cuda::PoolShape32 g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool32_grad_planes(x, dy, dx, g);
 }
 #endif

@@ -106,6 +106,7 @@ __device__ __forceinline__ void nchw_to_nhwc_wide(const unsigned short* __restri
 extern "C" __global__ void __launch_bounds__(256)
     KILN_NHWC_IMAGE(const KILN_U* __restrict__ x, KILN_U* __restrict__ xt, int channels, int hw,
                     long long pixels, int wide) {
+  KILN_AFTER_PRIOR_GRIDS();
   if (sizeof(KILN_U) == 2 && wide)
     kiln::cuda::nchw_to_nhwc_wide(reinterpret_cast<const unsigned short*>(x),
                                   reinterpret_cast<unsigned short*>(xt), channels, hw, pixels);

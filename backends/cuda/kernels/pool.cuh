@@ -139,6 +139,7 @@ __device__ __forceinline__ void avg_pool_grad(const T* __restrict__ dy, T* __res
 #ifdef KILN_MAX_POOL_FORWARD
 extern "C" __global__ void KILN_MAX_POOL_FORWARD(const KILN_T* __restrict__ x,
                                                  KILN_T* __restrict__ y, kiln::cuda::PoolShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool_gather(x, x, y, g);
 }
 #endif
@@ -147,6 +148,7 @@ extern "C" __global__ void KILN_MAX_POOL_FORWARD(const KILN_T* __restrict__ x,
 extern "C" __global__ void KILN_MAX_POOL_SELECT(const KILN_T* __restrict__ x,
                                                 const KILN_T* __restrict__ src,
                                                 KILN_T* __restrict__ y, kiln::cuda::PoolShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool_gather(x, src, y, g);
 }
 #endif
@@ -155,6 +157,7 @@ extern "C" __global__ void KILN_MAX_POOL_SELECT(const KILN_T* __restrict__ x,
 extern "C" __global__ void KILN_MAX_POOL_GRAD(const KILN_T* __restrict__ x,
                                               const KILN_T* __restrict__ dy,
                                               KILN_T* __restrict__ dx, kiln::cuda::PoolShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::max_pool_grad(x, dy, dx, g);
 }
 #endif
@@ -162,6 +165,7 @@ extern "C" __global__ void KILN_MAX_POOL_GRAD(const KILN_T* __restrict__ x,
 #ifdef KILN_AVG_POOL_FORWARD
 extern "C" __global__ void KILN_AVG_POOL_FORWARD(const KILN_T* __restrict__ x,
                                                  KILN_T* __restrict__ y, kiln::cuda::PoolShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::avg_pool_forward(x, y, g);
 }
 #endif
@@ -169,6 +173,7 @@ extern "C" __global__ void KILN_AVG_POOL_FORWARD(const KILN_T* __restrict__ x,
 #ifdef KILN_AVG_POOL_GRAD
 extern "C" __global__ void KILN_AVG_POOL_GRAD(const KILN_T* __restrict__ dy,
                                               KILN_T* __restrict__ dx, kiln::cuda::PoolShape g) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::avg_pool_grad(dy, dx, g);
 }
 #endif

@@ -66,6 +66,7 @@ extern "C" __global__ void KILN_RANDOM_UNIFORM(KILN_T* __restrict__ out,
                                                long long* __restrict__ next_step,
                                                const long long* __restrict__ step,
                                                unsigned long long seed, long long n) {
+  KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::random_uniform(out, next_step, step, seed, n);
 }
 #endif

@@ -18,6 +18,7 @@ extern "C" __global__ void KILN_TAP_EXPAND(const unsigned* __restrict__ x,
                                            unsigned* __restrict__ x3, int planes, int h, int w,
                                            int ow, int kw, int pad, int stride, int rows, int row0,
                                            int skip) {
+  KILN_AFTER_PRIOR_GRIDS();
   const int taps_kept = skip >= 0 ? kw - 1 : kw;
   const int quads = ow / 4, n = planes * taps_kept * rows * quads;
   KILN_FOR_EACH_ITEM32(i, n) {
