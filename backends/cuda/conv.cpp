@@ -279,16 +279,16 @@ void run_nhwc(DType dtype, const ConvGeometry& g, ConvPass pass, const void* ima
     nchw_to_nhwc(dtype, image, base, g.batch, g.in_channels, g.height * g.width, stream);
   else
     nchw_to_nhwc(dtype, image, base, g.batch, g.out_channels, g.out_h * g.out_w, stream);
-  const ConvClasses taps = tma ? tma->classes : conv_input_gradient_classes(g, false);
-  if (!filter_laid_out) {
-    const std::int64_t khkw = g.kernel_h * g.kernel_w;
+  if (!filter_laid_out) {  // the copy a conv_filter_layout node would make, in the same order
+    const std::optional<std::vector<std::int64_t>> order = conv_copied_filter_taps(g, dtype, pass);
+    KILN_CHECK(order.has_value(), "conv: a filter of {}x{} taps has no channels-last copy",
+               g.kernel_h, g.kernel_w);
     const FilterLayoutJob job{w, base + scratch.image, g.out_channels, g.in_channels};
-    nhwc_weights(dtype, {&job, 1}, khkw, !forward,
-                 conv_filter_taps(forward ? nullptr : &taps, khkw), stream);
+    nhwc_weights(dtype, {&job, 1}, g.kernel_h * g.kernel_w, !forward, *order, stream);
   }
   if (tma) {
     conv_tma_forward(dtype, tma->shape, tma->tile, a, xt, out, stream, nullptr,
-                     taps.count > 1 ? &taps : nullptr, out_nhwc);
+                     tma->classes.count > 1 ? &tma->classes : nullptr, out_nhwc);
     return;
   }
   const GemmDims d = dims_of(g, pass);

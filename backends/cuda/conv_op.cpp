@@ -48,6 +48,11 @@ void check_channels_last_sides(ConvPass pass, const Node& node, const kernels::C
              y && !y_taken ? (pass == ConvPass::forward ? "y" : "dy") : "dx");
 }
 
+// The layout of a pass's filter copy: the filters as rows (the forward) or the input channels.
+FilterLayout copied_layout(ConvPass pass) {
+  return pass == ConvPass::forward ? FilterLayout::filters_major : FilterLayout::channels_major;
+}
+
 // Whether a node reads its filter laid out (graph/ops.h); refused where its pass does not copy
 // its filter into that layout and order itself (conv_copied_filter_taps), not run on misread
 // memory.
@@ -55,9 +60,7 @@ bool filter_laid_out(ConvPass pass, const Node& node, const kernels::ConvGeometr
   const FilterLayout layout = conv_filter_layout_of(node.attrs);
   if (layout == FilterLayout::nchw) return false;
   const std::optional<std::vector<std::int64_t>> taps = conv_copied_filter_taps(g, dtype, pass);
-  const FilterLayout wanted =
-      pass == ConvPass::forward ? FilterLayout::filters_major : FilterLayout::channels_major;
-  KILN_CHECK(taps && *taps == node.attrs.integers("w_taps") && layout == wanted,
+  KILN_CHECK(taps && *taps == node.attrs.integers("w_taps") && layout == copied_layout(pass),
              "{}: its pass ({} -> {} channels, {}x{}, {}) does not read the filter in the layout "
              "and order the node gives it",
              node.op->name, g.in_channels, g.out_channels, g.height, g.width, dtype_name(dtype));
@@ -348,9 +351,7 @@ std::optional<FilterOrder> conv_node_filter_order(const Node& conv,
   std::optional<std::vector<std::int64_t>> taps =
       conv_copied_filter_taps(geometry_of(pass, conv, in), dtype, pass);
   if (!taps) return std::nullopt;
-  return FilterOrder{
-      pass == ConvPass::forward ? FilterLayout::filters_major : FilterLayout::channels_major,
-      std::move(*taps)};
+  return FilterOrder{copied_layout(pass), std::move(*taps)};
 }
 
 bool conv_node_reads_channels_last(const Node& conv, std::span<const TensorType> inputs) {
