@@ -93,9 +93,8 @@ CudaFusedKernel::CudaFusedKernel(CudaKernelSource source, const gpu::CompiledKer
     KILN_CUDA_CHECK(cudaMemset(arrivals_, 0, bytes));
     return;
   }
-  gpu::CompiledKernel finisher = compiled;  // the same CUBIN's other kernel
-  finisher.name = source_.finish_name;
-  finish_ = std::make_unique<gpu::LoadedKernel>(finisher);
+  finish_ = std::make_unique<gpu::LoadedKernel>(compiled.cubin, source_.finish_name,
+                                                compiled.after_prior_grids);
   if (source_.finish_threads > 32) {  // a block an output
     finish_shape_.block = {static_cast<unsigned>(source_.finish_threads), 1, 1};
     finish_shape_.grid = {static_cast<unsigned>(std::min<std::int64_t>(source_.reduced_outputs,
@@ -209,7 +208,8 @@ std::vector<std::unique_ptr<CudaFusedKernel>> compile_fused_kernels(
   std::vector<gpu::KernelSource> requests;
   for (const FusedGroup* g : groups) {
     sources.push_back(generate_cuda(*g));
-    requests.push_back({sources.back().name, sources.back().source, {}, false, true});
+    requests.push_back(
+        {.name = sources.back().name, .code = sources.back().source, .after_prior_grids = true});
   }
   const std::vector<gpu::CompiledKernel> compiled =
       gpu::global_kernel_cache().get_or_compile(requests, gpu::current_target());
@@ -226,7 +226,8 @@ std::vector<std::unique_ptr<CudaHorizontalKernel>> compile_horizontal_kernels(
   std::vector<gpu::KernelSource> requests;
   for (const HorizontalMembers& l : launches) {
     sources.push_back(generate_cuda_horizontal(*l.groups.front()));
-    requests.push_back({sources.back().name, sources.back().source, {}, false, true});
+    requests.push_back(
+        {.name = sources.back().name, .code = sources.back().source, .after_prior_grids = true});
   }
   const std::vector<gpu::CompiledKernel> compiled =
       gpu::global_kernel_cache().get_or_compile(requests, gpu::current_target());

@@ -83,11 +83,9 @@ std::atomic<bool>& programmatic_switch() {
 bool programmatic_launches() { return programmatic_switch().load(std::memory_order_relaxed); }
 void set_programmatic_launches(bool on) { programmatic_switch().store(on); }
 
-LoadedKernel::LoadedKernel(const CompiledKernel& kernel) : LoadedKernel(kernel.cubin, kernel.name) {
-  after_prior_grids_ = kernel.after_prior_grids && current_target().sm >= 90;
-}
-
-LoadedKernel::LoadedKernel(const std::vector<char>& cubin, const std::string& name) : name_(name) {
+LoadedKernel::LoadedKernel(const std::vector<char>& cubin, const std::string& name,
+                           bool after_prior_grids)
+    : name_(name), after_prior_grids_(after_prior_grids && current_target().sm >= 90) {
   KILN_CHECK(!cubin.empty(), "cannot load kernel '{}': its CUBIN is empty", name);
   cudaLibrary_t library = nullptr;
   cudaError_t status =

@@ -65,10 +65,13 @@ struct KernelAttributes {
 // is unloaded on destruction. Movable, not copyable.
 class LoadedKernel {
  public:
-  LoadedKernel(const std::vector<char>& cubin, const std::string& name);
-  // A kernel whose source begins every __global__ function with KILN_AFTER_PRIOR_GRIDS() is
-  // launched programmatically where programmatic_launches() allows it (launch, launch_clusters).
-  explicit LoadedKernel(const CompiledKernel& kernel);
+  // after_prior_grids: the kernel's source begins every __global__ function with
+  // KILN_AFTER_PRIOR_GRIDS(), so it is launched programmatically where programmatic_launches()
+  // allows it (launch, launch_clusters).
+  LoadedKernel(const std::vector<char>& cubin, const std::string& name,
+               bool after_prior_grids = false);
+  explicit LoadedKernel(const CompiledKernel& kernel)
+      : LoadedKernel(kernel.cubin, kernel.name, kernel.after_prior_grids) {}
   ~LoadedKernel();
   LoadedKernel(LoadedKernel&& other) noexcept;
   LoadedKernel& operator=(LoadedKernel&& other) noexcept;

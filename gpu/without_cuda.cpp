@@ -47,11 +47,9 @@ std::vector<TuningRecord> tuning_decisions() { return {}; }
 bool programmatic_launches() { return false; }
 void set_programmatic_launches(bool) {}
 
-LoadedKernel::LoadedKernel(const std::vector<char>&, const std::string& name) : name_(name) {
+LoadedKernel::LoadedKernel(const std::vector<char>&, const std::string& name, bool) : name_(name) {
   throw_no_cuda(fmt::format("cannot load kernel '{}'", name));
 }
-LoadedKernel::LoadedKernel(const CompiledKernel& kernel)
-    : LoadedKernel(kernel.cubin, kernel.name) {}
 LoadedKernel::~LoadedKernel() = default;
 LoadedKernel::LoadedKernel(LoadedKernel&& other) noexcept = default;
 LoadedKernel& LoadedKernel::operator=(LoadedKernel&& other) noexcept = default;
