@@ -44,12 +44,6 @@ void check_fused_matches_unfused(const Graph& g, std::uint64_t seed, double tole
   }
 }
 
-int count_kernels(const Graph& g) {
-  int kernels = 0;
-  for (const Node& n : g.nodes()) kernels += n.op->kind != OpKind::source && !n.op->alias;
-  return kernels;
-}
-
 }  // namespace
 
 TEST_CASE("every elementwise op fused alone and in a chain matches the unfused result") {
@@ -133,7 +127,7 @@ TEST_CASE("a reduction joins its producer's group as the tail") {
   for (const Node& n : fused.nodes())
     if (n.body) tails += dynamic_cast<const FusedGroup&>(*n.body).reduction.has_value();
   CHECK(tails == 2);
-  CHECK(count_kernels(fused) == 2);
+  CHECK(test::count_kernels(fused) == 2);
   check_fused_matches_unfused(g, 9);
 }
 
@@ -206,7 +200,7 @@ TEST_CASE("a slice read in place over a broadcast, and a group reading two slice
   const Value bias = slice(slice(b, 0, 1, 1), 1, 3, 4);  // [1, 4], broadcast over rows
   g.output("y", exp(rows) * bias + tanh(slice(slice(x, 0, 0, 3), 1, 1, 4)));
   const Graph fused = eliminate_dead_code(fuse(eliminate_dead_code(g)));
-  CHECK(count_kernels(fused) == 1);
+  CHECK(test::count_kernels(fused) == 1);
   check_fused_matches_unfused(g, 14, 1e-6);
 }
 
@@ -225,7 +219,8 @@ TEST_CASE(
   g.output("loss", loss);
   const Graph before = eliminate_dead_code(g);
   const Graph after = eliminate_dead_code(fuse(before));
-  const int kernels_before = count_kernels(before), kernels_after = count_kernels(after);
+  const int kernels_before = test::count_kernels(before),
+            kernels_after = test::count_kernels(after);
   MESSAGE("LeNet + Adam step: " << kernels_before << " kernels unfused, " << kernels_after
                                 << " fused");
   CHECK(kernels_after * 3 < kernels_before);

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "fusion/codegen.h"
 #include "fusion/fuse.h"
@@ -34,6 +35,25 @@ Graph softmax_loss(std::int64_t rows, std::int64_t classes = 13) {
   const Value logits = g.input("logits", {rows, classes});
   const Value targets = g.input("targets", {rows, classes});
   const Value loss = mean_all(-sum(targets * log_softmax(logits * 1.5), {1}));
+  g.output("loss", loss);
+  g.output("dlogits", grad(loss, {logits})[0]);
+  return g;
+}
+
+// cross_entropy's loss and gradient over [rows, classes] logits against labels (in [0, 10)), in
+// its row form (`rowwise`) or written over the log-softmax, as it was.
+Graph cross_entropy_step(std::int64_t rows, std::int64_t classes, double smoothing, bool rowwise) {
+  Graph g;
+  const Value logits = g.input("logits", {rows, classes});
+  const Value labels = g.input("labels", {rows}, DType::i64);
+  Value loss;
+  if (rowwise) {
+    loss = cross_entropy(logits * 1.5, labels, smoothing);
+  } else {
+    const Value t = one_hot(labels, classes, DType::f32) * (1.0 - smoothing) +
+                    smoothing / static_cast<double>(classes);
+    loss = -mean_all(sum(t * log_softmax(logits * 1.5, 1), {1}));
+  }
   g.output("loss", loss);
   g.output("dlogits", grad(loss, {logits})[0]);
   return g;
@@ -98,6 +118,33 @@ TEST_CASE("softmax, its loss and its gradient run as staged groups equal to the 
     const Outputs reference = compile(g, {.fuse = false})->run(feeds);
     check_close(compile(s.graph, {.fuse = false})->run(feeds), reference, 1e-5);
     check_close(compile(g)->run(feeds), reference, 1e-5);  // the CPU's own policy
+  }
+}
+
+// cross_entropy (graph/nn/functional.cpp) in its row form: log(sum(exp(x - m))) + m - sum(t * x)
+// a row, never the log-softmax over [N, C]. Its loss and gradient equal those of the log-softmax
+// form on fresh random logits, with and without label smoothing; under the GPU's policy its rows
+// (the maximum, the sum of exponentials with the targets' dot product, their combine) and the
+// gradient fuse into one staged group: one kernel fewer than the log-softmax form's.
+TEST_CASE(
+    "cross-entropy in its row form: the log-softmax form's values, its rows one staged group") {
+  for (const auto& [rows, classes, smoothing] :
+       {std::tuple{1L, 10L, 0.0}, std::tuple{37L, 10L, 0.1}, std::tuple{300L, 1000L, 0.0}}) {
+    CAPTURE(rows);
+    CAPTURE(classes);
+    const Graph rowwise = cross_entropy_step(rows, classes, smoothing, true);
+    const Graph full = cross_entropy_step(rows, classes, smoothing, false);
+    const std::vector<Feed> feeds = random_feeds(full, 5 + static_cast<std::uint64_t>(rows));
+    const Outputs reference = compile(full, {.fuse = false})->run(feeds);
+    check_close(compile(rowwise, {.fuse = false})->run(feeds), reference, 1e-5);
+    check_close(compile(rowwise)->run(feeds), reference, 1e-5);
+    // The GPU's policy: the rows and the gradient in one group of two stages, then the mean.
+    const Staged rows_staged = stage(simplify_for_fusion(rowwise), cuda_stage_options());
+    const Staged full_staged = stage(simplify_for_fusion(full), cuda_stage_options());
+    check_close(compile(rows_staged.graph, {.fuse = false})->run(feeds), reference, 1e-5);
+    CHECK(rows_staged.staged_groups >= 1);
+    CHECK(rows_staged.most_stages >= 2);  // the maximum; the sum of exponentials, the dot, dx
+    CHECK(test::count_kernels(rows_staged.graph) < test::count_kernels(full_staged.graph));
   }
 }
 
@@ -339,7 +386,9 @@ TEST_CASE("GPU: bf16 lanes rounded in pairs give the bits of one lane at a time"
   }
 }
 
-TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm both ways") {
+TEST_CASE(
+    "GPU: staged groups match the CPU: softmax with its loss, cross-entropy, batch norm both "
+    "ways") {
   if (!test::have_gpu()) return;
   // Rows of 1 to 65 classes: 1 to 32 lanes a row (codegen_stages.cpp, row_lanes), the rows a
   // warp's last rows past the end, a lane's last elements past the row.
@@ -349,6 +398,8 @@ TEST_CASE("GPU: staged groups match the CPU: softmax with its loss, batch norm b
       CAPTURE(rows);
       const Graph g = softmax_loss(rows, classes);
       test::check_gpu_matches_cpu(g, random_feeds(g, 31), 1e-4);
+      const Graph ce = cross_entropy_step(rows, std::max<std::int64_t>(classes, 10), 0.1, true);
+      test::check_gpu_matches_cpu(ce, random_feeds(ce, 32), 1e-4);
     }
   // Short rows (a warp a row, or rows a warp: 3, 8 and 64 elements), then long ones whose
   // finisher computes the row outputs: split (8 x 32 x 32 = 8192 elements a row) and not (2048

@@ -92,6 +92,13 @@ inline double closeness(const Tensor& a, const Tensor& b, double atol, double rt
   return worst;
 }
 
+// The kernels a graph launches unfused or fused: its nodes that compute (not sources, not views).
+inline int count_kernels(const Graph& g) {
+  int kernels = 0;
+  for (const Node& n : g.nodes()) kernels += n.op->kind != OpKind::source && !n.op->alias;
+  return kernels;
+}
+
 // Random values in [-2, 2] for every floating input of g, class labels in [0, 10) for the others.
 inline std::vector<Feed> random_feeds(const Graph& g, std::uint64_t seed) {
   std::vector<Feed> feeds;
