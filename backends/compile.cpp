@@ -10,6 +10,7 @@
 #include "backends/numerics.h"
 #ifdef KILN_HAVE_CUDA
 #include "backends/cuda/conv.h"
+#include "backends/cuda/cublas_handle.h"
 #include "backends/cuda/cuda_program.h"
 #endif
 #include "core/env_switch.h"
@@ -116,6 +117,18 @@ Graph apply_conv_statistics(const Graph& g) {
 #endif
 }
 
+GemmEpilogueOptions gemm_epilogue_policy(bool cpu, bool tf32) {
+  if (cpu) return {.f32_products = true, .low_products = false, .convolutions = every_convolution};
+  GemmEpilogueOptions gpu{.f32_products = false, .low_products = true};
+#ifdef KILN_HAVE_CUDA
+  cuda::set_allow_tf32(tf32);
+  gpu.convolutions = cuda::conv_node_applies_bias;
+#else
+  (void)tf32;
+#endif
+  return gpu;
+}
+
 Feed::Feed(Value input, Tensor t) : tensor(std::move(t)) {
   const Node& n = input.graph().node(input.ref().node);
   KILN_CHECK(n.op->id == OpId::input, "feed: {} is not a graph input", input.str());
@@ -176,12 +189,14 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
       dump_after("stage_reductions", g);
     }
     // The GEMMs' bias and ReLU epilogues (fusion/gemm_epilogues.h): on the GPU cuBLASLt's,
-    // for bf16/f16 products; on the CPU f32 products', each block's rows while in cache, and
-    // f32 convolutions' (oneDNN's post-ops, kiln's kernels per output plane).
+    // for bf16/f16 products, and the f32 convolutions' on the CUDA cores; on the CPU f32
+    // products', each block's rows while in cache, and f32 convolutions' (oneDNN's post-ops,
+    // kiln's kernels per output plane).
     if (options.fuse) {
-      const bool cpu = options.device.is_cpu();
       g = eliminate_dead_code(fuse_gemm_epilogues(
-          g, nullptr, {.f32_products = cpu, .low_products = !cpu, .convolutions = cpu}));
+          g, nullptr,
+          gemm_epilogue_policy(options.device.is_cpu(),
+                               options.tf32 || options.precision == Precision::tf32)));
       verify(g);
       dump_after("gemm_epilogues", g);
     }

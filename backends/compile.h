@@ -5,6 +5,7 @@
 
 #include "backends/program.h"
 #include "core/precision.h"
+#include "fusion/gemm_epilogues.h"
 #include "graph/optim.h"
 #include "graph/train_step.h"
 
@@ -50,6 +51,12 @@ Graph apply_channels_last(const Graph& g);
 // faster with it, bench/README.md); `g` itself otherwise or without the CUDA backend.
 // compile() runs it for the fused GPU step, after the layout pass.
 Graph apply_conv_statistics(const Graph& g);
+// The GEMM-epilogue pass's choices for a device (fusion/gemm_epilogues.h): on the CPU f32
+// products and every f32 convolution; on the GPU bf16/f16 products (cuBLASLt's epilogues) and
+// the f32 convolutions whose CUDA-core pass applies the bias itself with TF32 as `tf32` (the
+// process's TF32 switch is set so, as the program will set it). compile() and the dump tool's
+// view take it.
+GemmEpilogueOptions gemm_epilogue_policy(bool cpu, bool tf32);
 
 struct Lowering;
 // Prints a lowering step's result (backends/lowering.h) to stderr when KILN_DUMP names the

@@ -25,10 +25,14 @@ struct Epilogue {
 
 // A product the pass takes: a 2-D matmul of a dtype the options take, or (options.convolutions)
 // an f32 convolution's forward; its bias runs along axis 1 either way.
-bool takes_product(const Node& m, GemmEpilogueOptions options) {
+bool takes_product(const Graph& g, const Node& m, const GemmEpilogueOptions& options) {
   const DType dtype = m.outputs[0].dtype;
-  if (m.op->id == OpId::conv2d)  // its bias along axis 1: y stored NCHW
-    return options.convolutions && dtype == DType::f32 && !conv_y_channels_last(m.attrs);
+  if (m.op->id == OpId::conv2d) {  // its bias along axis 1: y stored NCHW
+    if (!options.convolutions || dtype != DType::f32 || conv_y_channels_last(m.attrs)) return false;
+    std::vector<TensorType> inputs;
+    for (const ValueRef& r : m.inputs) inputs.push_back(g.type(r));
+    return options.convolutions(m, inputs);
+  }
   return m.op->id == OpId::matmul && m.outputs[0].shape.rank() == 2 &&
          (is_low_precision(dtype) ? options.low_products : options.f32_products);
 }
@@ -46,7 +50,7 @@ bool bias_along_channels(const FusedInput& b, const Shape& shape) {
 // (autocast without weight copies: the cast becomes a node of its own, so that both forms
 // round the bias alike).
 std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& readers,
-                              GemmEpilogueOptions options) {
+                              const GemmEpilogueOptions& options) {
   const FusedGroup* body = fused_group_of(g.node(f));
   if (body == nullptr || body->reduction || body->staged() || body->outputs.size() != 1 ||
       body->inputs.size() != 2 || body->instrs.empty() || body->instrs.size() > 3 ||
@@ -79,7 +83,7 @@ std::optional<Epilogue> match(const Graph& g, int f, const std::vector<int>& rea
     const FusedInput& b = body->inputs[static_cast<std::size_t>(bias)];
     const ValueRef pref = g.node(f).inputs[static_cast<std::size_t>(product_op.index)];
     const Node& m = g.node(pref.node);
-    if (!takes_product(m, options) || m.outputs[0].shape != body->shape || p.offset != 0 ||
+    if (!takes_product(g, m, options) || m.outputs[0].shape != body->shape || p.offset != 0 ||
         !p.contiguous(body->shape) || readers[static_cast<std::size_t>(pref.node)] != 1)
       continue;
     const DType dtype = m.outputs[0].dtype;
@@ -101,7 +105,10 @@ bool turned_off() {
 
 }  // namespace
 
-Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report, GemmEpilogueOptions options) {
+bool every_convolution(const Node&, std::span<const TensorType>) { return true; }
+
+Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report,
+                          const GemmEpilogueOptions& options) {
   if (turned_off()) return fused;
   const int count = static_cast<int>(fused.nodes().size());
   // Readers of each matmul's product: nodes, graph outputs and assignments.

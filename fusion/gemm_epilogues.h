@@ -15,26 +15,35 @@
 // same bits as the unfused ops; a bf16 product would be rounded once instead of twice, and the
 // CPU's fused bf16 step equals its unfused one).
 //
-// With `convolutions` (the CPU's policy), an f32 conv2d read only by such a group over its
-// [B, C, H, W] output, the bias [C] (any shape of C values, read along the channels), becomes
-// one conv2d_bias node: oneDNN's kernel adds the bias and applies ReLU as it stores (post-ops:
-// a binary add and ReLU; Winograd's kernel its bias argument), kiln's direct and im2col kernels
-// to each output plane while it is in cache; the same bits as the three ops (conv_epilogue_test).
-// The GPU's convolutions keep their groups (issue 17: the fusion compiler will write their
-// epilogues).
+// With `convolutions`, an f32 conv2d that it takes (the CPU's policy: every one; the GPU's:
+// those whose pass applies the epilogue itself, cuda::conv_node_applies_bias) read only by such
+// a group over its [B, C, H, W] output, the bias [C] (any shape of C values, read along the
+// channels), becomes one conv2d_bias node: on the CPU oneDNN's kernel adds the bias and applies
+// ReLU as it stores (post-ops: a binary add and ReLU; Winograd's kernel its bias argument),
+// kiln's direct and im2col kernels to each output plane while it is in cache; on the GPU the
+// CUDA cores' passes as they store y (the direct stem kernel, the implicit GEMM); the same bits
+// as the three ops (conv_epilogue_test). The GPU's bf16/f16 convolutions keep their groups.
 #pragma once
+
+#include <functional>
+#include <span>
 
 #include "graph/graph.h"
 
 namespace kiln {
 
 struct FusionReport;  // fusion/fuse.h: its groups follow the new node ids when given
+// Whether an f32 conv2d node (inputs: its image and filter) takes conv2d_bias's epilogue.
+using ConvEpilogueWanted =
+    std::function<bool(const Node& conv, std::span<const TensorType> inputs)>;
 struct GemmEpilogueOptions {
   bool f32_products = true;
-  bool low_products = true;   // bf16 and f16 products
-  bool convolutions = false;  // f32 convolutions' forwards (the CPU's)
+  bool low_products = true;         // bf16 and f16 products
+  ConvEpilogueWanted convolutions;  // f32 convolutions' forwards (empty: none)
 };
+// The CPU's choice of convolutions: every f32 forward.
+bool every_convolution(const Node& conv, std::span<const TensorType> inputs);
 Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report = nullptr,
-                          GemmEpilogueOptions options = {});
+                          const GemmEpilogueOptions& options = {});
 
 }  // namespace kiln

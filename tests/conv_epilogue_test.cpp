@@ -2,7 +2,9 @@
 // convolutions): the pass's matches, and on the CPU the same bits as the convolution, the bias
 // add and the ReLU run apart, for each of its kernels (kiln's direct and im2col kernels,
 // oneDNN's direct and Winograd kernels with their post-ops or kiln's epilogue after them, in
-// NCHW and blocked layouts), NaN included; on the GPU against the CPU.
+// NCHW and blocked layouts), NaN included; on the GPU against the CPU and the GPU's own unfused
+// ops (the f32 passes on the CUDA cores apply the epilogue as they store, the others run a
+// kernel after the pass), and which of the GPU's passes apply it.
 #include <doctest/doctest.h>
 
 #include <omp.h>
@@ -12,6 +14,7 @@
 #include <limits>
 #include <optional>
 
+#include "backends/compile.h"
 #include "core/half.h"
 #include "fusion/fuse.h"
 #include "fusion/gemm_epilogues.h"
@@ -19,6 +22,12 @@
 #include "graph/passes/dead_code.h"
 #include "graph/passes/verify.h"
 #include "tests/support.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/cublas_handle.h"
+#include "backends/cuda/op_entry.h"
+#include "gpu/cuda_runtime.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -41,8 +50,8 @@ Graph conv_layer(const Layer& l, bool relu_too, DType dtype = DType::f32, bool p
 }
 
 Graph with_epilogues(const Graph& g) {
-  const Graph fused = eliminate_dead_code(
-      fuse_gemm_epilogues(fuse(eliminate_dead_code(g)), nullptr, {.convolutions = true}));
+  const Graph fused = eliminate_dead_code(fuse_gemm_epilogues(fuse(eliminate_dead_code(g)), nullptr,
+                                                              {.convolutions = every_convolution}));
   verify(fused);
   return fused;
 }
@@ -77,6 +86,7 @@ std::vector<Feed> feeds_with_nan(const Graph& g, std::uint64_t seed) {
 // Layers that reach each of the CPU's forward kernels (graph/kernels/conv_cpu.cpp).
 const Layer kLayers[] = {
     {3, 1, 11, 13, 6, 3, 1, 1},    // one channel at stride 1: kiln's direct kernel
+    {2, 1, 28, 28, 20, 3, 1, 1},   // LeNet's stem, 20 filters (the GPU's 4-column stores)
     {4, 1, 28, 28, 32, 5, 2, 2},   // alexnet's first layer: oneDNN's, 1 channel
     {4, 32, 14, 14, 48, 3, 1, 1},  // oneDNN's direct kernel, blocked layouts
     {8, 64, 8, 8, 64, 3, 1, 1},    // oneDNN's Winograd kernel where the processor has it
@@ -212,7 +222,50 @@ TEST_CASE("conv2d_bias with a bias of the wrong size is a clear error") {
                        doctest::Contains("conv2d_bias: the bias is"), Error);
 }
 
-TEST_CASE("GPU: conv2d_bias (forward + epilogue kernel) matches the CPU in f32, bf16 and f16") {
+#ifdef KILN_HAVE_CUDA
+// The GPU's policy (gemm_epilogue_policy): an f32 convolution whose pass runs on the CUDA cores
+// (the direct stem kernel, the implicit GEMM) becomes conv2d_bias, and that pass applies the
+// bias and ReLU as it stores y: no epilogue kernel among the node's sources. Under TF32 a layer
+// on the tensor cores keeps its group (the stem stays on the direct kernel); bf16 keeps its groups.
+TEST_CASE("the GPU's policy: f32 passes on the CUDA cores apply conv2d_bias (no GPU needed)") {
+  // Planned without a GPU as `dump` plans, for an sm_90 of 132 SMs.
+  if (gpu::cuda_device_count() == 0) gpu::assume_plan_target(90, 132);
+  const bool tf32_before = cuda::allow_tf32();
+  const Layer stem{64, 1, 28, 28, 32, 3, 1, 1}, second{64, 32, 14, 14, 64, 3, 1, 1};
+  auto conv2d_bias_nodes = [](const Layer& l, DType dtype, bool tf32) {
+    const Graph g = conv_layer(l, true, dtype);
+    const Graph fused = eliminate_dead_code(fuse_gemm_epilogues(
+        fuse(eliminate_dead_code(g)), nullptr, gemm_epilogue_policy(false, tf32)));
+    std::vector<std::string> kernels;  // each conv2d_bias node's kernels, "|" after each
+    for (const Node& n : fused.nodes()) {
+      if (n.op->id != OpId::conv2d_bias) continue;
+      std::vector<TensorType> types;
+      for (const ValueRef& r : n.inputs) types.push_back(fused.type(r));
+      std::string names;
+      for (const gpu::KernelSource& source : cuda::cuda_op(n.op->id)->sources(n, types))
+        names += source.name + "|";
+      kernels.push_back(names);
+    }
+    return kernels;
+  };
+  for (const Layer& l : {stem, second}) {
+    CAPTURE(l.in);
+    const std::vector<std::string> f32 = conv2d_bias_nodes(l, DType::f32, false);
+    REQUIRE(f32.size() == 1);
+    CHECK(f32[0].find(l.in == 1 ? "kiln_conv_direct_f32" : "kiln_conv_igemm_fwd") !=
+          std::string::npos);
+    CHECK(f32[0].find("kiln_conv_bias") == std::string::npos);
+    CHECK(conv2d_bias_nodes(l, DType::bf16, false).empty());
+  }
+  CHECK(conv2d_bias_nodes(stem, DType::f32, true).size() == 1);
+  CHECK(conv2d_bias_nodes(second, DType::f32, true).empty());  // TF32's channels-last pass
+  cuda::set_allow_tf32(tf32_before);
+}
+#endif
+
+TEST_CASE(
+    "GPU: conv2d_bias (the pass's epilogue or a kernel after it) matches the CPU in f32, bf16 and "
+    "f16") {
   if (!test::have_gpu()) return;
   std::uint64_t seed = 900;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})

@@ -167,7 +167,8 @@ FusionView fuse_for_view(const Graph& recorded, Precision precision) {
       simplify_for_fusion(apply_precision(eliminate_dead_code(recorded), precision))));
   // The GPU's policy: the view shows the CUDA kernels and their lowering.
   v.after = stage_reductions(fuse(v.before, &v.report), cuda_stage_options(), &v.report);
-  v.after = fuse_gemm_epilogues(v.after, &v.report, {.f32_products = false});  // as compile()
+  v.after = fuse_gemm_epilogues(v.after, &v.report,  // as compile()
+                                gemm_epilogue_policy(false, precision == Precision::tf32));
   v.after = fold_channels_last_outputs(v.after, &v.report);
   v.after = rematerialize_outputs(v.after, &v.report);
   verify(v.after);

@@ -386,9 +386,15 @@ bool conv_forward_writes_moments(const ConvGeometry& g, DType dtype) {
   return conv_tma_tile(dtype, gemm_shape(g, ConvPass::forward, d, d.k), false).has_value();
 }
 
+bool conv_forward_applies_bias(const ConvGeometry& g, DType dtype) {
+  if (direct_plan(g, dtype, ConvPass::forward)) return direct_applies_bias(g, dtype);
+  return !use_nhwc(g, dtype, ConvPass::forward) && !use_mma(g, dtype, ConvPass::forward) &&
+         use_igemm(g, dtype, ConvPass::forward);
+}
+
 void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const void* w, void* y,
                     ConvWorkspace ws, gpu::Stream stream, bool x_channels_last, float* moments,
-                    bool y_channels_last, bool filter_laid_out) {
+                    bool y_channels_last, bool filter_laid_out, ConvBias bias) {
   check_geometry(g, dtype, "conv2d");
   KILN_CHECK(!y_channels_last || conv_writes_channels_last(g, dtype, ConvPass::forward),
              "conv2d: a channels-last y asked of a pass that writes NCHW ({} -> {} channels, "
@@ -401,9 +407,13 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
              "conv2d: run moments asked of a forward pass that does not write them ({} -> {} "
              "channels, {}x{})",
              g.in_channels, g.out_channels, g.height, g.width);
+  KILN_CHECK((bias.bias == nullptr && !bias.relu) || conv_forward_applies_bias(g, dtype),
+             "conv2d: a bias or ReLU epilogue asked of a pass that does not apply it ({} -> {} "
+             "channels, {}x{}, {})",
+             g.in_channels, g.out_channels, g.height, g.width, dtype_name(dtype));
   if (g.batch == 0) return;
   if (const std::optional<DirectPlan> plan = direct_plan(g, dtype, ConvPass::forward)) {
-    conv_direct_forward(dtype, g, *plan, x, w, y, stream);
+    conv_direct_forward(dtype, g, *plan, x, w, y, stream, bias);
   } else if (use_nhwc(g, dtype, ConvPass::forward)) {
     run_nhwc(dtype, g, ConvPass::forward, x, w, y, ws, stream, x_channels_last, moments,
              y_channels_last, filter_laid_out);
@@ -411,7 +421,7 @@ void conv2d_forward(DType dtype, const ConvGeometry& g, const void* x, const voi
     const GemmDims d = dims_of(g, ConvPass::forward);
     conv_mma_forward(dtype, gemm_shape(g, ConvPass::forward, d, d.k), w, x, y, stream);
   } else if (use_igemm(g, dtype, ConvPass::forward)) {
-    run_igemm(dtype, g, ConvPass::forward, w, x, y, ws, stream);
+    run_igemm(dtype, g, ConvPass::forward, w, x, y, ws, stream, bias);
   } else {
     im2col_forward(dtype, g, x, w, y, ws, stream);
   }

@@ -45,6 +45,14 @@ struct ConvWorkspace {
   std::size_t bytes = 0;
 };
 
+// conv2d_bias's epilogue, applied by the forward pass as it stores y where
+// conv_forward_applies_bias: y = the sum rounded, + bias[filter] (null: none), then ReLU where
+// relu; the bits of the unfused add and relu ops.
+struct ConvBias {
+  const void* bias = nullptr;  // [Cout], the pass's dtype
+  bool relu = false;
+};
+
 // The input gradient's filter taps (kernels/conv_params.h, ConvClasses): one class of the whole
 // flipped filter, or (by_residue) one for each residue of dx's pixels modulo the stride (at
 // most 2), the stride-2 pass's four stride-1 convolutions of dy (where the TMA pass fits them).
@@ -108,6 +116,14 @@ std::optional<FilterOrder> conv_node_filter_order(const Node& conv,
 // Whether the forward pass over `g` runs the TMA pass (conv_tma.h), whose epilogue can write the
 // run moments (conv2d_forward's `moments`).
 bool conv_forward_writes_moments(const kernels::ConvGeometry& g, DType dtype);
+// Whether the forward pass over `g` adds a bias and applies ReLU as it stores y (conv2d_forward's
+// `bias`): the CUDA cores' passes (the direct stem kernel's f32 form, the implicit GEMM) under
+// the current TF32 switch; the others leave conv2d_bias's epilogue to a kernel of its own.
+bool conv_forward_applies_bias(const kernels::ConvGeometry& g, DType dtype);
+// The same for an f32 conv2d node (inputs: its image [B, C, H, W] and filter) under the current
+// TF32 switch: the GPU's choice of the convolutions that the GEMM-epilogue pass makes conv2d_bias
+// nodes of (fusion/gemm_epilogues.h). False for bf16/f16, whose bias groups stay groups.
+bool conv_node_applies_bias(const Node& conv, std::span<const TensorType> inputs);
 
 // Where `pass` (the forward or the input gradient) copies its filter into the channels-last
 // GEMM's order before it multiplies (kernels/conv_mma_nhwc.cuh, nhwc_weights): the order of the
@@ -122,10 +138,11 @@ std::optional<std::vector<std::int64_t>> conv_copied_filter_taps(const kernels::
 // y_channels_last: y stored [B, OH, OW, Cout] (only where conv_writes_channels_last).
 // filter_laid_out: w is [Cout, KH, KW, Cin] in conv_copied_filter_taps' order (only where that
 // has a value), read as it is.
+// bias: conv2d_bias's epilogue (only where conv_forward_applies_bias).
 void conv2d_forward(DType dtype, const kernels::ConvGeometry& g, const void* x, const void* w,
                     void* y, ConvWorkspace workspace, gpu::Stream stream,
                     bool x_channels_last = false, float* moments = nullptr,
-                    bool y_channels_last = false, bool filter_laid_out = false);
+                    bool y_channels_last = false, bool filter_laid_out = false, ConvBias bias = {});
 // dy: [B, Cout, OH, OW], w -> dx: [B, Cin, H, W]; dy_channels_last: dy stored [B, OH, OW, Cout]
 // (where conv_runs_channels_last), dx_channels_last: dx [B, H, W, Cin] (where
 // conv_writes_channels_last); filter_laid_out: w is [Cin, KH, KW, Cout] in

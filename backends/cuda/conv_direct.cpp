@@ -102,9 +102,14 @@ std::vector<gpu::KernelSource> conv_direct_sample_sources() {
   return all;
 }
 
+bool direct_applies_bias(const ConvGeometry& g, DType dtype) { return !mma_form(g, dtype); }
+
 void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& plan, const void* x,
-                         const void* w, void* y, gpu::Stream stream) {
+                         const void* w, void* y, gpu::Stream stream, ConvBias bias) {
   const bool mma = mma_form(g, dtype);
+  KILN_CHECK((bias.bias == nullptr && !bias.relu) || !mma,
+             "conv2d: the direct stem kernel's tensor-core form ({}) takes no bias or ReLU",
+             dtype_name(dtype));
   const DeviceKernel& k = device_kernel(
       direct_name(g, dtype), [&] { return conv_direct_source(g, dtype); }, plan.shared_bytes);
   int h = static_cast<int>(g.height), wd = static_cast<int>(g.width),
@@ -116,14 +121,19 @@ void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& p
   // plane, its tiles starting 16-byte aligned); 2: x's rows in 16-byte pieces.
   const bool stores =
       mma ? (g.out_h * g.out_w) % 8 == 0 && (plan.th * g.out_w) % 8 == 0 : g.out_w % kColumns == 0;
+  // 4: ReLU as y is stored (the CUDA cores' form, which also takes the bias).
   int flags =
       (stores && aligned(y) ? 1 : 0) |
-      (g.width % static_cast<std::int64_t>(16 / dtype_size(dtype)) == 0 && aligned(x) ? 2 : 0);
-  void* args[] = {&x, &w, &y, &h, &wd, &pad, &oh, &ow, &co, &th, &tiles, &rows, &cols, &flags};
+      (g.width % static_cast<std::int64_t>(16 / dtype_size(dtype)) == 0 && aligned(x) ? 2 : 0) |
+      (bias.relu ? 4 : 0);
+  const void* b = bias.bias;
+  void* with_bias[] = {&x,  &w,  &b,  &y,     &h,    &wd,   &pad,  &oh,
+                       &ow, &co, &th, &tiles, &rows, &cols, &flags};
+  void* plain[] = {&x, &w, &y, &h, &wd, &pad, &oh, &ow, &co, &th, &tiles, &rows, &cols, &flags};
   const int filters = mma ? kMmaFilters : kFilters;
   const gpu::Dim3 grid{static_cast<unsigned>(g.batch * plan.tiles),
                        static_cast<unsigned>((g.out_channels + filters - 1) / filters), 1};
-  k.kernel.launch(grid, {kThreads, 1, 1}, plan.shared_bytes, stream, args);
+  k.kernel.launch(grid, {kThreads, 1, 1}, plan.shared_bytes, stream, mma ? plain : with_bias);
 }
 
 }  // namespace kiln::cuda::conv_detail

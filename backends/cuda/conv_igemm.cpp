@@ -28,17 +28,22 @@ void set_conv_tiling_for_testing(ConvPass pass, ConvTiling tiling) {
 
 void conv_igemm_launch(IgemmMode mode, DType dtype, IgemmTile tile, const ConvGemmShape& shape,
                        std::int64_t splits, const void* a, const void* img, void* target,
-                       gpu::Stream stream, const ConvClasses* classes) {
+                       gpu::Stream stream, const ConvClasses* classes, ConvBias bias) {
   const bool by_classes = mode == IgemmMode::grad_input_classes;
   KILN_CHECK(by_classes == (classes != nullptr) && (!by_classes || splits == 1),
              "conv implicit GEMM: the input gradient by classes takes the classes and no K split");
+  KILN_CHECK((bias.bias == nullptr && !bias.relu) || (mode == IgemmMode::forward && splits == 1),
+             "conv implicit GEMM: a bias or ReLU epilogue asked of a pass other than an unsplit "
+             "forward");
   const bool float_out = splits > 1 && is_low_precision(dtype);  // f32 partials
   const DeviceKernel& k = device_kernel(conv_igemm_name(mode, tile, dtype, float_out), [&] {
     return conv_igemm_source(mode, tile, dtype, float_out);
   });
   ConvGemmShape s = shape;
   ConvClasses cl = by_classes ? *classes : ConvClasses{};
-  void* args[] = {&a, &img, &target, &s, &cl};
+  const void* bias_ptr = bias.bias;
+  int relu = bias.relu ? 1 : 0;
+  void* args[] = {&a, &img, &target, &s, &cl, &bias_ptr, &relu};
   const gpu::Dim3 grid{static_cast<unsigned>((shape.n + tile.bn - 1) / tile.bn),
                        static_cast<unsigned>((shape.m + tile.bm - 1) / tile.bm),
                        static_cast<unsigned>(by_classes ? cl.count : splits)};
@@ -225,7 +230,7 @@ ConvGemmShape gemm_shape(const ConvGeometry& g, ConvPass pass, const GemmDims& d
 }
 
 void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
-               void* out, const ConvWorkspace& ws, gpu::Stream stream) {
+               void* out, const ConvWorkspace& ws, gpu::Stream stream, ConvBias bias) {
   const GemmDims d = igemm_dims(g, pass);
   if (d.m == 0 || d.n == 0) return;
   const IgemmTile base = default_tile(g, dtype, pass);
@@ -246,7 +251,8 @@ void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a,
   const bool by_classes = mode == IgemmMode::grad_input_classes;
   const ConvClasses classes = by_classes ? conv_input_gradient_classes(g, true) : ConvClasses{};
   conv_igemm_launch(mode, dtype, tile, igemm_shape(g, pass, d, splits.chunk), splits.count, a, img,
-                    splits.count > 1 ? ws.data : out, stream, by_classes ? &classes : nullptr);
+                    splits.count > 1 ? ws.data : out, stream, by_classes ? &classes : nullptr,
+                    bias);
   if (splits.count > 1) splitk_sum(dtype, ws.data, out, d.m * d.n, splits.count, stream);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/conv.h"
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/kernels/conv_params.h"
 #include "core/dtype.h"
@@ -15,8 +16,10 @@ namespace kiln::cuda {
 // (more than one: partials of the compute type into `target`, f32 for bf16/f16, summed later);
 // a = W (forward, grad_input) or dy; img = x (forward, grad_weight) or dy. The input gradient
 // by classes (IgemmMode::grad_input_classes) takes `classes` (a block z a class) and no split.
+// The forward may take conv2d_bias's epilogue (`bias`).
 void conv_igemm_launch(IgemmMode mode, DType dtype, IgemmTile tile, const ConvGemmShape& shape,
                        std::int64_t splits, const void* a, const void* img, void* target,
-                       gpu::Stream stream, const ConvClasses* classes = nullptr);
+                       gpu::Stream stream, const ConvClasses* classes = nullptr,
+                       ConvBias bias = {});
 
 }  // namespace kiln::cuda

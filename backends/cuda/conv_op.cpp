@@ -94,10 +94,11 @@ struct ChannelsLastOperands {
 
 void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, const void* a,
                  const void* b, void* out, ConvWorkspace ws, gpu::Stream stream,
-                 ChannelsLastOperands last, float* moments, bool laid_out) {
+                 ChannelsLastOperands last, float* moments, bool laid_out, ConvBias bias) {
   switch (pass) {
     case ConvPass::forward:  // x, w -> y
-      return conv2d_forward(dtype, g, a, b, out, ws, stream, last.a, moments, last.out, laid_out);
+      return conv2d_forward(dtype, g, a, b, out, ws, stream, last.a, moments, last.out, laid_out,
+                            bias);
     case ConvPass::grad_input:  // dy, w -> dx
       return conv2d_grad_input(dtype, g, a, b, out, ws, stream, last.a, last.out, laid_out);
     case ConvPass::grad_weight:  // x, dy -> dw
@@ -105,12 +106,21 @@ void launch_pass(ConvPass pass, DType dtype, const kernels::ConvGeometry& g, con
   }
 }
 
+// Whether conv2d_bias's epilogue is left to a kernel of its own after the pass (where the pass
+// does not apply it: conv_forward_applies_bias).
+bool bias_after_pass(bool bias, const kernels::ConvGeometry& g, DType dtype) {
+  return bias && !conv_forward_applies_bias(g, dtype);
+}
+
 // One pass's entry; with `moments` (conv2d_moments, the forward), y's run moments into the
 // node's second output: from the epilogue where the TMA pass runs (conv_forward_writes_moments,
-// the conv-statistics pass's choice), else by the moments kernel after the forward.
-CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
+// the conv-statistics pass's choice), else by the moments kernel after the forward. With `bias`
+// (conv2d_bias, the forward): y + bias (its third input), then ReLU where its attribute says,
+// applied by the pass as it stores y where it can (conv_forward_applies_bias: the CUDA cores'
+// f32 passes), else by kernels/conv.cuh's epilogue over the stored y.
+CudaOpEntry conv_entry(ConvPass pass, bool moments = false, bool bias = false) {
   CudaOpEntry e;
-  e.prepare = [pass, moments](const LaunchSetup& s) -> Launch {
+  e.prepare = [pass, moments, bias](const LaunchSetup& s) -> Launch {
     const kernels::ConvGeometry g = geometry_of(pass, s.node, s.input_types);
     const DType dtype = s.input_types[0].dtype;
     check_channels_last_sides(pass, s.node, g, dtype);
@@ -135,6 +145,14 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
       const gpu::KernelSource source = conv_moments_source(dtype);
       after = &device_kernel(source.name, [&] { return source; });
     }
+    const bool relu = bias && s.node.attrs.integer("relu") != 0;
+    const void* bias_values = bias ? s.inputs[2] : nullptr;
+    const bool bias_after = bias_after_pass(bias, g, dtype);
+    const ConvBias in_pass = bias && !bias_after ? ConvBias{bias_values, relu} : ConvBias{};
+    const DeviceKernel* bias_kernel =
+        bias_after ? &device_kernel(fmt::format("kiln_conv_bias_{}", dtype_name(dtype)),
+                                    [&] { return conv_bias_source(dtype); })
+                   : nullptr;
     const Shape& y = s.node.outputs[0].shape;
     return [=](gpu::Stream st) {
       const void* x = a;
@@ -142,7 +160,16 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
         transpose(dtype, stored, kChannelsFirst, a, front, st);
         x = front;
       }
-      launch_pass(pass, dtype, g, x, b, out, ws, st, last, epilogue ? runs : nullptr, laid_out);
+      launch_pass(pass, dtype, g, x, b, out, ws, st, last, epilogue ? runs : nullptr, laid_out,
+                  in_pass);
+      if (bias_kernel != nullptr) {
+        void* y_ptr = out;
+        const void* bias_ptr = bias_values;
+        long long plane = y[2] * y[3], channels = y[1], n = y.numel();
+        int relu_v = relu ? 1 : 0;
+        void* args[] = {&y_ptr, &bias_ptr, &plane, &channels, &n, &relu_v};
+        launch_items(*bias_kernel, n, st, args);
+      }
       if (after == nullptr) return;
       const void* y_ptr = out;
       float* runs_ptr = runs;
@@ -152,7 +179,7 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
       launch_items(*after, channels * count, st, args);
     };
   };
-  e.sources = [pass, moments](const Node& n, const InputTypes& in) {
+  e.sources = [pass, moments, bias](const Node& n, const InputTypes& in) {
     const kernels::ConvGeometry g = geometry_of(pass, n, in);
     // conv2d_moments: the epilogue's TMA kernel in place of the plain one, or the moments kernel.
     const bool epilogue = moments && conv_forward_writes_moments(g, in[0].dtype);
@@ -160,6 +187,7 @@ CudaOpEntry conv_entry(ConvPass pass, bool moments = false) {
         conv_kernel_sources(g, in[0].dtype, pass, epilogue,
                             pass == ConvPass::grad_weight && conv_y_channels_last(n.attrs));
     if (moments && !epilogue) sources.push_back(conv_moments_source(in[0].dtype));
+    if (bias_after_pass(bias, g, in[0].dtype)) sources.push_back(conv_bias_source(in[0].dtype));
     if (image_route(pass, n, g, in[0].dtype).reorder_bytes > 0) {  // layout.h's transpose
       sources.push_back(transpose_source(dtype_size(in[0].dtype)));
       sources.push_back(nhwc_image_source(dtype_size(in[0].dtype)));
@@ -199,40 +227,6 @@ CudaOpEntry filter_layout_entry() {
         static_cast<FilterLayout>(n.attrs.integer("layout")) == FilterLayout::channels_major;
     return std::vector<gpu::KernelSource>{
         nhwc_weights_source(channels_major, dtype_size(in[0].dtype))};
-  };
-  return e;
-}
-
-// conv2d_bias: the forward pass, then its epilogue over the stored output (kernels/conv.cuh);
-// the CPU's epilogue pass makes these nodes, the GPU's policy keeps the bias in a fused group
-// (issue 17's generated convolution epilogues will take it into the pass itself).
-CudaOpEntry conv_bias_entry() {
-  CudaOpEntry e = conv_entry(ConvPass::forward);
-  e.prepare = [forward = e.prepare](const LaunchSetup& s) -> Launch {
-    const Launch convolution = forward(s);
-    const DType dtype = s.input_types[0].dtype;
-    const Shape& y = s.node.outputs[0].shape;
-    const DeviceKernel* epilogue =
-        &device_kernel(fmt::format("kiln_conv_bias_{}", dtype_name(dtype)),
-                       [&] { return conv_bias_source(dtype); });
-    const long long plane = y[2] * y[3], channels = y[1], n = y.numel();
-    const int relu = s.node.attrs.integer("relu") != 0 ? 1 : 0;
-    void* out = s.outputs[0];
-    const void* bias = s.inputs[2];
-    return [=](gpu::Stream st) {
-      convolution(st);
-      void* y_ptr = out;
-      const void* bias_ptr = bias;
-      long long plane_v = plane, channels_v = channels, n_v = n;
-      int relu_v = relu;
-      void* args[] = {&y_ptr, &bias_ptr, &plane_v, &channels_v, &n_v, &relu_v};
-      launch_items(*epilogue, n, st, args);
-    };
-  };
-  e.sources = [sources = e.sources](const Node& n, const InputTypes& in) {
-    std::vector<gpu::KernelSource> all = sources(n, in);
-    all.push_back(conv_bias_source(in[0].dtype));
-    return all;
   };
   return e;
 }
@@ -342,6 +336,15 @@ bool conv_node_writes_moments(const Node& conv, std::span<const TensorType> inpu
   return conv_forward_writes_moments(geometry_of(ConvPass::forward, conv, in), dtype);
 }
 
+bool conv_node_applies_bias(const Node& conv, std::span<const TensorType> inputs) {
+  const DType dtype = inputs[0].dtype;
+  if (conv.op->id != OpId::conv2d || dtype != DType::f32 || conv_image_channels_last(conv.attrs) ||
+      conv_filter_layout_of(conv.attrs) != FilterLayout::nchw)
+    return false;
+  const InputTypes in(inputs.begin(), inputs.end());
+  return conv_forward_applies_bias(geometry_of(ConvPass::forward, conv, in), dtype);
+}
+
 std::optional<FilterOrder> conv_node_filter_order(const Node& conv,
                                                   std::span<const TensorType> inputs) {
   const DType dtype = inputs[0].dtype;
@@ -400,7 +403,7 @@ ChannelsLastSides conv_node_channels_last_sides(const Node& conv,
 void add_conv_ops(CudaOpTable& table) {
   table[OpId::conv2d] = conv_entry(ConvPass::forward);
   table[OpId::conv2d].every_source = every_conv_source;
-  table[OpId::conv2d_bias] = conv_bias_entry();
+  table[OpId::conv2d_bias] = conv_entry(ConvPass::forward, false, true);
   table[OpId::conv2d_grad_input] = conv_entry(ConvPass::grad_input);
   table[OpId::conv2d_grad_weight] = conv_entry(ConvPass::grad_weight);
   table[OpId::conv2d_moments] = conv_entry(ConvPass::forward, true);

@@ -66,7 +66,7 @@ std::optional<TmaGradInput> tma_grad_input(const ConvGeometry& g, DType dtype);
 std::size_t igemm_workspace(const ConvGeometry& g, DType dtype, ConvPass pass);
 std::vector<gpu::KernelSource> igemm_sources(const ConvGeometry& g, DType dtype, ConvPass pass);
 void run_igemm(DType dtype, const ConvGeometry& g, ConvPass pass, const void* a, const void* img,
-               void* out, const ConvWorkspace& ws, gpu::Stream stream);
+               void* out, const ConvWorkspace& ws, gpu::Stream stream, ConvBias bias = {});
 
 // The direct forward of images with few channels (conv_direct.cpp, kernels/conv_direct.cuh;
 // a network's stem): a block's output rows `th` of one image (`tiles` an image), its input's
@@ -82,8 +82,10 @@ std::optional<DirectPlan> conv_direct_plan(const ConvGeometry& g, DType dtype);
 gpu::KernelSource conv_direct_source(const ConvGeometry& g, DType dtype);
 // The stems all_kernel_sources lists: 3x3 over 1 and 3 channels, 5x5 over 1, 7x7 at stride 2.
 std::vector<gpu::KernelSource> conv_direct_sample_sources();
+// bias: conv2d_bias's epilogue (the CUDA cores' form only: direct_applies_bias).
+bool direct_applies_bias(const ConvGeometry& g, DType dtype);
 void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& plan, const void* x,
-                         const void* w, void* y, gpu::Stream stream);
+                         const void* w, void* y, gpu::Stream stream, ConvBias bias = {});
 
 // out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
 // once to `dtype`; a count of 1 is the rounding alone.

@@ -88,11 +88,13 @@ namespace kiln::cuda {
 // x [B, C, h, w], wt [co, C, KH, KW], y [B, co, oh, ow]; rows x cols: a tile's input in shared
 // memory (rows = (th - 1) S + KH; cols at least 4 S (groups - 1) + KILN_DIRECT_RUN and pad + w,
 // a multiple of 4). flags: 1, y's rows take whole 4-column stores (ow % 4 == 0, y 16-byte aligned);
-// 2, x's rows load in 16-byte pieces (direct_copy_rows).
+// 2, x's rows load in 16-byte pieces (direct_copy_rows); 4, ReLU as y is stored. bias [co] (or
+// null: none) is added to each filter's sums before the ReLU (conv2d_bias's epilogue: the bits
+// of the sum rounded, then the add and relu ops, where T is float).
 extern "C" __global__ void __launch_bounds__(256, 2)
     KILN_CONV_DIRECT(const KILN_T* __restrict__ x, const KILN_T* __restrict__ wt,
-                     KILN_T* __restrict__ y, int h, int w, int pad, int oh, int ow, int co, int th,
-                     int tiles, int rows, int cols, int flags) {
+                     const KILN_T* __restrict__ bias, KILN_T* __restrict__ y, int h, int w, int pad,
+                     int oh, int ow, int co, int th, int tiles, int rows, int cols, int flags) {
   KILN_AFTER_PRIOR_GRIDS();
   constexpr int C = KILN_DIRECT_C, KH = KILN_DIRECT_KH, KW = KILN_DIRECT_KW, S = KILN_DIRECT_S;
   constexpr int F = KILN_DIRECT_F;
@@ -149,6 +151,14 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     if (f0 + f >= co) break;
     KILN_T* out = y + ((static_cast<long long>(b) * co + f0 + f) * oh + oh_row) * ow + col0;
     __align__(16) KILN_T four[P];
+    if (bias != nullptr) {
+      const float b = static_cast<float>(bias[f0 + f]);
+#pragma unroll
+      for (int p = 0; p < P; ++p) acc[p][f] = static_cast<float>(KILN_T(acc[p][f])) + b;
+    }
+    if (flags & 4)
+#pragma unroll
+      for (int p = 0; p < P; ++p) acc[p][f] = acc[p][f] > 0.0f ? acc[p][f] : 0.0f;
 #pragma unroll
     for (int p = 0; p < P; ++p) four[p] = KILN_T(acc[p][f]);
     if (flags & 1) {  // (then ow % 4 == 0: the 4 columns lie in the row)

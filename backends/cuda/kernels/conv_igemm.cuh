@@ -29,7 +29,8 @@ namespace kiln::cuda {
 // warp: 32-byte pieces of memory, and shared-memory stores to 32 distinct banks.
 // bf16 and f16 inputs are widened as they are loaded: the tiles in shared memory, the
 // products and the sums are float (Wide<T>), and each output is rounded once, where it is
-// stored.
+// stored. The forward may add bias[m] (null: none) and apply ReLU (relu) as it stores: the sum
+// rounded, then the add and the relu ops' own bits (conv2d_bias's epilogue).
 #define KILN_OUTSIDE (-30000)
 
 __device__ __forceinline__ void load4(const float* p, float (&r)[4]) {
@@ -140,7 +141,8 @@ __device__ __forceinline__ ConvGemmShape class_shape(const ConvGemmShape& whole,
 template <typename T, typename OT, int MODE, int BM, int BN, int KG, int KS, int TK, int TM, int TN>
 __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T* __restrict__ img,
                                            OT* __restrict__ out, const ConvGemmShape& whole,
-                                           const ConvClasses& classes) {
+                                           const ConvClasses& classes, const T* __restrict__ bias,
+                                           int relu) {
   IgemmClass cl;
   const ConvGemmShape g = class_shape<MODE>(whole, classes, cl);
   typedef typename Wide<T>::type W;
@@ -289,6 +291,14 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
       W v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = acc[i][r * 4 + j];
+      if (MODE == 0 && bias != nullptr) {  // the forward's epilogue: the bias of filter m
+        const W b = static_cast<W>(bias[m]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = static_cast<W>(OT(v[j])) + b;
+      }
+      if (MODE == 0 && relu)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = v[j] > W(0) ? v[j] : W(0);
       if (run && ((size_t)(dst + ne[0].w) & (4 * sizeof(OT) >= 16 ? 15 : 7)) == 0) {
         store4(dst + ne[0].w, v);
       } else {
@@ -306,9 +316,9 @@ __device__ __forceinline__ void conv_igemm(const T* __restrict__ a_src, const T*
 extern "C" __global__ void __launch_bounds__(KILN_THREADS)
     KILN_CONV_IGEMM(const KILN_T* __restrict__ a, const KILN_T* __restrict__ img,
                     KILN_OT* __restrict__ out, kiln::cuda::ConvGemmShape g,
-                    kiln::cuda::ConvClasses classes) {
+                    kiln::cuda::ConvClasses classes, const KILN_T* __restrict__ bias, int relu) {
   KILN_AFTER_PRIOR_GRIDS();
   kiln::cuda::conv_igemm<KILN_T, KILN_OT, KILN_MODE, KILN_BM, KILN_BN, KILN_KG, KILN_KS, KILN_TK,
-                         KILN_TM, KILN_TN>(a, img, out, g, classes);
+                         KILN_TM, KILN_TN>(a, img, out, g, classes, bias, relu);
 }
 #endif
