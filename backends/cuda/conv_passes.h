@@ -87,6 +87,18 @@ bool direct_applies_bias(const ConvGeometry& g, DType dtype);
 void conv_direct_forward(DType dtype, const ConvGeometry& g, const DirectPlan& plan, const void* x,
                          const void* w, void* y, gpu::Stream stream, ConvBias bias = {});
 
+// The pass choice (conv_choice.cpp; conv.cpp dispatches in this order): the direct stem kernel
+// (the stride-1 forward over at most 4 channels; KILN_CONV_DIRECT=0: none), the tensor cores
+// over a channels-last copy of the image (use_nhwc) or NCHW (use_mma; bf16/f16 wherever an
+// implicit GEMM fits and the pass is large enough, f32 under TF32), the CUDA cores' implicit
+// GEMM (use_igemm; igemm_fits: the sizes its kernel takes), else im2col + cuBLAS.
+std::optional<DirectPlan> direct_plan(const ConvGeometry& g, DType dtype, ConvPass pass);
+bool use_tf32_mma(const ConvGeometry& g, DType dtype, ConvPass pass);
+bool use_mma(const ConvGeometry& g, DType dtype, ConvPass pass);
+bool use_nhwc(const ConvGeometry& g, DType dtype, ConvPass pass);
+bool igemm_fits(const ConvGeometry& g, ConvPass pass);
+bool use_igemm(const ConvGeometry& g, DType dtype, ConvPass pass);
+
 // out[i] = the ordered sum of `count` partials part[z * mn + i] (of the compute type), rounded
 // once to `dtype`; a count of 1 is the rounding alone.
 void splitk_sum(DType dtype, const void* part, void* out, std::int64_t elements, std::int64_t count,
