@@ -1,6 +1,6 @@
-// The GEMM epilogue pass: matches matmul -> (add bias [, relu]) groups, and on the CPU conv2d ->
+// The GEMM epilogue pass: matches matmul -> (add bias [, relu]) groups, and f32 conv2d ->
 // (add bias [, relu]) ones, and re-emits the graph with matmul_bias and conv2d_bias nodes in
-// their place (the products they replace become dead code).
+// their place (the products they replace are not emitted).
 #include "fusion/gemm_epilogues.h"
 
 #include <cstdlib>
@@ -117,11 +117,19 @@ Graph fuse_gemm_epilogues(const Graph& fused, FusionReport* report,
     for (const ValueRef& in : n.inputs) ++readers[static_cast<std::size_t>(in.node)];
   for (const auto& [name, ref] : fused.outputs()) ++readers[static_cast<std::size_t>(ref.node)];
   for (const auto& [var, ref] : fused.assignments()) ++readers[static_cast<std::size_t>(ref.node)];
+  // The groups that become a product with its epilogue, and the products they take: those
+  // (read by their group alone) are not emitted, so no dead product is left behind.
+  std::vector<std::optional<Epilogue>> epilogues(static_cast<std::size_t>(count));
+  std::vector<bool> taken(static_cast<std::size_t>(count), false);
+  for (int id = 0; id < count; ++id)
+    if ((epilogues[static_cast<std::size_t>(id)] = match(fused, id, readers, options)))
+      taken[static_cast<std::size_t>(epilogues[static_cast<std::size_t>(id)]->matmul)] = true;
   Graph out;
   std::map<ValueRef, ValueRef> remap;
   std::vector<int> new_id(static_cast<std::size_t>(count), -1);  // groups that stay groups
   for (int id = 0; id < count; ++id) {
-    const std::optional<Epilogue> e = match(fused, id, readers, options);
+    if (taken[static_cast<std::size_t>(id)]) continue;
+    const std::optional<Epilogue>& e = epilogues[static_cast<std::size_t>(id)];
     Node n = fused.node(id);
     if (e) {  // the group's node becomes the GEMM with its epilogue, where the group was
       const Node& m = fused.node(e->matmul);
