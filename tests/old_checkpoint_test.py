@@ -8,7 +8,8 @@
 # oneDNN convolutions and matmuls, issue 20; char-lstm again when the CPU's one-hot products
 # became row gathers and scatters, one loss one unit in the last place, family 26, its family
 # 25 recording dropped; lenet when its first layer moved to kiln's direct kernels, two losses
-# one unit in the last place, family 26, its family 25 recording dropped).
+# one unit in the last place, family 26, its family 25 recording dropped; an AVX2 family 25
+# model 1 added with --record-cpu from 485c9e4, its CPU kernels those of 1966d2b).
 # (The tensors need no rewriting: their names and layout did not change, and the first
 # steps are bitwise the old ones, see loss_fixture_test.py.)
 #   old_checkpoint_test.py TRAINER            check
