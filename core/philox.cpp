@@ -71,16 +71,27 @@ void Philox::fill_normal(Tensor& t, double mean, double stddev) {
     t.copy_from(wide.to(t.dtype()));
     return;
   }
+  fill_normal_part(t, mean, stddev, 0, t.numel());
+}
+
+void Philox::fill_normal_part(Tensor& t, double mean, double stddev, std::int64_t begin,
+                              std::int64_t end) {
+  KILN_CHECK(begin % 2 == 0 && 0 <= begin && begin <= end && end <= t.numel(),
+             "fill_normal_part: elements [{}, {}) of {} (the first must be even)", begin, end,
+             t.numel());
+  KILN_CHECK(!is_low_precision(t.dtype()), "fill_normal_part: a {} tensor (f32 or f64 only)",
+             dtype_name(t.dtype()));
   const std::uint64_t first = take_blocks(t.numel());
   visit_floating(t.dtype(), "fill_normal", [&](auto zero) {
     using T = decltype(zero);
     T* out = t.data<T>();
-    const std::int64_t n = t.numel();
+    const std::int64_t n = end;
     // Elements 2p and 2p + 1 are the cosine and sine of one Box-Muller pair, from words
     // 2 (p % 2) and 2 (p % 2) + 1 of block first + p / 2: each block is computed once.
     std::array<std::uint32_t, 4> block{};
-    for (std::int64_t p = 0; 2 * p < n; ++p) {
-      if (p % 2 == 0) block = philox_block(seed_, first + static_cast<std::uint64_t>(p / 2));
+    for (std::int64_t p = begin / 2; 2 * p < n; ++p) {
+      if (p % 2 == 0 || p == begin / 2)
+        block = philox_block(seed_, first + static_cast<std::uint64_t>(p / 2));
       const std::size_t word = static_cast<std::size_t>(p % 2) * 2;
       const double u1 = 1.0 - static_cast<double>(uniform_from_bits(block[word]));  // (0, 1]
       const double u2 = static_cast<double>(uniform_from_bits(block[word + 1]));

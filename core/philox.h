@@ -32,6 +32,11 @@ class Philox {
   void fill_uniform(Tensor& t, double low, double high);
   // Fills a host floating tensor with normal values (Box-Muller on word pairs; bf16/f16 as above).
   void fill_normal(Tensor& t, double mean, double stddev);
+  // Only elements [begin, end) of that fill (begin even; f32 or f64), the stream advanced as
+  // by the whole fill: threads that each call it on a copy of one generator, with parts that
+  // cover the tensor, write fill_normal's values.
+  void fill_normal_part(Tensor& t, double mean, double stddev, std::int64_t begin,
+                        std::int64_t end);
   // A uniformly random integer in [0, n); uses one block.
   std::uint64_t next_below(std::uint64_t n);
 

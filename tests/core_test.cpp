@@ -136,6 +136,34 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "philox fill_normal_part: parts on copies of one generator, covering the tensor, write "
+    "fill_normal's bits and advance the stream as it does, and a bad part is an error") {
+  for (std::int64_t n : {1, 7, 13, 800, 6401}) {
+    for (DType dtype : {DType::f32, DType::f64}) {
+      CAPTURE(n);
+      Tensor whole = Tensor::empty({n}, dtype), parts = Tensor::zeros({n}, dtype);
+      Philox rng(17, 4);
+      rng.fill_normal(whole, 0.5, 3.0);
+      for (std::int64_t k : {2, 0, 1}) {  // out of order, as threads finish
+        const std::int64_t begin = n * k / 3 / 2 * 2, end = k == 2 ? n : n * (k + 1) / 3 / 2 * 2;
+        Philox copy(17, 4);
+        copy.fill_normal_part(parts, 0.5, 3.0, begin, end);
+        CHECK(copy.offset() == rng.offset());
+      }
+      CHECK(std::memcmp(whole.raw(), parts.raw(), whole.nbytes()) == 0);
+    }
+  }
+  Tensor t = Tensor::empty({10}, DType::f32);
+  CHECK_THROWS_WITH_AS(Philox(1).fill_normal_part(t, 0, 1, 3, 10),
+                       doctest::Contains("the first must be even"), Error);
+  CHECK_THROWS_WITH_AS(Philox(1).fill_normal_part(t, 0, 1, 0, 11), doctest::Contains("[0, 11)"),
+                       Error);
+  Tensor half = Tensor::empty({10}, DType::bf16);
+  CHECK_THROWS_WITH_AS(Philox(1).fill_normal_part(half, 0, 1, 0, 10),
+                       doctest::Contains("f32 or f64 only"), Error);
+}
+
+TEST_CASE(
     "a philox stream continues where a split stream would: (seed, offset) is the whole state") {
   Philox whole(11);
   Tensor all = Tensor::empty({16}, DType::f32);

@@ -90,6 +90,53 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "GPU: GAN steps queued one ahead (the next queued before the last one's values are read, the "
+    "rate uploaded from the host each step) give the bits of steps waited for one by one") {
+  if (!have_gpu()) return;
+  for (const char* name : {"gan", "dcgan"}) {
+    CAPTURE(name);
+    Philox rng_one(4), rng_ahead(4);
+    std::unique_ptr<Gan> one_gan = make_gan(name, rng_one), ahead_gan = make_gan(name, rng_ahead);
+    const OptimizerConfig adam{.name = "adam", .lr = kGanLr, .beta1 = kGanBeta1};
+    const CompileOptions gpu{.device = Device::cuda()};
+    GanSteps one(*one_gan, 16, adam, gpu), ahead(*ahead_gan, 16, adam, gpu);
+    const int steps = 6;
+    std::vector<Tensor> reals, zs;
+    for (std::uint64_t s = 0; s <= steps; ++s) {
+      reals.push_back(test::random_tensor({16, 1, 28, 28}, DType::f32, 80 + s));
+      zs.push_back(gan_noise(16, 3, s));
+    }
+    std::vector<GanStepResult> expected, got;
+    for (int s = 0; s < steps; ++s) {
+      one.set_lr(kGanLr * (1 + s));
+      expected.push_back(one.run(reals[s], zs[s]));
+    }
+    QueuedGanStep queued;
+    for (int s = 0; s < steps; ++s) {
+      ahead.set_lr(kGanLr * (1 + s));
+      ahead.prefetch(reals[s + 1], zs[s + 1]);
+      QueuedGanStep step = ahead.enqueue(reals[s], zs[s]);
+      if (queued.valid()) got.push_back(queued.wait());
+      queued = std::move(step);
+    }
+    got.push_back(queued.wait());
+    REQUIRE(got.size() == expected.size());
+    for (int s = 0; s < steps; ++s) {
+      CAPTURE(s);
+      CHECK(got[s].d_loss == expected[s].d_loss);
+      CHECK(got[s].g_loss == expected[s].g_loss);
+      CHECK(got[s].d_accuracy == expected[s].d_accuracy);
+    }
+    const std::vector<VariablePtr> ov = one_gan->parameters(), av = ahead_gan->parameters();
+    for (std::size_t i = 0; i < ov.size(); ++i) {
+      CAPTURE(ov[i]->name);
+      const Tensor a = to_host(av[i]->value), b = to_host(ov[i]->value);
+      CHECK(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
+    }
+  }
+}
+
 TEST_CASE("GPU: train_gan runs on the GPU: finite losses, a grid and an FID per epoch") {
   if (!have_gpu()) return;
   const test::TempDir dir("kiln-gpu-gan-test");

@@ -294,9 +294,12 @@ TEST_CASE(
 
 namespace kiln {
 
-TEST_CASE("gan: noise drawn one step ahead is gan_noise of each step, in sequence and out of it") {
-  for (bool ahead : {true, false}) {
-    NoiseAhead noise(8, 3, ahead);
+TEST_CASE(
+    "gan: noise drawn one step ahead (by one or several threads) is gan_noise of each step, in "
+    "sequence and out of it") {
+  for (std::size_t parts : {0, 1, 3}) {
+    CAPTURE(parts);
+    NoiseAhead noise(8, 3, parts > 0, parts);
     for (std::uint64_t step : {5u, 6u, 7u, 2u, 3u, 3u}) {
       CAPTURE(step);
       const Tensor want = gan_noise(8, 3, step), got = noise.take(step);

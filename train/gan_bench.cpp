@@ -1,13 +1,15 @@
 // The GAN's step as bench times it: one discriminator step and one generator step (Adam,
-// beta1 0.5), both queued before the host waits, with the noise drawn on the host one step
-// ahead on a worker thread and copied to the device while the step before runs, as the
-// training loop does; also the process CPU time per step (all threads), which a loaded
-// machine inflates less than wall time.
+// beta1 0.5), both queued before the host waits, on a GPU the next step queued before the
+// last one's values are read, with the noise drawn on the host one step ahead on a worker
+// thread and copied to the device while the step before runs, as the training loop does;
+// also the process CPU time per step (all threads), which a loaded machine inflates less
+// than wall time.
 #include <fmt/format.h>
 #include <time.h>
 
 #include <chrono>
 
+#include "core/env_switch.h"
 #include "graph/op.h"
 #include "models/gan.h"
 #include "train/gan_steps.h"
@@ -44,12 +46,22 @@ TimedSteps time_gan_steps(const std::string& model, std::int64_t batch,
   double cpu_ms = 0;
   NoiseAhead noise(batch, seed, !options.device.is_cpu());
   Tensor z = noise.take(0);
+  // As the loop does on a GPU: step i queued before step i - 1's values are read (unless
+  // KILN_STEP_AHEAD=0), so a step's time is from one step's values to the next's.
+  const bool ahead = !options.device.is_cpu() && env_switch_on("KILN_STEP_AHEAD");
+  QueuedGanStep queued;  // the step before, its values not read yet
   for (int i = 0; i < warmup + steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_ms();
     Tensor next = noise.take(static_cast<std::uint64_t>(i + 1));  // drawn during the last step
     gan_steps.prefetch(real, next);  // as the loop does: copied while this step computes
-    gan_steps.run(real, z);
+    QueuedGanStep step = gan_steps.enqueue(real, z);
+    if (queued.valid()) queued.wait();
+    queued = std::move(step);
+    if (!ahead) {
+      queued.wait();
+      queued = {};
+    }
     z = std::move(next);
     if (i < warmup) continue;
     cpu_ms += process_cpu_ms() - cpu_start;
@@ -58,6 +70,7 @@ TimedSteps time_gan_steps(const std::string& model, std::int64_t batch,
                  g_ms = gan_steps.generator_step().last_step_device_ms();
     if (d_ms >= 0 && g_ms >= 0) device_ms.push_back(d_ms + g_ms);
   }
+  if (queued.valid()) queued.wait();
   timed.times = {quantile(ms, 0.5), quantile(ms, 0.1), quantile(ms, 0.9)};
   if (!device_ms.empty()) timed.times.device_median_ms = quantile(device_ms, 0.5);
   timed.extras = {{"cpu_ms_per_step", cpu_ms / steps}};

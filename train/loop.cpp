@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
+#include "core/env_switch.h"
 #include "core/log.h"
 #include "distributed/data_parallel.h"
 #include "train/checkpoint.h"
@@ -76,6 +78,17 @@ TaskContext task_context(const TrainConfig& c, dist::DataParallel* parallel) {
   return context;
 }
 
+// A step whose programs are queued (on a GPU, computing) and whose values the host has not
+// read: the loop queues the next step before it reads them, so that the host's work between
+// steps (the values, metrics, the next batch) overlaps the device's.
+struct QueuedStep {
+  std::int64_t epoch = 0, batch = 0, done = 0;  // done: the run's steps before this one
+  double lr = 0;
+  std::vector<std::vector<PendingRun>> runs;       // per micro-batch, per program
+  std::vector<std::unique_ptr<StepTrace>> traces;  // per micro-batch, where traced
+  double data_wait = 0;                            // seconds this thread spent getting its batches
+};
+
 // One training run: everything the epochs share.
 class Loop {
  public:
@@ -95,6 +108,10 @@ class Loop {
     const std::int64_t all = c.loop.epochs * steps_per_epoch();
     last_ = c.loop.max_steps >= 0 ? std::min(c.loop.max_steps, all) : all;
     horizon_ = task_->max_steps_sets_horizon() ? last_ : all;
+    // The CPU runs a step as it is queued: queuing the next first would only run it before the
+    // last one's values are checked. KILN_STEP_AHEAD=0: each step's values are read before the
+    // next is queued (the path before, to measure against).
+    step_ahead_ = !compile_options(c.device).device.is_cpu() && env_switch_on("KILN_STEP_AHEAD");
   }
 
   std::vector<EpochReport> run(const std::function<void(const EpochReport&)>& on_epoch);
@@ -113,8 +130,13 @@ class Loop {
     return batch == steps_per_epoch() ? TrainingPosition{done, epoch + 1, 0}
                                       : TrainingPosition{done, epoch, batch};
   }
-  std::vector<Outputs> run_programs(const std::vector<std::vector<Feed>>& feeds, bool trace);
-  StepValues step(std::int64_t epoch, std::int64_t batch, std::int64_t first, std::int64_t end);
+  bool traced(std::int64_t done) const {
+    return !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
+  }
+  bool may_queue_after(std::int64_t done) const;
+  QueuedStep queue_step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
+                        std::int64_t end);
+  StepValues finish_step(QueuedStep& s);
   void add_loss_scale_values(const std::vector<Outputs>& outputs, StepValues& v);
   EpochReport run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t end);
   void evaluate(EpochReport& r);
@@ -133,7 +155,8 @@ class Loop {
   std::int64_t total_ = 0;    // steps done, over the whole run
   std::int64_t last_ = 0;     // the step the run stops after
   std::int64_t horizon_ = 0;  // the schedule's length
-  double lr_ = 0;             // of the last step run
+  double lr_ = 0;             // of the last step queued
+  bool step_ahead_ = false;   // queue a step before reading the last one's values (a GPU's)
 };
 
 void Loop::resume() {
@@ -203,21 +226,6 @@ void Loop::check_replicas(std::int64_t step) {
   parallel_->check_replicas(vars, step);
 }
 
-std::vector<Outputs> Loop::run_programs(const std::vector<std::vector<Feed>>& feeds, bool trace) {
-  const std::vector<StepProgram> programs = task_->programs();
-  std::unique_ptr<StepTrace> tracer =
-      trace ? std::make_unique<StepTrace>(c_.loop.trace, programs) : nullptr;
-  // All queued before the host waits: a GAN's generator step follows its discriminator step
-  // on the device without a round trip through the host.
-  std::vector<PendingRun> runs;
-  for (std::size_t i = 0; i < programs.size(); ++i)
-    runs.push_back(programs[i].program->enqueue(feeds[i]));
-  std::vector<Outputs> outputs;
-  for (PendingRun& r : runs) outputs.push_back(r.wait());
-  if (tracer) tracer->finish();
-  return outputs;
-}
-
 // The fp16 loss scaler's outputs (graph/loss_scale.h) in the step's values, so that the
 // metrics lines show them: "loss_scale" and "skipped_steps", prefixed by the program's name
 // after the first (a GAN's generator step).
@@ -232,38 +240,65 @@ void Loop::add_loss_scale_values(const std::vector<Outputs>& outputs, StepValues
   }
 }
 
-// Runs batch `batch` of the epoch (whose batches [first, end) this run trains): the task's
-// micro-batches batch * micro() ... (its step programs once each), whose losses and values
-// the step reports as their means (the loss scaler's, of the last run: the one that updates).
-StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
-                      std::int64_t end) {
-  const std::int64_t done = total_ + (batch - first);  // steps before this one
-  lr_ = schedule_.at(done, horizon_);
+// Whether step `done` (counted over the run from 0) may stay queued while the next one is
+// queued: not where the host reads or writes the state after it (a save, a replica check),
+// where either step is traced (a trace times its step alone), nor on the CPU.
+bool Loop::may_queue_after(std::int64_t done) const {
+  const std::int64_t steps = done + 1, save = c_.loop.save_every,
+                     check = c_.parallel.check_replicas;
+  return step_ahead_ && !(save > 0 && steps % save == 0) && !(check > 0 && steps % check == 0) &&
+         !traced(done) && !traced(done + 1);
+}
+
+// Queues batch `batch` of the epoch (whose batches [first, end) this run trains): the task's
+// micro-batches batch * micro() ..., its step programs once each. Their batches are filled
+// (and the next one's prefetched) first; a GAN's generator step follows its discriminator
+// step on the device without a round trip through the host.
+QueuedStep Loop::queue_step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
+                            std::int64_t end) {
+  QueuedStep s{.epoch = epoch, .batch = batch, .done = total_ + (batch - first)};
+  lr_ = s.lr = schedule_.at(s.done, horizon_);
   task_->set_lr(lr_);
-  const bool trace =
-      !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
   const std::vector<StepProgram> programs = task_->programs();
-  StepValues v;
-  double data_wait = 0;
   for (std::int64_t k = 0; k < micro(); ++k) {
-    const std::int64_t at = batch * micro() + k, run = done * micro() + k;  // the task's
+    const std::int64_t at = batch * micro() + k, run = s.done * micro() + k;  // the task's
     // The time this thread spends getting batches (filling them, or waiting for a loader
     // that fills them ahead) is the step's data wait.
     auto fetch_start = Clock::now();
     std::vector<std::vector<Feed>> feeds =
         batch == first && k == 0 ? task_->feeds(at, run) : std::move(next_);
-    data_wait += seconds_since(fetch_start);
+    s.data_wait += seconds_since(fetch_start);
     if (k + 1 < micro() || batch + 1 < end) {  // a GPU copies the next batch meanwhile
       fetch_start = Clock::now();
       next_ = task_->feeds(at + 1, run + 1);
-      data_wait += seconds_since(fetch_start);
+      s.data_wait += seconds_since(fetch_start);
       for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
     }
-    std::vector<Outputs> outputs;
+    s.traces.push_back(
+        traced(s.done) && k == 0 ? std::make_unique<StepTrace>(c_.loop.trace, programs) : nullptr);
+    std::vector<PendingRun>& runs = s.runs.emplace_back();
     try {
-      outputs = run_programs(feeds, trace && k == 0);
+      for (std::size_t i = 0; i < programs.size(); ++i)
+        runs.push_back(programs[i].program->enqueue(feeds[i]));
     } catch (const Error& e) {
       throw Error(fmt::format("epoch {} step {}: {}", epoch, batch + 1, e.what()));
+    }
+  }
+  return s;
+}
+
+// Waits for a queued step and reads its values: the means of its micro-batches' losses and
+// values (the loss scaler's, of the last run: the one that updates), checked for divergence
+// and recorded in the metrics.
+StepValues Loop::finish_step(QueuedStep& s) {
+  StepValues v;
+  for (std::size_t k = 0; k < s.runs.size(); ++k) {
+    std::vector<Outputs> outputs;
+    try {
+      for (PendingRun& r : s.runs[k]) outputs.push_back(r.wait());
+      if (s.traces[k]) s.traces[k]->finish();
+    } catch (const Error& e) {
+      throw Error(fmt::format("epoch {} step {}: {}", s.epoch, s.batch + 1, e.what()));
     }
     const StepValues part = task_->step_values(outputs);
     v.loss += part.loss / static_cast<double>(micro());
@@ -271,13 +306,13 @@ StepValues Loop::step(std::int64_t epoch, std::int64_t batch, std::int64_t first
     for (std::size_t i = 0; i < part.extras.size(); ++i)
       v.extras[i] = {part.extras[i].first,
                      v.extras[i].second + part.extras[i].second / static_cast<double>(micro())};
-    if (k + 1 == micro()) add_loss_scale_values(outputs, v);
+    if (k + 1 == s.runs.size()) add_loss_scale_values(outputs, v);
   }
-  v.extras.emplace_back("data_wait_ms", 1000 * data_wait);
-  divergence_.check_step(v, epoch, batch + 1);
-  lines_.record(done + 1, epoch, v, lr_, done + 1 == last_);
+  v.extras.emplace_back("data_wait_ms", 1000 * s.data_wait);
+  divergence_.check_step(v, s.epoch, s.batch + 1);
+  lines_.record(s.done + 1, s.epoch, v, s.lr, s.done + 1 == last_);
   const std::int64_t every = c_.parallel.check_replicas;
-  if (every > 0 && (done + 1) % every == 0) check_replicas(done + 1);
+  if (every > 0 && (s.done + 1) % every == 0) check_replicas(s.done + 1);
   return v;
 }
 
@@ -291,19 +326,38 @@ EpochReport Loop::run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t
   double loss_sum = 0;
   const auto clock_start = Clock::now();
   lines_.restart_clock();
-  for (std::int64_t b = first; b < end; ++b) {
-    const StepValues v = step(epoch, b, first, end);
+  // A step's values, once read: the epoch's sums, the progress line, the periodic save.
+  const auto take = [&](QueuedStep& s) {
+    const StepValues v = finish_step(s);
     loss_sum += v.loss;
     if (r.values.empty())
       r.values = v.extras;
     else
       for (std::size_t i = 0; i < v.extras.size(); ++i) r.values[i].second += v.extras[i].second;
-    const std::int64_t in_epoch = b + 1 - first, done = total_ + in_epoch;
+    const std::int64_t in_epoch = s.batch + 1 - first, done = s.done + 1;
     if (show_progress)
       progress.update(in_epoch, loss_sum / static_cast<double>(in_epoch),
                       static_cast<double>(in_epoch) * examples / seconds_since(clock_start));
-    if (c_.loop.save_every > 0 && done % c_.loop.save_every == 0) save(after(epoch, b + 1, done));
+    if (c_.loop.save_every > 0 && done % c_.loop.save_every == 0)
+      save(after(epoch, s.batch + 1, done));
+  };
+  std::optional<QueuedStep> queued;  // the step before, its values not read yet
+  for (std::int64_t b = first; b < end; ++b) {
+    QueuedStep s;
+    try {
+      s = queue_step(epoch, b, first, end);
+    } catch (...) {  // the step before is recorded first (or its own error, which came first)
+      if (queued) take(*queued);
+      throw;
+    }
+    if (queued) take(*queued);  // while step b computes
+    queued = std::move(s);
+    if (!may_queue_after(queued->done)) {
+      take(*queued);
+      queued.reset();
+    }
   }
+  if (queued) take(*queued);
   if (show_progress) progress.finish();
   r.seconds = seconds_since(clock_start);
   r.examples_per_second = static_cast<double>(r.steps) * examples / r.seconds;
