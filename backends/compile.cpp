@@ -194,9 +194,7 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     // kiln's kernels per output plane).
     if (options.fuse) {
       g = eliminate_dead_code(fuse_gemm_epilogues(
-          g, nullptr,
-          gemm_epilogue_policy(options.device.is_cpu(),
-                               options.tf32 || options.precision == Precision::tf32)));
+          g, nullptr, gemm_epilogue_policy(options.device.is_cpu(), options.uses_tf32())));
       verify(g);
       dump_after("gemm_epilogues", g);
     }
@@ -224,7 +222,7 @@ std::unique_ptr<Program> compile(const Graph& recorded, const CompileOptions& re
     return make_cpu_program(g, options.check_numerics, options.deterministic);
 #ifdef KILN_HAVE_CUDA
   const int streams = options.check_numerics ? 1 : options.cuda_streams;
-  const bool tf32 = options.tf32 || options.precision == Precision::tf32;
+  const bool tf32 = options.uses_tf32();
   const Lowering lowering = lower_for_device(g, streams, dump_lowering, !options.check_numerics,
                                              cuda_scratch_bytes(g, tf32));
   return make_cuda_program(g, lowering,

@@ -29,6 +29,9 @@ struct CompileOptions {
   // Bitwise-reproducible runs. The CPU backend always is (the same bits for any thread
   // count); on the GPU this also rules out cuBLAS algorithms with atomics.
   bool deterministic = false;
+
+  // TF32 math, asked for either way.
+  bool uses_tf32() const { return tf32 || precision == Precision::tf32; }
 };
 
 // The rewrites that run before fusion when fusing (constant folding, pool-gradient masks),
