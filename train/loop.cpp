@@ -84,9 +84,9 @@ TaskContext task_context(const TrainConfig& c, dist::DataParallel* parallel) {
 struct QueuedStep {
   std::int64_t epoch = 0, batch = 0, done = 0;  // done: the run's steps before this one
   double lr = 0;
-  std::vector<std::vector<PendingRun>> runs;       // per micro-batch, per program
-  std::vector<std::unique_ptr<StepTrace>> traces;  // per micro-batch, where traced
-  double data_wait = 0;                            // seconds this thread spent getting its batches
+  std::vector<std::vector<PendingRun>> runs;  // per micro-batch, per program
+  std::unique_ptr<StepTrace> trace;           // of its first micro-batch, where traced
+  double data_wait = 0;                       // seconds this thread spent getting its batches
 };
 
 // One training run: everything the epochs share.
@@ -132,6 +132,13 @@ class Loop {
   }
   bool traced(std::int64_t done) const {
     return !c_.loop.trace.empty() && leader_ && done == std::min<std::int64_t>(9, last_ - 1);
+  }
+  // After `steps` steps of the run: a periodic save, a replica check.
+  bool saves_after(std::int64_t steps) const {
+    return c_.loop.save_every > 0 && steps % c_.loop.save_every == 0;
+  }
+  bool checks_replicas_after(std::int64_t steps) const {
+    return c_.parallel.check_replicas > 0 && steps % c_.parallel.check_replicas == 0;
   }
   bool may_queue_after(std::int64_t done) const;
   QueuedStep queue_step(std::int64_t epoch, std::int64_t batch, std::int64_t first,
@@ -244,9 +251,7 @@ void Loop::add_loss_scale_values(const std::vector<Outputs>& outputs, StepValues
 // queued: not where the host reads or writes the state after it (a save, a replica check),
 // where either step is traced (a trace times its step alone), nor on the CPU.
 bool Loop::may_queue_after(std::int64_t done) const {
-  const std::int64_t steps = done + 1, save = c_.loop.save_every,
-                     check = c_.parallel.check_replicas;
-  return step_ahead_ && !(save > 0 && steps % save == 0) && !(check > 0 && steps % check == 0) &&
+  return step_ahead_ && !saves_after(done + 1) && !checks_replicas_after(done + 1) &&
          !traced(done) && !traced(done + 1);
 }
 
@@ -274,8 +279,7 @@ QueuedStep Loop::queue_step(std::int64_t epoch, std::int64_t batch, std::int64_t
       s.data_wait += seconds_since(fetch_start);
       for (std::size_t i = 0; i < programs.size(); ++i) programs[i].program->prefetch(next_[i]);
     }
-    s.traces.push_back(
-        traced(s.done) && k == 0 ? std::make_unique<StepTrace>(c_.loop.trace, programs) : nullptr);
+    if (traced(s.done) && k == 0) s.trace = std::make_unique<StepTrace>(c_.loop.trace, programs);
     std::vector<PendingRun>& runs = s.runs.emplace_back();
     try {
       for (std::size_t i = 0; i < programs.size(); ++i)
@@ -296,7 +300,7 @@ StepValues Loop::finish_step(QueuedStep& s) {
     std::vector<Outputs> outputs;
     try {
       for (PendingRun& r : s.runs[k]) outputs.push_back(r.wait());
-      if (s.traces[k]) s.traces[k]->finish();
+      if (k == 0 && s.trace) s.trace->finish();
     } catch (const Error& e) {
       throw Error(fmt::format("epoch {} step {}: {}", s.epoch, s.batch + 1, e.what()));
     }
@@ -311,8 +315,7 @@ StepValues Loop::finish_step(QueuedStep& s) {
   v.extras.emplace_back("data_wait_ms", 1000 * s.data_wait);
   divergence_.check_step(v, s.epoch, s.batch + 1);
   lines_.record(s.done + 1, s.epoch, v, s.lr, s.done + 1 == last_);
-  const std::int64_t every = c_.parallel.check_replicas;
-  if (every > 0 && (s.done + 1) % every == 0) check_replicas(s.done + 1);
+  if (checks_replicas_after(s.done + 1)) check_replicas(s.done + 1);
   return v;
 }
 
@@ -338,8 +341,7 @@ EpochReport Loop::run_epoch(std::int64_t epoch, std::int64_t first, std::int64_t
     if (show_progress)
       progress.update(in_epoch, loss_sum / static_cast<double>(in_epoch),
                       static_cast<double>(in_epoch) * examples / seconds_since(clock_start));
-    if (c_.loop.save_every > 0 && done % c_.loop.save_every == 0)
-      save(after(epoch, s.batch + 1, done));
+    if (saves_after(done)) save(after(epoch, s.batch + 1, done));
   };
   std::optional<QueuedStep> queued;  // the step before, its values not read yet
   for (std::int64_t b = first; b < end; ++b) {
