@@ -8,9 +8,13 @@ launch that multiplies (convolutions, products: the trace's args "flops") at its
 launch order, then each kind's sum and the convolutions' share of the kernel time; with
 --bandwidth, every kernel that does not multiply (fused groups, copies, reductions) by its
 operands' bytes (the trace's args "bytes": each input once and each output, the least a launch
-moves) and the GB/s that makes, the heaviest first: how far each is from the memory's rate.
+moves) and the GB/s that makes, the heaviest first: how far each is from the memory's rate;
+with --timeline, every launch in start order (start and length in us from the step's first
+launch, its stream, node and kernel name) and the time no stream ran a kernel: a small step's
+critical path and its gaps.
 
-  python3 bench/trace_summary.py TRACE.json [--top N] [--passes | --overlap | --rates | --bandwidth]
+  python3 bench/trace_summary.py TRACE.json [--top N]
+      [--passes | --overlap | --rates | --bandwidth | --timeline]
 """
 import argparse
 import collections
@@ -81,6 +85,20 @@ def print_bandwidth(events, top):
         print(f"{us / 1000:8.3f} ms {n:4d}x {nbytes / 1e9:8.3f} GB {rate:7.0f} GB/s  {name}")
 
 
+def print_timeline(events):
+    """Every launch in start order with its stream; then the step's span and its idle time."""
+    events = sorted(events, key=lambda e: e["ts"])
+    t0 = events[0]["ts"]
+    print(f"{'start':>8} {'us':>7} {'stream':>6}  node    kernel")
+    for e in events:
+        node = e.get("args", {}).get("node", "")
+        print(f"{e['ts'] - t0:8.1f} {e['dur']:7.1f} {e['tid']:>6}  %{node:<6} {e['name']}")
+    span = max(e["ts"] + e["dur"] for e in events) - t0
+    busy = covered(t0, t0 + span, [(e["ts"], e["ts"] + e["dur"]) for e in events])
+    print(f"span {span:.1f} us, {len(events)} launches, a kernel running {busy:.1f} us, "
+          f"none {span - busy:.1f} us")
+
+
 def covered(start, end, spans):
     """Microseconds of [start, end) inside the union of `spans` ((start, end) pairs)."""
     total, reach = 0.0, start
@@ -124,6 +142,8 @@ def main():
                         help="each multiplying launch's TFLOP/s, and the convolutions' share")
     parser.add_argument("--bandwidth", action="store_true",
                         help="each other kernel's operand bytes and GB/s, the heaviest first")
+    parser.add_argument("--timeline", action="store_true",
+                        help="every launch in start order with its stream, and the idle time")
     args = parser.parse_args()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     with open(args.trace) as f:
@@ -139,6 +159,9 @@ def main():
         return
     if args.bandwidth:
         print_bandwidth(events, args.top)
+        return
+    if args.timeline:
+        print_timeline(events)
         return
     total = collections.defaultdict(float)
     launches = collections.Counter()

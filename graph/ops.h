@@ -147,8 +147,10 @@ inline const std::vector<std::int64_t> kChannelsLast{0, 2, 3, 1}, kChannelsFirst
 // x: [B, C, H, W] -> [B, C, (H + 2p - k) / s + 1, (W + 2p - k) / s + 1]. Padded cells never
 // win a max and are not counted in an average (count_include_pad=false).
 Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
+// dy routed to each window's first maximum of x; relu: dy * (max_pool2d(x) > 0) routed (the
+// gradient of max pooling behind a ReLU, its mask applied as the gradient is routed).
 Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride,
-                      std::int64_t padding = 0);
+                      std::int64_t padding = 0, bool relu = false);
 Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,
                         std::int64_t padding = 0);
 Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);

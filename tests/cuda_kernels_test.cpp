@@ -1423,6 +1423,19 @@ void check_pool(const Shape& xs, std::int64_t kernel, std::int64_t stride, DType
   check_identical(y.download(ys, dtype), y_ref);
   check_identical(dxo.download(xs, dtype), dx_ref);
   check_identical(sel.download(ys, dtype), sel_ref);
+  // relu=1 over x - 1: maxima positive, zero, negative and NaN (no infinite dy: 0 times it is a
+  // NaN whose bits differ between the GPU and the CPU)
+  Tensor signed_x = x.clone();
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    if (dtype == DType::f32)
+      signed_x.data<float>()[i] -= 1.0f;
+    else
+      signed_x.data<double>()[i] -= 1.0;
+  Tensor relu_ref = Tensor::empty(xs, dtype);
+  kernels::max_pool2d_backward(signed_x, dy, relu_ref, g, /*relu=*/true);
+  DeviceBuffer dsx(signed_x), relu_dx(relu_ref.nbytes());
+  cuda::max_pool2d_grad(dtype, g, dsx.get(), ddy.get(), relu_dx.get(), nullptr, true);
+  check_identical(relu_dx.download(xs, dtype), relu_ref);
 }
 
 }  // namespace

@@ -547,6 +547,13 @@ std::vector<OpRow> pool_norm_lstm_rows() {
                        max_pool2d_grad(x, in.x({2, 3, 6, 4}), 3, 1)};
        },
        2, false},
+      {OpId::max_pool2d_grad, "max_pool2d_grad relu=1, 2 and 3/2 pad 1",
+       [](Inputs& in) {
+         Value x = in.x({2, 3, 8, 6});
+         return Values{max_pool2d_grad(x, in.x({2, 3, 4, 3}), 2, 2, 0, true),
+                       max_pool2d_grad(x, in.x({2, 3, 4, 3}), 3, 2, 1, true)};
+       },
+       2, false},
       {OpId::max_pool2d_select, "max_pool2d_select 3/2 pad 1",
        [](Inputs& in) {
          return one(max_pool2d_select(in.x({2, 3, 7, 6}), in.x({2, 3, 7, 6}), 3, 2, 1));

@@ -206,15 +206,21 @@ TEST_CASE(
     const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
     verify(after);
     const Shape big = y.type().shape, pooled = p.type().shape;
-    int big_muls = 0, pooled_sums = 0, pool_grads = 0;
+    int big_muls = 0, pooled_sums = 0, relu_pool_grads = 0;
     for (const Node& n : after.nodes()) {
       big_muls += n.op->id == OpId::mul && n.outputs[0].shape == big;
       pooled_sums += n.op->id == OpId::reduce_sum && after.type(n.inputs[0]).shape == pooled;
-      pool_grads += n.op->id == OpId::max_pool2d_grad;
+      if (n.op->id != OpId::max_pool2d_grad) continue;
+      // ReLU's mask applied by the pool gradient as it routes dy, not by a mul before it
+      relu_pool_grads += n.attrs.has("relu") && n.attrs.integer("relu") == 1;
+      const Node& dy = after.node(n.inputs[1].node);  // tanh's gradient times scale, unmasked
+      if (dy.op->id == OpId::mul)
+        for (const ValueRef& factor : dy.inputs)
+          CHECK(after.node(factor.node).op->id != OpId::greater);
     }
-    CHECK(big_muls == 0);     // the mask multiplies the pooled gradient
-    CHECK(pooled_sums == 2);  // the loss, and db summing the pooled gradient
-    CHECK(pool_grads == 1);
+    CHECK(big_muls == 0);
+    CHECK(pooled_sums == 2);  // the loss, and db summing the masked pooled gradient
+    CHECK(relu_pool_grads == 1);
     const std::vector<Feed> feeds = {{"x", test::random_tensor({2, 3, 7, 7}, DType::f32, seed++)},
                                      {"b", test::random_tensor({3}, DType::f32, seed++)},
                                      {"scale", test::random_tensor(pooled, DType::f32, seed++)}};
@@ -228,6 +234,32 @@ TEST_CASE(
     for (std::int64_t i = 0; i < 3; ++i)  // the same terms summed in another order
       CHECK(got.at("db").at(i) == doctest::Approx(want.at("db").at(i)).epsilon(1e-5));
   }
+}
+
+TEST_CASE(
+    "apply_masks_before_pool_grads: a mask other than ReLU's (y > 0.5) multiplies the pooled "
+    "gradient, values unchanged") {
+  Graph g;
+  const Value y = g.input("y", {2, 3, 6, 6});
+  const Value dy = g.input("dy", {2, 3, 3, 3});
+  g.output("pooled", max_pool2d(y, 2));
+  g.output("masked", max_pool2d_grad(y, dy, 2, 2, 0) * greater(y, g.fill(0.5)));
+  const Graph before = eliminate_dead_code(g);
+  const Graph after = eliminate_dead_code(apply_masks_before_pool_grads(before));
+  verify(after);
+  int masked_grads = 0;
+  for (const Node& n : after.nodes())
+    if (n.op->id == OpId::max_pool2d_grad) {
+      CHECK_FALSE(n.attrs.has("relu"));
+      masked_grads += after.node(n.inputs[1].node).op->id == OpId::mul;
+    }
+  CHECK(masked_grads == 1);
+  const std::vector<Feed> feeds = {{"y", test::random_tensor({2, 3, 6, 6}, DType::f32, 3)},
+                                   {"dy", test::random_tensor({2, 3, 3, 3}, DType::f32, 4)}};
+  const Tensor want = compile(before, {.fuse = false})->run(feeds).at("masked");
+  const Tensor got = compile(after, {.fuse = false})->run(feeds).at("masked");
+  for (std::int64_t i = 0; i < want.numel(); ++i)  // equal (a masked maximum's 0 may lose its sign)
+    CHECK(want.at(i) == got.at(i));
 }
 
 TEST_CASE(

@@ -1,7 +1,7 @@
 // Max pooling over tensors stored in oneDNN's 16-channel blocked layout (pool_blocked.h):
 // forward, gradient and select give pool_cpu.cpp's NCHW kernels' bits (ties, NaNs, windows
-// clipped by padding, overlapping windows whose gradients sum), whichever of the pass's
-// tensors are blocked, at 1 and 3 threads.
+// clipped by padding, overlapping windows whose gradients sum; the gradient with ReLU's mask
+// too), whichever of the pass's tensors are blocked, at 1 and 3 threads.
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -41,6 +41,13 @@ Tensor tied(const Shape& shape) {
   return x;
 }
 
+// x - 1: values in {-1, 0, 1} and the NaNs.
+Tensor shifted(const Tensor& x) {
+  Tensor out = x.clone();
+  for (std::int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] -= 1.0f;
+  return out;
+}
+
 // Bitwise equal (the same NaN bits too: the kernels copy them).
 bool same_bits(const Tensor& a, const Tensor& b) {
   return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
@@ -65,9 +72,11 @@ TEST_CASE("blocked max pooling: the NCHW kernels' bits, whichever tensors are bl
     const Tensor dy = test::random_tensor(ys, DType::f32, 12);
     const Tensor other = test::random_tensor(c.x, DType::f32, 13);
     Tensor y = Tensor::zeros(ys, DType::f32), selected = Tensor::zeros(ys, DType::f32);
-    Tensor dx = Tensor::zeros(c.x, DType::f32);
+    Tensor dx = Tensor::zeros(c.x, DType::f32), dx_relu = Tensor::zeros(c.x, DType::f32);
+    const Tensor x_signed = shifted(x);  // (relu=1: maxima positive, zero, negative and NaN)
     kernels::max_pool2d_forward(x, y, g);
     kernels::max_pool2d_backward(x, dy, dx, g);
+    kernels::max_pool2d_backward(x_signed, dy, dx_relu, g, /*relu=*/true);
     kernels::max_pool2d_select(x, other, selected, g);
     // Each input blocked or not, and the output: the seven combinations with something
     // blocked (the forward reads bit 0 only).
@@ -89,6 +98,11 @@ TEST_CASE("blocked max pooling: the NCHW kernels' bits, whichever tensors are bl
         CHECK(same_bits(bo ? reorder(yb, false) : yb, y));
         CHECK(same_bits(bo ? reorder(dxb, false) : dxb, dx));
         CHECK(same_bits(bo ? reorder(sb, false) : sb, selected));
+        Tensor relu_b = Tensor::full(c.x, 5.0, DType::f32);
+        kernels::max_pool2d_backward_blocked(b0 ? reorder(x_signed, true) : x_signed.clone(),
+                                             b1 ? reorder(dy, true) : dy.clone(), relu_b, g, bits,
+                                             /*relu=*/true);
+        CHECK(same_bits(bo ? reorder(relu_b, false) : relu_b, dx_relu));
       }
     }
   }

@@ -2,13 +2,15 @@
 // vectorized loop; unpadded 3x3 windows at stride 2; padded 3x3 windows at stride 1 and 2, by
 // rows then columns, clipped at the plane's edges) against the definition, on inputs full of
 // ties and NaNs: the first maximum in row-major window order wins (a NaN always does), for the
-// forward, the gradient and the select, at 1 and 3 threads.
+// forward, the gradient and the select, at 1 and 3 threads. The gradient with ReLU's mask
+// (relu=1) against the mask applied to dy first, on every path, f32 and f64.
 #include <doctest/doctest.h>
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "graph/kernels/pool_cpu.h"
@@ -103,6 +105,73 @@ TEST_CASE(
       CHECK(mismatches == 0);
     }
   }
+  omp_set_num_threads(before);
+}
+
+namespace {
+
+// x in {-1, 0, 1} with signed zeros and NaNs (every window's maximum positive, zero, negative or
+// NaN), of `dtype`.
+Tensor signed_ties(const Shape& shape, DType dtype, std::uint64_t seed) {
+  Tensor x = test::random_tensor(shape, DType::f64, seed, -1.0, 2.0);
+  double* p = x.data<double>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    p[i] = std::floor(p[i]);
+    if (p[i] == 0 && i % 3 == 0) p[i] = -0.0;
+    if (i % 23 == 7) p[i] = std::numeric_limits<double>::quiet_NaN();
+  }
+  return dtype == DType::f64 ? x : x.to(dtype);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "max_pool2d_grad relu=1: the bits of dy * (max_pool2d(x) > 0) routed, on every path, f32 "
+    "and f64") {
+  const int before = omp_get_max_threads();
+  struct Window {
+    std::int64_t kernel, stride, padding;
+  };
+  std::uint64_t seed = 70;
+  for (const DType dtype : {DType::f32, DType::f64})
+    for (const auto& [window, xs] : {std::pair{Window{2, 2, 0}, Shape{3, 5, 8, 10}},
+                                     {Window{2, 2, 0}, Shape{2, 40, 9, 11}},
+                                     {Window{3, 2, 0}, Shape{3, 5, 9, 11}},
+                                     {Window{3, 1, 1}, Shape{2, 45, 7, 7}},
+                                     {Window{3, 2, 1}, Shape{3, 5, 10, 28}},
+                                     {Window{2, 1, 0}, Shape{2, 3, 7, 6}},
+                                     {Window{5, 2, 2}, Shape{2, 3, 9, 8}},
+                                     {Window{4, 3, 2}, Shape{2, 3, 7, 10}}}) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(xs.str());
+      CAPTURE(window.kernel);
+      CAPTURE(window.stride);
+      CAPTURE(window.padding);
+      const kernels::PoolGeometry g =
+          kernels::pool_geometry(xs, window.kernel, window.stride, window.padding);
+      const Shape ys{xs[0], xs[1], g.out_h, g.out_w};
+      const Tensor x = signed_ties(xs, dtype, seed++);
+      Tensor dy = test::random_tensor(ys, DType::f64, seed++, -1.0, 1.0);
+      dy.data<double>()[1] = std::numeric_limits<double>::infinity();  // inf * 0 is a NaN
+      dy.data<double>()[4] = std::numeric_limits<double>::quiet_NaN();
+      if (dtype != DType::f64) dy = dy.to(dtype);
+      Tensor y = Tensor::zeros(ys, dtype), masked = dy.clone();
+      kernels::max_pool2d_forward(x, y, g);
+      for (std::int64_t i = 0; i < y.numel(); ++i)  // dy * greater(y, 0), as the ops compute it
+        if (dtype == DType::f32)
+          masked.data<float>()[i] *= y.data<float>()[i] > 0.0f ? 1.0f : 0.0f;
+        else
+          masked.data<double>()[i] *= y.data<double>()[i] > 0.0 ? 1.0 : 0.0;
+      Tensor want = Tensor::full(xs, 5.0, dtype);
+      kernels::max_pool2d_backward(x, masked, want, g);
+      for (const int threads : {1, 3}) {
+        CAPTURE(threads);
+        omp_set_num_threads(threads);
+        Tensor got = Tensor::full(xs, 5.0, dtype);
+        kernels::max_pool2d_backward(x, dy, got, g, /*relu=*/true);
+        CHECK(std::memcmp(got.raw(), want.raw(), want.nbytes()) == 0);
+      }
+    }
   omp_set_num_threads(before);
 }
 

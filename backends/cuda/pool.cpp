@@ -77,11 +77,12 @@ void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void*
 }
 
 void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
-                     void* dx, gpu::Stream stream) {
+                     void* dx, gpu::Stream stream, bool relu) {
   PoolShape shape = shape_of(g);
+  int relu_flag = relu ? 1 : 0;
   if (small(g)) {
     PoolShape32 s = shape32_of(shape);
-    void* args[] = {&x, &dy, &dx, &s};
+    void* args[] = {&x, &dy, &dx, &s, &relu_flag};
     if (g.stride < g.kernel || g.padding > 0) {
       if (g.height * g.width <= kPlaneCells && g.out_h * g.out_w <= kPlaneCells) {
         const std::int64_t per = planes_per_block(s);  // whole planes a block
@@ -100,7 +101,7 @@ void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x,
                  g.planes * g.out_h * g.out_w, stream, args);
     return;
   }
-  void* args[] = {&x, &dy, &dx, &shape};
+  void* args[] = {&x, &dy, &dx, &shape, &relu_flag};
   launch_items(pool_kernel(PoolKernel::grad, dtype), g.planes * g.height * g.width, stream, args);
 }
 
@@ -180,7 +181,7 @@ std::function<Launch(const LaunchSetup&)> prepare_one(OneInput launch, bool pool
   };
 }
 
-// x, dy -> dx (max_pool2d_grad) or x, g -> out (max_pool2d_select).
+// x, g -> out (max_pool2d_select).
 std::function<Launch(const LaunchSetup&)> prepare_two(TwoInputs launch) {
   return [=](const LaunchSetup& s) -> Launch {
     const kernels::PoolGeometry g = geometry_of(s.node, s.input_types[0].shape);
@@ -189,6 +190,16 @@ std::function<Launch(const LaunchSetup&)> prepare_two(TwoInputs launch) {
     void* out = s.outputs[0];
     return [=](gpu::Stream st) { launch(d, g, x, second, out, st); };
   };
+}
+
+// x, dy -> dx (max_pool2d_grad), with its relu attribute.
+Launch prepare_max_grad(const LaunchSetup& s) {
+  const kernels::PoolGeometry g = geometry_of(s.node, s.input_types[0].shape);
+  const DType d = s.input_types[0].dtype;
+  const void *x = s.inputs[0], *dy = s.inputs[1];
+  void* dx = s.outputs[0];
+  const bool relu = s.node.attrs.has("relu") && s.node.attrs.integer("relu") != 0;
+  return [=](gpu::Stream st) { max_pool2d_grad(d, g, x, dy, dx, st, relu); };
 }
 
 std::function<std::vector<gpu::KernelSource>(const Node&, const InputTypes&)> avg_sources(
@@ -213,8 +224,7 @@ void add_pool_ops(CudaOpTable& table) {
   table[OpId::max_pool2d] = {.prepare = prepare_one(max_pool2d_forward, false),
                              .sources = max_pool_sources,
                              .every_source = every_pool_source};
-  table[OpId::max_pool2d_grad] = {.prepare = prepare_two(max_pool2d_grad),
-                                  .sources = max_pool_sources};
+  table[OpId::max_pool2d_grad] = {.prepare = prepare_max_grad, .sources = max_pool_sources};
   table[OpId::max_pool2d_select] = {.prepare = prepare_two(max_pool2d_select),
                                     .sources = max_pool_sources};
   table[OpId::avg_pool2d] = {.prepare = prepare_one(avg_pool2d_forward, false),

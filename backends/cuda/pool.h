@@ -13,9 +13,10 @@ namespace kiln::cuda {
 // float, each output rounded once).
 void max_pool2d_forward(DType dtype, const kernels::PoolGeometry& g, const void* x, void* y,
                         gpu::Stream stream);
-// dx (x-shaped) = dy (y-shaped) routed to each window's maximum; overlapping windows sum.
+// dx (x-shaped) = dy (y-shaped) routed to each window's maximum; overlapping windows sum. relu:
+// dy masked by the window's maximum > 0 first (max_pool2d_grad relu=1).
 void max_pool2d_grad(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* dy,
-                     void* dx, gpu::Stream stream);
+                     void* dx, gpu::Stream stream, bool relu = false);
 // out (y-shaped) = g_in (x-shaped) at each window's maximum.
 void max_pool2d_select(DType dtype, const kernels::PoolGeometry& g, const void* x, const void* g_in,
                        void* out, gpu::Stream stream);

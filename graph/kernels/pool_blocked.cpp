@@ -147,7 +147,7 @@ void max_pool2d_forward_blocked(const Tensor& x, Tensor& y, const PoolGeometry& 
 }
 
 void max_pool2d_backward_blocked(const Tensor& x, const Tensor& dy, Tensor& dx,
-                                 const PoolGeometry& g, std::uint32_t blocked) {
+                                 const PoolGeometry& g, std::uint32_t blocked, bool relu) {
   const Blocks out(dx, bit(blocked, kBlockedOutputs));
   // Disjoint windows (VGG's and LeNet's 2x2 at stride 2) write each of their cells once, 0 +
   // dy at the first maximum (the sum of the general path) and 0 elsewhere: no clearing first,
@@ -169,15 +169,17 @@ void max_pool2d_backward_blocked(const Tensor& x, const Tensor& dy, Tensor& dx,
             for (std::int64_t l = 0; l < kLanes; ++l) {
               const Max2x2<float> m =
                   first_max_of_2x2(x0[at[0] + l], x0[at[1] + l], x0[at[2] + l], x0[at[3] + l]);
-              const float routed = 0.0f + dy_w[l];
+              const float routed = 0.0f + relu_routed(dy_w[l], m.value, relu);
               d0[l] = masked(routed, m.wins[0]);
               d1[l] = masked(routed, m.wins[1]);
               d2[l] = masked(routed, m.wins[2]);
               d3[l] = masked(routed, m.wins[3]);
             }
           });
-        block_windows(in[0], g, [&](std::int64_t w, const std::int32_t* at, const float*) {
-          const float* dy_w = grad + w * kLanes;
+        block_windows(in[0], g, [&](std::int64_t w, const std::int32_t* at, const float* max) {
+          float dy_w[kLanes];
+          for (std::int64_t l = 0; l < kLanes; ++l)
+            dy_w[l] = relu_routed(grad[w * kLanes + l], max[l], relu);
           if (!disjoint) {
             for (std::int64_t l = 0; l < kLanes; ++l) dx_block[at[l] * kLanes + l] += dy_w[l];
             return;

@@ -15,8 +15,9 @@ namespace kiln::kernels {
 // `blocked`: the pass's KernelCall::blocked (input i is bit i, the output bit 16). f32 only.
 void max_pool2d_forward_blocked(const Tensor& x, Tensor& y, const PoolGeometry& g,
                                 std::uint32_t blocked);
+// (relu: max_pool2d_backward's ReLU mask.)
 void max_pool2d_backward_blocked(const Tensor& x, const Tensor& dy, Tensor& dx,
-                                 const PoolGeometry& g, std::uint32_t blocked);
+                                 const PoolGeometry& g, std::uint32_t blocked, bool relu = false);
 void max_pool2d_select_blocked(const Tensor& x, const Tensor& g_in, Tensor& out,
                                const PoolGeometry& g, std::uint32_t blocked);
 

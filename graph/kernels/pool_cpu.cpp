@@ -246,7 +246,7 @@ void for_each_window_max(const T* x, const PoolGeometry& g, Visit visit) {
 // general path makes) and 0 elsewhere, and the cells in no window (an odd last row or
 // column) get 0; no first pass zeroing dx, no read-modify-write of it.
 template <class T>
-void max_backward_2x2(const T* x, const T* dy, T* dx, const PoolGeometry& g) {
+void max_backward_2x2(const T* x, const T* dy, T* dx, const PoolGeometry& g, bool relu) {
   for_each_2x2_row(g, [&](std::int64_t top, std::int64_t first) {
     // Locals, not the captures: a store to dx might change those for all GCC knows.
     const std::int64_t w = g.width, windows = g.out_w;
@@ -257,7 +257,7 @@ void max_backward_2x2(const T* x, const T* dy, T* dx, const PoolGeometry& g) {
     for (std::int64_t ow = 0; ow < windows; ++ow) {
       const Max2x2<T> m =
           first_max_of_2x2(in[2 * ow], in[2 * ow + 1], in[w + 2 * ow], in[w + 2 * ow + 1]);
-      const T routed = T(0) + grad[ow];
+      const T routed = T(0) + relu_routed(grad[ow], m.value, relu);
       out[2 * ow] = masked(routed, m.wins[0]);
       out[2 * ow + 1] = masked(routed, m.wins[1]);
       out[w + 2 * ow] = masked(routed, m.wins[2]);
@@ -347,18 +347,20 @@ void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g) {
   });
 }
 
-void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g) {
+void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g,
+                         bool relu) {
   visit_floating(x.dtype(), "max_pool2d_grad", [&](auto zero) {
     using T = decltype(zero);
     const T* grad = dy.data<T>();
     T* out = dx.data<T>();
-    if (disjoint_2x2(g)) return max_backward_2x2(x.data<T>(), grad, out, g);
+    if (disjoint_2x2(g)) return max_backward_2x2(x.data<T>(), grad, out, g, relu);
     const std::int64_t plane_size = g.height * g.width;
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g))
     for (std::int64_t plane = 0; plane < g.planes; ++plane)
       std::fill_n(out + plane * plane_size, plane_size, T(0));
-    for_each_window_max(x.data<T>(), g,
-                        [&](std::int64_t i, std::int64_t best, T) { out[best] += grad[i]; });
+    for_each_window_max(x.data<T>(), g, [&](std::int64_t i, std::int64_t best, T max) {
+      out[best] += relu_routed(grad[i], max, relu);
+    });
   });
 }
 

@@ -27,8 +27,10 @@ PoolGeometry pool_geometry(const Shape& x, std::int64_t kernel, std::int64_t str
 
 // y[window] = max of x over the window's cells inside the plane.
 void max_pool2d_forward(const Tensor& x, Tensor& y, const PoolGeometry& g);
-// dx = dy routed to each window's first maximum of x (zero elsewhere).
-void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g);
+// dx = dy routed to each window's first maximum of x (zero elsewhere); with `relu`, dy times
+// ReLU's mask of the window's maximum (max_rule::relu_routed): dy * (max_pool2d(x) > 0) routed.
+void max_pool2d_backward(const Tensor& x, const Tensor& dy, Tensor& dx, const PoolGeometry& g,
+                         bool relu = false);
 // out[window] = g at each window's first maximum of x.
 void max_pool2d_select(const Tensor& x, const Tensor& g_in, Tensor& out, const PoolGeometry& g);
 

@@ -51,4 +51,12 @@ inline T masked(T v, MaxBits<T> mask) {
   return std::bit_cast<T>(std::bit_cast<MaxBits<T>>(v) & mask);
 }
 
+// dy as a gradient with ReLU's mask (max_pool2d_grad relu=1) routes it: dy where the window's
+// maximum is positive, else dy * 0 (+-0, or NaN for an infinite or NaN dy), the bits of dy
+// times relu's 0/1 mask of the pooled value.
+template <class T>
+inline T relu_routed(T dy, T max, bool relu) {
+  return relu && !(max > T(0)) ? dy * T(0) : dy;
+}
+
 }  // namespace kiln::kernels::max_rule

@@ -103,19 +103,42 @@ OpDef max_forward_op() {
   return op;
 }
 
-// (x, dy) -> dx. Piecewise constant in x, linear in dy.
+// Whether a max_pool2d_grad node routes dy with ReLU's mask (attribute relu=1, optional).
+bool relu_masked(const Attrs& a) { return a.has("relu") && a.integer("relu") != 0; }
+
+// (x, dy) -> dx. Piecewise constant in x, linear in dy. With relu=1 (set by the pass of
+// graph/passes/pool_grad_masks.h), dy is first multiplied by max_pool2d(x) > 0: the gradient of
+// max pooling behind a ReLU, routed without a pass of its own over the masked dy.
 OpDef max_grad_op() {
   OpDef op{.id = OpId::max_pool2d_grad,
            .kind = OpKind::pool,
            .arity = 2,
            .attrs = {"kernel", "stride", "padding"}};
-  op.infer = max_backward_infer("max_pool2d_grad", true);
+  const InferFn infer = max_backward_infer("max_pool2d_grad", true);
+  op.infer = [infer](std::span<const TensorType> in, const Attrs& attrs) {
+    KILN_CHECK(!attrs.has("relu") || attrs.integer("relu") == 0 || attrs.integer("relu") == 1,
+               "max_pool2d_grad: relu must be 0 or 1 but is {}", attrs.integer("relu"));
+    return infer(in, attrs);
+  };
   op.grad = [](const GradContext& c) {
     const PoolAttrs p = pool_attrs(c.node.attrs);
-    return std::vector<Value>{
-        Value(), max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding)};
+    Value selected =
+        max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding);
+    if (relu_masked(c.node.attrs)) {
+      const Value pooled = max_pool2d(c.inputs[0], p.kernel, p.stride, p.padding);
+      selected = selected * greater(pooled, pooled.graph().fill(0.0, {}, pooled.type().dtype));
+    }
+    return std::vector<Value>{Value(), selected};
   };
-  op.cpu = max_pair_kernel(kernels::max_pool2d_backward, kernels::max_pool2d_backward_blocked);
+  op.cpu = [](const KernelCall& call) {
+    const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
+    const bool relu = relu_masked(call.node.attrs);
+    if (call.blocked != 0)
+      kernels::max_pool2d_backward_blocked(call.inputs[0], call.inputs[1], call.outputs[0], g,
+                                           call.blocked, relu);
+    else
+      kernels::max_pool2d_backward(call.inputs[0], call.inputs[1], call.outputs[0], g, relu);
+  };
   op.cpu_blocked = max_pool_blocked;
   return op;
 }
@@ -200,9 +223,10 @@ Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride, std::int64_t
 }
 
 Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride,
-                      std::int64_t padding) {
-  return x.graph().apply1(OpId::max_pool2d_grad, {x, dy},
-                          make_pool_attrs({kernel, stride, padding}));
+                      std::int64_t padding, bool relu) {
+  Attrs attrs = make_pool_attrs({kernel, stride, padding});
+  if (relu) attrs.set("relu", std::int64_t{1});
+  return x.graph().apply1(OpId::max_pool2d_grad, {x, dy}, std::move(attrs));
 }
 
 Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,

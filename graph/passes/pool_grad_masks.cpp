@@ -2,7 +2,9 @@
 #include "graph/passes/pool_grad_masks.h"
 
 #include <algorithm>
+#include <map>
 
+#include "core/env_switch.h"
 #include "graph/op.h"
 
 namespace kiln {
@@ -60,6 +62,17 @@ MaskedPoolGrad match_masked(const Graph& g, std::int32_t id, const std::vector<i
   return {};
 }
 
+// The mask of rewrite 1 on the pooled values: greater(pooled, threshold).
+struct PooledMask {
+  Value pooled, threshold;
+};
+
+// dy * greater(pooled, threshold), in the new graph.
+Value masked(Value dy, const PooledMask& m) {
+  Graph& out = dy.graph();
+  return out.apply1(OpId::mul, {dy, out.apply1(OpId::greater, {m.pooled, m.threshold})});
+}
+
 // Rewrite 2's pattern: a sum over both spatial axes of a 4-d pool gradient.
 bool sums_pool_grad(const Graph& out, const Node& n) {
   if (n.op->id != OpId::reduce_sum) return false;
@@ -79,6 +92,8 @@ bool sums_pool_grad(const Graph& out, const Node& n) {
 Graph apply_masks_before_pool_grads(const Graph& g) {
   const std::vector<int> reads = reads_of(g);
   Graph out;
+  std::map<std::int32_t, PooledMask> relu_masks;  // relu=1 pool gradients made, by node
+  const bool relu_form = env_switch_on("KILN_POOL_GRAD_RELU");
   std::vector<std::int32_t> new_id(g.nodes().size(), -1);
   auto moved = [&](ValueRef ref) {
     return out.value({new_id[static_cast<std::size_t>(ref.node)], ref.index});
@@ -89,17 +104,33 @@ Graph apply_masks_before_pool_grads(const Graph& g) {
     if (const MaskedPoolGrad m = match_masked(g, id, reads); m.grad >= 0) {
       const Node& grad = g.node(m.grad);
       const Node& mask = g.node(m.mask);
-      const Value pooled_mask =
-          out.apply1(OpId::greater, {moved({m.pooled, 0}), moved(mask.inputs[1])});
-      const Value masked_dy = out.apply1(OpId::mul, {moved(grad.inputs[1]), pooled_mask});
-      new_id[static_cast<std::size_t>(id)] =
-          out.apply1(OpId::max_pool2d_grad, {moved(grad.inputs[0]), masked_dy}, grad.attrs)
-              .ref()
-              .node;
+      const PooledMask pooled{moved({m.pooled, 0}), moved(mask.inputs[1])};
+      Value routed;
+      if (relu_form && g.node(mask.inputs[1].node).attrs.real("value") == 0.0) {  // relu=1
+        Attrs attrs = grad.attrs;
+        attrs.set("relu", std::int64_t{1});
+        routed = out.apply1(OpId::max_pool2d_grad, {moved(grad.inputs[0]), moved(grad.inputs[1])},
+                            std::move(attrs));
+        relu_masks.emplace(routed.ref().node, pooled);
+      } else {
+        routed =
+            out.apply1(OpId::max_pool2d_grad,
+                       {moved(grad.inputs[0]), masked(moved(grad.inputs[1]), pooled)}, grad.attrs);
+      }
+      new_id[static_cast<std::size_t>(id)] = routed.ref().node;
       continue;
     }
     if (sums_pool_grad(out, n)) {
-      const Value pooled_grad = out.value(out.node(n.inputs[0].node).inputs[1]);
+      const std::int32_t producer = n.inputs[0].node;
+      Value pooled_grad = out.value(out.node(producer).inputs[1]);
+      if (out.node(producer).attrs.has("relu")) {  // relu=1: the mask as the gradient saw it
+        const auto mask = relu_masks.find(producer);
+        if (mask == relu_masks.end()) {  // (a relu=1 gradient the pass did not make)
+          new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;
+          continue;
+        }
+        pooled_grad = masked(pooled_grad, mask->second);
+      }
       new_id[static_cast<std::size_t>(id)] =
           out.apply1(OpId::reduce_sum, {pooled_grad}, n.attrs).ref().node;
       continue;

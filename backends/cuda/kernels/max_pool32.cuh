@@ -101,18 +101,20 @@ __device__ __forceinline__ void max_pool32_gather(const T* __restrict__ x,
 // Windows that do not overlap (stride >= kernel): the cells [oh*s, (oh+1)*s) x [ow*s, (ow+1)*s),
 // the last row and column of cells reaching the plane's edge, partition the plane, and each
 // window lies in its cell. One thread per cell writes all of it: 0 + dy (as the CPU adds dy
-// to a zeroed dx) at the window's first maximum, 0 elsewhere. EXACT2: every cell is 2x2.
+// to a zeroed dx) at the window's first maximum, 0 elsewhere. EXACT2: every cell is 2x2. relu
+// (in every gradient here): max_pool2d_grad relu=1, dy masked by the window's maximum > 0.
 template <bool EXACT2, typename T>
 __device__ __forceinline__ void max_pool32_grad_cells(const T* __restrict__ x,
                                                       const T* __restrict__ dy, T* __restrict__ dx,
-                                                      const PoolShape32& g) {
+                                                      const PoolShape32& g, int relu) {
+  typedef typename Wide<T>::type W;
   const int n = g.planes * g.out_h * g.out_w;
   KILN_FOR_EACH_ITEM32(i, n) {
     int oh, ow;
     T best_value;
     const int corner = window_corner(g, i, oh, ow);
     const int best = window_max32 < EXACT2 ? 2 : 0 > (x, g, corner, best_value);
-    const T value = T(typename Wide<T>::type(0) + dy[i]);  // exact: 0 + dy
+    const T value = T(W(0) + relu_routed(W(dy[i]), W(best_value), relu));  // exact: 0 + dy
     if (EXACT2) {
       dx[corner] = best == corner ? value : T(0);
       dx[corner + 1] = best == corner + 1 ? value : T(0);
@@ -134,7 +136,9 @@ __device__ __forceinline__ void max_pool32_grad_cells(const T* __restrict__ x,
 template <typename T>
 __device__ __forceinline__ void max_pool32_grad_overlap(const T* __restrict__ x,
                                                         const T* __restrict__ dy,
-                                                        T* __restrict__ dx, const PoolShape32& g) {
+                                                        T* __restrict__ dx, const PoolShape32& g,
+                                                        int relu) {
+  typedef typename Wide<T>::type W;
   const int n = g.planes * g.height * g.width;
   KILN_FOR_EACH_ITEM32(i, n) {
     const int iw = i % g.width;
@@ -144,12 +148,12 @@ __device__ __forceinline__ void max_pool32_grad_overlap(const T* __restrict__ x,
     int oh_lo, oh_hi, ow_lo, ow_hi;
     windows_over32(ih, g.out_h, g, oh_lo, oh_hi);
     windows_over32(iw, g.out_w, g, ow_lo, ow_hi);
-    typename Wide<T>::type sum = 0;
+    W sum = 0;
     for (int oh = oh_lo; oh <= oh_hi; ++oh)
       for (int ow = ow_lo; ow <= ow_hi; ++ow) {
         T best_value;
         if (window_max32_clipped(x, g, plane, oh, ow, best_value) == i)
-          sum += dy[(plane * g.out_h + oh) * g.out_w + ow];
+          sum += relu_routed(W(dy[(plane * g.out_h + oh) * g.out_w + ow]), W(best_value), relu);
       }
     dx[i] = T(sum);
   }
@@ -165,7 +169,7 @@ __device__ __forceinline__ void max_pool32_grad_overlap(const T* __restrict__ x,
 template <typename T>
 __device__ __forceinline__ void max_pool32_grad_planes(const T* __restrict__ x,
                                                        const T* __restrict__ dy, T* __restrict__ dx,
-                                                       const PoolShape32& g) {
+                                                       const PoolShape32& g, int relu) {
   typedef typename Wide<T>::type W;
   __shared__ W cells[kPlaneCells];
   __shared__ int argmax[kPlaneCells];  // each window's maximum, as h * width + w in its plane
@@ -205,7 +209,8 @@ __device__ __forceinline__ void max_pool32_grad_planes(const T* __restrict__ x,
     for (int oh = oh_lo; oh <= oh_hi; ++oh)
       for (int ow = ow_lo; ow <= ow_hi; ++ow) {
         const int window = p * plane_windows + oh * g.out_w + ow;
-        if (argmax[window] == at) sum += W(dys[window]);
+        if (argmax[window] == at)
+          sum += relu_routed(W(dys[window]), cells[p * plane_cells + at], relu);
       }
     dxs[i] = T(sum);
   }
@@ -236,9 +241,9 @@ extern "C" __global__ void KILN_MAX_POOL32_SELECT(const KILN_T* __restrict__ x,
 extern "C" __global__ void KILN_MAX_POOL32_GRAD_CELLS(const KILN_T* __restrict__ x,
                                                       const KILN_T* __restrict__ dy,
                                                       KILN_T* __restrict__ dx,
-                                                      kiln::cuda::PoolShape32 g) {
+                                                      kiln::cuda::PoolShape32 g, int relu) {
   KILN_AFTER_PRIOR_GRIDS();
-  kiln::cuda::max_pool32_grad_cells<KILN_EXACT2 != 0>(x, dy, dx, g);
+  kiln::cuda::max_pool32_grad_cells<KILN_EXACT2 != 0>(x, dy, dx, g, relu);
 }
 #endif
 
@@ -246,17 +251,17 @@ extern "C" __global__ void KILN_MAX_POOL32_GRAD_CELLS(const KILN_T* __restrict__
 extern "C" __global__ void KILN_MAX_POOL32_GRAD_OVERLAP(const KILN_T* __restrict__ x,
                                                         const KILN_T* __restrict__ dy,
                                                         KILN_T* __restrict__ dx,
-                                                        kiln::cuda::PoolShape32 g) {
+                                                        kiln::cuda::PoolShape32 g, int relu) {
   KILN_AFTER_PRIOR_GRIDS();
-  kiln::cuda::max_pool32_grad_overlap(x, dy, dx, g);
+  kiln::cuda::max_pool32_grad_overlap(x, dy, dx, g, relu);
 }
 #endif
 
 #ifdef KILN_MAX_POOL32_GRAD_PLANES
 extern "C" __global__ void __launch_bounds__(kiln::cuda::kPlaneThreads)
     KILN_MAX_POOL32_GRAD_PLANES(const KILN_T* __restrict__ x, const KILN_T* __restrict__ dy,
-                                KILN_T* __restrict__ dx, kiln::cuda::PoolShape32 g) {
+                                KILN_T* __restrict__ dx, kiln::cuda::PoolShape32 g, int relu) {
   KILN_AFTER_PRIOR_GRIDS();
-  kiln::cuda::max_pool32_grad_planes(x, dy, dx, g);
+  kiln::cuda::max_pool32_grad_planes(x, dy, dx, g, relu);
 }
 #endif

@@ -70,10 +70,12 @@ __device__ __forceinline__ void max_pool_gather(const T* __restrict__ x, const T
 }
 
 // dx[e] = sum of dy over the windows containing e (in window order, as the CPU adds them)
-// whose maximum is e. Without overlap (stride >= kernel) at most one window contains e.
+// whose maximum is e (relu: max_pool2d_grad relu=1's mask of dy, the maximum being x[e]).
+// Without overlap (stride >= kernel) at most one window contains e.
 template <typename T>
 __device__ __forceinline__ void max_pool_grad(const T* __restrict__ x, const T* __restrict__ dy,
-                                              T* __restrict__ dx, const PoolShape& g) {
+                                              T* __restrict__ dx, const PoolShape& g, int relu) {
+  typedef typename Wide<T>::type W;
   const long long n = g.planes * g.height * g.width;
   KILN_FOR_EACH_ITEM(i, n) {
     const long long iw = i % g.width;
@@ -82,11 +84,11 @@ __device__ __forceinline__ void max_pool_grad(const T* __restrict__ x, const T* 
     long long oh_lo, oh_hi, ow_lo, ow_hi;
     windows_over(ih, g.out_h, g, oh_lo, oh_hi);
     windows_over(iw, g.out_w, g, ow_lo, ow_hi);
-    typename Wide<T>::type sum = 0;
+    W sum = 0;
     for (long long oh = oh_lo; oh <= oh_hi; ++oh)
       for (long long ow = ow_lo; ow <= ow_hi; ++ow)
         if (window_argmax(x, g, plane, oh, ow) == i)
-          sum += dy[(plane * g.out_h + oh) * g.out_w + ow];
+          sum += relu_routed(W(dy[(plane * g.out_h + oh) * g.out_w + ow]), W(x[i]), relu);
     dx[i] = T(sum);
   }
 }
@@ -156,9 +158,10 @@ extern "C" __global__ void KILN_MAX_POOL_SELECT(const KILN_T* __restrict__ x,
 #ifdef KILN_MAX_POOL_GRAD
 extern "C" __global__ void KILN_MAX_POOL_GRAD(const KILN_T* __restrict__ x,
                                               const KILN_T* __restrict__ dy,
-                                              KILN_T* __restrict__ dx, kiln::cuda::PoolShape g) {
+                                              KILN_T* __restrict__ dx, kiln::cuda::PoolShape g,
+                                              int relu) {
   KILN_AFTER_PRIOR_GRIDS();
-  kiln::cuda::max_pool_grad(x, dy, dx, g);
+  kiln::cuda::max_pool_grad(x, dy, dx, g, relu);
 }
 #endif
 

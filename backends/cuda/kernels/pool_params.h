@@ -34,4 +34,13 @@ KILN_POOL_BOTH inline int planes_per_block(const PoolShape32& g) {
   return spread < 1 ? 1 : spread < fit ? spread : fit;
 }
 
+#ifdef __CUDACC_RTC__
+// dy as max_pool2d_grad relu=1 routes it (graph/kernels/pool_max_rule.h's relu_routed): dy where
+// the window's maximum is positive, else dy * 0, in the kernel's wide type W.
+template <typename W>
+__device__ __forceinline__ W relu_routed(W dy, W max, int relu) {
+  return relu && !(max > W(0)) ? dy * W(0) : dy;
+}
+#endif
+
 }  // namespace kiln::cuda
