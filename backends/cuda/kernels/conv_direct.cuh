@@ -154,8 +154,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     if (bias != nullptr) {
       const float filter_bias = static_cast<float>(bias[f0 + f]);
 #pragma unroll
-      for (int p = 0; p < P; ++p)
-        acc[p][f] = static_cast<float>(KILN_T(acc[p][f])) + filter_bias;
+      for (int p = 0; p < P; ++p) acc[p][f] = static_cast<float>(KILN_T(acc[p][f])) + filter_bias;
     }
     if (flags & 4)
 #pragma unroll
