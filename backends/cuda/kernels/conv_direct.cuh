@@ -152,9 +152,9 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     KILN_T* out = y + ((static_cast<long long>(b) * co + f0 + f) * oh + oh_row) * ow + col0;
     __align__(16) KILN_T four[P];
     if (bias != nullptr) {
-      const float filter_bias = static_cast<float>(bias[f0 + f]);
+      const float b = static_cast<float>(bias[f0 + f]);
 #pragma unroll
-      for (int p = 0; p < P; ++p) acc[p][f] = static_cast<float>(KILN_T(acc[p][f])) + filter_bias;
+      for (int p = 0; p < P; ++p) acc[p][f] = static_cast<float>(KILN_T(acc[p][f])) + b;
     }
     if (flags & 4)
 #pragma unroll
