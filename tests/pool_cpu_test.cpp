@@ -45,14 +45,15 @@ std::int64_t first_max(const float* x, const kernels::PoolGeometry& g, std::int6
 
 bool same(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
+struct Window {
+  std::int64_t kernel, stride, padding;
+};
+
 }  // namespace
 
 TEST_CASE(
     "max pooling's fixed-window paths: the first maximum wins (ties, NaN) in all three kernels") {
   const int before = omp_get_max_threads();
-  struct Window {
-    std::int64_t kernel, stride, padding;
-  };
   // Odd and even planes: at stride 2 the last window is clipped (9 rows, 11 columns) or whole
   // (10 rows, 28 columns); 2 columns: every window clipped on both sides. 2x2 rows of 35 and
   // 33 windows run the vectorized loops' whole vectors as well as their remainders (the
@@ -129,9 +130,6 @@ TEST_CASE(
     "max_pool2d_grad relu=1: the bits of dy * (max_pool2d(x) > 0) routed, on every path, f32 "
     "and f64") {
   const int before = omp_get_max_threads();
-  struct Window {
-    std::int64_t kernel, stride, padding;
-  };
   std::uint64_t seed = 70;
   for (const DType dtype : {DType::f32, DType::f64})
     for (const auto& [window, xs] : {std::pair{Window{2, 2, 0}, Shape{3, 5, 8, 10}},
