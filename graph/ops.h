@@ -151,6 +151,8 @@ Value max_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int
 // gradient of max pooling behind a ReLU, its mask applied as the gradient is routed).
 Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t stride,
                       std::int64_t padding = 0, bool relu = false);
+// Whether a max_pool2d_grad node's attributes ask for ReLU's mask (relu=1; optional).
+bool max_pool_grad_relu(const Attrs& attrs);
 Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,
                         std::int64_t padding = 0);
 Value avg_pool2d(Value x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);

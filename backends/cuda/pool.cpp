@@ -15,6 +15,7 @@
 #include "backends/cuda/kernel_sources.h"
 #include "backends/cuda/op_entry.h"
 #include "core/error.h"
+#include "graph/ops.h"
 
 namespace kiln::cuda {
 namespace {
@@ -198,7 +199,7 @@ Launch prepare_max_grad(const LaunchSetup& s) {
   const DType d = s.input_types[0].dtype;
   const void *x = s.inputs[0], *dy = s.inputs[1];
   void* dx = s.outputs[0];
-  const bool relu = s.node.attrs.has("relu") && s.node.attrs.integer("relu") != 0;
+  const bool relu = max_pool_grad_relu(s.node.attrs);
   return [=](gpu::Stream st) { max_pool2d_grad(d, g, x, dy, dx, st, relu); };
 }
 

@@ -103,9 +103,6 @@ OpDef max_forward_op() {
   return op;
 }
 
-// Whether a max_pool2d_grad node routes dy with ReLU's mask (attribute relu=1, optional).
-bool relu_masked(const Attrs& a) { return a.has("relu") && a.integer("relu") != 0; }
-
 // (x, dy) -> dx. Piecewise constant in x, linear in dy. With relu=1 (set by the pass of
 // graph/passes/pool_grad_masks.h), dy is first multiplied by max_pool2d(x) > 0: the gradient of
 // max pooling behind a ReLU, routed without a pass of its own over the masked dy.
@@ -124,7 +121,7 @@ OpDef max_grad_op() {
     const PoolAttrs p = pool_attrs(c.node.attrs);
     Value selected =
         max_pool2d_select(c.inputs[0], c.output_grads[0], p.kernel, p.stride, p.padding);
-    if (relu_masked(c.node.attrs)) {
+    if (max_pool_grad_relu(c.node.attrs)) {
       const Value pooled = max_pool2d(c.inputs[0], p.kernel, p.stride, p.padding);
       selected = selected * greater(pooled, pooled.graph().fill(0.0, {}, pooled.type().dtype));
     }
@@ -132,7 +129,7 @@ OpDef max_grad_op() {
   };
   op.cpu = [](const KernelCall& call) {
     const kernels::PoolGeometry g = geometry_of(call, call.inputs[0].shape());
-    const bool relu = relu_masked(call.node.attrs);
+    const bool relu = max_pool_grad_relu(call.node.attrs);
     if (call.blocked != 0)
       kernels::max_pool2d_backward_blocked(call.inputs[0], call.inputs[1], call.outputs[0], g,
                                            call.blocked, relu);
@@ -227,6 +224,10 @@ Value max_pool2d_grad(Value x, Value dy, std::int64_t kernel, std::int64_t strid
   Attrs attrs = make_pool_attrs({kernel, stride, padding});
   if (relu) attrs.set("relu", std::int64_t{1});
   return x.graph().apply1(OpId::max_pool2d_grad, {x, dy}, std::move(attrs));
+}
+
+bool max_pool_grad_relu(const Attrs& attrs) {
+  return attrs.has("relu") && attrs.integer("relu") != 0;
 }
 
 Value max_pool2d_select(Value x, Value g, std::int64_t kernel, std::int64_t stride,

@@ -6,6 +6,7 @@
 
 #include "core/env_switch.h"
 #include "graph/op.h"
+#include "graph/ops.h"
 
 namespace kiln {
 namespace {
@@ -123,7 +124,7 @@ Graph apply_masks_before_pool_grads(const Graph& g) {
     if (sums_pool_grad(out, n)) {
       const std::int32_t producer = n.inputs[0].node;
       Value pooled_grad = out.value(out.node(producer).inputs[1]);
-      if (out.node(producer).attrs.has("relu")) {  // relu=1: the mask as the gradient saw it
+      if (max_pool_grad_relu(out.node(producer).attrs)) {  // the mask as the gradient saw it
         const auto mask = relu_masks.find(producer);
         if (mask == relu_masks.end()) {  // (a relu=1 gradient the pass did not make)
           new_id[static_cast<std::size_t>(id)] = out.add_node(std::move(n)).node;
